@@ -1,0 +1,483 @@
+//! The backend-neutral view of a ruleset change.
+//!
+//! Both readers (the x_tables reader, which diffs whole tables, and the nftables reader, which
+//! receives per-object notifications) produce [`Change`]s for one transaction of one table. They
+//! then hand the list to [`summarize`], which turns the raw per-rule deltas into what a person
+//! means: a chain whose rules were all deleted is a `chain_flush`, a table whose chains were all
+//! emptied is a `table_flush`, a delete and an add at the same position is a `rule_replace`, and a
+//! rule deleted and re-added unchanged (a restore that rewrites a chain as it was) is no change.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Which kernel subsystem holds the ruleset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Backend {
+    /// x_tables: iptables-legacy, ip6tables-legacy, arptables-legacy, ebtables-legacy.
+    Legacy,
+    /// nf_tables: nft, iptables-nft, firewalld...
+    Nft,
+}
+
+impl Backend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Legacy => "legacy",
+            Backend::Nft => "nft",
+        }
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The address family of a table, named as `nft` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Family {
+    Ip,
+    Ip6,
+    Inet,
+    Arp,
+    Bridge,
+    Netdev,
+    /// A family number this build does not know.
+    Unknown,
+}
+
+impl Family {
+    /// From the nfnetlink `nfgen_family` byte (NFPROTO_*).
+    pub fn from_nfproto(v: u8) -> Family {
+        match v {
+            1 => Family::Inet,
+            2 => Family::Ip,
+            3 => Family::Arp,
+            5 => Family::Netdev,
+            7 => Family::Bridge,
+            10 => Family::Ip6,
+            _ => Family::Unknown,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Family::Ip => "ip",
+            Family::Ip6 => "ip6",
+            Family::Inet => "inet",
+            Family::Arp => "arp",
+            Family::Bridge => "bridge",
+            Family::Netdev => "netdev",
+            Family::Unknown => "unknown",
+        }
+    }
+}
+
+impl fmt::Display for Family {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What happened to an object. The names are part of the output contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Op {
+    TableCreate,
+    TableDelete,
+    TableFlush,
+    ChainCreate,
+    ChainDelete,
+    ChainFlush,
+    ChainUpdate,
+    RuleAdd,
+    RuleDelete,
+    RuleReplace,
+    SetCreate,
+    SetDelete,
+    SetFlush,
+    ElementAdd,
+    ElementDelete,
+}
+
+impl Op {
+    pub const ALL: [Op; 15] = [
+        Op::TableCreate,
+        Op::TableDelete,
+        Op::TableFlush,
+        Op::ChainCreate,
+        Op::ChainDelete,
+        Op::ChainFlush,
+        Op::ChainUpdate,
+        Op::RuleAdd,
+        Op::RuleDelete,
+        Op::RuleReplace,
+        Op::SetCreate,
+        Op::SetDelete,
+        Op::SetFlush,
+        Op::ElementAdd,
+        Op::ElementDelete,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Op::TableCreate => "table_create",
+            Op::TableDelete => "table_delete",
+            Op::TableFlush => "table_flush",
+            Op::ChainCreate => "chain_create",
+            Op::ChainDelete => "chain_delete",
+            Op::ChainFlush => "chain_flush",
+            Op::ChainUpdate => "chain_update",
+            Op::RuleAdd => "rule_add",
+            Op::RuleDelete => "rule_delete",
+            Op::RuleReplace => "rule_replace",
+            Op::SetCreate => "set_create",
+            Op::SetDelete => "set_delete",
+            Op::SetFlush => "set_flush",
+            Op::ElementAdd => "element_add",
+            Op::ElementDelete => "element_delete",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Op> {
+        Op::ALL.into_iter().find(|op| op.as_str() == s)
+    }
+
+    fn is_rule_op(self) -> bool {
+        matches!(self, Op::RuleAdd | Op::RuleDelete | Op::RuleReplace)
+    }
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One change to one object of one table, before attribution.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    pub op: Op,
+    pub family: Family,
+    pub table: String,
+    /// The chain for chain and rule ops; the set name for set and element ops.
+    pub chain: Option<String>,
+    /// For rule ops: the rule in the backend's own syntax (`iptables-save` for legacy, `nft` for
+    /// nf_tables). For `rule_replace`, the new rule. For element ops, the element(s).
+    pub rule: Option<String>,
+    /// Extra words a person needs: for `rule_replace` the old rule (`was: ...`), for chains the
+    /// hook and policy, for flushes how many rules went.
+    pub detail: Option<String>,
+    /// Position of the rule in its chain (0-based): before the transaction for deletes, after it
+    /// for adds. `None` when the reader does not know it.
+    pub position: Option<usize>,
+    /// A structural fingerprint of the rule (not of its text, not of its counters), used to see
+    /// that a deleted and re-added rule is the same rule. `None` for non-rule ops.
+    pub fingerprint: Option<u64>,
+}
+
+impl Change {
+    /// A change with only the op, family and table filled in.
+    pub fn new(op: Op, family: Family, table: impl Into<String>) -> Change {
+        Change {
+            op,
+            family,
+            table: table.into(),
+            chain: None,
+            rule: None,
+            detail: None,
+            position: None,
+            fingerprint: None,
+        }
+    }
+
+    pub fn chain(mut self, chain: impl Into<String>) -> Change {
+        self.chain = Some(chain.into());
+        self
+    }
+
+    pub fn rule(mut self, rule: impl Into<String>, position: Option<usize>, fp: u64) -> Change {
+        self.rule = Some(rule.into());
+        self.position = position;
+        self.fingerprint = Some(fp);
+        self
+    }
+
+    pub fn detail(mut self, detail: impl Into<String>) -> Change {
+        self.detail = Some(detail.into());
+        self
+    }
+}
+
+/// Turn the raw deltas of one transaction into the changes a person means.
+///
+/// `changes` are the deltas of one transaction (one x_tables replace, one nft generation), in the
+/// order the reader saw them, possibly for several tables. `rules_before` gives, for a
+/// `(family, table, chain)`, how many rules the chain held before the transaction (0 or absent for
+/// chains that did not exist).
+///
+/// Rules applied, per table:
+/// - rule deletes of a chain that the transaction deletes are implied by the `chain_delete`;
+/// - a rule deleted and re-added with the same fingerprint in the same chain is no change;
+/// - a delete and an add left at the same position of the same chain are a `rule_replace`;
+/// - all rules of a surviving chain deleted and none added: one `chain_flush`;
+/// - every chain of the table that had rules flushed, and more than one of them: one `table_flush`.
+pub fn summarize(
+    changes: Vec<Change>,
+    rules_before: impl Fn(Family, &str, &str) -> usize,
+) -> Vec<Change> {
+    // Keep tables in first-seen order so the output follows the transaction.
+    let mut order: Vec<(Family, String)> = Vec::new();
+    let mut by_table: HashMap<(Family, String), Vec<Change>> = HashMap::new();
+    for c in changes {
+        let key = (c.family, c.table.clone());
+        if !by_table.contains_key(&key) {
+            order.push(key.clone());
+        }
+        by_table.entry(key).or_default().push(c);
+    }
+    let mut out = Vec::new();
+    for key in order {
+        let list = by_table.remove(&key).unwrap_or_default();
+        out.extend(summarize_table(list, |chain| {
+            rules_before(key.0, &key.1, chain)
+        }));
+    }
+    out
+}
+
+fn summarize_table(changes: Vec<Change>, rules_before: impl Fn(&str) -> usize) -> Vec<Change> {
+    let deleted_chains: Vec<String> = changes
+        .iter()
+        .filter(|c| c.op == Op::ChainDelete)
+        .filter_map(|c| c.chain.clone())
+        .collect();
+    let table_deleted = changes.iter().any(|c| c.op == Op::TableDelete);
+
+    // Drop rule deletes implied by a chain (or table) delete.
+    let mut changes: Vec<Option<Change>> = changes
+        .into_iter()
+        .filter(|c| {
+            !(c.op == Op::RuleDelete
+                && (table_deleted
+                    || c.chain.as_ref().is_some_and(|ch| deleted_chains.contains(ch))))
+        })
+        .map(Some)
+        .collect();
+
+    cancel_unchanged(&mut changes);
+    pair_replacements(&mut changes);
+
+    // Flush detection, per surviving chain.
+    let mut deletes_by_chain: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    let mut adds_by_chain: HashMap<String, usize> = HashMap::new();
+    for (i, c) in changes.iter().enumerate() {
+        let Some(c) = c else { continue };
+        let Some(chain) = c.chain.clone() else {
+            continue;
+        };
+        match c.op {
+            Op::RuleDelete => deletes_by_chain.entry(chain).or_default().push(i),
+            Op::RuleAdd | Op::RuleReplace => *adds_by_chain.entry(chain).or_default() += 1,
+            _ => {}
+        }
+    }
+    let mut flushed: Vec<(String, usize, usize)> = Vec::new(); // chain, rules, first index
+    for (chain, idx) in &deletes_by_chain {
+        let before = rules_before(chain);
+        if before > 0 && idx.len() == before && !adds_by_chain.contains_key(chain) {
+            flushed.push((chain.clone(), before, idx[0]));
+        }
+    }
+    for (chain, _, first) in &flushed {
+        let idx = &deletes_by_chain[chain];
+        let template = changes[*first].take().expect("index points at a rule delete");
+        for &i in &idx[1..] {
+            changes[i] = None;
+        }
+        changes[*first] = Some(Change {
+            op: Op::ChainFlush,
+            rule: None,
+            position: None,
+            fingerprint: None,
+            detail: Some(format!("{} rules deleted", idx.len())),
+            ..template
+        });
+    }
+    let mut out: Vec<Change> = changes.into_iter().flatten().collect();
+    let only_flushes = out.iter().all(|c| c.op == Op::ChainFlush);
+    if flushed.len() > 1 && only_flushes {
+        let rules: usize = flushed.iter().map(|f| f.1).sum();
+        let first = out.remove(0);
+        out = vec![Change {
+            op: Op::TableFlush,
+            chain: None,
+            detail: Some(format!(
+                "{} chains, {} rules deleted",
+                flushed.len(),
+                rules
+            )),
+            ..first
+        }];
+    }
+    out
+}
+
+/// Remove delete/add pairs of the same rule (same chain, same fingerprint).
+fn cancel_unchanged(changes: &mut [Option<Change>]) {
+    for i in 0..changes.len() {
+        let Some(del) = changes[i].as_ref() else {
+            continue;
+        };
+        if del.op != Op::RuleDelete || del.fingerprint.is_none() {
+            continue;
+        }
+        let (chain, fp) = (del.chain.clone(), del.fingerprint);
+        let twin = changes.iter().position(|c| {
+            c.as_ref().is_some_and(|c| {
+                c.op == Op::RuleAdd && c.chain == chain && c.fingerprint == fp
+            })
+        });
+        if let Some(j) = twin {
+            changes[i] = None;
+            changes[j] = None;
+        }
+    }
+}
+
+/// Turn a delete and an add at the same position of the same chain into one `rule_replace`.
+fn pair_replacements(changes: &mut [Option<Change>]) {
+    for i in 0..changes.len() {
+        let Some(del) = changes[i].as_ref() else {
+            continue;
+        };
+        if del.op != Op::RuleDelete || del.position.is_none() {
+            continue;
+        }
+        let (chain, pos) = (del.chain.clone(), del.position);
+        let add = changes.iter().position(|c| {
+            c.as_ref()
+                .is_some_and(|c| c.op == Op::RuleAdd && c.chain == chain && c.position == pos)
+        });
+        if let Some(j) = add {
+            let old = changes[i].take().expect("checked above");
+            let new = changes[j].take().expect("checked above");
+            let was = old.rule.unwrap_or_default();
+            changes[j] = Some(Change {
+                op: Op::RuleReplace,
+                detail: Some(format!("was: {was}")),
+                ..new
+            });
+        }
+    }
+}
+
+/// True when the op concerns a rule (and so carries rule text).
+pub fn is_rule_op(op: Op) -> bool {
+    op.is_rule_op()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(op: Op, chain: &str, text: &str, pos: usize, fp: u64) -> Change {
+        Change::new(op, Family::Ip, "filter")
+            .chain(chain)
+            .rule(text, Some(pos), fp)
+    }
+
+    #[test]
+    fn all_rules_deleted_is_a_chain_flush() {
+        let changes = vec![
+            rule(Op::RuleDelete, "KUBE-FIREWALL", "-j DROP", 0, 1),
+            rule(Op::RuleDelete, "KUBE-FIREWALL", "-j ACCEPT", 1, 2),
+        ];
+        let out = summarize(changes, |_, _, _| 2);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].op, Op::ChainFlush);
+        assert_eq!(out[0].chain.as_deref(), Some("KUBE-FIREWALL"));
+        assert_eq!(out[0].rule, None);
+    }
+
+    #[test]
+    fn some_rules_deleted_stay_rule_deletes() {
+        let changes = vec![rule(Op::RuleDelete, "X", "-j DROP", 0, 1)];
+        let out = summarize(changes, |_, _, _| 2);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].op, Op::RuleDelete);
+    }
+
+    #[test]
+    fn every_chain_emptied_is_a_table_flush() {
+        let changes = vec![
+            rule(Op::RuleDelete, "A", "-j DROP", 0, 1),
+            rule(Op::RuleDelete, "B", "-j DROP", 0, 1),
+            rule(Op::RuleDelete, "B", "-j ACCEPT", 1, 2),
+        ];
+        let out = summarize(changes, |_, _, c| if c == "A" { 1 } else { 2 });
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].op, Op::TableFlush);
+        assert_eq!(out[0].chain, None);
+    }
+
+    #[test]
+    fn rewrite_without_change_is_nothing() {
+        let changes = vec![
+            rule(Op::RuleDelete, "A", "-j DROP", 0, 7),
+            rule(Op::RuleAdd, "A", "-j DROP", 0, 7),
+        ];
+        assert!(summarize(changes, |_, _, _| 1).is_empty());
+    }
+
+    #[test]
+    fn delete_and_add_at_one_position_is_a_replace() {
+        let changes = vec![
+            rule(Op::RuleDelete, "A", "-m mark --mark 0x8000/0x8000 -j DROP", 0, 7),
+            rule(Op::RuleAdd, "A", "-j DROP", 0, 8),
+        ];
+        let out = summarize(changes, |_, _, _| 1);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].op, Op::RuleReplace);
+        assert_eq!(out[0].rule.as_deref(), Some("-j DROP"));
+        assert_eq!(
+            out[0].detail.as_deref(),
+            Some("was: -m mark --mark 0x8000/0x8000 -j DROP")
+        );
+    }
+
+    #[test]
+    fn rules_of_a_deleted_chain_are_implied() {
+        let changes = vec![
+            rule(Op::RuleDelete, "A", "-j DROP", 0, 7),
+            Change::new(Op::ChainDelete, Family::Ip, "filter").chain("A"),
+        ];
+        let out = summarize(changes, |_, _, _| 1);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].op, Op::ChainDelete);
+    }
+
+    #[test]
+    fn tables_keep_their_order() {
+        let mut a = rule(Op::RuleAdd, "A", "-j DROP", 0, 1);
+        a.table = "nat".into();
+        let b = rule(Op::RuleAdd, "B", "-j DROP", 0, 2);
+        let out = summarize(vec![a, b], |_, _, _| 0);
+        assert_eq!(out[0].table, "nat");
+        assert_eq!(out[1].table, "filter");
+    }
+
+    #[test]
+    fn op_names_round_trip() {
+        for op in Op::ALL {
+            assert_eq!(Op::parse(op.as_str()), Some(op));
+            let json = serde_json::to_string(&op).unwrap();
+            assert_eq!(json, format!("\"{}\"", op.as_str()));
+        }
+    }
+}
