@@ -1,1 +1,98 @@
+//! Types shared across the kernel/user boundary of observer.
+//!
+//! Every record the eBPF programs write into the ring buffer starts with a [`Header`] whose `kind`
+//! says which body follows. Kinds are plain `u32` constants, never Rust enums: userspace turns them
+//! into [`EventKind`] with a checked conversion, so an unknown value is an error, not undefined
+//! behaviour. All structs are `#[repr(C)]`, have no implicit padding, and are defined once here.
 #![no_std]
+
+pub mod ns;
+pub mod offsets;
+pub mod process;
+pub mod xt;
+
+/// The first bytes of every ring-buffer record.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    /// One of the `KIND_*` constants.
+    pub kind: u32,
+    /// Size in bytes of the whole record, header included (a sanity check for userspace).
+    pub len: u32,
+    /// `bpf_ktime_get_boot_ns()` when the record was written.
+    pub ktime_ns: u64,
+}
+
+/// An x_tables table replace (setsockopt on an iptables/ip6tables/arptables/ebtables socket).
+pub const KIND_XT_REPLACE: u32 = 1;
+/// A task ended up in a network namespace the kernel side had not seen (unshare, setns, clone).
+pub const KIND_NETNS_SEEN: u32 = 2;
+/// An unmount: a namespace bind mount (`ip netns del`) may have gone.
+pub const KIND_UMOUNT: u32 = 3;
+
+/// The record kinds, for userspace. Built only through [`EventKind::try_from`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    XtReplace,
+    NetnsSeen,
+    Umount,
+}
+
+impl TryFrom<u32> for EventKind {
+    type Error = u32;
+
+    fn try_from(v: u32) -> Result<Self, u32> {
+        match v {
+            KIND_XT_REPLACE => Ok(EventKind::XtReplace),
+            KIND_NETNS_SEEN => Ok(EventKind::NetnsSeen),
+            KIND_UMOUNT => Ok(EventKind::Umount),
+            other => Err(other),
+        }
+    }
+}
+
+/// A record: header then body.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Event<T> {
+    pub header: Header,
+    pub data: T,
+}
+
+/// Index of the per-CPU counter of ring-buffer reservations that failed (events lost).
+pub const DROP_RINGBUF: u32 = 0;
+/// Index of the per-CPU counter of pending-call map insertions that failed.
+pub const DROP_PENDING: u32 = 1;
+/// Number of per-CPU drop counters.
+pub const DROP_COUNTERS: u32 = 2;
+
+#[cfg(feature = "user")]
+mod user {
+    // SAFETY: all of these are #[repr(C)], Copy, made of integers and byte arrays only, with no
+    // implicit padding (checked by the size assertions in the tests below).
+    unsafe impl aya::Pod for super::offsets::Offsets {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_are_checked() {
+        assert_eq!(EventKind::try_from(KIND_XT_REPLACE), Ok(EventKind::XtReplace));
+        assert_eq!(EventKind::try_from(KIND_NETNS_SEEN), Ok(EventKind::NetnsSeen));
+        assert_eq!(EventKind::try_from(KIND_UMOUNT), Ok(EventKind::Umount));
+        assert_eq!(EventKind::try_from(99), Err(99));
+    }
+
+    #[test]
+    fn no_implicit_padding() {
+        use core::mem::size_of;
+        assert_eq!(size_of::<Header>(), 16);
+        assert_eq!(size_of::<process::Process>(), 4 * 8 + 8 + 16 * 4);
+        assert_eq!(size_of::<xt::XtReplace>(), size_of::<process::Process>() + 16 + 32 + 16);
+        assert_eq!(size_of::<ns::NetnsSeen>(), size_of::<process::Process>() + 8);
+        assert_eq!(size_of::<ns::Umount>(), size_of::<process::Process>() + ns::UMOUNT_PATH_LEN);
+        assert_eq!(size_of::<offsets::Offsets>(), 4 * 8);
+    }
+}

@@ -1,2 +1,337 @@
+//! observer's eBPF programs.
+//!
+//! The tracepoint backend: syscall tracepoints exist on every kernel with tracepoints (including
+//! kernels without kprobes, and those whose policy refuses fentry), so this is the path that works
+//! everywhere BPF does.
+//!
+//! - `sys_enter/exit_setsockopt`: x_tables table replaces (`IPT_SO_SET_REPLACE` for IPv4 and IPv6,
+//!   `ARPT_SO_SET_REPLACE`, `EBT_SO_SET_ENTRIES`), reported at exit with the result and the
+//!   writer's attribution, captured while the writer still exists.
+//! - `sys_exit_{unshare,setns,clone,clone3}`: a task in a network namespace not reported before,
+//!   so userspace can subscribe to the namespace at once.
+//! - `sys_enter/exit_umount`: a successful unmount, so userspace notices `ip netns del`.
+//!
+//! Kernel struct offsets come from userspace (see `observer_common::offsets`); with none, the
+//! parent chain and the namespace are left empty rather than guessed.
 #![no_std]
 #![no_main]
+
+use aya_ebpf::{
+    helpers::{
+        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
+        bpf_get_current_task, bpf_get_current_uid_gid, bpf_ktime_get_boot_ns,
+        bpf_probe_read_kernel, bpf_probe_read_user, bpf_probe_read_user_str_bytes,
+    },
+    macros::{map, tracepoint},
+    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
+    programs::TracePointContext,
+};
+use observer_common::{
+    ns::{NetnsSeen, PendingUmount, Umount, UMOUNT_PATH_LEN, VIA_CLONE, VIA_SETNS, VIA_UNSHARE},
+    offsets::Offsets,
+    process::{Process, ANCESTORS, COMM_LEN},
+    xt::{is_replace, Pending, XtReplace, TABLE_NAME_LEN},
+    Event, Header, DROP_COUNTERS, DROP_PENDING, DROP_RINGBUF, KIND_NETNS_SEEN, KIND_UMOUNT,
+    KIND_XT_REPLACE,
+};
+
+/// Filled in by userspace from the running kernel's BTF before load.
+#[no_mangle]
+static OFFSETS: Offsets = Offsets::unset();
+
+/// Every record for userspace. Userspace sets the size (`--ringbuf-size`).
+#[map]
+static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
+
+/// setsockopt calls in flight that are table replaces, by pid_tgid.
+#[map]
+static PENDING_XT: HashMap<u64, Pending> = HashMap::with_max_entries(4096, 0);
+
+/// umount2 calls in flight, by pid_tgid.
+#[map]
+static PENDING_UMOUNT: HashMap<u64, PendingUmount> = HashMap::with_max_entries(1024, 0);
+
+/// Network namespaces already reported (by inode). Userspace removes a namespace that goes away.
+#[map]
+static SEEN_NETNS: LruHashMap<u32, u8> = LruHashMap::with_max_entries(65536, 0);
+
+/// Per-CPU counters of what could not be reported (indexed by `DROP_*`).
+#[map]
+static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(DROP_COUNTERS, 0);
+
+// Syscall tracepoint layout (include/trace/events/syscalls.h, `format` files): 8 bytes of common
+// fields, the syscall number, then each argument as 8 bytes from offset 16; `ret` at 16 on exit.
+const ARG0: usize = 16;
+const ARG1: usize = 24;
+const ARG2: usize = 32;
+const ARG3: usize = 40;
+const RET: usize = 16;
+
+fn count_drop(index: u32) {
+    if let Some(counter) = DROPS.get_ptr_mut(index) {
+        // SAFETY: a per-CPU slot, only this CPU writes it while this program runs.
+        unsafe { *counter += 1 };
+    }
+}
+
+fn offsets() -> Offsets {
+    // SAFETY: read of a global that userspace wrote before load; volatile so the compiler does
+    // not fold the `unset()` initial value into the code.
+    unsafe { core::ptr::read_volatile(&OFFSETS) }
+}
+
+/// Read a kernel value at `base + off`, or `None` when the offset is unknown or the read fails.
+fn read_at<T>(base: u64, off: u32) -> Option<T> {
+    if base == 0 || off == Offsets::MISSING {
+        return None;
+    }
+    // SAFETY: bpf_probe_read_kernel checks the address; a bad one returns an error.
+    unsafe { bpf_probe_read_kernel((base + off as u64) as *const T) }.ok()
+}
+
+/// The current task's network namespace inode, or 0 when the offsets are unknown.
+fn current_netns(off: &Offsets) -> u32 {
+    // SAFETY: the helper has no preconditions; the pointer is only used through probe reads.
+    let task = unsafe { bpf_get_current_task() };
+    let nsproxy: u64 = read_at(task, off.task_nsproxy).unwrap_or(0);
+    let net: u64 = read_at(nsproxy, off.nsproxy_net_ns).unwrap_or(0);
+    read_at(net, off.net_ns_inum).unwrap_or(0)
+}
+
+/// Fill in who is running: the task, its ancestors, its namespace and cgroup.
+fn fill_process(p: &mut Process) {
+    let off = offsets();
+    let pid_tgid = bpf_get_current_pid_tgid();
+    p.tgid = (pid_tgid >> 32) as u32;
+    p.tid = pid_tgid as u32;
+    p.uid = bpf_get_current_uid_gid() as u32;
+    // SAFETY: no preconditions.
+    p.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+    p.comm = bpf_get_current_comm().unwrap_or([0; COMM_LEN]);
+    if off.valid == 0 {
+        return;
+    }
+    p.netns = current_netns(&off);
+    // SAFETY: as above.
+    let mut task = unsafe { bpf_get_current_task() };
+    for i in 0..ANCESTORS {
+        let parent: u64 = read_at(task, off.task_real_parent).unwrap_or(0);
+        if parent == 0 || parent == task {
+            break;
+        }
+        p.ancestor_tgid[i] = read_at(parent, off.task_tgid).unwrap_or(0);
+        p.ancestor_comm[i] = read_at(parent, off.task_comm).unwrap_or([0; COMM_LEN]);
+        task = parent;
+    }
+}
+
+fn header(kind: u32, len: usize) -> Header {
+    Header {
+        kind,
+        len: len as u32,
+        // SAFETY: no preconditions.
+        ktime_ns: unsafe { bpf_ktime_get_boot_ns() },
+    }
+}
+
+fn output<T: 'static>(event: &Event<T>) {
+    if EVENTS.output::<Event<T>>(event, 0).is_err() {
+        count_drop(DROP_RINGBUF);
+    }
+}
+
+// match-proto: syscall tracepoint `syscalls:sys_enter_setsockopt`
+//   (int fd, int level, int optname, char __user *optval, int optlen), net/socket.c
+#[tracepoint]
+pub fn setsockopt_enter(ctx: TracePointContext) -> u32 {
+    let _ = try_setsockopt_enter(&ctx);
+    0
+}
+
+fn try_setsockopt_enter(ctx: &TracePointContext) -> Result<(), i32> {
+    // SAFETY: offsets are those of the tracepoint's format.
+    let level: u64 = unsafe { ctx.read_at(ARG1)? };
+    let optname: u64 = unsafe { ctx.read_at(ARG2)? };
+    let (level, optname) = (level as u32, optname as u32);
+    if !is_replace(level, optname) {
+        return Ok(());
+    }
+    // SAFETY: as above.
+    let optval: u64 = unsafe { ctx.read_at(ARG3)? };
+    // The replace structs (ipt_replace, ip6t_replace, arpt_replace, ebt_replace) all start with
+    // char name[32]; then valid_hooks, the entry count and the size (each u32).
+    let head: [u32; 11] =
+        // SAFETY: a user pointer read through the checked helper.
+        unsafe { bpf_probe_read_user(optval as *const [u32; 11]) }.unwrap_or([0; 11]);
+    let mut table = [0u8; TABLE_NAME_LEN];
+    for (i, word) in head[..8].iter().enumerate() {
+        table[i * 4..i * 4 + 4].copy_from_slice(&word.to_ne_bytes());
+    }
+    let pending = Pending {
+        level,
+        optname,
+        num_entries: head[9],
+        size: head[10],
+        table,
+    };
+    if PENDING_XT
+        .insert(&bpf_get_current_pid_tgid(), &pending, 0)
+        .is_err()
+    {
+        count_drop(DROP_PENDING);
+    }
+    Ok(())
+}
+
+// match-proto: syscall tracepoint `syscalls:sys_exit_setsockopt` (long ret), net/socket.c
+#[tracepoint]
+pub fn setsockopt_exit(ctx: TracePointContext) -> u32 {
+    let _ = try_setsockopt_exit(&ctx);
+    0
+}
+
+fn try_setsockopt_exit(ctx: &TracePointContext) -> Result<(), i32> {
+    let key = bpf_get_current_pid_tgid();
+    // SAFETY: the value is copied out before the entry is removed.
+    let Some(pending) = (unsafe { PENDING_XT.get(&key) }).copied() else {
+        return Ok(());
+    };
+    let _ = PENDING_XT.remove(&key);
+    // SAFETY: offset of `ret` in the exit tracepoint's format.
+    let ret: i64 = unsafe { ctx.read_at(RET)? };
+    let mut event = Event {
+        header: header(KIND_XT_REPLACE, core::mem::size_of::<Event<XtReplace>>()),
+        data: XtReplace {
+            process: Process::zeroed(),
+            ret,
+            start_ns: 0,
+            table: pending.table,
+            level: pending.level,
+            optname: pending.optname,
+            num_entries: pending.num_entries,
+            size: pending.size,
+        },
+    };
+    fill_process(&mut event.data.process);
+    if event.data.process.netns != 0 {
+        // The writer's namespace is known to userspace from this record itself.
+        let _ = SEEN_NETNS.insert(&event.data.process.netns, &1, 0);
+    }
+    output(&event);
+    Ok(())
+}
+
+/// Report the current task's namespace if it has not been reported yet.
+fn netns_seen(via: u32) {
+    let off = offsets();
+    if off.valid == 0 {
+        return;
+    }
+    let netns = current_netns(&off);
+    // SAFETY: a plain lookup; the value is not dereferenced.
+    if netns == 0 || unsafe { SEEN_NETNS.get(&netns) }.is_some() {
+        return;
+    }
+    let _ = SEEN_NETNS.insert(&netns, &1, 0);
+    let mut event = Event {
+        header: header(KIND_NETNS_SEEN, core::mem::size_of::<Event<NetnsSeen>>()),
+        data: NetnsSeen {
+            process: Process::zeroed(),
+            via,
+            _pad: 0,
+        },
+    };
+    fill_process(&mut event.data.process);
+    output(&event);
+}
+
+fn syscall_ok(ctx: &TracePointContext) -> bool {
+    // SAFETY: offset of `ret` in the exit tracepoint's format.
+    matches!(unsafe { ctx.read_at::<i64>(RET) }, Ok(0))
+}
+
+// match-proto: `syscalls:sys_exit_unshare` (long ret), kernel/fork.c
+#[tracepoint]
+pub fn unshare_exit(ctx: TracePointContext) -> u32 {
+    if syscall_ok(&ctx) {
+        netns_seen(VIA_UNSHARE);
+    }
+    0
+}
+
+// match-proto: `syscalls:sys_exit_setns` (long ret), kernel/nsproxy.c
+#[tracepoint]
+pub fn setns_exit(ctx: TracePointContext) -> u32 {
+    if syscall_ok(&ctx) {
+        netns_seen(VIA_SETNS);
+    }
+    0
+}
+
+// match-proto: `syscalls:sys_exit_clone` and `sys_exit_clone3` (long ret), kernel/fork.c.
+// Returns 0 in the child, which is where a CLONE_NEWNET namespace is visible.
+#[tracepoint]
+pub fn clone_exit(ctx: TracePointContext) -> u32 {
+    if syscall_ok(&ctx) {
+        netns_seen(VIA_CLONE);
+    }
+    0
+}
+
+// match-proto: `syscalls:sys_enter_umount` (char __user *name, int flags), fs/namespace.c
+#[tracepoint]
+pub fn umount_enter(ctx: TracePointContext) -> u32 {
+    let _ = try_umount_enter(&ctx);
+    0
+}
+
+fn try_umount_enter(ctx: &TracePointContext) -> Result<(), i32> {
+    // SAFETY: offset of the first argument in the tracepoint's format.
+    let name: u64 = unsafe { ctx.read_at(ARG0)? };
+    let mut pending = PendingUmount {
+        path: [0; UMOUNT_PATH_LEN],
+    };
+    // SAFETY: a user pointer read through the checked helper.
+    unsafe { bpf_probe_read_user_str_bytes(name as *const u8, &mut pending.path)? };
+    if PENDING_UMOUNT
+        .insert(&bpf_get_current_pid_tgid(), &pending, 0)
+        .is_err()
+    {
+        count_drop(DROP_PENDING);
+    }
+    Ok(())
+}
+
+// match-proto: `syscalls:sys_exit_umount` (long ret), fs/namespace.c
+#[tracepoint]
+pub fn umount_exit(ctx: TracePointContext) -> u32 {
+    let key = bpf_get_current_pid_tgid();
+    // SAFETY: the value is copied out before the entry is removed.
+    let Some(pending) = (unsafe { PENDING_UMOUNT.get(&key) }).copied() else {
+        return 0;
+    };
+    let _ = PENDING_UMOUNT.remove(&key);
+    if !syscall_ok(&ctx) {
+        return 0;
+    }
+    let mut event = Event {
+        header: header(KIND_UMOUNT, core::mem::size_of::<Event<Umount>>()),
+        data: Umount {
+            process: Process::zeroed(),
+            path: pending.path,
+        },
+    };
+    fill_process(&mut event.data.process);
+    output(&event);
+    0
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[link_section = "license"]
+#[no_mangle]
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

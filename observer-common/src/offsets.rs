@@ -1,0 +1,42 @@
+//! Kernel struct field offsets the eBPF programs need, resolved by userspace from the running
+//! kernel's BTF and written into the programs' read-only data before load (Rust eBPF gets no CO-RE
+//! relocations, and these offsets differ between kernels).
+
+/// Offsets in bytes. A value of [`Offsets::MISSING`] means the field does not exist on this
+/// kernel; the programs then leave the dependent fields empty rather than read garbage.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Offsets {
+    /// `task_struct.real_parent` (a pointer).
+    pub task_real_parent: u32,
+    /// `task_struct.tgid` (pid_t).
+    pub task_tgid: u32,
+    /// `task_struct.comm` (char[16]).
+    pub task_comm: u32,
+    /// `task_struct.nsproxy` (a pointer).
+    pub task_nsproxy: u32,
+    /// `nsproxy.net_ns` (a pointer).
+    pub nsproxy_net_ns: u32,
+    /// `net.ns.inum`: offset of `ns` in `struct net` plus `inum` in `struct ns_common`.
+    pub net_ns_inum: u32,
+    /// Set to 1 by userspace once the values above are filled in.
+    pub valid: u32,
+    pub _pad: u32,
+}
+
+impl Offsets {
+    pub const MISSING: u32 = u32::MAX;
+
+    pub const fn unset() -> Offsets {
+        Offsets {
+            task_real_parent: Offsets::MISSING,
+            task_tgid: Offsets::MISSING,
+            task_comm: Offsets::MISSING,
+            task_nsproxy: Offsets::MISSING,
+            nsproxy_net_ns: Offsets::MISSING,
+            net_ns_inum: Offsets::MISSING,
+            valid: 0,
+            _pad: 0,
+        }
+    }
+}

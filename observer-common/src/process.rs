@@ -1,0 +1,48 @@
+//! Who made a change, as the kernel saw it at that moment.
+//!
+//! The writer is usually a short-lived `iptables-restore` that has exited before userspace reads
+//! anything, so the eBPF programs copy the task and its ancestors here while the syscall runs.
+
+/// Length of `task_struct.comm`, NUL included.
+pub const COMM_LEN: usize = 16;
+/// How many ancestors (parent, grandparent, ...) are captured.
+pub const ANCESTORS: usize = 3;
+
+/// The writing task and up to [`ANCESTORS`] of its ancestors.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Process {
+    /// Process id (tgid) of the writer.
+    pub tgid: u32,
+    /// Thread id of the writer.
+    pub tid: u32,
+    /// tgids of the parent, grandparent, ...; 0 where unknown.
+    pub ancestor_tgid: [u32; ANCESTORS],
+    /// Network namespace inode of the writer (as `stat -L -c %i /proc/PID/ns/net` prints).
+    pub netns: u32,
+    /// Real uid of the writer.
+    pub uid: u32,
+    pub _pad: u32,
+    /// cgroup v2 id of the writer (the cgroup directory's inode number).
+    pub cgroup_id: u64,
+    /// comm of the writer, NUL-padded.
+    pub comm: [u8; COMM_LEN],
+    /// comms of the ancestors, NUL-padded; empty where unknown.
+    pub ancestor_comm: [[u8; COMM_LEN]; ANCESTORS],
+}
+
+impl Process {
+    pub const fn zeroed() -> Process {
+        Process {
+            tgid: 0,
+            tid: 0,
+            ancestor_tgid: [0; ANCESTORS],
+            netns: 0,
+            uid: 0,
+            _pad: 0,
+            cgroup_id: 0,
+            comm: [0; COMM_LEN],
+            ancestor_comm: [[0; COMM_LEN]; ANCESTORS],
+        }
+    }
+}

@@ -1,0 +1,56 @@
+//! x_tables table replaces, caught on the setsockopt syscall.
+
+use crate::process::Process;
+
+/// `SOL_IP`: IPv4 iptables, arptables and ebtables sockets.
+pub const SOL_IP: u32 = 0;
+/// `SOL_IPV6`: ip6tables sockets.
+pub const SOL_IPV6: u32 = 41;
+/// `IPT_SO_SET_REPLACE` / `IP6T_SO_SET_REPLACE`: replace a whole table.
+pub const IPT_SO_SET_REPLACE: u32 = 64;
+/// `ARPT_SO_SET_REPLACE`.
+pub const ARPT_SO_SET_REPLACE: u32 = 96;
+/// `EBT_SO_SET_ENTRIES`.
+pub const EBT_SO_SET_ENTRIES: u32 = 128;
+/// `XT_TABLE_MAXNAMELEN`: the table name at the start of every replace struct.
+pub const TABLE_NAME_LEN: usize = 32;
+
+/// True when `(level, optname)` is a table replace that observer reports.
+pub const fn is_replace(level: u32, optname: u32) -> bool {
+    matches!(
+        (level, optname),
+        (SOL_IP, IPT_SO_SET_REPLACE)
+            | (SOL_IPV6, IPT_SO_SET_REPLACE)
+            | (SOL_IP, ARPT_SO_SET_REPLACE)
+            | (SOL_IP, EBT_SO_SET_ENTRIES)
+    )
+}
+
+/// What the entry hook keeps until the syscall returns.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pending {
+    pub level: u32,
+    pub optname: u32,
+    /// `num_entries` of the replace struct (ebtables: `nentries`).
+    pub num_entries: u32,
+    /// `size` of the replace struct (ebtables: `entries_size`).
+    pub size: u32,
+    pub table: [u8; TABLE_NAME_LEN],
+}
+
+/// One table replace, reported at syscall exit with its result.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct XtReplace {
+    pub process: Process,
+    /// The setsockopt return value: 0, or a negative errno.
+    pub ret: i64,
+    /// `bpf_ktime_get_boot_ns()` at syscall entry.
+    pub start_ns: u64,
+    pub table: [u8; TABLE_NAME_LEN],
+    pub level: u32,
+    pub optname: u32,
+    pub num_entries: u32,
+    pub size: u32,
+}

@@ -1,0 +1,235 @@
+//! Kernel struct offsets from the running kernel's BTF.
+//!
+//! Rust eBPF gets no CO-RE relocations, and the layout of `task_struct`, `nsproxy` and `net`
+//! changes from one kernel to the next, so the offsets the programs read at are resolved here at
+//! start-up and written into the programs' read-only data. A field this kernel lacks leaves that
+//! piece of attribution empty, with a message, instead of reading garbage.
+//! Needs `/sys/kernel/btf/vmlinux` (CONFIG_DEBUG_INFO_BTF, most distribution kernels since 5.4).
+
+use std::path::Path;
+
+use btf_rs::{Btf, Type};
+use observer_common::offsets::Offsets;
+
+/// Where the running kernel publishes its BTF.
+pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
+
+/// Why an offset could not be resolved.
+#[derive(Debug, thiserror::Error)]
+pub enum BtfError {
+    /// The BTF file could not be read or parsed.
+    #[error("cannot read kernel BTF from {path}: {source}")]
+    Load {
+        path: String,
+        #[source]
+        source: btf_rs::Error,
+    },
+    /// No struct of that name in the BTF.
+    #[error("struct {0} not found in kernel BTF")]
+    NoStruct(String),
+    /// The struct has no member of that name (also searched inside anonymous members).
+    #[error("struct {strukt} has no field {field} on this kernel")]
+    NoField { strukt: String, field: String },
+    /// The field is a bitfield or not byte aligned; the programs only read whole bytes.
+    #[error("{strukt}.{field} is not byte aligned")]
+    Unaligned { strukt: String, field: String },
+}
+
+/// The BTF of a kernel, with the look-ups the programs need.
+pub struct KernelBtf {
+    btf: Btf,
+}
+
+impl KernelBtf {
+    /// Load the running kernel's BTF.
+    pub fn running() -> Result<KernelBtf, BtfError> {
+        KernelBtf::from_file(Path::new(VMLINUX_BTF))
+    }
+
+    pub fn from_file(path: &Path) -> Result<KernelBtf, BtfError> {
+        let btf = Btf::from_file(path).map_err(|source| BtfError::Load {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Ok(KernelBtf { btf })
+    }
+
+    /// Byte offset of `path` (a dotted member path, e.g. `ns.inum`) inside `struct strukt`.
+    pub fn offset_of(&self, strukt: &str, path: &str) -> Result<u32, BtfError> {
+        let mut ty = self.find_struct(strukt)?;
+        let mut total_bits = 0u32;
+        let mut current = strukt.to_string();
+        for field in path.split('.') {
+            let (bits, member_ty) =
+                self.find_member(&ty, field)
+                    .ok_or_else(|| BtfError::NoField {
+                        strukt: current.clone(),
+                        field: field.to_string(),
+                    })?;
+            total_bits += bits;
+            ty = member_ty;
+            current = format!("{current}.{field}");
+        }
+        if total_bits % 8 != 0 {
+            return Err(BtfError::Unaligned {
+                strukt: strukt.to_string(),
+                field: path.to_string(),
+            });
+        }
+        Ok(total_bits / 8)
+    }
+
+    fn find_struct(&self, name: &str) -> Result<Type, BtfError> {
+        let types = self
+            .btf
+            .resolve_types_by_name(name)
+            .map_err(|_| BtfError::NoStruct(name.to_string()))?;
+        types
+            .into_iter()
+            .find(|t| matches!(t, Type::Struct(_)))
+            .ok_or_else(|| BtfError::NoStruct(name.to_string()))
+    }
+
+    /// Follow typedefs and qualifiers to the underlying type.
+    fn strip(&self, mut ty: Type) -> Option<Type> {
+        for _ in 0..16 {
+            match &ty {
+                Type::Typedef(_) | Type::Const(_) | Type::Volatile(_) | Type::Restrict(_)
+                | Type::TypeTag(_) => {
+                    let bt = ty.as_btf_type()?;
+                    ty = self.btf.resolve_chained_type(bt).ok()?;
+                }
+                _ => return Some(ty),
+            }
+        }
+        None
+    }
+
+    /// Find `field` in a struct or union, looking inside anonymous struct/union members.
+    /// Returns the bit offset from the start of `ty` and the member's (stripped) type.
+    fn find_member(&self, ty: &Type, field: &str) -> Option<(u32, Type)> {
+        let (Type::Struct(s) | Type::Union(s)) = self.strip(ty.clone())? else {
+            return None;
+        };
+        for member in &s.members {
+            let name = self.btf.resolve_name(member).unwrap_or_default();
+            let member_ty = self
+                .btf
+                .resolve_chained_type(member)
+                .ok()
+                .and_then(|t| self.strip(t));
+            if name == field {
+                return Some((member.bit_offset(), member_ty?));
+            }
+            if name.is_empty() {
+                if let Some(inner) = member_ty {
+                    if let Some((bits, t)) = self.find_member(&inner, field) {
+                        return Some((member.bit_offset() + bits, t));
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// True when the kernel has a function of that name (a kprobe/fentry target candidate).
+    pub fn has_function(&self, name: &str) -> bool {
+        self.btf
+            .resolve_types_by_name(name)
+            .is_ok_and(|types| types.iter().any(|t| matches!(t, Type::Func(_))))
+    }
+}
+
+/// What the resolver found: the offsets, and one message per field it could not find.
+pub struct Resolved {
+    pub offsets: Offsets,
+    pub missing: Vec<String>,
+}
+
+/// Resolve every offset the eBPF programs read.
+pub fn resolve_offsets(btf: &KernelBtf) -> Resolved {
+    let mut missing = Vec::new();
+    let mut get = |strukt: &str, path: &str| match btf.offset_of(strukt, path) {
+        Ok(off) => off,
+        Err(e) => {
+            missing.push(e.to_string());
+            Offsets::MISSING
+        }
+    };
+    let mut offsets = Offsets {
+        task_real_parent: get("task_struct", "real_parent"),
+        task_tgid: get("task_struct", "tgid"),
+        task_comm: get("task_struct", "comm"),
+        task_nsproxy: get("task_struct", "nsproxy"),
+        nsproxy_net_ns: get("nsproxy", "net_ns"),
+        net_ns_inum: get("net", "ns.inum"),
+        valid: 0,
+        _pad: 0,
+    };
+    offsets.valid = u32::from(missing.is_empty());
+    Resolved { offsets, missing }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host() -> Option<KernelBtf> {
+        match KernelBtf::running() {
+            Ok(b) => Some(b),
+            Err(e) => {
+                println!("skipping: {e}");
+                None
+            }
+        }
+    }
+
+    #[test]
+    fn resolves_every_field_on_the_running_kernel() {
+        let Some(btf) = host() else { return };
+        let r = resolve_offsets(&btf);
+        assert!(r.missing.is_empty(), "missing: {:?}", r.missing);
+        assert_eq!(r.offsets.valid, 1);
+        // tgid follows pid in task_struct on every kernel since 2.6.
+        let pid = btf.offset_of("task_struct", "pid").unwrap();
+        assert_eq!(r.offsets.task_tgid, pid + 4);
+        // net->ns is a struct ns_common; inum lies inside it.
+        let ns = btf.offset_of("net", "ns").unwrap();
+        let inum = btf.offset_of("ns_common", "inum").unwrap();
+        assert_eq!(r.offsets.net_ns_inum, ns + inum);
+    }
+
+    #[test]
+    fn unknown_fields_and_structs_are_errors() {
+        let Some(btf) = host() else { return };
+        assert!(matches!(
+            btf.offset_of("task_struct", "no_such_field"),
+            Err(BtfError::NoField { .. })
+        ));
+        assert!(matches!(
+            btf.offset_of("no_such_struct_xyz", "x"),
+            Err(BtfError::NoStruct(_))
+        ));
+    }
+
+    #[test]
+    fn finds_fields_in_anonymous_members() {
+        let Some(btf) = host() else { return };
+        // ns_common.ns_id sits in an anonymous union/struct on recent kernels, and directly in
+        // older ones: both must resolve.
+        if btf.offset_of("ns_common", "inum").is_ok() {
+            // sk_buff.len is inside no anonymous member, sk_buff.dev is inside an anonymous
+            // union of a struct: a long-standing layout.
+            let dev = btf.offset_of("sk_buff", "dev").unwrap();
+            assert!(dev > 0 && dev < 64, "sk_buff.dev at {dev}");
+        }
+    }
+
+    #[test]
+    fn a_missing_file_is_a_clear_error() {
+        let err = KernelBtf::from_file(Path::new("/nonexistent/vmlinux"))
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("/nonexistent/vmlinux"));
+    }
+}

@@ -1,0 +1,249 @@
+//! Ring-buffer records from the eBPF programs, turned into typed events.
+//!
+//! Every record is checked before it is read: long enough for its header, a known kind, a length
+//! that matches the kind's struct. Bodies are copied with `read_unaligned`; kinds go through a
+//! checked conversion. Byte strings are cut at their first NUL here and nowhere else.
+
+use std::mem::size_of;
+
+use observer_common::{
+    ns::{NetnsSeen, Umount},
+    process::{Process, ANCESTORS},
+    xt::{XtReplace, SOL_IPV6},
+    EventKind, Header,
+};
+
+/// A record that could not be decoded.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DecodeError {
+    /// Shorter than the header, or than the struct its kind names.
+    #[error("record of {got} bytes is too short (need {need})")]
+    Short { got: usize, need: usize },
+    /// A kind this build does not know (a newer eBPF object, or corruption).
+    #[error("unknown record kind {0}")]
+    UnknownKind(u32),
+    /// The header's length field disagrees with the record.
+    #[error("record says {said} bytes but is {got}")]
+    Length { said: u32, got: usize },
+}
+
+/// One ancestor of the writer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ancestor {
+    pub tgid: u32,
+    pub comm: String,
+}
+
+/// The writer as the kernel saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelProcess {
+    pub tgid: u32,
+    pub tid: u32,
+    pub uid: u32,
+    pub comm: String,
+    /// Parent first; stops at the first unknown one.
+    pub ancestors: Vec<Ancestor>,
+    /// 0 when unknown.
+    pub netns: u32,
+    pub cgroup_id: u64,
+}
+
+/// Which x_tables front end a replace came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XtKind {
+    Ipv4,
+    Ipv6,
+    Arp,
+    Bridge,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct XtReplaceEvent {
+    pub process: KernelProcess,
+    pub kind: XtKind,
+    pub table: String,
+    /// 0 or a negative errno.
+    pub ret: i64,
+    pub num_entries: u32,
+    pub ktime_ns: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KernelEvent {
+    XtReplace(XtReplaceEvent),
+    NetnsSeen { process: KernelProcess },
+    Umount { process: KernelProcess, path: String },
+}
+
+/// Cut a NUL-padded byte string at its first NUL.
+pub fn c_str(bytes: &[u8]) -> String {
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end]).into_owned()
+}
+
+fn read<T: Copy>(bytes: &[u8], offset: usize) -> Result<T, DecodeError> {
+    let need = offset + size_of::<T>();
+    if bytes.len() < need {
+        return Err(DecodeError::Short {
+            got: bytes.len(),
+            need,
+        });
+    }
+    // SAFETY: the bounds are checked above; T is a plain-old-data #[repr(C)] type from
+    // observer-common (integers and byte arrays, every bit pattern valid); read_unaligned copes
+    // with the ring buffer's alignment.
+    Ok(unsafe { std::ptr::read_unaligned(bytes.as_ptr().add(offset).cast::<T>()) })
+}
+
+fn process(p: &Process) -> KernelProcess {
+    let mut ancestors = Vec::new();
+    for i in 0..ANCESTORS {
+        if p.ancestor_tgid[i] == 0 {
+            break;
+        }
+        ancestors.push(Ancestor {
+            tgid: p.ancestor_tgid[i],
+            comm: c_str(&p.ancestor_comm[i]),
+        });
+    }
+    KernelProcess {
+        tgid: p.tgid,
+        tid: p.tid,
+        uid: p.uid,
+        comm: c_str(&p.comm),
+        ancestors,
+        netns: p.netns,
+        cgroup_id: p.cgroup_id,
+    }
+}
+
+impl KernelEvent {
+    /// Decode one ring-buffer record.
+    pub fn parse(bytes: &[u8]) -> Result<KernelEvent, DecodeError> {
+        let header: Header = read(bytes, 0)?;
+        let kind = EventKind::try_from(header.kind).map_err(DecodeError::UnknownKind)?;
+        if header.len as usize != bytes.len() {
+            return Err(DecodeError::Length {
+                said: header.len,
+                got: bytes.len(),
+            });
+        }
+        let body = size_of::<Header>();
+        Ok(match kind {
+            EventKind::XtReplace => {
+                let x: XtReplace = read(bytes, body)?;
+                let kind = match (x.level, x.optname) {
+                    (SOL_IPV6, _) => XtKind::Ipv6,
+                    (_, observer_common::xt::ARPT_SO_SET_REPLACE) => XtKind::Arp,
+                    (_, observer_common::xt::EBT_SO_SET_ENTRIES) => XtKind::Bridge,
+                    _ => XtKind::Ipv4,
+                };
+                KernelEvent::XtReplace(XtReplaceEvent {
+                    process: process(&x.process),
+                    kind,
+                    table: c_str(&x.table),
+                    ret: x.ret,
+                    num_entries: x.num_entries,
+                    ktime_ns: header.ktime_ns,
+                })
+            }
+            EventKind::NetnsSeen => {
+                let n: NetnsSeen = read(bytes, body)?;
+                KernelEvent::NetnsSeen {
+                    process: process(&n.process),
+                }
+            }
+            EventKind::Umount => {
+                let u: Umount = read(bytes, body)?;
+                KernelEvent::Umount {
+                    process: process(&u.process),
+                    path: c_str(&u.path),
+                }
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use observer_common::{xt::IPT_SO_SET_REPLACE, Event, KIND_XT_REPLACE};
+
+    fn bytes_of<T>(v: &T) -> Vec<u8> {
+        // SAFETY: reading the bytes of a #[repr(C)] value without padding.
+        unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }
+            .to_vec()
+    }
+
+    fn sample() -> Event<XtReplace> {
+        let mut p = Process::zeroed();
+        p.tgid = 42;
+        p.tid = 43;
+        p.netns = 4026531840;
+        p.comm[..15].copy_from_slice(b"iptables-legacy");
+        p.ancestor_tgid = [41, 1, 0];
+        p.ancestor_comm[0][..10].copy_from_slice(b"kube-proxy");
+        p.ancestor_comm[1][..7].copy_from_slice(b"systemd");
+        let mut table = [0u8; 32];
+        table[..3].copy_from_slice(b"nat");
+        Event {
+            header: Header {
+                kind: KIND_XT_REPLACE,
+                len: size_of::<Event<XtReplace>>() as u32,
+                ktime_ns: 7,
+            },
+            data: XtReplace {
+                process: p,
+                ret: -2,
+                start_ns: 1,
+                table,
+                level: SOL_IPV6,
+                optname: IPT_SO_SET_REPLACE,
+                num_entries: 9,
+                size: 100,
+            },
+        }
+    }
+
+    #[test]
+    fn decodes_a_replace() {
+        let ev = KernelEvent::parse(&bytes_of(&sample())).unwrap();
+        let KernelEvent::XtReplace(x) = ev else {
+            panic!("wrong kind: {ev:?}")
+        };
+        assert_eq!(x.table, "nat");
+        assert_eq!(x.kind, XtKind::Ipv6);
+        assert_eq!(x.ret, -2);
+        assert_eq!(x.process.comm, "iptables-legacy");
+        assert_eq!(x.process.ancestors.len(), 2);
+        assert_eq!(x.process.ancestors[0].comm, "kube-proxy");
+        assert_eq!(x.process.ancestors[1].tgid, 1);
+    }
+
+    #[test]
+    fn rejects_short_unknown_and_mislabelled_records() {
+        let good = bytes_of(&sample());
+        for n in 0..good.len() {
+            assert!(KernelEvent::parse(&good[..n]).is_err(), "accepted {n} bytes");
+        }
+        let mut unknown = good.clone();
+        unknown[0] = 77;
+        assert_eq!(
+            KernelEvent::parse(&unknown),
+            Err(DecodeError::UnknownKind(77))
+        );
+        let mut longer = good.clone();
+        longer.extend_from_slice(&[0; 8]);
+        assert!(matches!(
+            KernelEvent::parse(&longer),
+            Err(DecodeError::Length { .. })
+        ));
+    }
+
+    #[test]
+    fn c_strings_stop_at_nul() {
+        assert_eq!(c_str(b"abc\0def"), "abc");
+        assert_eq!(c_str(b"abcd"), "abcd");
+        assert_eq!(c_str(b""), "");
+    }
+}
