@@ -1,1 +1,252 @@
-fn main(){}
+//! `cargo xtask`: observer's developer tasks (set up a machine, build, test, run).
+//!
+//! Each verb is one variant of [`Verb`] and one function; add a verb by adding both.
+
+mod cmd;
+mod setup;
+
+use std::{
+    env,
+    ffi::OsString,
+    os::unix::process::CommandExt as _,
+    path::{Path, PathBuf},
+    process::{Command, ExitCode},
+};
+
+use anyhow::{bail, Context as _, Result};
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "cargo xtask",
+    bin_name = "cargo xtask",
+    about = "Developer tasks for observer: set up a machine, build, test, run",
+    long_about = "Developer tasks for observer: set up a machine, build, test, run.\n\n\
+                  Every verb but `setup` runs setup's checks first (a couple of seconds when \
+                  everything is there), so `cargo xtask test` or `cargo xtask tail` is the one \
+                  command a fresh Debian machine needs."
+)]
+struct Cli {
+    #[command(subcommand)]
+    verb: Verb,
+}
+
+#[derive(Subcommand)]
+enum Verb {
+    /// Install what building and testing needs, and nothing more (idempotent)
+    #[command(
+        long_about = "Install what building and testing observer needs, and nothing more.\n\n\
+        Prints one line per check (`ok ...`, `installing ...`, `note ...`) and is quick when all \
+        is there. It checks:\n\
+        - Debian packages nftables, iptables, iproute2, ipset, procps and (when apt has it) \
+          bpftool, by their binaries; missing ones are installed with apt-get (needs root; \
+          `apt-get update` runs once, only when something is missing).\n\
+        - The nightly toolchain and its rust-src component (rustup), which build the eBPF programs.\n\
+        - bpf-linker, built with `cargo install` against nightly rustc's own libLLVM \
+          (prefix $CARGO_HOME/bpf-linker-llvm), when the installed one does not run or links \
+          another LLVM major version.\n\
+        - tracefs and kernel BTF: reported only (observer mounts tracefs itself)."
+    )]
+    Setup(SetupArgs),
+
+    /// Run setup's checks, then build observer with its eBPF programs (release)
+    #[command(
+        long_about = "Run setup's checks, then `cargo build --release -p observer`.\n\n\
+        observer/build.rs builds the eBPF crate with aya-build (nightly, rust-src, bpf-linker). \
+        Not being root is fine here: missing Debian packages are only reported."
+    )]
+    Build,
+
+    /// Run setup, build observer, then `cargo test --workspace --release [ARGS]` (not observer-ebpf)
+    #[command(
+        long_about = "Run setup, `cargo build --release -p observer` (the integration tests \
+        run that binary), then `cargo test --workspace --exclude observer-ebpf --release [ARGS]`, \
+        exiting with its status. observer-ebpf is left out: it is a no_main BPF program that \
+        cannot link as a host test binary (observer's build already compiles it).\n\n\
+        Integration tests need root (they create network namespaces and load eBPF programs); \
+        without root they skip with a message. ARGS go to cargo test unchanged, e.g. \
+        `cargo xtask test -- -p observer nft -- --nocapture`."
+    )]
+    Test(PassThrough),
+
+    /// Build observer, then run `observer tail [ARGS]` (as root, through sudo if needed)
+    #[command(long_about = "Run setup's checks, build observer (release), then run \
+        `target/release/observer tail [ARGS]` and exit with its status. observer needs root: \
+        when not root, it is run through sudo if sudo exists. Example: `cargo xtask tail -- --help`.")]
+    Tail(PassThrough),
+}
+
+#[derive(Args)]
+struct SetupArgs {
+    /// Rebuild bpf-linker even when the installed one works (e.g. after updating nightly)
+    #[arg(long)]
+    force_bpf_linker: bool,
+}
+
+#[derive(Args)]
+struct PassThrough {
+    /// Arguments passed on unchanged
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "ARGS"
+    )]
+    args: Vec<OsString>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.verb {
+        Verb::Setup(a) => setup_verb(&a).map(|()| 0),
+        Verb::Build => build().map(|_| 0),
+        Verb::Test(a) => test(&a.args),
+        Verb::Tail(a) => tail(&a.args),
+    };
+    match result {
+        Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+        Err(e) => {
+            eprintln!("xtask: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The eBPF crate: built for bpfel-unknown-none by observer/build.rs, never for the host.
+const EBPF_CRATE: &str = "observer-ebpf";
+
+/// The workspace root (xtask lives one level below it).
+fn root() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().unwrap_or(manifest).to_path_buf()
+}
+
+fn cargo() -> Command {
+    let mut c = Command::new(env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    c.current_dir(root());
+    c
+}
+
+fn setup_verb(a: &SetupArgs) -> Result<()> {
+    let opts = setup::Options {
+        force_bpf_linker: a.force_bpf_linker,
+        lenient_packages: false,
+    };
+    cmd::phase("setup", || setup::run(opts)).map(|_| ())
+}
+
+/// Setup (lenient about Debian packages when not root), then the release build of observer.
+fn build() -> Result<setup::Ready> {
+    let opts = setup::Options {
+        force_bpf_linker: false,
+        lenient_packages: true,
+    };
+    let ready = cmd::phase("setup", || setup::run(opts))?;
+    cmd::phase("cargo build --release -p observer", || {
+        let mut c = cargo();
+        c.args(["build", "--release", "-p", "observer"]);
+        ready.apply(&mut c);
+        cmd::run(&mut c).context(
+            "building observer failed (see cargo's output above); `cargo xtask setup` checks the \
+             toolchain, and AYA_BUILD_SKIP=1 builds userspace only",
+        )
+    })?;
+    Ok(ready)
+}
+
+fn test(args: &[OsString]) -> Result<i32> {
+    let ready = build()?;
+    let mut c = cargo();
+    c.args(["test", "--release"]);
+    // The whole workspace but the BPF crate, unless the caller picked packages (with
+    // `--workspace`, cargo would quietly ignore their -p).
+    let picks_packages = args
+        .iter()
+        .take_while(|a| *a != "--")
+        .any(|a| a == "-p" || a == "--package" || a.to_string_lossy().starts_with("--package="));
+    if !picks_packages {
+        c.args(["--workspace", "--exclude", EBPF_CRATE]);
+    }
+    c.args(args);
+    ready.apply(&mut c);
+    if !cmd::is_root() {
+        eprintln!("xtask: note: not root, so the integration tests will skip");
+    }
+    eprintln!("xtask: == {}", cmd::describe(&c));
+    // Nothing is printed after cargo test: its last line stays the last line of the output.
+    cmd::run_status(&mut c)
+}
+
+fn tail(args: &[OsString]) -> Result<i32> {
+    build()?;
+    let bin = target_dir()?.join("release").join("observer");
+    if !cmd::is_executable(&bin) {
+        bail!(
+            "{} was not built; run `cargo xtask build` and look at its output",
+            bin.display()
+        );
+    }
+    let mut c = if cmd::is_root() {
+        Command::new(&bin)
+    } else if let Some(sudo) = cmd::which_in_path("sudo") {
+        eprintln!("xtask: observer needs root: running it through sudo");
+        let mut c = Command::new(sudo);
+        c.arg("--").arg(&bin);
+        c
+    } else {
+        bail!(
+            "observer needs root (it loads eBPF programs and reads netfilter state) and there is \
+             no sudo here; run as root: {} tail",
+            bin.display()
+        );
+    };
+    c.arg("tail").args(args);
+    eprintln!("xtask: == {}", cmd::describe(&c));
+    // exec: observer replaces xtask, so signals and the exit status are observer's own.
+    let err = c.exec();
+    Err(err).with_context(|| format!("could not start `{}`", cmd::describe(&c)))
+}
+
+/// cargo's target directory (honours CARGO_TARGET_DIR and .cargo/config.toml).
+fn target_dir() -> Result<PathBuf> {
+    let json = cmd::output(cargo().args(["metadata", "--format-version", "1", "--no-deps"]))
+        .context("asking cargo for the target directory")?;
+    let meta: serde_json::Value =
+        serde_json::from_str(&json).context("parsing `cargo metadata` output")?;
+    meta.get("target_directory")
+        .and_then(|v| v.as_str())
+        .map(PathBuf::from)
+        .context("`cargo metadata` printed no target_directory")
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    use super::*;
+
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn tail_passes_hyphen_args_through() -> Result<()> {
+        let cli = Cli::try_parse_from(["xtask", "tail", "--json", "--netns", "x"])?;
+        let Verb::Tail(p) = cli.verb else {
+            bail!("not tail")
+        };
+        assert_eq!(p.args, ["--json", "--netns", "x"]);
+        Ok(())
+    }
+
+    #[test]
+    fn test_passes_args_after_double_dash() -> Result<()> {
+        let cli =
+            Cli::try_parse_from(["xtask", "test", "--", "-p", "observer", "--", "--nocapture"])?;
+        let Verb::Test(p) = cli.verb else {
+            bail!("not test")
+        };
+        assert_eq!(p.args, ["-p", "observer", "--", "--nocapture"]);
+        Ok(())
+    }
+}
