@@ -1,7 +1,63 @@
 //! observer: see every netfilter ruleset change the moment the kernel applies it, and who made it.
+//!
+//! Data flows through the modules in this order: `hooks` (eBPF, kernel records) and `nftables`
+//! (netlink notifications) in, `netns` to reach every namespace, `xtables` / `nftables` to decode
+//! and diff, `ruleset` to summarise a transaction, `attribution` to name the writer, `engine` to
+//! put it together, `output` to print it. `doctor` says what this machine allows.
 
+mod attribution;
+mod cli;
+mod doctor;
+mod engine;
+mod hooks;
+mod netns;
 mod nftables;
+mod output;
 mod ruleset;
 mod xtables;
 
-fn main() {}
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let args = cli::Cli::parse();
+    init_logging(args.log_level.as_deref());
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("observer: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        match args.command {
+            cli::Command::Tail(t) => engine::tail(t).await,
+            cli::Command::Doctor(d) => doctor::run(d),
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("observer: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(level: Option<&str>) {
+    use tracing_subscriber::EnvFilter;
+    let filter = match level {
+        Some(l) => EnvFilter::new(l),
+        None => EnvFilter::try_from_env("OBSERVER_LOG").unwrap_or_else(|_| EnvFilter::new("warn")),
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}

@@ -1,0 +1,148 @@
+//! Command line: `observer tail`, `observer doctor`.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::ruleset::{Backend, Op};
+
+/// See every netfilter ruleset change (iptables-legacy, iptables-nft, nft) the moment the kernel
+/// applies it, in every network namespace, and who made it.
+#[derive(Debug, Parser)]
+#[command(name = "observer", version, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+
+    /// Log filter for messages on stderr (e.g. `info`, `debug`); default `warn`, or OBSERVER_LOG.
+    #[arg(long, global = true, value_name = "FILTER")]
+    pub log_level: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print every ruleset change as it happens (needs root).
+    ///
+    /// Human lines by default; `--json` prints JSON lines whose first line is
+    /// {"kind":"status","state":"ready",...} once every hook and subscription is live.
+    Tail(TailArgs),
+    /// Say what this kernel and this process allow, which sources `tail` would use, and for each
+    /// missing piece what is lost and how to fix it.
+    Doctor(DoctorArgs),
+}
+
+/// Which kernel hooks to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum HooksMode {
+    /// The best this kernel allows: tracepoints if BPF works, else netlink only.
+    Auto,
+    /// Syscall tracepoints (fail if they cannot be attached).
+    Tracepoint,
+    /// No BPF: nftables changes only, from netlink; iptables-legacy changes are not seen.
+    Netlink,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BackendArg {
+    Legacy,
+    Nft,
+}
+
+impl From<BackendArg> for Backend {
+    fn from(b: BackendArg) -> Backend {
+        match b {
+            BackendArg::Legacy => Backend::Legacy,
+            BackendArg::Nft => Backend::Nft,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct TailArgs {
+    /// Print JSON lines (the stable contract) instead of human lines.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Only this network namespace: an inode number, a /run/netns/NAME path, an `ip netns` name,
+    /// or `all`.
+    #[arg(long, default_value = "all", value_name = "NETNS")]
+    pub netns: String,
+
+    /// Only this backend.
+    #[arg(long, value_enum)]
+    pub backend: Option<BackendArg>,
+
+    /// Only this table (e.g. `filter`, `nat`).
+    #[arg(long)]
+    pub table: Option<String>,
+
+    /// Only chains (or sets) whose name matches this glob (e.g. `KUBE-SVC-*`).
+    #[arg(long, value_name = "GLOB")]
+    pub chain: Option<String>,
+
+    /// Only changes made by this actor (or this command).
+    #[arg(long)]
+    pub actor: Option<String>,
+
+    /// Only these ops (repeat, or separate with commas), e.g. `chain_delete,chain_flush`.
+    #[arg(long, value_name = "OP", value_delimiter = ',', value_parser = parse_op)]
+    pub op: Vec<Op>,
+
+    /// Kernel hooks to use.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub hooks: HooksMode,
+
+    /// Size of the kernel ring buffer in bytes (a power of two, at least one page).
+    #[arg(long, default_value_t = 1 << 22, value_parser = parse_ringbuf_size)]
+    pub ringbuf_size: u32,
+
+    /// No colour (also: NO_COLOR set, or output not a terminal).
+    #[arg(long)]
+    pub no_color: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_op(s: &str) -> Result<Op, String> {
+    Op::parse(s).ok_or_else(|| {
+        let all: Vec<&str> = Op::ALL.iter().map(|o| o.as_str()).collect();
+        format!("unknown op `{s}`; one of: {}", all.join(", "))
+    })
+}
+
+fn parse_ringbuf_size(s: &str) -> Result<u32, String> {
+    let v: u32 = s.parse().map_err(|e| format!("{s}: {e}"))?;
+    if v < 4096 || !v.is_power_of_two() {
+        return Err(format!(
+            "{v} is not a power of two of at least 4096 bytes (the kernel requires it)"
+        ));
+    }
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn ops_and_sizes_are_checked() {
+        let c = Cli::try_parse_from(["observer", "tail", "--op", "chain_delete,rule_add"]).unwrap();
+        let Command::Tail(t) = c.command else {
+            panic!()
+        };
+        assert_eq!(t.op, vec![Op::ChainDelete, Op::RuleAdd]);
+        let err = Cli::try_parse_from(["observer", "tail", "--op", "chain_nuke"]).unwrap_err();
+        assert!(err.to_string().contains("unknown op `chain_nuke`"));
+        let err = Cli::try_parse_from(["observer", "tail", "--ringbuf-size", "5000"]).unwrap_err();
+        assert!(err.to_string().contains("power of two"));
+    }
+}

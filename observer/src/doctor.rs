@@ -1,0 +1,213 @@
+//! `observer doctor`: what this kernel and this process allow, which sources `tail` would use, and
+//! for each missing piece what is lost and how to fix it.
+//!
+//! Every answer comes from trying the real thing (loading the programs, opening a netlink
+//! subscription, resolving BTF offsets), not from version numbers.
+
+use std::fs;
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::cli::DoctorArgs;
+use crate::hooks::{self, btf, tracefs};
+
+#[derive(Debug, Serialize)]
+struct Check {
+    name: &'static str,
+    ok: bool,
+    /// What was found.
+    detail: String,
+    /// When not ok: what is lost, and how to fix it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fix: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    checks: Vec<Check>,
+    /// The hook backend `tail --hooks auto` would use.
+    hooks: &'static str,
+    /// What `tail` would not see.
+    lost: Vec<String>,
+}
+
+/// Effective capabilities from /proc/self/status.
+fn cap_eff() -> u64 {
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .unwrap_or(0)
+}
+
+fn check(name: &'static str, ok: bool, detail: String, fix: &str) -> Check {
+    Check {
+        name,
+        ok,
+        detail,
+        fix: (!ok).then(|| fix.to_string()),
+    }
+}
+
+fn kprobes_available() -> bool {
+    Path::new("/sys/bus/event_source/devices/kprobe/type").exists()
+}
+
+pub fn run(args: DoctorArgs) -> anyhow::Result<()> {
+    let mut checks = Vec::new();
+    let caps = cap_eff();
+    let has = |bit: u32| caps & (1u64 << bit) != 0;
+    let euid = nix::unistd::geteuid();
+    checks.push(check(
+        "privileges",
+        euid.is_root() || (has(39) && has(38) && has(21) && has(12)),
+        format!(
+            "euid {euid}, CAP_BPF {}, CAP_PERFMON {}, CAP_SYS_ADMIN {}, CAP_NET_ADMIN {}",
+            has(39),
+            has(38),
+            has(21),
+            has(12)
+        ),
+        "run as root (sudo observer ...), or grant CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN and \
+         CAP_NET_ADMIN",
+    ));
+
+    let btf_check = match btf::KernelBtf::running() {
+        Ok(k) => {
+            let r = btf::resolve_offsets(&k);
+            check(
+                "btf",
+                r.missing.is_empty(),
+                if r.missing.is_empty() {
+                    format!("{} readable; every field the programs read resolved", btf::VMLINUX_BTF)
+                } else {
+                    r.missing.join("; ")
+                },
+                "the parent chain and namespace of legacy writers will be unknown on this kernel",
+            )
+        }
+        Err(e) => check(
+            "btf",
+            false,
+            e.to_string(),
+            "a kernel built with CONFIG_DEBUG_INFO_BTF=y is needed for full attribution",
+        ),
+    };
+    checks.push(btf_check);
+
+    let tfs = tracefs::find();
+    checks.push(check(
+        "tracefs",
+        tfs.is_some(),
+        tfs.map_or("not mounted".to_string(), |d| format!("mounted at {d}")),
+        "observer mounts it itself at start (mount -t tracefs nodev /sys/kernel/tracing)",
+    ));
+    let tp = tfs.is_some_and(|d| {
+        Path::new(d)
+            .join("events/syscalls/sys_enter_setsockopt")
+            .is_dir()
+    });
+    checks.push(check(
+        "syscall tracepoints",
+        tp || tfs.is_none(),
+        if tfs.is_none() {
+            "unknown until tracefs is mounted".into()
+        } else {
+            format!("syscalls:sys_enter_setsockopt {}", if tp { "present" } else { "absent" })
+        },
+        "a kernel with CONFIG_FTRACE_SYSCALLS is needed to see iptables-legacy changes",
+    ));
+    checks.push(Check {
+        name: "kprobes",
+        ok: true,
+        detail: format!(
+            "{}; this build attaches syscall tracepoints only",
+            if kprobes_available() { "supported by the kernel" } else { "not supported by the kernel" }
+        ),
+        fix: None,
+    });
+
+    // The definitive BPF test: load and attach the real programs, then detach.
+    let (bpf_ok, bpf_detail) = match hooks::KernelHooks::load(&hooks::HookOptions::default()) {
+        Ok(h) => (
+            true,
+            format!("loaded and attached {} tracepoints", h.report.attached.len()),
+        ),
+        Err(e) => (false, e.to_string()),
+    };
+    checks.push(check(
+        "bpf",
+        bpf_ok,
+        bpf_detail,
+        "without BPF, tail runs netlink-only: nftables changes are seen (with attribution from \
+         /proc), iptables-legacy changes are not",
+    ));
+
+    let nl_ok = match crate::nftables::subscribe() {
+        Ok(_socket) => Ok(()),
+        Err(e) => Err(e.to_string()),
+    };
+    checks.push(check(
+        "netlink",
+        nl_ok.is_ok(),
+        match &nl_ok {
+            Ok(()) => "subscribed to NFNLGRP_NFTABLES".into(),
+            Err(e) => e.clone(),
+        },
+        "nftables changes cannot be seen; run as root or with CAP_NET_ADMIN",
+    ));
+
+    let legacy = Path::new("/proc/net/ip_tables_names").exists();
+    checks.push(check(
+        "x_tables",
+        legacy,
+        if legacy {
+            "ip_tables present".into()
+        } else {
+            "ip_tables not loaded (legacy tables appear when first used)".into()
+        },
+        "nothing is lost: iptables-legacy changes will be seen once the module loads",
+    ));
+
+    let mut lost = Vec::new();
+    if !bpf_ok {
+        lost.push("iptables-legacy, ip6tables-legacy and arptables-legacy changes".into());
+        lost.push("namespaces created while running are found only through netlink activity in known namespaces".into());
+    }
+    if nl_ok.is_err() {
+        lost.push("nftables changes (nft, iptables-nft, firewalld)".into());
+    }
+    let report = Report {
+        hooks: if bpf_ok { "tracepoint" } else { "netlink" },
+        checks,
+        lost,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    for c in &report.checks {
+        println!(
+            "{:<4} {:<20} {}",
+            if c.ok { "ok" } else { "MISS" },
+            c.name,
+            c.detail
+        );
+        if let Some(fix) = &c.fix {
+            println!("     {:<20} -> {fix}", "");
+        }
+    }
+    println!("\nhooks: tail would use the {} backend", report.hooks);
+    if report.lost.is_empty() {
+        println!("nothing is lost: every iptables-legacy and nftables change is seen");
+    } else {
+        for l in &report.lost {
+            println!("not seen: {l}");
+        }
+    }
+    Ok(())
+}

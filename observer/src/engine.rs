@@ -1,0 +1,729 @@
+//! The engine: puts the sources, the namespaces, the decoders and the output together.
+//!
+//! - Kernel records (ring buffer) arrive on one channel: a table replace triggers one read of
+//!   that table inside its namespace and a structural diff against the last copy; a namespace the
+//!   kernel reports as new is opened and subscribed at once; an unmount of a namespace's bind
+//!   mount lets it go.
+//! - Each namespace has a netlink reader task that turns nftables notifications into
+//!   transactions and attributes them while the writer may still be alive.
+//! - Everything is numbered (`seq`), filtered and printed here, in arrival order.
+//!
+//! There is no timer anywhere: every read is triggered by a kernel record or a notification.
+
+use std::collections::HashMap;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use netlink_sys::Socket;
+use tokio::io::unix::AsyncFd;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::attribution::{self, ProcessInfo};
+use crate::cli::{HooksMode, TailArgs};
+use crate::hooks::decode::{KernelEvent, KernelProcess, XtKind, XtReplaceEvent};
+use crate::hooks::{self, HookOptions, KernelHooks, ReaderStats};
+use crate::netns::{self, NetnsHandle};
+use crate::nftables::{self, state::GenerationBuilder, state::NftState, NftError};
+use crate::output::filter::Filter;
+use crate::output::record::{now, rfc3339};
+use crate::output::{ChangeRecord, Format, Record, Sink, Source, StatusRecord};
+use crate::ruleset::{Backend, Change};
+use crate::xtables::{self, XtError, XtProto, XtTable};
+
+/// A transaction from a namespace's netlink reader.
+enum NsMsg {
+    Nft {
+        inode: u32,
+        gen: u32,
+        process: ProcessInfo,
+        changes: Vec<Change>,
+        time: String,
+        replayed: bool,
+    },
+    /// The reader stopped or lost notifications.
+    Trouble { inode: u32, message: String },
+}
+
+/// One watched namespace.
+struct Watched {
+    handle: Arc<NetnsHandle>,
+    legacy: HashMap<(XtProto, String), XtTable>,
+    nft_reader: Option<JoinHandle<()>>,
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        if let Some(task) = self.nft_reader.take() {
+            task.abort();
+        }
+    }
+}
+
+struct Engine {
+    sink: Sink<std::io::Stdout>,
+    filter: Filter,
+    seq: u64,
+    watched: HashMap<u32, Watched>,
+    /// nsfs bind mounts (path → namespace), to notice `ip netns del`.
+    mounts: HashMap<PathBuf, u32>,
+    hooks: Option<KernelHooks>,
+    ns_tx: mpsc::Sender<NsMsg>,
+    source: Source,
+}
+
+pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
+    let filter = build_filter(&args).map_err(anyhow::Error::msg)?;
+    let colour = !args.no_color
+        && std::env::var_os("NO_COLOR").is_none()
+        && std::io::stdout().is_terminal();
+    let format = if args.json {
+        Format::Json
+    } else {
+        Format::Human { colour }
+    };
+    if !nix::unistd::geteuid().is_root() {
+        tracing::warn!(
+            "not running as root: loading BPF programs and joining namespaces will likely fail"
+        );
+    }
+
+    let (kernel_tx, mut kernel_rx) = mpsc::channel::<KernelEvent>(8192);
+    let (ns_tx, mut ns_rx) = mpsc::channel::<NsMsg>(8192);
+    let mut lost = Vec::new();
+    let hooks = match args.hooks {
+        HooksMode::Netlink => {
+            lost.push(netlink_only_loss("--hooks netlink"));
+            None
+        }
+        mode => match KernelHooks::load(&HookOptions {
+            ringbuf_bytes: args.ringbuf_size,
+        }) {
+            Ok(h) => Some(h),
+            Err(e) if mode == HooksMode::Auto => {
+                tracing::warn!("kernel hooks unavailable, running netlink-only: {e}");
+                lost.push(netlink_only_loss(&e.to_string()));
+                None
+            }
+            Err(e) => return Err(e).context("attaching the tracepoint hooks"),
+        },
+    };
+    let source = if hooks.is_some() {
+        Source::Tracepoint
+    } else {
+        Source::Netlink
+    };
+    let mut engine = Engine {
+        sink: Sink::new(std::io::stdout(), format),
+        filter,
+        seq: 0,
+        watched: HashMap::new(),
+        mounts: HashMap::new(),
+        hooks,
+        ns_tx,
+        source,
+    };
+    let reader_stats = Arc::new(ReaderStats::default());
+    if let Some(h) = engine.hooks.as_mut() {
+        h.spawn_reader(kernel_tx, reader_stats.clone())
+            .context("starting the ring buffer reader")?;
+        if let Some(m) = h.report.missing_fields.first() {
+            lost.push(format!(
+                "the parent and namespace of legacy writers ({m})"
+            ));
+        }
+    }
+
+    // Every namespace that exists now: subscribe and read what it holds (silently: only changes
+    // from now on are reported).
+    for (inode, path) in netns::scan() {
+        match netns::open(&path, Some(inode)) {
+            Ok(h) => engine.watch(h, false).await,
+            Err(e) => tracing::debug!("namespace {inode} at {}: {e}", path.display()),
+        }
+    }
+    engine.refresh_mounts();
+    if engine.watched.is_empty() {
+        anyhow::bail!("no network namespace could be opened (is /proc mounted, and are we root?)");
+    }
+
+    let mut sources = vec![Source::Netlink];
+    if engine.hooks.is_some() {
+        sources.insert(0, Source::Tracepoint);
+    }
+    let ready = StatusRecord {
+        state: "ready".into(),
+        time: now(),
+        message: format!(
+            "watching {} network namespaces; every hook attached and every subscription open",
+            engine.watched.len()
+        ),
+        hooks: Some(if engine.hooks.is_some() { "tracepoint" } else { "netlink" }.into()),
+        sources,
+        netns_watched: Some(engine.watched.len()),
+        lost,
+    };
+    engine.emit_status(ready);
+
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
+    loop {
+        tokio::select! {
+            Some(ev) = kernel_rx.recv() => engine.on_kernel(ev).await,
+            Some(msg) = ns_rx.recv() => engine.on_ns(msg),
+            _ = tokio::signal::ctrl_c() => break,
+            _ = sigterm.recv() => break,
+            else => break,
+        }
+    }
+    // Dropping the engine aborts the readers and detaches the programs.
+    engine.watched.clear();
+    engine.hooks = None;
+    Ok(())
+}
+
+fn netlink_only_loss(why: &str) -> String {
+    format!(
+        "iptables-legacy/ip6tables-legacy/arptables-legacy changes, and namespaces created while \
+         running ({why})"
+    )
+}
+
+fn build_filter(args: &TailArgs) -> Result<Filter, String> {
+    Ok(Filter {
+        netns: match args.netns.as_str() {
+            "all" => None,
+            other => Some(netns::resolve_arg(other)?),
+        },
+        backend: args.backend.map(Backend::from),
+        table: args.table.clone(),
+        chain: args.chain.as_deref().map(Filter::chain_glob).transpose()?,
+        actor: args.actor.clone(),
+        ops: args.op.clone(),
+    })
+}
+
+fn xt_proto(kind: XtKind) -> Option<XtProto> {
+    match kind {
+        XtKind::Ipv4 => Some(XtProto::Ipv4),
+        XtKind::Ipv6 => Some(XtProto::Ipv6),
+        XtKind::Arp => Some(XtProto::Arp),
+        XtKind::Bridge => None,
+    }
+}
+
+/// Wall-clock time of a `bpf_ktime_get_boot_ns()` stamp.
+fn boot_ns_to_time(ktime_ns: u64) -> String {
+    use nix::time::{clock_gettime, ClockId};
+    let (Ok(boot), Ok(real)) = (
+        clock_gettime(ClockId::CLOCK_BOOTTIME),
+        clock_gettime(ClockId::CLOCK_REALTIME),
+    ) else {
+        return now();
+    };
+    let ns = |t: nix::sys::time::TimeSpec| t.tv_sec() as i128 * 1_000_000_000 + t.tv_nsec() as i128;
+    let wall = ns(real) - ns(boot) + ktime_ns as i128;
+    time::OffsetDateTime::from_unix_timestamp_nanos(wall)
+        .map(rfc3339)
+        .unwrap_or_else(|_| now())
+}
+
+/// What a namespace holds when observer starts watching it.
+struct Baseline {
+    socket: Option<Socket>,
+    nft: Option<(NftState, u32)>,
+    legacy: HashMap<(XtProto, String), XtTable>,
+    problems: Vec<String>,
+}
+
+/// Runs inside the namespace: subscribe first, then read, so nothing falls between the two.
+fn read_baseline(read_legacy: bool) -> Baseline {
+    let mut b = Baseline {
+        socket: None,
+        nft: None,
+        legacy: HashMap::new(),
+        problems: Vec::new(),
+    };
+    match nftables::subscribe() {
+        Ok(s) => b.socket = Some(s),
+        Err(e) => b.problems.push(format!("nftables subscription: {e}")),
+    }
+    if b.socket.is_some() {
+        match nftables::dump() {
+            Ok(d) => {
+                let gen = d.gen_id;
+                b.nft = Some((NftState::from_dump(&d), gen));
+            }
+            Err(e) => b.problems.push(format!("nftables dump: {e}")),
+        }
+    }
+    if read_legacy {
+        for proto in [XtProto::Ipv4, XtProto::Ipv6, XtProto::Arp] {
+            let names = match xtables::table_names(proto) {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::debug!("{proto:?} table names: {e}");
+                    continue;
+                }
+            };
+            for name in names {
+                match xtables::read_table(proto, &name) {
+                    Ok(t) => {
+                        b.legacy.insert((proto, name), t);
+                    }
+                    Err(e) => b.problems.push(format!("reading legacy table {name}: {e}")),
+                }
+            }
+        }
+    }
+    b
+}
+
+impl Engine {
+    fn emit_status(&mut self, s: StatusRecord) {
+        self.write(&Record::Status(s));
+    }
+
+    fn write(&mut self, r: &Record) {
+        if let Err(e) = self.sink.write(r) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                // The reader went away (`observer tail | head`): stop quietly.
+                std::process::exit(0);
+            }
+            tracing::error!("cannot write output: {e}");
+        }
+    }
+
+    fn warn(&mut self, message: String) {
+        tracing::warn!("{message}");
+    }
+
+    /// Start watching a namespace. `new` means it appeared while observer ran: whatever it
+    /// already holds was made after start and is reported (as found, not seen live).
+    async fn watch(&mut self, handle: NetnsHandle, new: bool) {
+        let inode = handle.inode;
+        if self.watched.contains_key(&inode) {
+            return;
+        }
+        let handle = Arc::new(handle);
+        let file = match handle.file.try_clone() {
+            Ok(f) => f,
+            Err(e) => return self.warn(format!("namespace {inode}: {e}")),
+        };
+        // A namespace found late has no legacy baseline: its tables appear as created on their
+        // first replace.
+        let baseline = tokio::task::spawn_blocking(move || {
+            netns::run_in(&file, move || read_baseline(!new))
+        })
+        .await;
+        let baseline = match baseline {
+            Ok(Ok(b)) => b,
+            Ok(Err(e)) => return self.warn(format!("cannot enter namespace {inode}: {e}")),
+            Err(e) => return self.warn(format!("namespace {inode}: {e}")),
+        };
+        for p in &baseline.problems {
+            tracing::warn!("namespace {inode}: {p}");
+        }
+        if let Some(h) = self.hooks.as_mut() {
+            h.mark_netns_seen(inode);
+        }
+        let mut watched = Watched {
+            handle: handle.clone(),
+            legacy: baseline.legacy,
+            nft_reader: None,
+        };
+        if let (Some(sock), Some((state, gen))) = (baseline.socket, baseline.nft) {
+            if new && !state.is_empty() {
+                // Written before the subscription opened: report what was established.
+                let changes = state.as_changes();
+                let msg = NsMsg::Nft {
+                    inode,
+                    gen,
+                    process: unknown_process(),
+                    changes,
+                    time: now(),
+                    replayed: true,
+                };
+                self.on_ns(msg);
+            }
+            let reader = handle
+                .file
+                .try_clone()
+                .and_then(|ns| spawn_nft_reader(inode, ns, sock, state, gen, self.ns_tx.clone()));
+            match reader {
+                Ok(task) => watched.nft_reader = Some(task),
+                Err(e) => tracing::warn!("namespace {inode}: nftables reader: {e}"),
+            }
+        }
+        tracing::debug!(
+            "watching namespace {inode} ({})",
+            handle.name.as_deref().unwrap_or(&handle.origin.display().to_string())
+        );
+        self.watched.insert(inode, watched);
+    }
+
+    fn refresh_mounts(&mut self) {
+        self.mounts = netns::nsfs_mounts()
+            .into_iter()
+            .map(|(inode, path)| (path, inode))
+            .collect();
+    }
+
+    async fn on_kernel(&mut self, ev: KernelEvent) {
+        match ev {
+            KernelEvent::NetnsSeen { process } => {
+                self.ensure_namespace(&process).await;
+            }
+            KernelEvent::Umount { path, .. } => {
+                let Some(&inode) = self.mounts.get(&PathBuf::from(&path)) else {
+                    return;
+                };
+                self.refresh_mounts();
+                if !netns::in_use(inode) {
+                    tracing::debug!("namespace {inode} is gone ({path} unmounted)");
+                    self.watched.remove(&inode);
+                    if let Some(h) = self.hooks.as_mut() {
+                        h.forget_netns(inode);
+                    }
+                }
+            }
+            KernelEvent::XtReplace(x) => self.on_replace(x).await,
+        }
+    }
+
+    /// Make sure the writer's namespace is watched; returns false when it cannot be opened.
+    async fn ensure_namespace(&mut self, p: &KernelProcess) -> bool {
+        if p.netns == 0 {
+            return false;
+        }
+        if self.watched.contains_key(&p.netns) {
+            return true;
+        }
+        let pids: Vec<u32> = std::iter::once(p.tgid)
+            .chain(p.ancestors.iter().map(|a| a.tgid))
+            .collect();
+        let inode = p.netns;
+        let found = tokio::task::spawn_blocking(move || netns::find(inode, &pids))
+            .await
+            .ok()
+            .flatten();
+        match found {
+            Some(h) => {
+                self.watch(h, true).await;
+                self.refresh_mounts();
+                self.watched.contains_key(&inode)
+            }
+            None => {
+                self.warn(format!(
+                    "namespace {inode} (written by {} {}) could not be opened: nothing holds it any \
+                     more",
+                    p.comm, p.tgid
+                ));
+                false
+            }
+        }
+    }
+
+    async fn on_replace(&mut self, x: XtReplaceEvent) {
+        let process = attribution::from_kernel(&x.process);
+        let Some(proto) = xt_proto(x.kind) else {
+            self.warn(format!(
+                "ebtables replace of table {} by {} ({}): ebtables tables are not decoded yet",
+                x.table, process.comm, process.pid
+            ));
+            return;
+        };
+        if x.ret != 0 {
+            let err = std::io::Error::from_raw_os_error((-x.ret) as i32);
+            self.warn(format!(
+                "{} ({}, actor {}) failed to replace legacy table {} in namespace {}: {err}",
+                process.comm, process.pid, process.actor, x.table, x.process.netns
+            ));
+            return;
+        }
+        if !self.ensure_namespace(&x.process).await {
+            return;
+        }
+        let inode = x.process.netns;
+        let Some(w) = self.watched.get(&inode) else {
+            return;
+        };
+        let file = match w.handle.file.try_clone() {
+            Ok(f) => f,
+            Err(e) => return self.warn(format!("namespace {inode}: {e}")),
+        };
+        let table = x.table.clone();
+        let read = tokio::task::spawn_blocking(move || {
+            netns::run_in(&file, move || xtables::read_table(proto, &table))
+        })
+        .await;
+        let new = match read {
+            Ok(Ok(Ok(t))) => Some(t),
+            Ok(Ok(Err(XtError::NoSuchTable { .. }))) => None,
+            Ok(Ok(Err(e))) => {
+                return self.warn(format!(
+                    "reading legacy table {} in namespace {inode}: {e}",
+                    x.table
+                ))
+            }
+            Ok(Err(e)) => return self.warn(format!("entering namespace {inode}: {e}")),
+            Err(e) => return self.warn(format!("namespace {inode}: {e}")),
+        };
+        let Some(w) = self.watched.get_mut(&inode) else {
+            return;
+        };
+        let key = (proto, x.table.clone());
+        let old = w.legacy.remove(&key);
+        let changes = xtables::diff(old.as_ref(), new.as_ref());
+        if let Some(t) = new {
+            w.legacy.insert(key, t);
+        }
+        let name = w.handle.name.clone();
+        let time = boot_ns_to_time(x.ktime_ns);
+        let txn = format!("xt-{inode}-{}", x.ktime_ns);
+        for c in changes {
+            self.emit_change(ChangeCtx {
+                inode,
+                name: name.clone(),
+                backend: Backend::Legacy,
+                time: time.clone(),
+                txn: txn.clone(),
+                source: self.source,
+                process: process.clone(),
+                replayed: false,
+            }, c);
+        }
+    }
+
+    fn on_ns(&mut self, msg: NsMsg) {
+        match msg {
+            NsMsg::Nft {
+                inode,
+                gen,
+                process,
+                changes,
+                time,
+                replayed,
+            } => {
+                let name = self
+                    .watched
+                    .get(&inode)
+                    .and_then(|w| w.handle.name.clone());
+                let txn = format!("nft-{inode}-{gen}");
+                for c in changes {
+                    self.emit_change(ChangeCtx {
+                        inode,
+                        name: name.clone(),
+                        backend: Backend::Nft,
+                        time: time.clone(),
+                        txn: txn.clone(),
+                        source: Source::Netlink,
+                        process: process.clone(),
+                        replayed,
+                    }, c);
+                }
+            }
+            NsMsg::Trouble { inode, message } => {
+                self.emit_status(StatusRecord {
+                    state: "gap".into(),
+                    time: now(),
+                    message: format!("namespace {inode}: {message}"),
+                    hooks: None,
+                    sources: vec![],
+                    netns_watched: None,
+                    lost: vec![],
+                });
+            }
+        }
+    }
+
+    fn emit_change(&mut self, ctx: ChangeCtx, c: Change) {
+        self.seq += 1;
+        let record = ChangeRecord {
+            seq: self.seq,
+            time: ctx.time,
+            netns: ctx.inode,
+            netns_name: ctx.name,
+            backend: ctx.backend,
+            family: c.family,
+            table: c.table,
+            chain: c.chain,
+            op: c.op,
+            rule: c.rule,
+            detail: c.detail,
+            txn: ctx.txn,
+            result: "ok".into(),
+            source: ctx.source,
+            process: ctx.process,
+            replayed: ctx.replayed,
+        };
+        if self.filter.matches(&record) {
+            self.write(&Record::Change(record));
+        }
+    }
+}
+
+struct ChangeCtx {
+    inode: u32,
+    name: Option<String>,
+    backend: Backend,
+    time: String,
+    txn: String,
+    source: Source,
+    process: ProcessInfo,
+    replayed: bool,
+}
+
+fn unknown_process() -> ProcessInfo {
+    ProcessInfo {
+        pid: 0,
+        tid: 0,
+        comm: String::new(),
+        ppid: None,
+        parent_comm: None,
+        actor: "unknown".into(),
+        cgroup: None,
+        unit: None,
+    }
+}
+
+/// Read a namespace's nftables notifications until the task is aborted.
+fn spawn_nft_reader(
+    inode: u32,
+    ns: std::fs::File,
+    sock: Socket,
+    state: NftState,
+    gen: u32,
+    tx: mpsc::Sender<NsMsg>,
+) -> std::io::Result<JoinHandle<()>> {
+    // SAFETY: the socket owns its fd and is moved into the AsyncFd, which keeps it open until the
+    // task ends.
+    let fd = unsafe { AsyncFd::register(sock) }.map_err(std::io::Error::from)?;
+    Ok(tokio::spawn(nft_reader(inode, ns, fd, state, gen, tx)))
+}
+
+async fn nft_reader(
+    inode: u32,
+    ns: std::fs::File,
+    mut fd: AsyncFd<Socket>,
+    state: NftState,
+    gen: u32,
+    tx: mpsc::Sender<NsMsg>,
+) {
+    let mut builder = GenerationBuilder::new(state, gen);
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let mut guard = match fd.readable_mut().await {
+            Ok(g) => g,
+            Err(e) => {
+                let _ = tx
+                    .send(NsMsg::Trouble {
+                        inode,
+                        message: format!("nftables notifications stopped: {e}"),
+                    })
+                    .await;
+                return;
+            }
+        };
+        loop {
+            match nftables::recv(guard.get_inner(), &mut buf) {
+                Ok(Some(n)) => {
+                    for t in builder.feed(&buf[..n]) {
+                        let process = attribution::from_tid(t.pid, &t.comm);
+                        let msg = NsMsg::Nft {
+                            inode,
+                            gen: t.gen_id,
+                            process,
+                            changes: t.changes,
+                            time: now(),
+                            replayed: false,
+                        };
+                        if tx.send(msg).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+                Ok(None) => {
+                    guard.clear_ready();
+                    break;
+                }
+                Err(e) if e.needs_resync() => {
+                    let _ = tx
+                        .send(NsMsg::Trouble {
+                            inode,
+                            message: format!(
+                                "{e}; changes made in this namespace around {} may be missing",
+                                now()
+                            ),
+                        })
+                        .await;
+                    // Re-read the ruleset so that what follows is diffed against the truth.
+                    match resync(&ns).await {
+                        Ok((state, gen)) => builder = GenerationBuilder::new(state, gen),
+                        Err(e) => {
+                            let _ = tx
+                                .send(NsMsg::Trouble {
+                                    inode,
+                                    message: format!("re-reading the ruleset failed: {e}"),
+                                })
+                                .await;
+                            return;
+                        }
+                    }
+                }
+                Err(e) => {
+                    let _ = tx
+                        .send(NsMsg::Trouble {
+                            inode,
+                            message: format!("nftables notifications stopped: {e}"),
+                        })
+                        .await;
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Dump a namespace's ruleset again after lost notifications.
+async fn resync(ns: &std::fs::File) -> Result<(NftState, u32), String> {
+    let file = ns.try_clone().map_err(|e| e.to_string())?;
+    let dumped = tokio::task::spawn_blocking(move || netns::run_in(&file, nftables::dump))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+    Ok((NftState::from_dump(&dumped), dumped.gen_id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn boot_time_maps_to_now() {
+        use nix::time::{clock_gettime, ClockId};
+        let boot = clock_gettime(ClockId::CLOCK_BOOTTIME).unwrap();
+        let ns = boot.tv_sec() as u64 * 1_000_000_000 + boot.tv_nsec() as u64;
+        let t = boot_ns_to_time(ns);
+        assert_eq!(&t[..16], &now()[..16], "{t}");
+    }
+
+    #[test]
+    fn filters_are_built_from_arguments() {
+        use clap::Parser;
+        let cli = crate::cli::Cli::try_parse_from([
+            "observer", "tail", "--netns", "12345", "--chain", "KUBE-*", "--backend", "nft",
+        ])
+        .unwrap();
+        let crate::cli::Command::Tail(t) = cli.command else {
+            panic!()
+        };
+        let f = build_filter(&t).unwrap();
+        assert_eq!(f.netns, Some(12345));
+        assert_eq!(f.backend, Some(Backend::Nft));
+        assert!(f.chain.unwrap().is_match("KUBE-SVC-X"));
+    }
+}

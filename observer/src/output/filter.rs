@@ -1,0 +1,40 @@
+//! The `tail` filters: `--netns`, `--backend`, `--table`, `--chain` (glob), `--actor`, `--op`.
+
+use globset::{Glob, GlobMatcher};
+
+use super::record::ChangeRecord;
+use crate::ruleset::{Backend, Op};
+
+#[derive(Debug, Default, Clone)]
+pub struct Filter {
+    pub netns: Option<u32>,
+    pub backend: Option<Backend>,
+    pub table: Option<String>,
+    pub chain: Option<GlobMatcher>,
+    pub actor: Option<String>,
+    pub ops: Vec<Op>,
+}
+
+impl Filter {
+    /// Compile a `--chain` glob (`KUBE-SVC-*`).
+    pub fn chain_glob(pattern: &str) -> Result<GlobMatcher, String> {
+        Glob::new(pattern)
+            .map(|g| g.compile_matcher())
+            .map_err(|e| format!("--chain {pattern}: {e}"))
+    }
+
+    pub fn matches(&self, c: &ChangeRecord) -> bool {
+        self.netns.is_none_or(|n| n == c.netns)
+            && self.backend.is_none_or(|b| b == c.backend)
+            && self.table.as_ref().is_none_or(|t| *t == c.table)
+            && self
+                .chain
+                .as_ref()
+                .is_none_or(|g| c.chain.as_deref().is_some_and(|ch| g.is_match(ch)))
+            && self
+                .actor
+                .as_ref()
+                .is_none_or(|a| *a == c.process.actor || *a == c.process.comm)
+            && (self.ops.is_empty() || self.ops.contains(&c.op))
+    }
+}

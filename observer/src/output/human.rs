@@ -1,0 +1,154 @@
+//! Aligned, coloured lines for a person watching a terminal.
+
+use super::record::{ChangeRecord, Record, StatusRecord};
+use crate::ruleset::Op;
+
+const RESET: &str = "\x1b[0m";
+const DIM: &str = "\x1b[2m";
+const BOLD: &str = "\x1b[1m";
+const RED: &str = "\x1b[31m";
+const GREEN: &str = "\x1b[32m";
+const YELLOW: &str = "\x1b[33m";
+const CYAN: &str = "\x1b[36m";
+const MAGENTA: &str = "\x1b[35m";
+
+fn op_colour(op: Op) -> &'static str {
+    match op {
+        Op::TableCreate | Op::ChainCreate | Op::RuleAdd | Op::SetCreate | Op::ElementAdd => GREEN,
+        Op::TableDelete | Op::ChainDelete | Op::RuleDelete | Op::SetDelete | Op::ElementDelete => {
+            RED
+        }
+        Op::TableFlush | Op::ChainFlush | Op::SetFlush => YELLOW,
+        Op::ChainUpdate | Op::RuleReplace => CYAN,
+    }
+}
+
+fn paint(s: &str, colour: &str, on: bool) -> String {
+    if on {
+        format!("{colour}{s}{RESET}")
+    } else {
+        s.to_string()
+    }
+}
+
+pub fn render(record: &Record, colour: bool) -> String {
+    match record {
+        Record::Status(s) => status(s, colour),
+        Record::Change(c) => change(c, colour),
+    }
+}
+
+fn status(s: &StatusRecord, colour: bool) -> String {
+    let mut line = format!("-- {}: {}", s.state, s.message);
+    for lost in &s.lost {
+        line.push_str(&format!("\n-- not seen: {lost}"));
+    }
+    paint(&line, MAGENTA, colour)
+}
+
+/// `HH:MM:SS.micro` from the RFC 3339 time.
+fn clock(time: &str) -> &str {
+    time.get(11..26).unwrap_or(time)
+}
+
+fn change(c: &ChangeRecord, colour: bool) -> String {
+    let netns = c
+        .netns_name
+        .clone()
+        .unwrap_or_else(|| c.netns.to_string());
+    let what = match (&c.chain, &c.rule) {
+        (Some(ch), Some(r)) => format!("{ch}  {r}"),
+        (Some(ch), None) => ch.clone(),
+        (None, Some(r)) => r.clone(),
+        (None, None) => String::new(),
+    };
+    let detail = c
+        .detail
+        .as_ref()
+        .map(|d| format!("  ({d})"))
+        .unwrap_or_default();
+    let who = format!(
+        "by {} [{} {}{}]",
+        c.process.actor,
+        c.process.comm,
+        c.process.pid,
+        c.process
+            .parent_comm
+            .as_ref()
+            .map(|p| format!(" < {p}"))
+            .unwrap_or_default()
+    );
+    let result = if c.result == "ok" {
+        String::new()
+    } else {
+        paint(&format!("  FAILED: {}", c.result), RED, colour)
+    };
+    let replayed = if c.replayed { "  (found, not seen live)" } else { "" };
+    format!(
+        "{} {:<12} {:<6} {:<6} {:<8} {} {}{}{}  {}{}",
+        paint(clock(&c.time), DIM, colour),
+        netns,
+        c.backend.as_str(),
+        c.family.as_str(),
+        c.table,
+        paint(&format!("{:<14}", c.op.as_str()), op_colour(c.op), colour),
+        paint(&what, BOLD, colour),
+        detail,
+        replayed,
+        paint(&who, DIM, colour),
+        result,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attribution::ProcessInfo;
+    use crate::output::record::Source;
+    use crate::ruleset::{Backend, Family};
+
+    fn rec() -> ChangeRecord {
+        ChangeRecord {
+            seq: 1,
+            time: "2026-11-21T05:42:37.123456789Z".into(),
+            netns: 42,
+            netns_name: Some("blue".into()),
+            backend: Backend::Nft,
+            family: Family::Inet,
+            table: "t".into(),
+            chain: Some("c".into()),
+            op: Op::ChainFlush,
+            rule: None,
+            detail: Some("3 rules deleted".into()),
+            txn: "x".into(),
+            result: "ok".into(),
+            source: Source::Netlink,
+            process: ProcessInfo {
+                pid: 5,
+                tid: 5,
+                comm: "nft".into(),
+                ppid: Some(4),
+                parent_comm: Some("admin.sh".into()),
+                actor: "admin.sh".into(),
+                cgroup: None,
+                unit: None,
+            },
+            replayed: false,
+        }
+    }
+
+    #[test]
+    fn plain_lines_have_no_escape_codes_and_say_everything() {
+        let line = render(&Record::Change(rec()), false);
+        assert!(!line.contains('\x1b'));
+        for part in ["05:42:37.123456", "blue", "nft", "inet", "chain_flush", "c", "3 rules deleted", "by admin.sh", "nft 5 < admin.sh"] {
+            assert!(line.contains(part), "{part} missing in {line}");
+        }
+    }
+
+    #[test]
+    fn colour_lines_are_coloured() {
+        let line = render(&Record::Change(rec()), true);
+        assert!(line.contains(YELLOW), "a flush is yellow: {line:?}");
+    }
+}

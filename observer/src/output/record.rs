@@ -1,0 +1,171 @@
+//! The records of the output contract (see the README): `status` and `change` lines.
+//! Field names are stable; new fields may be added.
+
+use serde::Serialize;
+
+use crate::attribution::ProcessInfo;
+use crate::ruleset::{Backend, Family, Op};
+
+/// Where a change was seen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    Fentry,
+    Kprobe,
+    Tracepoint,
+    Netlink,
+}
+
+/// One line of output.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Record {
+    Status(StatusRecord),
+    Change(ChangeRecord),
+}
+
+/// `{"kind":"status",...}`: readiness, what is watched, what is lost.
+#[derive(Debug, Clone, Serialize)]
+pub struct StatusRecord {
+    /// `ready` (every hook attached, every subscription open), `warning`, or `stopped`.
+    pub state: String,
+    pub time: String,
+    /// One sentence for a person.
+    pub message: String,
+    /// The hook backend in use (`tracepoint`, or `netlink` when no BPF is possible).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hooks: Option<String>,
+    /// The sources that feed the stream.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<Source>,
+    /// Namespaces watched.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub netns_watched: Option<usize>,
+    /// What this run cannot see, one sentence each.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub lost: Vec<String>,
+}
+
+/// `{"kind":"change",...}`: one change to one object.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChangeRecord {
+    pub seq: u64,
+    /// RFC 3339 with nanoseconds, UTC.
+    pub time: String,
+    /// The network namespace inode.
+    pub netns: u32,
+    /// The `ip netns` name of the namespace, when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub netns_name: Option<String>,
+    pub backend: Backend,
+    pub family: Family,
+    pub table: String,
+    pub chain: Option<String>,
+    pub op: Op,
+    /// The rule, for rule ops (backend syntax); the elements, for element ops.
+    pub rule: Option<String>,
+    /// What else a person needs: the old rule of a replace, a chain's hook and policy, how many
+    /// rules a flush removed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// Groups the changes of one x_tables replace or one nftables generation.
+    pub txn: String,
+    /// `ok`, or the error.
+    pub result: String,
+    pub source: Source,
+    pub process: ProcessInfo,
+    /// Set when the change predates observer's subscription to a namespace it found late: it was
+    /// read from the namespace's ruleset, not seen as it happened.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub replayed: bool,
+}
+
+/// RFC 3339 with nanoseconds, in UTC.
+pub fn rfc3339(t: time::OffsetDateTime) -> String {
+    let f = time::macros::format_description!(
+        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:9]Z"
+    );
+    t.to_offset(time::UtcOffset::UTC)
+        .format(&f)
+        .unwrap_or_else(|_| t.unix_timestamp().to_string())
+}
+
+pub fn now() -> String {
+    rfc3339(time::OffsetDateTime::now_utc())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> ChangeRecord {
+        ChangeRecord {
+            seq: 3,
+            time: "2026-11-21T05:42:37.000000001Z".into(),
+            netns: 4026532317,
+            netns_name: Some("blue".into()),
+            backend: Backend::Legacy,
+            family: Family::Ip,
+            table: "filter".into(),
+            chain: Some("KUBE-FIREWALL".into()),
+            op: Op::RuleAdd,
+            rule: Some("-j DROP".into()),
+            detail: None,
+            txn: "xt-1".into(),
+            result: "ok".into(),
+            source: Source::Tracepoint,
+            process: ProcessInfo {
+                pid: 10,
+                tid: 10,
+                comm: "iptables-legacy".into(),
+                ppid: Some(9),
+                parent_comm: Some("kubelet".into()),
+                actor: "kubelet".into(),
+                cgroup: Some(1),
+                unit: None,
+            },
+            replayed: false,
+        }
+    }
+
+    #[test]
+    fn change_lines_carry_the_contract_fields() {
+        let v: serde_json::Value = serde_json::to_value(Record::Change(sample())).unwrap();
+        for key in [
+            "kind", "seq", "time", "netns", "backend", "family", "table", "chain", "op", "rule",
+            "txn", "result", "source", "process",
+        ] {
+            assert!(v.get(key).is_some(), "missing {key} in {v}");
+        }
+        assert_eq!(v["kind"], "change");
+        assert_eq!(v["backend"], "legacy");
+        assert_eq!(v["family"], "ip");
+        assert_eq!(v["op"], "rule_add");
+        assert_eq!(v["source"], "tracepoint");
+        for key in ["pid", "tid", "comm", "ppid", "parent_comm", "actor", "cgroup"] {
+            assert!(v["process"].get(key).is_some(), "missing process.{key}");
+        }
+        assert!(v.get("replayed").is_none(), "replayed appears only when true");
+    }
+
+    #[test]
+    fn status_lines_start_with_kind_status() {
+        let s = Record::Status(StatusRecord {
+            state: "ready".into(),
+            time: now(),
+            message: "watching".into(),
+            hooks: Some("tracepoint".into()),
+            sources: vec![Source::Tracepoint, Source::Netlink],
+            netns_watched: Some(2),
+            lost: vec![],
+        });
+        let line = serde_json::to_string(&s).unwrap();
+        assert!(line.starts_with(r#"{"kind":"status","state":"ready""#), "{line}");
+    }
+
+    #[test]
+    fn time_has_nanoseconds() {
+        let t = time::OffsetDateTime::from_unix_timestamp_nanos(1_700_000_000_123_456_789).unwrap();
+        assert_eq!(rfc3339(t), "2023-11-14T22:13:20.123456789Z");
+    }
+}

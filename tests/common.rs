@@ -1,0 +1,266 @@
+//! Shared pieces of the integration tests: a namespace that removes itself, a writer script with
+//! a distinctive name, and the observer binary started as a user would start it.
+//!
+//! These tests need root and the real tools (nft, iptables-legacy, iptables-nft, ip). Without
+//! them each test prints `skipping: <reason>` and passes, so `cargo test` works anywhere; the CI
+//! script runs them as root.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// Why these tests cannot run here, if they cannot.
+pub fn skip_reason(tools: &[&str]) -> Option<String> {
+    if !nix::unistd::geteuid().is_root() {
+        return Some("not root".into());
+    }
+    for t in tools {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {t}")])
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false);
+        if !found {
+            return Some(format!("{t} is not installed (run `cargo xtask setup`)"));
+        }
+    }
+    None
+}
+
+#[macro_export]
+macro_rules! skip_unless {
+    ($($tool:expr),*) => {
+        if let Some(reason) = common::skip_reason(&[$($tool),*]) {
+            println!("skipping: {reason}");
+            return;
+        }
+    };
+}
+
+/// A network namespace created for one test, deleted when dropped (also on failure).
+pub struct Netns {
+    pub name: String,
+}
+
+impl Netns {
+    pub fn new(tag: &str) -> Netns {
+        let name = format!("obs-{tag}-{}", std::process::id());
+        let _ = Command::new("ip").args(["netns", "del", &name]).output();
+        run("ip", &["netns", "add", &name]);
+        Netns { name }
+    }
+
+    pub fn inode(&self) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(format!("/run/netns/{}", self.name))
+            .expect("netns file")
+            .ino()
+    }
+
+    /// Run a command inside the namespace through the writer script (so the writer's parent is
+    /// the script), failing the test if it fails.
+    pub fn write(&self, writer: &Writer, args: &[&str]) {
+        let mut full = vec!["netns", "exec", &self.name];
+        let script = writer.path.to_str().expect("utf-8 path");
+        full.push(script);
+        full.extend_from_slice(args);
+        run("ip", &full);
+    }
+
+    /// Same, with a stdin (for `*-restore`).
+    pub fn write_stdin(&self, writer: &Writer, args: &[&str], input: &str) {
+        use std::io::Write;
+        let script = writer.path.to_str().expect("utf-8 path");
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &self.name, script])
+            .args(args)
+            .stdin(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(input.as_bytes())
+            .expect("write stdin");
+        let status = child.wait().expect("wait");
+        assert!(status.success(), "{args:?} failed");
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.name]).output();
+    }
+}
+
+pub fn run(cmd: &str, args: &[&str]) {
+    let out = Command::new(cmd).args(args).output().expect("spawn");
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A shell script with a distinctive name that runs its arguments as a child, standing for a
+/// component such as kube-proxy.
+pub struct Writer {
+    pub path: PathBuf,
+    pub name: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Writer {
+    pub fn new(name: &str) -> Writer {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join(name);
+        // Not `exec`: the tool must be a child of the script.
+        std::fs::write(&path, "#!/bin/sh\n\"$@\"\n").expect("write script");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        Writer {
+            path,
+            name: name.to_string(),
+            _dir: dir,
+        }
+    }
+}
+
+/// The observer binary under test, printing JSON lines.
+pub struct Observer {
+    child: Child,
+    lines: mpsc::Receiver<Value>,
+    pub seen: Vec<Value>,
+}
+
+pub fn observer_bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_observer"))
+}
+
+impl Observer {
+    /// Start `observer tail --json ARGS` and wait for its ready line.
+    pub fn start(args: &[&str]) -> Observer {
+        let mut child = Command::new(observer_bin())
+            .args(["tail", "--json"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start observer");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let v: Value = serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("not JSON: {line}: {e}"));
+                if tx.send(v).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut obs = Observer {
+            child,
+            lines: rx,
+            seen: Vec::new(),
+        };
+        let first = obs
+            .lines
+            .recv_timeout(Duration::from_secs(60))
+            .expect("observer printed no ready line within 60 s");
+        assert_eq!(first["kind"], "status", "first line: {first}");
+        assert_eq!(first["state"], "ready", "first line: {first}");
+        obs.seen.push(first);
+        obs
+    }
+
+    /// Wait until a change line matches `pred`; returns it. Fails after `secs`.
+    pub fn expect(&mut self, what: &str, secs: u64, pred: impl Fn(&Value) -> bool) -> Value {
+        if let Some(v) = self.seen.iter().find(|v| is_change(v) && pred(v)) {
+            return v.clone();
+        }
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(v) => {
+                    self.seen.push(v.clone());
+                    if is_change(&v) && pred(&v) {
+                        return v;
+                    }
+                }
+                Err(_) => panic!(
+                    "no change line for {what} within {secs} s; saw:\n{}",
+                    self.seen
+                        .iter()
+                        .map(|v| v.to_string())
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                ),
+            }
+        }
+    }
+
+    /// Collect whatever arrives within `ms` milliseconds.
+    pub fn drain(&mut self, ms: u64) -> Vec<Value> {
+        let deadline = Instant::now() + Duration::from_millis(ms);
+        let mut got = Vec::new();
+        while let Ok(v) = self
+            .lines
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        {
+            self.seen.push(v.clone());
+            got.push(v);
+        }
+        got
+    }
+
+    /// Every change line seen so far.
+    pub fn changes(&self) -> Vec<&Value> {
+        self.seen.iter().filter(|v| is_change(v)).collect()
+    }
+
+    /// Stop with Ctrl-C, as a person would, and check that it exits cleanly.
+    pub fn stop(mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                assert!(status.success(), "observer exited with {status} after SIGINT");
+                return;
+            }
+            assert!(Instant::now() < deadline, "observer did not exit within 10 s of SIGINT");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Observer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn is_change(v: &Value) -> bool {
+    v["kind"] == "change"
+}
+
+/// A predicate on the common fields.
+pub fn change<'a>(op: &'a str, chain: Option<&'a str>) -> impl Fn(&Value) -> bool + 'a {
+    move |v: &Value| {
+        v["op"] == op
+            && match chain {
+                Some(c) => v["chain"] == c,
+                None => true,
+            }
+    }
+}
