@@ -1,1 +1,237 @@
-//! x_tables (iptables-legacy and friends): read a table through getsockopt, decode it, diff it.
+//! x_tables (iptables-legacy, ip6tables-legacy, arptables-legacy): read a table through
+//! getsockopt, decode it, render its rules in `iptables-save` syntax and diff two copies.
+//!
+//! x_tables sends no notifications: the eBPF hooks see that a table was replaced, and this module
+//! then reads the whole table once (in the netns where it changed) and compares it with the copy
+//! it read last time. The pieces:
+//! - [`sockopt`]: `/proc/thread-self/net/*_tables_names` and `IPT_SO_GET_INFO`/`GET_ENTRIES`
+//!   (works on any kernel with x_tables; needs CAP_NET_ADMIN in the netns);
+//! - [`decode`]: the `GET_ENTRIES` blob into chains and rules with structural fingerprints;
+//! - [`render`]: one rule into `iptables-save` text, only when a change needs it;
+//! - [`diff`]: two copies of a table into [`ruleset::Change`]s, summarized.
+//!
+//! Decoding keeps the raw blob and renders lazily: a 20,000-rule table is read, fingerprinted and
+//! diffed without formatting the rules that did not change.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use crate::ruleset;
+
+pub mod decode;
+pub mod diff;
+mod ext;
+mod render;
+pub mod sockopt;
+
+#[cfg(test)]
+mod testblob;
+#[cfg(test)]
+mod tests;
+
+pub use diff::diff;
+pub use sockopt::{read_table, table_names};
+
+/// Which x_tables family a table belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum XtProto {
+    /// `ip_tables` (iptables-legacy).
+    Ipv4,
+    /// `ip6_tables` (ip6tables-legacy).
+    Ipv6,
+    /// `arp_tables` (arptables-legacy).
+    Arp,
+}
+
+impl XtProto {
+    pub const ALL: [XtProto; 3] = [XtProto::Ipv4, XtProto::Ipv6, XtProto::Arp];
+
+    /// The family as the shared change model names it.
+    pub fn family(self) -> ruleset::Family {
+        match self {
+            XtProto::Ipv4 => ruleset::Family::Ip,
+            XtProto::Ipv6 => ruleset::Family::Ip6,
+            XtProto::Arp => ruleset::Family::Arp,
+        }
+    }
+
+    /// Names of the hooks, indexed by hook number (NF_INET_* or NF_ARP_*).
+    pub fn hook_names(self) -> &'static [&'static str] {
+        match self {
+            XtProto::Ipv4 | XtProto::Ipv6 => {
+                &["PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"]
+            }
+            XtProto::Arp => &["INPUT", "OUTPUT", "FORWARD"],
+        }
+    }
+}
+
+impl fmt::Display for XtProto {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            XtProto::Ipv4 => "ip",
+            XtProto::Ipv6 => "ip6",
+            XtProto::Arp => "arp",
+        })
+    }
+}
+
+/// Errors of reading and decoding an x_tables table.
+#[derive(Debug, thiserror::Error)]
+pub enum XtError {
+    /// The table does not exist in this network namespace (it is not listed in
+    /// `*_tables_names`, or the kernel answered ENOENT).
+    #[error("no {proto} table {name:?} in this network namespace")]
+    NoSuchTable { proto: XtProto, name: String },
+    /// The kernel refused the request: reading x_tables needs root (CAP_NET_ADMIN in the
+    /// network namespace that owns the table).
+    #[error("{op}: permission denied: reading x_tables needs root (CAP_NET_ADMIN)")]
+    PermissionDenied { op: &'static str },
+    /// The table name does not fit the kernel's 32-byte, NUL-terminated name field.
+    #[error("invalid table name {0:?}")]
+    BadName(String),
+    /// A system call failed for another reason.
+    #[error("{op}: {source}")]
+    Io {
+        op: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The table was replaced again between `GET_INFO` and `GET_ENTRIES` on every attempt.
+    #[error("{proto} table {name:?} kept changing while being read ({attempts} attempts)")]
+    Unstable {
+        proto: XtProto,
+        name: String,
+        attempts: u32,
+    },
+    /// The kernel's answer does not have the layout this decoder expects.
+    #[error("malformed x_tables data at byte {offset}: {reason}")]
+    Malformed { offset: usize, reason: &'static str },
+}
+
+/// One x_tables table as read from the kernel.
+#[derive(Clone)]
+pub struct XtTable {
+    pub proto: XtProto,
+    pub name: String,
+    /// Chains in kernel order: built-in chains in hook order, then user chains.
+    pub chains: Vec<XtChain>,
+    /// The `GET_ENTRIES` entries, which the rules point into; kept so that a rule's text is
+    /// rendered only when a change needs it.
+    blob: Vec<u8>,
+    /// Where the entries start in `blob` (after the `ipt_get_entries` header, if kept).
+    base: usize,
+    /// ipset indices that `-m set` matches and `-j SET` targets refer to, sorted.
+    set_refs: Vec<u16>,
+    /// ipset index -> name, resolved when the table was read (for `-m set`).
+    set_names: HashMap<u16, String>,
+}
+
+impl fmt::Debug for XtTable {
+    // The blob can be megabytes: show its size, not its bytes.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("XtTable")
+            .field("proto", &self.proto)
+            .field("name", &self.name)
+            .field("chains", &self.chains)
+            .field("blob_len", &self.blob.len())
+            .field("set_names", &self.set_names)
+            .finish()
+    }
+}
+
+/// One chain of an [`XtTable`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct XtChain {
+    pub name: String,
+    /// A built-in chain (attached to a hook) rather than a user chain.
+    pub builtin: bool,
+    /// The policy of a built-in chain (`ACCEPT`, `DROP`, ...); `None` for user chains.
+    pub policy: Option<String>,
+    pub rules: Vec<XtRule>,
+}
+
+/// One rule of an [`XtChain`]. Its text is rendered on demand by [`XtTable::rule_text`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct XtRule {
+    /// A hash of the rule's structure (addresses, interfaces, matches, target; for a jump the
+    /// target chain's name), not of its counters. Comparable within one process run only.
+    pub fingerprint: u64,
+    /// Byte offset of the entry in the table's blob.
+    offset: u32,
+    /// What the standard target of the entry means, resolved at decode time.
+    verdict: Verdict,
+}
+
+/// The meaning of an entry's target, as far as decoding needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// A target extension (`-j MARK ...`): rendered from the entry.
+    Extension,
+    /// A standard verdict (the raw negative value: -1 DROP, -2 ACCEPT, -4 QUEUE, -5 RETURN).
+    Standard(i32),
+    /// A jump (`-j`) or goto (`-g`) to the chain with this index in [`XtTable::chains`].
+    Jump { chain: u32, goto: bool },
+    /// A rule without a target: the verdict points at the next entry.
+    Fallthrough,
+    /// A jump to an offset where no chain starts (never written by iptables).
+    BadJump(i32),
+}
+
+impl XtTable {
+    /// The entries, which rule offsets and jump verdicts are relative to.
+    pub(crate) fn entries(&self) -> &[u8] {
+        self.blob.get(self.base..).unwrap_or(&[])
+    }
+
+    /// The rule in `iptables-save` syntax without the `-A CHAIN ` prefix.
+    pub fn rule_text(&self, rule: &XtRule) -> String {
+        render::rule_text(self, rule)
+    }
+
+    /// The chain with this name.
+    pub fn chain(&self, name: &str) -> Option<&XtChain> {
+        self.chains.iter().find(|c| c.name == name)
+    }
+
+    /// How many rules the whole table holds.
+    pub fn rule_count(&self) -> usize {
+        self.chains.iter().map(|c| c.rules.len()).sum()
+    }
+
+    /// The table in `iptables-save` format, without counters or the comment lines.
+    pub fn save_text(&self) -> String {
+        let mut out = format!("*{}\n", self.name);
+        for c in &self.chains {
+            out.push_str(&format!(
+                ":{} {}\n",
+                c.name,
+                c.policy.as_deref().unwrap_or("-")
+            ));
+        }
+        for c in &self.chains {
+            for r in &c.rules {
+                let text = self.rule_text(r);
+                out.push_str("-A ");
+                out.push_str(&c.name);
+                if !text.is_empty() {
+                    out.push(' ');
+                    out.push_str(&text);
+                }
+                out.push('\n');
+            }
+        }
+        out.push_str("COMMIT\n");
+        out
+    }
+
+    /// The ipset indices that `-m set` matches and `-j SET` targets of this table refer to.
+    pub fn set_indices(&self) -> &[u16] {
+        &self.set_refs
+    }
+
+    /// Record the name of an ipset index, for rendering `-m set`.
+    pub fn set_name(&mut self, index: u16, name: String) {
+        self.set_names.insert(index, name);
+    }
+}

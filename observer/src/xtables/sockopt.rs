@@ -1,0 +1,261 @@
+//! Read an x_tables table from the kernel with `getsockopt`, in the calling thread's netns.
+//!
+//! This is the only way to see a legacy table: `IPT_SO_GET_INFO` gives its size and hook
+//! offsets, `IPT_SO_GET_ENTRIES` the entries (ip6 uses the same numbers at level `SOL_IPV6`,
+//! arp `ARPT_SO_GET_*` 96/97). Both need CAP_NET_ADMIN in the namespace. Works on every kernel
+//! with x_tables (built in or as modules; without them the `*_tables_names` file is absent).
+//!
+//! Caution: on current kernels `GET_INFO` for a built-in table name that is not instantiated yet
+//! creates it in that namespace (registering its hooks). Reading must not change what it
+//! observes, so [`read_table`] only asks for tables that `*_tables_names` lists.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+use super::decode::{self, TableInfo, GET_ENTRIES_HEADER, TABLE_NAME_LEN};
+use super::{XtError, XtProto, XtTable};
+
+/// How often to retry when the table is replaced between `GET_INFO` and `GET_ENTRIES`.
+const MAX_ATTEMPTS: u32 = 8;
+
+const SOL_IP: libc::c_int = 0;
+const SOL_IPV6: libc::c_int = 41;
+/// `IPT_SO_GET_INFO` / `IP6T_SO_GET_INFO`.
+const IPT_SO_GET_INFO: libc::c_int = 64;
+/// `IPT_SO_GET_ENTRIES` / `IP6T_SO_GET_ENTRIES`.
+const IPT_SO_GET_ENTRIES: libc::c_int = 65;
+const ARPT_SO_GET_INFO: libc::c_int = 96;
+const ARPT_SO_GET_ENTRIES: libc::c_int = 97;
+/// `SO_IP_SET`, the ipset control socket option (on an AF_INET socket).
+const SO_IP_SET: libc::c_int = 83;
+const IP_SET_OP_GET_BYINDEX: u32 = 0x7;
+const IP_SET_OP_VERSION: u32 = 0x100;
+/// `IPSET_MAXNAMELEN`.
+const IPSET_MAXNAMELEN: usize = 32;
+
+fn names_path(proto: XtProto) -> &'static str {
+    match proto {
+        XtProto::Ipv4 => "/proc/thread-self/net/ip_tables_names",
+        XtProto::Ipv6 => "/proc/thread-self/net/ip6_tables_names",
+        XtProto::Arp => "/proc/thread-self/net/arp_tables_names",
+    }
+}
+
+/// The tables of this family that exist in the calling thread's network namespace.
+///
+/// An absent names file (x_tables not loaded for this family) is an empty list.
+pub fn table_names(proto: XtProto) -> Result<Vec<String>, XtError> {
+    match std::fs::read_to_string(names_path(proto)) {
+        Ok(s) => Ok(s
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(String::from)
+            .collect()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => Err(XtError::PermissionDenied {
+            op: "reading the x_tables names",
+        }),
+        Err(source) => Err(XtError::Io {
+            op: "reading the x_tables names",
+            source,
+        }),
+    }
+}
+
+/// Read and decode one table of the calling thread's network namespace.
+///
+/// Returns [`XtError::NoSuchTable`] when the table is not instantiated there (it is never
+/// created by this call). Names of ipsets that `-m set` refers to are resolved here, in the
+/// same namespace, so that the table can be rendered later from any thread.
+pub fn read_table(proto: XtProto, name: &str) -> Result<XtTable, XtError> {
+    let raw = read_raw(proto, name)?;
+    let mut table = decode::decode_table_at(proto, &raw.info, raw.buf, GET_ENTRIES_HEADER)?;
+    table.name = name.to_string();
+    if !table.set_indices().is_empty() {
+        for (index, set) in ipset_names(table.set_indices()) {
+            table.set_name(index, set);
+        }
+    }
+    Ok(table)
+}
+
+/// A table as the kernel returned it, before decoding.
+#[derive(Debug, Clone)]
+pub(crate) struct RawTable {
+    /// The `GET_INFO` reply as bytes.
+    #[cfg_attr(
+        not(test),
+        expect(dead_code, reason = "only the fixture capture stores the raw reply")
+    )]
+    pub info_bytes: Vec<u8>,
+    pub info: TableInfo,
+    /// The `GET_ENTRIES` answer: the `ipt_get_entries` header, then the entries.
+    pub buf: Vec<u8>,
+}
+
+impl RawTable {
+    /// The entries without the `ipt_get_entries` header.
+    #[cfg_attr(
+        not(test),
+        expect(dead_code, reason = "only the fixture capture stores the raw entries")
+    )]
+    pub fn entries(&self) -> &[u8] {
+        self.buf.get(GET_ENTRIES_HEADER..).unwrap_or(&[])
+    }
+}
+
+/// `GET_INFO` then `GET_ENTRIES`, retried while the table changes in between.
+pub(crate) fn read_raw(proto: XtProto, name: &str) -> Result<RawTable, XtError> {
+    if name.is_empty() || name.len() >= TABLE_NAME_LEN || name.contains('\0') {
+        return Err(XtError::BadName(name.to_string()));
+    }
+    if !table_names(proto)?.iter().any(|n| n == name) {
+        return Err(no_such(proto, name));
+    }
+    let family = match proto {
+        XtProto::Ipv6 => libc::AF_INET6,
+        XtProto::Ipv4 | XtProto::Arp => libc::AF_INET,
+    };
+    let sock = raw_socket(family)?;
+    let (level, info_opt, entries_opt) = match proto {
+        XtProto::Ipv4 => (SOL_IP, IPT_SO_GET_INFO, IPT_SO_GET_ENTRIES),
+        XtProto::Ipv6 => (SOL_IPV6, IPT_SO_GET_INFO, IPT_SO_GET_ENTRIES),
+        XtProto::Arp => (SOL_IP, ARPT_SO_GET_INFO, ARPT_SO_GET_ENTRIES),
+    };
+    let info_size = decode::layout(proto).info_size;
+    let get_info = || -> Result<(Vec<u8>, TableInfo), XtError> {
+        let mut buf = vec![0u8; info_size];
+        buf[..name.len()].copy_from_slice(name.as_bytes());
+        getsockopt(&sock, level, info_opt, &mut buf)
+            .map_err(|e| map_err(e, proto, name, "GET_INFO"))?;
+        let info = decode::parse_info(proto, &buf)?;
+        Ok((buf, info))
+    };
+    for _ in 0..MAX_ATTEMPTS {
+        let (info_bytes, info) = get_info()?;
+        let mut buf = vec![0u8; GET_ENTRIES_HEADER + info.size as usize];
+        buf[..name.len()].copy_from_slice(name.as_bytes());
+        buf[TABLE_NAME_LEN..TABLE_NAME_LEN + 4].copy_from_slice(&info.size.to_ne_bytes());
+        match getsockopt(&sock, level, entries_opt, &mut buf) {
+            Ok(n) if n == buf.len() => {}
+            // A short answer or EAGAIN: the table was replaced in between.
+            Ok(_) => continue,
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => continue,
+            Err(e) => return Err(map_err(e, proto, name, "GET_ENTRIES")),
+        }
+        // GET_ENTRIES only checks the size: a replace of the same size in between would pair
+        // these entries with stale hook offsets. Check that nothing moved.
+        if get_info()?.1 != info {
+            continue;
+        }
+        return Ok(RawTable {
+            info_bytes,
+            info,
+            buf,
+        });
+    }
+    Err(XtError::Unstable {
+        proto,
+        name: name.to_string(),
+        attempts: MAX_ATTEMPTS,
+    })
+}
+
+fn no_such(proto: XtProto, name: &str) -> XtError {
+    XtError::NoSuchTable {
+        proto,
+        name: name.to_string(),
+    }
+}
+
+fn map_err(e: io::Error, proto: XtProto, name: &str, op: &'static str) -> XtError {
+    match e.raw_os_error() {
+        Some(libc::ENOENT) => no_such(proto, name),
+        Some(libc::EPERM) | Some(libc::EACCES) => XtError::PermissionDenied { op },
+        _ => XtError::Io { op, source: e },
+    }
+}
+
+fn raw_socket(family: libc::c_int) -> Result<OwnedFd, XtError> {
+    // SAFETY: plain socket(2) call; the returned descriptor is checked and then owned.
+    let fd = unsafe {
+        libc::socket(
+            family,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+            libc::IPPROTO_RAW,
+        )
+    };
+    if fd < 0 {
+        let e = io::Error::last_os_error();
+        return Err(match e.raw_os_error() {
+            Some(libc::EPERM) | Some(libc::EACCES) => XtError::PermissionDenied {
+                op: "opening a raw socket",
+            },
+            _ => XtError::Io {
+                op: "opening a raw socket",
+                source: e,
+            },
+        });
+    }
+    // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `getsockopt` into `buf`; returns the length the kernel reported.
+fn getsockopt(
+    sock: &OwnedFd,
+    level: libc::c_int,
+    opt: libc::c_int,
+    buf: &mut [u8],
+) -> io::Result<usize> {
+    let mut len = libc::socklen_t::try_from(buf.len())
+        .map_err(|_| io::Error::from_raw_os_error(libc::E2BIG))?;
+    // SAFETY: `buf` is valid for writes of `len` bytes and `len` points at a live socklen_t.
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            level,
+            opt,
+            buf.as_mut_ptr().cast::<libc::c_void>(),
+            &mut len,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(len as usize)
+}
+
+/// Resolve ipset indices to names through `SO_IP_SET` (what `iptables-save` does). Indices that
+/// cannot be resolved are left out; the renderer then prints `#<index>`.
+fn ipset_names(indices: &[u16]) -> HashMap<u16, String> {
+    let mut out = HashMap::new();
+    let Ok(sock) = raw_socket(libc::AF_INET) else {
+        return out;
+    };
+    let mut req = [0u8; 8];
+    req[..4].copy_from_slice(&IP_SET_OP_VERSION.to_ne_bytes());
+    if let Err(e) = getsockopt(&sock, SOL_IP, SO_IP_SET, &mut req) {
+        tracing::debug!("ipset version query failed: {e}");
+        return out;
+    }
+    let version = u32::from_ne_bytes([req[4], req[5], req[6], req[7]]);
+    for &index in indices {
+        let mut req = [0u8; 8 + IPSET_MAXNAMELEN];
+        req[..4].copy_from_slice(&IP_SET_OP_GET_BYINDEX.to_ne_bytes());
+        req[4..8].copy_from_slice(&version.to_ne_bytes());
+        req[8..10].copy_from_slice(&index.to_ne_bytes());
+        match getsockopt(&sock, SOL_IP, SO_IP_SET, &mut req) {
+            Ok(_) => {
+                let name = decode::cstr(&req[8..]);
+                if !name.is_empty() {
+                    out.insert(index, String::from_utf8_lossy(name).into_owned());
+                }
+            }
+            Err(e) => tracing::debug!("ipset index {index}: {e}"),
+        }
+    }
+    out
+}
