@@ -385,3 +385,37 @@ fn bench_decode_synthetic() {
         best_diff * 1e3
     );
 }
+
+/// `iptables -F` of the synthetic 22,000-rule table: how long diff + summarize take.
+#[test]
+#[ignore = "benchmark"]
+fn bench_flush_synthetic() {
+    use std::time::Instant;
+    let a = big_table(None);
+    let ia = parse_info(XtProto::Ipv4, &a.info).expect("info");
+    let ta = decode_table(XtProto::Ipv4, &ia, a.entries).expect("decode");
+    let mut chains = vec![
+        C::builtin("INPUT", 1, -2, vec![]),
+        C::builtin("FORWARD", 2, -2, vec![]),
+        C::builtin("OUTPUT", 3, -2, vec![]),
+    ];
+    for c in 0..2000usize {
+        chains.push(C::user(&format!("KUBE-SVC-{c:06}"), vec![]));
+    }
+    let b = testblob::build(XtProto::Ipv4, "filter", &chains);
+    let ib = parse_info(XtProto::Ipv4, &b.info).expect("info");
+    let tb = decode_table(XtProto::Ipv4, &ib, b.entries).expect("decode");
+    let t = Instant::now();
+    let raw = super::super::diff::raw_changes(Some(&ta), Some(&tb));
+    let raw_t = t.elapsed();
+    let t = Instant::now();
+    let out = diff(Some(&ta), Some(&tb));
+    println!(
+        "flush of {} rules: raw changes {raw_t:?} ({} deltas), diff + summarize {:?}",
+        ta.rule_count(),
+        raw.len(),
+        t.elapsed()
+    );
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].op, Op::TableFlush);
+}
