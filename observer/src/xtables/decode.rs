@@ -401,12 +401,14 @@ struct ChainBuild {
 
 /// Decode a `GET_ENTRIES` blob (the entries only, without the `ipt_get_entries` header) with the
 /// hook offsets of its `GET_INFO`.
+#[cfg(test)]
 pub fn decode_table(proto: XtProto, info: &TableInfo, blob: Vec<u8>) -> Result<XtTable, XtError> {
     decode_table_at(proto, info, blob, 0)
 }
 
-/// [`decode_table`] for entries that start at `base` in `buf` (after the `ipt_get_entries`
-/// header, which is then kept rather than moved away).
+/// Decode the entries that start at `base` in `buf` (after the `ipt_get_entries` header, which
+/// is kept rather than moved away: the blob can be megabytes) with the hook offsets of their
+/// `GET_INFO`.
 pub(crate) fn decode_table_at(
     proto: XtProto,
     info: &TableInfo,

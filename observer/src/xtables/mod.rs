@@ -44,8 +44,6 @@ pub enum XtProto {
 }
 
 impl XtProto {
-    pub const ALL: [XtProto; 3] = [XtProto::Ipv4, XtProto::Ipv6, XtProto::Arp];
-
     /// The family as the shared change model names it.
     pub fn family(self) -> ruleset::Family {
         match self {
@@ -190,6 +188,7 @@ impl XtTable {
     }
 
     /// The chain with this name.
+    #[cfg(test)]
     pub fn chain(&self, name: &str) -> Option<&XtChain> {
         self.chains.iter().find(|c| c.name == name)
     }
@@ -200,6 +199,7 @@ impl XtTable {
     }
 
     /// The table in `iptables-save` format, without counters or the comment lines.
+    #[cfg(test)]
     pub fn save_text(&self) -> String {
         let mut out = format!("*{}\n", self.name);
         for c in &self.chains {
