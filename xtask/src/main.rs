@@ -2,6 +2,7 @@
 //!
 //! Each verb is one variant of [`Verb`] and one function; add a verb by adding both.
 
+mod bench;
 mod cmd;
 mod setup;
 
@@ -74,6 +75,18 @@ enum Verb {
         `target/release/observer tail [ARGS]` and exit with its status. observer needs root: \
         when not root, it is run through sudo if sudo exists. Example: `cargo xtask tail -- --help`.")]
     Tail(PassThrough),
+
+    /// Build observer, then measure event latency, x_tables read cost, idle wake-ups and RSS
+    #[command(
+        long_about = "Run setup's checks, build observer (release), then measure it in \
+        network namespaces of its own (created and deleted by the bench; the host's ruleset is \
+        never touched): event latency for iptables-legacy and nft changes, the read+diff of a \
+        20,000-rule x_tables table against `iptables-legacy-save`, idle CPU and context \
+        switches, and RSS while tracking that table. Prints a table and writes it into \
+        BENCHMARKS.md between its bench markers. Needs root. About a minute; `--quick` is \
+        shorter and noisier."
+    )]
+    Bench(bench::BenchArgs),
 }
 
 #[derive(Args)]
@@ -101,6 +114,7 @@ fn main() -> ExitCode {
         Verb::Build => build().map(|_| 0),
         Verb::Test(a) => test(&a.args),
         Verb::Tail(a) => tail(&a.args),
+        Verb::Bench(a) => bench::run(&a),
     };
     match result {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),

@@ -1,0 +1,1543 @@
+//! `cargo xtask bench`: measure observer against the tools it replaces, side by side in one run,
+//! inside network namespaces of its own, and write the figures into BENCHMARKS.md.
+//!
+//! Four parts (BENCHMARKS.md explains each figure and its aim):
+//! 1. event latency: a chain created (and deleted) with iptables-legacy and with nft, from the
+//!    writer's exit to observer's JSON line arriving on our pipe;
+//! 2. x_tables read+diff cost (`observer bench-xt`) against `iptables-legacy-save` on a
+//!    20,000-rule filter table;
+//! 3. idle CPU and context switches of `observer tail` while nothing happens;
+//! 4. RSS of `observer tail` tracking that 20,000-rule table after one change.
+//!
+//! There are no pass/fail thresholds: the machines are shared and noisy. Every namespace is
+//! deleted on the way out (also when a part fails or panics); the host's own ruleset is never
+//! touched: every iptables/nft command runs under `ip netns exec`.
+
+use std::{
+    env,
+    fmt::Write as _,
+    fs,
+    io::{ErrorKind, Read as _, Write as _},
+    path::{Path, PathBuf},
+    process::{self, Child, Command, ExitStatus, Stdio},
+    sync::mpsc::{self, RecvTimeoutError},
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, Context as _, Result};
+use clap::Args;
+use serde_json::Value;
+
+use crate::cmd;
+
+#[derive(Args)]
+pub struct BenchArgs {
+    /// Fewer events (30 instead of 200), fewer save runs and a 3 s idle window (instead of 10 s)
+    #[arg(long)]
+    quick: bool,
+    /// Print the figures only; leave BENCHMARKS.md as it is
+    #[arg(long)]
+    no_write: bool,
+}
+
+/// How much to measure.
+struct Plan {
+    quick: bool,
+    /// Chains created (then deleted) per backend for the latency figures.
+    events: usize,
+    /// Runs of `iptables-legacy-save` and of `ip netns exec NS true` (medians).
+    save_runs: usize,
+    /// Rounds of `observer bench-xt`.
+    rounds: usize,
+    idle: Duration,
+}
+
+impl Plan {
+    fn new(quick: bool) -> Plan {
+        Plan {
+            quick,
+            events: if quick { 30 } else { 200 },
+            save_runs: if quick { 5 } else { 10 },
+            rounds: 20,
+            idle: Duration::from_secs(if quick { 3 } else { 10 }),
+        }
+    }
+}
+
+/// The big table: user chains and rules per chain (2 fixed chains + 666 services of 3 chains).
+const BIG_CHAINS: usize = 2_000;
+const RULES_PER_CHAIN: usize = 10;
+const SERVICES: usize = (BIG_CHAINS - 2) / 3;
+const _: () = assert!(2 + 3 * SERVICES == BIG_CHAINS);
+
+/// How long observer may take to print its ready line.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long one change may take to be reported before it counts as missed.
+const EVENT_TIMEOUT: Duration = Duration::from_secs(3);
+/// A backend's latency run stops at this many missed changes.
+const MAX_MISSES: usize = 3;
+/// Reporting one change of the 20,000-rule table (read + diff of the whole table).
+const BIG_EVENT_TIMEOUT: Duration = Duration::from_secs(60);
+/// `observer bench-xt` and building the big table.
+const SLOW_COMMAND_TIMEOUT: Duration = Duration::from_secs(180);
+
+const START: &str = "<!-- bench:start -->";
+const END: &str = "<!-- bench:end -->";
+
+pub fn run(args: &BenchArgs) -> Result<i32> {
+    if !cmd::is_root() {
+        bail!(
+            "the benchmark needs root: it creates network namespaces, runs iptables-legacy and \
+             nft inside them, and observer loads eBPF programs"
+        );
+    }
+    for tool in [
+        "ip",
+        "iptables-legacy",
+        "iptables-legacy-save",
+        "iptables-legacy-restore",
+        "nft",
+        "kill",
+    ] {
+        if cmd::which(tool).is_none() {
+            bail!("`{tool}` was not found; `cargo xtask setup` installs it");
+        }
+    }
+    super::build()?;
+    let bin = super::target_dir()?.join("release").join("observer");
+    if !cmd::is_executable(&bin) {
+        bail!(
+            "{} was not built; run `cargo xtask build` and look at its output",
+            bin.display()
+        );
+    }
+    let plan = Plan::new(args.quick);
+    let env = Environment::collect();
+    remove_stale_namespaces();
+
+    let tag = process::id();
+    let small = Netns::add(format!("obs-bench-{tag}-events"))?;
+    let big = Netns::add(format!("obs-bench-{tag}-big"))?;
+    let mut notes = Vec::new();
+
+    let latency = part("bench: 1. event latency", || {
+        latency(&bin, &small, plan.events, &mut notes)
+    });
+    let table = part("bench: build the 20,000-rule table", || {
+        build_big_table(&big)
+    });
+    let xt = match &table {
+        Ok(t) => part(
+            "bench: 2. x_tables read+diff vs iptables-legacy-save",
+            || xt_cost(&bin, &big, t, &plan),
+        ),
+        Err(e) => Err(format!("the big table could not be built: {e}")),
+    };
+    let idle = part("bench: 3. idle CPU and wake-ups", || {
+        idle(&bin, &small, plan.idle, &mut notes)
+    });
+    let rss = match &table {
+        Ok(t) => part("bench: 4. RSS on the 20,000-rule table", || {
+            rss(&bin, &big, t, &mut notes)
+        }),
+        Err(e) => Err(format!("the big table could not be built: {e}")),
+    };
+    drop(big);
+    drop(small);
+
+    let results = Results {
+        env,
+        plan,
+        latency,
+        table,
+        xt,
+        idle,
+        rss,
+        notes,
+    };
+    print!("{}", results.text());
+    if args.no_write {
+        eprintln!("xtask: --no-write: BENCHMARKS.md left as it is");
+    } else {
+        let path = super::root().join("BENCHMARKS.md");
+        write_section(&path, &results.markdown())?;
+        eprintln!("xtask: wrote the figures into {}", path.display());
+    }
+    Ok(if results.all_ok() { 0 } else { 1 })
+}
+
+/// Runs one part as a phase; a failure is kept (as text) for the report, not propagated.
+fn part<T>(name: &str, f: impl FnOnce() -> Result<T>) -> Result<T, String> {
+    cmd::phase(name, f).map_err(|e| {
+        eprintln!("xtask: {name}: {e:#}");
+        format!("{e:#}")
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Namespaces and processes
+
+/// A network namespace made with `ip netns add`, deleted when dropped.
+struct Netns {
+    name: String,
+}
+
+impl Netns {
+    fn add(name: String) -> Result<Netns> {
+        cmd::output(Command::new("ip").args(["netns", "add", &name]))?;
+        Ok(Netns { name })
+    }
+
+    /// `ip netns exec NAME PROGRAM`.
+    fn cmd(&self, program: &str) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.name, program]);
+        c
+    }
+
+    fn legacy(&self, args: &[&str]) -> Command {
+        // -w: /run/xtables.lock is shared by every namespace, and others may hold it briefly.
+        let mut c = self.cmd("iptables-legacy");
+        c.args(["-w", "5"]).args(args);
+        c
+    }
+
+    fn nft(&self, args: &str) -> Command {
+        let mut c = self.cmd("nft");
+        c.args(args.split(' '));
+        c
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        if let Err(e) = cmd::output(Command::new("ip").args(["netns", "del", &self.name])) {
+            eprintln!(
+                "xtask: warning: {e:#}; delete it with `ip netns del {}`",
+                self.name
+            );
+        }
+    }
+}
+
+/// Deletes `obs-bench-PID-*` namespaces left by a bench that was killed (its PID is gone).
+fn remove_stale_namespaces() {
+    let Ok(list) = cmd::output(Command::new("ip").args(["netns", "list"])) else {
+        return;
+    };
+    for name in list.lines().filter_map(|l| l.split_whitespace().next()) {
+        let Some(pid) = name
+            .strip_prefix("obs-bench-")
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            continue; // a bench that is still running
+        }
+        eprintln!("xtask: deleting network namespace {name}, left by an interrupted bench");
+        if let Err(e) = cmd::output(Command::new("ip").args(["netns", "del", name])) {
+            eprintln!("xtask: warning: {e:#}");
+        }
+    }
+}
+
+/// Runs the command (stdin and stdout to /dev/null) and returns when its process was reaped and
+/// how long it ran. Fails, with its stderr, unless it exits with 0.
+fn run_timed(c: &mut Command) -> Result<(Instant, Duration)> {
+    let desc = cmd::describe(c);
+    c.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let start = Instant::now();
+    let out = c
+        .output()
+        .with_context(|| format!("could not start `{desc}`"))?;
+    let done = Instant::now();
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        bail!("`{desc}` failed ({}): {}", out.status, stderr.trim());
+    }
+    Ok((done, done - start))
+}
+
+/// Runs a command that may be slow or hang, with stdin from `input`, its stdout and stderr in
+/// temporary files; kills it after `limit`. Returns its stdout.
+fn run_bounded(c: &mut Command, input: Option<&[u8]>, limit: Duration) -> Result<String> {
+    let desc = cmd::describe(c);
+    let dir = env::temp_dir();
+    let out_path = dir.join(format!("obs-bench-{}-cmd.out", process::id()));
+    let err_path = dir.join(format!("obs-bench-{}-cmd.err", process::id()));
+    c.stdin(if input.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(fs::File::create(&out_path)?)
+    .stderr(fs::File::create(&err_path)?);
+    let mut child = c
+        .spawn()
+        .with_context(|| format!("could not start `{desc}`"))?;
+    if let Some(input) = input {
+        let mut stdin = child.stdin.take().context("no stdin")?;
+        let written = stdin.write_all(input);
+        drop(stdin);
+        if let Err(e) = written {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(e).with_context(|| format!("writing to `{desc}`"));
+        }
+    }
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            // Not reaped yet, so the PID is still this child's.
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("`{desc}` did not finish within {limit:?}; killed it");
+        }
+        thread::sleep(Duration::from_millis(10));
+    };
+    let stdout = fs::read_to_string(&out_path).unwrap_or_default();
+    let stderr = fs::read_to_string(&err_path).unwrap_or_default();
+    let _ = fs::remove_file(&out_path);
+    let _ = fs::remove_file(&err_path);
+    if !status.success() {
+        bail!("`{desc}` failed ({status}): {}", last_lines(&stderr, 20));
+    }
+    Ok(stdout)
+}
+
+fn last_lines(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.trim_end().lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// A running `observer tail --json`, its stdout read on a thread that timestamps every line the
+/// moment it arrives. Stopped with SIGINT when dropped (or by [`Observer::stop`]).
+struct Observer {
+    child: Option<Child>,
+    pid: u32,
+    lines: mpsc::Receiver<(Instant, String)>,
+    /// JSON lines the last wait skipped.
+    skipped: Vec<Value>,
+    stderr: PathBuf,
+    desc: String,
+}
+
+impl Observer {
+    /// Starts it and waits for the `{"kind":"status","state":"ready"}` line.
+    fn start(bin: &Path, args: &[&str], tag: &str) -> Result<Observer> {
+        let stderr = env::temp_dir().join(format!("obs-bench-{}-{tag}.stderr", process::id()));
+        let file =
+            fs::File::create(&stderr).with_context(|| format!("creating {}", stderr.display()))?;
+        let mut c = Command::new(bin);
+        c.args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(file);
+        let desc = cmd::describe(&c);
+        let mut child = c
+            .spawn()
+            .with_context(|| format!("could not start `{desc}`"))?;
+        let pid = child.id();
+        let mut out = child.stdout.take().context("observer has no stdout")?;
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            let mut buf = vec![0u8; 1 << 16];
+            let mut pending = Vec::new();
+            loop {
+                let n = match out.read(&mut buf) {
+                    Ok(0) => return,
+                    Ok(n) => n,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                    Err(_) => return,
+                };
+                // One timestamp per read: every line of this chunk arrived now.
+                let at = Instant::now();
+                pending.extend_from_slice(&buf[..n]);
+                while let Some(nl) = pending.iter().position(|&b| b == b'\n') {
+                    let line: Vec<u8> = pending.drain(..=nl).collect();
+                    let line = String::from_utf8_lossy(&line).trim_end().to_owned();
+                    if tx.send((at, line)).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        let mut obs = Observer {
+            child: Some(child),
+            pid,
+            lines: rx,
+            skipped: Vec::new(),
+            stderr,
+            desc,
+        };
+        eprintln!("xtask: == {}", obs.desc);
+        obs.wait(READY_TIMEOUT, "ready line", |v| {
+            v["kind"] == "status" && v["state"] == "ready"
+        })?;
+        Ok(obs)
+    }
+
+    /// Skips lines until a JSON line for which `want` is true; fails after `timeout` or when
+    /// observer exits.
+    fn wait(
+        &mut self,
+        timeout: Duration,
+        what: &str,
+        want: impl Fn(&Value) -> bool,
+    ) -> Result<(Instant, Value)> {
+        match self.wait_opt(timeout, what, want)? {
+            Some(hit) => Ok(hit),
+            None => bail!(
+                "observer printed no {what} within {timeout:?}{}",
+                self.stderr_tail()
+            ),
+        }
+    }
+
+    /// Like [`Observer::wait`], but `None` after `timeout`. The JSON lines skipped on the way
+    /// are kept in `self.skipped`.
+    fn wait_opt(
+        &mut self,
+        timeout: Duration,
+        what: &str,
+        want: impl Fn(&Value) -> bool,
+    ) -> Result<Option<(Instant, Value)>> {
+        self.skipped.clear();
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok((at, line)) => {
+                    if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                        if want(&v) {
+                            return Ok(Some((at, v)));
+                        }
+                        self.skipped.push(v);
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => return Ok(None),
+                Err(RecvTimeoutError::Disconnected) => {
+                    // Its stdout closed: it exited, or is about to.
+                    thread::sleep(Duration::from_millis(200));
+                    let status = self
+                        .child
+                        .as_mut()
+                        .and_then(|c| c.try_wait().ok().flatten())
+                        .map_or_else(|| "still running".to_owned(), |s| s.to_string());
+                    bail!(
+                        "observer closed its stdout ({status}) before printing {what}{}",
+                        self.stderr_tail()
+                    )
+                }
+            }
+        }
+    }
+
+    /// Lines that arrived and were not read yet.
+    fn drain(&self) -> Vec<(Instant, String)> {
+        self.lines.try_iter().collect()
+    }
+
+    fn stderr_tail(&self) -> String {
+        let text = fs::read_to_string(&self.stderr).unwrap_or_default();
+        if text.trim().is_empty() {
+            format!(" (`{}`; its stderr is empty)", self.desc)
+        } else {
+            format!(
+                " (`{}`); its stderr ({}) ends with:\n{}",
+                self.desc,
+                self.stderr.display(),
+                last_lines(&text, 15)
+            )
+        }
+    }
+
+    /// SIGINT, then up to 10 s for it to exit (SIGKILL after that).
+    fn stop(&mut self) -> Result<ExitStatus> {
+        let Some(mut child) = self.child.take() else {
+            bail!("observer was already stopped");
+        };
+        if child.try_wait()?.is_none() {
+            // Not reaped yet, so the PID is still observer's.
+            let _ = Command::new("kill")
+                .args(["-INT", &child.id().to_string()])
+                .status();
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(status) = child.try_wait()? {
+                if status.success() {
+                    let _ = fs::remove_file(&self.stderr);
+                }
+                return Ok(status);
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!(
+                    "observer did not exit within 10 s of SIGINT; killed it{}",
+                    self.stderr_tail()
+                );
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Stops it and adds a note unless it exited with status 0.
+    fn finish(mut self, part: &str, notes: &mut Vec<String>) {
+        match self.stop() {
+            Ok(s) if s.success() => {}
+            Ok(s) => notes.push(format!(
+                "{part}: observer exited with {s} after SIGINT (stderr kept in {})",
+                self.stderr.display()
+            )),
+            Err(e) => notes.push(format!("{part}: {e:#}")),
+        }
+    }
+}
+
+impl Drop for Observer {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            if let Err(e) = self.stop() {
+                eprintln!("xtask: warning: {e:#}");
+            }
+        }
+    }
+}
+
+fn is_change(v: &Value, backend: &str, op: &str, chain: &str) -> bool {
+    v["kind"] == "change" && v["backend"] == backend && v["op"] == op && v["chain"] == chain
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// `later - earlier` in ms, negative when `later` is in fact earlier.
+fn signed_ms(later: Instant, earlier: Instant) -> f64 {
+    match later.checked_duration_since(earlier) {
+        Some(d) => ms(d),
+        None => -ms(earlier - later),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. Event latency
+
+struct Dist {
+    n: usize,
+    min: f64,
+    median: f64,
+    p99: f64,
+    max: f64,
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+impl Dist {
+    fn of(v: &[f64]) -> Option<Dist> {
+        let mut s = v.to_vec();
+        s.sort_by(f64::total_cmp);
+        let n = s.len();
+        // Nearest rank: the smallest value with at least 99% of the values at or below it.
+        let p99 = *s.get((n * 99).div_ceil(100).max(1) - 1)?;
+        Some(Dist {
+            n,
+            min: s[0],
+            median: median(&s),
+            p99,
+            max: s[n - 1],
+        })
+    }
+}
+
+struct OpLatency {
+    backend: &'static str,
+    op: &'static str,
+    dist: Option<Dist>,
+    missed: Vec<String>,
+    /// Median wall time of the command itself (`ip netns exec NS iptables-legacy ...`).
+    command_ms: f64,
+}
+
+/// For each name: run `command(name)`, take the instant its process was reaped, and wait for
+/// observer's line of that change. Changes run one at a time: none queues behind another.
+fn measure_ops(
+    obs: &mut Observer,
+    backend: &'static str,
+    op: &'static str,
+    names: &[String],
+    command: impl Fn(&str) -> Command,
+) -> Result<OpLatency> {
+    let (mut lat, mut took, mut missed) = (Vec::new(), Vec::new(), Vec::new());
+    for name in names {
+        let (done, t) = run_timed(&mut command(name))?;
+        took.push(ms(t));
+        let what = format!("{backend} {op} line for {name}");
+        match obs.wait_opt(EVENT_TIMEOUT, &what, |v| is_change(v, backend, op, name))? {
+            Some((at, _)) => lat.push(signed_ms(at, done)),
+            None => {
+                missed.push(name.clone());
+                if missed.len() >= MAX_MISSES {
+                    bail!(
+                        "observer printed no {what} within {EVENT_TIMEOUT:?}; {} {backend} {op} \
+                         changes missed ({}), giving up after {} of {}{}",
+                        missed.len(),
+                        missed.join(", "),
+                        lat.len() + missed.len(),
+                        names.len(),
+                        obs.stderr_tail()
+                    );
+                }
+            }
+        }
+    }
+    Ok(OpLatency {
+        backend,
+        op,
+        dist: Dist::of(&lat),
+        missed,
+        command_ms: median(&took),
+    })
+}
+
+fn latency(
+    bin: &Path,
+    ns: &Netns,
+    events: usize,
+    notes: &mut Vec<String>,
+) -> Result<Vec<OpLatency>> {
+    let mut obs = Observer::start(bin, &["tail", "--json", "--netns", &ns.name], "latency")?;
+    let mut out = Vec::new();
+
+    // Warm-up, not counted: the first write instantiates the namespace's filter table.
+    run_timed(&mut ns.legacy(&["-N", "OBSB-warm"]))?;
+    obs.wait(
+        Duration::from_secs(10),
+        "legacy chain_create line for OBSB-warm",
+        |v| is_change(v, "legacy", "chain_create", "OBSB-warm"),
+    )?;
+    let names: Vec<String> = (0..events).map(|i| format!("OBSB-{i}")).collect();
+    out.push(measure_ops(
+        &mut obs,
+        "legacy",
+        "chain_create",
+        &names,
+        |c| ns.legacy(&["-N", c]),
+    )?);
+    out.push(measure_ops(
+        &mut obs,
+        "legacy",
+        "chain_delete",
+        &names,
+        |c| ns.legacy(&["-X", c]),
+    )?);
+    run_timed(&mut ns.legacy(&["-X", "OBSB-warm"]))?;
+
+    // nft: the table is the warm-up.
+    run_timed(&mut ns.nft("add table ip obsb"))?;
+    obs.wait(
+        Duration::from_secs(10),
+        "nft table_create line for table obsb",
+        |v| v["kind"] == "change" && v["op"] == "table_create" && v["table"] == "obsb",
+    )?;
+    let names: Vec<String> = (0..events).map(|i| format!("c{i}")).collect();
+    out.push(measure_ops(&mut obs, "nft", "chain_create", &names, |c| {
+        ns.nft(&format!("add chain ip obsb {c}"))
+    })?);
+    out.push(measure_ops(&mut obs, "nft", "chain_delete", &names, |c| {
+        ns.nft(&format!("delete chain ip obsb {c}"))
+    })?);
+    run_timed(&mut ns.nft("delete table ip obsb"))?;
+    obs.finish("event latency", notes);
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. The 20,000-rule table, and x_tables read+diff against iptables-legacy-save
+
+struct BigTable {
+    /// `-A` lines and user chains in `iptables-legacy-save -t filter` once ONEMORE exists.
+    rules: usize,
+    user_chains: usize,
+    restore_ms: f64,
+    save_bytes: usize,
+}
+
+/// A kube-proxy-like chain name: KUBE-SVC-/KUBE-SEP- and 16 base32 characters.
+fn chain_hash(seed: u64) -> String {
+    const ALPHABET: &[u8; 32] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+    let mut x = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut out = String::with_capacity(16);
+    for round in 0..2 {
+        // splitmix64
+        x = x.wrapping_add(0x9e37_79b9_7f4a_7c15_u64.wrapping_mul(round + 1));
+        let mut z = x;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        for _ in 0..8 {
+            out.push(char::from(ALPHABET[(z & 31) as usize]));
+            z >>= 5;
+        }
+    }
+    out
+}
+
+/// An `iptables-legacy-restore` input: a filter table of [`BIG_CHAINS`] user chains of
+/// [`RULES_PER_CHAIN`] rules each, shaped like kube-proxy's (services, endpoints, comments,
+/// statistic, jumps between chains), plus one jump from each built-in chain.
+///
+/// kube-proxy's `-j DNAT --to-destination` is only valid in the nat table; the kernel refuses it
+/// in filter, so each endpoint chain has `-j MARK --set-xmark` (a target with data) in its place.
+fn kube_like_table() -> String {
+    let svc = |s: usize| format!("KUBE-SVC-{}", chain_hash(s as u64 * 4));
+    let sep = |s: usize, e: usize| format!("KUBE-SEP-{}", chain_hash(s as u64 * 4 + 1 + e as u64));
+    let cluster_ip = |s: usize| format!("10.96.{}.{}", s / 250, s % 250 + 1);
+    let endpoint = |s: usize, e: usize| {
+        let n = 2 * s + e;
+        format!("10.244.{}.{}", n / 250, n % 250 + 1)
+    };
+    let name = |s: usize| (format!("ns-{}", s % 40), format!("svc-{s}"));
+
+    let mut t = String::with_capacity(5 << 20);
+    t.push_str("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n");
+    t.push_str(":KUBE-SERVICES - [0:0]\n:KUBE-MARK-MASQ - [0:0]\n");
+    for s in 0..SERVICES {
+        let _ = writeln!(
+            t,
+            ":{} - [0:0]\n:{} - [0:0]\n:{} - [0:0]",
+            svc(s),
+            sep(s, 0),
+            sep(s, 1)
+        );
+    }
+    for builtin in ["INPUT", "FORWARD", "OUTPUT"] {
+        let _ = writeln!(
+            t,
+            "-A {builtin} -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES"
+        );
+    }
+    // KUBE-SERVICES: the first services' cluster IPs (the rest hang below them, see rules 3-4).
+    for s in 0..RULES_PER_CHAIN {
+        let (ns, name) = name(s);
+        let _ = writeln!(
+            t,
+            "-A KUBE-SERVICES -d {}/32 -p tcp -m comment --comment \"{ns}/{name}:http cluster IP\" \
+             -m tcp --dport 80 -j {}",
+            cluster_ip(s),
+            svc(s)
+        );
+    }
+    t.push_str("-A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000\n");
+    for k in 1..RULES_PER_CHAIN {
+        let _ = writeln!(
+            t,
+            "-A KUBE-MARK-MASQ -m mark --mark 0x{k}000/0xf000 -m comment --comment \"masq class {k}\" -j RETURN"
+        );
+    }
+    for s in 0..SERVICES {
+        let (ns, n) = name(s);
+        let (chain, ip, port) = (svc(s), cluster_ip(s), 80 + s % 20);
+        let child = |c: usize| {
+            if c < SERVICES {
+                format!(
+                    "-A {chain} -m comment --comment \"{ns}/{n}:http dependent\" -j {}",
+                    svc(c)
+                )
+            } else {
+                format!(
+                    "-A {chain} -d {ip}/32 -p tcp -m tcp --dport {} -j DROP",
+                    port + 1000
+                )
+            }
+        };
+        let rules = [
+            format!(
+                "-A {chain} -d {ip}/32 ! -s 10.244.0.0/16 -p tcp -m comment --comment \"{ns}/{n}:http cluster IP\" -m tcp --dport {port} -j KUBE-MARK-MASQ"
+            ),
+            format!(
+                "-A {chain} -m comment --comment \"{ns}/{n}:http -> {}:8080\" -m statistic --mode random --probability 0.50000000000 -j {}",
+                endpoint(s, 0),
+                sep(s, 0)
+            ),
+            format!(
+                "-A {chain} -m comment --comment \"{ns}/{n}:http -> {}:8080\" -j {}",
+                endpoint(s, 1),
+                sep(s, 1)
+            ),
+            child(2 * s + RULES_PER_CHAIN),
+            child(2 * s + RULES_PER_CHAIN + 1),
+            format!("-A {chain} -d {ip}/32 -p udp -m comment --comment \"{ns}/{n}:dns\" -m udp --dport 53 -j ACCEPT"),
+            format!("-A {chain} -d {ip}/32 -p tcp -m comment --comment \"{ns}/{n}:https has no endpoints\" -m tcp --dport 443 -j REJECT --reject-with icmp-port-unreachable"),
+            format!("-A {chain} -m mark --mark 0x4000/0x4000 -m comment --comment \"{ns}/{n} masqueraded\" -j ACCEPT"),
+            format!("-A {chain} -s 10.244.{}.0/24 -d {ip}/32 -p tcp -m multiport --dports 8000:8100,9090 -j ACCEPT", s % 250),
+            format!("-A {chain} -m comment --comment \"{ns}/{n}:http no endpoint matched\" -j RETURN"),
+        ];
+        for r in rules {
+            t.push_str(&r);
+            t.push('\n');
+        }
+        for e in 0..2 {
+            let (chain, ep) = (sep(s, e), endpoint(s, e));
+            let id = 2 * s + e + 1;
+            let rules = [
+                format!("-A {chain} -s {ep}/32 -m comment --comment \"{ns}/{n}:http\" -j KUBE-MARK-MASQ"),
+                // Stands for `-p tcp -m tcp -j DNAT --to-destination {ep}:8080` (nat only).
+                format!("-A {chain} -p tcp -m comment --comment \"{ns}/{n}:http\" -m tcp -j MARK --set-xmark 0x{id:x}/0xffffffff"),
+                format!("-A {chain} -d {ep}/32 -p tcp -m tcp --dport 8080 --tcp-flags SYN,RST,ACK SYN -j ACCEPT"),
+                format!("-A {chain} -s {ep}/32 -p udp -m udp --sport 53 -j ACCEPT"),
+                format!("-A {chain} -d {ep}/32 -p tcp -m comment --comment \"{ns}/{n}:metrics\" -m tcp --dport 9090 -j ACCEPT"),
+                format!("-A {chain} -m mark --mark 0x{id:x}/0xffffffff -j ACCEPT"),
+                format!("-A {chain} -s {ep}/32 -p icmp -m icmp --icmp-type 8 -j ACCEPT"),
+                format!("-A {chain} -d {ep}/32 -p tcp -m tcp --dport 22 -j DROP"),
+                format!("-A {chain} -d {ep}/32 -p tcp -m comment --comment \"{ns}/{n}:https\" -m tcp --dport 8443 -j ACCEPT"),
+                format!("-A {chain} -j RETURN"),
+            ];
+            for r in rules {
+                t.push_str(&r);
+                t.push('\n');
+            }
+        }
+    }
+    t.push_str("COMMIT\n");
+    t
+}
+
+fn build_big_table(ns: &Netns) -> Result<BigTable> {
+    let input = kube_like_table();
+    let start = Instant::now();
+    let mut restore = ns.cmd("iptables-legacy-restore");
+    restore.args(["-w", "30"]);
+    run_bounded(&mut restore, Some(input.as_bytes()), SLOW_COMMAND_TIMEOUT)?;
+    let restore_ms = ms(start.elapsed());
+    run_bounded(
+        &mut ns.legacy(&["-N", "ONEMORE"]),
+        None,
+        SLOW_COMMAND_TIMEOUT,
+    )?;
+    let mut save = ns.cmd("iptables-legacy-save");
+    save.args(["-t", "filter"]);
+    let saved = run_bounded(&mut save, None, SLOW_COMMAND_TIMEOUT)?;
+    let rules = saved.lines().filter(|l| l.starts_with("-A ")).count();
+    let user_chains = saved
+        .lines()
+        .filter(|l| l.starts_with(':') && l.contains(" - "))
+        .count();
+    let want = BIG_CHAINS * RULES_PER_CHAIN;
+    if rules < want || user_chains != BIG_CHAINS + 1 {
+        bail!(
+            "iptables-legacy-save shows {rules} rules in {user_chains} user chains; expected \
+             {want} + 3 rules in {} chains",
+            BIG_CHAINS + 1
+        );
+    }
+    Ok(BigTable {
+        rules,
+        user_chains,
+        restore_ms,
+        save_bytes: saved.len(),
+    })
+}
+
+struct XtCost {
+    save_ms: f64,
+    save_min_ms: f64,
+    true_ms: f64,
+    runs: usize,
+    /// `observer bench-xt`'s own line.
+    read_ms: f64,
+    diff_ms: f64,
+    rounds: u64,
+    rules: u64,
+    chains: u64,
+    changes: u64,
+}
+
+impl XtCost {
+    fn ratio(&self) -> f64 {
+        (self.read_ms + self.diff_ms) / self.save_ms
+    }
+
+    fn strict_ratio(&self) -> f64 {
+        (self.read_ms + self.diff_ms) / (self.save_ms - self.true_ms)
+    }
+}
+
+fn xt_cost(bin: &Path, ns: &Netns, table: &BigTable, plan: &Plan) -> Result<XtCost> {
+    let save = || {
+        let mut c = ns.cmd("iptables-legacy-save");
+        c.args(["-t", "filter"]);
+        c
+    };
+    // One untimed run of each first (page cache, binaries), then alternate them.
+    run_timed(&mut save())?;
+    run_timed(&mut ns.cmd("true"))?;
+    let (mut saves, mut trues) = (Vec::new(), Vec::new());
+    for _ in 0..plan.save_runs {
+        saves.push(ms(run_timed(&mut save())?.1));
+        trues.push(ms(run_timed(&mut ns.cmd("true"))?.1));
+    }
+    let rounds = plan.rounds.to_string();
+    let mut c = Command::new(bin);
+    c.args([
+        "bench-xt", "--netns", &ns.name, "--table", "filter", "--rounds", &rounds,
+    ]);
+    eprintln!("xtask: == {}", cmd::describe(&c));
+    let out = run_bounded(&mut c, None, SLOW_COMMAND_TIMEOUT)?;
+    let line = out
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with('{'))
+        .with_context(|| format!("observer bench-xt printed no JSON line: {out:?}"))?;
+    let v: Value = serde_json::from_str(line)
+        .with_context(|| format!("parsing observer bench-xt's line {line:?}"))?;
+    let num = |k: &str| {
+        v[k].as_f64()
+            .with_context(|| format!("observer bench-xt's line has no number `{k}`: {line}"))
+    };
+    let int = |k: &str| {
+        v[k].as_u64()
+            .with_context(|| format!("observer bench-xt's line has no integer `{k}`: {line}"))
+    };
+    let cost = XtCost {
+        save_ms: median(&saves),
+        save_min_ms: saves.iter().copied().fold(f64::INFINITY, f64::min),
+        true_ms: median(&trues),
+        runs: plan.save_runs,
+        read_ms: num("read_ms")?,
+        diff_ms: num("diff_ms")?,
+        rounds: int("rounds")?,
+        rules: int("rules")?,
+        chains: int("chains")?,
+        changes: int("changes")?,
+    };
+    if cost.rules < table.rules as u64 {
+        bail!(
+            "observer bench-xt read {} rules; iptables-legacy-save shows {}: {line}",
+            cost.rules,
+            table.rules
+        );
+    }
+    Ok(cost)
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. Idle CPU and wake-ups
+
+struct Sample {
+    threads: usize,
+    voluntary: u64,
+    involuntary: u64,
+    /// utime + stime of the whole process, in clock ticks.
+    ticks: u64,
+    /// Sum of the threads' on-CPU time from /proc/PID/task/TID/schedstat, when the kernel has it.
+    run_ns: Option<u64>,
+}
+
+/// Linux's USER_HZ, the unit of utime and stime in /proc/PID/stat (100 on every architecture
+/// observer runs on).
+const USER_HZ: u64 = 100;
+
+fn sample(pid: u32) -> Result<Sample> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))
+        .with_context(|| format!("reading /proc/{pid}/stat (did observer exit?)"))?;
+    // Fields after "(comm)": state is field 3, utime 14 and stime 15.
+    let after = stat.rsplit_once(')').map_or("", |(_, a)| a);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let field = |n: usize| -> Result<u64> {
+        fields
+            .get(n - 3)
+            .and_then(|f| f.parse().ok())
+            .with_context(|| format!("/proc/{pid}/stat has no field {n}: {stat}"))
+    };
+    let ticks = field(14)? + field(15)?;
+    let mut s = Sample {
+        threads: 0,
+        voluntary: 0,
+        involuntary: 0,
+        ticks,
+        run_ns: Some(0),
+    };
+    for task in fs::read_dir(format!("/proc/{pid}/task"))? {
+        let dir = task?.path();
+        // A thread may exit between read_dir and reading it.
+        let Ok(status) = fs::read_to_string(dir.join("status")) else {
+            continue;
+        };
+        s.threads += 1;
+        for line in status.lines() {
+            let count = |prefix: &str| {
+                line.strip_prefix(prefix)
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+            };
+            if let Some(n) = count("voluntary_ctxt_switches:") {
+                s.voluntary += n;
+            } else if let Some(n) = count("nonvoluntary_ctxt_switches:") {
+                s.involuntary += n;
+            }
+        }
+        let run = fs::read_to_string(dir.join("schedstat"))
+            .ok()
+            .and_then(|t| {
+                t.split_whitespace()
+                    .next()
+                    .and_then(|f| f.parse::<u64>().ok())
+            });
+        s.run_ns = match (s.run_ns, run) {
+            (Some(a), Some(b)) => Some(a + b),
+            _ => None,
+        };
+    }
+    Ok(s)
+}
+
+struct Idle {
+    window_s: f64,
+    threads: (usize, usize),
+    voluntary: u64,
+    involuntary: u64,
+    cpu_ms: f64,
+    run_ms: Option<f64>,
+    /// Lines observer printed during the window (nothing changed in its namespace: 0 expected).
+    lines: usize,
+}
+
+fn idle(bin: &Path, ns: &Netns, window: Duration, notes: &mut Vec<String>) -> Result<Idle> {
+    let obs = Observer::start(bin, &["tail", "--json", "--netns", &ns.name], "idle")?;
+    // Let whatever follows the ready line settle before the window opens.
+    thread::sleep(Duration::from_millis(500));
+    obs.drain();
+    let a = sample(obs.pid)?;
+    let start = Instant::now();
+    thread::sleep(window);
+    let b = sample(obs.pid)?;
+    let window_s = start.elapsed().as_secs_f64();
+    let lines = obs.drain().len();
+    obs.finish("idle", notes);
+    Ok(Idle {
+        window_s,
+        threads: (a.threads, b.threads),
+        voluntary: b.voluntary.saturating_sub(a.voluntary),
+        involuntary: b.involuntary.saturating_sub(a.involuntary),
+        cpu_ms: (b.ticks.saturating_sub(a.ticks) * 1000 / USER_HZ) as f64,
+        run_ms: a
+            .run_ns
+            .zip(b.run_ns)
+            .map(|(a, b)| b.saturating_sub(a) as f64 / 1e6),
+        lines,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. RSS on the big table
+
+struct Rss {
+    ready_kib: u64,
+    rss_kib: u64,
+    hwm_kib: u64,
+    /// From the writer's exit to observer's line, for this change of the big table.
+    latency_ms: f64,
+    command_ms: f64,
+    /// Change lines printed for that one change (1 expected).
+    lines: usize,
+}
+
+fn status_kib(pid: u32, key: &str) -> Result<u64> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .with_context(|| format!("/proc/{pid}/status has no {key}"))
+}
+
+fn rss(bin: &Path, ns: &Netns, table: &BigTable, notes: &mut Vec<String>) -> Result<Rss> {
+    let mut obs = Observer::start(bin, &["tail", "--json", "--netns", &ns.name], "rss")?;
+    let ready_kib = status_kib(obs.pid, "VmRSS:")?;
+    obs.drain();
+    let (done, took) = run_timed(&mut ns.legacy(&["-N", "OBSB-RSS"]))?;
+    let (at, v) = obs.wait(
+        BIG_EVENT_TIMEOUT,
+        &format!(
+            "legacy chain_create line for OBSB-RSS (table of {} rules)",
+            table.rules
+        ),
+        |v| is_change(v, "legacy", "chain_create", "OBSB-RSS"),
+    )?;
+    let rss_kib = status_kib(obs.pid, "VmRSS:")?;
+    let hwm_kib = status_kib(obs.pid, "VmHWM:")?;
+    // Count the lines of that change: those that came before it, and any that follow at once.
+    thread::sleep(Duration::from_millis(300));
+    let txn = v["txn"].clone();
+    let same = |x: &Value| !txn.is_null() && x["kind"] == "change" && x["txn"] == txn;
+    let before = obs.skipped.iter().filter(|x| same(x)).count();
+    let after = obs
+        .drain()
+        .into_iter()
+        .filter(|(_, l)| serde_json::from_str::<Value>(l).is_ok_and(|x| same(&x)))
+        .count();
+    obs.finish("rss", notes);
+    Ok(Rss {
+        ready_kib,
+        rss_kib,
+        hwm_kib,
+        latency_ms: signed_ms(at, done),
+        command_ms: ms(took),
+        lines: before + 1 + after,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Report
+
+struct Environment {
+    date: String,
+    kernel: String,
+    cpus: String,
+    command: String,
+    revision: String,
+    tools: String,
+}
+
+impl Environment {
+    fn collect() -> Environment {
+        let first_line = |c: &mut Command| {
+            cmd::output(c)
+                .ok()
+                .and_then(|o| o.lines().next().map(str::to_owned))
+                .unwrap_or_else(|| "unknown".into())
+        };
+        let cpus = thread::available_parallelism().map_or(0, |n| n.get());
+        let model = fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|c| {
+                c.lines()
+                    .find_map(|l| l.strip_prefix("model name"))
+                    .map(|m| m.trim_start_matches([' ', '\t', ':']).trim().to_owned())
+            })
+            .unwrap_or_else(|| "unknown model".into());
+        let mut command = String::new();
+        if let Some(dir) = env::var_os("CARGO_TARGET_DIR") {
+            let _ = write!(command, "CARGO_TARGET_DIR={} ", dir.to_string_lossy());
+        }
+        command.push_str("cargo xtask");
+        for a in env::args().skip(1) {
+            command.push(' ');
+            command.push_str(&a);
+        }
+        let revision = first_line(Command::new("git").arg("-C").arg(super::root()).args([
+            "describe",
+            "--always",
+            "--dirty",
+            "--abbrev=12",
+        ]));
+        let revision = match revision.strip_suffix("-dirty") {
+            Some(r) => format!("{r} with uncommitted changes"),
+            None => revision,
+        };
+        Environment {
+            date: first_line(Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"])),
+            kernel: first_line(Command::new("uname").arg("-r")),
+            cpus: format!("{cpus} ({model})"),
+            command,
+            revision,
+            tools: format!(
+                "{}, {}",
+                first_line(Command::new("iptables-legacy").arg("--version")),
+                first_line(Command::new("nft").arg("--version"))
+            ),
+        }
+    }
+}
+
+struct Results {
+    env: Environment,
+    plan: Plan,
+    latency: Result<Vec<OpLatency>, String>,
+    table: Result<BigTable, String>,
+    xt: Result<XtCost, String>,
+    idle: Result<Idle, String>,
+    rss: Result<Rss, String>,
+    notes: Vec<String>,
+}
+
+/// One line of the report: what, the figures, the aim.
+struct Row {
+    what: String,
+    figures: String,
+    aim: &'static str,
+}
+
+fn row(what: impl Into<String>, figures: impl Into<String>, aim: &'static str) -> Row {
+    Row {
+        what: what.into(),
+        figures: figures.into(),
+        aim,
+    }
+}
+
+fn mib(kib: u64) -> String {
+    format!("{:.1} MiB", kib as f64 / 1024.0)
+}
+
+fn thousands(n: u64) -> String {
+    let digits = n.to_string().into_bytes();
+    let groups: Vec<&[u8]> = digits.rchunks(3).rev().collect();
+    groups
+        .iter()
+        .map(|g| String::from_utf8_lossy(g))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+impl Results {
+    fn all_ok(&self) -> bool {
+        self.latency.is_ok()
+            && self.table.is_ok()
+            && self.xt.is_ok()
+            && self.idle.is_ok()
+            && self.rss.is_ok()
+    }
+
+    fn rows(&self) -> Vec<Row> {
+        let failed = |e: &String| format!("NOT MEASURED: {e}");
+        let mut rows = Vec::new();
+        match &self.latency {
+            Ok(ops) => {
+                for o in ops {
+                    let what = format!("1. latency, {} {}", o.backend, o.op);
+                    let aim = if o.op == "chain_create" {
+                        "p99 < 5 ms"
+                    } else {
+                        ""
+                    };
+                    let mut f = match &o.dist {
+                        Some(d) => format!(
+                            "n={} min {:.2} / median {:.2} / p99 {:.2} / max {:.2} ms",
+                            d.n, d.min, d.median, d.p99, d.max
+                        ),
+                        None => "no change reported".into(),
+                    };
+                    let _ = write!(f, " (command itself: median {:.1} ms)", o.command_ms);
+                    if !o.missed.is_empty() {
+                        let _ = write!(f, "; MISSED {}: {}", o.missed.len(), o.missed.join(", "));
+                    }
+                    rows.push(row(what, f, aim));
+                }
+            }
+            Err(e) => rows.push(row("1. event latency", failed(e), "p99 < 5 ms")),
+        }
+        match (&self.table, &self.xt) {
+            (Ok(t), Ok(x)) => {
+                rows.push(row(
+                    "2. table",
+                    format!(
+                        "filter: {} rules, {} user chains ({} KiB saved; restore took {:.0} ms); \
+                         bench-xt saw {} rules, {} chains",
+                        thousands(t.rules as u64),
+                        thousands(t.user_chains as u64),
+                        t.save_bytes / 1024,
+                        t.restore_ms,
+                        thousands(x.rules),
+                        thousands(x.chains)
+                    ),
+                    "",
+                ));
+                rows.push(row(
+                    "2. observer read + diff",
+                    format!(
+                        "read {:.2} + diff {:.2} = {:.2} ms (median of {} rounds; last diff found {} changes)",
+                        x.read_ms,
+                        x.diff_ms,
+                        x.read_ms + x.diff_ms,
+                        x.rounds,
+                        x.changes
+                    ),
+                    "",
+                ));
+                rows.push(row(
+                    "2. iptables-legacy-save -t filter",
+                    format!(
+                        "{:.2} ms (median of {}, min {:.2}); `ip netns exec NS true`: {:.2} ms",
+                        x.save_ms, x.runs, x.save_min_ms, x.true_ms
+                    ),
+                    "",
+                ));
+                rows.push(row(
+                    "2. ratio (read+diff) / save",
+                    format!("{:.3}", x.ratio()),
+                    "< 0.5",
+                ));
+                rows.push(row(
+                    "2. ratio (read+diff) / (save - exec true)",
+                    format!("{:.3}", x.strict_ratio()),
+                    "< 0.5",
+                ));
+            }
+            (Ok(_), Err(e)) | (Err(e), _) => {
+                rows.push(row(
+                    "2. x_tables read+diff vs save",
+                    failed(e),
+                    "ratio < 0.5",
+                ));
+            }
+        }
+        match &self.idle {
+            Ok(i) => {
+                rows.push(row(
+                    "3. idle context switches",
+                    format!(
+                        "{} voluntary + {} involuntary in {:.1} s = {:.2}/s ({}→{} threads; {} lines printed)",
+                        i.voluntary,
+                        i.involuntary,
+                        i.window_s,
+                        (i.voluntary + i.involuntary) as f64 / i.window_s,
+                        i.threads.0,
+                        i.threads.1,
+                        i.lines
+                    ),
+                    "0 timer wake-ups",
+                ));
+                let mut f = format!(
+                    "{:.2} ms/s (utime+stime, {} ms resolution)",
+                    i.cpu_ms / i.window_s,
+                    1000 / USER_HZ
+                );
+                if let Some(r) = i.run_ms {
+                    let _ = write!(f, "; {:.3} ms/s on CPU (schedstat)", r / i.window_s);
+                }
+                rows.push(row("3. idle CPU", f, ""));
+            }
+            Err(e) => rows.push(row(
+                "3. idle CPU and wake-ups",
+                failed(e),
+                "0 timer wake-ups",
+            )),
+        }
+        match &self.rss {
+            Ok(r) => {
+                rows.push(row(
+                    "4. RSS on the big table",
+                    format!(
+                        "VmRSS {} after one change (VmHWM {}; {} at the ready line)",
+                        mib(r.rss_kib),
+                        mib(r.hwm_kib),
+                        mib(r.ready_kib)
+                    ),
+                    "< 64 MiB",
+                ));
+                rows.push(row(
+                    "4. latency of that change",
+                    format!(
+                        "{:.1} ms after the writer exited (iptables-legacy -N itself: {:.0} ms); {} line(s) for it",
+                        r.latency_ms, r.command_ms, r.lines
+                    ),
+                    "",
+                ));
+            }
+            Err(e) => rows.push(row("4. RSS on the big table", failed(e), "< 64 MiB")),
+        }
+        rows
+    }
+
+    fn header(&self) -> Vec<(&'static str, String)> {
+        let e = &self.env;
+        let mut h = vec![
+            ("date", e.date.clone()),
+            ("kernel", e.kernel.clone()),
+            ("CPUs", e.cpus.clone()),
+            ("command", e.command.clone()),
+            ("observer", e.revision.clone()),
+            ("tools", e.tools.clone()),
+        ];
+        h.push((
+            "plan",
+            format!(
+                "{} changes per backend and op, {} save runs, {} bench-xt rounds, {} s idle{}",
+                self.plan.events,
+                self.plan.save_runs,
+                self.plan.rounds,
+                self.plan.idle.as_secs(),
+                if self.plan.quick { " (--quick)" } else { "" }
+            ),
+        ));
+        h
+    }
+
+    fn text(&self) -> String {
+        let mut out = String::from("\nobserver benchmark\n");
+        for (k, v) in self.header() {
+            let _ = writeln!(out, "  {k:<9} {v}");
+        }
+        let rows = self.rows();
+        let w = rows.iter().map(|r| r.what.len()).max().unwrap_or(0);
+        out.push('\n');
+        for r in &rows {
+            let aim = if r.aim.is_empty() {
+                String::new()
+            } else {
+                format!("   [aim: {}]", r.aim)
+            };
+            let figures = r.figures.replace('\n', &format!("\n  {:w$}    ", ""));
+            let _ = writeln!(out, "  {:<w$}  {figures}{aim}", r.what);
+        }
+        for n in &self.notes {
+            let _ = writeln!(out, "  note: {n}");
+        }
+        out
+    }
+
+    fn markdown(&self) -> String {
+        let cell = |s: &str| {
+            let one_line = s.split('\n').map(str::trim).collect::<Vec<_>>().join(" / ");
+            let mut c = one_line.replace('|', "\\|");
+            if c.chars().count() > 600 {
+                c = c.chars().take(600).collect::<String>() + " ...";
+            }
+            c
+        };
+        let mut md = String::new();
+        let _ = writeln!(md, "{START}");
+        md.push_str("<!-- Generated by `cargo xtask bench`: edits between these markers are overwritten. -->\n\n");
+        md.push_str("## Latest run\n\n");
+        for (k, v) in self.header() {
+            let v = if k == "command" { format!("`{v}`") } else { v };
+            let _ = writeln!(md, "- {k}: {v}");
+        }
+        md.push_str("\n| figure | measured | aim |\n| --- | --- | --- |\n");
+        for r in self.rows() {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} |",
+                cell(&r.what),
+                cell(&r.figures),
+                r.aim
+            );
+        }
+        if !self.notes.is_empty() {
+            md.push('\n');
+            for n in &self.notes {
+                let _ = writeln!(md, "- note: {}", cell(n));
+            }
+        }
+        let _ = writeln!(md, "{END}");
+        md
+    }
+}
+
+/// Replaces the text between the markers (inclusive) with `section`, or appends it.
+fn write_section(path: &Path, section: &str) -> Result<()> {
+    let old = fs::read_to_string(path).unwrap_or_default();
+    let new = match (old.find(START), old.find(END)) {
+        (Some(s), Some(e)) if s < e => {
+            let rest = &old[e + END.len()..];
+            let rest = rest.strip_prefix('\n').unwrap_or(rest);
+            format!("{}{section}{rest}", &old[..s])
+        }
+        _ => {
+            let mut o = if old.trim().is_empty() {
+                "# Benchmarks\n".to_owned()
+            } else {
+                old
+            };
+            if !o.ends_with('\n') {
+                o.push('\n');
+            }
+            o.push('\n');
+            o + section
+        }
+    };
+    fs::write(path, new).with_context(|| format!("writing {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn p99_is_nearest_rank() {
+        let v: Vec<f64> = (1..=200).map(f64::from).collect();
+        let d = Dist::of(&v).unwrap();
+        assert_eq!((d.min, d.p99, d.max), (1.0, 198.0, 200.0));
+        assert_eq!(d.median, 100.5);
+        let d = Dist::of(&[3.0, -1.0, 2.0]).unwrap();
+        assert_eq!((d.min, d.median, d.p99, d.max), (-1.0, 2.0, 3.0, 3.0));
+        assert!(Dist::of(&[]).is_none());
+    }
+
+    #[test]
+    fn big_table_has_the_promised_shape() {
+        let t = kube_like_table();
+        let rules = t.lines().filter(|l| l.starts_with("-A ")).count();
+        let user_chains = t
+            .lines()
+            .filter(|l| l.starts_with(':') && l.ends_with(" - [0:0]"))
+            .count();
+        assert_eq!(rules, BIG_CHAINS * RULES_PER_CHAIN + 3);
+        assert_eq!(user_chains, BIG_CHAINS);
+        let names: std::collections::HashSet<&str> = t
+            .lines()
+            .filter_map(|l| l.strip_prefix(':')?.split(' ').next())
+            .collect();
+        assert_eq!(names.len(), BIG_CHAINS + 3, "chain names collide");
+        // Every user chain has exactly RULES_PER_CHAIN rules, and every jump target exists.
+        let chains: std::collections::HashSet<&str> = t
+            .lines()
+            .filter_map(|l| l.strip_prefix(':'))
+            .filter_map(|l| l.split(' ').next())
+            .collect();
+        for l in t.lines().filter(|l| l.starts_with("-A ")) {
+            let target = l.rsplit_once(" -j ").unwrap().1.split(' ').next().unwrap();
+            if target.starts_with("KUBE-") {
+                assert!(chains.contains(target), "{l}");
+            }
+        }
+        assert!(t.contains("--probability 0.5"));
+    }
+
+    #[test]
+    fn section_is_replaced_between_markers() -> Result<()> {
+        let dir = env::temp_dir().join(format!("obs-bench-test-{}", process::id()));
+        fs::create_dir_all(&dir)?;
+        let p = dir.join("B.md");
+        fs::write(&p, format!("intro\n\n{START}\nold\n{END}\nafter\n"))?;
+        write_section(&p, &format!("{START}\nnew\n{END}\n"))?;
+        assert_eq!(
+            fs::read_to_string(&p)?,
+            format!("intro\n\n{START}\nnew\n{END}\nafter\n")
+        );
+        fs::write(&p, "intro\n")?;
+        write_section(&p, &format!("{START}\nnew\n{END}\n"))?;
+        assert_eq!(
+            fs::read_to_string(&p)?,
+            format!("intro\n\n{START}\nnew\n{END}\n")
+        );
+        fs::remove_dir_all(&dir)?;
+        Ok(())
+    }
+
+    #[test]
+    fn thousands_separators() {
+        assert_eq!(thousands(20_003), "20,003");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1_000_000), "1,000,000");
+    }
+}
