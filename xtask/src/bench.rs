@@ -14,6 +14,7 @@
 //! touched: every iptables/nft command runs under `ip netns exec`.
 
 use std::{
+    collections::BTreeMap,
     env,
     fmt::Write as _,
     fs,
@@ -942,14 +943,20 @@ fn xt_cost(bin: &Path, ns: &Netns, table: &BigTable, plan: &Plan) -> Result<XtCo
 // ---------------------------------------------------------------------------------------------
 // 3. Idle CPU and wake-ups
 
-struct Sample {
-    threads: usize,
+/// One thread of observer, from /proc/PID/task/TID.
+#[derive(Clone)]
+struct ThreadSample {
+    name: String,
     voluntary: u64,
     involuntary: u64,
-    /// utime + stime of the whole process, in clock ticks.
-    ticks: u64,
-    /// Sum of the threads' on-CPU time from /proc/PID/task/TID/schedstat, when the kernel has it.
+    /// On-CPU time from schedstat, when the kernel has it.
     run_ns: Option<u64>,
+}
+
+struct Sample {
+    /// utime + stime of the whole process (exited threads included), in clock ticks.
+    ticks: u64,
+    threads: BTreeMap<u32, ThreadSample>,
 }
 
 /// Linux's USER_HZ, the unit of utime and stime in /proc/PID/stat (100 on every architecture
@@ -969,44 +976,46 @@ fn sample(pid: u32) -> Result<Sample> {
             .with_context(|| format!("/proc/{pid}/stat has no field {n}: {stat}"))
     };
     let ticks = field(14)? + field(15)?;
-    let mut s = Sample {
-        threads: 0,
-        voluntary: 0,
-        involuntary: 0,
-        ticks,
-        run_ns: Some(0),
-    };
+    let mut threads = BTreeMap::new();
     for task in fs::read_dir(format!("/proc/{pid}/task"))? {
-        let dir = task?.path();
+        let task = task?;
+        let Some(tid) = task
+            .file_name()
+            .to_str()
+            .and_then(|t| t.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let dir = task.path();
         // A thread may exit between read_dir and reading it.
         let Ok(status) = fs::read_to_string(dir.join("status")) else {
             continue;
         };
-        s.threads += 1;
-        for line in status.lines() {
-            let count = |prefix: &str| {
-                line.strip_prefix(prefix)
-                    .and_then(|v| v.trim().parse::<u64>().ok())
-            };
-            if let Some(n) = count("voluntary_ctxt_switches:") {
-                s.voluntary += n;
-            } else if let Some(n) = count("nonvoluntary_ctxt_switches:") {
-                s.involuntary += n;
-            }
-        }
-        let run = fs::read_to_string(dir.join("schedstat"))
-            .ok()
-            .and_then(|t| {
-                t.split_whitespace()
-                    .next()
-                    .and_then(|f| f.parse::<u64>().ok())
-            });
-        s.run_ns = match (s.run_ns, run) {
-            (Some(a), Some(b)) => Some(a + b),
-            _ => None,
+        let count = |prefix: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(prefix))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(0)
         };
+        let name = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Name:"))
+            .map_or_else(|| tid.to_string(), |n| n.trim().to_owned());
+        let run_ns = fs::read_to_string(dir.join("schedstat"))
+            .ok()
+            .and_then(|t| t.split_whitespace().next().and_then(|f| f.parse().ok()));
+        threads.insert(
+            tid,
+            ThreadSample {
+                name,
+                voluntary: count("voluntary_ctxt_switches:"),
+                involuntary: count("nonvoluntary_ctxt_switches:"),
+                run_ns,
+            },
+        );
     }
-    Ok(s)
+    Ok(Sample { ticks, threads })
 }
 
 struct Idle {
@@ -1016,6 +1025,11 @@ struct Idle {
     involuntary: u64,
     cpu_ms: f64,
     run_ms: Option<f64>,
+    /// Threads that switched during the window: "name×count".
+    woke: Vec<String>,
+    /// Threads that exited during the window (their switches after the first sample are lost:
+    /// the counts are then lower bounds).
+    exited: Vec<String>,
     /// Lines observer printed during the window (nothing changed in its namespace: 0 expected).
     lines: usize,
 }
@@ -1032,16 +1046,39 @@ fn idle(bin: &Path, ns: &Netns, window: Duration, notes: &mut Vec<String>) -> Re
     let window_s = start.elapsed().as_secs_f64();
     let lines = obs.drain().len();
     obs.finish("idle", notes);
+
+    // Per thread: a thread born in the window counts from zero.
+    let (mut voluntary, mut involuntary, mut run_ns, mut woke) = (0, 0, Some(0u64), Vec::new());
+    for (tid, t) in &b.threads {
+        let before = a.threads.get(tid);
+        let v = t.voluntary - before.map_or(0, |x| x.voluntary.min(t.voluntary));
+        let i = t.involuntary - before.map_or(0, |x| x.involuntary.min(t.involuntary));
+        voluntary += v;
+        involuntary += i;
+        if v + i > 0 {
+            woke.push(format!("{}×{}", t.name, v + i));
+        }
+        let was = before.map_or(Some(0), |x| x.run_ns);
+        run_ns = match (run_ns, t.run_ns, was) {
+            (Some(sum), Some(now), Some(was)) => Some(sum + now.saturating_sub(was)),
+            _ => None,
+        };
+    }
+    let exited = a
+        .threads
+        .iter()
+        .filter(|(tid, _)| !b.threads.contains_key(tid))
+        .map(|(tid, t)| format!("{} ({tid})", t.name))
+        .collect();
     Ok(Idle {
         window_s,
-        threads: (a.threads, b.threads),
-        voluntary: b.voluntary.saturating_sub(a.voluntary),
-        involuntary: b.involuntary.saturating_sub(a.involuntary),
+        threads: (a.threads.len(), b.threads.len()),
+        voluntary,
+        involuntary,
         cpu_ms: (b.ticks.saturating_sub(a.ticks) * 1000 / USER_HZ) as f64,
-        run_ms: a
-            .run_ns
-            .zip(b.run_ns)
-            .map(|(a, b)| b.saturating_sub(a) as f64 / 1e6),
+        run_ms: run_ns.map(|n| n as f64 / 1e6),
+        woke,
+        exited,
         lines,
     })
 }
@@ -1302,20 +1339,28 @@ impl Results {
         }
         match &self.idle {
             Ok(i) => {
-                rows.push(row(
-                    "3. idle context switches",
-                    format!(
-                        "{} voluntary + {} involuntary in {:.1} s = {:.2}/s ({}→{} threads; {} lines printed)",
-                        i.voluntary,
-                        i.involuntary,
-                        i.window_s,
-                        (i.voluntary + i.involuntary) as f64 / i.window_s,
-                        i.threads.0,
-                        i.threads.1,
-                        i.lines
-                    ),
-                    "0 timer wake-ups",
-                ));
+                let mut f = format!(
+                    "{} voluntary + {} involuntary in {:.1} s = {:.2}/s ({} lines printed; \
+                     threads {}→{})",
+                    i.voluntary,
+                    i.involuntary,
+                    i.window_s,
+                    (i.voluntary + i.involuntary) as f64 / i.window_s,
+                    i.lines,
+                    i.threads.0,
+                    i.threads.1,
+                );
+                if !i.woke.is_empty() {
+                    let _ = write!(f, "; woke: {}", i.woke.join(", "));
+                }
+                if !i.exited.is_empty() {
+                    let _ = write!(
+                        f,
+                        "; exited during the window (so a wake-up at least, not counted): {}",
+                        i.exited.join(", ")
+                    );
+                }
+                rows.push(row("3. idle context switches", f, "0 timer wake-ups"));
                 let mut f = format!(
                     "{:.2} ms/s (utime+stime, {} ms resolution)",
                     i.cpu_ms / i.window_s,
