@@ -1,0 +1,422 @@
+//! Names and datatypes of what an expression loads into a register: payload header fields
+//! (by base, offset and length, in the protocol context the rule has established), meta keys
+//! and conntrack keys, as `nft list ruleset` names them.
+
+use super::values::{Order, Ty};
+
+/// A protocol layer whose protocol a rule can pin with a "dependency" match
+/// (`meta nfproto ipv4`, `meta l4proto tcp`...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Layer {
+    /// Network layer; the value is an NFPROTO (2 ipv4, 10 ipv6, 3 arp).
+    L3,
+    /// Transport layer; the value is an IP protocol number.
+    L4,
+}
+
+/// How to print what a register holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Field {
+    pub text: String,
+    pub ty: Ty,
+    pub order: Order,
+    /// The field's full width in bytes; a shorter load of an address is a prefix match.
+    pub full_len: usize,
+    /// This field names the protocol of a layer (`meta l4proto`, `ip protocol`, `ether type`).
+    pub key_of: Option<Layer>,
+    /// This field only makes sense once the layer's protocol is pinned to this value.
+    pub needs: Option<(Layer, u32)>,
+}
+
+impl Field {
+    fn new(text: impl Into<String>, ty: Ty, order: Order, full_len: usize) -> Field {
+        Field {
+            text: text.into(),
+            ty,
+            order,
+            full_len,
+            key_of: None,
+            needs: None,
+        }
+    }
+
+    fn key(mut self, layer: Layer) -> Field {
+        self.key_of = Some(layer);
+        self
+    }
+
+    pub(crate) fn opaque(text: impl Into<String>) -> Field {
+        Field::new(text, Ty::Other, Order::Big, 0)
+    }
+}
+
+pub(crate) const NFPROTO_INET: u8 = 1;
+pub(crate) const NFPROTO_IPV4: u8 = 2;
+pub(crate) const NFPROTO_ARP: u8 = 3;
+pub(crate) const NFPROTO_IPV6: u8 = 10;
+
+/// A payload field. `l3` and `l4` are the protocols the rule has pinned so far (or that the
+/// table family implies for `l3`).
+pub(crate) fn payload(base: u32, offset: u32, len: u32, l3: Option<u32>, l4: Option<u32>) -> Field {
+    let raw = |tag: &str| {
+        Field::new(
+            format!("@{tag},{},{}", u64::from(offset) * 8, u64::from(len) * 8),
+            if len <= 8 { Ty::Integer } else { Ty::Hex },
+            Order::Big,
+            len as usize,
+        )
+    };
+    let (o, l) = (offset, len);
+    match base {
+        0 => match (o, l) {
+            (0, 6) => Field::new("ether daddr", Ty::EtherAddr, Order::Big, 6),
+            (6, 6) => Field::new("ether saddr", Ty::EtherAddr, Order::Big, 6),
+            (12, 2) => Field::new("ether type", Ty::EtherType, Order::Big, 2).key(Layer::L3),
+            _ => raw("ll"),
+        },
+        1 => {
+            let f = match l3 {
+                Some(2) => ipv4_field(o, l),
+                Some(10) => ipv6_field(o, l),
+                Some(3) => arp_field(o, l),
+                _ => None,
+            };
+            match f {
+                Some(mut f) => {
+                    f.needs = l3.map(|p| (Layer::L3, p));
+                    f
+                }
+                None => raw("nh"),
+            }
+        }
+        2 => {
+            let Some(p) = l4 else {
+                return match (o, l) {
+                    (0, 2) => Field::new("th sport", Ty::Port, Order::Big, 2),
+                    (2, 2) => Field::new("th dport", Ty::Port, Order::Big, 2),
+                    _ => raw("th"),
+                };
+            };
+            match transport_field(p, o, l) {
+                Some(mut f) => {
+                    f.needs = Some((Layer::L4, p));
+                    f
+                }
+                None => raw("th"),
+            }
+        }
+        3 => raw("ih"),
+        _ => Field::opaque(format!("payload base {base} offset {o} len {l}")),
+    }
+}
+
+/// Split a load that nft merged from several adjacent header fields (`tcp sport 1 tcp dport 2`
+/// is one 4-byte compare) back into its fields: `(field, offset in the load, length)`.
+pub(crate) fn expand(
+    base: u32,
+    offset: u32,
+    len: u32,
+    l3: Option<u32>,
+    l4: Option<u32>,
+) -> Option<Vec<(Field, usize, usize)>> {
+    // nft merges loads only within one 16-byte register.
+    if len > 16 {
+        return None;
+    }
+    let mut out = Vec::new();
+    let mut cur = 0;
+    while cur < len {
+        let found = (1..=len - cur).rev().find_map(|l| {
+            let f = payload(base, offset + cur, l, l3, l4);
+            (!f.text.starts_with('@') && f.full_len == l as usize).then_some((f, l))
+        });
+        let (f, l) = found?;
+        out.push((f, cur as usize, l as usize));
+        cur += l;
+    }
+    (out.len() > 1).then_some(out)
+}
+
+fn ipv4_field(o: u32, l: u32) -> Option<Field> {
+    let f = |name: &str, ty, full| Field::new(format!("ip {name}"), ty, Order::Big, full);
+    Some(match (o, l) {
+        (2, 2) => f("length", Ty::Integer, 2),
+        (4, 2) => f("id", Ty::Integer, 2),
+        (6, 2) => f("frag-off", Ty::Integer, 2),
+        (8, 1) => f("ttl", Ty::Integer, 1),
+        (9, 1) => f("protocol", Ty::InetProto, 1).key(Layer::L4),
+        (10, 2) => f("checksum", Ty::Integer, 2),
+        (12, 1..=4) => f("saddr", Ty::Ipv4, 4),
+        (16, 1..=4) => f("daddr", Ty::Ipv4, 4),
+        _ => return None,
+    })
+}
+
+fn ipv6_field(o: u32, l: u32) -> Option<Field> {
+    let f = |name: &str, ty, full| Field::new(format!("ip6 {name}"), ty, Order::Big, full);
+    Some(match (o, l) {
+        (4, 2) => f("length", Ty::Integer, 2),
+        (6, 1) => f("nexthdr", Ty::InetProto, 1).key(Layer::L4),
+        (7, 1) => f("hoplimit", Ty::Integer, 1),
+        (8, 1..=16) => f("saddr", Ty::Ipv6, 16),
+        (24, 1..=16) => f("daddr", Ty::Ipv6, 16),
+        _ => return None,
+    })
+}
+
+fn arp_field(o: u32, l: u32) -> Option<Field> {
+    let f = |name: &str, ty, full| Field::new(format!("arp {name}"), ty, Order::Big, full);
+    Some(match (o, l) {
+        (0, 2) => f("htype", Ty::Integer, 2),
+        (2, 2) => f("ptype", Ty::EtherType, 2),
+        (4, 1) => f("hlen", Ty::Integer, 1),
+        (5, 1) => f("plen", Ty::Integer, 1),
+        (6, 2) => f("operation", Ty::ArpOp, 2),
+        (8, 6) => f("saddr ether", Ty::EtherAddr, 6),
+        (14, 4) => f("saddr ip", Ty::Ipv4, 4),
+        (18, 6) => f("daddr ether", Ty::EtherAddr, 6),
+        (24, 4) => f("daddr ip", Ty::Ipv4, 4),
+        _ => return None,
+    })
+}
+
+fn transport_field(proto: u32, o: u32, l: u32) -> Option<Field> {
+    let (name, fields): (&str, &[(u32, u32, &str, Ty)]) = match proto {
+        6 => (
+            "tcp",
+            &[
+                (0, 2, "sport", Ty::Port),
+                (2, 2, "dport", Ty::Port),
+                (4, 4, "sequence", Ty::Integer),
+                (8, 4, "ackseq", Ty::Integer),
+                (13, 1, "flags", Ty::TcpFlags),
+                (14, 2, "window", Ty::Integer),
+                (16, 2, "checksum", Ty::Integer),
+                (18, 2, "urgptr", Ty::Integer),
+            ],
+        ),
+        17 | 136 => (
+            if proto == 17 { "udp" } else { "udplite" },
+            &[
+                (0, 2, "sport", Ty::Port),
+                (2, 2, "dport", Ty::Port),
+                (4, 2, "length", Ty::Integer),
+                (6, 2, "checksum", Ty::Integer),
+            ],
+        ),
+        132 => (
+            "sctp",
+            &[
+                (0, 2, "sport", Ty::Port),
+                (2, 2, "dport", Ty::Port),
+                (4, 4, "vtag", Ty::Integer),
+                (8, 4, "checksum", Ty::Integer),
+            ],
+        ),
+        33 => (
+            "dccp",
+            &[(0, 2, "sport", Ty::Port), (2, 2, "dport", Ty::Port)],
+        ),
+        1 => (
+            "icmp",
+            &[
+                (0, 1, "type", Ty::IcmpType),
+                (1, 1, "code", Ty::IcmpCode),
+                (2, 2, "checksum", Ty::Integer),
+                (4, 2, "id", Ty::Integer),
+                (6, 2, "sequence", Ty::Integer),
+                (4, 4, "gateway", Ty::Ipv4),
+            ],
+        ),
+        58 => (
+            "icmpv6",
+            &[
+                (0, 1, "type", Ty::Icmp6Type),
+                (1, 1, "code", Ty::Integer),
+                (2, 2, "checksum", Ty::Integer),
+                (4, 2, "id", Ty::Integer),
+                (6, 2, "sequence", Ty::Integer),
+                (4, 4, "mtu", Ty::Integer),
+            ],
+        ),
+        50 => (
+            "esp",
+            &[(0, 4, "spi", Ty::Integer), (4, 4, "sequence", Ty::Integer)],
+        ),
+        _ => return None,
+    };
+    fields
+        .iter()
+        .find(|(fo, fl, _, _)| *fo == o && *fl == l)
+        .map(|(_, fl, field, ty)| {
+            Field::new(format!("{name} {field}"), *ty, Order::Big, *fl as usize)
+        })
+}
+
+/// A meta key (enum nft_meta_keys).
+pub(crate) fn meta(key: u32) -> Field {
+    let host = |text: &str, ty| Field::new(text, ty, Order::Host, 4);
+    match key {
+        0 => host("meta length", Ty::Integer),
+        1 => Field::new("meta protocol", Ty::EtherType, Order::Big, 2).key(Layer::L3),
+        2 => host("meta priority", Ty::TcHandle),
+        3 => host("meta mark", Ty::Mark),
+        4 => host("iif", Ty::Ifindex),
+        5 => host("oif", Ty::Ifindex),
+        6 => Field::new("iifname", Ty::Ifname, Order::Big, 16),
+        7 => Field::new("oifname", Ty::Ifname, Order::Big, 16),
+        8 => host("iiftype", Ty::Integer),
+        9 => host("oiftype", Ty::Integer),
+        10 => host("meta skuid", Ty::Integer),
+        11 => host("meta skgid", Ty::Integer),
+        12 => host("meta nftrace", Ty::Integer),
+        13 => host("meta rtclassid", Ty::Integer),
+        14 => host("meta secmark", Ty::Integer),
+        15 => Field::new("meta nfproto", Ty::NfProto, Order::Host, 1).key(Layer::L3),
+        16 => Field::new("meta l4proto", Ty::InetProto, Order::Host, 1).key(Layer::L4),
+        17 => Field::new("meta ibrname", Ty::Ifname, Order::Big, 16),
+        18 => Field::new("meta obrname", Ty::Ifname, Order::Big, 16),
+        19 => Field::new("meta pkttype", Ty::PktType, Order::Host, 1),
+        20 => host("meta cpu", Ty::Integer),
+        21 => host("iifgroup", Ty::Integer),
+        22 => host("oifgroup", Ty::Integer),
+        23 => host("meta cgroup", Ty::Integer),
+        24 => Field::new("meta random", Ty::Integer, Order::Big, 4),
+        25 => Field::new("meta ipsec", Ty::Boolean, Order::Host, 1),
+        26 => Field::new("meta iifkind", Ty::Ifname, Order::Big, 16),
+        27 => Field::new("meta oifkind", Ty::Ifname, Order::Big, 16),
+        28 => host("meta ibrpvid", Ty::Integer),
+        29 => host("meta ibrvproto", Ty::EtherType),
+        30 => host("meta time", Ty::Integer),
+        31 => host("meta day", Ty::Integer),
+        32 => host("meta hour", Ty::Integer),
+        33 => host("meta sdif", Ty::Ifindex),
+        34 => Field::new("meta sdifname", Ty::Ifname, Order::Big, 16),
+        35 => host("meta broute", Ty::Integer),
+        _ => Field::opaque(format!("meta key {key}")),
+    }
+}
+
+/// A conntrack key (enum nft_ct_keys), with its direction when the expression has one.
+pub(crate) fn ct(key: u32, dir: Option<u8>) -> Field {
+    let d = match dir {
+        Some(0) => "original ",
+        Some(1) => "reply ",
+        _ => "",
+    };
+    let host = |name: &str, ty| Field::new(format!("ct {d}{name}"), ty, Order::Host, 4);
+    let big = |name: &str, ty, len| Field::new(format!("ct {d}{name}"), ty, Order::Big, len);
+    match key {
+        0 => host("state", Ty::CtState),
+        1 => Field::new(format!("ct {d}direction"), Ty::CtDir, Order::Host, 1),
+        2 => host("status", Ty::CtStatus),
+        3 => host("mark", Ty::Mark),
+        4 => host("secmark", Ty::Integer),
+        5 => host("expiration", Ty::Integer),
+        6 => big("helper", Ty::Ifname, 16),
+        7 => Field::new(format!("ct {d}l3proto"), Ty::NfProto, Order::Host, 1),
+        8 => big("saddr", Ty::Ipv4, 4),
+        9 => big("daddr", Ty::Ipv4, 4),
+        10 => Field::new(format!("ct {d}protocol"), Ty::InetProto, Order::Host, 1),
+        11 => big("proto-src", Ty::Port, 2),
+        12 => big("proto-dst", Ty::Port, 2),
+        13 => big("label", Ty::Hex, 16),
+        14 => Field::new(format!("ct {d}packets"), Ty::Integer, Order::Host, 8),
+        15 => Field::new(format!("ct {d}bytes"), Ty::Integer, Order::Host, 8),
+        16 => Field::new(format!("ct {d}avgpkt"), Ty::Integer, Order::Host, 8),
+        17 => Field::new(format!("ct {d}zone"), Ty::Integer, Order::Host, 2),
+        18 => host("event", Ty::Integer),
+        19 => big("ip saddr", Ty::Ipv4, 4),
+        20 => big("ip daddr", Ty::Ipv4, 4),
+        21 => big("ip6 saddr", Ty::Ipv6, 16),
+        22 => big("ip6 daddr", Ty::Ipv6, 16),
+        23 => host("id", Ty::Integer),
+        _ => Field::opaque(format!("ct key {key}")),
+    }
+}
+
+/// The nft name of a chain's hook, for the chain's family.
+pub(crate) fn hook_name(family: u8, num: u32) -> String {
+    let name = match (family, num) {
+        (5, 0) => "ingress",
+        (5, 1) => "egress",
+        (3, 0) => "input",
+        (3, 1) => "output",
+        (_, 0) => "prerouting",
+        (_, 1) => "input",
+        (_, 2) => "forward",
+        (_, 3) => "output",
+        (_, 4) => "postrouting",
+        (_, 5) => "ingress",
+        _ => return num.to_string(),
+    };
+    name.into()
+}
+
+/// A chain priority as nft prints it: a standard name (`filter`, `srcnat - 5`) where the
+/// family and hook allow one, else the number.
+pub(crate) fn priority_text(family: u8, hook: u32, prio: i32) -> String {
+    const BRIDGE: u8 = 7;
+    let table: &[(&str, i32, Option<u32>)] = match family {
+        BRIDGE => &[
+            ("dstnat", -300, Some(0)),
+            ("filter", -200, None),
+            ("out", 100, Some(3)),
+            ("srcnat", 300, Some(4)),
+        ],
+        NFPROTO_ARP => &[("filter", 0, None)],
+        5 => &[("filter", 0, None)],
+        _ => &[
+            ("raw", -300, None),
+            ("mangle", -150, None),
+            ("dstnat", -100, Some(0)),
+            ("filter", 0, None),
+            ("security", 50, None),
+            ("srcnat", 100, Some(4)),
+        ],
+    };
+    for (name, base, only_hook) in table {
+        if only_hook.is_some_and(|h| h != hook) {
+            continue;
+        }
+        let delta = i64::from(prio) - i64::from(*base);
+        if delta == 0 {
+            return (*name).to_string();
+        }
+        if delta.abs() <= 10 {
+            let sign = if delta > 0 { '+' } else { '-' };
+            return format!("{name} {sign} {}", delta.abs());
+        }
+    }
+    prio.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payload_fields_follow_the_protocol_context() {
+        assert_eq!(payload(2, 2, 2, Some(2), Some(6)).text, "tcp dport");
+        assert_eq!(payload(2, 2, 2, Some(2), None).text, "th dport");
+        assert_eq!(
+            payload(2, 2, 2, Some(2), Some(17)).needs,
+            Some((Layer::L4, 17))
+        );
+        assert_eq!(payload(1, 12, 1, Some(2), None).text, "ip saddr");
+        assert_eq!(payload(1, 12, 4, None, None).text, "@nh,96,32");
+        assert_eq!(payload(1, 9, 1, Some(2), None).key_of, Some(Layer::L4));
+    }
+
+    #[test]
+    fn priorities_use_standard_names() {
+        assert_eq!(priority_text(2, 1, 0), "filter");
+        assert_eq!(priority_text(1, 2, -5), "filter - 5");
+        assert_eq!(priority_text(2, 4, 100), "srcnat");
+        assert_eq!(priority_text(2, 0, -100), "dstnat");
+        assert_eq!(priority_text(2, 1, 100), "100");
+        assert_eq!(priority_text(2, 1, 60), "security + 10");
+        assert_eq!(priority_text(7, 2, 0), "0");
+        assert_eq!(priority_text(5, 0, -500), "-500");
+    }
+}

@@ -1,0 +1,374 @@
+//! The nf_tables ruleset of one network namespace, and the transactions that change it.
+//!
+//! [`NftState`] mirrors the kernel: tables → chains (hook, priority, policy, type) → ordered
+//! rules (handle, rendered text, fingerprint), and sets with their elements (anonymous sets,
+//! which belong to a rule, let rules print `{ 22, 80 }`; named sets' elements let a transaction
+//! report only the elements it really added or removed).
+//! It is built from a dump ([`NftState::from_dump`]) and kept up to date by
+//! [`super::generation::GenerationBuilder`].
+
+use std::collections::BTreeMap;
+
+use super::decode::{self, Chain, Element, Rule, Set, Table};
+use super::expr::{self, Fnv};
+use super::fields;
+use super::render::{self, SetSource};
+use super::socket::Dump;
+
+// The builder lived here first; callers may import it from either module.
+pub use super::generation::GenerationBuilder;
+
+/// Elements listed in one element change before the list is cut short.
+pub const ELEMENTS_SHOWN: usize = 32;
+
+/// One rule as the state keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleState {
+    pub handle: u64,
+    /// The rule in `nft list ruleset` syntax.
+    pub text: String,
+    /// Structural fingerprint (see `expr::fingerprint`).
+    pub fingerprint: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChainState {
+    pub chain: Chain,
+    pub rules: Vec<RuleState>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetState {
+    pub set: Set,
+    /// The elements in the kernel (an interval is a start and an end element).
+    pub elements: BTreeMap<ElemKey, Element>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableState {
+    pub table: Table,
+    pub chains: BTreeMap<String, ChainState>,
+    pub sets: BTreeMap<String, SetState>,
+}
+
+impl SetSource for TableState {
+    fn set_info(&self, name: &str) -> Option<(&Set, Vec<&Element>)> {
+        self.sets
+            .get(name)
+            .map(|s| (&s.set, s.elements.values().collect()))
+    }
+}
+
+impl TableState {
+    pub(crate) fn new(table: Table) -> TableState {
+        TableState {
+            table,
+            chains: BTreeMap::new(),
+            sets: BTreeMap::new(),
+        }
+    }
+
+    /// A digest of an anonymous set's contents, for rule fingerprints.
+    fn anon_digest(&self, name: &str) -> Option<u64> {
+        let s = self.sets.get(name)?;
+        if !s.set.is_anonymous() {
+            return None;
+        }
+        let mut h = Fnv::new();
+        for e in s.elements.values() {
+            h.field(&e.key)
+                .field(e.key_end.as_deref().unwrap_or(&[]))
+                .field(&e.flags.to_le_bytes());
+            if let Some(d) = &e.data {
+                h.field(format!("{d:?}").as_bytes());
+            }
+        }
+        Some(h.finish())
+    }
+
+    pub(crate) fn rule_state(&self, rule: &Rule) -> RuleState {
+        RuleState {
+            handle: rule.handle,
+            text: render::rule(rule, self),
+            fingerprint: expr::fingerprint(&rule.exprs, &|n| self.anon_digest(n)),
+        }
+    }
+}
+
+pub(crate) type TableKey = (u8, String);
+pub(crate) type ChainKey = (u8, String, String);
+
+/// The ruleset of one namespace.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NftState {
+    /// The generation this state shows.
+    pub gen_id: u32,
+    pub tables: BTreeMap<TableKey, TableState>,
+}
+
+impl NftState {
+    /// The state a dump shows.
+    pub fn from_dump(dump: &Dump) -> NftState {
+        let mut st = NftState {
+            gen_id: dump.gen_id,
+            tables: BTreeMap::new(),
+        };
+        for t in &dump.tables {
+            st.tables
+                .insert((t.family, t.name.clone()), TableState::new(t.clone()));
+        }
+        for c in &dump.chains {
+            st.table_mut(c.family, &c.table).chains.insert(
+                c.name.clone(),
+                ChainState {
+                    chain: c.clone(),
+                    rules: Vec::new(),
+                },
+            );
+        }
+        for s in &dump.sets {
+            st.table_mut(s.family, &s.table).sets.insert(
+                s.name.clone(),
+                SetState {
+                    set: s.clone(),
+                    elements: BTreeMap::new(),
+                },
+            );
+        }
+        for e in &dump.elements {
+            if let Some(s) = st.table_mut(e.family, &e.table).sets.get_mut(&e.set) {
+                for el in &e.elements {
+                    s.elements.insert(elem_key(el), el.clone());
+                }
+            }
+        }
+        for r in &dump.rules {
+            let t = st.table_mut(r.family, &r.table);
+            let rs = t.rule_state(r);
+            chain_entry(t, r.family, &r.table, &r.chain).rules.push(rs);
+        }
+        st
+    }
+
+    pub fn table(&self, family: u8, name: &str) -> Option<&TableState> {
+        self.tables.get(&(family, name.to_string()))
+    }
+
+    pub fn chain(&self, family: u8, table: &str, chain: &str) -> Option<&ChainState> {
+        self.table(family, table)?.chains.get(chain)
+    }
+
+    pub(crate) fn table_mut(&mut self, family: u8, name: &str) -> &mut TableState {
+        self.tables
+            .entry((family, name.to_string()))
+            .or_insert_with(|| {
+                TableState::new(Table {
+                    family,
+                    name: name.to_string(),
+                    flags: 0,
+                    handle: None,
+                })
+            })
+    }
+}
+
+pub(crate) fn chain_entry<'t>(
+    t: &'t mut TableState,
+    family: u8,
+    table: &str,
+    name: &str,
+) -> &'t mut ChainState {
+    t.chains
+        .entry(name.to_string())
+        .or_insert_with(|| ChainState {
+            chain: Chain {
+                family,
+                table: table.to_string(),
+                name: name.to_string(),
+                handle: None,
+                hook: None,
+                policy: None,
+                kind: None,
+                flags: 0,
+                comment: None,
+            },
+            rules: Vec::new(),
+        })
+}
+
+/// Take what an update notification carries into the chain we know.
+pub(crate) fn merge_chain(old: &mut Chain, new: &Chain) {
+    if new.hook.is_some() {
+        old.hook = new.hook.clone();
+    }
+    if new.policy.is_some() {
+        old.policy = new.policy;
+    }
+    if new.kind.is_some() {
+        old.kind = new.kind.clone();
+    }
+    if new.handle.is_some() {
+        old.handle = new.handle;
+    }
+    old.flags = new.flags;
+    if new.comment.is_some() {
+        old.comment = new.comment.clone();
+    }
+}
+
+/// A base chain's header as nft prints it: `type filter hook input priority filter; policy
+/// accept`. None for regular chains.
+pub fn describe_chain(c: &Chain) -> Option<String> {
+    let hook = c.hook.as_ref()?;
+    let mut text = format!(
+        "type {} hook {}",
+        c.kind.as_deref().unwrap_or("filter"),
+        fields::hook_name(c.family, hook.num)
+    );
+    match hook.devices.as_slice() {
+        [] => {}
+        [one] => text = format!("{text} device \"{one}\""),
+        many => {
+            let list: Vec<String> = many.iter().map(|d| format!("\"{d}\"")).collect();
+            text = format!("{text} devices = {{ {} }}", list.join(", "));
+        }
+    }
+    text = format!(
+        "{text} priority {}",
+        fields::priority_text(c.family, hook.num, hook.priority)
+    );
+    let policy = match c.policy {
+        Some(p) if p == decode::NF_DROP as u32 => "drop",
+        _ => "accept",
+    };
+    Some(format!("{text}; policy {policy}"))
+}
+
+pub(crate) fn table_flags(flags: u32) -> String {
+    let mut names = Vec::new();
+    if flags & 1 != 0 {
+        names.push("dormant".to_string());
+    }
+    if flags & 2 != 0 {
+        names.push("owner".to_string());
+    }
+    if flags & !3 != 0 {
+        names.push(format!("0x{:x}", flags & !3));
+    }
+    if names.is_empty() {
+        "none".into()
+    } else {
+        names.join(",")
+    }
+}
+
+/// `type ipv4_addr . inet_service : verdict; flags interval` for a set.
+pub fn describe_set(s: &Set) -> String {
+    let key: Vec<&str> = concat_ids(s.key_type).into_iter().map(type_name).collect();
+    let mut text = format!("type {}", key.join(" . "));
+    if s.flags & decode::NFT_SET_MAP != 0 {
+        let data = match s.data_type {
+            Some(decode::NFT_DATA_VERDICT) => "verdict".to_string(),
+            Some(t) => concat_ids(t)
+                .into_iter()
+                .map(type_name)
+                .collect::<Vec<_>>()
+                .join(" . "),
+            None => "?".into(),
+        };
+        text = format!("{text} : {data}");
+    }
+    let mut flags = Vec::new();
+    for (bit, name) in [
+        (0x2, "constant"),
+        (0x4, "interval"),
+        (0x10, "timeout"),
+        (0x20, "dynamic"),
+    ] {
+        if s.flags & bit != 0 {
+            flags.push(name);
+        }
+    }
+    if s.flags & decode::NFT_SET_OBJECT != 0 {
+        flags.push("object");
+    }
+    if !flags.is_empty() {
+        text = format!("{text}; flags {}", flags.join(","));
+    }
+    text
+}
+
+fn concat_ids(id: u32) -> Vec<u32> {
+    let mut parts = Vec::new();
+    let mut rest = id;
+    while rest != 0 {
+        parts.push(rest & 0x3f);
+        rest >>= 6;
+    }
+    parts.reverse();
+    if parts.is_empty() {
+        parts.push(0);
+    }
+    parts
+}
+
+fn type_name(id: u32) -> &'static str {
+    const NAMES: [&str; 47] = [
+        "invalid",
+        "verdict",
+        "nf_proto",
+        "bitmask",
+        "integer",
+        "string",
+        "ll_addr",
+        "ipv4_addr",
+        "ipv6_addr",
+        "ether_addr",
+        "ether_type",
+        "arp_op",
+        "inet_proto",
+        "inet_service",
+        "icmp_type",
+        "tcp_flag",
+        "dccp_pkttype",
+        "mh_type",
+        "time",
+        "mark",
+        "iface_index",
+        "iface_type",
+        "realm",
+        "classid",
+        "uid",
+        "gid",
+        "ct_state",
+        "ct_dir",
+        "ct_status",
+        "icmpv6_type",
+        "ct_label",
+        "pkt_type",
+        "icmp_code",
+        "icmpv6_code",
+        "icmpx_code",
+        "devgroup",
+        "dscp",
+        "ecn",
+        "fib_addrtype",
+        "boolean",
+        "ct_event",
+        "ifname",
+        "igmp_type",
+        "time",
+        "hour",
+        "day",
+        "cgroupsv2",
+    ];
+    NAMES.get(id as usize).copied().unwrap_or("unknown")
+}
+
+/// Identity of a set element: its key, range end and interval-end/catch-all flags.
+pub type ElemKey = (Vec<u8>, Option<Vec<u8>>, u32);
+
+pub(crate) fn elem_key(e: &Element) -> ElemKey {
+    let flags = e.flags & (decode::NFT_SET_ELEM_INTERVAL_END | decode::NFT_SET_ELEM_CATCHALL);
+    (e.key.clone(), e.key_end.clone(), flags)
+}

@@ -1,0 +1,522 @@
+//! Values as `nft list ruleset` prints them: addresses, ports, protocol names, marks, flag
+//! sets (ct state, tcp flags), icmp types... keyed by a datatype ([`Ty`]) and a byte order.
+//!
+//! Symbol tables are the ones nft ships built in; values without a name print as numbers.
+//! Interface indexes print as numbers (nft resolves them to names in its own namespace, which
+//! the observer cannot do reliably for another namespace).
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+/// How a value is laid out in a register.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Order {
+    /// Network order (payload fields, addresses, ports).
+    Big,
+    /// Host order (meta and ct keys).
+    Host,
+}
+
+/// The datatypes the renderer knows how to print.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ty {
+    Integer,
+    /// Printed as hex (`0x...`), zero-padded to the value's width.
+    Hex,
+    Mark,
+    Ipv4,
+    Ipv6,
+    Port,
+    InetProto,
+    Ifname,
+    Ifindex,
+    EtherAddr,
+    EtherType,
+    NfProto,
+    CtState,
+    CtStatus,
+    CtDir,
+    TcpFlags,
+    IcmpType,
+    Icmp6Type,
+    IcmpCode,
+    FibAddrType,
+    PktType,
+    ArpOp,
+    Dscp,
+    Boolean,
+    Verdict,
+    /// A tc handle (`meta priority`): `major:minor`.
+    TcHandle,
+    /// A type nft knows and this renderer does not: printed as hex.
+    Other,
+}
+
+impl Ty {
+    /// From nft's datatype id (as stored in NFTA_SET_KEY_TYPE / NFTA_SET_DATA_TYPE).
+    pub(crate) fn from_nft_id(id: u32) -> Ty {
+        match id {
+            1 => Ty::Verdict,
+            2 => Ty::NfProto,
+            3 => Ty::Hex,
+            4 => Ty::Integer,
+            5 | 41 => Ty::Ifname,
+            6 | 9 => Ty::EtherAddr,
+            7 => Ty::Ipv4,
+            8 => Ty::Ipv6,
+            10 => Ty::EtherType,
+            11 => Ty::ArpOp,
+            12 => Ty::InetProto,
+            13 => Ty::Port,
+            14 => Ty::IcmpType,
+            15 => Ty::TcpFlags,
+            19 => Ty::Mark,
+            20 => Ty::Ifindex,
+            24 | 25 => Ty::Integer,
+            26 => Ty::CtState,
+            27 => Ty::CtDir,
+            28 => Ty::CtStatus,
+            29 => Ty::Icmp6Type,
+            31 => Ty::PktType,
+            32..=34 => Ty::IcmpCode,
+            36 => Ty::Dscp,
+            38 => Ty::FibAddrType,
+            39 => Ty::Boolean,
+            _ => Ty::Other,
+        }
+    }
+
+    /// The byte order nft uses for this type when it has no other hint.
+    pub(crate) fn natural_order(self) -> Order {
+        match self {
+            Ty::Mark
+            | Ty::Ifindex
+            | Ty::CtState
+            | Ty::CtStatus
+            | Ty::CtDir
+            | Ty::FibAddrType
+            | Ty::PktType
+            | Ty::NfProto
+            | Ty::TcHandle
+            | Ty::Boolean => Order::Host,
+            _ => Order::Big,
+        }
+    }
+
+    /// Size in bytes of one value of this type in a set key, before padding.
+    pub(crate) fn size(self) -> Option<usize> {
+        Some(match self {
+            Ty::Ipv4 | Ty::Mark | Ty::Ifindex | Ty::CtState | Ty::CtStatus | Ty::Integer => 4,
+            Ty::Ipv6 => 16,
+            Ty::Port | Ty::EtherType | Ty::ArpOp => 2,
+            Ty::InetProto | Ty::NfProto | Ty::IcmpType | Ty::Icmp6Type | Ty::TcpFlags => 1,
+            Ty::PktType | Ty::Dscp | Ty::CtDir | Ty::IcmpCode | Ty::Boolean => 1,
+            Ty::EtherAddr => 6,
+            Ty::Ifname => 16,
+            _ => return None,
+        })
+    }
+
+    pub(crate) fn is_flags(self) -> bool {
+        matches!(self, Ty::CtState | Ty::CtStatus | Ty::TcpFlags)
+    }
+}
+
+/// Split a concatenated nft datatype id into its fields, first field first.
+pub(crate) fn concat_types(id: u32) -> Vec<Ty> {
+    if id <= 0x3f {
+        return vec![Ty::from_nft_id(id)];
+    }
+    let mut parts = Vec::new();
+    let mut rest = id;
+    while rest != 0 {
+        parts.push(Ty::from_nft_id(rest & 0x3f));
+        rest >>= 6;
+    }
+    parts.reverse();
+    parts
+}
+
+/// The integer value of a register's bytes in the given order (up to 8 bytes; longer values
+/// keep their low 8 bytes).
+pub(crate) fn int(bytes: &[u8], order: Order) -> u64 {
+    let mut v: u64 = 0;
+    match order {
+        Order::Big => {
+            for b in bytes {
+                v = (v << 8) | u64::from(*b);
+            }
+        }
+        Order::Host => {
+            if cfg!(target_endian = "little") {
+                for b in bytes.iter().rev() {
+                    v = (v << 8) | u64::from(*b);
+                }
+            } else {
+                for b in bytes {
+                    v = (v << 8) | u64::from(*b);
+                }
+            }
+        }
+    }
+    v
+}
+
+pub(crate) fn hex(bytes: &[u8], order: Order) -> String {
+    if bytes.len() > 8 {
+        let digits: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        return format!("0x{digits}");
+    }
+    format!("0x{:0width$x}", int(bytes, order), width = bytes.len() * 2)
+}
+
+/// Print one value of a type.
+pub(crate) fn format(ty: Ty, order: Order, bytes: &[u8]) -> String {
+    let n = int(bytes, order);
+    match ty {
+        Ty::Ipv4 => match <[u8; 4]>::try_from(bytes) {
+            Ok(a) => Ipv4Addr::from(a).to_string(),
+            Err(_) => hex(bytes, Order::Big),
+        },
+        Ty::Ipv6 => match <[u8; 16]>::try_from(bytes) {
+            Ok(a) => Ipv6Addr::from(a).to_string(),
+            Err(_) => hex(bytes, Order::Big),
+        },
+        Ty::Ifname => format!("\"{}\"", super::nla::string(bytes)),
+        Ty::Mark | Ty::Hex | Ty::Other => hex(bytes, order),
+        Ty::EtherAddr => bytes
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<Vec<_>>()
+            .join(":"),
+        Ty::Integer | Ty::Port | Ty::Ifindex => n.to_string(),
+        Ty::Boolean => if n == 0 { "false" } else { "true" }.into(),
+        Ty::InetProto => named(INET_PROTO, n),
+        Ty::EtherType => match n {
+            0x0800 => "ip".into(),
+            0x86dd => "ip6".into(),
+            0x0806 => "arp".into(),
+            0x8100 => "8021q".into(),
+            0x88a8 => "8021ad".into(),
+            _ => format!("0x{n:04x}"),
+        },
+        Ty::NfProto => match n {
+            2 => "ipv4".into(),
+            10 => "ipv6".into(),
+            _ => n.to_string(),
+        },
+        Ty::CtDir => match n {
+            0 => "original".into(),
+            1 => "reply".into(),
+            _ => n.to_string(),
+        },
+        Ty::CtState | Ty::CtStatus | Ty::TcpFlags => flags(ty, n),
+        Ty::IcmpType => named(ICMP_TYPE, n),
+        Ty::Icmp6Type => named(ICMP6_TYPE, n),
+        Ty::IcmpCode => named(ICMP_CODE, n),
+        Ty::FibAddrType => named(FIB_ADDR, n),
+        Ty::PktType => named(PKTTYPE, n),
+        Ty::ArpOp => named(ARPOP, n),
+        Ty::Dscp => named(DSCP, n),
+        Ty::Verdict => n.to_string(),
+        Ty::TcHandle => match n {
+            0xffff_ffff => "root".into(),
+            0 => "none".into(),
+            _ => format!("{:x}:{:x}", n >> 16, n & 0xffff),
+        },
+    }
+}
+
+/// A flag set as nft prints it: names joined by commas, in bit order.
+pub(crate) fn flags(ty: Ty, v: u64) -> String {
+    let table: &[(u64, &str)] = match ty {
+        Ty::CtState => CT_STATE,
+        Ty::CtStatus => CT_STATUS,
+        Ty::TcpFlags => TCP_FLAGS,
+        _ => &[],
+    };
+    let mut names = Vec::new();
+    let mut rest = v;
+    for (bit, name) in table {
+        if v & bit != 0 {
+            names.push((*name).to_string());
+            rest &= !bit;
+        }
+    }
+    if rest != 0 || names.is_empty() {
+        names.push(format!("0x{rest:x}"));
+    }
+    names.join(",")
+}
+
+fn named(table: &[(u64, &str)], v: u64) -> String {
+    table
+        .iter()
+        .find(|(n, _)| *n == v)
+        .map(|(_, s)| (*s).to_string())
+        .unwrap_or_else(|| v.to_string())
+}
+
+/// `10.0.0.0/8` from a (possibly shortened) address and a prefix length.
+pub(crate) fn prefix(ty: Ty, bytes: &[u8], plen: u32) -> String {
+    let full = match ty {
+        Ty::Ipv6 => 16,
+        _ => 4,
+    };
+    let mut addr = bytes.to_vec();
+    addr.resize(full, 0);
+    format!("{}/{plen}", format(ty, Order::Big, &addr))
+}
+
+/// The prefix length of a mask made of leading ones, if it is one.
+pub(crate) fn prefix_len(mask: &[u8]) -> Option<u32> {
+    let mut len = 0;
+    let mut ended = false;
+    for b in mask {
+        for i in (0..8).rev() {
+            let one = b & (1 << i) != 0;
+            if one && ended {
+                return None;
+            }
+            if one {
+                len += 1;
+            } else {
+                ended = true;
+            }
+        }
+    }
+    Some(len)
+}
+
+/// A byte-string interval `[start, end)` as nft prints it: a prefix when it is one, else a
+/// range `a-b`, or the single value.
+pub(crate) fn interval(ty: Ty, order: Order, start: &[u8], end_inclusive: &[u8]) -> String {
+    if start == end_inclusive {
+        return format(ty, order, start);
+    }
+    if matches!(ty, Ty::Ipv4 | Ty::Ipv6) && start.len() == end_inclusive.len() {
+        // start/plen covers exactly [start, end] when the host bits are 0 in start and 1 in end.
+        let bits = start.len() * 8;
+        let mut plen = bits;
+        while plen > 0 {
+            let bit = plen - 1;
+            let (byte, mask) = (bit / 8, 0x80u8 >> (bit % 8));
+            if start[byte] & mask == 0 && end_inclusive[byte] & mask != 0 {
+                plen -= 1;
+            } else {
+                break;
+            }
+        }
+        let same_head = (0..plen).all(|bit| {
+            let (byte, mask) = (bit / 8, 0x80u8 >> (bit % 8));
+            start[byte] & mask == end_inclusive[byte] & mask
+        });
+        if plen < bits && same_head {
+            return prefix(ty, start, plen as u32);
+        }
+    }
+    format!(
+        "{}-{}",
+        format(ty, order, start),
+        format(ty, order, end_inclusive)
+    )
+}
+
+/// `bytes - 1` as a big-endian number of the same width (interval ends are exclusive).
+pub(crate) fn minus_one(bytes: &[u8]) -> Vec<u8> {
+    let mut v = bytes.to_vec();
+    for b in v.iter_mut().rev() {
+        if *b == 0 {
+            *b = 0xff;
+        } else {
+            *b -= 1;
+            break;
+        }
+    }
+    v
+}
+
+const INET_PROTO: &[(u64, &str)] = &[
+    (1, "icmp"),
+    (2, "igmp"),
+    (4, "ipencap"),
+    (6, "tcp"),
+    (17, "udp"),
+    (33, "dccp"),
+    (41, "ipv6"),
+    (47, "gre"),
+    (50, "esp"),
+    (51, "ah"),
+    (58, "ipv6-icmp"),
+    (132, "sctp"),
+    (136, "udplite"),
+];
+
+const CT_STATE: &[(u64, &str)] = &[
+    (1, "invalid"),
+    (2, "established"),
+    (4, "related"),
+    (8, "new"),
+    (64, "untracked"),
+];
+
+const CT_STATUS: &[(u64, &str)] = &[
+    (1, "expected"),
+    (2, "seen-reply"),
+    (4, "assured"),
+    (8, "confirmed"),
+    (16, "snat"),
+    (32, "dnat"),
+    (512, "dying"),
+];
+
+const TCP_FLAGS: &[(u64, &str)] = &[
+    (1, "fin"),
+    (2, "syn"),
+    (4, "rst"),
+    (8, "psh"),
+    (16, "ack"),
+    (32, "urg"),
+    (64, "ecn"),
+    (128, "cwr"),
+];
+
+const ICMP_TYPE: &[(u64, &str)] = &[
+    (0, "echo-reply"),
+    (3, "destination-unreachable"),
+    (4, "source-quench"),
+    (5, "redirect"),
+    (8, "echo-request"),
+    (9, "router-advertisement"),
+    (10, "router-solicitation"),
+    (11, "time-exceeded"),
+    (12, "parameter-problem"),
+    (13, "timestamp-request"),
+    (14, "timestamp-reply"),
+    (15, "info-request"),
+    (16, "info-reply"),
+    (17, "address-mask-request"),
+    (18, "address-mask-reply"),
+];
+
+const ICMP6_TYPE: &[(u64, &str)] = &[
+    (1, "destination-unreachable"),
+    (2, "packet-too-big"),
+    (3, "time-exceeded"),
+    (4, "parameter-problem"),
+    (128, "echo-request"),
+    (129, "echo-reply"),
+    (130, "mld-listener-query"),
+    (131, "mld-listener-report"),
+    (132, "mld-listener-done"),
+    (133, "nd-router-solicit"),
+    (134, "nd-router-advert"),
+    (135, "nd-neighbor-solicit"),
+    (136, "nd-neighbor-advert"),
+    (137, "nd-redirect"),
+    (138, "router-renumbering"),
+    (141, "ind-neighbor-solicit"),
+    (142, "ind-neighbor-advert"),
+    (143, "mld2-listener-report"),
+];
+
+/// icmp codes as `reject with icmp <code>` prints them (ICMP_DEST_UNREACH codes).
+const ICMP_CODE: &[(u64, &str)] = &[
+    (0, "net-unreachable"),
+    (1, "host-unreachable"),
+    (2, "prot-unreachable"),
+    (3, "port-unreachable"),
+    (9, "net-prohibited"),
+    (10, "host-prohibited"),
+    (13, "admin-prohibited"),
+];
+
+const FIB_ADDR: &[(u64, &str)] = &[
+    (0, "unspec"),
+    (1, "unicast"),
+    (2, "local"),
+    (3, "broadcast"),
+    (4, "anycast"),
+    (5, "multicast"),
+    (6, "blackhole"),
+    (7, "unreachable"),
+    (8, "prohibit"),
+];
+
+const PKTTYPE: &[(u64, &str)] = &[
+    (0, "host"),
+    (1, "broadcast"),
+    (2, "multicast"),
+    (3, "other"),
+];
+
+const ARPOP: &[(u64, &str)] = &[
+    (1, "request"),
+    (2, "reply"),
+    (3, "rrequest"),
+    (4, "rreply"),
+    (8, "inrequest"),
+    (9, "inreply"),
+    (10, "nak"),
+];
+
+const DSCP: &[(u64, &str)] = &[
+    (0, "cs0"),
+    (8, "cs1"),
+    (16, "cs2"),
+    (24, "cs3"),
+    (32, "cs4"),
+    (40, "cs5"),
+    (48, "cs6"),
+    (56, "cs7"),
+    (10, "af11"),
+    (12, "af12"),
+    (14, "af13"),
+    (18, "af21"),
+    (20, "af22"),
+    (22, "af23"),
+    (26, "af31"),
+    (28, "af32"),
+    (30, "af33"),
+    (34, "af41"),
+    (36, "af42"),
+    (38, "af43"),
+    (44, "va"),
+    (46, "ef"),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intervals_become_prefixes_or_ranges() {
+        let iv = |a: [u8; 4], b: [u8; 4]| interval(Ty::Ipv4, Order::Big, &a, &b);
+        assert_eq!(iv([10, 0, 0, 0], [10, 255, 255, 255]), "10.0.0.0/8");
+        assert_eq!(
+            iv([192, 168, 1, 10], [192, 168, 1, 20]),
+            "192.168.1.10-192.168.1.20"
+        );
+        assert_eq!(iv([172, 16, 0, 1], [172, 16, 0, 1]), "172.16.0.1");
+        assert_eq!(iv([10, 0, 0, 0], [10, 0, 0, 255]), "10.0.0.0/24");
+        assert_eq!(
+            interval(Ty::Port, Order::Big, &[3, 232], &[7, 208]),
+            "1000-2000"
+        );
+        assert_eq!(minus_one(&[11, 0, 0, 0]), vec![10, 255, 255, 255]);
+    }
+
+    #[test]
+    fn flags_and_names() {
+        assert_eq!(flags(Ty::CtState, 6), "established,related");
+        assert_eq!(flags(Ty::TcpFlags, 0x16), "syn,rst,ack");
+        assert_eq!(format(Ty::InetProto, Order::Big, &[6]), "tcp");
+        assert_eq!(format(Ty::InetProto, Order::Big, &[250]), "250");
+        assert_eq!(
+            format(Ty::Mark, Order::Host, &0x10u32.to_ne_bytes()),
+            "0x00000010"
+        );
+        assert_eq!(prefix_len(&[0xff, 0xf0, 0, 0]), Some(12));
+        assert_eq!(prefix_len(&[0xff, 0x0f]), None);
+        assert_eq!(concat_types((7 << 6) | 13), vec![Ty::Ipv4, Ty::Port]);
+    }
+}
