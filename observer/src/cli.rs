@@ -27,6 +27,22 @@ pub enum Command {
     /// Say what this kernel and this process allow, which sources `tail` would use, and for each
     /// missing piece what is lost and how to fix it.
     Doctor(DoctorArgs),
+    /// Time the read and diff of a legacy table inside a namespace (for `cargo xtask bench`).
+    #[command(hide = true)]
+    BenchXt(BenchXtArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchXtArgs {
+    /// The namespace (inode, /run/netns/NAME path or `ip netns` name).
+    #[arg(long)]
+    pub netns: String,
+    /// The IPv4 table.
+    #[arg(long, default_value = "filter")]
+    pub table: String,
+    /// How many read+diff rounds (the median is printed).
+    #[arg(long, default_value_t = 20)]
+    pub rounds: usize,
 }
 
 /// Which kernel hooks to use.

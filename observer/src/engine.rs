@@ -145,6 +145,13 @@ pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
         }
     }
     engine.refresh_mounts();
+    // Start-up parses the kernel's BTF and reads every table once; give that memory back rather
+    // than keep it as free heap for the life of the process.
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only releases free heap pages; no pointer is invalidated.
+    unsafe {
+        libc::malloc_trim(0);
+    }
     if engine.watched.is_empty() {
         anyhow::bail!("no network namespace could be opened (is /proc mounted, and are we root?)");
     }
@@ -335,9 +342,9 @@ impl Engine {
             nft_reader: None,
         };
         if let (Some(sock), Some((state, gen))) = (baseline.socket, baseline.nft) {
-            if new && !state.is_empty() {
+            if new && !state.tables.is_empty() {
                 // Written before the subscription opened: report what was established.
-                let changes = state.as_changes();
+                let changes = established(&state);
                 let msg = NsMsg::Nft {
                     inode,
                     gen,
@@ -576,6 +583,33 @@ struct ChangeCtx {
     replayed: bool,
 }
 
+/// What a namespace's ruleset holds, as the changes that made it (for a namespace found after its
+/// first write).
+fn established(state: &NftState) -> Vec<Change> {
+    use crate::ruleset::{Family, Op};
+    let mut out = Vec::new();
+    for ((family, name), t) in &state.tables {
+        let family = Family::from_nfproto(*family);
+        out.push(Change::new(Op::TableCreate, family, name.clone()));
+        for (set_name, set) in &t.sets {
+            if !set.set.is_anonymous() {
+                out.push(Change::new(Op::SetCreate, family, name.clone()).chain(set_name.clone()));
+            }
+        }
+        for (chain_name, chain) in &t.chains {
+            out.push(Change::new(Op::ChainCreate, family, name.clone()).chain(chain_name.clone()));
+            for (pos, rule) in chain.rules.iter().enumerate() {
+                out.push(
+                    Change::new(Op::RuleAdd, family, name.clone())
+                        .chain(chain_name.clone())
+                        .rule(rule.text.clone(), Some(pos), rule.fingerprint),
+                );
+            }
+        }
+    }
+    out
+}
+
 fn unknown_process() -> ProcessInfo {
     ProcessInfo {
         pid: 0,
@@ -612,8 +646,9 @@ async fn nft_reader(
     gen: u32,
     tx: mpsc::Sender<NsMsg>,
 ) {
-    let mut builder = GenerationBuilder::new(state, gen);
-    let mut buf = vec![0u8; 1 << 20];
+    let _ = gen;
+    let mut builder = GenerationBuilder::new(state);
+    let mut buf = vec![0u8; nftables::socket::RECV_BUF_BYTES];
     loop {
         let mut guard = match fd.readable_mut().await {
             Ok(g) => g,
@@ -630,7 +665,7 @@ async fn nft_reader(
         loop {
             match nftables::recv(guard.get_inner(), &mut buf) {
                 Ok(Some(n)) => {
-                    for t in builder.feed(&buf[..n]) {
+                    for t in builder.feed(&buf[..n]).transactions {
                         let process = attribution::from_tid(t.pid, &t.comm);
                         let msg = NsMsg::Nft {
                             inode,
@@ -661,7 +696,7 @@ async fn nft_reader(
                         .await;
                     // Re-read the ruleset so that what follows is diffed against the truth.
                     match resync(&ns).await {
-                        Ok((state, gen)) => builder = GenerationBuilder::new(state, gen),
+                        Ok((state, _)) => builder = GenerationBuilder::new(state),
                         Err(e) => {
                             let _ = tx
                                 .send(NsMsg::Trouble {

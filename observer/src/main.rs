@@ -6,6 +6,7 @@
 //! put it together, `output` to print it. `doctor` says what this machine allows.
 
 mod attribution;
+mod bench;
 mod cli;
 mod doctor;
 mod engine;
@@ -38,6 +39,7 @@ fn main() -> ExitCode {
         match args.command {
             cli::Command::Tail(t) => engine::tail(t).await,
             cli::Command::Doctor(d) => doctor::run(d),
+            cli::Command::BenchXt(b) => bench::run(b),
         }
     });
     match result {

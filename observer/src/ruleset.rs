@@ -7,7 +7,7 @@
 //! emptied is a `table_flush`, a delete and an add at the same position is a `rule_replace`, and a
 //! rule deleted and re-added unchanged (a restore that rewrites a chain as it was) is no change.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -305,7 +305,7 @@ fn summarize_table(changes: Vec<Change>, rules_before: impl Fn(&str) -> usize) -
             rule: None,
             position: None,
             fingerprint: None,
-            detail: Some(format!("{} rules deleted", idx.len())),
+            detail: Some(plural(idx.len(), "rule deleted", "rules deleted")),
             ..template
         });
     }
@@ -328,21 +328,30 @@ fn summarize_table(changes: Vec<Change>, rules_before: impl Fn(&str) -> usize) -
     out
 }
 
-/// Remove delete/add pairs of the same rule (same chain, same fingerprint).
+/// Remove delete/add pairs of the same rule (same chain, same fingerprint): each delete takes the
+/// first remaining add of its twin. Indexed, so a 20,000-rule flush stays linear.
 fn cancel_unchanged(changes: &mut [Option<Change>]) {
+    let mut adds: HashMap<(Option<String>, u64), VecDeque<usize>> = HashMap::new();
+    for (j, c) in changes.iter().enumerate() {
+        if let Some(c) = c {
+            if let (Op::RuleAdd, Some(fp)) = (c.op, c.fingerprint) {
+                adds.entry((c.chain.clone(), fp)).or_default().push_back(j);
+            }
+        }
+    }
+    if adds.is_empty() {
+        return;
+    }
     for i in 0..changes.len() {
         let Some(del) = changes[i].as_ref() else {
             continue;
         };
-        if del.op != Op::RuleDelete || del.fingerprint.is_none() {
+        let (Op::RuleDelete, Some(fp)) = (del.op, del.fingerprint) else {
             continue;
-        }
-        let (chain, fp) = (del.chain.clone(), del.fingerprint);
-        let twin = changes.iter().position(|c| {
-            c.as_ref().is_some_and(|c| {
-                c.op == Op::RuleAdd && c.chain == chain && c.fingerprint == fp
-            })
-        });
+        };
+        let twin = adds
+            .get_mut(&(del.chain.clone(), fp))
+            .and_then(VecDeque::pop_front);
         if let Some(j) = twin {
             changes[i] = None;
             changes[j] = None;
@@ -352,21 +361,30 @@ fn cancel_unchanged(changes: &mut [Option<Change>]) {
 
 /// Turn a delete and an add at the same position of the same chain into one `rule_replace`.
 fn pair_replacements(changes: &mut [Option<Change>]) {
+    let mut adds: HashMap<(Option<String>, usize), VecDeque<usize>> = HashMap::new();
+    for (j, c) in changes.iter().enumerate() {
+        if let Some(c) = c {
+            if let (Op::RuleAdd, Some(pos)) = (c.op, c.position) {
+                adds.entry((c.chain.clone(), pos)).or_default().push_back(j);
+            }
+        }
+    }
+    if adds.is_empty() {
+        return;
+    }
     for i in 0..changes.len() {
         let Some(del) = changes[i].as_ref() else {
             continue;
         };
-        if del.op != Op::RuleDelete || del.position.is_none() {
+        let (Op::RuleDelete, Some(pos)) = (del.op, del.position) else {
             continue;
-        }
-        let (chain, pos) = (del.chain.clone(), del.position);
-        let add = changes.iter().position(|c| {
-            c.as_ref()
-                .is_some_and(|c| c.op == Op::RuleAdd && c.chain == chain && c.position == pos)
-        });
+        };
+        let add = adds
+            .get_mut(&(del.chain.clone(), pos))
+            .and_then(VecDeque::pop_front);
         if let Some(j) = add {
             let old = changes[i].take().expect("checked above");
-            let new = changes[j].take().expect("checked above");
+            let new = changes[j].take().expect("indexed as an add");
             let was = old.rule.unwrap_or_default();
             changes[j] = Some(Change {
                 op: Op::RuleReplace,
@@ -374,6 +392,15 @@ fn pair_replacements(changes: &mut [Option<Change>]) {
                 ..new
             });
         }
+    }
+}
+
+/// `1 rule deleted`, `3 rules deleted`.
+fn plural(n: usize, one: &str, many: &str) -> String {
+    if n == 1 {
+        format!("1 {one}")
+    } else {
+        format!("{n} {many}")
     }
 }
 
