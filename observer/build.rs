@@ -4,7 +4,7 @@
 
 use std::{env, fs, path::PathBuf};
 
-use anyhow::{Context as _, anyhow};
+use anyhow::{anyhow, Context as _};
 
 fn main() -> anyhow::Result<()> {
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").ok_or_else(|| anyhow!("OUT_DIR not set"))?);
@@ -16,7 +16,9 @@ fn main() -> anyhow::Result<()> {
     }
     let metadata = cargo_root()?;
     let ebpf = metadata.join("observer-ebpf");
-    let ebpf = ebpf.to_str().ok_or_else(|| anyhow!("non-UTF-8 path to observer-ebpf"))?;
+    let ebpf = ebpf
+        .to_str()
+        .ok_or_else(|| anyhow!("non-UTF-8 path to observer-ebpf"))?;
     aya_build::build_ebpf(
         [aya_build::Package {
             name: "observer-ebpf",
@@ -32,7 +34,9 @@ fn main() -> anyhow::Result<()> {
 }
 
 fn cargo_root() -> anyhow::Result<PathBuf> {
-    let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").ok_or_else(|| anyhow!("CARGO_MANIFEST_DIR not set"))?);
+    let manifest = PathBuf::from(
+        env::var_os("CARGO_MANIFEST_DIR").ok_or_else(|| anyhow!("CARGO_MANIFEST_DIR not set"))?,
+    );
     manifest
         .parent()
         .map(PathBuf::from)

@@ -96,7 +96,9 @@ impl Netns {
 
 impl Drop for Netns {
     fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.name]).output();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .output();
     }
 }
 
@@ -159,8 +161,8 @@ impl Observer {
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
-                let v: Value = serde_json::from_str(&line)
-                    .unwrap_or_else(|e| panic!("not JSON: {line}: {e}"));
+                let v: Value =
+                    serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON: {line}: {e}"));
                 if tx.send(v).is_err() {
                     break;
                 }
@@ -234,10 +236,16 @@ impl Observer {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
-                assert!(status.success(), "observer exited with {status} after SIGINT");
+                assert!(
+                    status.success(),
+                    "observer exited with {status} after SIGINT"
+                );
                 return;
             }
-            assert!(Instant::now() < deadline, "observer did not exit within 10 s of SIGINT");
+            assert!(
+                Instant::now() < deadline,
+                "observer did not exit within 10 s of SIGINT"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }

@@ -24,14 +24,21 @@ fn assert_writer(v: &Value, tool: &str, writer: &Writer) {
 
 #[test]
 fn legacy_changes_in_a_namespace_created_after_start() {
-    skip_unless!("ip", "iptables-legacy", "ip6tables-legacy", "iptables-legacy-restore");
+    skip_unless!(
+        "ip",
+        "iptables-legacy",
+        "ip6tables-legacy",
+        "iptables-legacy-restore"
+    );
     let mut obs = Observer::start(&[]);
     let ns = Netns::new("legacy");
     let w = Writer::new("obs-kubeproxy");
     let here = in_ns(&ns);
 
     ns.write(&w, &["iptables-legacy", "-N", "OBS-A"]);
-    let v = obs.expect("chain_create OBS-A", WAIT, |v| here(v) && change("chain_create", Some("OBS-A"))(v));
+    let v = obs.expect("chain_create OBS-A", WAIT, |v| {
+        here(v) && change("chain_create", Some("OBS-A"))(v)
+    });
     assert_eq!(v["backend"], "legacy");
     assert_eq!(v["family"], "ip");
     assert_eq!(v["table"], "filter");
@@ -39,36 +46,105 @@ fn legacy_changes_in_a_namespace_created_after_start() {
     assert_eq!(v["result"], "ok");
     assert_writer(&v, "iptables-legacy", &w);
 
-    ns.write(&w, &["iptables-legacy", "-A", "OBS-A", "-s", "10.0.0.0/8", "-p", "tcp", "--dport", "80", "-j", "ACCEPT"]);
-    let v = obs.expect("rule_add", WAIT, |v| here(v) && change("rule_add", Some("OBS-A"))(v));
-    assert_eq!(v["rule"], "-s 10.0.0.0/8 -p tcp -m tcp --dport 80 -j ACCEPT");
+    ns.write(
+        &w,
+        &[
+            "iptables-legacy",
+            "-A",
+            "OBS-A",
+            "-s",
+            "10.0.0.0/8",
+            "-p",
+            "tcp",
+            "--dport",
+            "80",
+            "-j",
+            "ACCEPT",
+        ],
+    );
+    let v = obs.expect("rule_add", WAIT, |v| {
+        here(v) && change("rule_add", Some("OBS-A"))(v)
+    });
+    assert_eq!(
+        v["rule"],
+        "-s 10.0.0.0/8 -p tcp -m tcp --dport 80 -j ACCEPT"
+    );
     assert_writer(&v, "iptables-legacy", &w);
 
-    ns.write(&w, &["iptables-legacy", "-A", "OBS-A", "-m", "mark", "--mark", "0x8000/0x8000", "-j", "DROP"]);
+    ns.write(
+        &w,
+        &[
+            "iptables-legacy",
+            "-A",
+            "OBS-A",
+            "-m",
+            "mark",
+            "--mark",
+            "0x8000/0x8000",
+            "-j",
+            "DROP",
+        ],
+    );
     obs.expect("second rule_add", WAIT, |v| {
-        here(v) && change("rule_add", Some("OBS-A"))(v) && v["rule"] == "-m mark --mark 0x8000/0x8000 -j DROP"
+        here(v)
+            && change("rule_add", Some("OBS-A"))(v)
+            && v["rule"] == "-m mark --mark 0x8000/0x8000 -j DROP"
     });
 
     ns.write(&w, &["iptables-legacy", "-R", "OBS-A", "2", "-j", "DROP"]);
-    let v = obs.expect("rule_replace", WAIT, |v| here(v) && change("rule_replace", Some("OBS-A"))(v));
+    let v = obs.expect("rule_replace", WAIT, |v| {
+        here(v) && change("rule_replace", Some("OBS-A"))(v)
+    });
     assert_eq!(v["rule"], "-j DROP");
-    assert!(v["detail"].as_str().unwrap_or("").contains("--mark 0x8000/0x8000"), "{v}");
+    assert!(
+        v["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("--mark 0x8000/0x8000"),
+        "{v}"
+    );
 
     ns.write(&w, &["iptables-legacy", "-D", "OBS-A", "1"]);
-    let v = obs.expect("rule_delete", WAIT, |v| here(v) && change("rule_delete", Some("OBS-A"))(v));
-    assert_eq!(v["rule"], "-s 10.0.0.0/8 -p tcp -m tcp --dport 80 -j ACCEPT");
+    let v = obs.expect("rule_delete", WAIT, |v| {
+        here(v) && change("rule_delete", Some("OBS-A"))(v)
+    });
+    assert_eq!(
+        v["rule"],
+        "-s 10.0.0.0/8 -p tcp -m tcp --dport 80 -j ACCEPT"
+    );
 
     ns.write(&w, &["iptables-legacy", "-F", "OBS-A"]);
-    obs.expect("chain_flush", WAIT, |v| here(v) && change("chain_flush", Some("OBS-A"))(v));
+    obs.expect("chain_flush", WAIT, |v| {
+        here(v) && change("chain_flush", Some("OBS-A"))(v)
+    });
     ns.write(&w, &["iptables-legacy", "-X", "OBS-A"]);
-    obs.expect("chain_delete", WAIT, |v| here(v) && change("chain_delete", Some("OBS-A"))(v));
+    obs.expect("chain_delete", WAIT, |v| {
+        here(v) && change("chain_delete", Some("OBS-A"))(v)
+    });
 
     ns.write(&w, &["ip6tables-legacy", "-N", "OBS-SIX"]);
-    let v = obs.expect("ip6 chain_create", WAIT, |v| here(v) && change("chain_create", Some("OBS-SIX"))(v));
+    let v = obs.expect("ip6 chain_create", WAIT, |v| {
+        here(v) && change("chain_create", Some("OBS-SIX"))(v)
+    });
     assert_eq!(v["family"], "ip6");
     assert_writer(&v, "ip6tables-legac", &w);
-    ns.write(&w, &["ip6tables-legacy", "-A", "OBS-SIX", "-p", "tcp", "-j", "REJECT", "--reject-with", "tcp-reset"]);
-    let v = obs.expect("ip6 rule_add", WAIT, |v| here(v) && change("rule_add", Some("OBS-SIX"))(v));
+    ns.write(
+        &w,
+        &[
+            "ip6tables-legacy",
+            "-A",
+            "OBS-SIX",
+            "-p",
+            "tcp",
+            "-j",
+            "REJECT",
+            "--reject-with",
+            "tcp-reset",
+        ],
+    );
+    let v = obs.expect("ip6 rule_add", WAIT, |v| {
+        here(v) && change("rule_add", Some("OBS-SIX"))(v)
+    });
     assert_eq!(v["rule"], "-p tcp -j REJECT --reject-with tcp-reset");
 
     // Several chains in one restore: one transaction.
@@ -77,13 +153,22 @@ fn legacy_changes_in_a_namespace_created_after_start() {
         &["iptables-legacy-restore", "--noflush"],
         "*nat\n:OBS-SVC-1 - [0:0]\n:OBS-SVC-2 - [0:0]\n-A OBS-SVC-1 -j OBS-SVC-2\n-A OBS-SVC-2 -p udp --dport 53 -j DNAT --to-destination 10.1.2.3:53\nCOMMIT\n",
     );
-    let a = obs.expect("restore chain 1", WAIT, |v| here(v) && change("chain_create", Some("OBS-SVC-1"))(v));
-    let b = obs.expect("restore chain 2", WAIT, |v| here(v) && change("chain_create", Some("OBS-SVC-2"))(v));
+    let a = obs.expect("restore chain 1", WAIT, |v| {
+        here(v) && change("chain_create", Some("OBS-SVC-1"))(v)
+    });
+    let b = obs.expect("restore chain 2", WAIT, |v| {
+        here(v) && change("chain_create", Some("OBS-SVC-2"))(v)
+    });
     assert_eq!(a["table"], "nat");
     assert_eq!(a["txn"], b["txn"], "one restore is one transaction");
     assert_writer(&a, "iptables-legacy", &w);
-    let dnat = obs.expect("restore DNAT rule", WAIT, |v| here(v) && change("rule_add", Some("OBS-SVC-2"))(v));
-    assert_eq!(dnat["rule"], "-p udp -m udp --dport 53 -j DNAT --to-destination 10.1.2.3:53");
+    let dnat = obs.expect("restore DNAT rule", WAIT, |v| {
+        here(v) && change("rule_add", Some("OBS-SVC-2"))(v)
+    });
+    assert_eq!(
+        dnat["rule"],
+        "-p udp -m udp --dport 53 -j DNAT --to-destination 10.1.2.3:53"
+    );
     obs.stop();
 }
 
@@ -96,40 +181,99 @@ fn nft_changes_in_a_namespace_created_after_start() {
     let here = in_ns(&ns);
 
     ns.write(&w, &["nft", "add", "table", "inet", "obst"]);
-    let v = obs.expect("table_create", WAIT, |v| here(v) && change("table_create", None)(v) && v["table"] == "obst");
+    let v = obs.expect("table_create", WAIT, |v| {
+        here(v) && change("table_create", None)(v) && v["table"] == "obst"
+    });
     assert_eq!(v["backend"], "nft");
     assert_eq!(v["family"], "inet");
     assert_eq!(v["source"], "netlink");
     assert_eq!(v["process"]["comm"], "nft");
 
-    ns.write(&w, &["nft", "add", "chain", "inet", "obst", "input", "{ type filter hook input priority 0; policy accept; }"]);
-    let v = obs.expect("chain_create", WAIT, |v| here(v) && change("chain_create", Some("input"))(v));
+    ns.write(
+        &w,
+        &[
+            "nft",
+            "add",
+            "chain",
+            "inet",
+            "obst",
+            "input",
+            "{ type filter hook input priority 0; policy accept; }",
+        ],
+    );
+    let v = obs.expect("chain_create", WAIT, |v| {
+        here(v) && change("chain_create", Some("input"))(v)
+    });
     assert_eq!(v["table"], "obst");
-    ns.write(&w, &["nft", "add", "rule", "inet", "obst", "input", "tcp", "dport", "22", "accept"]);
-    let v = obs.expect("rule_add", WAIT, |v| here(v) && change("rule_add", Some("input"))(v));
+    ns.write(
+        &w,
+        &[
+            "nft", "add", "rule", "inet", "obst", "input", "tcp", "dport", "22", "accept",
+        ],
+    );
+    let v = obs.expect("rule_add", WAIT, |v| {
+        here(v) && change("rule_add", Some("input"))(v)
+    });
     assert_eq!(v["rule"], "tcp dport 22 accept");
-    ns.write(&w, &["nft", "add", "rule", "inet", "obst", "input", "ip", "saddr", "10.0.0.0/8", "drop"]);
-    obs.expect("second rule_add", WAIT, |v| here(v) && change("rule_add", Some("input"))(v) && v["rule"] == "ip saddr 10.0.0.0/8 drop");
+    ns.write(
+        &w,
+        &[
+            "nft",
+            "add",
+            "rule",
+            "inet",
+            "obst",
+            "input",
+            "ip",
+            "saddr",
+            "10.0.0.0/8",
+            "drop",
+        ],
+    );
+    obs.expect("second rule_add", WAIT, |v| {
+        here(v) && change("rule_add", Some("input"))(v) && v["rule"] == "ip saddr 10.0.0.0/8 drop"
+    });
 
     ns.write(&w, &["nft", "flush", "chain", "inet", "obst", "input"]);
-    let v = obs.expect("chain_flush", WAIT, |v| here(v) && change("chain_flush", Some("input"))(v));
+    let v = obs.expect("chain_flush", WAIT, |v| {
+        here(v) && change("chain_flush", Some("input"))(v)
+    });
     // One flush, not one delete per rule.
     let deletes = obs
         .changes()
         .iter()
         .filter(|c| here(c) && c["op"] == "rule_delete")
         .count();
-    assert_eq!(deletes, 0, "a flush must not also appear as rule deletes: {v}");
+    assert_eq!(
+        deletes, 0,
+        "a flush must not also appear as rule deletes: {v}"
+    );
 
     ns.write(&w, &["nft", "add", "chain", "inet", "obst", "other"]);
-    ns.write(&w, &["nft", "add", "rule", "inet", "obst", "other", "counter", "accept"]);
-    ns.write(&w, &["nft", "add", "rule", "inet", "obst", "input", "udp", "dport", "53", "accept"]);
-    obs.expect("rule in other", WAIT, |v| here(v) && change("rule_add", Some("other"))(v));
+    ns.write(
+        &w,
+        &[
+            "nft", "add", "rule", "inet", "obst", "other", "counter", "accept",
+        ],
+    );
+    ns.write(
+        &w,
+        &[
+            "nft", "add", "rule", "inet", "obst", "input", "udp", "dport", "53", "accept",
+        ],
+    );
+    obs.expect("rule in other", WAIT, |v| {
+        here(v) && change("rule_add", Some("other"))(v)
+    });
     ns.write(&w, &["nft", "flush", "table", "inet", "obst"]);
-    obs.expect("table_flush", WAIT, |v| here(v) && change("table_flush", None)(v) && v["table"] == "obst");
+    obs.expect("table_flush", WAIT, |v| {
+        here(v) && change("table_flush", None)(v) && v["table"] == "obst"
+    });
 
     ns.write(&w, &["nft", "delete", "table", "inet", "obst"]);
-    obs.expect("table_delete", WAIT, |v| here(v) && change("table_delete", None)(v) && v["table"] == "obst");
+    obs.expect("table_delete", WAIT, |v| {
+        here(v) && change("table_delete", None)(v) && v["table"] == "obst"
+    });
     obs.stop();
 }
 
@@ -142,20 +286,43 @@ fn iptables_nft_changes() {
     let here = in_ns(&ns);
 
     ns.write(&w, &["iptables-nft", "-N", "OBS-FW"]);
-    let v = obs.expect("chain_create", WAIT, |v| here(v) && change("chain_create", Some("OBS-FW"))(v));
+    let v = obs.expect("chain_create", WAIT, |v| {
+        here(v) && change("chain_create", Some("OBS-FW"))(v)
+    });
     assert_eq!(v["backend"], "nft");
     assert_eq!(v["family"], "ip");
     assert_eq!(v["table"], "filter");
-    ns.write(&w, &["iptables-nft", "-A", "OBS-FW", "-m", "mark", "--mark", "0x8000/0x8000", "-j", "DROP"]);
-    let v = obs.expect("rule_add", WAIT, |v| here(v) && change("rule_add", Some("OBS-FW"))(v));
+    ns.write(
+        &w,
+        &[
+            "iptables-nft",
+            "-A",
+            "OBS-FW",
+            "-m",
+            "mark",
+            "--mark",
+            "0x8000/0x8000",
+            "-j",
+            "DROP",
+        ],
+    );
+    let v = obs.expect("rule_add", WAIT, |v| {
+        here(v) && change("rule_add", Some("OBS-FW"))(v)
+    });
     let rule = v["rule"].as_str().unwrap_or_default();
     assert_eq!(rule, "meta mark & 0x00008000 == 0x00008000 counter drop");
     ns.write(&w, &["iptables-nft", "-A", "OBS-FW", "-j", "ACCEPT"]);
-    obs.expect("rule_add 2", WAIT, |v| here(v) && change("rule_add", Some("OBS-FW"))(v) && v["rule"] == "counter accept");
+    obs.expect("rule_add 2", WAIT, |v| {
+        here(v) && change("rule_add", Some("OBS-FW"))(v) && v["rule"] == "counter accept"
+    });
     ns.write(&w, &["iptables-nft", "-F", "OBS-FW"]);
-    obs.expect("chain_flush", WAIT, |v| here(v) && change("chain_flush", Some("OBS-FW"))(v));
+    obs.expect("chain_flush", WAIT, |v| {
+        here(v) && change("chain_flush", Some("OBS-FW"))(v)
+    });
     ns.write(&w, &["iptables-nft", "-X", "OBS-FW"]);
-    obs.expect("chain_delete", WAIT, |v| here(v) && change("chain_delete", Some("OBS-FW"))(v));
+    obs.expect("chain_delete", WAIT, |v| {
+        here(v) && change("chain_delete", Some("OBS-FW"))(v)
+    });
     obs.stop();
 }
 
@@ -173,22 +340,38 @@ fn netns_filter_and_untouched_namespaces() {
     other.write(&w, &["nft", "add", "table", "ip", "obsother"]);
     watched.write(&w, &["iptables-legacy", "-N", "OBS-MINE"]);
     watched.write(&w, &["nft", "add", "table", "ip", "obsmine"]);
-    obs.expect("legacy change in the watched namespace", WAIT, change("chain_create", Some("OBS-MINE")));
-    obs.expect("nft change in the watched namespace", WAIT, |v| v["op"] == "table_create" && v["table"] == "obsmine");
+    obs.expect(
+        "legacy change in the watched namespace",
+        WAIT,
+        change("chain_create", Some("OBS-MINE")),
+    );
+    obs.expect("nft change in the watched namespace", WAIT, |v| {
+        v["op"] == "table_create" && v["table"] == "obsmine"
+    });
     obs.drain(500);
     for c in obs.changes() {
-        assert_eq!(c["netns"].as_u64(), Some(watched.inode()), "leaked from another namespace: {c}");
+        assert_eq!(
+            c["netns"].as_u64(),
+            Some(watched.inode()),
+            "leaked from another namespace: {c}"
+        );
     }
     obs.stop();
 
     // An unfiltered observer reports nothing for a namespace nobody touches.
     let mut obs = Observer::start(&[]);
     other.write(&w, &["iptables-legacy", "-N", "OBS-OTHER2"]);
-    obs.expect("a change elsewhere", WAIT, change("chain_create", Some("OBS-OTHER2")));
+    obs.expect(
+        "a change elsewhere",
+        WAIT,
+        change("chain_create", Some("OBS-OTHER2")),
+    );
     obs.drain(300);
     let inode = quiet.inode();
     assert!(
-        obs.changes().iter().all(|c| c["netns"].as_u64() != Some(inode)),
+        obs.changes()
+            .iter()
+            .all(|c| c["netns"].as_u64() != Some(inode)),
         "the untouched namespace produced changes"
     );
     obs.stop();

@@ -79,8 +79,14 @@ mod tests {
 
     #[test]
     fn kinds_are_checked() {
-        assert_eq!(EventKind::try_from(KIND_XT_REPLACE), Ok(EventKind::XtReplace));
-        assert_eq!(EventKind::try_from(KIND_NETNS_SEEN), Ok(EventKind::NetnsSeen));
+        assert_eq!(
+            EventKind::try_from(KIND_XT_REPLACE),
+            Ok(EventKind::XtReplace)
+        );
+        assert_eq!(
+            EventKind::try_from(KIND_NETNS_SEEN),
+            Ok(EventKind::NetnsSeen)
+        );
         assert_eq!(EventKind::try_from(KIND_UMOUNT), Ok(EventKind::Umount));
         assert_eq!(EventKind::try_from(99), Err(99));
     }
@@ -90,9 +96,18 @@ mod tests {
         use core::mem::size_of;
         assert_eq!(size_of::<Header>(), 16);
         assert_eq!(size_of::<process::Process>(), 4 * 8 + 8 + 16 * 4);
-        assert_eq!(size_of::<xt::XtReplace>(), size_of::<process::Process>() + 16 + 32 + 16);
-        assert_eq!(size_of::<ns::NetnsSeen>(), size_of::<process::Process>() + 8);
-        assert_eq!(size_of::<ns::Umount>(), size_of::<process::Process>() + ns::UMOUNT_PATH_LEN);
+        assert_eq!(
+            size_of::<xt::XtReplace>(),
+            size_of::<process::Process>() + 16 + 32 + 16
+        );
+        assert_eq!(
+            size_of::<ns::NetnsSeen>(),
+            size_of::<process::Process>() + 8
+        );
+        assert_eq!(
+            size_of::<ns::Umount>(),
+            size_of::<process::Process>() + ns::UMOUNT_PATH_LEN
+        );
         assert_eq!(size_of::<offsets::Offsets>(), 4 * 8);
     }
 }

@@ -175,7 +175,7 @@ fn try_setsockopt_enter(ctx: &TracePointContext) -> Result<(), i32> {
         table,
     };
     if PENDING_XT
-        .insert(&bpf_get_current_pid_tgid(), &pending, 0)
+        .insert(bpf_get_current_pid_tgid(), pending, 0)
         .is_err()
     {
         count_drop(DROP_PENDING);
@@ -193,10 +193,10 @@ pub fn setsockopt_exit(ctx: TracePointContext) -> u32 {
 fn try_setsockopt_exit(ctx: &TracePointContext) -> Result<(), i32> {
     let key = bpf_get_current_pid_tgid();
     // SAFETY: the value is copied out before the entry is removed.
-    let Some(pending) = (unsafe { PENDING_XT.get(&key) }).copied() else {
+    let Some(pending) = (unsafe { PENDING_XT.get(key) }).copied() else {
         return Ok(());
     };
-    let _ = PENDING_XT.remove(&key);
+    let _ = PENDING_XT.remove(key);
     // SAFETY: offset of `ret` in the exit tracepoint's format.
     let ret: i64 = unsafe { ctx.read_at(RET)? };
     let mut event = Event {
@@ -215,7 +215,7 @@ fn try_setsockopt_exit(ctx: &TracePointContext) -> Result<(), i32> {
     fill_process(&mut event.data.process);
     if event.data.process.netns != 0 {
         // The writer's namespace is known to userspace from this record itself.
-        let _ = SEEN_NETNS.insert(&event.data.process.netns, &1, 0);
+        let _ = SEEN_NETNS.insert(event.data.process.netns, 1, 0);
     }
     output(&event);
     Ok(())
@@ -229,10 +229,10 @@ fn netns_seen(via: u32) {
     }
     let netns = current_netns(&off);
     // SAFETY: a plain lookup; the value is not dereferenced.
-    if netns == 0 || unsafe { SEEN_NETNS.get(&netns) }.is_some() {
+    if netns == 0 || unsafe { SEEN_NETNS.get(netns) }.is_some() {
         return;
     }
-    let _ = SEEN_NETNS.insert(&netns, &1, 0);
+    let _ = SEEN_NETNS.insert(netns, 1, 0);
     let mut event = Event {
         header: header(KIND_NETNS_SEEN, core::mem::size_of::<Event<NetnsSeen>>()),
         data: NetnsSeen {
@@ -294,7 +294,7 @@ fn try_umount_enter(ctx: &TracePointContext) -> Result<(), i32> {
     // SAFETY: a user pointer read through the checked helper.
     unsafe { bpf_probe_read_user_str_bytes(name as *const u8, &mut pending.path)? };
     if PENDING_UMOUNT
-        .insert(&bpf_get_current_pid_tgid(), &pending, 0)
+        .insert(bpf_get_current_pid_tgid(), pending, 0)
         .is_err()
     {
         count_drop(DROP_PENDING);
@@ -307,10 +307,10 @@ fn try_umount_enter(ctx: &TracePointContext) -> Result<(), i32> {
 pub fn umount_exit(ctx: TracePointContext) -> u32 {
     let key = bpf_get_current_pid_tgid();
     // SAFETY: the value is copied out before the entry is removed.
-    let Some(pending) = (unsafe { PENDING_UMOUNT.get(&key) }).copied() else {
+    let Some(pending) = (unsafe { PENDING_UMOUNT.get(key) }).copied() else {
         return 0;
     };
-    let _ = PENDING_UMOUNT.remove(&key);
+    let _ = PENDING_UMOUNT.remove(key);
     if !syscall_ok(&ctx) {
         return 0;
     }

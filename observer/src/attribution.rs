@@ -189,7 +189,14 @@ mod tests {
         ] {
             assert!(is_front_end(c), "{c}");
         }
-        for c in ["kube-proxy", "kubelet", "calico-node", "nftables-tool", "bash", "ip"] {
+        for c in [
+            "kube-proxy",
+            "kubelet",
+            "calico-node",
+            "nftables-tool",
+            "bash",
+            "ip",
+        ] {
             assert!(!is_front_end(c), "{c}");
         }
     }
@@ -197,7 +204,12 @@ mod tests {
     #[test]
     fn actor_is_the_nearest_non_front_end() {
         assert_eq!(
-            pick_actor(["iptables-restor", "iptables", "kube-proxy", "containerd-shim"]),
+            pick_actor([
+                "iptables-restor",
+                "iptables",
+                "kube-proxy",
+                "containerd-shim"
+            ]),
             Some("kube-proxy")
         );
         assert_eq!(pick_actor(["kubelet"]), Some("kubelet"));

@@ -76,10 +76,11 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<()> {
          CAP_NET_ADMIN",
     ));
 
-    let btf_check = match btf::KernelBtf::running() {
-        Ok(k) => {
-            let r = btf::resolve_offsets(&k);
-            check(
+    let btf_check =
+        match btf::KernelBtf::running() {
+            Ok(k) => {
+                let r = btf::resolve_offsets(&k);
+                check(
                 "btf",
                 r.missing.is_empty(),
                 if r.missing.is_empty() {
@@ -89,14 +90,14 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<()> {
                 },
                 "the parent chain and namespace of legacy writers will be unknown on this kernel",
             )
-        }
-        Err(e) => check(
-            "btf",
-            false,
-            e.to_string(),
-            "a kernel built with CONFIG_DEBUG_INFO_BTF=y is needed for full attribution",
-        ),
-    };
+            }
+            Err(e) => check(
+                "btf",
+                false,
+                e.to_string(),
+                "a kernel built with CONFIG_DEBUG_INFO_BTF=y is needed for full attribution",
+            ),
+        };
     checks.push(btf_check);
 
     let tfs = tracefs::find();
@@ -117,7 +118,10 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<()> {
         if tfs.is_none() {
             "unknown until tracefs is mounted".into()
         } else {
-            format!("syscalls:sys_enter_setsockopt {}", if tp { "present" } else { "absent" })
+            format!(
+                "syscalls:sys_enter_setsockopt {}",
+                if tp { "present" } else { "absent" }
+            )
         },
         "a kernel with CONFIG_FTRACE_SYSCALLS is needed to see iptables-legacy changes",
     ));
@@ -126,7 +130,11 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<()> {
         ok: true,
         detail: format!(
             "{}; this build attaches syscall tracepoints only",
-            if kprobes_available() { "supported by the kernel" } else { "not supported by the kernel" }
+            if kprobes_available() {
+                "supported by the kernel"
+            } else {
+                "not supported by the kernel"
+            }
         ),
         fix: None,
     });
@@ -135,7 +143,10 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<()> {
     let (bpf_ok, bpf_detail) = match hooks::KernelHooks::load(&hooks::HookOptions::default()) {
         Ok(h) => (
             true,
-            format!("loaded and attached {} tracepoints", h.report.attached.len()),
+            format!(
+                "loaded and attached {} tracepoints",
+                h.report.attached.len()
+            ),
         ),
         Err(e) => (false, e.to_string()),
     };

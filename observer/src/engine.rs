@@ -24,9 +24,9 @@ use tokio::task::JoinHandle;
 use crate::attribution::{self, ProcessInfo};
 use crate::cli::{HooksMode, TailArgs};
 use crate::hooks::decode::{KernelEvent, KernelProcess, XtKind, XtReplaceEvent};
-use crate::hooks::{self, HookOptions, KernelHooks, ReaderStats};
+use crate::hooks::{HookOptions, KernelHooks, ReaderStats};
 use crate::netns::{self, NetnsHandle};
-use crate::nftables::{self, state::GenerationBuilder, state::NftState, NftError};
+use crate::nftables::{self, state::GenerationBuilder, state::NftState};
 use crate::output::filter::Filter;
 use crate::output::record::{now, rfc3339};
 use crate::output::{ChangeRecord, Format, Record, Sink, Source, StatusRecord};
@@ -72,13 +72,15 @@ struct Engine {
     hooks: Option<KernelHooks>,
     ns_tx: mpsc::Sender<NsMsg>,
     source: Source,
+    reader_stats: Arc<ReaderStats>,
+    /// Losses already reported: (ring buffer full, pending map full, malformed records).
+    losses: (u64, u64, u64),
 }
 
 pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
     let filter = build_filter(&args).map_err(anyhow::Error::msg)?;
-    let colour = !args.no_color
-        && std::env::var_os("NO_COLOR").is_none()
-        && std::io::stdout().is_terminal();
+    let colour =
+        !args.no_color && std::env::var_os("NO_COLOR").is_none() && std::io::stdout().is_terminal();
     let format = if args.json {
         Format::Json
     } else {
@@ -124,15 +126,15 @@ pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
         hooks,
         ns_tx,
         source,
+        reader_stats: Arc::new(ReaderStats::default()),
+        losses: (0, 0, 0),
     };
-    let reader_stats = Arc::new(ReaderStats::default());
+    let reader_stats = engine.reader_stats.clone();
     if let Some(h) = engine.hooks.as_mut() {
-        h.spawn_reader(kernel_tx, reader_stats.clone())
+        h.spawn_reader(kernel_tx, reader_stats)
             .context("starting the ring buffer reader")?;
         if let Some(m) = h.report.missing_fields.first() {
-            lost.push(format!(
-                "the parent and namespace of legacy writers ({m})"
-            ));
+            lost.push(format!("the parent and namespace of legacy writers ({m})"));
         }
     }
 
@@ -167,7 +169,14 @@ pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
             "watching {} network namespaces; every hook attached and every subscription open",
             engine.watched.len()
         ),
-        hooks: Some(if engine.hooks.is_some() { "tracepoint" } else { "netlink" }.into()),
+        hooks: Some(
+            if engine.hooks.is_some() {
+                "tracepoint"
+            } else {
+                "netlink"
+            }
+            .into(),
+        ),
         sources,
         netns_watched: Some(engine.watched.len()),
         lost,
@@ -178,7 +187,10 @@ pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
         .context("installing the SIGTERM handler")?;
     loop {
         tokio::select! {
-            Some(ev) = kernel_rx.recv() => engine.on_kernel(ev).await,
+            Some(ev) = kernel_rx.recv() => {
+                engine.on_kernel(ev).await;
+                engine.report_losses();
+            }
             Some(msg) = ns_rx.recv() => engine.on_ns(msg),
             _ = tokio::signal::ctrl_c() => break,
             _ = sigterm.recv() => break,
@@ -303,6 +315,56 @@ impl Engine {
         }
     }
 
+    /// Say so, once per change of the counters, when kernel records were lost or unreadable.
+    /// Checked whenever a record arrives: a loss is noticed with the next record, no timer.
+    fn report_losses(&mut self) {
+        let Some(h) = self.hooks.as_ref() else {
+            return;
+        };
+        let (ring, pending) = h.drops();
+        let malformed = self
+            .reader_stats
+            .malformed
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let now_losses = (ring, pending, malformed);
+        if now_losses == self.losses {
+            return;
+        }
+        let (r0, p0, m0) = self.losses;
+        self.losses = now_losses;
+        let mut parts = Vec::new();
+        if ring > r0 {
+            parts.push(format!(
+                "{} kernel records lost because the ring buffer was full (raise --ringbuf-size)",
+                ring - r0
+            ));
+        }
+        if pending > p0 {
+            parts.push(format!(
+                "{} table replaces not tracked because too many were in flight",
+                pending - p0
+            ));
+        }
+        if malformed > m0 {
+            parts.push(format!(
+                "{} kernel records could not be decoded",
+                malformed - m0
+            ));
+        }
+        self.emit_status(StatusRecord {
+            state: "gap".into(),
+            time: now(),
+            message: format!(
+                "{}; legacy changes around this time may be missing",
+                parts.join("; ")
+            ),
+            hooks: None,
+            sources: vec![],
+            netns_watched: None,
+            lost: vec![],
+        });
+    }
+
     fn warn(&mut self, message: String) {
         tracing::warn!("{message}");
     }
@@ -321,10 +383,9 @@ impl Engine {
         };
         // A namespace found late has no legacy baseline: its tables appear as created on their
         // first replace.
-        let baseline = tokio::task::spawn_blocking(move || {
-            netns::run_in(&file, move || read_baseline(!new))
-        })
-        .await;
+        let baseline =
+            tokio::task::spawn_blocking(move || netns::run_in(&file, move || read_baseline(!new)))
+                .await;
         let baseline = match baseline {
             Ok(Ok(b)) => b,
             Ok(Err(e)) => return self.warn(format!("cannot enter namespace {inode}: {e}")),
@@ -366,7 +427,10 @@ impl Engine {
         }
         tracing::debug!(
             "watching namespace {inode} ({})",
-            handle.name.as_deref().unwrap_or(&handle.origin.display().to_string())
+            handle
+                .name
+                .as_deref()
+                .unwrap_or(&handle.origin.display().to_string())
         );
         self.watched.insert(inode, watched);
     }
@@ -491,16 +555,19 @@ impl Engine {
         let time = boot_ns_to_time(x.ktime_ns);
         let txn = format!("xt-{inode}-{}", x.ktime_ns);
         for c in changes {
-            self.emit_change(ChangeCtx {
-                inode,
-                name: name.clone(),
-                backend: Backend::Legacy,
-                time: time.clone(),
-                txn: txn.clone(),
-                source: self.source,
-                process: process.clone(),
-                replayed: false,
-            }, c);
+            self.emit_change(
+                ChangeCtx {
+                    inode,
+                    name: name.clone(),
+                    backend: Backend::Legacy,
+                    time: time.clone(),
+                    txn: txn.clone(),
+                    source: self.source,
+                    process: process.clone(),
+                    replayed: false,
+                },
+                c,
+            );
         }
     }
 
@@ -514,22 +581,22 @@ impl Engine {
                 time,
                 replayed,
             } => {
-                let name = self
-                    .watched
-                    .get(&inode)
-                    .and_then(|w| w.handle.name.clone());
+                let name = self.watched.get(&inode).and_then(|w| w.handle.name.clone());
                 let txn = format!("nft-{inode}-{gen}");
                 for c in changes {
-                    self.emit_change(ChangeCtx {
-                        inode,
-                        name: name.clone(),
-                        backend: Backend::Nft,
-                        time: time.clone(),
-                        txn: txn.clone(),
-                        source: Source::Netlink,
-                        process: process.clone(),
-                        replayed,
-                    }, c);
+                    self.emit_change(
+                        ChangeCtx {
+                            inode,
+                            name: name.clone(),
+                            backend: Backend::Nft,
+                            time: time.clone(),
+                            txn: txn.clone(),
+                            source: Source::Netlink,
+                            process: process.clone(),
+                            replayed,
+                        },
+                        c,
+                    );
                 }
             }
             NsMsg::Trouble { inode, message } => {
@@ -750,7 +817,14 @@ mod tests {
     fn filters_are_built_from_arguments() {
         use clap::Parser;
         let cli = crate::cli::Cli::try_parse_from([
-            "observer", "tail", "--netns", "12345", "--chain", "KUBE-*", "--backend", "nft",
+            "observer",
+            "tail",
+            "--netns",
+            "12345",
+            "--chain",
+            "KUBE-*",
+            "--backend",
+            "nft",
         ])
         .unwrap();
         let crate::cli::Command::Tail(t) = cli.command else {

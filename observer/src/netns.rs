@@ -38,7 +38,11 @@ pub fn inode_of(path: &Path) -> io::Result<u32> {
 
 /// Parse `net:[4026531840]` (the target of a `/proc/PID/ns/net` link).
 fn parse_ns_link(target: &str) -> Option<u32> {
-    target.strip_prefix("net:[")?.strip_suffix(']')?.parse().ok()
+    target
+        .strip_prefix("net:[")?
+        .strip_suffix(']')?
+        .parse()
+        .ok()
 }
 
 /// Open a namespace from a path, checking that it is the expected one.
@@ -77,7 +81,10 @@ pub fn scan() -> HashMap<u32, PathBuf> {
     if let Ok(dir) = fs::read_dir("/proc") {
         for entry in dir.flatten() {
             let name = entry.file_name();
-            let Some(pid) = name.to_str().filter(|s| s.bytes().all(|b| b.is_ascii_digit())) else {
+            let Some(pid) = name
+                .to_str()
+                .filter(|s| s.bytes().all(|b| b.is_ascii_digit()))
+            else {
                 continue;
             };
             let link = PathBuf::from(format!("/proc/{pid}/ns/net"));
@@ -184,7 +191,10 @@ pub fn in_use(inode: u32) -> bool {
     };
     for entry in dir.flatten() {
         let name = entry.file_name();
-        let Some(pid) = name.to_str().filter(|s| s.bytes().all(|b| b.is_ascii_digit())) else {
+        let Some(pid) = name
+            .to_str()
+            .filter(|s| s.bytes().all(|b| b.is_ascii_digit()))
+        else {
             continue;
         };
         if pid == me {
@@ -260,7 +270,10 @@ bad line";
             m,
             vec![
                 (4026532317, PathBuf::from("/run/netns/blue")),
-                (4026532400, PathBuf::from("/var/run/docker/netns/with space")),
+                (
+                    4026532400,
+                    PathBuf::from("/var/run/docker/netns/with space")
+                ),
             ]
         );
     }

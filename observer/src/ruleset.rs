@@ -147,10 +147,6 @@ impl Op {
     pub fn parse(s: &str) -> Option<Op> {
         Op::ALL.into_iter().find(|op| op.as_str() == s)
     }
-
-    fn is_rule_op(self) -> bool {
-        matches!(self, Op::RuleAdd | Op::RuleDelete | Op::RuleReplace)
-    }
 }
 
 impl fmt::Display for Op {
@@ -265,7 +261,9 @@ fn summarize_table(changes: Vec<Change>, rules_before: impl Fn(&str) -> usize) -
         .filter(|c| {
             !(c.op == Op::RuleDelete
                 && (table_deleted
-                    || c.chain.as_ref().is_some_and(|ch| deleted_chains.contains(ch))))
+                    || c.chain
+                        .as_ref()
+                        .is_some_and(|ch| deleted_chains.contains(ch))))
         })
         .map(Some)
         .collect();
@@ -296,7 +294,9 @@ fn summarize_table(changes: Vec<Change>, rules_before: impl Fn(&str) -> usize) -
     }
     for (chain, _, first) in &flushed {
         let idx = &deletes_by_chain[chain];
-        let template = changes[*first].take().expect("index points at a rule delete");
+        let template = changes[*first]
+            .take()
+            .expect("index points at a rule delete");
         for &i in &idx[1..] {
             changes[i] = None;
         }
@@ -317,11 +317,7 @@ fn summarize_table(changes: Vec<Change>, rules_before: impl Fn(&str) -> usize) -
         out = vec![Change {
             op: Op::TableFlush,
             chain: None,
-            detail: Some(format!(
-                "{} chains, {} rules deleted",
-                flushed.len(),
-                rules
-            )),
+            detail: Some(format!("{} chains, {} rules deleted", flushed.len(), rules)),
             ..first
         }];
     }
@@ -404,11 +400,6 @@ fn plural(n: usize, one: &str, many: &str) -> String {
     }
 }
 
-/// True when the op concerns a rule (and so carries rule text).
-pub fn is_rule_op(op: Op) -> bool {
-    op.is_rule_op()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -465,7 +456,13 @@ mod tests {
     #[test]
     fn delete_and_add_at_one_position_is_a_replace() {
         let changes = vec![
-            rule(Op::RuleDelete, "A", "-m mark --mark 0x8000/0x8000 -j DROP", 0, 7),
+            rule(
+                Op::RuleDelete,
+                "A",
+                "-m mark --mark 0x8000/0x8000 -j DROP",
+                0,
+                7,
+            ),
             rule(Op::RuleAdd, "A", "-j DROP", 0, 8),
         ];
         let out = summarize(changes, |_, _, _| 1);

@@ -70,7 +70,7 @@ impl KernelBtf {
             ty = member_ty;
             current = format!("{current}.{field}");
         }
-        if total_bits % 8 != 0 {
+        if !total_bits.is_multiple_of(8) {
             return Err(BtfError::Unaligned {
                 strukt: strukt.to_string(),
                 field: path.to_string(),
@@ -94,7 +94,10 @@ impl KernelBtf {
     fn strip(&self, mut ty: Type) -> Option<Type> {
         for _ in 0..16 {
             match &ty {
-                Type::Typedef(_) | Type::Const(_) | Type::Volatile(_) | Type::Restrict(_)
+                Type::Typedef(_)
+                | Type::Const(_)
+                | Type::Volatile(_)
+                | Type::Restrict(_)
                 | Type::TypeTag(_) => {
                     let bt = ty.as_btf_type()?;
                     ty = self.btf.resolve_chained_type(bt).ok()?;
@@ -130,13 +133,6 @@ impl KernelBtf {
             }
         }
         None
-    }
-
-    /// True when the kernel has a function of that name (a kprobe/fentry target candidate).
-    pub fn has_function(&self, name: &str) -> bool {
-        self.btf
-            .resolve_types_by_name(name)
-            .is_ok_and(|types| types.iter().any(|t| matches!(t, Type::Func(_))))
     }
 }
 

@@ -71,8 +71,13 @@ pub struct XtReplaceEvent {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KernelEvent {
     XtReplace(XtReplaceEvent),
-    NetnsSeen { process: KernelProcess },
-    Umount { process: KernelProcess, path: String },
+    NetnsSeen {
+        process: KernelProcess,
+    },
+    Umount {
+        process: KernelProcess,
+        path: String,
+    },
 }
 
 /// Cut a NUL-padded byte string at its first NUL.
@@ -171,8 +176,7 @@ mod tests {
 
     fn bytes_of<T>(v: &T) -> Vec<u8> {
         // SAFETY: reading the bytes of a #[repr(C)] value without padding.
-        unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }
-            .to_vec()
+        unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }.to_vec()
     }
 
     fn sample() -> Event<XtReplace> {
@@ -224,7 +228,10 @@ mod tests {
     fn rejects_short_unknown_and_mislabelled_records() {
         let good = bytes_of(&sample());
         for n in 0..good.len() {
-            assert!(KernelEvent::parse(&good[..n]).is_err(), "accepted {n} bytes");
+            assert!(
+                KernelEvent::parse(&good[..n]).is_err(),
+                "accepted {n} bytes"
+            );
         }
         let mut unknown = good.clone();
         unknown[0] = 77;

@@ -218,10 +218,9 @@ impl KernelHooks {
 /// Counters of the userspace side of the ring buffer.
 #[derive(Debug, Default)]
 pub struct ReaderStats {
-    /// Records that failed to decode (logged and skipped).
+    /// Records that failed to decode (logged and skipped). A full pipeline is never a loss:
+    /// the reader waits for room, and the kernel side counts what the ring buffer could not hold.
     pub malformed: AtomicU64,
-    /// Records dropped because the pipeline was full.
-    pub dropped: AtomicU64,
 }
 
 async fn read_ring(

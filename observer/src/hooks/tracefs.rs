@@ -33,7 +33,9 @@ fn has_events(dir: &str) -> bool {
 
 /// Where tracefs is mounted, if it is.
 pub fn find() -> Option<&'static str> {
-    [TRACEFS, LEGACY_TRACEFS].into_iter().find(|d| has_events(d))
+    [TRACEFS, LEGACY_TRACEFS]
+        .into_iter()
+        .find(|d| has_events(d))
 }
 
 /// Make sure tracefs is mounted, mounting it when it is not.

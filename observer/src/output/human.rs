@@ -52,10 +52,7 @@ fn clock(time: &str) -> &str {
 }
 
 fn change(c: &ChangeRecord, colour: bool) -> String {
-    let netns = c
-        .netns_name
-        .clone()
-        .unwrap_or_else(|| c.netns.to_string());
+    let netns = c.netns_name.clone().unwrap_or_else(|| c.netns.to_string());
     let what = match (&c.chain, &c.rule) {
         (Some(ch), Some(r)) => format!("{ch}  {r}"),
         (Some(ch), None) => ch.clone(),
@@ -83,7 +80,11 @@ fn change(c: &ChangeRecord, colour: bool) -> String {
     } else {
         paint(&format!("  FAILED: {}", c.result), RED, colour)
     };
-    let replayed = if c.replayed { "  (found, not seen live)" } else { "" };
+    let replayed = if c.replayed {
+        "  (found, not seen live)"
+    } else {
+        ""
+    };
     format!(
         "{} {:<12} {:<6} {:<6} {:<8} {} {}{}{}  {}{}",
         paint(clock(&c.time), DIM, colour),
@@ -141,7 +142,17 @@ mod tests {
     fn plain_lines_have_no_escape_codes_and_say_everything() {
         let line = render(&Record::Change(rec()), false);
         assert!(!line.contains('\x1b'));
-        for part in ["05:42:37.123456", "blue", "nft", "inet", "chain_flush", "c", "3 rules deleted", "by admin.sh", "nft 5 < admin.sh"] {
+        for part in [
+            "05:42:37.123456",
+            "blue",
+            "nft",
+            "inet",
+            "chain_flush",
+            "c",
+            "3 rules deleted",
+            "by admin.sh",
+            "nft 5 < admin.sh",
+        ] {
             assert!(line.contains(part), "{part} missing in {line}");
         }
     }

@@ -7,6 +7,10 @@ use crate::attribution::ProcessInfo;
 use crate::ruleset::{Backend, Family, Op};
 
 /// Where a change was seen.
+#[expect(
+    dead_code,
+    reason = "fentry and kprobe are part of the output contract; this build attaches tracepoints"
+)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Source {
@@ -142,10 +146,21 @@ mod tests {
         assert_eq!(v["family"], "ip");
         assert_eq!(v["op"], "rule_add");
         assert_eq!(v["source"], "tracepoint");
-        for key in ["pid", "tid", "comm", "ppid", "parent_comm", "actor", "cgroup"] {
+        for key in [
+            "pid",
+            "tid",
+            "comm",
+            "ppid",
+            "parent_comm",
+            "actor",
+            "cgroup",
+        ] {
             assert!(v["process"].get(key).is_some(), "missing process.{key}");
         }
-        assert!(v.get("replayed").is_none(), "replayed appears only when true");
+        assert!(
+            v.get("replayed").is_none(),
+            "replayed appears only when true"
+        );
     }
 
     #[test]
@@ -160,7 +175,10 @@ mod tests {
             lost: vec![],
         });
         let line = serde_json::to_string(&s).unwrap();
-        assert!(line.starts_with(r#"{"kind":"status","state":"ready""#), "{line}");
+        assert!(
+            line.starts_with(r#"{"kind":"status","state":"ready""#),
+            "{line}"
+        );
     }
 
     #[test]
