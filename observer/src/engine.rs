@@ -155,7 +155,12 @@ pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
         libc::malloc_trim(0);
     }
     if engine.watched.is_empty() {
-        anyhow::bail!("no network namespace could be opened (is /proc mounted, and are we root?)");
+        anyhow::bail!(if nix::unistd::geteuid().is_root() {
+            "no network namespace could be opened (is /proc mounted?)"
+        } else {
+            "no network namespace could be opened: observer tail needs root (or CAP_SYS_ADMIN, \
+             CAP_NET_ADMIN, CAP_BPF and CAP_PERFMON); run it with sudo"
+        });
     }
 
     let mut sources = vec![Source::Netlink];

@@ -219,7 +219,12 @@ where
     std::thread::Builder::new()
         .name("observer-netns".into())
         .spawn(move || -> io::Result<T> {
-            setns(&fd, CloneFlags::CLONE_NEWNET).map_err(io::Error::from)?;
+            // Joining the namespace the thread is already in needs no privilege, and setns()
+            // would ask for CAP_SYS_ADMIN: skip it.
+            let here = inode_of(Path::new("/proc/thread-self/ns/net")).ok();
+            if here.is_none() || here != u32::try_from(fd.metadata()?.ino()).ok() {
+                setns(&fd, CloneFlags::CLONE_NEWNET).map_err(io::Error::from)?;
+            }
             Ok(f())
         })?
         .join()

@@ -21,10 +21,7 @@ pub enum Tracefs {
 
 /// tracefs is missing and could not be mounted.
 #[derive(Debug, thiserror::Error)]
-#[error(
-    "tracefs is not mounted and mounting it failed ({0}); mount it with \
-     `mount -t tracefs nodev /sys/kernel/tracing` and run observer again"
-)]
+#[error("tracefs is not reachable and mounting it failed ({0}); {fix}", fix = fix(.0))]
 pub struct TracefsError(pub nix::Error);
 
 fn has_events(dir: &str) -> bool {
@@ -52,4 +49,13 @@ pub fn ensure() -> Result<Tracefs, TracefsError> {
     )
     .map_err(TracefsError)?;
     Ok(Tracefs::MountedNow)
+}
+
+/// The fix to suggest for a mount failure.
+fn fix(e: &nix::Error) -> &'static str {
+    if *e == nix::Error::EPERM && !nix::unistd::geteuid().is_root() {
+        "run observer as root"
+    } else {
+        "mount it with `mount -t tracefs nodev /sys/kernel/tracing` and run observer again"
+    }
 }
