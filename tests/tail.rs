@@ -376,3 +376,47 @@ fn netns_filter_and_untouched_namespaces() {
     );
     obs.stop();
 }
+
+#[test]
+fn ctrl_c_while_busy_exits_cleanly() {
+    skip_unless!("ip", "iptables-legacy", "iptables-legacy-restore");
+    let ns = Netns::new("busy");
+    let w = Writer::new("obs-busy");
+    // A table big enough that every replace keeps the engine busy for a while.
+    let mut restore = String::from("*filter\n");
+    for c in 0..400 {
+        restore.push_str(&format!(":OBS-BUSY-{c} - [0:0]\n"));
+    }
+    for c in 0..400 {
+        for r in 0..10 {
+            restore.push_str(&format!(
+                "-A OBS-BUSY-{c} -s 10.{c_hi}.{c_lo}.{r}/32 -p tcp -m tcp --dport 80 -j ACCEPT\n",
+                c_hi = c / 256,
+                c_lo = c % 256
+            ));
+        }
+    }
+    restore.push_str("COMMIT\n");
+    ns.write_stdin(&w, &["iptables-legacy-restore"], &restore);
+    let mut obs = Observer::start(&["--netns", &ns.name]);
+    let name = ns.name.clone();
+    let script = w.path.clone();
+    let writer = std::thread::spawn(move || {
+        for i in 0..40 {
+            let _ = std::process::Command::new("ip")
+                .args(["netns", "exec", &name])
+                .arg(&script)
+                .args(["iptables-legacy", "-N", &format!("OBS-LOAD-{i}")])
+                .output();
+        }
+    });
+    obs.expect("the first change of the stream", WAIT, |v| {
+        v["op"] == "chain_create"
+            && v["chain"]
+                .as_str()
+                .is_some_and(|c| c.starts_with("OBS-LOAD-"))
+    });
+    // Interrupt while replaces keep arriving: observer must notice and exit with success.
+    obs.stop();
+    writer.join().expect("writer thread");
+}

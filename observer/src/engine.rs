@@ -188,17 +188,21 @@ pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
     };
     engine.emit_status(ready);
 
-    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("installing the SIGTERM handler")?;
+    // Streams created once: a signal that arrives while the engine is busy is kept until the
+    // loop comes back to it.
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     loop {
         tokio::select! {
+            biased;
+            _ = sigint.recv() => break,
+            _ = sigterm.recv() => break,
             Some(ev) = kernel_rx.recv() => {
                 engine.on_kernel(ev).await;
                 engine.report_losses();
             }
             Some(msg) = ns_rx.recv() => engine.on_ns(msg),
-            _ = tokio::signal::ctrl_c() => break,
-            _ = sigterm.recv() => break,
             else => break,
         }
     }
@@ -424,7 +428,7 @@ impl Engine {
             let reader = handle
                 .file
                 .try_clone()
-                .and_then(|ns| spawn_nft_reader(inode, ns, sock, state, gen, self.ns_tx.clone()));
+                .and_then(|ns| spawn_nft_reader(inode, ns, sock, state, self.ns_tx.clone()));
             match reader {
                 Ok(task) => watched.nft_reader = Some(task),
                 Err(e) => tracing::warn!("namespace {inode}: nftables reader: {e}"),
@@ -701,38 +705,44 @@ fn spawn_nft_reader(
     ns: std::fs::File,
     sock: Socket,
     state: NftState,
-    gen: u32,
     tx: mpsc::Sender<NsMsg>,
 ) -> std::io::Result<JoinHandle<()>> {
     // SAFETY: the socket owns its fd and is moved into the AsyncFd, which keeps it open until the
     // task ends.
     let fd = unsafe { AsyncFd::register(sock) }.map_err(std::io::Error::from)?;
-    Ok(tokio::spawn(nft_reader(inode, ns, fd, state, gen, tx)))
+    Ok(tokio::spawn(nft_reader(inode, ns, fd, state, tx)))
 }
 
 async fn nft_reader(
     inode: u32,
     ns: std::fs::File,
-    mut fd: AsyncFd<Socket>,
+    fd: AsyncFd<Socket>,
     state: NftState,
-    gen: u32,
     tx: mpsc::Sender<NsMsg>,
 ) {
-    let _ = gen;
+    let why = read_notifications(inode, &ns, fd, state, &tx).await;
+    let _ = tx
+        .send(NsMsg::Trouble {
+            inode,
+            message: why,
+        })
+        .await;
+}
+
+/// Turn notifications into transactions until the socket fails; returns why it stopped.
+async fn read_notifications(
+    inode: u32,
+    ns: &std::fs::File,
+    mut fd: AsyncFd<Socket>,
+    state: NftState,
+    tx: &mpsc::Sender<NsMsg>,
+) -> String {
     let mut builder = GenerationBuilder::new(state);
     let mut buf = vec![0u8; nftables::socket::RECV_BUF_BYTES];
     loop {
         let mut guard = match fd.readable_mut().await {
             Ok(g) => g,
-            Err(e) => {
-                let _ = tx
-                    .send(NsMsg::Trouble {
-                        inode,
-                        message: format!("nftables notifications stopped: {e}"),
-                    })
-                    .await;
-                return;
-            }
+            Err(e) => return format!("nftables notifications stopped: {e}"),
         };
         loop {
             match nftables::recv(guard.get_inner(), &mut buf) {
@@ -748,7 +758,7 @@ async fn nft_reader(
                             replayed: false,
                         };
                         if tx.send(msg).await.is_err() {
-                            return;
+                            return "the engine stopped".into();
                         }
                     }
                 }
@@ -757,38 +767,23 @@ async fn nft_reader(
                     break;
                 }
                 Err(e) if e.needs_resync() => {
-                    let _ = tx
-                        .send(NsMsg::Trouble {
-                            inode,
-                            message: format!(
-                                "{e}; changes made in this namespace around {} may be missing",
-                                now()
-                            ),
-                        })
-                        .await;
+                    let gap = NsMsg::Trouble {
+                        inode,
+                        message: format!(
+                            "{e}; changes made in this namespace around {} may be missing",
+                            now()
+                        ),
+                    };
+                    if tx.send(gap).await.is_err() {
+                        return "the engine stopped".into();
+                    }
                     // Re-read the ruleset so that what follows is diffed against the truth.
-                    match resync(&ns).await {
+                    match resync(ns).await {
                         Ok((state, _)) => builder = GenerationBuilder::new(state),
-                        Err(e) => {
-                            let _ = tx
-                                .send(NsMsg::Trouble {
-                                    inode,
-                                    message: format!("re-reading the ruleset failed: {e}"),
-                                })
-                                .await;
-                            return;
-                        }
+                        Err(e) => return format!("re-reading the ruleset failed: {e}"),
                     }
                 }
-                Err(e) => {
-                    let _ = tx
-                        .send(NsMsg::Trouble {
-                            inode,
-                            message: format!("nftables notifications stopped: {e}"),
-                        })
-                        .await;
-                    return;
-                }
+                Err(e) => return format!("nftables notifications stopped: {e}"),
             }
         }
     }

@@ -26,6 +26,9 @@ fn main() -> ExitCode {
     init_logging(args.log_level.as_deref());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        // Threads that entered a namespace for one read exit soon after, so that an idle
+        // observer has no thread waiting on a timer.
+        .thread_keep_alive(std::time::Duration::from_secs(1))
         .enable_all()
         .build()
     {

@@ -78,25 +78,24 @@ pub fn scan() -> HashMap<u32, PathBuf> {
     for (inode, path) in nsfs_mounts() {
         found.entry(inode).or_insert(path);
     }
-    if let Ok(dir) = fs::read_dir("/proc") {
-        for entry in dir.flatten() {
-            let name = entry.file_name();
-            let Some(pid) = name
-                .to_str()
-                .filter(|s| s.bytes().all(|b| b.is_ascii_digit()))
-            else {
-                continue;
-            };
-            let link = PathBuf::from(format!("/proc/{pid}/ns/net"));
-            let Ok(target) = fs::read_link(&link) else {
-                continue;
-            };
-            if let Some(inode) = target.to_str().and_then(parse_ns_link) {
-                found.entry(inode).or_insert(link);
-            }
-        }
+    for (pid, inode) in process_namespaces() {
+        found
+            .entry(inode)
+            .or_insert_with(|| PathBuf::from(format!("/proc/{pid}/ns/net")));
     }
     found
+}
+
+/// `(pid, netns inode)` of every process visible in /proc.
+fn process_namespaces() -> impl Iterator<Item = (u32, u32)> {
+    fs::read_dir("/proc")
+        .into_iter()
+        .flat_map(|dir| dir.flatten())
+        .filter_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let target = fs::read_link(format!("/proc/{pid}/ns/net")).ok()?;
+            Some((pid, parse_ns_link(target.to_str()?)?))
+        })
 }
 
 /// Network namespace bind mounts (nsfs mounts whose root is `net:[N]`) in our mount namespace.
@@ -186,27 +185,8 @@ pub fn in_use(inode: u32) -> bool {
     if nsfs_mounts().iter().any(|(i, _)| *i == inode) {
         return true;
     }
-    let Ok(dir) = fs::read_dir("/proc") else {
-        return true;
-    };
-    for entry in dir.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .filter(|s| s.bytes().all(|b| b.is_ascii_digit()))
-        else {
-            continue;
-        };
-        if pid == me {
-            continue;
-        }
-        if let Ok(t) = fs::read_link(format!("/proc/{pid}/ns/net")) {
-            if t.to_str().and_then(parse_ns_link) == Some(inode) {
-                return true;
-            }
-        }
-    }
-    false
+    let me = me.parse().unwrap_or(0);
+    process_namespaces().any(|(pid, i)| pid != me && i == inode)
 }
 
 /// Run `f` on a new thread that has joined the namespace. The caller's thread is untouched.
