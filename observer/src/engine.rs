@@ -461,7 +461,8 @@ impl Engine {
                     return;
                 };
                 self.refresh_mounts();
-                if !netns::in_use(inode) {
+                let mounted = self.mounts.values().any(|&i| i == inode);
+                if !mounted && !netns::held_by_process(inode) {
                     tracing::debug!("namespace {inode} is gone ({path} unmounted)");
                     self.watched.remove(&inode);
                     if let Some(h) = self.hooks.as_mut() {

@@ -178,14 +178,10 @@ fn name_it(mut h: NetnsHandle) -> NetnsHandle {
     h
 }
 
-/// True when something other than observer still holds the namespace: a process in it, or a
-/// bind mount of it.
-pub fn in_use(inode: u32) -> bool {
-    let me = std::process::id().to_string();
-    if nsfs_mounts().iter().any(|(i, _)| *i == inode) {
-        return true;
-    }
-    let me = me.parse().unwrap_or(0);
+/// True when a process other than observer is in the namespace (bind mounts are the caller's
+/// to check: it holds the list from [`nsfs_mounts`]).
+pub fn held_by_process(inode: u32) -> bool {
+    let me = std::process::id();
     process_namespaces().any(|(pid, i)| pid != me && i == inode)
 }
 

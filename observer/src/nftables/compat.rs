@@ -369,21 +369,7 @@ fn target_text(r: &mut Renderer<'_>, name: &str, rev: u32, i: &Info<'_>) -> Opti
                 ];
                 text = format!("{text} level {}", LEVELS.get(level as usize)?);
             }
-            match (flags & 1 != 0, flags & 2 != 0) {
-                (true, true) => text.push_str(" flags tcp sequence,options"),
-                (true, false) => text.push_str(" flags tcp sequence"),
-                (false, true) => text.push_str(" flags tcp options"),
-                _ => {}
-            }
-            if flags & 4 != 0 {
-                text.push_str(" flags ip options");
-            }
-            if flags & 8 != 0 {
-                text.push_str(" flags skuid");
-            }
-            if flags & 0x20 != 0 {
-                text.push_str(" flags ether");
-            }
+            super::stmts::push_log_flags(&mut text, u32::from(flags));
             Some(text)
         }
         ("NFLOG", 0) => {

@@ -289,23 +289,28 @@ fn log(a: &Attrs<'_>) -> String {
     if flags & 0x2f == 0x2f {
         text.push_str(" flags all");
     } else {
-        match (flags & 1 != 0, flags & 2 != 0) {
-            (true, true) => text.push_str(" flags tcp sequence,options"),
-            (true, false) => text.push_str(" flags tcp sequence"),
-            (false, true) => text.push_str(" flags tcp options"),
-            _ => {}
-        }
-        if flags & 4 != 0 {
-            text.push_str(" flags ip options");
-        }
-        if flags & 8 != 0 {
-            text.push_str(" flags skuid");
-        }
-        if flags & 0x20 != 0 {
-            text.push_str(" flags ether");
-        }
+        push_log_flags(&mut text, flags);
     }
     text
+}
+
+/// The `flags ...` words of a log statement (NF_LOG_* bits), as nft prints them one by one.
+pub(super) fn push_log_flags(text: &mut String, flags: u32) {
+    match (flags & 1 != 0, flags & 2 != 0) {
+        (true, true) => text.push_str(" flags tcp sequence,options"),
+        (true, false) => text.push_str(" flags tcp sequence"),
+        (false, true) => text.push_str(" flags tcp options"),
+        _ => {}
+    }
+    if flags & 4 != 0 {
+        text.push_str(" flags ip options");
+    }
+    if flags & 8 != 0 {
+        text.push_str(" flags skuid");
+    }
+    if flags & 0x20 != 0 {
+        text.push_str(" flags ether");
+    }
 }
 
 fn time_unit(seconds: u64) -> &'static str {

@@ -19,18 +19,7 @@ pub fn root_skip_reason() -> Option<String> {
     if !nix::unistd::Uid::effective().is_root() {
         return Some("not root".into());
     }
-    for tool in ["nft", "ip"] {
-        let found = Command::new("sh")
-            .arg("-c")
-            .arg(format!("command -v {tool}"))
-            .output()
-            .map(|o| o.status.success())
-            .unwrap_or(false);
-        if !found {
-            return Some(format!("{tool} is not installed"));
-        }
-    }
-    None
+    missing_tool(&["nft", "ip"])
 }
 
 /// A named network namespace, deleted on drop (also when the test panics).
@@ -302,18 +291,22 @@ pub fn projection(st: &NftState) -> Vec<String> {
 
 /// Why the iptables-nft parts of a live test cannot run here, if they cannot.
 pub fn iptables_skip_reason() -> Option<String> {
-    for tool in ["iptables-nft", "iptables-nft-restore"] {
-        let found = Command::new("sh")
-            .arg("-c")
-            .arg(format!("command -v {tool}"))
-            .output()
-            .map(|o| o.status.success())
-            .unwrap_or(false);
-        if !found {
-            return Some(format!("{tool} is not installed"));
-        }
-    }
-    None
+    missing_tool(&["iptables-nft", "iptables-nft-restore"])
+}
+
+/// `<tool> is not installed` for the first of `tools` not on PATH.
+fn missing_tool(tools: &[&str]) -> Option<String> {
+    tools
+        .iter()
+        .find(|tool| {
+            !Command::new("sh")
+                .arg("-c")
+                .arg(format!("command -v {tool}"))
+                .output()
+                .map(|o| o.status.success())
+                .unwrap_or(false)
+        })
+        .map(|tool| format!("{tool} is not installed"))
 }
 
 /// Make a socket's receive buffer small (to provoke ENOBUFS).

@@ -136,13 +136,11 @@ pub(super) fn save_string(out: &mut String, s: &str) {
     out.push('"');
 }
 
-fn ipv4_addr(out: &mut String, letter: char, addr: Ipv4Addr, mask: &[u8], invert: bool) {
-    if mask.iter().all(|&b| b == 0) && !invert {
-        return;
-    }
-    inv(out, invert);
-    let _ = write!(out, " -{letter} {addr}");
+/// `/24`, or `/255.0.255.0` for a mask that is not a prefix; nothing for `/32` when `omit_host`
+/// (arptables prints host addresses bare, iptables does not).
+fn ipv4_mask(out: &mut String, mask: &[u8], omit_host: bool) {
     match prefix_len(mask) {
+        Some(32) if omit_host => {}
         Some(n) => {
             let _ = write!(out, "/{n}");
         }
@@ -154,6 +152,15 @@ fn ipv4_addr(out: &mut String, letter: char, addr: Ipv4Addr, mask: &[u8], invert
             );
         }
     }
+}
+
+fn ipv4_addr(out: &mut String, letter: char, addr: Ipv4Addr, mask: &[u8], invert: bool) {
+    if mask.iter().all(|&b| b == 0) && !invert {
+        return;
+    }
+    inv(out, invert);
+    let _ = write!(out, " -{letter} {addr}");
+    ipv4_mask(out, mask, false);
 }
 
 fn ipv6_addr(out: &mut String, letter: char, addr: Ipv6Addr, mask: &[u8], invert: bool) {
@@ -335,19 +342,7 @@ fn arp_header(out: &mut String, h: &[u8]) {
         }
         inv(out, invert);
         let _ = write!(out, " {opt} {ip}");
-        match prefix_len(mask) {
-            Some(32) => {}
-            Some(n) => {
-                let _ = write!(out, "/{n}");
-            }
-            None => {
-                let _ = write!(
-                    out,
-                    "/{}",
-                    ipv4_at(mask, 0).unwrap_or(Ipv4Addr::UNSPECIFIED)
-                );
-            }
-        }
+        ipv4_mask(out, mask, true);
     };
     let mac = |out: &mut String, opt: &str, at: usize, invert: bool| {
         let (Some(a), Some(m)) = (h.get(at..at + 6), h.get(at + 16..at + 22)) else {
