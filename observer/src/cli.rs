@@ -102,6 +102,17 @@ pub struct TailArgs {
     #[arg(long, value_name = "OP", value_delimiter = ',', value_parser = parse_op)]
     pub op: Vec<Op>,
 
+    #[command(flatten)]
+    pub source: SourceArgs,
+
+    /// No colour (also: NO_COLOR set, or output not a terminal).
+    #[arg(long)]
+    pub no_color: bool,
+}
+
+/// How observer sees changes (shared by every command that watches).
+#[derive(Debug, Clone, Args)]
+pub struct SourceArgs {
     /// Kernel hooks to use.
     #[arg(long, value_enum, default_value = "auto")]
     pub hooks: HooksMode,
@@ -109,10 +120,6 @@ pub struct TailArgs {
     /// Size of the kernel ring buffer in bytes (a power of two, at least one page).
     #[arg(long, default_value_t = 1 << 22, value_parser = parse_ringbuf_size)]
     pub ringbuf_size: u32,
-
-    /// No colour (also: NO_COLOR set, or output not a terminal).
-    #[arg(long)]
-    pub no_color: bool,
 }
 
 #[derive(Debug, Args)]

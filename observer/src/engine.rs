@@ -22,7 +22,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::attribution::{self, ProcessInfo};
-use crate::cli::{HooksMode, TailArgs};
+use crate::cli::{HooksMode, SourceArgs, TailArgs};
 use crate::hooks::decode::{KernelEvent, KernelProcess, XtKind, XtReplaceEvent};
 use crate::hooks::{HookOptions, KernelHooks, ReaderStats};
 use crate::netns::{self, NetnsHandle};
@@ -63,8 +63,7 @@ impl Drop for Watched {
 }
 
 struct Engine {
-    sink: Sink<std::io::Stdout>,
-    filter: Filter,
+    output: Box<dyn Output>,
     seq: u64,
     watched: HashMap<u32, Watched>,
     /// nsfs bind mounts (path → namespace), to notice `ip netns del`.
@@ -77,6 +76,31 @@ struct Engine {
     losses: (u64, u64, u64),
 }
 
+/// Where the engine's records go: every record, in order, unfiltered. `tail` filters and prints;
+/// other consumers (a daemon's stream, a record) may keep everything.
+pub trait Output: Send {
+    /// Take one record. An error of kind `BrokenPipe` ends the run quietly (the reader went away);
+    /// other errors are logged and the run goes on.
+    fn emit(&mut self, record: &Record) -> std::io::Result<()>;
+}
+
+/// `observer tail`: the filtered stream on stdout.
+struct TailOutput {
+    sink: Sink<std::io::Stdout>,
+    filter: Filter,
+}
+
+impl Output for TailOutput {
+    fn emit(&mut self, record: &Record) -> std::io::Result<()> {
+        if let Record::Change(c) = record {
+            if !self.filter.matches(c) {
+                return Ok(());
+            }
+        }
+        self.sink.write(record)
+    }
+}
+
 pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
     let filter = build_filter(&args).map_err(anyhow::Error::msg)?;
     let colour =
@@ -86,6 +110,15 @@ pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
     } else {
         Format::Human { colour }
     };
+    let output = TailOutput {
+        sink: Sink::new(std::io::stdout(), format),
+        filter,
+    };
+    run(&args.source, Box::new(output)).await
+}
+
+/// Watch every namespace and send every record to `output` until SIGINT or SIGTERM.
+pub async fn run(options: &SourceArgs, output: Box<dyn Output>) -> anyhow::Result<()> {
     if !nix::unistd::geteuid().is_root() {
         tracing::warn!(
             "not running as root: loading BPF programs and joining namespaces will likely fail"
@@ -95,13 +128,13 @@ pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
     let (kernel_tx, mut kernel_rx) = mpsc::channel::<KernelEvent>(8192);
     let (ns_tx, mut ns_rx) = mpsc::channel::<NsMsg>(8192);
     let mut lost = Vec::new();
-    let hooks = match args.hooks {
+    let hooks = match options.hooks {
         HooksMode::Netlink => {
             lost.push(netlink_only_loss("--hooks netlink"));
             None
         }
         mode => match KernelHooks::load(&HookOptions {
-            ringbuf_bytes: args.ringbuf_size,
+            ringbuf_bytes: options.ringbuf_size,
         }) {
             Ok(h) => Some(h),
             Err(e) if mode == HooksMode::Auto => {
@@ -118,8 +151,7 @@ pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
         Source::Netlink
     };
     let mut engine = Engine {
-        sink: Sink::new(std::io::stdout(), format),
-        filter,
+        output,
         seq: 0,
         watched: HashMap::new(),
         mounts: HashMap::new(),
@@ -315,7 +347,7 @@ impl Engine {
     }
 
     fn write(&mut self, r: &Record) {
-        if let Err(e) = self.sink.write(r) {
+        if let Err(e) = self.output.emit(r) {
             if e.kind() == std::io::ErrorKind::BrokenPipe {
                 // The reader went away (`observer tail | head`): stop quietly.
                 std::process::exit(0);
@@ -643,9 +675,7 @@ impl Engine {
             process: ctx.process,
             replayed: ctx.replayed,
         };
-        if self.filter.matches(&record) {
-            self.write(&Record::Change(record));
-        }
+        self.write(&Record::Change(record));
     }
 }
 
