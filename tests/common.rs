@@ -142,6 +142,30 @@ pub struct Observer {
     pub seen: Vec<Value>,
 }
 
+/// The hook backend the tests force with `--hooks`, from OBSERVER_TEST_HOOKS (`fentry`, `kprobe`,
+/// `tracepoint`); unset: observer chooses (`auto`) and the host's kernel gives tracepoints.
+pub fn forced_hooks() -> Option<String> {
+    std::env::var("OBSERVER_TEST_HOOKS")
+        .ok()
+        .filter(|v| !v.is_empty() && v != "auto")
+}
+
+/// The `source` every legacy change must carry in this run.
+pub fn legacy_source() -> String {
+    forced_hooks().unwrap_or_else(|| "tracepoint".into())
+}
+
+/// A change line of the legacy backend must name the backend that is expected to see it.
+fn check_legacy_source(v: &Value) {
+    if is_change(v) && v["backend"] == "legacy" {
+        assert_eq!(
+            v["source"].as_str(),
+            Some(legacy_source().as_str()),
+            "legacy change from the wrong hook backend: {v}"
+        );
+    }
+}
+
 pub fn observer_bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_observer"))
 }
@@ -149,8 +173,10 @@ pub fn observer_bin() -> &'static Path {
 impl Observer {
     /// Start `observer tail --json ARGS` and wait for its ready line.
     pub fn start(args: &[&str]) -> Observer {
+        let forced = forced_hooks();
         let mut child = Command::new(observer_bin())
             .args(["tail", "--json"])
+            .args(forced.iter().flat_map(|h| ["--hooks", h.as_str()]))
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -179,6 +205,12 @@ impl Observer {
             .expect("observer printed no ready line within 60 s");
         assert_eq!(first["kind"], "status", "first line: {first}");
         assert_eq!(first["state"], "ready", "first line: {first}");
+        let hooks = first["hooks"].as_str().unwrap_or("");
+        let want = format!("x_tables={}", legacy_source());
+        assert!(
+            hooks.starts_with(&want) || args.windows(2).any(|a| a == ["--hooks", "netlink"]),
+            "the x_tables hook is not on the expected backend ({want}): {first}"
+        );
         obs.seen.push(first);
         obs
     }
@@ -193,6 +225,7 @@ impl Observer {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.lines.recv_timeout(left) {
                 Ok(v) => {
+                    check_legacy_source(&v);
                     self.seen.push(v.clone());
                     if is_change(&v) && pred(&v) {
                         return v;
@@ -218,6 +251,7 @@ impl Observer {
             .lines
             .recv_timeout(deadline.saturating_duration_since(Instant::now()))
         {
+            check_legacy_source(&v);
             self.seen.push(v.clone());
             got.push(v);
         }

@@ -42,7 +42,7 @@ fn legacy_changes_in_a_namespace_created_after_start() {
     assert_eq!(v["backend"], "legacy");
     assert_eq!(v["family"], "ip");
     assert_eq!(v["table"], "filter");
-    assert_eq!(v["source"], "tracepoint");
+    assert_eq!(v["source"], common::legacy_source().as_str());
     assert_eq!(v["result"], "ok");
     assert_writer(&v, "iptables-legacy", &w);
 

@@ -6,6 +6,7 @@
 //! behaviour. All structs are `#[repr(C)]`, have no implicit padding, and are defined once here.
 #![no_std]
 
+pub mod hook;
 pub mod ns;
 pub mod offsets;
 pub mod process;
@@ -98,7 +99,7 @@ mod tests {
         assert_eq!(size_of::<process::Process>(), 4 * 8 + 8 + 16 * 4);
         assert_eq!(
             size_of::<xt::XtReplace>(),
-            size_of::<process::Process>() + 16 + 32 + 16
+            size_of::<process::Process>() + 16 + 32 + 16 + 8
         );
         assert_eq!(
             size_of::<ns::NetnsSeen>(),

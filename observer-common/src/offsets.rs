@@ -21,7 +21,9 @@ pub struct Offsets {
     pub net_ns_inum: u32,
     /// Set to 1 by userspace once the values above are filled in.
     pub valid: u32,
-    pub _pad: u32,
+    /// `sock.__sk_common.skc_net` (a pointer to the socket's `struct net`); the kprobe and fentry
+    /// hooks take the namespace of a change from the socket it was made on. Not covered by `valid`.
+    pub sock_net: u32,
 }
 
 impl Offsets {
@@ -36,7 +38,7 @@ impl Offsets {
             nsproxy_net_ns: Offsets::MISSING,
             net_ns_inum: Offsets::MISSING,
             valid: 0,
-            _pad: 0,
+            sock_net: Offsets::MISSING,
         }
     }
 }

@@ -39,6 +39,20 @@ pub struct Pending {
     pub table: [u8; TABLE_NAME_LEN],
 }
 
+/// `PF_INET`, as `nf_setsockopt` gets it for `SOL_IP` options.
+pub const PF_INET: u32 = 2;
+/// `PF_INET6`, as `nf_setsockopt` gets it for `SOL_IPV6` options.
+pub const PF_INET6: u32 = 10;
+
+/// The socket option level that goes with the protocol family `nf_setsockopt` is given.
+pub const fn level_of_pf(pf: u32) -> Option<u32> {
+    match pf {
+        PF_INET => Some(SOL_IP),
+        PF_INET6 => Some(SOL_IPV6),
+        _ => None,
+    }
+}
+
 /// One table replace, reported at syscall exit with its result.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,4 +67,7 @@ pub struct XtReplace {
     pub optname: u32,
     pub num_entries: u32,
     pub size: u32,
+    /// Which hook wrote this record: one of the `hook::HOOK_*` constants.
+    pub source: u32,
+    pub _pad: u32,
 }

@@ -16,6 +16,10 @@
 #![no_std]
 #![no_main]
 
+mod fentry;
+mod kprobe;
+mod xt_hook;
+
 use aya_ebpf::{
     helpers::{
         bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
@@ -27,6 +31,7 @@ use aya_ebpf::{
     programs::TracePointContext,
 };
 use observer_common::{
+    hook::HOOK_TRACEPOINT,
     ns::{NetnsSeen, PendingUmount, Umount, UMOUNT_PATH_LEN, VIA_CLONE, VIA_SETNS, VIA_UNSHARE},
     offsets::Offsets,
     process::{Process, ANCESTORS, COMM_LEN},
@@ -210,6 +215,8 @@ fn try_setsockopt_exit(ctx: &TracePointContext) -> Result<(), i32> {
             optname: pending.optname,
             num_entries: pending.num_entries,
             size: pending.size,
+            source: HOOK_TRACEPOINT,
+            _pad: 0,
         },
     };
     fill_process(&mut event.data.process);

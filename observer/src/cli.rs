@@ -2,6 +2,7 @@
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::hooks::backend::HookBackend;
 use crate::ruleset::{Backend, Op};
 
 /// See every netfilter ruleset change (iptables-legacy, iptables-nft, nft) the moment the kernel
@@ -48,12 +49,29 @@ pub struct BenchXtArgs {
 /// Which kernel hooks to use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum HooksMode {
-    /// The best this kernel allows: tracepoints if BPF works, else netlink only.
+    /// The best this kernel allows: fentry/fexit, else kprobes, else syscall tracepoints, else
+    /// netlink only.
     Auto,
+    /// BTF trampolines (fentry/fexit); fail with the kernel's error if they cannot be attached.
+    Fentry,
+    /// kprobes/kretprobes; fail with the kernel's error if they cannot be attached.
+    Kprobe,
     /// Syscall tracepoints (fail if they cannot be attached).
     Tracepoint,
     /// No BPF: nftables changes only, from netlink; iptables-legacy changes are not seen.
     Netlink,
+}
+
+impl HooksMode {
+    /// The one hook backend this mode insists on (`None`: the best that attaches, or none).
+    pub fn backend(self) -> Option<HookBackend> {
+        match self {
+            HooksMode::Fentry => Some(HookBackend::Fentry),
+            HooksMode::Kprobe => Some(HookBackend::Kprobe),
+            HooksMode::Tracepoint => Some(HookBackend::Tracepoint),
+            HooksMode::Auto | HooksMode::Netlink => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

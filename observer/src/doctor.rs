@@ -26,8 +26,8 @@ struct Check {
 #[derive(Debug, Serialize)]
 struct Report {
     checks: Vec<Check>,
-    /// The hook backend `tail --hooks auto` would use.
-    hooks: &'static str,
+    /// Which backend each hook of `tail --hooks auto` would be on, and what was refused and why.
+    hooks: String,
     /// What `tail` would not see.
     lost: Vec<String>,
 }
@@ -129,7 +129,7 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<()> {
         name: "kprobes",
         ok: true,
         detail: format!(
-            "{}; this build attaches syscall tracepoints only",
+            "{}; see the bpf line for which backend the hooks end up on",
             if kprobes_available() {
                 "supported by the kernel"
             } else {
@@ -140,16 +140,15 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<()> {
     });
 
     // The definitive BPF test: load and attach the real programs, then detach.
-    let (bpf_ok, bpf_detail) = match hooks::KernelHooks::load(&hooks::HookOptions::default()) {
-        Ok(h) => (
-            true,
-            format!(
-                "loaded and attached {} tracepoints",
-                h.report.attached.len()
+    let (bpf_ok, bpf_detail, placement) =
+        match hooks::KernelHooks::load(&hooks::HookOptions::default()) {
+            Ok(h) => (
+                true,
+                format!("loaded and attached {}", h.report.attached.join(", ")),
+                Some(h.report.placement.summary()),
             ),
-        ),
-        Err(e) => (false, e.to_string()),
-    };
+            Err(e) => (false, e.to_string(), None),
+        };
     checks.push(check(
         "bpf",
         bpf_ok,
@@ -193,7 +192,8 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<()> {
         lost.push("nftables changes (nft, iptables-nft, firewalld)".into());
     }
     let report = Report {
-        hooks: if bpf_ok { "tracepoint" } else { "netlink" },
+        hooks: placement
+            .unwrap_or_else(|| "x_tables=none namespaces=none nf_tables=netlink".into()),
         checks,
         lost,
     };
@@ -212,7 +212,7 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<()> {
             println!("     {:<20} -> {fix}", "");
         }
     }
-    println!("\nhooks: tail would use the {} backend", report.hooks);
+    println!("\nhooks: tail would use {}", report.hooks);
     if report.lost.is_empty() {
         println!("nothing is lost: every iptables-legacy and nftables change is seen");
     } else {

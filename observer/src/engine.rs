@@ -70,7 +70,6 @@ struct Engine {
     mounts: HashMap<PathBuf, u32>,
     hooks: Option<KernelHooks>,
     ns_tx: mpsc::Sender<NsMsg>,
-    source: Source,
     reader_stats: Arc<ReaderStats>,
     /// Losses already reported: (ring buffer full, pending map full, malformed records).
     losses: (u64, u64, u64),
@@ -135,6 +134,7 @@ pub async fn run(options: &SourceArgs, output: Box<dyn Output>) -> anyhow::Resul
         }
         mode => match KernelHooks::load(&HookOptions {
             ringbuf_bytes: options.ringbuf_size,
+            backend: mode.backend(),
         }) {
             Ok(h) => Some(h),
             Err(e) if mode == HooksMode::Auto => {
@@ -142,13 +142,8 @@ pub async fn run(options: &SourceArgs, output: Box<dyn Output>) -> anyhow::Resul
                 lost.push(netlink_only_loss(&e.to_string()));
                 None
             }
-            Err(e) => return Err(e).context("attaching the tracepoint hooks"),
+            Err(e) => return Err(e).context("attaching the kernel hooks"),
         },
-    };
-    let source = if hooks.is_some() {
-        Source::Tracepoint
-    } else {
-        Source::Netlink
     };
     let mut engine = Engine {
         output,
@@ -157,7 +152,6 @@ pub async fn run(options: &SourceArgs, output: Box<dyn Output>) -> anyhow::Resul
         mounts: HashMap::new(),
         hooks,
         ns_tx,
-        source,
         reader_stats: Arc::new(ReaderStats::default()),
         losses: (0, 0, 0),
     };
@@ -196,8 +190,8 @@ pub async fn run(options: &SourceArgs, output: Box<dyn Output>) -> anyhow::Resul
     }
 
     let mut sources = vec![Source::Netlink];
-    if engine.hooks.is_some() {
-        sources.insert(0, Source::Tracepoint);
+    if let Some(h) = &engine.hooks {
+        sources = h.report.placement.sources();
     }
     let ready = StatusRecord {
         state: "ready".into(),
@@ -206,14 +200,10 @@ pub async fn run(options: &SourceArgs, output: Box<dyn Output>) -> anyhow::Resul
             "watching {} network namespaces; every hook attached and every subscription open",
             engine.watched.len()
         ),
-        hooks: Some(
-            if engine.hooks.is_some() {
-                "tracepoint"
-            } else {
-                "netlink"
-            }
-            .into(),
-        ),
+        hooks: Some(engine.hooks.as_ref().map_or_else(
+            || "x_tables=none namespaces=none nf_tables=netlink".into(),
+            |h| h.report.placement.summary(),
+        )),
         sources,
         netns_watched: Some(engine.watched.len()),
         lost,
@@ -604,7 +594,7 @@ impl Engine {
                     backend: Backend::Legacy,
                     time: time.clone(),
                     txn: txn.clone(),
-                    source: self.source,
+                    source: x.source.into(),
                     process: process.clone(),
                     replayed: false,
                 },

@@ -140,6 +140,8 @@ impl KernelBtf {
 pub struct Resolved {
     pub offsets: Offsets,
     pub missing: Vec<String>,
+    /// Why `sock_net` could not be resolved; the kprobe and fentry x_tables hooks need it.
+    pub sock_net_missing: Option<String>,
 }
 
 /// Resolve every offset the eBPF programs read.
@@ -160,10 +162,22 @@ pub fn resolve_offsets(btf: &KernelBtf) -> Resolved {
         nsproxy_net_ns: get("nsproxy", "net_ns"),
         net_ns_inum: get("net", "ns.inum"),
         valid: 0,
-        _pad: 0,
+        sock_net: Offsets::MISSING,
     };
     offsets.valid = u32::from(missing.is_empty());
-    Resolved { offsets, missing }
+    // possible_net_t holds one `struct net *net` (CONFIG_NET_NS); without it there is no field.
+    let sock_net_missing = match btf.offset_of("sock", "__sk_common.skc_net.net") {
+        Ok(off) => {
+            offsets.sock_net = off;
+            None
+        }
+        Err(e) => Some(e.to_string()),
+    };
+    Resolved {
+        offsets,
+        missing,
+        sock_net_missing,
+    }
 }
 
 #[cfg(test)]

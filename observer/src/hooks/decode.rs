@@ -6,6 +6,8 @@
 
 use std::mem::size_of;
 
+use super::backend::HookBackend;
+
 use observer_common::{
     ns::{NetnsSeen, Umount},
     process::{Process, ANCESTORS},
@@ -22,6 +24,9 @@ pub enum DecodeError {
     /// A kind this build does not know (a newer eBPF object, or corruption).
     #[error("unknown record kind {0}")]
     UnknownKind(u32),
+    /// A record naming a hook backend this build does not know.
+    #[error("record from unknown hook backend {0}")]
+    UnknownHook(u32),
     /// The header's length field disagrees with the record.
     #[error("record says {said} bytes but is {got}")]
     Length { said: u32, got: usize },
@@ -66,6 +71,8 @@ pub struct XtReplaceEvent {
     pub ret: i64,
     pub num_entries: u32,
     pub ktime_ns: u64,
+    /// Which backend's hook saw it.
+    pub source: HookBackend,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -150,6 +157,8 @@ impl KernelEvent {
                     ret: x.ret,
                     num_entries: x.num_entries,
                     ktime_ns: header.ktime_ns,
+                    source: HookBackend::from_raw(x.source)
+                        .ok_or(DecodeError::UnknownHook(x.source))?,
                 })
             }
             EventKind::NetnsSeen => {
@@ -205,6 +214,8 @@ mod tests {
                 optname: IPT_SO_SET_REPLACE,
                 num_entries: 9,
                 size: 100,
+                source: observer_common::hook::HOOK_KPROBE,
+                _pad: 0,
             },
         }
     }
@@ -218,6 +229,7 @@ mod tests {
         assert_eq!(x.table, "nat");
         assert_eq!(x.kind, XtKind::Ipv6);
         assert_eq!(x.ret, -2);
+        assert_eq!(x.source, HookBackend::Kprobe);
         assert_eq!(x.process.comm, "iptables-legacy");
         assert_eq!(x.process.ancestors.len(), 2);
         assert_eq!(x.process.ancestors[0].comm, "kube-proxy");
@@ -238,6 +250,13 @@ mod tests {
         assert_eq!(
             KernelEvent::parse(&unknown),
             Err(DecodeError::UnknownKind(77))
+        );
+        let mut no_hook = good.clone();
+        let at = size_of::<Header>() + std::mem::offset_of!(XtReplace, source);
+        no_hook[at] = 9;
+        assert_eq!(
+            KernelEvent::parse(&no_hook),
+            Err(DecodeError::UnknownHook(9))
         );
         let mut longer = good.clone();
         longer.extend_from_slice(&[0; 8]);

@@ -1,10 +1,11 @@
 //! Kernel hooks: load the eBPF programs, attach them, and read what they report.
 //!
-//! Backends, best first, are fentry/fexit, kprobes and syscall tracepoints; this build carries the
-//! tracepoint backend, which works on every kernel with BPF and tracepoints (4.18+ for the ring
-//! buffer: 5.8). Without BPF at all observer runs netlink-only: nftables changes are still seen,
-//! iptables-legacy changes are not, and the ready line says so.
+//! Backends, best first, are fentry/fexit, kprobes and syscall tracepoints (see `backend`); the
+//! tracepoint backend works on every kernel with BPF and tracepoints (5.8+ for the ring buffer).
+//! Without BPF at all observer runs netlink-only: nftables changes are still seen, iptables-legacy
+//! changes are not, and the ready line says so.
 
+pub mod backend;
 pub mod btf;
 pub mod decode;
 pub mod tracefs;
@@ -13,7 +14,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
-use aya::programs::TracePoint;
 use aya::{Ebpf, EbpfLoader};
 use observer_common::{DROP_PENDING, DROP_RINGBUF};
 use tokio::io::unix::AsyncFd;
@@ -23,18 +23,6 @@ use self::decode::KernelEvent;
 
 /// The eBPF object built by build.rs (empty when built with AYA_BUILD_SKIP=1).
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/observer"));
-
-/// (program, tracepoint category, tracepoint name)
-const TRACEPOINTS: &[(&str, &str, &str)] = &[
-    ("setsockopt_enter", "syscalls", "sys_enter_setsockopt"),
-    ("setsockopt_exit", "syscalls", "sys_exit_setsockopt"),
-    ("unshare_exit", "syscalls", "sys_exit_unshare"),
-    ("setns_exit", "syscalls", "sys_exit_setns"),
-    ("clone_exit", "syscalls", "sys_exit_clone"),
-    ("clone_exit", "syscalls", "sys_exit_clone3"),
-    ("umount_enter", "syscalls", "sys_enter_umount"),
-    ("umount_exit", "syscalls", "sys_exit_umount"),
-];
 
 /// Why the kernel hooks could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +46,12 @@ pub enum HookError {
         name: String,
         reason: String,
     },
+    /// The x_tables hook could not be put on the backend asked for (or on any, with `auto`).
+    #[error("cannot attach the x_tables hook on the {backend} backend: {reason}")]
+    Backend {
+        backend: &'static str,
+        reason: String,
+    },
     /// A map the programs define is missing from the object.
     #[error("eBPF map {0} is missing from the object")]
     Map(&'static str),
@@ -76,12 +70,16 @@ fn privilege_hint(msg: &str) -> &'static str {
 pub struct HookOptions {
     /// Ring buffer size in bytes (a power of two, a multiple of the page size).
     pub ringbuf_bytes: u32,
+    /// Put the x_tables hook on this backend only (fail if it cannot attach); `None` tries the
+    /// best first.
+    pub backend: Option<backend::HookBackend>,
 }
 
 impl Default for HookOptions {
     fn default() -> Self {
         HookOptions {
             ringbuf_bytes: 1 << 22,
+            backend: None,
         }
     }
 }
@@ -89,8 +87,10 @@ impl Default for HookOptions {
 /// What was attached and what could not be resolved.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct HookReport {
-    /// `category:name` of every tracepoint attached.
+    /// `category:name` of every tracepoint attached, `kprobe:function` of every kprobe...
     pub attached: Vec<String>,
+    /// Which backend each hook is on, and what was refused.
+    pub placement: backend::Placement,
     /// Kernel struct fields this kernel lacks (their attribution is left empty).
     pub missing_fields: Vec<String>,
     /// True when observer mounted tracefs itself.
@@ -108,7 +108,7 @@ pub struct KernelHooks {
 }
 
 impl KernelHooks {
-    /// Load and attach the tracepoint backend.
+    /// Load the programs and attach every hook on the backend `opts` asks for.
     pub fn load(opts: &HookOptions) -> Result<KernelHooks, HookError> {
         if EBPF_OBJECT.is_empty() {
             return Err(HookError::NotBuilt);
@@ -119,6 +119,7 @@ impl KernelHooks {
             Err(e) => btf::Resolved {
                 offsets: observer_common::offsets::Offsets::unset(),
                 missing: vec![e.to_string()],
+                sock_net_missing: Some(e.to_string()),
             },
         };
         for m in &resolved.missing {
@@ -137,26 +138,19 @@ impl KernelHooks {
             .map_max_entries("EVENTS", opts.ringbuf_bytes)
             .load(EBPF_OBJECT)
             .map_err(|e| HookError::Load(error_chain(&e)))?;
-        for (prog, category, name) in TRACEPOINTS {
-            let program: &mut TracePoint = ebpf
-                .program_mut(prog)
-                .ok_or_else(|| HookError::Load(format!("program {prog} missing from the object")))?
-                .try_into()
-                .map_err(|e: aya::programs::ProgramError| HookError::Load(error_chain(&e)))?;
-            if program.fd().is_err() {
-                program
-                    .load()
-                    .map_err(|e| HookError::Load(format!("{prog}: {}", error_chain(&e))))?;
-            }
-            program
-                .attach(category, name)
-                .map_err(|e| HookError::Attach {
-                    category: category.to_string(),
-                    name: name.to_string(),
-                    reason: error_chain(&e),
-                })?;
+        for (prog, category, name) in backend::NS_TRACEPOINTS {
+            backend::attach_tracepoint(&mut ebpf, prog, category, name)?;
             report.attached.push(format!("{category}:{name}"));
         }
+        backend::place_xt(
+            &mut ebpf,
+            opts.backend,
+            &backend::Needs {
+                sock_net_missing: resolved.sock_net_missing.as_deref(),
+            },
+            &mut report.placement,
+            &mut report.attached,
+        )?;
         let ring = RingBuf::try_from(ebpf.take_map("EVENTS").ok_or(HookError::Map("EVENTS"))?)
             .map_err(|e| HookError::Load(error_chain(&e)))?;
         let seen = BpfHashMap::try_from(

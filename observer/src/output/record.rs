@@ -7,10 +7,6 @@ use crate::attribution::ProcessInfo;
 use crate::ruleset::{Backend, Family, Op};
 
 /// Where a change was seen.
-#[expect(
-    dead_code,
-    reason = "fentry and kprobe are part of the output contract; this build attaches tracepoints"
-)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Source {
@@ -36,7 +32,8 @@ pub struct StatusRecord {
     pub time: String,
     /// One sentence for a person.
     pub message: String,
-    /// The hook backend in use (`tracepoint`, or `netlink` when no BPF is possible).
+    /// Which backend each hook is on, and why better ones were refused (the kernel's error), e.g.
+    /// `x_tables=kprobe namespaces=tracepoint nf_tables=netlink (x_tables: fentry refused: ...)`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hooks: Option<String>,
     /// The sources that feed the stream.
