@@ -56,6 +56,10 @@ static PENDING_XT: HashMap<u64, Pending> = HashMap::with_max_entries(4096, 0);
 #[map]
 static PENDING_UMOUNT: HashMap<u64, PendingUmount> = HashMap::with_max_entries(1024, 0);
 
+/// Where umount_exit builds its record (one slot per CPU).
+#[map]
+static UMOUNT_SCRATCH: PerCpuArray<Event<Umount>> = PerCpuArray::with_max_entries(1, 0);
+
 /// Network namespaces already reported (by inode). Userspace removes a namespace that goes away.
 #[map]
 static SEEN_NETNS: LruHashMap<u32, u8> = LruHashMap::with_max_entries(65536, 0);
@@ -313,23 +317,26 @@ fn try_umount_enter(ctx: &TracePointContext) -> Result<(), i32> {
 #[tracepoint]
 pub fn umount_exit(ctx: TracePointContext) -> u32 {
     let key = bpf_get_current_pid_tgid();
-    // SAFETY: the value is copied out before the entry is removed.
-    let Some(pending) = (unsafe { PENDING_UMOUNT.get(key) }).copied() else {
+    // The record is built in a per-CPU slot, not on the stack: with the path and the writer it
+    // is too big for the 512-byte stack of a program and its calls (the 6.1 verifier refuses it).
+    let (Some(pending), Some(event)) = (PENDING_UMOUNT.get_ptr(key), UMOUNT_SCRATCH.get_ptr_mut(0))
+    else {
         return 0;
+    };
+    // SAFETY: both point into map values; the path is copied before the entry is removed, and
+    // the per-CPU slot is only used by this program on this CPU while it runs.
+    let event = unsafe {
+        (*event).data.path = (*pending).path;
+        &mut *event
     };
     let _ = PENDING_UMOUNT.remove(key);
     if !syscall_ok(&ctx) {
         return 0;
     }
-    let mut event = Event {
-        header: header(KIND_UMOUNT, core::mem::size_of::<Event<Umount>>()),
-        data: Umount {
-            process: Process::zeroed(),
-            path: pending.path,
-        },
-    };
+    event.header = header(KIND_UMOUNT, core::mem::size_of::<Event<Umount>>());
+    event.data.process = Process::zeroed();
     fill_process(&mut event.data.process);
-    output(&event);
+    output(event);
     0
 }
 

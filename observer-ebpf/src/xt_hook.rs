@@ -12,7 +12,7 @@
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel, bpf_probe_read_user},
     macros::map,
-    maps::HashMap,
+    maps::{HashMap, PerCpuArray},
 };
 use observer_common::{
     offsets::Offsets,
@@ -36,6 +36,11 @@ pub struct SockPending {
 /// kprobe'd `nf_setsockopt` calls in flight that are table replaces, by pid_tgid.
 #[map]
 static PENDING_XT_SOCK: HashMap<u64, SockPending> = HashMap::with_max_entries(4096, 0);
+
+/// Where the record is built (one slot per CPU): the stack of a program and its calls is 512
+/// bytes, and the record with the writer's attribution takes half of that.
+#[map]
+static XT_SCRATCH: PerCpuArray<Event<XtReplace>> = PerCpuArray::with_max_entries(1, 0);
 
 /// The arguments of `nf_setsockopt` that matter, as either backend reads them.
 pub struct SetsockoptArgs {
@@ -84,20 +89,23 @@ fn read_head(args: &SetsockoptArgs) -> Option<Pending> {
 }
 
 fn report(pending: &Pending, sock_netns: u32, ret: i64, source: u32) {
-    let mut event = Event {
-        header: header(KIND_XT_REPLACE, core::mem::size_of::<Event<XtReplace>>()),
-        data: XtReplace {
-            process: Process::zeroed(),
-            ret,
-            start_ns: 0,
-            table: pending.table,
-            level: pending.level,
-            optname: pending.optname,
-            num_entries: pending.num_entries,
-            size: pending.size,
-            source,
-            _pad: 0,
-        },
+    let Some(event) = XT_SCRATCH.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: a per-CPU slot, only used by this program on this CPU while it runs.
+    let event = unsafe { &mut *event };
+    event.header = header(KIND_XT_REPLACE, core::mem::size_of::<Event<XtReplace>>());
+    event.data = XtReplace {
+        process: Process::zeroed(),
+        ret,
+        start_ns: 0,
+        table: pending.table,
+        level: pending.level,
+        optname: pending.optname,
+        num_entries: pending.num_entries,
+        size: pending.size,
+        source,
+        _pad: 0,
     };
     fill_process(&mut event.data.process);
     // The table lives in the socket's namespace, which is the writer's own except when a
@@ -108,7 +116,7 @@ fn report(pending: &Pending, sock_netns: u32, ret: i64, source: u32) {
     if event.data.process.netns != 0 {
         let _ = SEEN_NETNS.insert(event.data.process.netns, 1, 0);
     }
-    output(&event);
+    output(event);
 }
 
 /// Entry of a kprobe'd call: remember a replace until the call returns.
