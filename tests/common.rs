@@ -155,6 +155,16 @@ pub fn legacy_source() -> String {
     forced_hooks().unwrap_or_else(|| "tracepoint".into())
 }
 
+/// How many times longer than on real hardware to wait for a change: OBSERVER_TEST_SLOWDOWN
+/// (a guest under software emulation is much slower), default 1.
+pub fn slowdown() -> u64 {
+    std::env::var("OBSERVER_TEST_SLOWDOWN")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n >= 1)
+        .unwrap_or(1)
+}
+
 /// A change line of the legacy backend must name the backend that is expected to see it.
 fn check_legacy_source(v: &Value) {
     if is_change(v) && v["backend"] == "legacy" {
@@ -201,8 +211,8 @@ impl Observer {
         };
         let first = obs
             .lines
-            .recv_timeout(Duration::from_secs(60))
-            .expect("observer printed no ready line within 60 s");
+            .recv_timeout(Duration::from_secs(60 * slowdown()))
+            .expect("observer printed no ready line in time");
         assert_eq!(first["kind"], "status", "first line: {first}");
         assert_eq!(first["state"], "ready", "first line: {first}");
         let hooks = first["hooks"].as_str().unwrap_or("");
@@ -220,7 +230,7 @@ impl Observer {
         if let Some(v) = self.seen.iter().find(|v| is_change(v) && pred(v)) {
             return v.clone();
         }
-        let deadline = Instant::now() + Duration::from_secs(secs);
+        let deadline = Instant::now() + Duration::from_secs(secs * slowdown());
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.lines.recv_timeout(left) {
@@ -267,7 +277,7 @@ impl Observer {
     pub fn stop(mut self) {
         let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + Duration::from_secs(10 * slowdown());
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
                 assert!(
@@ -278,7 +288,7 @@ impl Observer {
             }
             assert!(
                 Instant::now() < deadline,
-                "observer did not exit within 10 s of SIGINT"
+                "observer did not exit in time after SIGINT"
             );
             std::thread::sleep(Duration::from_millis(20));
         }

@@ -708,7 +708,7 @@ fn chain_hash(seed: u64) -> String {
 ///
 /// kube-proxy's `-j DNAT --to-destination` is only valid in the nat table; the kernel refuses it
 /// in filter, so each endpoint chain has `-j MARK --set-xmark` (a target with data) in its place.
-fn kube_like_table() -> String {
+pub(crate) fn kube_like_table() -> String {
     let svc = |s: usize| format!("KUBE-SVC-{}", chain_hash(s as u64 * 4));
     let sep = |s: usize, e: usize| format!("KUBE-SEP-{}", chain_hash(s as u64 * 4 + 1 + e as u64));
     let cluster_ip = |s: usize| format!("10.96.{}.{}", s / 250, s % 250 + 1);

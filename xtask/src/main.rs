@@ -6,6 +6,7 @@ mod bench;
 mod cmd;
 mod setup;
 mod vm;
+mod vmbench;
 
 use std::{
     env,
@@ -104,6 +105,17 @@ enum Verb {
         Needs root. A few minutes under software emulation."
     )]
     VmTest,
+
+    /// In the QEMU guest: the cost of each hook backend to a 20,000-rule iptables-legacy-restore
+    #[command(
+        long_about = "Boot the guest of vm-test, load the 20,000-rule filter table of \
+        `bench` into a namespace, and time `iptables-legacy-restore` of it (alternating two \
+        versions, so each restore is a change) with no observer, then with observer on the \
+        fentry, kprobe and tracepoint backends, then with none again, in one boot. Counts the \
+        legacy change lines with full attribution. Prints a table and writes it into \
+        BENCHMARKS.md between its vm-bench markers. Needs root; several minutes."
+    )]
+    VmBench(vmbench::VmBenchArgs),
 }
 
 #[derive(Args)]
@@ -132,6 +144,7 @@ fn main() -> ExitCode {
         Verb::Test(a) => test(&a.args),
         Verb::Tail(a) => tail(&a.args),
         Verb::Bench(a) => bench::run(&a),
+        Verb::VmBench(a) => vmbench::run(&a),
         Verb::VmTest => build().and_then(|ready| vm::vm_test(&ready).map(|r| r.unwrap_or(0))),
     };
     match result {

@@ -67,6 +67,9 @@ impl From<HookBackend> for Source {
 /// xt_hook module for why this one).
 pub const XT_FUNCTION: &str = "nf_setsockopt";
 
+/// Present when the kernel can create kprobes through perf events.
+const KPROBE_PMU: &str = "/sys/bus/event_source/devices/kprobe/type";
+
 /// (program, tracepoint category, tracepoint name): the x_tables hook on the tracepoint backend.
 const XT_TRACEPOINTS: &[(&str, &str, &str)] = &[
     ("setsockopt_enter", "syscalls", "sys_enter_setsockopt"),
@@ -203,7 +206,15 @@ fn attach_xt_on(
                     .load()
                     .map_err(|e| format!("loading {kind} on {XT_FUNCTION}: {}", error_chain(&e)))?;
                 program.attach(XT_FUNCTION, 0).map_err(|e| {
-                    format!("attaching {kind} to {XT_FUNCTION}: {}", error_chain(&e))
+                    let hint = if std::path::Path::new(KPROBE_PMU).exists() {
+                        ""
+                    } else {
+                        " (this kernel has no kprobe PMU: built without CONFIG_KPROBES)"
+                    };
+                    format!(
+                        "attaching {kind} to {XT_FUNCTION}: {}{hint}",
+                        error_chain(&e)
+                    )
                 })?;
                 attached.push(format!("{kind}:{XT_FUNCTION}"));
             }

@@ -209,6 +209,57 @@ mod tests {
         assert_eq!(r.offsets.net_ns_inum, ns + inum);
     }
 
+    /// Every field the programs read, checked against layout facts that hold on every kernel.
+    fn check_kernel(name: &str, btf: &KernelBtf) {
+        let r = resolve_offsets(btf);
+        assert!(r.missing.is_empty(), "{name}: missing {:?}", r.missing);
+        assert_eq!(r.offsets.valid, 1, "{name}");
+        assert_eq!(r.sock_net_missing, None, "{name}");
+        let pid = btf.offset_of("task_struct", "pid").unwrap();
+        assert_eq!(r.offsets.task_tgid, pid + 4, "{name}: tgid follows pid");
+        let ns = btf.offset_of("net", "ns").unwrap();
+        let inum = btf.offset_of("ns_common", "inum").unwrap();
+        assert_eq!(r.offsets.net_ns_inum, ns + inum, "{name}");
+        // struct sock starts with its sock_common, and skc_net lies in its first 64 bytes
+        // (after the addresses, ports and hash) on every kernel since 2.6.
+        let common = btf.offset_of("sock", "__sk_common").unwrap();
+        assert_eq!(common, 0, "{name}");
+        assert!(
+            (8..64).contains(&r.offsets.sock_net),
+            "{name}: sock.__sk_common.skc_net at {}",
+            r.offsets.sock_net
+        );
+        println!("{name}: {:?}", r.offsets);
+    }
+
+    #[test]
+    fn resolves_on_every_kernel_btf_given() {
+        // OBSERVER_KERNEL_BTF: more kernels' BTF files (colon-separated), e.g. the one
+        // `cargo xtask vm-test` copies out of its guest.
+        let extra = std::env::var("OBSERVER_KERNEL_BTF").unwrap_or_default();
+        let mut checked = 0;
+        if let Some(btf) = host() {
+            check_kernel("running kernel", &btf);
+            checked += 1;
+        }
+        for path in extra.split(':').filter(|p| !p.is_empty()) {
+            match KernelBtf::from_file(Path::new(path)) {
+                Ok(btf) => {
+                    check_kernel(path, &btf);
+                    checked += 1;
+                }
+                Err(e) => println!("skipping {path}: {e}"),
+            }
+        }
+        if extra.is_empty() {
+            println!(
+                "only the running kernel checked: set OBSERVER_KERNEL_BTF to other kernels' BTF \
+                 (cargo xtask vm-test does, with its guest's)"
+            );
+        }
+        println!("{checked} kernels checked");
+    }
+
     #[test]
     fn unknown_fields_and_structs_are_errors() {
         let Some(btf) = host() else { return };
