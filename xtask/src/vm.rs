@@ -334,7 +334,7 @@ mod tests {
         for b in BACKENDS {
             assert!(
                 s.contains(&format!(
-                    "OBSERVER_TEST_HOOKS={b} /t/tail-1 --test-threads=1"
+                    "OBSERVER_TEST_HOOKS={b} OBSERVER_TEST_SLOWDOWN=5 /t/tail-1 --test-threads=1"
                 )),
                 "{s}"
             );
