@@ -24,6 +24,7 @@ use tokio::task::JoinHandle;
 use crate::attribution::{self, ProcessInfo};
 use crate::cli::{HooksMode, SourceArgs, TailArgs};
 use crate::hooks::decode::{KernelEvent, KernelProcess, XtKind, XtReplaceEvent};
+use crate::hooks::nlattr::{self, WriterCache};
 use crate::hooks::{HookOptions, KernelHooks, ReaderStats};
 use crate::netns::{self, NetnsHandle};
 use crate::nftables::{self, state::GenerationBuilder, state::NftState};
@@ -167,6 +168,9 @@ pub async fn run(options: &SourceArgs, output: Box<dyn Output>) -> anyhow::Resul
             .context("starting the ring buffer reader")?;
         if let Some(m) = h.report.missing_fields.first() {
             lost.push(format!("the parent and namespace of legacy writers ({m})"));
+        }
+        if let Some(m) = &h.report.netlink_lost {
+            lost.push(m.clone());
         }
     }
 
@@ -457,10 +461,10 @@ impl Engine {
                 };
                 self.on_ns(msg);
             }
-            let reader = handle
-                .file
-                .try_clone()
-                .and_then(|ns| spawn_nft_reader(inode, ns, sock, state, self.ns_tx.clone()));
+            let reader = handle.file.try_clone().and_then(|ns| {
+                let writers = self.nft_writers();
+                spawn_nft_reader(inode, ns, sock, state, self.ns_tx.clone(), writers)
+            });
             match reader {
                 Ok(task) => watched.nft_reader = Some(task),
                 Err(e) => tracing::warn!("namespace {inode}: nftables reader: {e}"),
@@ -474,6 +478,12 @@ impl Engine {
                 .unwrap_or(&handle.origin.display().to_string())
         );
         self.watched.insert(inode, watched);
+    }
+
+    /// The kernel's record of nftables writers, when the netlink hook is attached.
+    fn nft_writers(&self) -> Option<Arc<WriterCache>> {
+        let h = self.hooks.as_ref()?;
+        h.report.netlink_lost.is_none().then(|| h.writers.clone())
     }
 
     fn refresh_mounts(&mut self) {
@@ -503,6 +513,7 @@ impl Engine {
                 }
             }
             KernelEvent::XtReplace(x) => self.on_replace(x).await,
+            KernelEvent::NfnlSend(_) => {}
         }
     }
 
@@ -737,11 +748,12 @@ fn spawn_nft_reader(
     sock: Socket,
     state: NftState,
     tx: mpsc::Sender<NsMsg>,
+    writers: Option<Arc<WriterCache>>,
 ) -> std::io::Result<JoinHandle<()>> {
     // SAFETY: the socket owns its fd and is moved into the AsyncFd, which keeps it open until the
     // task ends.
     let fd = unsafe { AsyncFd::register(sock) }.map_err(std::io::Error::from)?;
-    Ok(tokio::spawn(nft_reader(inode, ns, fd, state, tx)))
+    Ok(tokio::spawn(nft_reader(inode, ns, fd, state, tx, writers)))
 }
 
 async fn nft_reader(
@@ -750,8 +762,9 @@ async fn nft_reader(
     fd: AsyncFd<Socket>,
     state: NftState,
     tx: mpsc::Sender<NsMsg>,
+    writers: Option<Arc<WriterCache>>,
 ) {
-    let why = read_notifications(inode, &ns, fd, state, &tx).await;
+    let why = read_notifications(inode, &ns, fd, state, &tx, writers.as_deref()).await;
     let _ = tx
         .send(NsMsg::Trouble {
             inode,
@@ -767,6 +780,7 @@ async fn read_notifications(
     mut fd: AsyncFd<Socket>,
     state: NftState,
     tx: &mpsc::Sender<NsMsg>,
+    writers: Option<&WriterCache>,
 ) -> String {
     let mut builder = GenerationBuilder::new(state);
     let mut buf = vec![0u8; nftables::socket::RECV_BUF_BYTES];
@@ -779,7 +793,7 @@ async fn read_notifications(
             match nftables::recv(guard.get_inner(), &mut buf) {
                 Ok(Some(n)) => {
                     for t in builder.feed(&buf[..n]).transactions {
-                        let process = attribution::from_tid(t.pid, &t.comm);
+                        let process = nlattr::nft_writer(writers, inode, t.pid, &t.comm).await;
                         let msg = NsMsg::Nft {
                             inode,
                             gen: t.gen_id,

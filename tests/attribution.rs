@@ -1,0 +1,147 @@
+//! Writers that exit at once are still named: nftables writers through the kernel's `sendmsg`
+//! capture (not `/proc`), ipset writers, and writers whose change the kernel refused. Needs root;
+//! skips otherwise.
+
+mod common;
+
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+
+use common::{Netns, Observer};
+use serde_json::Value;
+
+const WAIT: u64 = 20;
+
+/// A cgroup v2 directory for one test, removed when dropped.
+struct Cgroup {
+    path: PathBuf,
+}
+
+impl Cgroup {
+    /// A fresh cgroup under the cgroup v2 mount, or `None` when there is none.
+    fn new(tag: &str) -> Option<Cgroup> {
+        let mounts = std::fs::read_to_string("/proc/mounts").ok()?;
+        let root = mounts.lines().find_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            (f.len() > 2 && f[2] == "cgroup2").then(|| f[1].to_string())
+        })?;
+        let path = PathBuf::from(root).join(format!("obs-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&path).ok()?;
+        Some(Cgroup { path })
+    }
+
+    fn id(&self) -> u64 {
+        std::fs::metadata(&self.path).expect("cgroup dir").ino()
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.path);
+    }
+}
+
+/// A writer script named like a component, which runs its arguments as a child, then exits; run
+/// inside `cgroup` when given.
+struct Writer {
+    path: PathBuf,
+    name: String,
+    cgroup: Option<PathBuf>,
+    _dir: tempfile::TempDir,
+}
+
+impl Writer {
+    fn new(name: &str, cgroup: Option<&Cgroup>) -> Writer {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join(name);
+        std::fs::write(&path, "#!/bin/sh\n\"$@\"\n").expect("write script");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        Writer {
+            path,
+            name: name.to_string(),
+            cgroup: cgroup.map(|c| c.path.clone()),
+            _dir: dir,
+        }
+    }
+
+    /// Run `args` in the namespace through the script; returns whether it succeeded.
+    fn run(&self, ns: &Netns, args: &[&str], stdin: Option<&str>) -> bool {
+        use std::io::Write;
+        use std::process::{Command, Stdio};
+        // Join the cgroup before `ip netns exec`, which mounts a sysfs of the namespace's own.
+        let join = match &self.cgroup {
+            Some(c) => format!("echo $$ > {}/cgroup.procs && ", c.display()),
+            None => String::new(),
+        };
+        let mut child = Command::new("sh")
+            .args(["-c", &format!("{join}exec \"$@\""), "sh"])
+            .args(["ip", "netns", "exec", &ns.name])
+            .arg(&self.path)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn");
+        let mut input = child.stdin.take().expect("stdin");
+        if let Some(text) = stdin {
+            input.write_all(text.as_bytes()).expect("write stdin");
+        }
+        drop(input);
+        child.wait().expect("wait").success()
+    }
+}
+
+fn in_ns(ns: &Netns) -> impl Fn(&Value) -> bool + '_ {
+    move |v: &Value| v["netns"].as_u64() == Some(ns.inode())
+}
+
+/// The process fields of a change made by `comm` run from `writer`, captured in the kernel.
+fn assert_writer(v: &Value, comm: &str, writer: &Writer, cgroup: Option<&Cgroup>) {
+    let p = &v["process"];
+    assert_eq!(p["comm"], comm, "comm in {v}");
+    assert_eq!(p["actor"], writer.name.as_str(), "actor in {v}");
+    assert_eq!(p["parent_comm"], writer.name.as_str(), "parent_comm in {v}");
+    assert!(p["pid"].as_u64().unwrap_or(0) > 0, "pid in {v}");
+    assert!(p["ppid"].as_u64().unwrap_or(0) > 0, "ppid in {v}");
+    match cgroup {
+        Some(c) => assert_eq!(p["cgroup"].as_u64(), Some(c.id()), "cgroup in {v}"),
+        None => assert!(p["cgroup"].as_u64().is_some(), "cgroup in {v}"),
+    }
+}
+
+#[test]
+fn short_lived_nftables_writers_are_named_every_time() {
+    skip_unless!("ip", "nft", "iptables-nft-restore");
+    let mut obs = Observer::start(&[]);
+    let ns = Netns::new("attr-nft");
+    let here = in_ns(&ns);
+    let cg = Cgroup::new("attr-nft");
+    let w = Writer::new("kube-proxy", cg.as_ref());
+    let dir = tempfile::tempdir().expect("tempdir");
+    for i in 0..20 {
+        let chain = format!("KP-{i}");
+        let restore = format!("*filter\n:{chain} - [0:0]\n-A {chain} -j ACCEPT\nCOMMIT\n");
+        assert!(w.run(&ns, &["iptables-nft-restore", "--noflush"], Some(&restore)));
+        let v = obs.expect(&format!("chain_create {chain}"), WAIT, |v| {
+            here(v) && v["op"] == "chain_create" && v["chain"] == chain.as_str()
+        });
+        assert_eq!(v["backend"], "nft");
+        assert_writer(&v, "iptables-nft-re", &w, cg.as_ref());
+
+        let file = dir.path().join(format!("r{i}.nft"));
+        let table = format!("kp{i}");
+        std::fs::write(
+            &file,
+            format!("table inet {table} {{\n chain c {{\n }}\n}}\n"),
+        )
+        .expect("write nft file");
+        assert!(w.run(&ns, &["nft", "-f", file.to_str().expect("utf-8")], None));
+        let v = obs.expect(&format!("table_create {table}"), WAIT, |v| {
+            here(v) && v["op"] == "table_create" && v["table"] == table.as_str()
+        });
+        assert_writer(&v, "nft", &w, cg.as_ref());
+    }
+    obs.stop();
+}
