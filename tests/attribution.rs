@@ -145,3 +145,50 @@ fn short_lived_nftables_writers_are_named_every_time() {
     }
     obs.stop();
 }
+
+#[test]
+fn a_replace_the_kernel_refused_is_a_change_line_naming_its_writer() {
+    skip_unless!("ip", "iptables-legacy");
+    let mut obs = Observer::start(&[]);
+    let ns = Netns::new("attr-fail");
+    let here = in_ns(&ns);
+    let setup = Writer::new("obs-setup", None);
+    for args in [
+        &["iptables-legacy", "-N", "LOOP-A"][..],
+        &["iptables-legacy", "-N", "LOOP-B"],
+        &["iptables-legacy", "-A", "INPUT", "-j", "LOOP-A"],
+        &["iptables-legacy", "-A", "LOOP-A", "-j", "LOOP-B"],
+    ] {
+        assert!(setup.run(&ns, args, None), "{args:?}");
+    }
+    obs.expect("LOOP-A -> LOOP-B", WAIT, |v| {
+        here(v) && v["op"] == "rule_add" && v["chain"] == "LOOP-A"
+    });
+    // A jump back from LOOP-B closes a loop reachable from INPUT: the kernel refuses the replace.
+    let w = Writer::new("kubelet", None);
+    assert!(!w.run(
+        &ns,
+        &["iptables-legacy", "-A", "LOOP-B", "-j", "LOOP-A"],
+        None
+    ));
+    let v = obs.expect("the refused replace", WAIT, |v| {
+        here(v) && v["op"] == "table_replace"
+    });
+    assert_eq!(v["backend"], "legacy");
+    assert_eq!(v["table"], "filter");
+    assert_eq!(v["family"], "ip");
+    assert!(
+        v["result"].as_str().unwrap_or("").starts_with("ELOOP"),
+        "result in {v}"
+    );
+    assert_writer(&v, "iptables-legacy", &w, None);
+    // Nothing changed: no rule_add into LOOP-B was reported.
+    obs.drain(300);
+    assert!(
+        !obs.changes()
+            .iter()
+            .any(|v| here(v) && v["chain"] == "LOOP-B" && v["op"] == "rule_add"),
+        "a refused replace was reported as a change"
+    );
+    obs.stop();
+}

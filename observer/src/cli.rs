@@ -60,6 +60,7 @@ pub enum HooksMode {
 pub enum BackendArg {
     Legacy,
     Nft,
+    Ipset,
 }
 
 impl From<BackendArg> for Backend {
@@ -67,6 +68,7 @@ impl From<BackendArg> for Backend {
         match b {
             BackendArg::Legacy => Backend::Legacy,
             BackendArg::Nft => Backend::Nft,
+            BackendArg::Ipset => Backend::Ipset,
         }
     }
 }

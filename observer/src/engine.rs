@@ -552,21 +552,14 @@ impl Engine {
 
     async fn on_replace(&mut self, x: XtReplaceEvent) {
         let process = attribution::from_kernel(&x.process);
-        let Some(proto) = xt_proto(x.kind) else {
-            self.warn(format!(
-                "ebtables replace of table {} by {} ({}): ebtables tables are not decoded yet",
-                x.table, process.comm, process.pid
-            ));
-            return;
-        };
-        if x.ret != 0 {
-            let err = std::io::Error::from_raw_os_error((-x.ret) as i32);
-            self.warn(format!(
-                "{} ({}, actor {}) failed to replace legacy table {} in namespace {}: {err}",
-                process.comm, process.pid, process.actor, x.table, x.process.netns
-            ));
-            return;
+        let proto = xt_proto(x.kind);
+        if x.ret != 0 || proto.is_none() {
+            // Refused by the kernel (nothing changed: no read, no diff), or an ebtables table,
+            // which is not decoded: one line for the attempt.
+            let c = crate::xtables::replace_attempt(x.kind, &x.table, x.num_entries, x.ret);
+            return self.emit_attempt(&x, process, c);
         }
+        let Some(proto) = proto else { return };
         if !self.ensure_namespace(&x.process).await {
             return;
         }
@@ -666,7 +659,29 @@ impl Engine {
         }
     }
 
+    /// A legacy replace reported as one `table_replace` line, with the kernel's result.
+    fn emit_attempt(&mut self, x: &XtReplaceEvent, process: ProcessInfo, c: (Change, String)) {
+        let inode = x.process.netns;
+        let name = self.watched.get(&inode).and_then(|w| w.handle.name.clone());
+        let ctx = ChangeCtx {
+            inode,
+            name,
+            backend: Backend::Legacy,
+            time: boot_ns_to_time(x.ktime_ns),
+            txn: format!("xt-{inode}-{}", x.ktime_ns),
+            source: self.source,
+            process,
+            replayed: false,
+        };
+        self.emit_change_result(ctx, c.0, c.1);
+    }
+
     fn emit_change(&mut self, ctx: ChangeCtx, c: Change) {
+        self.emit_change_result(ctx, c, "ok".into());
+    }
+
+    /// `result` is `ok` or what went wrong (`EBUSY: Device or resource busy`).
+    fn emit_change_result(&mut self, ctx: ChangeCtx, c: Change, result: String) {
         self.seq += 1;
         let record = ChangeRecord {
             seq: self.seq,
@@ -681,7 +696,7 @@ impl Engine {
             rule: c.rule,
             detail: c.detail,
             txn: ctx.txn,
-            result: "ok".into(),
+            result,
             source: ctx.source,
             process: ctx.process,
             replayed: ctx.replayed,
