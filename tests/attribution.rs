@@ -192,3 +192,135 @@ fn a_replace_the_kernel_refused_is_a_change_line_naming_its_writer() {
     );
     obs.stop();
 }
+
+/// ipset lines of one namespace.
+fn ipset_lines<'a>(obs: &'a Observer, ns: &Netns) -> Vec<&'a Value> {
+    obs.changes()
+        .into_iter()
+        .filter(|v| v["netns"].as_u64() == Some(ns.inode()) && v["backend"] == "ipset")
+        .collect()
+}
+
+#[test]
+fn ipset_lifecycle_race_names_both_writers() {
+    skip_unless!("ip", "ipset");
+    let mut obs = Observer::start(&[]);
+    let ns = Netns::new("attr-ipset");
+    let here = in_ns(&ns);
+    let npm = Writer::new("azure-npm", None);
+    let reconciler = Writer::new("npm-reconcile", None);
+    let set = "podlabel-pod2";
+    let is = |v: &Value, op: &str| {
+        here(v) && v["backend"] == "ipset" && v["op"] == op && v["chain"] == set
+    };
+
+    assert!(npm.run(&ns, &["ipset", "create", set, "hash:ip"], None));
+    let v = obs.expect("set_create", WAIT, |v| is(v, "set_create"));
+    assert_eq!(v["result"], "ok");
+    assert_eq!(v["table"], "ipset");
+    assert_eq!(v["family"], "ip");
+    assert_writer(&v, "ipset", &npm, None);
+    assert!(npm.run(&ns, &["ipset", "add", set, "10.0.0.1"], None));
+    let v = obs.expect("element_add", WAIT, |v| is(v, "element_add"));
+    assert_eq!(
+        v["detail"], "1 elements requested; the set holds 1 (was 0)",
+        "{v}"
+    );
+
+    // The reconcile loop destroys the set; the dataplane still uses it and fails, then
+    // re-creates it.
+    assert!(reconciler.run(&ns, &["ipset", "destroy", set], None));
+    let v = obs.expect("set_delete", WAIT, |v| is(v, "set_delete"));
+    assert_eq!(v["result"], "ok");
+    assert_eq!(v["detail"], "held 1 elements");
+    assert_writer(&v, "ipset", &reconciler, None);
+    // `ipset add` to a missing set fails in the tool (its header query), before any write:
+    // nothing to report. The re-create is the dataplane's.
+    assert!(!npm.run(&ns, &["ipset", "add", set, "10.0.0.2"], None));
+    assert!(npm.run(&ns, &["ipset", "create", set, "hash:ip"], None));
+    let v = obs.expect("second set_create", WAIT, |v| {
+        is(v, "set_create") && v["seq"].as_u64() > Some(3)
+    });
+    assert_writer(&v, "ipset", &npm, None);
+
+    // A set in use by a rule cannot be destroyed: the attempt is a line with its writer.
+    let rule = [
+        "iptables-legacy",
+        "-A",
+        "INPUT",
+        "-m",
+        "set",
+        "--match-set",
+        set,
+        "src",
+    ];
+    if npm.run(&ns, &rule, None) {
+        assert!(!reconciler.run(&ns, &["ipset", "destroy", set], None));
+        let v = obs.expect("refused set_delete", WAIT, |v| {
+            is(v, "set_delete") && v["result"] != "ok"
+        });
+        assert!(v["result"].as_str().unwrap_or("").contains("in use"), "{v}");
+        assert_writer(&v, "ipset", &reconciler, None);
+        assert!(npm.run(&ns, &["iptables-legacy", "-F", "INPUT"], None));
+    } else {
+        println!("skipping the in-use part: iptables-legacy has no set match here");
+    }
+
+    // Both at once, as in the race: every line names one of the two writers, never unknown.
+    let before = ipset_lines(&obs, &ns).len();
+    // Each loop is itself a script named like the component, so the components are the
+    // parents of every `ipset` run.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mk = |name: &str, body: String| {
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.path().join(name);
+        std::fs::create_dir_all(&path).expect("mkdir");
+        let path = path.join(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{body}")).expect("write loop");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        path
+    };
+    let npm_loop = mk(
+        &npm.name,
+        format!(
+            "for i in 1 2 3 4 5; do ipset -exist create {set} hash:ip; \
+             ipset -exist add {set} 10.0.0.$i; done; true\n"
+        ),
+    );
+    let rec_loop = mk(
+        &reconciler.name,
+        format!("for i in 1 2 3 4 5; do ipset destroy {set} 2>/dev/null; done; true\n"),
+    );
+    let run = |path: &PathBuf| {
+        common::run(
+            "ip",
+            &["netns", "exec", &ns.name, path.to_str().expect("utf-8")],
+        );
+    };
+    std::thread::scope(|s| {
+        s.spawn(|| run(&npm_loop));
+        s.spawn(|| run(&rec_loop));
+    });
+    obs.drain(1500);
+    let lines = ipset_lines(&obs, &ns);
+    let burst = &lines[before..];
+    assert!(!burst.is_empty(), "no ipset lines from the race");
+    for v in burst {
+        let actor = v["process"]["actor"].as_str().unwrap_or("");
+        assert!(
+            actor == npm.name || actor == reconciler.name,
+            "unexpected actor in {v}"
+        );
+        assert!(v["process"]["cgroup"].as_u64().is_some(), "cgroup in {v}");
+    }
+    for w in [&npm, &reconciler] {
+        assert!(
+            burst
+                .iter()
+                .any(|v| v["process"]["actor"] == w.name.as_str()),
+            "{} named in none of {burst:?}",
+            w.name
+        );
+    }
+    obs.stop();
+}

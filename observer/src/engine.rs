@@ -75,6 +75,8 @@ struct Engine {
     reader_stats: Arc<ReaderStats>,
     /// Losses already reported: (ring buffer full, pending map full, malformed records).
     losses: (u64, u64, u64),
+    /// The last ipset listing of each namespace (see `ipset`).
+    ipsets: HashMap<u32, crate::ipset::Sets>,
 }
 
 /// Where the engine's records go: every record, in order, unfiltered. `tail` filters and prints;
@@ -161,6 +163,7 @@ pub async fn run(options: &SourceArgs, output: Box<dyn Output>) -> anyhow::Resul
         source,
         reader_stats: Arc::new(ReaderStats::default()),
         losses: (0, 0, 0),
+        ipsets: HashMap::new(),
     };
     let reader_stats = engine.reader_stats.clone();
     if let Some(h) = engine.hooks.as_mut() {
@@ -299,6 +302,7 @@ struct Baseline {
     socket: Option<Socket>,
     nft: Option<(NftState, u32)>,
     legacy: HashMap<(XtProto, String), XtTable>,
+    ipsets: Option<crate::ipset::Sets>,
     problems: Vec<String>,
 }
 
@@ -308,6 +312,8 @@ fn read_baseline(read_legacy: bool) -> Baseline {
         socket: None,
         nft: None,
         legacy: HashMap::new(),
+        // A namespace found late already holds the change that revealed it: no baseline.
+        ipsets: read_legacy.then(|| crate::ipset::list().ok()).flatten(),
         problems: Vec::new(),
     };
     match nftables::subscribe() {
@@ -442,6 +448,9 @@ impl Engine {
         if let Some(h) = self.hooks.as_mut() {
             h.mark_netns_seen(inode);
         }
+        if let Some(sets) = baseline.ipsets {
+            self.ipsets.insert(inode, sets);
+        }
         let mut watched = Watched {
             handle: handle.clone(),
             legacy: baseline.legacy,
@@ -507,12 +516,14 @@ impl Engine {
                 if !mounted && !netns::held_by_process(inode) {
                     tracing::debug!("namespace {inode} is gone ({path} unmounted)");
                     self.watched.remove(&inode);
+                    self.ipsets.remove(&inode);
                     if let Some(h) = self.hooks.as_mut() {
                         h.forget_netns(inode);
                     }
                 }
             }
             KernelEvent::XtReplace(x) => self.on_replace(x).await,
+            KernelEvent::NfnlSend(s) if s.is_ipset() => self.on_ipset(s).await,
             KernelEvent::NfnlSend(_) => {}
         }
     }
@@ -656,6 +667,49 @@ impl Engine {
                     lost: vec![],
                 });
             }
+        }
+    }
+
+    /// An ipset command, applied: list the namespace's sets once and report what changed.
+    async fn on_ipset(&mut self, s: nlattr::NfnlSendEvent) {
+        let Some(cmd) = crate::ipset::Command::parse(&s.head) else {
+            return;
+        };
+        if s.ret < 0 || !self.ensure_namespace(&s.process).await {
+            return;
+        }
+        let inode = s.netns();
+        let Some(w) = self.watched.get(&inode) else {
+            return;
+        };
+        let file = match w.handle.file.try_clone() {
+            Ok(f) => f,
+            Err(e) => return self.warn(format!("namespace {inode}: {e}")),
+        };
+        let listed =
+            tokio::task::spawn_blocking(move || netns::run_in(&file, crate::ipset::list)).await;
+        let after = match listed {
+            Ok(Ok(Ok(sets))) => sets,
+            Ok(Ok(Err(e))) => return self.warn(format!("namespace {inode}: {e}")),
+            Ok(Err(e)) => return self.warn(format!("entering namespace {inode}: {e}")),
+            Err(e) => return self.warn(format!("namespace {inode}: {e}")),
+        };
+        let outcomes = crate::ipset::outcome(&cmd, self.ipsets.get(&inode), &after);
+        self.ipsets.insert(inode, after);
+        let name = self.watched.get(&inode).and_then(|w| w.handle.name.clone());
+        let process = attribution::from_kernel(&s.process);
+        for (c, result) in outcomes {
+            let ctx = ChangeCtx {
+                inode,
+                name: name.clone(),
+                backend: Backend::Ipset,
+                time: boot_ns_to_time(s.ktime_ns),
+                txn: format!("ipset-{inode}-{}", s.ktime_ns),
+                source: self.source,
+                process: process.clone(),
+                replayed: false,
+            };
+            self.emit_change_result(ctx, c, result);
         }
     }
 

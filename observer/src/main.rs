@@ -11,6 +11,7 @@ mod cli;
 mod doctor;
 mod engine;
 mod hooks;
+mod ipset;
 mod netns;
 mod nftables;
 mod output;
