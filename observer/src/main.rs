@@ -47,6 +47,7 @@ fn main() -> ExitCode {
             cli::Command::Owners(o) => ownership::run(o),
             cli::Command::Doctor(d) => doctor::run(d),
             cli::Command::BenchXt(b) => bench::run(b),
+            cli::Command::BenchIncidents(b) => incidents::bench::run(b),
         }
     });
     match result {

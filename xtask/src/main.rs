@@ -3,6 +3,7 @@
 //! Each verb is one variant of [`Verb`] and one function; add a verb by adding both.
 
 mod bench;
+mod bench_incidents;
 mod cmd;
 mod setup;
 
@@ -87,6 +88,10 @@ enum Verb {
         shorter and noisier."
     )]
     Bench(bench::BenchArgs),
+
+    /// Measure the incident engine (per-transaction cost, incident latency, memory under churn)
+    /// and write the figures into BENCHMARKS.md
+    BenchIncidents(bench_incidents::BenchIncidentsArgs),
 }
 
 #[derive(Args)]
@@ -115,6 +120,7 @@ fn main() -> ExitCode {
         Verb::Test(a) => test(&a.args),
         Verb::Tail(a) => tail(&a.args),
         Verb::Bench(a) => bench::run(&a),
+        Verb::BenchIncidents(a) => bench_incidents::run(&a),
     };
     match result {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
