@@ -7,6 +7,7 @@
 #![no_std]
 
 pub mod hook;
+pub mod nfnl;
 pub mod ns;
 pub mod offsets;
 pub mod process;
@@ -30,6 +31,8 @@ pub const KIND_XT_REPLACE: u32 = 1;
 pub const KIND_NETNS_SEEN: u32 = 2;
 /// An unmount: a namespace bind mount (`ip netns del`) may have gone.
 pub const KIND_UMOUNT: u32 = 3;
+/// A ruleset-changing nfnetlink request (nftables batch or ipset command) and its writer.
+pub const KIND_NFNL_SEND: u32 = 4;
 
 /// The record kinds, for userspace. Built only through [`EventKind::try_from`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,6 +40,7 @@ pub enum EventKind {
     XtReplace,
     NetnsSeen,
     Umount,
+    NfnlSend,
 }
 
 impl TryFrom<u32> for EventKind {
@@ -47,6 +51,7 @@ impl TryFrom<u32> for EventKind {
             KIND_XT_REPLACE => Ok(EventKind::XtReplace),
             KIND_NETNS_SEEN => Ok(EventKind::NetnsSeen),
             KIND_UMOUNT => Ok(EventKind::Umount),
+            KIND_NFNL_SEND => Ok(EventKind::NfnlSend),
             other => Err(other),
         }
     }
@@ -72,6 +77,8 @@ mod user {
     // SAFETY: all of these are #[repr(C)], Copy, made of integers and byte arrays only, with no
     // implicit padding (checked by the size assertions in the tests below).
     unsafe impl aya::Pod for super::offsets::Offsets {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::nfnl::NlOffsets {}
 }
 
 #[cfg(test)]
@@ -89,6 +96,7 @@ mod tests {
             Ok(EventKind::NetnsSeen)
         );
         assert_eq!(EventKind::try_from(KIND_UMOUNT), Ok(EventKind::Umount));
+        assert_eq!(EventKind::try_from(KIND_NFNL_SEND), Ok(EventKind::NfnlSend));
         assert_eq!(EventKind::try_from(99), Err(99));
     }
 
@@ -110,5 +118,10 @@ mod tests {
             size_of::<process::Process>() + ns::UMOUNT_PATH_LEN
         );
         assert_eq!(size_of::<offsets::Offsets>(), 4 * 8);
+        assert_eq!(size_of::<nfnl::NlOffsets>(), 4 * 12);
+        assert_eq!(
+            size_of::<nfnl::NfnlSend>(),
+            size_of::<process::Process>() + 8 + 4 * 6 + nfnl::NFNL_HEAD_LEN
+        );
     }
 }

@@ -11,12 +11,12 @@
 
 use std::fs;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::hooks::decode::KernelProcess;
 
 /// The process fields of an output line.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProcessInfo {
     /// Process id (tgid) of the writer; for nftables writers that exited before observer read
     /// `/proc`, the thread id from the notification.
@@ -31,13 +31,14 @@ pub struct ProcessInfo {
     /// cgroup v2 id of the writer.
     pub cgroup: Option<u64>,
     /// systemd unit of the writer, where its cgroup path names one.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unit: Option<String>,
 }
 
 /// True for the commands that only carry a change to the kernel on someone else's behalf.
 pub fn is_front_end(comm: &str) -> bool {
     comm == "nft"
+        || comm == "ipset"
         || ["iptables", "ip6tables", "xtables-", "arptables", "ebtables"]
             .iter()
             .any(|p| comm.starts_with(p))
@@ -186,6 +187,7 @@ mod tests {
             "nft",
             "arptables",
             "ebtables-legacy",
+            "ipset",
         ] {
             assert!(is_front_end(c), "{c}");
         }

@@ -3,6 +3,7 @@
 //! Each verb is one variant of [`Verb`] and one function; add a verb by adding both.
 
 mod bench;
+mod bench_incidents;
 mod cmd;
 mod setup;
 mod vm;
@@ -116,6 +117,10 @@ enum Verb {
         BENCHMARKS.md between its vm-bench markers. Needs root; several minutes."
     )]
     VmBench(vmbench::VmBenchArgs),
+
+    /// Measure the incident engine (per-transaction cost, incident latency, memory under churn)
+    /// and write the figures into BENCHMARKS.md
+    BenchIncidents(bench_incidents::BenchIncidentsArgs),
 }
 
 #[derive(Args)]
@@ -146,6 +151,7 @@ fn main() -> ExitCode {
         Verb::Bench(a) => bench::run(&a),
         Verb::VmBench(a) => vmbench::run(&a),
         Verb::VmTest => build().and_then(|ready| vm::vm_test(&ready).map(|r| r.unwrap_or(0))),
+        Verb::BenchIncidents(a) => bench_incidents::run(&a),
     };
     match result {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
