@@ -420,3 +420,64 @@ fn ctrl_c_while_busy_exits_cleanly() {
     obs.stop();
     writer.join().expect("writer thread");
 }
+
+/// `--hooks fentry` and `--hooks kprobe` either attach (the ready line says so) or fail at once
+/// with the kernel's reason; they never fall back quietly to another backend.
+#[test]
+fn a_forced_backend_attaches_or_fails_with_the_kernels_error() {
+    skip_unless!("ip");
+    for backend in ["fentry", "kprobe"] {
+        let mut child = std::process::Command::new(common::observer_bin())
+            .args(["tail", "--json", "--hooks", backend])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start observer");
+        let stdout = child.stdout.take().expect("stdout");
+        // stderr is read as it comes: a refusal can carry a long verifier log.
+        let mut stderr = child.stderr.take().expect("stderr");
+        let err_reader = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = std::io::Read::read_to_string(&mut stderr, &mut s);
+            s
+        });
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            let mut line = String::new();
+            let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let first = rx
+            .recv_timeout(std::time::Duration::from_secs(60 * common::slowdown()))
+            .expect("observer neither got ready nor exited");
+        if first.trim().is_empty() {
+            let status = child.wait().expect("observer exit");
+            let stderr = err_reader.join().expect("stderr reader");
+            assert!(
+                !status.success(),
+                "{backend}: exited 0 without a ready line"
+            );
+            assert!(
+                stderr.contains(&format!(
+                    "cannot attach the x_tables hook on the {backend} backend: "
+                )) && stderr.contains("os error"),
+                "{backend}: the kernel's reason is missing: {stderr}"
+            );
+            println!(
+                "{backend} refused here, as it should say: {}",
+                stderr.trim()
+            );
+        } else {
+            let _ = child.kill();
+            let _ = child.wait();
+            let v: Value = serde_json::from_str(&first).expect("ready line is JSON");
+            assert_eq!(v["state"], "ready", "{first}");
+            let hooks = v["hooks"].as_str().unwrap_or("");
+            assert!(
+                hooks.starts_with(&format!("x_tables={backend} ")),
+                "{backend} forced, but: {hooks}"
+            );
+        }
+    }
+}

@@ -134,7 +134,10 @@ fn on_send(fd: i64, buf: u64, len: u64) -> Result<(), i32> {
         d.subsys = subsys as u32;
         d.len = len as u32;
         d._pad = 0;
-        // The bound keeps the verifier sure of the size.
+        // The bound keeps the verifier sure of the size. The volatile read hides `captured`'s
+        // range from the compiler, which would otherwise drop the mask and the clamp as
+        // redundant and leave older verifiers (6.1) with an unbounded size.
+        let captured = core::ptr::read_volatile(&captured);
         let n = captured & (NFNL_HEAD_LEN as u32 * 2 - 1);
         let n = if n > NFNL_HEAD_LEN as u32 {
             NFNL_HEAD_LEN as u32
