@@ -727,6 +727,8 @@ fn unknown_process() -> ProcessInfo {
         actor: "unknown".into(),
         cgroup: None,
         unit: None,
+        container_id: None,
+        pod: None,
     }
 }
 
