@@ -11,13 +11,13 @@
 
 use std::fs;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::cgroup::{self, Pod, Workload};
 use crate::hooks::decode::KernelProcess;
 
 /// The process fields of an output line.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProcessInfo {
     /// Process id (tgid) of the writer; for nftables writers that exited before observer read
     /// `/proc`, the thread id from the notification.
@@ -32,13 +32,13 @@ pub struct ProcessInfo {
     /// cgroup v2 id of the writer.
     pub cgroup: Option<u64>,
     /// systemd unit of the writer, where its cgroup path names one.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unit: Option<String>,
     /// Container id, where the cgroup path names a container runtime's cgroup.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container_id: Option<String>,
     /// Kubernetes pod (uid, QoS class; namespace and name when known).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<Pod>,
 }
 
@@ -54,6 +54,7 @@ impl ProcessInfo {
 /// True for the commands that only carry a change to the kernel on someone else's behalf.
 pub fn is_front_end(comm: &str) -> bool {
     comm == "nft"
+        || comm == "ipset"
         || ["iptables", "ip6tables", "xtables-", "arptables", "ebtables"]
             .iter()
             .any(|p| comm.starts_with(p))
@@ -202,6 +203,7 @@ mod tests {
             "nft",
             "arptables",
             "ebtables-legacy",
+            "ipset",
         ] {
             assert!(is_front_end(c), "{c}");
         }

@@ -28,10 +28,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use lru::LruCache;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Kubernetes pod QoS class, as kubelet names its cgroups.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Qos {
     Guaranteed,
@@ -40,15 +40,15 @@ pub enum Qos {
 }
 
 /// The pod a writer runs in.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Pod {
     /// The pod's metadata.uid (dashes restored from the systemd driver's underscores).
     pub uid: String,
     pub qos: Qos,
     /// Filled only when observer runs in a cluster and can ask the API server.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
 }
 
