@@ -7,6 +7,7 @@
 
 mod attribution;
 mod bench;
+mod cgroup;
 mod cli;
 mod doctor;
 mod engine;
