@@ -11,12 +11,12 @@
 
 use std::fs;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::hooks::decode::KernelProcess;
 
 /// The process fields of an output line.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProcessInfo {
     /// Process id (tgid) of the writer; for nftables writers that exited before observer read
     /// `/proc`, the thread id from the notification.

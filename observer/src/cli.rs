@@ -1,4 +1,4 @@
-//! Command line: `observer tail`, `observer doctor`.
+//! Command line: `observer tail`, `observer run`, `observer query`, `observer doctor`.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
@@ -19,6 +19,11 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run as a node agent: JSON lines of every record on stdout, an HTTP endpoint (event and
+    /// incident streams, metrics, health) and the forensic record (needs root).
+    Run(Box<crate::daemon::config::RunArgs>),
+    /// Search the forensic record that `observer run` keeps (a copied file works).
+    Query(crate::query::QueryArgs),
     /// Print every ruleset change as it happens (needs root).
     ///
     /// Human lines by default; `--json` prints JSON lines whose first line is
@@ -108,6 +113,15 @@ pub struct TailArgs {
     /// No colour (also: NO_COLOR set, or output not a terminal).
     #[arg(long)]
     pub no_color: bool,
+
+    /// Follow a running `observer run` at this URL (e.g. `http://10.0.0.5:9820`) instead of the
+    /// local kernel; the same filters apply. Needs no root.
+    #[arg(long, value_name = "URL")]
+    pub remote: Option<String>,
+
+    /// File holding the bearer token for `--remote`.
+    #[arg(long, value_name = "FILE", requires = "remote")]
+    pub token_file: Option<std::path::PathBuf>,
 }
 
 /// How observer sees changes (shared by every command that watches).
@@ -120,6 +134,10 @@ pub struct SourceArgs {
     /// Size of the kernel ring buffer in bytes (a power of two, at least one page).
     #[arg(long, default_value_t = 1 << 22, value_parser = parse_ringbuf_size)]
     pub ringbuf_size: u32,
+
+    /// The `seq` of the last change already recorded: numbering goes on after it.
+    #[arg(skip)]
+    pub first_seq: u64,
 }
 
 #[derive(Debug, Args)]
@@ -136,7 +154,7 @@ fn parse_op(s: &str) -> Result<Op, String> {
     })
 }
 
-fn parse_ringbuf_size(s: &str) -> Result<u32, String> {
+pub fn parse_ringbuf_size(s: &str) -> Result<u32, String> {
     let v: u32 = s.parse().map_err(|e| format!("{s}: {e}"))?;
     if v < 4096 || !v.is_power_of_two() {
         return Err(format!(

@@ -8,13 +8,17 @@
 mod attribution;
 mod bench;
 mod cli;
+mod daemon;
 mod doctor;
 mod engine;
 mod hooks;
 mod netns;
 mod nftables;
 mod output;
+mod query;
+mod remote;
 mod ruleset;
+mod store;
 mod xtables;
 
 use std::process::ExitCode;
@@ -40,7 +44,10 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async move {
         match args.command {
+            cli::Command::Tail(t) if t.remote.is_some() => remote::tail(t).await,
             cli::Command::Tail(t) => engine::tail(t).await,
+            cli::Command::Run(r) => daemon::run(*r).await,
+            cli::Command::Query(q) => query::run(q),
             cli::Command::Doctor(d) => doctor::run(d),
             cli::Command::BenchXt(b) => bench::run(b),
         }

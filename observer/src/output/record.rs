@@ -1,17 +1,13 @@
 //! The records of the output contract (see the README): `status` and `change` lines.
 //! Field names are stable; new fields may be added.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::attribution::ProcessInfo;
 use crate::ruleset::{Backend, Family, Op};
 
 /// Where a change was seen.
-#[expect(
-    dead_code,
-    reason = "fentry and kprobe are part of the output contract; this build attaches tracepoints"
-)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Source {
     Fentry,
@@ -50,8 +46,8 @@ pub struct StatusRecord {
     pub lost: Vec<String>,
 }
 
-/// `{"kind":"change",...}`: one change to one object.
-#[derive(Debug, Clone, Serialize)]
+/// `{"kind":"change",...}`: one change to one object. Read back by `observer query`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ChangeRecord {
     pub seq: u64,
     /// RFC 3339 with nanoseconds, UTC.
@@ -80,7 +76,7 @@ pub struct ChangeRecord {
     pub process: ProcessInfo,
     /// Set when the change predates observer's subscription to a namespace it found late: it was
     /// read from the namespace's ruleset, not seen as it happened.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub replayed: bool,
 }
 
