@@ -35,6 +35,23 @@ pub enum Command {
     /// Time the read and diff of a legacy table inside a namespace (for `cargo xtask bench`).
     #[command(hide = true)]
     BenchXt(BenchXtArgs),
+    /// Fill a new record with synthetic kube-proxy-like churn and time a query (for
+    /// `cargo xtask bench-daemon`).
+    #[command(hide = true)]
+    BenchRecord(BenchRecordArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchRecordArgs {
+    /// The record to create (must not exist).
+    #[arg(long)]
+    pub out: std::path::PathBuf,
+    /// How many changes.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub rows: u64,
+    /// Spread over this many days, ending now.
+    #[arg(long, default_value_t = 7)]
+    pub days: u64,
 }
 
 #[derive(Debug, Args)]

@@ -3,7 +3,9 @@
 //! Data flows through the modules in this order: `hooks` (eBPF, kernel records) and `nftables`
 //! (netlink notifications) in, `netns` to reach every namespace, `xtables` / `nftables` to decode
 //! and diff, `ruleset` to summarise a transaction, `attribution` to name the writer, `engine` to
-//! put it together, `output` to print it. `doctor` says what this machine allows.
+//! put it together, `output` to print it. `daemon` is `observer run` (stdout, HTTP streams and
+//! metrics, and `store`, the forensic record that `query` searches); `remote` follows a daemon's
+//! stream. `doctor` says what this machine allows.
 
 mod attribution;
 mod bench;
@@ -50,6 +52,7 @@ fn main() -> ExitCode {
             cli::Command::Query(q) => query::run(q),
             cli::Command::Doctor(d) => doctor::run(d),
             cli::Command::BenchXt(b) => bench::run(b),
+            cli::Command::BenchRecord(b) => bench::record(b),
         }
     });
     match result {

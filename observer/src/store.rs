@@ -762,7 +762,7 @@ mod tests {
         let path = dir.path().join("r.db");
         let junk = vec![0x5au8; 8192];
         std::fs::write(&path, &junk).unwrap();
-        let err = open_rw(&path).err().expect("junk must be refused");
+        let err = open_rw(&path).expect_err("junk must be refused");
         assert!(matches!(err, StoreError::NotARecord { .. }), "{err}");
         assert!(err.to_string().contains("left untouched"), "{err}");
         assert_eq!(std::fs::read(&path).unwrap(), junk);

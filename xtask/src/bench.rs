@@ -1490,10 +1490,15 @@ impl Results {
 
 /// Replaces the text between the markers (inclusive) with `section`, or appends it.
 fn write_section(path: &Path, section: &str) -> Result<()> {
+    write_between(path, START, END, section)
+}
+
+/// Replace the text between two markers (appending it when they are missing).
+pub fn write_between(path: &Path, start: &str, end: &str, section: &str) -> Result<()> {
     let old = fs::read_to_string(path).unwrap_or_default();
-    let new = match (old.find(START), old.find(END)) {
+    let new = match (old.find(start), old.find(end)) {
         (Some(s), Some(e)) if s < e => {
-            let rest = &old[e + END.len()..];
+            let rest = &old[e + end.len()..];
             let rest = rest.strip_prefix('\n').unwrap_or(rest);
             format!("{}{section}{rest}", &old[..s])
         }

@@ -3,6 +3,7 @@
 //! Each verb is one variant of [`Verb`] and one function; add a verb by adding both.
 
 mod bench;
+mod bench_daemon;
 mod cmd;
 mod setup;
 
@@ -87,6 +88,17 @@ enum Verb {
         shorter and noisier."
     )]
     Bench(bench::BenchArgs),
+
+    /// Build observer, then measure the record (size, query time) and `observer run` under load
+    #[command(
+        long_about = "Run setup's checks, build observer (release), then: fill a record with a \
+        week of synthetic kube-proxy-like churn through the record's own writer (write cost, size \
+        per million changes), time `observer query` for one chain over that week, and run \
+        `observer run` while real nft transactions in a namespace of its own make 1,000 changes \
+        per second (CPU share, RSS, records dropped). Writes the figures into BENCHMARKS.md \
+        between its bench-daemon markers. Needs root. About 3 minutes; `--quick` is shorter."
+    )]
+    BenchDaemon(bench_daemon::BenchDaemonArgs),
 }
 
 #[derive(Args)]
@@ -115,6 +127,7 @@ fn main() -> ExitCode {
         Verb::Test(a) => test(&a.args),
         Verb::Tail(a) => tail(&a.args),
         Verb::Bench(a) => bench::run(&a),
+        Verb::BenchDaemon(a) => bench_daemon::run(&a),
     };
     match result {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
