@@ -15,7 +15,8 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use prometheus_client::metrics::{counter::Counter, gauge::Gauge};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::{counter::Counter, family::Family, gauge::Gauge};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 
 /// Version of the file layout, kept in `PRAGMA user_version`.
@@ -54,17 +55,25 @@ CREATE INDEX IF NOT EXISTS incidents_type ON incidents(type, time_ns);
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// The file could not be opened or created.
-    #[error("cannot open the record {path}: {source} (check that the directory exists and is writable, or pass --record PATH or --no-record)")]
+    #[error("cannot open the record {path}: {cause} (check that the directory exists and is writable, or pass --record PATH or --no-record)")]
     Open {
         path: PathBuf,
-        source: rusqlite::Error,
+        cause: rusqlite::Error,
     },
+    /// There is no record at that path.
+    #[error("no record at {0} (observer run writes it; pass --record PATH)")]
+    Missing(PathBuf),
     /// The file exists but is not an observer record (or is damaged).
-    #[error("{path} is not a readable observer record ({source}); it was left untouched: move it away or pass another --record PATH")]
+    #[error("{path} is not a readable observer record ({cause}); it was left untouched: move it away or pass another --record PATH")]
     NotARecord {
         path: PathBuf,
-        source: rusqlite::Error,
+        cause: rusqlite::Error,
     },
+    /// An SQLite file of something else.
+    #[error(
+        "{0} is an SQLite file but not an observer record; pass the record's path with --record"
+    )]
+    Foreign(PathBuf),
     /// The file was written by a newer observer.
     #[error("{path} has record layout {found}, this observer knows {SCHEMA_VERSION}: use a newer observer or another --record PATH")]
     Version { path: PathBuf, found: i64 },
@@ -104,19 +113,45 @@ pub struct Limits {
     pub max_bytes: u64,
 }
 
+/// The `outcome` label of the record's row counter: `written`, `dropped` (the writer was
+/// behind), `failed` (a write failed: disk full, I/O error) or `expired` (retention).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Outcome {
+    pub outcome: String,
+}
+
 /// Counters shared with the metrics endpoint.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct StoreStats {
-    /// Rows written.
-    pub written: Counter,
-    /// Rows dropped because the writer could not keep up (channel full).
-    pub dropped: Counter,
-    /// Rows lost because a write failed (disk full, I/O error).
-    pub failed: Counter,
-    /// Rows deleted by retention.
-    pub expired: Counter,
+    pub rows: Family<Outcome, Counter>,
     /// Size of the file and its write-ahead log, in bytes.
     pub bytes: Gauge,
+}
+
+impl Default for StoreStats {
+    fn default() -> Self {
+        let s = StoreStats {
+            rows: Family::default(),
+            bytes: Gauge::default(),
+        };
+        // Every series exists from the start, at 0.
+        for o in ["written", "dropped", "failed", "expired"] {
+            s.count(o, 0);
+        }
+        s
+    }
+}
+
+impl StoreStats {
+    /// Add `n` rows to an outcome; returns the new total.
+    pub fn count(&self, outcome: &str, n: u64) -> u64 {
+        self.rows
+            .get_or_create(&Outcome {
+                outcome: outcome.into(),
+            })
+            .inc_by(n)
+            + n
+    }
 }
 
 /// Open (or create) a record for writing and check it.
@@ -125,17 +160,17 @@ pub fn open_rw(path: &Path) -> Result<Connection, StoreError> {
         if !dir.exists() {
             std::fs::create_dir_all(dir).map_err(|e| StoreError::Open {
                 path: path.into(),
-                source: rusqlite::Error::InvalidPath(format!("{}: {e}", dir.display()).into()),
+                cause: rusqlite::Error::InvalidPath(format!("{}: {e}", dir.display()).into()),
             })?;
         }
     }
     let conn = Connection::open(path).map_err(|source| StoreError::Open {
         path: path.into(),
-        source,
+        cause: source,
     })?;
     let not_a_record = |source| StoreError::NotARecord {
         path: path.into(),
-        source,
+        cause: source,
     };
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
@@ -164,12 +199,12 @@ fn classify(path: &Path, source: rusqlite::Error) -> StoreError {
         Some(rusqlite::ErrorCode::NotADatabase) | Some(rusqlite::ErrorCode::DatabaseCorrupt) => {
             StoreError::NotARecord {
                 path: path.into(),
-                source,
+                cause: source,
             }
         }
         _ => StoreError::Open {
             path: path.into(),
-            source,
+            cause: source,
         },
     }
 }
@@ -177,15 +212,12 @@ fn classify(path: &Path, source: rusqlite::Error) -> StoreError {
 /// Open a record read-only (for `observer query` and the HTTP backlog). A copied file works.
 pub fn open_ro(path: &Path) -> Result<Connection, StoreError> {
     if !path.exists() {
-        return Err(StoreError::Open {
-            path: path.into(),
-            source: rusqlite::Error::InvalidPath("no such file".into()),
-        });
+        return Err(StoreError::Missing(path.into()));
     }
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(path, flags).map_err(|source| StoreError::Open {
         path: path.into(),
-        source,
+        cause: source,
     })?;
     let (conn, version) = match conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0)) {
         Ok(v) => (conn, v),
@@ -200,7 +232,7 @@ pub fn open_ro(path: &Path) -> Result<Connection, StoreError> {
             let conn = Connection::open_with_flags(&uri, flags | OpenFlags::SQLITE_OPEN_URI)
                 .map_err(|source| StoreError::Open {
                     path: path.into(),
-                    source,
+                    cause: source,
                 })?;
             let v = conn
                 .query_row("PRAGMA user_version", [], |r| r.get(0))
@@ -224,10 +256,7 @@ pub fn open_ro(path: &Path) -> Result<Connection, StoreError> {
         });
     }
     if has_changes.is_none() {
-        return Err(StoreError::NotARecord {
-            path: path.into(),
-            source: rusqlite::Error::InvalidQuery,
-        });
+        return Err(StoreError::Foreign(path.into()));
     }
     Ok(conn)
 }
@@ -256,7 +285,7 @@ impl StoreSender {
         match self.tx.try_send(row) {
             Ok(()) => true,
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
-                let n = self.stats.dropped.inc() + 1;
+                let n = self.stats.count("dropped", 1);
                 if n == 1 || n.is_power_of_two() {
                     tracing::error!(
                         "the record writer is behind: {n} records not written to the record \
@@ -342,11 +371,11 @@ impl Writer {
     pub fn write_batch(&mut self, rows: &[Row]) {
         match self.try_write(rows) {
             Ok(()) => {
-                self.stats.written.inc_by(rows.len() as u64);
+                self.stats.count("written", rows.len() as u64);
                 self.since_check += rows.len() as u64;
             }
             Err(e) => {
-                let n = self.stats.failed.inc_by(rows.len() as u64) + rows.len() as u64;
+                let n = self.stats.count("failed", rows.len() as u64);
                 tracing::error!(
                     "could not write {} records to the record {} ({e}); {n} lost so far. Free \
                      space on its file system, or lower --max-record / --retain",
@@ -468,7 +497,7 @@ impl Writer {
             }
         }
         if deleted > 0 {
-            self.stats.expired.inc_by(deleted as u64);
+            self.stats.count("expired", deleted as u64);
             self.conn
                 .execute_batch("PRAGMA incremental_vacuum; PRAGMA wal_checkpoint(TRUNCATE);")?;
             tracing::info!(

@@ -99,24 +99,12 @@ impl Metrics {
             ready.clone(),
         );
         if let Some(stats) = store {
-            for (outcome, c) in [
-                ("written", &stats.written),
-                ("dropped", &stats.dropped),
-                ("failed", &stats.failed),
-                ("expired", &stats.expired),
-            ] {
-                registry
-                    .sub_registry_with_label((
-                        std::borrow::Cow::Borrowed("outcome"),
-                        std::borrow::Cow::Borrowed(outcome),
-                    ))
-                    .register(
-                        "record_rows",
-                        "Records written to the record, dropped (writer behind), failed (write \
-                         error such as a full disk) or expired (retention)",
-                        c.clone(),
-                    );
-            }
+            registry.register(
+                "record_rows",
+                "Records written to the record, dropped (writer behind), failed (write error such \
+                 as a full disk) or expired (retention)",
+                stats.rows.clone(),
+            );
             registry.register(
                 "record_size_bytes",
                 "Size of the record file and its write-ahead log",
