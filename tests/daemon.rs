@@ -540,8 +540,18 @@ fn a_restart_keeps_the_record_and_the_numbering_and_remote_tails_resume() {
     let changes: Vec<&Value> = remote_seen
         .iter()
         .filter(|v| v["kind"] == "change")
+        .filter(|v| v["chain"].as_str().is_some_and(|c| c.starts_with("OBS-")))
         .collect();
     assert_eq!(changes, vec![&before, &after], "each once");
+    // The table's creation (seq before OBS-BEFORE) came once too.
+    let all: Vec<u64> = remote_seen
+        .iter()
+        .filter_map(|v| v["seq"].as_u64())
+        .collect();
+    let mut unique = all.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(all, unique, "no seq twice, in order");
     let _ = remote.kill();
     let _ = remote.wait();
     d.stop();
