@@ -106,8 +106,8 @@ pub fn run(args: &BenchDaemonArgs) -> Result<i32> {
         | `observer run` RSS: before the load / peak during it / after | {rss0:.1} / {rssmax:.1} / {rss1:.1} MiB | < 64 MiB |\n\
         | records dropped by the record writer during the load | {dropped} | 0 |\n\n\
         The load is real: every 100 ms one `nft -f` transaction in a namespace of the bench's own \
-        flushes a chain and adds 99 rules (100 changes: one `chain_flush`, 99 `rule_add`), for \
-        {secs} s; the daemon's stdout is read through a pipe and its record is on the same disk \
+        flushes a chain and adds 99 rules other than those it held (100 changes: one \
+        `chain_flush`, 99 `rule_add`), for {secs} s; the daemon's stdout is read through a pipe and its record is on the same disk \
         as the bench. The nft processes' own CPU is not counted. The record's rows keep the full \
         JSON line plus indexed columns (time, chain, actor, op, netns), which is most of its size.\n\
         {END}\n",
@@ -171,15 +171,20 @@ fn load(bin: &Path, dir: &Path, secs: u64) -> Result<Load> {
     let setup = dir.join("setup.nft");
     fs::write(&setup, "add table ip obsload\nadd chain ip obsload c\n")?;
     nft(&setup)?;
-    let mut batch = String::from("flush chain ip obsload c\n");
-    for i in 0..99 {
-        batch.push_str(&format!(
-            "add rule ip obsload c tcp dport {} accept\n",
-            1000 + i
-        ));
+    // Two different rule sets, alternated: rewriting a chain with the same rules is no change.
+    let mut batches = Vec::new();
+    for (k, base) in [(0, 1000), (1, 2000)] {
+        let mut batch = String::from("flush chain ip obsload c\n");
+        for i in 0..99 {
+            batch.push_str(&format!(
+                "add rule ip obsload c tcp dport {} accept\n",
+                base + i
+            ));
+        }
+        let file = dir.join(format!("batch{k}.nft"));
+        fs::write(&file, batch)?;
+        batches.push(file);
     }
-    let batch_file = dir.join("batch.nft");
-    fs::write(&batch_file, batch)?;
 
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     let port = listener.local_addr()?.port();
@@ -224,8 +229,10 @@ fn load(bin: &Path, dir: &Path, secs: u64) -> Result<Load> {
     let t0 = Instant::now();
     let mut rss_max = rss_before;
     let mut next = t0;
+    let mut round = 0;
     while t0.elapsed() < Duration::from_secs(secs) {
-        nft(&batch_file)?;
+        nft(&batches[round % 2])?;
+        round += 1;
         rss_max = rss_max.max(rss(pid));
         next += Duration::from_millis(100);
         if let Some(wait) = next.checked_duration_since(Instant::now()) {
