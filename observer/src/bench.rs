@@ -178,6 +178,10 @@ pub fn record(args: crate::cli::BenchRecordArgs) -> anyhow::Result<()> {
                 actor: "kube-proxy".into(),
                 cgroup: Some(7421),
                 unit: None,
+                container_id: Some(
+                    "3f9c2a7d81e4b05c6d1f8e2a9b7c4d3e5f6a1b2c3d4e5f6a7b8c9d0e1f2a3b4c".into(),
+                ),
+                pod: None,
             },
             replayed: false,
         };

@@ -24,12 +24,14 @@ use tokio::task::JoinHandle;
 use crate::attribution::{self, ProcessInfo};
 use crate::cli::{HooksMode, SourceArgs, TailArgs};
 use crate::hooks::decode::{KernelEvent, KernelProcess, XtKind, XtReplaceEvent};
+use crate::hooks::nlattr::{self, WriterCache};
 use crate::hooks::{HookOptions, KernelHooks, ReaderStats};
+use crate::incidents::{self, owners::Owners, Correlator, InventoryChain};
 use crate::netns::{self, NetnsHandle};
 use crate::nftables::{self, state::GenerationBuilder, state::NftState};
 use crate::output::filter::Filter;
 use crate::output::record::{now, rfc3339};
-use crate::output::{ChangeRecord, Format, Record, Sink, Source, StatusRecord};
+use crate::output::{ChangeRecord, Format, IncidentRecord, Record, Sink, Source, StatusRecord};
 use crate::ruleset::{Backend, Change};
 use crate::xtables::{self, XtError, XtProto, XtTable};
 
@@ -38,7 +40,8 @@ enum NsMsg {
     Nft {
         inode: u32,
         gen: u32,
-        process: ProcessInfo,
+        /// Boxed: the writer's attribution is by far the largest part of a message.
+        process: Box<ProcessInfo>,
         changes: Vec<Change>,
         time: String,
         replayed: bool,
@@ -74,6 +77,10 @@ struct Engine {
     reader_stats: Arc<ReaderStats>,
     /// Losses already reported: (ring buffer full, pending map full, malformed records).
     losses: (u64, u64, u64),
+    /// Turns the changes into incidents.
+    correlator: Correlator,
+    /// The last ipset listing of each namespace (see `ipset`).
+    ipsets: HashMap<u32, crate::ipset::Sets>,
 }
 
 /// Where the engine's records go: every record, in order, unfiltered. `tail` filters and prints;
@@ -88,16 +95,21 @@ pub trait Output: Send {
 struct TailOutput {
     sink: Sink<std::io::Stdout>,
     filter: Filter,
+    incidents_only: bool,
 }
 
 impl Output for TailOutput {
     fn emit(&mut self, record: &Record) -> std::io::Result<()> {
-        if let Record::Change(c) = record {
-            if !self.filter.matches(c) {
-                return Ok(());
-            }
+        let shown = match record {
+            Record::Change(c) => !self.incidents_only && self.filter.matches(c),
+            Record::Incident(i) => self.filter.matches_incident(i),
+            Record::Status(_) => true,
+        };
+        if shown {
+            self.sink.write(record)
+        } else {
+            Ok(())
         }
-        self.sink.write(record)
     }
 }
 
@@ -113,12 +125,14 @@ pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
     let output = TailOutput {
         sink: Sink::new(std::io::stdout(), format),
         filter,
+        incidents_only: args.incidents_only,
     };
     run(&args.source, Box::new(output)).await
 }
 
 /// Watch every namespace and send every record to `output` until SIGINT or SIGTERM.
 pub async fn run(options: &SourceArgs, output: Box<dyn Output>) -> anyhow::Result<()> {
+    let correlator = build_correlator(options)?;
     if !nix::unistd::geteuid().is_root() {
         tracing::warn!(
             "not running as root: loading BPF programs and joining namespaces will likely fail"
@@ -160,6 +174,8 @@ pub async fn run(options: &SourceArgs, output: Box<dyn Output>) -> anyhow::Resul
         source,
         reader_stats: Arc::new(ReaderStats::default()),
         losses: (0, 0, 0),
+        correlator,
+        ipsets: HashMap::new(),
     };
     let reader_stats = engine.reader_stats.clone();
     if let Some(h) = engine.hooks.as_mut() {
@@ -167,6 +183,9 @@ pub async fn run(options: &SourceArgs, output: Box<dyn Output>) -> anyhow::Resul
             .context("starting the ring buffer reader")?;
         if let Some(m) = h.report.missing_fields.first() {
             lost.push(format!("the parent and namespace of legacy writers ({m})"));
+        }
+        if let Some(m) = &h.report.netlink_lost {
+            lost.push(m.clone());
         }
     }
 
@@ -219,6 +238,9 @@ pub async fn run(options: &SourceArgs, output: Box<dyn Output>) -> anyhow::Resul
         lost,
     };
     engine.emit_status(ready);
+    // What the rulesets already show (split brain), once everything is read.
+    let found = engine.correlator.check_all(wall_ns());
+    engine.emit_incidents(found);
 
     // Streams created once: a signal that arrives while the engine is busy is kept until the
     // loop comes back to it.
@@ -226,10 +248,22 @@ pub async fn run(options: &SourceArgs, output: Box<dyn Output>) -> anyhow::Resul
     let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     loop {
+        // Incident windows (flapping, mass flush repair) end on a timer of their own.
+        let deadline = engine.correlator.next_deadline();
+        let wake = tokio::time::Instant::now()
+            + deadline.map_or(std::time::Duration::from_secs(3600), |d| {
+                std::time::Duration::from_nanos(
+                    (d - wall_ns()).clamp(0, i128::from(u32::MAX) * 1000) as u64,
+                ) + std::time::Duration::from_millis(1)
+            });
         tokio::select! {
             biased;
             _ = sigint.recv() => break,
             _ = sigterm.recv() => break,
+            _ = tokio::time::sleep_until(wake), if deadline.is_some() => {
+                let closed = engine.correlator.tick(wall_ns());
+                engine.emit_incidents(closed);
+            }
             Some(ev) = kernel_rx.recv() => {
                 engine.on_kernel(ev).await;
                 engine.report_losses();
@@ -244,11 +278,91 @@ pub async fn run(options: &SourceArgs, output: Box<dyn Output>) -> anyhow::Resul
     Ok(())
 }
 
+/// The incident engine, from the ownership file and the windows.
+fn build_correlator(options: &SourceArgs) -> anyhow::Result<Correlator> {
+    let owners = load_owners(options.owners.as_deref())?;
+    let ns = |d: std::time::Duration| d.as_nanos() as i128;
+    Ok(Correlator::new(
+        incidents::Config {
+            flap_cycles: options.flap_cycles,
+            flap_window_ns: ns(options.flap_window),
+            mass_window_ns: ns(options.mass_window),
+            repair_within_ns: ns(options.repair_within),
+        },
+        owners,
+    ))
+}
+
+/// Wall-clock time in nanoseconds since the epoch.
+fn wall_ns() -> i128 {
+    time::OffsetDateTime::now_utc().unix_timestamp_nanos()
+}
+
+/// The chains and sets a namespace holds, for the incident engine's model.
+pub(crate) fn inventory(
+    legacy: &HashMap<(XtProto, String), XtTable>,
+    nft: Option<&NftState>,
+) -> Vec<InventoryChain> {
+    let mut out = Vec::new();
+    for t in legacy.values() {
+        for c in &t.chains {
+            out.push(InventoryChain {
+                backend: Backend::Legacy,
+                family: t.proto.family(),
+                table: t.name.clone(),
+                chain: c.name.clone(),
+                rules: c.rules.len(),
+                jumps: t.jump_targets(c),
+                is_set: false,
+            });
+        }
+    }
+    for ((family, name), t) in nft.map(|s| &s.tables).into_iter().flatten() {
+        let family = crate::ruleset::Family::from_nfproto(*family);
+        for (chain, c) in &t.chains {
+            out.push(InventoryChain {
+                backend: Backend::Nft,
+                family,
+                table: name.clone(),
+                chain: chain.clone(),
+                rules: c.rules.len(),
+                jumps: c
+                    .rules
+                    .iter()
+                    .flat_map(|r| incidents::drift::jump_targets(Backend::Nft, &r.text))
+                    .collect(),
+                is_set: false,
+            });
+        }
+        for (set, st) in &t.sets {
+            if !st.set.is_anonymous() {
+                out.push(InventoryChain {
+                    backend: Backend::Nft,
+                    family,
+                    table: name.clone(),
+                    chain: set.clone(),
+                    rules: 0,
+                    jumps: Vec::new(),
+                    is_set: true,
+                });
+            }
+        }
+    }
+    out
+}
+
 fn netlink_only_loss(why: &str) -> String {
     format!(
         "iptables-legacy/ip6tables-legacy/arptables-legacy changes, and namespaces created while \
          running ({why})"
     )
+}
+
+pub(crate) fn load_owners(path: Option<&std::path::Path>) -> anyhow::Result<Owners> {
+    match path {
+        Some(p) => Owners::with_file(p).map_err(anyhow::Error::msg),
+        None => Ok(Owners::catalog()),
+    }
 }
 
 fn build_filter(args: &TailArgs) -> Result<Filter, String> {
@@ -291,26 +405,32 @@ fn boot_ns_to_time(ktime_ns: u64) -> String {
 }
 
 /// What a namespace holds when observer starts watching it.
-struct Baseline {
+pub(crate) struct Baseline {
     socket: Option<Socket>,
-    nft: Option<(NftState, u32)>,
-    legacy: HashMap<(XtProto, String), XtTable>,
-    problems: Vec<String>,
+    pub nft: Option<(NftState, u32)>,
+    pub legacy: HashMap<(XtProto, String), XtTable>,
+    ipsets: Option<crate::ipset::Sets>,
+    pub problems: Vec<String>,
 }
 
-/// Runs inside the namespace: subscribe first, then read, so nothing falls between the two.
-fn read_baseline(read_legacy: bool) -> Baseline {
+/// Runs inside the namespace: subscribe first (when `subscribe`), then read, so nothing falls
+/// between the two.
+pub(crate) fn read_baseline(read_legacy: bool, subscribe: bool) -> Baseline {
     let mut b = Baseline {
         socket: None,
         nft: None,
         legacy: HashMap::new(),
+        // A namespace found late already holds the change that revealed it: no baseline.
+        ipsets: read_legacy.then(|| crate::ipset::list().ok()).flatten(),
         problems: Vec::new(),
     };
-    match nftables::subscribe() {
-        Ok(s) => b.socket = Some(s),
-        Err(e) => b.problems.push(format!("nftables subscription: {e}")),
+    if subscribe {
+        match nftables::subscribe() {
+            Ok(s) => b.socket = Some(s),
+            Err(e) => b.problems.push(format!("nftables subscription: {e}")),
+        }
     }
-    if b.socket.is_some() {
+    if b.socket.is_some() || !subscribe {
         match nftables::dump() {
             Ok(d) => {
                 let gen = d.gen_id;
@@ -424,9 +544,10 @@ impl Engine {
         };
         // A namespace found late has no legacy baseline: its tables appear as created on their
         // first replace.
-        let baseline =
-            tokio::task::spawn_blocking(move || netns::run_in(&file, move || read_baseline(!new)))
-                .await;
+        let baseline = tokio::task::spawn_blocking(move || {
+            netns::run_in(&file, move || read_baseline(!new, true))
+        })
+        .await;
         let baseline = match baseline {
             Ok(Ok(b)) => b,
             Ok(Err(e)) => return self.warn(format!("cannot enter namespace {inode}: {e}")),
@@ -437,6 +558,14 @@ impl Engine {
         }
         if let Some(h) = self.hooks.as_mut() {
             h.mark_netns_seen(inode);
+        }
+        self.correlator.baseline(
+            inode,
+            handle.name.clone(),
+            inventory(&baseline.legacy, baseline.nft.as_ref().map(|(s, _)| s)),
+        );
+        if let Some(sets) = baseline.ipsets {
+            self.ipsets.insert(inode, sets);
         }
         let mut watched = Watched {
             handle: handle.clone(),
@@ -450,17 +579,17 @@ impl Engine {
                 let msg = NsMsg::Nft {
                     inode,
                     gen,
-                    process: unknown_process(),
+                    process: Box::new(unknown_process()),
                     changes,
                     time: now(),
                     replayed: true,
                 };
                 self.on_ns(msg);
             }
-            let reader = handle
-                .file
-                .try_clone()
-                .and_then(|ns| spawn_nft_reader(inode, ns, sock, state, self.ns_tx.clone()));
+            let reader = handle.file.try_clone().and_then(|ns| {
+                let writers = self.nft_writers();
+                spawn_nft_reader(inode, ns, sock, state, self.ns_tx.clone(), writers)
+            });
             match reader {
                 Ok(task) => watched.nft_reader = Some(task),
                 Err(e) => tracing::warn!("namespace {inode}: nftables reader: {e}"),
@@ -474,6 +603,12 @@ impl Engine {
                 .unwrap_or(&handle.origin.display().to_string())
         );
         self.watched.insert(inode, watched);
+    }
+
+    /// The kernel's record of nftables writers, when the netlink hook is attached.
+    fn nft_writers(&self) -> Option<Arc<WriterCache>> {
+        let h = self.hooks.as_ref()?;
+        h.report.netlink_lost.is_none().then(|| h.writers.clone())
     }
 
     fn refresh_mounts(&mut self) {
@@ -497,12 +632,16 @@ impl Engine {
                 if !mounted && !netns::held_by_process(inode) {
                     tracing::debug!("namespace {inode} is gone ({path} unmounted)");
                     self.watched.remove(&inode);
+                    self.correlator.forget_netns(inode);
+                    self.ipsets.remove(&inode);
                     if let Some(h) = self.hooks.as_mut() {
                         h.forget_netns(inode);
                     }
                 }
             }
             KernelEvent::XtReplace(x) => self.on_replace(x).await,
+            KernelEvent::NfnlSend(s) if s.is_ipset() => self.on_ipset(s).await,
+            KernelEvent::NfnlSend(_) => {}
         }
     }
 
@@ -541,21 +680,14 @@ impl Engine {
 
     async fn on_replace(&mut self, x: XtReplaceEvent) {
         let process = attribution::from_kernel(&x.process);
-        let Some(proto) = xt_proto(x.kind) else {
-            self.warn(format!(
-                "ebtables replace of table {} by {} ({}): ebtables tables are not decoded yet",
-                x.table, process.comm, process.pid
-            ));
-            return;
-        };
-        if x.ret != 0 {
-            let err = std::io::Error::from_raw_os_error((-x.ret) as i32);
-            self.warn(format!(
-                "{} ({}, actor {}) failed to replace legacy table {} in namespace {}: {err}",
-                process.comm, process.pid, process.actor, x.table, x.process.netns
-            ));
-            return;
+        let proto = xt_proto(x.kind);
+        if x.ret != 0 || proto.is_none() {
+            // Refused by the kernel (nothing changed: no read, no diff), or an ebtables table,
+            // which is not decoded: one line for the attempt.
+            let c = crate::xtables::replace_attempt(x.kind, &x.table, x.num_entries, x.ret);
+            return self.emit_attempt(&x, process, c);
         }
+        let Some(proto) = proto else { return };
         if !self.ensure_namespace(&x.process).await {
             return;
         }
@@ -596,21 +728,19 @@ impl Engine {
         let name = w.handle.name.clone();
         let time = boot_ns_to_time(x.ktime_ns);
         let txn = format!("xt-{inode}-{}", x.ktime_ns);
-        for c in changes {
-            self.emit_change(
-                ChangeCtx {
-                    inode,
-                    name: name.clone(),
-                    backend: Backend::Legacy,
-                    time: time.clone(),
-                    txn: txn.clone(),
-                    source: self.source,
-                    process: process.clone(),
-                    replayed: false,
-                },
-                c,
-            );
-        }
+        self.emit_txn(
+            ChangeCtx {
+                inode,
+                name,
+                backend: Backend::Legacy,
+                time,
+                txn,
+                source: self.source,
+                process,
+                replayed: false,
+            },
+            changes,
+        );
     }
 
     fn on_ns(&mut self, msg: NsMsg) {
@@ -625,21 +755,19 @@ impl Engine {
             } => {
                 let name = self.watched.get(&inode).and_then(|w| w.handle.name.clone());
                 let txn = format!("nft-{inode}-{gen}");
-                for c in changes {
-                    self.emit_change(
-                        ChangeCtx {
-                            inode,
-                            name: name.clone(),
-                            backend: Backend::Nft,
-                            time: time.clone(),
-                            txn: txn.clone(),
-                            source: Source::Netlink,
-                            process: process.clone(),
-                            replayed,
-                        },
-                        c,
-                    );
-                }
+                self.emit_txn(
+                    ChangeCtx {
+                        inode,
+                        name,
+                        backend: Backend::Nft,
+                        time,
+                        txn,
+                        source: Source::Netlink,
+                        process: *process,
+                        replayed,
+                    },
+                    changes,
+                );
             }
             NsMsg::Trouble { inode, message } => {
                 self.emit_status(StatusRecord {
@@ -655,27 +783,106 @@ impl Engine {
         }
     }
 
-    fn emit_change(&mut self, ctx: ChangeCtx, c: Change) {
-        self.seq += 1;
-        let record = ChangeRecord {
-            seq: self.seq,
-            time: ctx.time,
-            netns: ctx.inode,
-            netns_name: ctx.name,
-            backend: ctx.backend,
-            family: c.family,
-            table: c.table,
-            chain: c.chain,
-            op: c.op,
-            rule: c.rule,
-            detail: c.detail,
-            txn: ctx.txn,
-            result: "ok".into(),
-            source: ctx.source,
-            process: ctx.process,
-            replayed: ctx.replayed,
+    /// Number, print and correlate the changes of one transaction (all applied).
+    fn emit_txn(&mut self, ctx: ChangeCtx, changes: Vec<Change>) {
+        let with_results = changes.into_iter().map(|c| (c, "ok".to_string())).collect();
+        self.emit_txn_results(ctx, with_results);
+    }
+
+    /// Number, print and correlate the changes of one transaction; each has its `result`: `ok`
+    /// or what went wrong (`EBUSY: Device or resource busy`).
+    fn emit_txn_results(&mut self, ctx: ChangeCtx, changes: Vec<(Change, String)>) {
+        let mut records = Vec::with_capacity(changes.len());
+        for (c, result) in changes {
+            self.seq += 1;
+            let record = Record::Change(ChangeRecord {
+                seq: self.seq,
+                time: ctx.time.clone(),
+                netns: ctx.inode,
+                netns_name: ctx.name.clone(),
+                backend: ctx.backend,
+                family: c.family,
+                table: c.table,
+                chain: c.chain,
+                op: c.op,
+                rule: c.rule,
+                detail: c.detail,
+                txn: ctx.txn.clone(),
+                result,
+                source: ctx.source,
+                process: ctx.process.clone(),
+                replayed: ctx.replayed,
+            });
+            self.write(&record);
+            if let Record::Change(c) = record {
+                records.push(c);
+            }
+        }
+        let incidents = self.correlator.observe(&records);
+        self.emit_incidents(incidents);
+    }
+
+    fn emit_incidents(&mut self, incidents: Vec<IncidentRecord>) {
+        for i in incidents {
+            self.write(&Record::Incident(i));
+        }
+    }
+
+    /// An ipset command, applied: list the namespace's sets once and report what changed.
+    async fn on_ipset(&mut self, s: nlattr::NfnlSendEvent) {
+        let Some(cmd) = crate::ipset::Command::parse(&s.head) else {
+            return;
         };
-        self.write(&Record::Change(record));
+        if s.ret < 0 || !self.ensure_namespace(&s.process).await {
+            return;
+        }
+        let inode = s.netns();
+        let Some(w) = self.watched.get(&inode) else {
+            return;
+        };
+        let file = match w.handle.file.try_clone() {
+            Ok(f) => f,
+            Err(e) => return self.warn(format!("namespace {inode}: {e}")),
+        };
+        let listed =
+            tokio::task::spawn_blocking(move || netns::run_in(&file, crate::ipset::list)).await;
+        let after = match listed {
+            Ok(Ok(Ok(sets))) => sets,
+            Ok(Ok(Err(e))) => return self.warn(format!("namespace {inode}: {e}")),
+            Ok(Err(e)) => return self.warn(format!("entering namespace {inode}: {e}")),
+            Err(e) => return self.warn(format!("namespace {inode}: {e}")),
+        };
+        let outcomes = crate::ipset::outcome(&cmd, self.ipsets.get(&inode), &after);
+        self.ipsets.insert(inode, after);
+        let name = self.watched.get(&inode).and_then(|w| w.handle.name.clone());
+        let ctx = ChangeCtx {
+            inode,
+            name,
+            backend: Backend::Ipset,
+            time: boot_ns_to_time(s.ktime_ns),
+            txn: format!("ipset-{inode}-{}", s.ktime_ns),
+            source: self.source,
+            process: attribution::from_kernel(&s.process),
+            replayed: false,
+        };
+        self.emit_txn_results(ctx, outcomes);
+    }
+
+    /// A legacy replace reported as one `table_replace` line, with the kernel's result.
+    fn emit_attempt(&mut self, x: &XtReplaceEvent, process: ProcessInfo, c: (Change, String)) {
+        let inode = x.process.netns;
+        let name = self.watched.get(&inode).and_then(|w| w.handle.name.clone());
+        let ctx = ChangeCtx {
+            inode,
+            name,
+            backend: Backend::Legacy,
+            time: boot_ns_to_time(x.ktime_ns),
+            txn: format!("xt-{inode}-{}", x.ktime_ns),
+            source: self.source,
+            process,
+            replayed: false,
+        };
+        self.emit_txn_results(ctx, vec![c]);
     }
 }
 
@@ -727,6 +934,8 @@ fn unknown_process() -> ProcessInfo {
         actor: "unknown".into(),
         cgroup: None,
         unit: None,
+        container_id: None,
+        pod: None,
     }
 }
 
@@ -737,11 +946,12 @@ fn spawn_nft_reader(
     sock: Socket,
     state: NftState,
     tx: mpsc::Sender<NsMsg>,
+    writers: Option<Arc<WriterCache>>,
 ) -> std::io::Result<JoinHandle<()>> {
     // SAFETY: the socket owns its fd and is moved into the AsyncFd, which keeps it open until the
     // task ends.
     let fd = unsafe { AsyncFd::register(sock) }.map_err(std::io::Error::from)?;
-    Ok(tokio::spawn(nft_reader(inode, ns, fd, state, tx)))
+    Ok(tokio::spawn(nft_reader(inode, ns, fd, state, tx, writers)))
 }
 
 async fn nft_reader(
@@ -750,8 +960,9 @@ async fn nft_reader(
     fd: AsyncFd<Socket>,
     state: NftState,
     tx: mpsc::Sender<NsMsg>,
+    writers: Option<Arc<WriterCache>>,
 ) {
-    let why = read_notifications(inode, &ns, fd, state, &tx).await;
+    let why = read_notifications(inode, &ns, fd, state, &tx, writers.as_deref()).await;
     let _ = tx
         .send(NsMsg::Trouble {
             inode,
@@ -767,6 +978,7 @@ async fn read_notifications(
     mut fd: AsyncFd<Socket>,
     state: NftState,
     tx: &mpsc::Sender<NsMsg>,
+    writers: Option<&WriterCache>,
 ) -> String {
     let mut builder = GenerationBuilder::new(state);
     let mut buf = vec![0u8; nftables::socket::RECV_BUF_BYTES];
@@ -779,11 +991,11 @@ async fn read_notifications(
             match nftables::recv(guard.get_inner(), &mut buf) {
                 Ok(Some(n)) => {
                     for t in builder.feed(&buf[..n]).transactions {
-                        let process = attribution::from_tid(t.pid, &t.comm);
+                        let process = nlattr::nft_writer(writers, inode, t.pid, &t.comm).await;
                         let msg = NsMsg::Nft {
                             inode,
                             gen: t.gen_id,
-                            process,
+                            process: Box::new(process),
                             changes: t.changes,
                             time: now(),
                             replayed: false,

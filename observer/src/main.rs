@@ -9,14 +9,18 @@
 
 mod attribution;
 mod bench;
+mod cgroup;
 mod cli;
 mod daemon;
 mod doctor;
 mod engine;
 mod hooks;
+mod incidents;
+mod ipset;
 mod netns;
 mod nftables;
 mod output;
+mod ownership;
 mod query;
 mod remote;
 mod ruleset;
@@ -53,6 +57,8 @@ fn main() -> ExitCode {
             cli::Command::Doctor(d) => doctor::run(d),
             cli::Command::BenchXt(b) => bench::run(b),
             cli::Command::BenchRecord(b) => bench::record(b),
+            cli::Command::Owners(o) => ownership::run(o),
+            cli::Command::BenchIncidents(b) => incidents::bench::run(b),
         }
     });
     match result {

@@ -113,7 +113,12 @@ pub fn run(a: QueryArgs) -> anyhow::Result<()> {
         .map(crate::output::filter::Filter::chain_glob)
         .transpose()
         .map_err(anyhow::Error::msg)?;
-    let conn = store::open_ro(&a.record)?;
+    let record = if a.record.is_dir() {
+        a.record.join("record.db")
+    } else {
+        a.record.clone()
+    };
+    let conn = store::open_ro(&record)?;
     let sel = Selection {
         since_ns: since,
         until_ns: until,
@@ -180,7 +185,7 @@ pub fn run(a: QueryArgs) -> anyhow::Result<()> {
         }
     }
     if rows.is_empty() && !a.json {
-        eprintln!("observer: nothing in {} matches", a.record.display());
+        eprintln!("observer: nothing in {} matches", record.display());
     }
     Ok(())
 }
@@ -200,7 +205,9 @@ fn render(json: &str, colour: bool) -> String {
         let time = s("time");
         let clock = time.get(..26).unwrap_or(&time).replace('T', " ");
         return format!(
-            "{clock} INCIDENT {} ({}): {}",
+            "{clock} INCIDENT {} {} {} ({}): {}",
+            s("id"),
+            s("state"),
             s("type"),
             v.get("severity")
                 .map(|x| x.as_str().map(str::to_string).unwrap_or(x.to_string()))

@@ -282,7 +282,13 @@ impl Printer {
             let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
             match s("kind").as_str() {
                 "status" => format!("-- {}: {}", s("state"), s("message")),
-                "incident" => format!("-- INCIDENT {}: {}", s("type"), s("summary")),
+                "incident" => format!(
+                    "!! {} {} {}: {}",
+                    s("state"),
+                    s("type"),
+                    s("id"),
+                    s("summary")
+                ),
                 _ => data.to_string(),
             }
         };

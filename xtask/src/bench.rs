@@ -1490,11 +1490,12 @@ impl Results {
 
 /// Replaces the text between the markers (inclusive) with `section`, or appends it.
 fn write_section(path: &Path, section: &str) -> Result<()> {
-    write_between(path, START, END, section)
+    write_marked(path, START, END, section)
 }
 
-/// Replace the text between two markers (appending it when they are missing).
-pub fn write_between(path: &Path, start: &str, end: &str, section: &str) -> Result<()> {
+/// Replace what lies between the `start` and `end` markers of the file (markers included) with
+/// `section`, or append `section` when the markers are missing.
+pub(crate) fn write_marked(path: &Path, start: &str, end: &str, section: &str) -> Result<()> {
     let old = fs::read_to_string(path).unwrap_or_default();
     let new = match (old.find(start), old.find(end)) {
         (Some(s), Some(e)) if s < e => {

@@ -132,7 +132,7 @@ pub fn run(args: &BenchDaemonArgs) -> Result<i32> {
         eprintln!("xtask: --no-write: BENCHMARKS.md left as it is");
     } else {
         let path = super::root().join("BENCHMARKS.md");
-        crate::bench::write_between(&path, START, END, &section)?;
+        crate::bench::write_marked(&path, START, END, &section)?;
         eprintln!("xtask: wrote the figures into {}", path.display());
     }
     Ok(0)

@@ -20,7 +20,8 @@ pub const DEFAULT_MAX_RECORD: &str = "512MiB";
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// TOML file with any of the settings below (keys: listen, token_file, record, no_record,
-    /// retain, max_record, hooks, ringbuf_size). Flags and environment variables win over it.
+    /// retain, max_record, hooks, ringbuf_size, owners, flap_cycles, flap_window, mass_window,
+    /// repair_within). Flags and environment variables win over it.
     #[arg(long, env = "OBSERVER_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
 
@@ -34,7 +35,8 @@ pub struct RunArgs {
     #[arg(long, env = "OBSERVER_TOKEN_FILE", value_name = "FILE")]
     pub token_file: Option<PathBuf>,
 
-    /// The forensic record (SQLite) [default: /var/lib/observer/record.db].
+    /// The forensic record (SQLite) [default: /var/lib/observer/record.db]; a directory means
+    /// `record.db` in it.
     #[arg(long, env = "OBSERVER_RECORD", value_name = "PATH")]
     pub record: Option<PathBuf>,
 
@@ -59,6 +61,26 @@ pub struct RunArgs {
     /// Size of the kernel ring buffer in bytes [default: 4194304].
     #[arg(long, env = "OBSERVER_RINGBUF_SIZE", value_parser = crate::cli::parse_ringbuf_size)]
     pub ringbuf_size: Option<u32>,
+
+    /// Chain ownership file (TOML or YAML), as for `tail`.
+    #[arg(long, env = "OBSERVER_OWNERS", value_name = "FILE")]
+    pub owners: Option<PathBuf>,
+
+    /// Undo/redo cycles that make a `flapping` incident [default: 3].
+    #[arg(long, env = "OBSERVER_FLAP_CYCLES", value_parser = clap::value_parser!(u32).range(1..))]
+    pub flap_cycles: Option<u32>,
+
+    /// The window of those cycles [default: 60s].
+    #[arg(long, env = "OBSERVER_FLAP_WINDOW", value_name = "DURATION", value_parser = crate::cli::parse_duration)]
+    pub flap_window: Option<Duration>,
+
+    /// The window of a `mass_flush` [default: 5s].
+    #[arg(long, env = "OBSERVER_MASS_WINDOW", value_name = "DURATION", value_parser = crate::cli::parse_duration)]
+    pub mass_window: Option<Duration>,
+
+    /// How long a `mass_flush` waits for repairs [default: 60s].
+    #[arg(long, env = "OBSERVER_REPAIR_WITHIN", value_name = "DURATION", value_parser = crate::cli::parse_duration)]
+    pub repair_within: Option<Duration>,
 }
 
 /// The TOML file.
@@ -73,6 +95,11 @@ struct FileConfig {
     max_record: Option<String>,
     hooks: Option<String>,
     ringbuf_size: Option<u32>,
+    owners: Option<PathBuf>,
+    flap_cycles: Option<u32>,
+    flap_window: Option<String>,
+    mass_window: Option<String>,
+    repair_within: Option<String>,
 }
 
 /// Resolved settings.
@@ -130,6 +157,31 @@ impl RunArgs {
                 .map_err(|e| format!("{}: {e}", in_file("ringbuf_size")))?,
             (None, None) => 1 << 22,
         };
+        let window = |flag: Option<Duration>,
+                      file: &Option<String>,
+                      key: &str,
+                      default: &str|
+         -> Result<Duration, String> {
+            match (flag, file) {
+                (Some(d), _) => Ok(d),
+                (None, Some(s)) => {
+                    crate::cli::parse_duration(s).map_err(|e| format!("{}: {e}", in_file(key)))
+                }
+                (None, None) => crate::cli::parse_duration(default),
+            }
+        };
+        let flap_window = window(self.flap_window, &file.flap_window, "flap_window", "60s")?;
+        let mass_window = window(self.mass_window, &file.mass_window, "mass_window", "5s")?;
+        let repair_within = window(
+            self.repair_within,
+            &file.repair_within,
+            "repair_within",
+            "60s",
+        )?;
+        let flap_cycles = self.flap_cycles.or(file.flap_cycles).unwrap_or(3);
+        if flap_cycles == 0 {
+            return Err(format!("{}: must be at least 1", in_file("flap_cycles")));
+        }
         // `--record` (flag or env) beats `no_record` from the file, and `--no-record` beats a
         // file's `record`.
         let record = if self.no_record {
@@ -141,6 +193,8 @@ impl RunArgs {
         } else {
             Some(file.record.unwrap_or_else(|| PathBuf::from(DEFAULT_RECORD)))
         };
+        // A directory holds the record as `record.db`.
+        let record = record.map(|r| if r.is_dir() { r.join("record.db") } else { r });
         Ok(Settings {
             listen: self
                 .listen
@@ -151,6 +205,11 @@ impl RunArgs {
             retain,
             max_record,
             source: SourceArgs {
+                owners: self.owners.or(file.owners),
+                flap_cycles,
+                flap_window,
+                mass_window,
+                repair_within,
                 hooks,
                 ringbuf_size,
                 first_seq: 0,

@@ -18,6 +18,7 @@ use std::fmt;
 
 use crate::ruleset;
 
+mod attempt;
 pub mod decode;
 pub mod diff;
 mod ext;
@@ -29,6 +30,7 @@ mod testblob;
 #[cfg(test)]
 mod tests;
 
+pub use attempt::replace_attempt;
 pub use diff::diff;
 pub use sockopt::{read_table, table_names};
 
@@ -191,6 +193,20 @@ impl XtTable {
     #[cfg(test)]
     pub fn chain(&self, name: &str) -> Option<&XtChain> {
         self.chains.iter().find(|c| c.name == name)
+    }
+
+    /// The chains that the rules of `chain` jump or go to, one entry per rule.
+    pub fn jump_targets(&self, chain: &XtChain) -> Vec<String> {
+        chain
+            .rules
+            .iter()
+            .filter_map(|r| match r.verdict {
+                Verdict::Jump { chain, .. } => {
+                    self.chains.get(chain as usize).map(|c| c.name.clone())
+                }
+                _ => None,
+            })
+            .collect()
     }
 
     /// How many rules the whole table holds.
