@@ -784,3 +784,73 @@ fn a_full_disk_is_reported_and_earlier_records_stay() {
     let rows = query(&record, &["--chain", "OBS-EARLY"]);
     assert_eq!(rows.len(), 1, "the earlier record is kept: {rows:?}");
 }
+
+#[test]
+fn incidents_reach_the_stream_the_record_and_the_metrics() {
+    skip_unless!("ip", "iptables-legacy");
+    let (_dir, record) = tmp_record();
+    let port = free_port();
+    let mut d = Daemon::start(port, &["--record", record.to_str().unwrap()]);
+    let ns = Netns::new("incident");
+    let inode = ns.inode();
+    let owner = Writer::new("kube-proxy");
+    let intruder = Writer::new("calico-node");
+    let sse = SseClient::connect(port, &format!("/incidents?netns={inode}"), None);
+    std::thread::sleep(Duration::from_millis(200));
+
+    ns.write(
+        &owner,
+        &["iptables-legacy", "-t", "nat", "-N", "KUBE-SVC-OBSTEST"],
+    );
+    d.expect("the owner's chain", |v| {
+        v["netns"].as_u64() == Some(inode) && v["chain"] == "KUBE-SVC-OBSTEST"
+    });
+    ns.write(
+        &intruder,
+        &["iptables-legacy", "-t", "nat", "-X", "KUBE-SVC-OBSTEST"],
+    );
+    let inc = wait_for(&d.lines, &mut d.seen, "a foreign_delete incident", |v| {
+        v["kind"] == "incident"
+            && v["type"] == "foreign_delete"
+            && v["netns"].as_u64() == Some(inode)
+    });
+    assert_eq!(inc["owner"], "kube-proxy", "{inc}");
+
+    // The stream: the same line, numbered.
+    let (id, v) = sse.next_change(WAIT).expect("the incident on /incidents");
+    assert!(id >= 1);
+    assert_eq!(v, inc);
+    drop(sse);
+    // Resumed from before it: the same line again, with the same number.
+    let again = SseClient::connect(port, &format!("/incidents?netns={inode}"), Some(id - 1));
+    assert_eq!(again.next_change(WAIT), Some((id, inc.clone())));
+    drop(again);
+
+    // As a JSON list, the record, and the counters.
+    let (status, body) = get(
+        port,
+        "/incidents?since=1h&type=foreign_delete",
+        &[("Accept", "application/json")],
+    );
+    assert_eq!(status, 200);
+    let list: Vec<Value> = serde_json::from_str(&body).expect("a JSON list");
+    assert!(list.contains(&inc), "{body}");
+    let rows = query_until(
+        &record,
+        &["--type", "foreign_delete", "--netns", &inode.to_string()],
+        |v| *v == inc,
+    );
+    assert!(rows.iter().all(|v| v["kind"] == "incident"));
+    let (_, m) = get(port, "/metrics", &[]);
+    assert!(
+        metric(
+            &m,
+            "observer_incidents_total",
+            &[("type", "foreign_delete")]
+        )
+        .unwrap_or(0.0)
+            >= 1.0,
+        "{m}"
+    );
+    d.stop();
+}
