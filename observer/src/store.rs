@@ -786,6 +786,19 @@ mod tests {
     }
 
     #[test]
+    fn a_full_queue_drops_and_counts_instead_of_blocking() {
+        let (tx, _rx) = sync_channel(2);
+        let stats = Arc::new(StoreStats::default());
+        let s = StoreSender {
+            tx,
+            stats: stats.clone(),
+        };
+        let sent: Vec<bool> = (1..=5).map(|i| s.send(change(i, 0, "C"))).collect();
+        assert_eq!(sent, vec![true, true, false, false, false]);
+        assert_eq!(stats.count("dropped", 0), 3);
+    }
+
+    #[test]
     fn a_file_that_is_not_a_record_is_refused_and_kept() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r.db");

@@ -532,6 +532,69 @@ impl Output for DaemonOutput {
 mod tests {
     use super::*;
 
+    fn ev(id: u64) -> Event {
+        Event {
+            id: Some(id),
+            json: format!(r#"{{"kind":"change","seq":{id}}}"#).into(),
+            meta: Meta::default(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_client_resumes_from_memory_and_from_the_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.db");
+        // Changes 1..=3 are in the record only (an earlier run).
+        let mut w = store::Writer::new(
+            store::open_rw(&path).unwrap(),
+            path.clone(),
+            store::Limits {
+                retain: std::time::Duration::from_secs(86400),
+                max_bytes: u64::MAX,
+            },
+            Arc::new(store::StoreStats::default()),
+        );
+        let rows: Vec<Row> = (1..=3)
+            .map(|seq| Row::Change {
+                seq,
+                time_ns: store::now_ns(),
+                netns: Some(1),
+                backend: None,
+                table: None,
+                chain: None,
+                op: None,
+                actor: None,
+                comm: None,
+                json: format!(r#"{{"kind":"change","seq":{seq}}}"#).into(),
+            })
+            .collect();
+        w.write_batch(&rows);
+        let hub = Arc::new(Hub::new(Metrics::new(None), Some(path)));
+        for id in 4..=6 {
+            hub.publish(Stream::Changes, ev(id));
+        }
+        let (backlog, mut rx) = hub.attach(Stream::Changes, Some(1)).await;
+        let ids: Vec<u64> = backlog.iter().filter_map(|e| e.id).collect();
+        assert_eq!(
+            ids,
+            vec![2, 3, 4, 5, 6],
+            "record, then memory, nothing twice"
+        );
+        hub.publish(Stream::Changes, ev(7));
+        assert_eq!(rx.recv().await.unwrap().id, Some(7), "then live");
+        // Without a Last-Event-ID: live only.
+        let (backlog, _) = hub.attach(Stream::Changes, None).await;
+        assert!(backlog.is_empty());
+        // A client that fell behind catches up.
+        let ids: Vec<u64> = hub
+            .since(Stream::Changes, 5)
+            .await
+            .iter()
+            .filter_map(|e| e.id)
+            .collect();
+        assert_eq!(ids, vec![6, 7]);
+    }
+
     #[test]
     fn incident_json_gives_the_filter_fields() {
         let v: Value = serde_json::from_str(
