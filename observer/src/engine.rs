@@ -40,7 +40,8 @@ enum NsMsg {
     Nft {
         inode: u32,
         gen: u32,
-        process: ProcessInfo,
+        /// Boxed: the writer's attribution is by far the largest part of a message.
+        process: Box<ProcessInfo>,
         changes: Vec<Change>,
         time: String,
         replayed: bool,
@@ -160,7 +161,7 @@ pub async fn run(options: &SourceArgs, output: Box<dyn Output>) -> anyhow::Resul
     };
     let mut engine = Engine {
         output,
-        seq: 0,
+        seq: options.first_seq,
         watched: HashMap::new(),
         mounts: HashMap::new(),
         hooks,
@@ -568,7 +569,7 @@ impl Engine {
                 let msg = NsMsg::Nft {
                     inode,
                     gen,
-                    process: unknown_process(),
+                    process: Box::new(unknown_process()),
                     changes,
                     time: now(),
                     replayed: true,
@@ -752,7 +753,7 @@ impl Engine {
                         time,
                         txn,
                         source: Source::Netlink,
-                        process,
+                        process: *process,
                         replayed,
                     },
                     changes,
@@ -924,6 +925,8 @@ fn unknown_process() -> ProcessInfo {
         actor: "unknown".into(),
         cgroup: None,
         unit: None,
+        container_id: None,
+        pod: None,
     }
 }
 
@@ -983,7 +986,7 @@ async fn read_notifications(
                         let msg = NsMsg::Nft {
                             inode,
                             gen: t.gen_id,
-                            process,
+                            process: Box::new(process),
                             changes: t.changes,
                             time: now(),
                             replayed: false,

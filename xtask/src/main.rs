@@ -3,8 +3,10 @@
 //! Each verb is one variant of [`Verb`] and one function; add a verb by adding both.
 
 mod bench;
+mod bench_daemon;
 mod bench_incidents;
 mod cmd;
+mod deploy;
 mod setup;
 mod vm;
 mod vmbench;
@@ -118,9 +120,29 @@ enum Verb {
     )]
     VmBench(vmbench::VmBenchArgs),
 
+    /// Build observer, then measure the record (size, query time) and `observer run` under load
+    #[command(
+        long_about = "Run setup's checks, build observer (release), then: fill a record with a \
+        week of synthetic kube-proxy-like churn through the record's own writer (write cost, size \
+        per million changes), time `observer query` for one chain over that week, and run \
+        `observer run` while real nft transactions in a namespace of its own make 1,000 changes \
+        per second (CPU share, RSS, records dropped). Writes the figures into BENCHMARKS.md \
+        between its bench-daemon markers. Needs root. About 3 minutes; `--quick` is shorter."
+    )]
+    BenchDaemon(bench_daemon::BenchDaemonArgs),
     /// Measure the incident engine (per-transaction cost, incident latency, memory under churn)
     /// and write the figures into BENCHMARKS.md
     BenchIncidents(bench_incidents::BenchIncidentsArgs),
+
+    /// Validate deploy/'s Kubernetes manifests offline and check its Containerfile
+    #[command(
+        long_about = "Validate the Kubernetes manifests in deploy/ against the API schemas \
+        with kubernetes-validate (strict: unknown fields fail), offline; installs the validator \
+        into a Python virtual environment in cargo's target directory the first time. Also \
+        checks that a broken manifest is rejected, and that deploy/Containerfile builds with \
+        `cargo xtask build` and copies target/release/observer. `cargo xtask test` runs this."
+    )]
+    DeployCheck,
 }
 
 #[derive(Args)]
@@ -151,7 +173,9 @@ fn main() -> ExitCode {
         Verb::Bench(a) => bench::run(&a),
         Verb::VmBench(a) => vmbench::run(&a),
         Verb::VmTest => build().and_then(|ready| vm::vm_test(&ready).map(|r| r.unwrap_or(0))),
+        Verb::BenchDaemon(a) => bench_daemon::run(&a),
         Verb::BenchIncidents(a) => bench_incidents::run(&a),
+        Verb::DeployCheck => deploy_check().map(|()| 0),
     };
     match result {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
@@ -182,7 +206,14 @@ fn setup_verb(a: &SetupArgs) -> Result<()> {
         force_bpf_linker: a.force_bpf_linker,
         lenient_packages: false,
     };
-    cmd::phase("setup", || setup::run(opts)).map(|_| ())
+    cmd::phase("setup", || setup::run(opts))?;
+    // The manifest validator that `test` runs.
+    deploy::ensure_validator(&target_dir()?).map(|_| ())
+}
+
+fn deploy_check() -> Result<()> {
+    let target = target_dir()?;
+    cmd::phase("deploy-check", || deploy::check(&root(), &target))
 }
 
 /// Setup (lenient about Debian packages when not root), then the release build of observer.
@@ -206,6 +237,8 @@ fn build() -> Result<setup::Ready> {
 
 fn test(args: &[OsString]) -> Result<i32> {
     let ready = build()?;
+    // The release binary just built is the one deploy/Containerfile puts in the image.
+    deploy_check()?;
     let mut c = cargo();
     c.args(["test", "--release"]);
     // The whole workspace but the BPF crate, unless the caller picked packages (with

@@ -92,6 +92,8 @@ impl Gen {
                         actor: actor.into(),
                         cgroup: Some(1),
                         unit: None,
+                        container_id: None,
+                        pod: None,
                     },
                     replayed: false,
                 }

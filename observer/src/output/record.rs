@@ -48,7 +48,7 @@ pub struct StatusRecord {
     pub lost: Vec<String>,
 }
 
-/// `{"kind":"change",...}`: one change to one object. (Deserialize: for recorded streams.)
+/// `{"kind":"change",...}`: one change to one object. Read back by `observer query`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ChangeRecord {
     pub seq: u64,
@@ -254,6 +254,8 @@ mod tests {
                 actor: "kubelet".into(),
                 cgroup: Some(1),
                 unit: None,
+                container_id: None,
+                pod: None,
             },
             replayed: false,
         }
