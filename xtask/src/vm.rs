@@ -136,13 +136,13 @@ pub fn ensure_tools() -> Result<std::result::Result<VmTools, String>> {
 /// The integration test binary, built (release) on the host.
 fn build_test_binary(ready: &crate::setup::Ready) -> Result<PathBuf> {
     let mut c = crate::cargo();
+    // The same packages and flags as `cargo xtask test`'s host run, so nothing is rebuilt.
     c.args([
         "test",
         "--release",
-        "-p",
-        "observer",
-        "--test",
-        "tail",
+        "--workspace",
+        "--exclude",
+        crate::EBPF_CRATE,
         "--no-run",
         "--message-format=json",
     ]);
@@ -300,8 +300,9 @@ pub fn vm_test(ready: &crate::setup::Ready) -> Result<Option<i32>> {
             c.args([
                 "test",
                 "--release",
-                "-p",
-                "observer",
+                "--workspace",
+                "--exclude",
+                crate::EBPF_CRATE,
                 "hooks::btf",
                 "--",
                 "--nocapture",
