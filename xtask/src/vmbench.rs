@@ -180,7 +180,10 @@ pub fn run(args: &VmBenchArgs) -> Result<i32> {
          - what: wall time of `ip netns exec NS iptables-legacy-restore` of the 20,000-rule \
          filter table, alternating two versions (each restore is a change), with no observer \
          and with `observer tail --json --hooks B --netns NS`; attribution = legacy change lines \
-         with pid, tid, comm, ppid, parent_comm, cgroup and netns all known\n\n\
+         with pid, tid, comm, ppid, parent_comm, cgroup and netns all known\n\
+         - note: the difference includes observer's own read and diff of the 20,000-rule table \
+         after each change, on the same 2 vCPUs as the writer; it is an upper bound of the \
+         hooks' cost\n\n\
          | observer | restore wall time | vs first `none` | full attribution |\n\
          | --- | --- | --- | --- |\n",
         kernel.trim(),
