@@ -18,6 +18,15 @@ use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(20);
 
+/// The daemon tests run one at a time: each daemon watches every namespace and a stopped
+/// daemon's port can be handed to the next test's daemon, so concurrent tests would see each
+/// other's changes and ports.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .expect("bind")
@@ -287,6 +296,7 @@ fn tmp_record() -> (tempfile::TempDir, PathBuf) {
 
 #[test]
 fn one_change_stream_on_stdout_sse_query_and_metrics() {
+    let _serial = serial();
     skip_unless!("ip", "nft", "iptables-legacy");
     let (_dir, record) = tmp_record();
     let port = free_port();
@@ -476,6 +486,7 @@ fn one_change_stream_on_stdout_sse_query_and_metrics() {
 
 #[test]
 fn a_restart_keeps_the_record_and_the_numbering_and_remote_tails_resume() {
+    let _serial = serial();
     skip_unless!("ip", "iptables-legacy");
     let (_dir, record) = tmp_record();
     let port = free_port();
@@ -594,6 +605,7 @@ fn refused(args: &[&str]) -> String {
 
 #[test]
 fn the_token_guards_every_endpoint_but_healthz() {
+    let _serial = serial();
     skip_unless!("ip");
     let port = free_port();
     let err = refused(&["--listen", &format!("0.0.0.0:{port}"), "--no-record"]);
@@ -662,6 +674,7 @@ fn the_token_guards_every_endpoint_but_healthz() {
 
 #[test]
 fn bad_input_gets_clear_errors_and_keeps_data() {
+    let _serial = serial();
     skip_unless!("ip");
     let dir = tempfile::tempdir().unwrap();
 
@@ -710,6 +723,7 @@ fn bad_input_gets_clear_errors_and_keeps_data() {
 
 #[test]
 fn a_full_disk_is_reported_and_earlier_records_stay() {
+    let _serial = serial();
     skip_unless!("ip", "nft", "mount");
     let dir = tempfile::tempdir().unwrap();
     let mnt = dir.path().join("small");
@@ -787,6 +801,7 @@ fn a_full_disk_is_reported_and_earlier_records_stay() {
 
 #[test]
 fn incidents_reach_the_stream_the_record_and_the_metrics() {
+    let _serial = serial();
     skip_unless!("ip", "iptables-legacy");
     let (_dir, record) = tmp_record();
     let port = free_port();

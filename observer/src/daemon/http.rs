@@ -132,7 +132,8 @@ impl Params {
             None | Some("") => None,
             Some("legacy") => Some(Backend::Legacy),
             Some("nft") => Some(Backend::Nft),
-            Some(b) => return Err(format!("backend: `{b}` is not legacy or nft")),
+            Some("ipset") => Some(Backend::Ipset),
+            Some(b) => return Err(format!("backend: `{b}` is not legacy, nft or ipset")),
         };
         let netns = match self.netns.as_deref() {
             None | Some("") | Some("all") => None,
