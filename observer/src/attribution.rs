@@ -11,12 +11,12 @@
 
 use std::fs;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::hooks::decode::KernelProcess;
 
 /// The process fields of an output line.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProcessInfo {
     /// Process id (tgid) of the writer; for nftables writers that exited before observer read
     /// `/proc`, the thread id from the notification.
@@ -31,7 +31,7 @@ pub struct ProcessInfo {
     /// cgroup v2 id of the writer.
     pub cgroup: Option<u64>,
     /// systemd unit of the writer, where its cgroup path names one.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unit: Option<String>,
 }
 

@@ -19,11 +19,16 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Print every ruleset change as it happens (needs root).
+    /// Print every ruleset change, and the ownership incidents they make, as they happen (needs
+    /// root).
     ///
     /// Human lines by default; `--json` prints JSON lines whose first line is
-    /// {"kind":"status","state":"ready",...} once every hook and subscription is live.
+    /// {"kind":"status","state":"ready",...} once every hook and subscription is live. Incidents
+    /// are `{"kind":"incident",...}` lines (marked `!!` in human output).
     Tail(TailArgs),
+    /// Show who owns every chain and set of every namespace (catalog, `--owners` file, or
+    /// unknown), and which backends each owner's chains live in (needs root).
+    Owners(OwnersArgs),
     /// Say what this kernel and this process allow, which sources `tail` would use, and for each
     /// missing piece what is lost and how to fix it.
     Doctor(DoctorArgs),
@@ -102,6 +107,10 @@ pub struct TailArgs {
     #[arg(long, value_name = "OP", value_delimiter = ',', value_parser = parse_op)]
     pub op: Vec<Op>,
 
+    /// Print incidents only (ownership conflicts), no change lines.
+    #[arg(long)]
+    pub incidents_only: bool,
+
     #[command(flatten)]
     pub source: SourceArgs,
 
@@ -110,9 +119,33 @@ pub struct TailArgs {
     pub no_color: bool,
 }
 
-/// How observer sees changes (shared by every command that watches).
+/// How observer sees changes and turns them into incidents (shared by every command that watches).
 #[derive(Debug, Clone, Args)]
 pub struct SourceArgs {
+    /// Chain ownership file (TOML or YAML, by extension): `[[owner]] name, actors, chains` and
+    /// `[[shared]] chains, writers`; its entries win over the built-in catalog.
+    #[arg(long, value_name = "FILE", env = "OBSERVER_OWNERS")]
+    pub owners: Option<std::path::PathBuf>,
+
+    /// Undo/redo cycles between two components that make a `flapping` incident.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    pub flap_cycles: u32,
+
+    /// The window those cycles must fall in (also: how long a loop must stop before its
+    /// incident closes), e.g. `60s`, `2m`.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub flap_window: std::time::Duration,
+
+    /// Flushes and deletes of several owners' chains by one actor within this window are one
+    /// `mass_flush`.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub mass_window: std::time::Duration,
+
+    /// How long a `mass_flush` waits for each owner to re-create its chains before it closes and
+    /// names those that never did.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub repair_within: std::time::Duration,
+
     /// Kernel hooks to use.
     #[arg(long, value_enum, default_value = "auto")]
     pub hooks: HooksMode,
@@ -120,6 +153,21 @@ pub struct SourceArgs {
     /// Size of the kernel ring buffer in bytes (a power of two, at least one page).
     #[arg(long, default_value_t = 1 << 22, value_parser = parse_ringbuf_size)]
     pub ringbuf_size: u32,
+}
+
+#[derive(Debug, Args)]
+pub struct OwnersArgs {
+    /// Only this network namespace (inode, /run/netns/NAME path, `ip netns` name, or `all`).
+    #[arg(long, default_value = "all", value_name = "NETNS")]
+    pub netns: String,
+
+    /// Print JSON (one object with `chains` and `owners`).
+    #[arg(long)]
+    pub json: bool,
+
+    /// Chain ownership file (TOML or YAML), as for `tail`.
+    #[arg(long, value_name = "FILE", env = "OBSERVER_OWNERS")]
+    pub owners: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -134,6 +182,15 @@ fn parse_op(s: &str) -> Result<Op, String> {
         let all: Vec<&str> = Op::ALL.iter().map(|o| o.as_str()).collect();
         format!("unknown op `{s}`; one of: {}", all.join(", "))
     })
+}
+
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let d =
+        humantime::parse_duration(s).map_err(|e| format!("`{s}`: {e} (e.g. 500ms, 30s, 2m)"))?;
+    if d.is_zero() {
+        return Err(format!("`{s}`: a window must be longer than zero"));
+    }
+    Ok(d)
 }
 
 fn parse_ringbuf_size(s: &str) -> Result<u32, String> {

@@ -25,11 +25,12 @@ use crate::attribution::{self, ProcessInfo};
 use crate::cli::{HooksMode, SourceArgs, TailArgs};
 use crate::hooks::decode::{KernelEvent, KernelProcess, XtKind, XtReplaceEvent};
 use crate::hooks::{HookOptions, KernelHooks, ReaderStats};
+use crate::incidents::{self, owners::Owners, Correlator, InventoryChain};
 use crate::netns::{self, NetnsHandle};
 use crate::nftables::{self, state::GenerationBuilder, state::NftState};
 use crate::output::filter::Filter;
 use crate::output::record::{now, rfc3339};
-use crate::output::{ChangeRecord, Format, Record, Sink, Source, StatusRecord};
+use crate::output::{ChangeRecord, Format, IncidentRecord, Record, Sink, Source, StatusRecord};
 use crate::ruleset::{Backend, Change};
 use crate::xtables::{self, XtError, XtProto, XtTable};
 
@@ -74,6 +75,8 @@ struct Engine {
     reader_stats: Arc<ReaderStats>,
     /// Losses already reported: (ring buffer full, pending map full, malformed records).
     losses: (u64, u64, u64),
+    /// Turns the changes into incidents.
+    correlator: Correlator,
 }
 
 /// Where the engine's records go: every record, in order, unfiltered. `tail` filters and prints;
@@ -88,16 +91,21 @@ pub trait Output: Send {
 struct TailOutput {
     sink: Sink<std::io::Stdout>,
     filter: Filter,
+    incidents_only: bool,
 }
 
 impl Output for TailOutput {
     fn emit(&mut self, record: &Record) -> std::io::Result<()> {
-        if let Record::Change(c) = record {
-            if !self.filter.matches(c) {
-                return Ok(());
-            }
+        let shown = match record {
+            Record::Change(c) => !self.incidents_only && self.filter.matches(c),
+            Record::Incident(i) => self.filter.matches_incident(i),
+            Record::Status(_) => true,
+        };
+        if shown {
+            self.sink.write(record)
+        } else {
+            Ok(())
         }
-        self.sink.write(record)
     }
 }
 
@@ -113,12 +121,14 @@ pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
     let output = TailOutput {
         sink: Sink::new(std::io::stdout(), format),
         filter,
+        incidents_only: args.incidents_only,
     };
     run(&args.source, Box::new(output)).await
 }
 
 /// Watch every namespace and send every record to `output` until SIGINT or SIGTERM.
 pub async fn run(options: &SourceArgs, output: Box<dyn Output>) -> anyhow::Result<()> {
+    let correlator = build_correlator(options)?;
     if !nix::unistd::geteuid().is_root() {
         tracing::warn!(
             "not running as root: loading BPF programs and joining namespaces will likely fail"
@@ -160,6 +170,7 @@ pub async fn run(options: &SourceArgs, output: Box<dyn Output>) -> anyhow::Resul
         source,
         reader_stats: Arc::new(ReaderStats::default()),
         losses: (0, 0, 0),
+        correlator,
     };
     let reader_stats = engine.reader_stats.clone();
     if let Some(h) = engine.hooks.as_mut() {
@@ -219,6 +230,9 @@ pub async fn run(options: &SourceArgs, output: Box<dyn Output>) -> anyhow::Resul
         lost,
     };
     engine.emit_status(ready);
+    // What the rulesets already show (split brain), once everything is read.
+    let found = engine.correlator.check_all(wall_ns());
+    engine.emit_incidents(found);
 
     // Streams created once: a signal that arrives while the engine is busy is kept until the
     // loop comes back to it.
@@ -226,10 +240,22 @@ pub async fn run(options: &SourceArgs, output: Box<dyn Output>) -> anyhow::Resul
     let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     loop {
+        // Incident windows (flapping, mass flush repair) end on a timer of their own.
+        let deadline = engine.correlator.next_deadline();
+        let wake = tokio::time::Instant::now()
+            + deadline.map_or(std::time::Duration::from_secs(3600), |d| {
+                std::time::Duration::from_nanos(
+                    (d - wall_ns()).clamp(0, i128::from(u32::MAX) * 1000) as u64,
+                ) + std::time::Duration::from_millis(1)
+            });
         tokio::select! {
             biased;
             _ = sigint.recv() => break,
             _ = sigterm.recv() => break,
+            _ = tokio::time::sleep_until(wake), if deadline.is_some() => {
+                let closed = engine.correlator.tick(wall_ns());
+                engine.emit_incidents(closed);
+            }
             Some(ev) = kernel_rx.recv() => {
                 engine.on_kernel(ev).await;
                 engine.report_losses();
@@ -244,11 +270,91 @@ pub async fn run(options: &SourceArgs, output: Box<dyn Output>) -> anyhow::Resul
     Ok(())
 }
 
+/// The incident engine, from the ownership file and the windows.
+fn build_correlator(options: &SourceArgs) -> anyhow::Result<Correlator> {
+    let owners = load_owners(options.owners.as_deref())?;
+    let ns = |d: std::time::Duration| d.as_nanos() as i128;
+    Ok(Correlator::new(
+        incidents::Config {
+            flap_cycles: options.flap_cycles,
+            flap_window_ns: ns(options.flap_window),
+            mass_window_ns: ns(options.mass_window),
+            repair_within_ns: ns(options.repair_within),
+        },
+        owners,
+    ))
+}
+
+/// Wall-clock time in nanoseconds since the epoch.
+fn wall_ns() -> i128 {
+    time::OffsetDateTime::now_utc().unix_timestamp_nanos()
+}
+
+/// The chains and sets a namespace holds, for the incident engine's model.
+pub(crate) fn inventory(
+    legacy: &HashMap<(XtProto, String), XtTable>,
+    nft: Option<&NftState>,
+) -> Vec<InventoryChain> {
+    let mut out = Vec::new();
+    for t in legacy.values() {
+        for c in &t.chains {
+            out.push(InventoryChain {
+                backend: Backend::Legacy,
+                family: t.proto.family(),
+                table: t.name.clone(),
+                chain: c.name.clone(),
+                rules: c.rules.len(),
+                jumps: t.jump_targets(c),
+                is_set: false,
+            });
+        }
+    }
+    for ((family, name), t) in nft.map(|s| &s.tables).into_iter().flatten() {
+        let family = crate::ruleset::Family::from_nfproto(*family);
+        for (chain, c) in &t.chains {
+            out.push(InventoryChain {
+                backend: Backend::Nft,
+                family,
+                table: name.clone(),
+                chain: chain.clone(),
+                rules: c.rules.len(),
+                jumps: c
+                    .rules
+                    .iter()
+                    .flat_map(|r| incidents::drift::jump_targets(Backend::Nft, &r.text))
+                    .collect(),
+                is_set: false,
+            });
+        }
+        for (set, st) in &t.sets {
+            if !st.set.is_anonymous() {
+                out.push(InventoryChain {
+                    backend: Backend::Nft,
+                    family,
+                    table: name.clone(),
+                    chain: set.clone(),
+                    rules: 0,
+                    jumps: Vec::new(),
+                    is_set: true,
+                });
+            }
+        }
+    }
+    out
+}
+
 fn netlink_only_loss(why: &str) -> String {
     format!(
         "iptables-legacy/ip6tables-legacy/arptables-legacy changes, and namespaces created while \
          running ({why})"
     )
+}
+
+pub(crate) fn load_owners(path: Option<&std::path::Path>) -> anyhow::Result<Owners> {
+    match path {
+        Some(p) => Owners::with_file(p).map_err(anyhow::Error::msg),
+        None => Ok(Owners::catalog()),
+    }
 }
 
 fn build_filter(args: &TailArgs) -> Result<Filter, String> {
@@ -291,26 +397,29 @@ fn boot_ns_to_time(ktime_ns: u64) -> String {
 }
 
 /// What a namespace holds when observer starts watching it.
-struct Baseline {
+pub(crate) struct Baseline {
     socket: Option<Socket>,
-    nft: Option<(NftState, u32)>,
-    legacy: HashMap<(XtProto, String), XtTable>,
-    problems: Vec<String>,
+    pub nft: Option<(NftState, u32)>,
+    pub legacy: HashMap<(XtProto, String), XtTable>,
+    pub problems: Vec<String>,
 }
 
-/// Runs inside the namespace: subscribe first, then read, so nothing falls between the two.
-fn read_baseline(read_legacy: bool) -> Baseline {
+/// Runs inside the namespace: subscribe first (when `subscribe`), then read, so nothing falls
+/// between the two.
+pub(crate) fn read_baseline(read_legacy: bool, subscribe: bool) -> Baseline {
     let mut b = Baseline {
         socket: None,
         nft: None,
         legacy: HashMap::new(),
         problems: Vec::new(),
     };
-    match nftables::subscribe() {
-        Ok(s) => b.socket = Some(s),
-        Err(e) => b.problems.push(format!("nftables subscription: {e}")),
+    if subscribe {
+        match nftables::subscribe() {
+            Ok(s) => b.socket = Some(s),
+            Err(e) => b.problems.push(format!("nftables subscription: {e}")),
+        }
     }
-    if b.socket.is_some() {
+    if b.socket.is_some() || !subscribe {
         match nftables::dump() {
             Ok(d) => {
                 let gen = d.gen_id;
@@ -424,9 +533,10 @@ impl Engine {
         };
         // A namespace found late has no legacy baseline: its tables appear as created on their
         // first replace.
-        let baseline =
-            tokio::task::spawn_blocking(move || netns::run_in(&file, move || read_baseline(!new)))
-                .await;
+        let baseline = tokio::task::spawn_blocking(move || {
+            netns::run_in(&file, move || read_baseline(!new, true))
+        })
+        .await;
         let baseline = match baseline {
             Ok(Ok(b)) => b,
             Ok(Err(e)) => return self.warn(format!("cannot enter namespace {inode}: {e}")),
@@ -438,6 +548,11 @@ impl Engine {
         if let Some(h) = self.hooks.as_mut() {
             h.mark_netns_seen(inode);
         }
+        self.correlator.baseline(
+            inode,
+            handle.name.clone(),
+            inventory(&baseline.legacy, baseline.nft.as_ref().map(|(s, _)| s)),
+        );
         let mut watched = Watched {
             handle: handle.clone(),
             legacy: baseline.legacy,
@@ -497,6 +612,7 @@ impl Engine {
                 if !mounted && !netns::held_by_process(inode) {
                     tracing::debug!("namespace {inode} is gone ({path} unmounted)");
                     self.watched.remove(&inode);
+                    self.correlator.forget_netns(inode);
                     if let Some(h) = self.hooks.as_mut() {
                         h.forget_netns(inode);
                     }
@@ -596,21 +712,19 @@ impl Engine {
         let name = w.handle.name.clone();
         let time = boot_ns_to_time(x.ktime_ns);
         let txn = format!("xt-{inode}-{}", x.ktime_ns);
-        for c in changes {
-            self.emit_change(
-                ChangeCtx {
-                    inode,
-                    name: name.clone(),
-                    backend: Backend::Legacy,
-                    time: time.clone(),
-                    txn: txn.clone(),
-                    source: self.source,
-                    process: process.clone(),
-                    replayed: false,
-                },
-                c,
-            );
-        }
+        self.emit_txn(
+            ChangeCtx {
+                inode,
+                name,
+                backend: Backend::Legacy,
+                time,
+                txn,
+                source: self.source,
+                process,
+                replayed: false,
+            },
+            changes,
+        );
     }
 
     fn on_ns(&mut self, msg: NsMsg) {
@@ -625,21 +739,19 @@ impl Engine {
             } => {
                 let name = self.watched.get(&inode).and_then(|w| w.handle.name.clone());
                 let txn = format!("nft-{inode}-{gen}");
-                for c in changes {
-                    self.emit_change(
-                        ChangeCtx {
-                            inode,
-                            name: name.clone(),
-                            backend: Backend::Nft,
-                            time: time.clone(),
-                            txn: txn.clone(),
-                            source: Source::Netlink,
-                            process: process.clone(),
-                            replayed,
-                        },
-                        c,
-                    );
-                }
+                self.emit_txn(
+                    ChangeCtx {
+                        inode,
+                        name,
+                        backend: Backend::Nft,
+                        time,
+                        txn,
+                        source: Source::Netlink,
+                        process,
+                        replayed,
+                    },
+                    changes,
+                );
             }
             NsMsg::Trouble { inode, message } => {
                 self.emit_status(StatusRecord {
@@ -655,27 +767,42 @@ impl Engine {
         }
     }
 
-    fn emit_change(&mut self, ctx: ChangeCtx, c: Change) {
-        self.seq += 1;
-        let record = ChangeRecord {
-            seq: self.seq,
-            time: ctx.time,
-            netns: ctx.inode,
-            netns_name: ctx.name,
-            backend: ctx.backend,
-            family: c.family,
-            table: c.table,
-            chain: c.chain,
-            op: c.op,
-            rule: c.rule,
-            detail: c.detail,
-            txn: ctx.txn,
-            result: "ok".into(),
-            source: ctx.source,
-            process: ctx.process,
-            replayed: ctx.replayed,
-        };
-        self.write(&Record::Change(record));
+    /// Number, print and correlate the changes of one transaction.
+    fn emit_txn(&mut self, ctx: ChangeCtx, changes: Vec<Change>) {
+        let mut records = Vec::with_capacity(changes.len());
+        for c in changes {
+            self.seq += 1;
+            let record = Record::Change(ChangeRecord {
+                seq: self.seq,
+                time: ctx.time.clone(),
+                netns: ctx.inode,
+                netns_name: ctx.name.clone(),
+                backend: ctx.backend,
+                family: c.family,
+                table: c.table,
+                chain: c.chain,
+                op: c.op,
+                rule: c.rule,
+                detail: c.detail,
+                txn: ctx.txn.clone(),
+                result: "ok".into(),
+                source: ctx.source,
+                process: ctx.process.clone(),
+                replayed: ctx.replayed,
+            });
+            self.write(&record);
+            if let Record::Change(c) = record {
+                records.push(c);
+            }
+        }
+        let incidents = self.correlator.observe(&records);
+        self.emit_incidents(incidents);
+    }
+
+    fn emit_incidents(&mut self, incidents: Vec<IncidentRecord>) {
+        for i in incidents {
+            self.write(&Record::Incident(i));
+        }
     }
 }
 

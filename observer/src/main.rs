@@ -11,9 +11,11 @@ mod cli;
 mod doctor;
 mod engine;
 mod hooks;
+mod incidents;
 mod netns;
 mod nftables;
 mod output;
+mod ownership;
 mod ruleset;
 mod xtables;
 
@@ -41,6 +43,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async move {
         match args.command {
             cli::Command::Tail(t) => engine::tail(t).await,
+            cli::Command::Owners(o) => ownership::run(o),
             cli::Command::Doctor(d) => doctor::run(d),
             cli::Command::BenchXt(b) => bench::run(b),
         }

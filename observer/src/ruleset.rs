@@ -215,17 +215,19 @@ impl Change {
 /// `changes` are the deltas of one transaction (one x_tables replace, one nft generation), in the
 /// order the reader saw them, possibly for several tables. `rules_before` gives, for a
 /// `(family, table, chain)`, how many rules the chain held before the transaction (0 or absent for
-/// chains that did not exist).
+/// chains that did not exist); `table_rules_before` how many the whole table held.
 ///
 /// Rules applied, per table:
 /// - rule deletes of a chain that the transaction deletes are implied by the `chain_delete`;
 /// - a rule deleted and re-added with the same fingerprint in the same chain is no change;
 /// - a delete and an add left at the same position of the same chain are a `rule_replace`;
 /// - all rules of a surviving chain deleted and none added: one `chain_flush`;
-/// - every chain of the table that had rules flushed, and more than one of them: one `table_flush`.
+/// - every chain of the table that had rules flushed (the flushed rules are all the table held),
+///   and more than one of them: one `table_flush`.
 pub fn summarize(
     changes: Vec<Change>,
     rules_before: impl Fn(Family, &str, &str) -> usize,
+    table_rules_before: impl Fn(Family, &str) -> usize,
 ) -> Vec<Change> {
     // Keep tables in first-seen order so the output follows the transaction.
     let mut order: Vec<(Family, String)> = Vec::new();
@@ -240,14 +242,21 @@ pub fn summarize(
     let mut out = Vec::new();
     for key in order {
         let list = by_table.remove(&key).unwrap_or_default();
-        out.extend(summarize_table(list, |chain| {
-            rules_before(key.0, &key.1, chain)
-        }));
+        let table_total = table_rules_before(key.0, &key.1);
+        out.extend(summarize_table(
+            list,
+            |chain| rules_before(key.0, &key.1, chain),
+            table_total,
+        ));
     }
     out
 }
 
-fn summarize_table(changes: Vec<Change>, rules_before: impl Fn(&str) -> usize) -> Vec<Change> {
+fn summarize_table(
+    changes: Vec<Change>,
+    rules_before: impl Fn(&str) -> usize,
+    table_rules_before: usize,
+) -> Vec<Change> {
     let deleted_chains: Vec<String> = changes
         .iter()
         .filter(|c| c.op == Op::ChainDelete)
@@ -311,8 +320,8 @@ fn summarize_table(changes: Vec<Change>, rules_before: impl Fn(&str) -> usize) -
     }
     let mut out: Vec<Change> = changes.into_iter().flatten().collect();
     let only_flushes = out.iter().all(|c| c.op == Op::ChainFlush);
-    if flushed.len() > 1 && only_flushes {
-        let rules: usize = flushed.iter().map(|f| f.1).sum();
+    let rules: usize = flushed.iter().map(|f| f.1).sum();
+    if flushed.len() > 1 && only_flushes && rules == table_rules_before {
         let first = out.remove(0);
         out = vec![Change {
             op: Op::TableFlush,
@@ -416,7 +425,7 @@ mod tests {
             rule(Op::RuleDelete, "KUBE-FIREWALL", "-j DROP", 0, 1),
             rule(Op::RuleDelete, "KUBE-FIREWALL", "-j ACCEPT", 1, 2),
         ];
-        let out = summarize(changes, |_, _, _| 2);
+        let out = summarize(changes, |_, _, _| 2, |_, _| 2);
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].op, Op::ChainFlush);
         assert_eq!(out[0].chain.as_deref(), Some("KUBE-FIREWALL"));
@@ -426,7 +435,7 @@ mod tests {
     #[test]
     fn some_rules_deleted_stay_rule_deletes() {
         let changes = vec![rule(Op::RuleDelete, "X", "-j DROP", 0, 1)];
-        let out = summarize(changes, |_, _, _| 2);
+        let out = summarize(changes, |_, _, _| 2, |_, _| 2);
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].op, Op::RuleDelete);
     }
@@ -438,10 +447,22 @@ mod tests {
             rule(Op::RuleDelete, "B", "-j DROP", 0, 1),
             rule(Op::RuleDelete, "B", "-j ACCEPT", 1, 2),
         ];
-        let out = summarize(changes, |_, _, c| if c == "A" { 1 } else { 2 });
+        let out = summarize(changes, |_, _, c| if c == "A" { 1 } else { 2 }, |_, _| 3);
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].op, Op::TableFlush);
         assert_eq!(out[0].chain, None);
+    }
+
+    #[test]
+    fn chains_emptied_while_others_keep_rules_are_chain_flushes() {
+        // `-D PREROUTING -j X; -D OUTPUT -j X` on a nat table whose other chains keep their rules.
+        let changes = vec![
+            rule(Op::RuleDelete, "PREROUTING", "-j KUBE-SERVICES", 0, 1),
+            rule(Op::RuleDelete, "OUTPUT", "-j KUBE-SERVICES", 0, 1),
+        ];
+        let out = summarize(changes, |_, _, _| 1, |_, _| 9);
+        let ops: Vec<Op> = out.iter().map(|c| c.op).collect();
+        assert_eq!(ops, vec![Op::ChainFlush, Op::ChainFlush]);
     }
 
     #[test]
@@ -450,7 +471,7 @@ mod tests {
             rule(Op::RuleDelete, "A", "-j DROP", 0, 7),
             rule(Op::RuleAdd, "A", "-j DROP", 0, 7),
         ];
-        assert!(summarize(changes, |_, _, _| 1).is_empty());
+        assert!(summarize(changes, |_, _, _| 1, |_, _| 1).is_empty());
     }
 
     #[test]
@@ -465,7 +486,7 @@ mod tests {
             ),
             rule(Op::RuleAdd, "A", "-j DROP", 0, 8),
         ];
-        let out = summarize(changes, |_, _, _| 1);
+        let out = summarize(changes, |_, _, _| 1, |_, _| 1);
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].op, Op::RuleReplace);
         assert_eq!(out[0].rule.as_deref(), Some("-j DROP"));
@@ -481,7 +502,7 @@ mod tests {
             rule(Op::RuleDelete, "A", "-j DROP", 0, 7),
             Change::new(Op::ChainDelete, Family::Ip, "filter").chain("A"),
         ];
-        let out = summarize(changes, |_, _, _| 1);
+        let out = summarize(changes, |_, _, _| 1, |_, _| 1);
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].op, Op::ChainDelete);
     }
@@ -491,7 +512,7 @@ mod tests {
         let mut a = rule(Op::RuleAdd, "A", "-j DROP", 0, 1);
         a.table = "nat".into();
         let b = rule(Op::RuleAdd, "B", "-j DROP", 0, 2);
-        let out = summarize(vec![a, b], |_, _, _| 0);
+        let out = summarize(vec![a, b], |_, _, _| 0, |_, _| 0);
         assert_eq!(out[0].table, "nat");
         assert_eq!(out[1].table, "filter");
     }

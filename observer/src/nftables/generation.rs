@@ -625,17 +625,40 @@ impl Txn {
         }
         let changes: Vec<Change> = self.slots.into_iter().flatten().collect();
         let before = &self.before;
-        ruleset::summarize(changes, |fam, table, chain| {
-            let f = nfproto_of(fam);
-            let key = (f, table.to_string(), chain.to_string());
-            match before.get(&key) {
-                Some((n, _)) => *n,
-                None => st
-                    .chain(f, table, chain)
-                    .map(|c| c.rules.len())
-                    .unwrap_or(0),
-            }
-        })
+        ruleset::summarize(
+            changes,
+            |fam, table, chain| {
+                let f = nfproto_of(fam);
+                let key = (f, table.to_string(), chain.to_string());
+                match before.get(&key) {
+                    Some((n, _)) => *n,
+                    None => st
+                        .chain(f, table, chain)
+                        .map(|c| c.rules.len())
+                        .unwrap_or(0),
+                }
+            },
+            |fam, table| {
+                // Touched chains as they were; the others have not changed.
+                let f = nfproto_of(fam);
+                let mut total = 0;
+                let mut touched = std::collections::HashSet::new();
+                for (key, (n, _)) in before.iter() {
+                    if key.0 == f && key.1 == table {
+                        total += n;
+                        touched.insert(key.2.as_str());
+                    }
+                }
+                if let Some(t) = st.table(f, table) {
+                    for (name, c) in &t.chains {
+                        if !touched.contains(name.as_str()) {
+                            total += c.rules.len();
+                        }
+                    }
+                }
+                total
+            },
+        )
     }
 }
 

@@ -2,7 +2,7 @@
 
 use globset::{Glob, GlobMatcher};
 
-use super::record::ChangeRecord;
+use super::record::{ChangeRecord, IncidentRecord};
 use crate::ruleset::{Backend, Op};
 
 #[derive(Debug, Default, Clone)]
@@ -36,5 +36,21 @@ impl Filter {
                 .as_ref()
                 .is_none_or(|a| *a == c.process.actor || *a == c.process.comm)
             && (self.ops.is_empty() || self.ops.contains(&c.op))
+    }
+
+    /// Incidents pass the namespace, backend, table, chain and actor filters (`--actor` matches an
+    /// actor or the owner); `--op` does not apply to them.
+    pub fn matches_incident(&self, i: &IncidentRecord) -> bool {
+        self.netns.is_none_or(|n| n == i.netns)
+            && self.backend.is_none_or(|b| b == i.backend)
+            && self.table.as_ref().is_none_or(|t| *t == i.table)
+            && self
+                .chain
+                .as_ref()
+                .is_none_or(|g| i.chains.iter().any(|ch| g.is_match(ch)))
+            && self
+                .actor
+                .as_ref()
+                .is_none_or(|a| *a == i.owner || i.actors.contains(a))
     }
 }

@@ -1,6 +1,6 @@
 //! Aligned, coloured lines for a person watching a terminal.
 
-use super::record::{ChangeRecord, Record, StatusRecord};
+use super::record::{ChangeRecord, IncidentRecord, IncidentState, Record, Severity, StatusRecord};
 use crate::ruleset::Op;
 
 const RESET: &str = "\x1b[0m";
@@ -35,7 +35,45 @@ pub fn render(record: &Record, colour: bool) -> String {
     match record {
         Record::Status(s) => status(s, colour),
         Record::Change(c) => change(c, colour),
+        Record::Incident(i) => incident(i, colour),
     }
+}
+
+/// Incidents stand apart from changes: a `!!` marker, the severity in colour, the summary on a
+/// line of its own.
+fn incident(i: &IncidentRecord, colour: bool) -> String {
+    let sev_colour = match i.severity {
+        Severity::Critical => RED,
+        Severity::Warning => YELLOW,
+    };
+    let state = match i.state {
+        IncidentState::Open => "INCIDENT",
+        IncidentState::Update => "incident update",
+        IncidentState::Closed => "incident closed",
+    };
+    let mut extra = String::new();
+    if let Some(c) = i.cycles {
+        extra.push_str(&format!("  cycles={c}"));
+    }
+    if !i.lost.is_empty() {
+        extra.push_str(&format!("  lost: {}", i.lost.join(" ")));
+    }
+    let head = format!(
+        "!! {} {} {} [{}] owner {} by {}{}  ({})",
+        clock(&i.time),
+        state,
+        i.kind.as_str(),
+        i.severity.as_str(),
+        i.owner,
+        i.actors.join(", "),
+        extra,
+        i.id
+    );
+    format!(
+        "{}\n   {}",
+        paint(&head, &format!("{BOLD}{sev_colour}"), colour),
+        i.summary
+    )
 }
 
 fn status(s: &StatusRecord, colour: bool) -> String {

@@ -7,7 +7,7 @@ pub mod record;
 
 use std::io::{self, Write};
 
-pub use record::{ChangeRecord, Record, Source, StatusRecord};
+pub use record::{ChangeRecord, IncidentRecord, Record, Source, StatusRecord};
 
 /// Output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

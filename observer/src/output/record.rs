@@ -1,17 +1,13 @@
-//! The records of the output contract (see the README): `status` and `change` lines.
+//! The records of the output contract (see the README): `status`, `change` and `incident` lines.
 //! Field names are stable; new fields may be added.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::attribution::ProcessInfo;
 use crate::ruleset::{Backend, Family, Op};
 
 /// Where a change was seen.
-#[expect(
-    dead_code,
-    reason = "fentry and kprobe are part of the output contract; this build attaches tracepoints"
-)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Source {
     Fentry,
@@ -26,6 +22,7 @@ pub enum Source {
 pub enum Record {
     Status(StatusRecord),
     Change(ChangeRecord),
+    Incident(IncidentRecord),
 }
 
 /// `{"kind":"status",...}`: readiness, what is watched, what is lost.
@@ -50,8 +47,8 @@ pub struct StatusRecord {
     pub lost: Vec<String>,
 }
 
-/// `{"kind":"change",...}`: one change to one object.
-#[derive(Debug, Clone, Serialize)]
+/// `{"kind":"change",...}`: one change to one object. (Deserialize: for recorded streams.)
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ChangeRecord {
     pub seq: u64,
     /// RFC 3339 with nanoseconds, UTC.
@@ -80,8 +77,130 @@ pub struct ChangeRecord {
     pub process: ProcessInfo,
     /// Set when the change predates observer's subscription to a namespace it found late: it was
     /// read from the namespace's ruleset, not seen as it happened.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub replayed: bool,
+}
+
+/// `{"kind":"incident",...}`: one state of an ownership conflict. Every line of one incident has
+/// the same `id`; `state` says whether it opened, grew, or ended.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct IncidentRecord {
+    pub id: String,
+    /// When the event that produced this line happened (or when a window expired).
+    pub time: String,
+    /// When the incident's first event happened.
+    pub since: String,
+    pub state: IncidentState,
+    #[serde(rename = "type")]
+    pub kind: IncidentKind,
+    pub severity: Severity,
+    pub netns: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub netns_name: Option<String>,
+    pub backend: Backend,
+    pub family: Family,
+    pub table: String,
+    pub chains: Vec<String>,
+    pub owner: String,
+    pub actors: Vec<String>,
+    /// The `seq` of every change line that makes the incident.
+    pub events: Vec<u64>,
+    pub summary: String,
+    /// `flapping`: how many times the objects were undone and restored.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cycles: Option<u32>,
+    /// `flapping`: when the last cycle completed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last: Option<String>,
+    /// `rule_drift`: the new rule.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// `rule_drift`: the rule it replaced.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub was: Option<String>,
+    /// `rule_drift`: what the new rule lost, in rule syntax.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub lost: Vec<String>,
+    /// `mass_flush`: each owner hit, and whether and when it repaired its chains.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub owners: Vec<OwnerHit>,
+    /// `split_brain`: the owner's chains in each backend.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backends: Option<SplitBackends>,
+    /// `split_brain`: the backend the owner wrote last, when a write was seen.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_backend: Option<Backend>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IncidentState {
+    Open,
+    Update,
+    Closed,
+}
+
+/// The incident types of the contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IncidentKind {
+    ForeignDelete,
+    ForeignFlush,
+    Unhooked,
+    Flapping,
+    RuleDrift,
+    MassFlush,
+    SplitBrain,
+}
+
+impl IncidentKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IncidentKind::ForeignDelete => "foreign_delete",
+            IncidentKind::ForeignFlush => "foreign_flush",
+            IncidentKind::Unhooked => "unhooked",
+            IncidentKind::Flapping => "flapping",
+            IncidentKind::RuleDrift => "rule_drift",
+            IncidentKind::MassFlush => "mass_flush",
+            IncidentKind::SplitBrain => "split_brain",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    Warning,
+    Critical,
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Warning => "warning",
+            Severity::Critical => "critical",
+        }
+    }
+}
+
+/// One owner hit by a `mass_flush`.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct OwnerHit {
+    pub owner: String,
+    pub chains: Vec<String>,
+    pub repaired: bool,
+    /// Milliseconds from the flush to the owner's first re-creation.
+    pub repair_ms: Option<u64>,
+    /// A write by the owner that the kernel refused during the gap.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed: Option<String>,
+}
+
+/// One owner's chains in each backend.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SplitBackends {
+    pub legacy: Vec<String>,
+    pub nft: Vec<String>,
 }
 
 /// RFC 3339 with nanoseconds, in UTC.
@@ -96,6 +215,13 @@ pub fn rfc3339(t: time::OffsetDateTime) -> String {
 
 pub fn now() -> String {
     rfc3339(time::OffsetDateTime::now_utc())
+}
+
+/// Nanoseconds since the epoch of an RFC 3339 time (as [`rfc3339`] writes it).
+pub fn parse_rfc3339_ns(s: &str) -> Option<i128> {
+    time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
+        .ok()
+        .map(|t| t.unix_timestamp_nanos())
 }
 
 #[cfg(test)]

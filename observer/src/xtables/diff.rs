@@ -22,7 +22,7 @@ const MAX_EDIT_DISTANCE: usize = 1000;
 pub fn diff(old: Option<&XtTable>, new: Option<&XtTable>) -> Vec<Change> {
     let raw = raw_changes(old, new);
     let Some(old) = old else {
-        return ruleset::summarize(raw, |_, _, _| 0);
+        return ruleset::summarize(raw, |_, _, _| 0, |_, _| 0);
     };
     let counts: HashMap<&str, usize> = old
         .chains
@@ -30,13 +30,24 @@ pub fn diff(old: Option<&XtTable>, new: Option<&XtTable>) -> Vec<Change> {
         .map(|c| (c.name.as_str(), c.rules.len()))
         .collect();
     let family = old.proto.family();
-    ruleset::summarize(raw, |f, table, chain| {
-        if f == family && table == old.name {
-            counts.get(chain).copied().unwrap_or(0)
-        } else {
-            0
-        }
-    })
+    let total = old.rule_count();
+    ruleset::summarize(
+        raw,
+        |f, table, chain| {
+            if f == family && table == old.name {
+                counts.get(chain).copied().unwrap_or(0)
+            } else {
+                0
+            }
+        },
+        |f, table| {
+            if f == family && table == old.name {
+                total
+            } else {
+                0
+            }
+        },
+    )
 }
 
 /// The per-rule and per-chain deltas, before summarizing.

@@ -193,6 +193,20 @@ impl XtTable {
         self.chains.iter().find(|c| c.name == name)
     }
 
+    /// The chains that the rules of `chain` jump or go to, one entry per rule.
+    pub fn jump_targets(&self, chain: &XtChain) -> Vec<String> {
+        chain
+            .rules
+            .iter()
+            .filter_map(|r| match r.verdict {
+                Verdict::Jump { chain, .. } => {
+                    self.chains.get(chain as usize).map(|c| c.name.clone())
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
     /// How many rules the whole table holds.
     pub fn rule_count(&self) -> usize {
         self.chains.iter().map(|c| c.rules.len()).sum()

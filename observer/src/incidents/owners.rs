@@ -1,0 +1,451 @@
+//! Who owns a chain: the built-in catalog, the user's `--owners` file, and what is learned.
+//!
+//! An *owner* is named like an actor (`kube-proxy`, `kubelet`, `calico-node`, `iptables.service`).
+//! Several actor names can stand for one owner (`calico-node` and `calico-felix` are Calico), and
+//! a chain can be shared by several writers (`KUBE-MARK-MASQ`: kubelet and kube-proxy).
+
+use std::path::Path;
+
+use globset::{Glob, GlobMatcher};
+use serde::{Deserialize, Serialize};
+
+use crate::attribution::ProcessInfo;
+
+/// How an owner is known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum How {
+    /// The built-in catalog (KEP-3178 and the CNIs' documented prefixes).
+    Catalog,
+    /// The `--owners` file.
+    Config,
+    /// The actor that created the chain (or first wrote a chain nobody was known to own).
+    Learned,
+}
+
+impl How {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            How::Catalog => "catalog",
+            How::Config => "config",
+            How::Learned => "learned",
+        }
+    }
+}
+
+/// What the catalog or the file says about a chain name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// One owner.
+    Owned { owner: String, how: How },
+    /// Several writers share the chain: none of their changes to it is an incident.
+    Shared { writers: Vec<String>, how: How },
+}
+
+/// One entry of the catalog or the file.
+#[derive(Debug, Clone)]
+struct Rule {
+    patterns: Vec<GlobMatcher>,
+    claim: Claim,
+}
+
+/// An owner and the actor names (or systemd units) that act for it.
+#[derive(Debug, Clone)]
+struct Alias {
+    owner: String,
+    actors: Vec<String>,
+}
+
+/// The `--owners` file, TOML or YAML:
+///
+/// ```toml
+/// [[owner]]
+/// name = "calico"
+/// actors = ["calico-node", "calico-felix"]
+/// chains = ["cali-*", "felix-*"]
+///
+/// [[shared]]
+/// chains = ["KUBE-MARK-MASQ"]
+/// writers = ["kubelet", "kube-proxy"]
+/// ```
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OwnersFile {
+    #[serde(default)]
+    pub owner: Vec<OwnerEntry>,
+    #[serde(default)]
+    pub shared: Vec<SharedEntry>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OwnerEntry {
+    pub name: String,
+    /// Actor names (process names or systemd units) that act for this owner, besides `name`.
+    #[serde(default)]
+    pub actors: Vec<String>,
+    /// Chain (or set) names or globs this owner owns.
+    #[serde(default)]
+    pub chains: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SharedEntry {
+    pub chains: Vec<String>,
+    /// Owners or actors allowed to change these chains.
+    pub writers: Vec<String>,
+}
+
+/// The catalog: KEP-3178 (kube-proxy, kubelet) and the CNIs' documented prefixes.
+const CATALOG: &[(&str, &[&str])] = &[
+    (
+        "kube-proxy",
+        &[
+            "KUBE-SERVICES",
+            "KUBE-SVC-*",
+            "KUBE-SVL-*",
+            "KUBE-SEP-*",
+            "KUBE-NODEPORTS",
+            "KUBE-FW-*",
+            "KUBE-XLB-*",
+            "KUBE-EXT-*",
+            "KUBE-FORWARD",
+            "KUBE-PROXY-*",
+            "KUBE-EXTERNAL-SERVICES",
+            "KUBE-LOAD-BALANCER",
+            "KUBE-NODE-PORT",
+        ],
+    ),
+    (
+        "kubelet",
+        &[
+            "KUBE-FIREWALL",
+            "KUBE-KUBELET-CANARY",
+            "KUBE-IPTABLES-HINT",
+            "KUBE-MARK-DROP",
+        ],
+    ),
+    ("calico-node", &["cali-*", "felix-*"]),
+    ("cilium-agent", &["CILIUM_*", "OLD_CILIUM_*"]),
+    ("azure-npm", &["AZURE-NPM*"]),
+    (
+        "kube-router",
+        &["KUBE-ROUTER-*", "KUBE-NWPLCY-*", "KUBE-POD-FW-*"],
+    ),
+    ("flanneld", &["FLANNEL-*"]),
+    ("dockerd", &["DOCKER*"]),
+    ("weave", &["WEAVE-*"]),
+];
+
+/// Chains kubelet and kube-proxy both write (KEP-3178).
+const CATALOG_SHARED: &[(&[&str], &[&str])] = &[(
+    &["KUBE-MARK-MASQ", "KUBE-POSTROUTING"],
+    &["kubelet", "kube-proxy"],
+)];
+
+/// Actor names that act for a catalog owner.
+const CATALOG_ALIASES: &[(&str, &[&str])] = &[
+    ("kube-proxy", &["kube-proxy"]),
+    ("kubelet", &["kubelet"]),
+    ("calico-node", &["calico-node", "calico-felix", "calico"]),
+    ("cilium-agent", &["cilium-agent", "cilium"]),
+    ("azure-npm", &["azure-npm", "npm"]),
+    ("kube-router", &["kube-router"]),
+    ("flanneld", &["flanneld", "flannel"]),
+    ("dockerd", &["dockerd", "docker"]),
+    ("firewalld", &["firewalld"]),
+];
+
+/// The chains of the built-in iptables chains (hooks): nobody owns them; the jumps in them are
+/// what matters.
+pub fn is_builtin_chain(name: &str) -> bool {
+    matches!(
+        name,
+        "INPUT" | "OUTPUT" | "FORWARD" | "PREROUTING" | "POSTROUTING" | "IN" | "OUT"
+    )
+}
+
+/// The ownership rules in force.
+#[derive(Debug, Clone)]
+pub struct Owners {
+    rules: Vec<Rule>,
+    aliases: Vec<Alias>,
+}
+
+fn globs(patterns: &[&str]) -> Vec<GlobMatcher> {
+    patterns
+        .iter()
+        .map(|p| {
+            Glob::new(p)
+                .expect("catalog globs are valid")
+                .compile_matcher()
+        })
+        .collect()
+}
+
+impl Owners {
+    /// The built-in catalog only.
+    pub fn catalog() -> Owners {
+        let mut rules = Vec::new();
+        for (patterns, writers) in CATALOG_SHARED {
+            rules.push(Rule {
+                patterns: globs(patterns),
+                claim: Claim::Shared {
+                    writers: writers.iter().map(|w| w.to_string()).collect(),
+                    how: How::Catalog,
+                },
+            });
+        }
+        for (owner, patterns) in CATALOG {
+            rules.push(Rule {
+                patterns: globs(patterns),
+                claim: Claim::Owned {
+                    owner: owner.to_string(),
+                    how: How::Catalog,
+                },
+            });
+        }
+        let aliases = CATALOG_ALIASES
+            .iter()
+            .map(|(owner, actors)| Alias {
+                owner: owner.to_string(),
+                actors: actors.iter().map(|a| a.to_string()).collect(),
+            })
+            .collect();
+        Owners { rules, aliases }
+    }
+
+    /// The catalog with a user file's entries in front of it (the file wins).
+    pub fn with_file(path: &Path) -> Result<Owners, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("--owners {}: {e}", path.display()))?;
+        let file = parse_file(path, &text)?;
+        let mut owners = Owners::catalog();
+        owners
+            .apply(file)
+            .map_err(|e| format!("--owners {}: {e}", path.display()))?;
+        Ok(owners)
+    }
+
+    pub(crate) fn apply(&mut self, file: OwnersFile) -> Result<(), String> {
+        let compile = |patterns: &[String]| -> Result<Vec<GlobMatcher>, String> {
+            patterns
+                .iter()
+                .map(|p| {
+                    Glob::new(p)
+                        .map(|g| g.compile_matcher())
+                        .map_err(|e| format!("chain pattern `{p}`: {e}"))
+                })
+                .collect()
+        };
+        let mut rules = Vec::new();
+        for s in &file.shared {
+            if s.writers.is_empty() {
+                return Err("a [[shared]] entry has no writers".into());
+            }
+            rules.push(Rule {
+                patterns: compile(&s.chains)?,
+                claim: Claim::Shared {
+                    writers: s.writers.clone(),
+                    how: How::Config,
+                },
+            });
+        }
+        for o in &file.owner {
+            if o.name.trim().is_empty() {
+                return Err("an [[owner]] entry has an empty name".into());
+            }
+            rules.push(Rule {
+                patterns: compile(&o.chains)?,
+                claim: Claim::Owned {
+                    owner: o.name.clone(),
+                    how: How::Config,
+                },
+            });
+            let mut actors = vec![o.name.clone()];
+            actors.extend(o.actors.iter().cloned());
+            // The file's aliases come first, so an actor the file names acts for the file's owner.
+            self.aliases.insert(
+                0,
+                Alias {
+                    owner: o.name.clone(),
+                    actors,
+                },
+            );
+        }
+        rules.append(&mut self.rules);
+        self.rules = rules;
+        Ok(())
+    }
+
+    /// What the catalog or the file says about this chain, if anything.
+    pub fn claim(&self, chain: &str) -> Option<&Claim> {
+        self.rules
+            .iter()
+            .find(|r| r.patterns.iter().any(|g| g.is_match(chain)))
+            .map(|r| &r.claim)
+    }
+
+    /// The owner name a writer acts for: by its actor name, then by its systemd unit (with and
+    /// without `.service`). A writer no alias names acts for itself (its actor name, or its unit
+    /// when the actor is unknown).
+    pub fn identity(&self, p: &ProcessInfo) -> String {
+        let mut names: Vec<&str> = vec![p.actor.as_str()];
+        if let Some(unit) = p.unit.as_deref() {
+            names.push(unit);
+            if let Some(stem) = unit.strip_suffix(".service") {
+                names.push(stem);
+            }
+        }
+        for a in &self.aliases {
+            if names.iter().any(|n| a.actors.iter().any(|x| x == n)) {
+                return a.owner.clone();
+            }
+        }
+        if p.actor == "unknown" {
+            if let Some(unit) = p.unit.as_deref() {
+                return unit.to_string();
+            }
+        }
+        p.actor.clone()
+    }
+
+    /// The owner a name (an owner or an actor name) stands for.
+    pub fn canonical(&self, name: &str) -> String {
+        self.aliases
+            .iter()
+            .find(|a| a.owner == name || a.actors.iter().any(|x| x == name))
+            .map(|a| a.owner.clone())
+            .unwrap_or_else(|| name.to_string())
+    }
+}
+
+/// Parse an owners file by its extension (`.toml`, `.yaml`/`.yml`).
+pub fn parse_file(path: &Path, text: &str) -> Result<OwnersFile, String> {
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .unwrap_or_default();
+    match ext {
+        "toml" => toml::from_str(text).map_err(|e| format!("{}: {e}", path.display())),
+        "yaml" | "yml" => {
+            serde_yaml_ng::from_str(text).map_err(|e| format!("{}: {e}", path.display()))
+        }
+        _ => Err(format!(
+            "{}: unknown format; name the file *.toml, *.yaml or *.yml",
+            path.display()
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn proc_(actor: &str, unit: Option<&str>) -> ProcessInfo {
+        ProcessInfo {
+            pid: 1,
+            tid: 1,
+            comm: "iptables".into(),
+            ppid: None,
+            parent_comm: None,
+            actor: actor.into(),
+            cgroup: None,
+            unit: unit.map(str::to_string),
+        }
+    }
+
+    fn owned(o: &Owners, chain: &str) -> Option<(String, How)> {
+        match o.claim(chain)? {
+            Claim::Owned { owner, how } => Some((owner.clone(), *how)),
+            Claim::Shared { .. } => None,
+        }
+    }
+
+    #[test]
+    fn catalog_knows_kep_3178_and_the_cnis() {
+        let o = Owners::catalog();
+        assert_eq!(
+            owned(&o, "KUBE-SVC-ABCDEF"),
+            Some(("kube-proxy".into(), How::Catalog))
+        );
+        assert_eq!(owned(&o, "KUBE-FIREWALL").unwrap().0, "kubelet");
+        assert_eq!(owned(&o, "cali-FORWARD").unwrap().0, "calico-node");
+        assert_eq!(owned(&o, "AZURE-NPM-INGRESS").unwrap().0, "azure-npm");
+        assert_eq!(owned(&o, "CILIUM_OUTPUT").unwrap().0, "cilium-agent");
+        assert!(matches!(
+            o.claim("KUBE-MARK-MASQ"),
+            Some(Claim::Shared { writers, .. }) if writers.contains(&"kubelet".to_string())
+        ));
+        assert_eq!(o.claim("MY-CHAIN"), None);
+        assert_eq!(o.claim("INPUT"), None);
+    }
+
+    #[test]
+    fn identity_uses_aliases_and_units() {
+        let o = Owners::catalog();
+        assert_eq!(o.identity(&proc_("calico-felix", None)), "calico-node");
+        assert_eq!(
+            o.identity(&proc_("bash", Some("kubelet.service"))),
+            "kubelet"
+        );
+        assert_eq!(
+            o.identity(&proc_("unknown", Some("iptables.service"))),
+            "iptables.service"
+        );
+        assert_eq!(o.identity(&proc_("admin.sh", None)), "admin.sh");
+    }
+
+    #[test]
+    fn a_file_overrides_the_catalog_in_toml_and_yaml() {
+        let toml_text = r#"
+            [[owner]]
+            name = "calico"
+            actors = ["calico-node", "calico-felix"]
+            chains = ["cali-*", "KUBE-SVC-SPECIAL"]
+
+            [[shared]]
+            chains = ["KUBE-FIREWALL"]
+            writers = ["kubelet", "my-firewall"]
+        "#;
+        let yaml_text = "owner:\n  - name: calico\n    actors: [calico-node, calico-felix]\n    chains: ['cali-*', KUBE-SVC-SPECIAL]\nshared:\n  - chains: [KUBE-FIREWALL]\n    writers: [kubelet, my-firewall]\n";
+        for (name, text) in [("o.toml", toml_text), ("o.yaml", yaml_text)] {
+            let file = parse_file(Path::new(name), text).unwrap();
+            let mut o = Owners::catalog();
+            o.apply(file).unwrap();
+            assert_eq!(
+                owned(&o, "KUBE-SVC-SPECIAL"),
+                Some(("calico".into(), How::Config)),
+                "{name}"
+            );
+            assert_eq!(owned(&o, "KUBE-SVC-OTHER").unwrap().0, "kube-proxy");
+            assert_eq!(o.identity(&proc_("calico-node", None)), "calico");
+            assert!(matches!(
+                o.claim("KUBE-FIREWALL"),
+                Some(Claim::Shared {
+                    how: How::Config,
+                    ..
+                })
+            ));
+        }
+    }
+
+    #[test]
+    fn bad_files_say_what_is_wrong() {
+        let e =
+            parse_file(Path::new("o.toml"), "[[owner]]\nname = \"x\"\ncolour = 1\n").unwrap_err();
+        assert!(e.contains("colour"), "{e}");
+        let e = parse_file(Path::new("o.yaml"), "owner: 3\n").unwrap_err();
+        assert!(e.contains("o.yaml"), "{e}");
+        let e = parse_file(Path::new("o.ini"), "").unwrap_err();
+        assert!(e.contains("*.toml"), "{e}");
+        let file = parse_file(
+            Path::new("o.toml"),
+            "[[owner]]\nname = \"x\"\nchains = [\"[\"]\n",
+        )
+        .unwrap();
+        let e = Owners::catalog().apply(file).unwrap_err();
+        assert!(e.contains("chain pattern"), "{e}");
+    }
+}

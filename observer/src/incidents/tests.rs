@@ -1,0 +1,716 @@
+//! The incident engine on event streams: small streams built here for each edge case, and
+//! streams recorded from real runs (`fixtures/*.jsonl`, the `--json` output of `observer tail`).
+
+use super::*;
+use crate::output::record::Source;
+
+const S: i128 = 1_000_000_000;
+const T0: i128 = 1_780_000_000 * S;
+
+/// Builds one namespace's change stream, transaction by transaction.
+struct Stream {
+    c: Correlator,
+    seq: u64,
+    netns: u32,
+    backend: Backend,
+    table: String,
+    /// Every incident line produced so far.
+    out: Vec<IncidentRecord>,
+}
+
+fn cfg() -> Config {
+    Config {
+        flap_cycles: 3,
+        flap_window_ns: 60 * S,
+        mass_window_ns: 5 * S,
+        repair_within_ns: 30 * S,
+    }
+}
+
+fn chain(table: &str, name: &str, rules: usize, jumps: &[&str]) -> InventoryChain {
+    InventoryChain {
+        backend: Backend::Legacy,
+        family: Family::Ip,
+        table: table.into(),
+        chain: name.into(),
+        rules,
+        jumps: jumps.iter().map(|j| j.to_string()).collect(),
+        is_set: false,
+    }
+}
+
+impl Stream {
+    fn new(inventory: Vec<InventoryChain>) -> Stream {
+        Stream::with(cfg(), Owners::catalog(), inventory)
+    }
+
+    fn with(cfg: Config, owners: Owners, inventory: Vec<InventoryChain>) -> Stream {
+        let mut c = Correlator::new(cfg, owners);
+        c.baseline(7, Some("blue".into()), inventory);
+        Stream {
+            c,
+            seq: 0,
+            netns: 7,
+            backend: Backend::Legacy,
+            table: "filter".into(),
+            out: Vec::new(),
+        }
+    }
+
+    /// One transaction by `actor` at `t` seconds: each op is (op, chain, rule, detail).
+    fn txn(&mut self, t: i128, actor: &str, ops: &[(Op, &str, &str, &str)]) -> Vec<IncidentRecord> {
+        let time = rfc3339_ns(T0 + t * S);
+        let records: Vec<ChangeRecord> = ops
+            .iter()
+            .map(|(op, chain, rule, detail)| {
+                self.seq += 1;
+                ChangeRecord {
+                    seq: self.seq,
+                    time: time.clone(),
+                    netns: self.netns,
+                    netns_name: Some("blue".into()),
+                    backend: self.backend,
+                    family: Family::Ip,
+                    table: self.table.clone(),
+                    chain: (!chain.is_empty()).then(|| chain.to_string()),
+                    op: *op,
+                    rule: (!rule.is_empty()).then(|| rule.to_string()),
+                    detail: (!detail.is_empty()).then(|| detail.to_string()),
+                    txn: format!("t{t}"),
+                    result: "ok".into(),
+                    source: Source::Tracepoint,
+                    process: ProcessInfo {
+                        pid: 100,
+                        tid: 100,
+                        comm: "iptables".into(),
+                        ppid: Some(99),
+                        parent_comm: Some(actor.into()),
+                        actor: actor.into(),
+                        cgroup: Some(1),
+                        unit: None,
+                    },
+                    replayed: false,
+                }
+            })
+            .collect();
+        let got = self.c.observe(&records);
+        self.out.extend(got.iter().cloned());
+        got
+    }
+
+    fn tick(&mut self, t: i128) -> Vec<IncidentRecord> {
+        let got = self.c.tick(T0 + t * S);
+        self.out.extend(got.iter().cloned());
+        got
+    }
+
+    fn kinds(&self) -> BTreeSet<IncidentKind> {
+        self.out.iter().map(|i| i.kind).collect()
+    }
+
+    fn ids(&self, kind: IncidentKind) -> BTreeSet<String> {
+        self.out
+            .iter()
+            .filter(|i| i.kind == kind)
+            .map(|i| i.id.clone())
+            .collect()
+    }
+}
+
+/// kube-proxy's nat chains with the jumps from PREROUTING and OUTPUT.
+fn kube_proxy_nat() -> Vec<InventoryChain> {
+    vec![
+        chain("nat", "PREROUTING", 1, &["KUBE-SERVICES"]),
+        chain("nat", "OUTPUT", 1, &["KUBE-SERVICES"]),
+        chain("nat", "KUBE-SERVICES", 1, &["KUBE-SVC-A"]),
+        chain("nat", "KUBE-SVC-A", 1, &["KUBE-SEP-A"]),
+        chain("nat", "KUBE-SEP-A", 1, &[]),
+    ]
+}
+
+const JUMP: &str = "-j KUBE-SERVICES";
+
+/// calico-node unhooks, then deletes; kube-proxy restores.
+fn calico_round(s: &mut Stream, t: i128) {
+    s.txn(
+        t,
+        "calico-node",
+        &[
+            (Op::RuleDelete, "PREROUTING", JUMP, ""),
+            (Op::RuleDelete, "OUTPUT", JUMP, ""),
+        ],
+    );
+    s.txn(
+        t + 1,
+        "calico-node",
+        &[
+            (Op::ChainDelete, "KUBE-SERVICES", "", ""),
+            (Op::ChainDelete, "KUBE-SVC-A", "", ""),
+            (Op::ChainDelete, "KUBE-SEP-A", "", ""),
+        ],
+    );
+    s.txn(
+        t + 2,
+        "kube-proxy",
+        &[
+            (Op::ChainCreate, "KUBE-SERVICES", "", ""),
+            (Op::ChainCreate, "KUBE-SVC-A", "", ""),
+            (Op::ChainCreate, "KUBE-SEP-A", "", ""),
+            (Op::RuleAdd, "KUBE-SERVICES", "-j KUBE-SVC-A", ""),
+            (Op::RuleAdd, "KUBE-SVC-A", "-j KUBE-SEP-A", ""),
+            (Op::RuleAdd, "PREROUTING", JUMP, ""),
+            (Op::RuleAdd, "OUTPUT", JUMP, ""),
+        ],
+    );
+}
+
+#[test]
+fn calico_against_kube_proxy_is_unhooked_then_deleted_then_one_flapping_incident() {
+    let mut s = Stream::new(kube_proxy_nat());
+    s.table = "nat".into();
+    calico_round(&mut s, 0);
+    let kinds = s.kinds();
+    assert_eq!(
+        kinds,
+        BTreeSet::from([IncidentKind::Unhooked, IncidentKind::ForeignDelete]),
+        "{:#?}",
+        s.out
+    );
+    let del = s
+        .out
+        .iter()
+        .find(|i| i.kind == IncidentKind::ForeignDelete)
+        .unwrap();
+    assert_eq!(del.owner, "kube-proxy");
+    assert_eq!(del.actors, vec!["calico-node"]);
+    assert_eq!(
+        del.chains,
+        vec!["KUBE-SEP-A", "KUBE-SERVICES", "KUBE-SVC-A"]
+    );
+    let unhooked = s
+        .out
+        .iter()
+        .find(|i| i.kind == IncidentKind::Unhooked)
+        .unwrap();
+    assert_eq!(unhooked.chains, vec!["KUBE-SERVICES"]);
+    assert_eq!(unhooked.severity, Severity::Critical);
+    assert!(
+        unhooked.summary.contains("no packet reaches them"),
+        "{}",
+        unhooked.summary
+    );
+    for round in 1..6 {
+        calico_round(&mut s, round * 5);
+    }
+    // Repeats updated the first incidents, then one flapping incident took over.
+    assert_eq!(s.ids(IncidentKind::Unhooked).len(), 1);
+    assert_eq!(s.ids(IncidentKind::ForeignDelete).len(), 1);
+    assert_eq!(s.ids(IncidentKind::Flapping).len(), 1, "{:#?}", s.out);
+    let cycles: Vec<u32> = s
+        .out
+        .iter()
+        .filter(|i| i.kind == IncidentKind::Flapping)
+        .map(|i| i.cycles.unwrap())
+        .collect();
+    assert_eq!(
+        cycles,
+        vec![3, 4, 5, 6],
+        "one line per cycle, the count grows"
+    );
+    let flap = s
+        .out
+        .iter()
+        .rfind(|i| i.kind == IncidentKind::Flapping)
+        .unwrap()
+        .clone();
+    assert_eq!(flap.owner, "kube-proxy");
+    assert!(flap.actors.contains(&"calico-node".to_string()));
+    assert!(flap.chains.contains(&"KUBE-SVC-A".to_string()));
+    assert_eq!(s.kinds().len(), 3, "nothing else: {:?}", s.kinds());
+    // No other incident once flapping is open.
+    let after_flap = s
+        .out
+        .iter()
+        .skip_while(|i| i.kind != IncidentKind::Flapping)
+        .filter(|i| i.kind != IncidentKind::Flapping)
+        .count();
+    assert_eq!(after_flap, 0);
+    // The loop stops: the incident closes after a window, once.
+    assert!(s.tick(40).is_empty(), "still inside the window");
+    let closed = s.tick(30 + 61);
+    assert_eq!(closed.len(), 1, "{closed:#?}");
+    assert_eq!(closed[0].state, IncidentState::Closed);
+    assert_eq!(closed[0].id, flap.id);
+    assert!(s.tick(500).is_empty());
+}
+
+#[test]
+fn cycles_spread_wider_than_the_window_are_not_flapping() {
+    let mut s = Stream::new(kube_proxy_nat());
+    s.table = "nat".into();
+    for round in 0..4 {
+        calico_round(&mut s, round * 100);
+        s.tick(round * 100 + 99);
+    }
+    assert!(s.ids(IncidentKind::Flapping).is_empty(), "{:#?}", s.out);
+    // Each round, past the window, is a new incident.
+    assert_eq!(s.ids(IncidentKind::ForeignDelete).len(), 4);
+}
+
+#[test]
+fn an_owner_changing_its_own_chains_is_never_an_incident() {
+    let mut s = Stream::new(kube_proxy_nat());
+    s.table = "nat".into();
+    for t in 0..50 {
+        s.txn(
+            t,
+            "kube-proxy",
+            &[
+                (Op::ChainCreate, "KUBE-SVC-B", "", ""),
+                (Op::RuleAdd, "KUBE-SERVICES", "-j KUBE-SVC-B", ""),
+            ],
+        );
+        s.txn(
+            t,
+            "kube-proxy",
+            &[
+                (Op::RuleDelete, "KUBE-SERVICES", "-j KUBE-SVC-B", ""),
+                (Op::ChainDelete, "KUBE-SVC-B", "", ""),
+                (Op::ChainFlush, "KUBE-SEP-A", "", ""),
+                (Op::RuleDelete, "PREROUTING", JUMP, ""),
+            ],
+        );
+        s.txn(t, "kube-proxy", &[(Op::RuleAdd, "PREROUTING", JUMP, "")]);
+    }
+    // Shared chains: both writers allowed.
+    s.txn(
+        60,
+        "kubelet",
+        &[(Op::ChainCreate, "KUBE-MARK-MASQ", "", "")],
+    );
+    s.txn(
+        61,
+        "kube-proxy",
+        &[(Op::ChainFlush, "KUBE-MARK-MASQ", "", "")],
+    );
+    s.txn(
+        62,
+        "kube-proxy",
+        &[(Op::ChainDelete, "KUBE-MARK-MASQ", "", "")],
+    );
+    // An admin adds a rule to a built-in chain and to a chain it created.
+    s.txn(63, "admin", &[(Op::RuleAdd, "INPUT", "-j ACCEPT", "")]);
+    s.txn(
+        64,
+        "admin",
+        &[
+            (Op::ChainCreate, "MINE", "", ""),
+            (Op::RuleAdd, "MINE", "-j DROP", ""),
+        ],
+    );
+    s.txn(65, "admin", &[(Op::ChainFlush, "MINE", "", "")]);
+    s.tick(1000);
+    assert!(s.out.is_empty(), "{:#?}", s.out);
+}
+
+#[test]
+fn a_learned_owner_is_defended_and_unknown_chains_are_learned_by_their_first_writer() {
+    let mut s = Stream::new(vec![chain("filter", "LEGACY-THING", 2, &[])]);
+    s.txn(
+        0,
+        "admin",
+        &[
+            (Op::ChainCreate, "MINE", "", ""),
+            (Op::RuleAdd, "MINE", "-j DROP", ""),
+        ],
+    );
+    let got = s.txn(1, "other-tool", &[(Op::ChainDelete, "MINE", "", "")]);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].kind, IncidentKind::ForeignDelete);
+    assert_eq!(got[0].owner, "admin");
+    // Present at start, owner unknown: the first writer learns it, without an incident.
+    assert!(s
+        .txn(
+            2,
+            "tool-a",
+            &[(Op::RuleAdd, "LEGACY-THING", "-j ACCEPT", "")]
+        )
+        .is_empty());
+    let got = s.txn(3, "tool-b", &[(Op::ChainFlush, "LEGACY-THING", "", "")]);
+    assert_eq!(got[0].kind, IncidentKind::ForeignFlush);
+    assert_eq!(got[0].owner, "tool-a");
+    let rows = s.c.owner_rows(None);
+    let row = rows.iter().find(|r| r.chain == "LEGACY-THING").unwrap();
+    assert_eq!(
+        (row.owner.as_str(), row.how),
+        ("tool-a", Some(How::Learned))
+    );
+    assert_eq!(row.last.as_ref().unwrap().actor, "tool-b");
+}
+
+#[test]
+fn unknown_writers_make_no_incident() {
+    let mut s = Stream::new(kube_proxy_nat());
+    s.table = "nat".into();
+    assert!(s
+        .txn(0, "unknown", &[(Op::ChainFlush, "KUBE-SERVICES", "", "")])
+        .is_empty());
+}
+
+#[test]
+fn a_firewall_restart_is_one_mass_flush_with_repair_times() {
+    let mut s = Stream::new(vec![
+        chain("filter", "INPUT", 1, &["KUBE-FIREWALL"]),
+        chain("filter", "FORWARD", 1, &["KUBE-FORWARD"]),
+        chain("filter", "KUBE-FIREWALL", 1, &[]),
+        chain("filter", "KUBE-KUBELET-CANARY", 0, &[]),
+        chain("filter", "KUBE-FORWARD", 2, &[]),
+        chain("filter", "KUBE-SERVICES", 0, &[]),
+    ]);
+    // iptables -F, then iptables -X, by the firewall's init script.
+    let first = s.txn(0, "iptables.init", &[(Op::TableFlush, "", "", "")]);
+    assert_eq!(first.len(), 1, "{first:#?}");
+    assert_eq!(first[0].kind, IncidentKind::MassFlush);
+    assert_eq!(first[0].severity, Severity::Critical);
+    let owners: Vec<&str> = first[0].owners.iter().map(|o| o.owner.as_str()).collect();
+    assert_eq!(owners, vec!["kube-proxy", "kubelet"]);
+    s.txn(
+        1,
+        "iptables.init",
+        &[
+            (Op::ChainDelete, "KUBE-FIREWALL", "", ""),
+            (Op::ChainDelete, "KUBE-KUBELET-CANARY", "", ""),
+            (Op::ChainDelete, "KUBE-FORWARD", "", ""),
+            (Op::ChainDelete, "KUBE-SERVICES", "", ""),
+        ],
+    );
+    // kube-proxy repairs 3 s after the flush; kubelet never does.
+    s.txn(
+        3,
+        "kube-proxy",
+        &[
+            (Op::ChainCreate, "KUBE-FORWARD", "", ""),
+            (Op::ChainCreate, "KUBE-SERVICES", "", ""),
+        ],
+    );
+    assert_eq!(s.ids(IncidentKind::MassFlush).len(), 1);
+    assert_eq!(
+        s.kinds(),
+        BTreeSet::from([IncidentKind::MassFlush]),
+        "no separate foreign_* or unhooked: {:#?}",
+        s.out
+    );
+    let last = s.out.last().unwrap();
+    let kp = last
+        .owners
+        .iter()
+        .find(|o| o.owner == "kube-proxy")
+        .unwrap();
+    assert!(kp.repaired);
+    assert_eq!(kp.repair_ms, Some(3000));
+    assert!(s.tick(20).is_empty());
+    let closed = s.tick(31);
+    assert_eq!(closed.len(), 1);
+    assert_eq!(closed[0].state, IncidentState::Closed);
+    let kubelet = closed[0]
+        .owners
+        .iter()
+        .find(|o| o.owner == "kubelet")
+        .unwrap();
+    assert!(!kubelet.repaired && kubelet.repair_ms.is_none());
+    assert_eq!(
+        kubelet.chains,
+        vec!["KUBE-FIREWALL", "KUBE-KUBELET-CANARY"],
+        "the chains the init script flushed and deleted"
+    );
+    assert!(
+        closed[0].summary.contains("kubelet"),
+        "{}",
+        closed[0].summary
+    );
+    assert!(
+        closed[0].summary.contains("NEVER repaired"),
+        "{}",
+        closed[0].summary
+    );
+}
+
+#[test]
+fn a_refused_recreation_during_a_mass_flush_is_named() {
+    let mut s = Stream::new(vec![
+        chain("filter", "KUBE-FIREWALL", 1, &[]),
+        chain("filter", "KUBE-FORWARD", 1, &[]),
+    ]);
+    s.txn(0, "iptables.init", &[(Op::TableFlush, "", "", "")]);
+    let mut failed = ChangeRecord {
+        seq: 99,
+        time: rfc3339_ns(T0 + S),
+        netns: 7,
+        netns_name: None,
+        backend: Backend::Legacy,
+        family: Family::Ip,
+        table: "filter".into(),
+        chain: Some("KUBE-FIREWALL".into()),
+        op: Op::ChainCreate,
+        rule: None,
+        detail: None,
+        txn: "x".into(),
+        result: "EBUSY: Device or resource busy".into(),
+        source: Source::Tracepoint,
+        process: ProcessInfo {
+            pid: 1,
+            tid: 1,
+            comm: "iptables".into(),
+            ppid: None,
+            parent_comm: None,
+            actor: "kubelet".into(),
+            cgroup: None,
+            unit: None,
+        },
+        replayed: false,
+    };
+    let got = s.c.observe(std::slice::from_ref(&failed));
+    assert_eq!(got.len(), 1);
+    let k = got[0].owners.iter().find(|o| o.owner == "kubelet").unwrap();
+    assert!(k.failed.as_deref().unwrap().contains("EBUSY"), "{k:?}");
+    assert!(got[0].events.contains(&99));
+    // A refused write by someone else changes nothing.
+    failed.process.actor = "bystander".into();
+    assert!(s.c.observe(&[failed]).is_empty());
+}
+
+#[test]
+fn one_owner_flushed_is_a_foreign_flush_not_a_mass_flush() {
+    let mut s = Stream::new(vec![chain("filter", "KUBE-FIREWALL", 3, &[])]);
+    let got = s.txn(0, "iptables.init", &[(Op::TableFlush, "", "", "")]);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].kind, IncidentKind::ForeignFlush);
+    assert_eq!(got[0].owner, "kubelet");
+}
+
+#[test]
+fn rule_drift_names_the_lost_match_and_is_critical_for_drop() {
+    let mut s = Stream::new(vec![chain("filter", "KUBE-FIREWALL", 1, &[])]);
+    let old = "-m comment --comment \"kubernetes firewall for dropping marked packets\" -m mark --mark 0x8000/0x8000 -j DROP";
+    let new = "-m comment --comment \"kubernetes firewall for dropping marked packets\" -j DROP";
+    let got = s.txn(
+        0,
+        "kube-router",
+        &[(
+            Op::RuleReplace,
+            "KUBE-FIREWALL",
+            new,
+            &format!("was: {old}"),
+        )],
+    );
+    assert_eq!(got.len(), 1, "{got:#?}");
+    let d = &got[0];
+    assert_eq!(d.kind, IncidentKind::RuleDrift);
+    assert_eq!(d.severity, Severity::Critical);
+    assert_eq!(d.lost, vec!["-m mark --mark 0x8000/0x8000"]);
+    assert_eq!(d.owner, "kubelet");
+    assert_eq!(d.actors, vec!["kube-router"]);
+    assert!(
+        d.summary.contains("-m mark --mark 0x8000/0x8000"),
+        "{}",
+        d.summary
+    );
+    // The owner rewriting its own rule, or a comment-only change, is no drift.
+    assert!(s
+        .txn(
+            1,
+            "kubelet",
+            &[(
+                Op::RuleReplace,
+                "KUBE-FIREWALL",
+                old,
+                &format!("was: {new}")
+            )]
+        )
+        .is_empty());
+    let c1 = "-m comment --comment a -j ACCEPT";
+    let c2 = "-m comment --comment b -j ACCEPT";
+    assert!(s
+        .txn(
+            2,
+            "kube-router",
+            &[(Op::RuleReplace, "KUBE-FIREWALL", c2, &format!("was: {c1}"))]
+        )
+        .is_empty());
+}
+
+#[test]
+fn split_brain_at_start_and_when_created() {
+    let mut inv = vec![chain("filter", "AZURE-NPM", 1, &[])];
+    inv.push(InventoryChain {
+        backend: Backend::Nft,
+        ..chain("filter", "AZURE-NPM-INGRESS", 1, &[])
+    });
+    let mut s = Stream::new(inv);
+    let found = s.c.check_all(T0);
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert_eq!(found[0].kind, IncidentKind::SplitBrain);
+    assert_eq!(found[0].owner, "azure-npm");
+    let b = found[0].backends.as_ref().unwrap();
+    assert_eq!(
+        (b.legacy.clone(), b.nft.clone()),
+        (
+            vec!["AZURE-NPM".to_string()],
+            vec!["AZURE-NPM-INGRESS".to_string()]
+        )
+    );
+    // Asking again does not repeat it.
+    assert!(s.c.check_all(T0).is_empty());
+
+    // Created while running: nft chains first, then a legacy one.
+    let mut s = Stream::new(vec![]);
+    s.backend = Backend::Nft;
+    assert!(s
+        .txn(0, "azure-npm", &[(Op::ChainCreate, "AZURE-NPM", "", "")])
+        .is_empty());
+    s.backend = Backend::Legacy;
+    let got = s.txn(
+        1,
+        "azure-npm",
+        &[(Op::ChainCreate, "AZURE-NPM-EGRESS", "", "")],
+    );
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].kind, IncidentKind::SplitBrain);
+    assert_eq!(got[0].last_backend, Some(Backend::Legacy));
+    assert!(got[0].events.contains(&2));
+    // The stale legacy chain goes away: the incident closes.
+    let got = s.txn(
+        2,
+        "azure-npm",
+        &[(Op::ChainDelete, "AZURE-NPM-EGRESS", "", "")],
+    );
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].state, IncidentState::Closed);
+}
+
+#[test]
+fn an_owners_file_makes_allowed_writers_and_aliases() {
+    let file = owners::parse_file(
+        std::path::Path::new("o.toml"),
+        "[[owner]]\nname = \"calico\"\nactors = [\"calico-node\", \"calico-felix\"]\nchains = [\"cali-*\"]\n\n[[shared]]\nchains = [\"KUBE-FIREWALL\"]\nwriters = [\"kubelet\", \"kube-router\"]\n",
+    )
+    .unwrap();
+    let mut o = Owners::catalog();
+    o.apply(file).unwrap();
+    let mut s = Stream::with(
+        cfg(),
+        o,
+        vec![
+            chain("filter", "KUBE-FIREWALL", 1, &[]),
+            chain("filter", "cali-INPUT", 1, &[]),
+        ],
+    );
+    assert!(s
+        .txn(
+            0,
+            "kube-router",
+            &[(Op::ChainFlush, "KUBE-FIREWALL", "", "")]
+        )
+        .is_empty());
+    // calico-felix is calico: its own chain.
+    assert!(s
+        .txn(1, "calico-felix", &[(Op::ChainFlush, "cali-INPUT", "", "")])
+        .is_empty());
+    let got = s.txn(2, "kube-proxy", &[(Op::ChainDelete, "cali-INPUT", "", "")]);
+    assert_eq!(got[0].owner, "calico");
+}
+
+#[test]
+fn a_restart_in_the_middle_of_a_conflict_starts_from_the_rulesets() {
+    // observer restarts while calico and kube-proxy fight: the new process knows the chains from
+    // its start-up read, not the earlier cycles, and needs the full count again.
+    let mut s = Stream::new(kube_proxy_nat());
+    s.table = "nat".into();
+    calico_round(&mut s, 0);
+    calico_round(&mut s, 5);
+    let mut restarted = Stream::new(kube_proxy_nat());
+    restarted.table = "nat".into();
+    restarted.seq = s.seq;
+    calico_round(&mut restarted, 10);
+    assert!(restarted.ids(IncidentKind::Flapping).is_empty());
+    assert_eq!(
+        restarted.kinds(),
+        BTreeSet::from([IncidentKind::Unhooked, IncidentKind::ForeignDelete])
+    );
+    calico_round(&mut restarted, 15);
+    calico_round(&mut restarted, 20);
+    assert_eq!(restarted.ids(IncidentKind::Flapping).len(), 1);
+}
+
+#[test]
+fn memory_stays_bounded_under_endless_churn() {
+    let mut s = Stream::new(kube_proxy_nat());
+    s.table = "nat".into();
+    for round in 0..2000 {
+        calico_round(&mut s, round * 3);
+        if round % 50 == 0 {
+            s.tick(round * 3);
+        }
+    }
+    assert_eq!(s.ids(IncidentKind::Flapping).len(), 1);
+    let flap = s
+        .out
+        .iter()
+        .rfind(|i| i.kind == IncidentKind::Flapping)
+        .unwrap();
+    assert!(flap.events.len() <= MAX_EVENTS);
+    assert_eq!(flap.cycles, Some(2000));
+    assert!(s.c.incidents.len() <= 3, "{}", s.c.incidents.len());
+    assert!(s.c.conflicts.len() <= 1);
+}
+
+/// Replays a recorded `observer tail --json` stream: change lines grouped by `txn`, then a tick
+/// far after the last event.
+fn replay(jsonl: &str, owners: Owners) -> Vec<IncidentRecord> {
+    let mut c = Correlator::new(cfg(), owners);
+    let mut out = Vec::new();
+    let mut txn: Vec<ChangeRecord> = Vec::new();
+    let mut last_ns = 0;
+    for line in jsonl.lines().filter(|l| !l.trim().is_empty()) {
+        let v: serde_json::Value = serde_json::from_str(line).expect("fixture line is JSON");
+        if v["kind"] != "change" {
+            continue;
+        }
+        let rec: ChangeRecord = serde_json::from_value(v).expect("fixture change line");
+        last_ns = parse_rfc3339_ns(&rec.time).unwrap();
+        if txn.first().is_some_and(|f| f.txn != rec.txn) {
+            out.extend(c.observe(&txn));
+            txn.clear();
+        }
+        txn.push(rec);
+    }
+    out.extend(c.observe(&txn));
+    out.extend(c.tick(last_ns + 3600 * S));
+    out
+}
+
+#[test]
+fn recorded_streams_give_the_expected_incidents() {
+    let cases: &[(&str, &str, &[IncidentKind])] = &[
+        (
+            "iptables-restore churn by kube-proxy",
+            include_str!("fixtures/kube_proxy_churn.jsonl"),
+            &[],
+        ),
+        (
+            "calico-node against kube-proxy",
+            include_str!("fixtures/calico_vs_kube_proxy.jsonl"),
+            &[
+                IncidentKind::ForeignDelete,
+                IncidentKind::Unhooked,
+                IncidentKind::Flapping,
+            ],
+        ),
+    ];
+    for (name, text, expected) in cases {
+        let got = replay(text, Owners::catalog());
+        let kinds: BTreeSet<IncidentKind> = got.iter().map(|i| i.kind).collect();
+        let expected: BTreeSet<IncidentKind> = expected.iter().copied().collect();
+        assert_eq!(kinds, expected, "{name}: {got:#?}");
+    }
+}
