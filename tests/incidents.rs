@@ -372,17 +372,15 @@ const SAVED_FIREWALL: &str = "*filter\n\
     -A INPUT -p tcp -m tcp --dport 22 -j ACCEPT\n\
     COMMIT\n";
 
-#[test]
-fn firewall_restart_wipes_kubelet_and_kube_proxy() {
-    skip_unless!("ip", "iptables-legacy", "iptables-legacy-restore");
-    let cg = match Cgroup::new("fw", "system.slice/iptables.service") {
+fn firewall_restart(tag: &str, ipt: &str) {
+    let cg = match Cgroup::new(tag, "system.slice/iptables.service") {
         Ok(cg) => cg,
         Err(e) => {
             println!("skipping: {e}");
             return;
         }
     };
-    let ns = Netns::new("fwrestart");
+    let ns = Netns::new(tag);
     let kubelet = Writer::new("kubelet");
     let kube_proxy = Writer::new("kube-proxy");
     let saved = tempfile::NamedTempFile::new().expect("temp file");
@@ -391,18 +389,18 @@ fn firewall_restart_wipes_kubelet_and_kube_proxy() {
     let firewall = Writer::script(
         "iptables.init",
         &format!(
-            "iptables-legacy -F\n\
-             iptables-legacy -X\n\
-             iptables-legacy -t nat -F\n\
-             iptables-legacy -t nat -X\n\
-             iptables-legacy-restore < {saved}",
+            "{ipt} -F\n\
+             {ipt} -X\n\
+             {ipt} -t nat -F\n\
+             {ipt} -t nat -X\n\
+             {ipt}-restore < {saved}",
             saved = saved.path().display(),
         ),
     );
     let mut obs = start(&ns, &WINDOWS);
     let here = ns.inode();
 
-    let ipt = "iptables-legacy";
+    let restore = format!("{ipt}-restore");
     step(
         &mut obs,
         &ns,
@@ -466,11 +464,7 @@ fn firewall_restart_wipes_kubelet_and_kube_proxy() {
     .map(|(t, c)| ("chain_create", t, Some(c)))
     .collect();
     step(&mut obs, &ns, "kube-proxy", &kube_proxy_chains, || {
-        ns.write_stdin(
-            &kube_proxy,
-            &["iptables-legacy-restore", "--noflush"],
-            KUBE_PROXY_FILTER_NAT,
-        )
+        ns.write_stdin(&kube_proxy, &[&restore, "--noflush"], KUBE_PROXY_FILTER_NAT)
     });
     assert!(
         incidents_in(&obs, &ns).is_empty(),
@@ -540,11 +534,7 @@ fn firewall_restart_wipes_kubelet_and_kube_proxy() {
 
     // kube-proxy's next sync re-creates its chains; kubelet's one-shot setup does not.
     step(&mut obs, &ns, "kube-proxy", &kube_proxy_chains, || {
-        ns.write_stdin(
-            &kube_proxy,
-            &["iptables-legacy-restore", "--noflush"],
-            KUBE_PROXY_FILTER_NAT,
-        )
+        ns.write_stdin(&kube_proxy, &[&restore, "--noflush"], KUBE_PROXY_FILTER_NAT)
     });
     let v = obs.expect_incident("mass_flush", INCIDENT_WAIT, |v| {
         v["id"] == id && owners(v)["kube-proxy"]["repaired"] == true
@@ -585,6 +575,18 @@ fn firewall_restart_wipes_kubelet_and_kube_proxy() {
         "the firewall restart is not named in {opened}"
     );
     obs.stop();
+}
+
+#[test]
+fn firewall_restart_wipes_kubelet_and_kube_proxy_legacy() {
+    skip_unless!("ip", "iptables-legacy", "iptables-legacy-restore");
+    firewall_restart("fw-legacy", "iptables-legacy");
+}
+
+#[test]
+fn firewall_restart_wipes_kubelet_and_kube_proxy_nft() {
+    skip_unless!("ip", "iptables-nft", "iptables-nft-restore");
+    firewall_restart("fw-nft", "iptables-nft");
 }
 
 // ---------------------------------------------------------------------------------------------
