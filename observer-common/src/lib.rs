@@ -6,6 +6,7 @@
 //! behaviour. All structs are `#[repr(C)]`, have no implicit padding, and are defined once here.
 #![no_std]
 
+pub mod nfnl;
 pub mod ns;
 pub mod offsets;
 pub mod process;
@@ -29,6 +30,8 @@ pub const KIND_XT_REPLACE: u32 = 1;
 pub const KIND_NETNS_SEEN: u32 = 2;
 /// An unmount: a namespace bind mount (`ip netns del`) may have gone.
 pub const KIND_UMOUNT: u32 = 3;
+/// A ruleset-changing nfnetlink request (nftables batch or ipset command) and its writer.
+pub const KIND_NFNL_SEND: u32 = 4;
 
 /// The record kinds, for userspace. Built only through [`EventKind::try_from`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,6 +39,7 @@ pub enum EventKind {
     XtReplace,
     NetnsSeen,
     Umount,
+    NfnlSend,
 }
 
 impl TryFrom<u32> for EventKind {
@@ -46,6 +50,7 @@ impl TryFrom<u32> for EventKind {
             KIND_XT_REPLACE => Ok(EventKind::XtReplace),
             KIND_NETNS_SEEN => Ok(EventKind::NetnsSeen),
             KIND_UMOUNT => Ok(EventKind::Umount),
+            KIND_NFNL_SEND => Ok(EventKind::NfnlSend),
             other => Err(other),
         }
     }
@@ -71,6 +76,8 @@ mod user {
     // SAFETY: all of these are #[repr(C)], Copy, made of integers and byte arrays only, with no
     // implicit padding (checked by the size assertions in the tests below).
     unsafe impl aya::Pod for super::offsets::Offsets {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::nfnl::NlOffsets {}
 }
 
 #[cfg(test)]
@@ -88,6 +95,7 @@ mod tests {
             Ok(EventKind::NetnsSeen)
         );
         assert_eq!(EventKind::try_from(KIND_UMOUNT), Ok(EventKind::Umount));
+        assert_eq!(EventKind::try_from(KIND_NFNL_SEND), Ok(EventKind::NfnlSend));
         assert_eq!(EventKind::try_from(99), Err(99));
     }
 
@@ -109,5 +117,10 @@ mod tests {
             size_of::<process::Process>() + ns::UMOUNT_PATH_LEN
         );
         assert_eq!(size_of::<offsets::Offsets>(), 4 * 8);
+        assert_eq!(size_of::<nfnl::NlOffsets>(), 4 * 12);
+        assert_eq!(
+            size_of::<nfnl::NfnlSend>(),
+            size_of::<process::Process>() + 8 + 4 * 6 + nfnl::NFNL_HEAD_LEN
+        );
     }
 }

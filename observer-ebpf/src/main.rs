@@ -10,6 +10,8 @@
 //! - `sys_exit_{unshare,setns,clone,clone3}`: a task in a network namespace not reported before,
 //!   so userspace can subscribe to the namespace at once.
 //! - `sys_enter/exit_umount`: a successful unmount, so userspace notices `ip netns del`.
+//! - `sys_enter/exit_{sendmsg,sendto}` (module `netlink`): nftables batches and ipset commands on
+//!   a `NETLINK_NETFILTER` socket, with their writer.
 //!
 //! Kernel struct offsets come from userspace (see `observer_common::offsets`); with none, the
 //! parent chain and the namespace are left empty rather than guessed.
@@ -34,6 +36,8 @@ use observer_common::{
     Event, Header, DROP_COUNTERS, DROP_PENDING, DROP_RINGBUF, KIND_NETNS_SEEN, KIND_UMOUNT,
     KIND_XT_REPLACE,
 };
+
+mod netlink;
 
 /// Filled in by userspace from the running kernel's BTF before load.
 #[no_mangle]

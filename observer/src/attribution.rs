@@ -38,6 +38,7 @@ pub struct ProcessInfo {
 /// True for the commands that only carry a change to the kernel on someone else's behalf.
 pub fn is_front_end(comm: &str) -> bool {
     comm == "nft"
+        || comm == "ipset"
         || ["iptables", "ip6tables", "xtables-", "arptables", "ebtables"]
             .iter()
             .any(|p| comm.starts_with(p))
@@ -186,6 +187,7 @@ mod tests {
             "nft",
             "arptables",
             "ebtables-legacy",
+            "ipset",
         ] {
             assert!(is_front_end(c), "{c}");
         }

@@ -65,6 +65,7 @@ pub enum HooksMode {
 pub enum BackendArg {
     Legacy,
     Nft,
+    Ipset,
 }
 
 impl From<BackendArg> for Backend {
@@ -72,6 +73,7 @@ impl From<BackendArg> for Backend {
         match b {
             BackendArg::Legacy => Backend::Legacy,
             BackendArg::Nft => Backend::Nft,
+            BackendArg::Ipset => Backend::Ipset,
         }
     }
 }

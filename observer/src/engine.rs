@@ -24,6 +24,7 @@ use tokio::task::JoinHandle;
 use crate::attribution::{self, ProcessInfo};
 use crate::cli::{HooksMode, SourceArgs, TailArgs};
 use crate::hooks::decode::{KernelEvent, KernelProcess, XtKind, XtReplaceEvent};
+use crate::hooks::nlattr::{self, WriterCache};
 use crate::hooks::{HookOptions, KernelHooks, ReaderStats};
 use crate::incidents::{self, owners::Owners, Correlator, InventoryChain};
 use crate::netns::{self, NetnsHandle};
@@ -77,6 +78,8 @@ struct Engine {
     losses: (u64, u64, u64),
     /// Turns the changes into incidents.
     correlator: Correlator,
+    /// The last ipset listing of each namespace (see `ipset`).
+    ipsets: HashMap<u32, crate::ipset::Sets>,
 }
 
 /// Where the engine's records go: every record, in order, unfiltered. `tail` filters and prints;
@@ -171,6 +174,7 @@ pub async fn run(options: &SourceArgs, output: Box<dyn Output>) -> anyhow::Resul
         reader_stats: Arc::new(ReaderStats::default()),
         losses: (0, 0, 0),
         correlator,
+        ipsets: HashMap::new(),
     };
     let reader_stats = engine.reader_stats.clone();
     if let Some(h) = engine.hooks.as_mut() {
@@ -178,6 +182,9 @@ pub async fn run(options: &SourceArgs, output: Box<dyn Output>) -> anyhow::Resul
             .context("starting the ring buffer reader")?;
         if let Some(m) = h.report.missing_fields.first() {
             lost.push(format!("the parent and namespace of legacy writers ({m})"));
+        }
+        if let Some(m) = &h.report.netlink_lost {
+            lost.push(m.clone());
         }
     }
 
@@ -401,6 +408,7 @@ pub(crate) struct Baseline {
     socket: Option<Socket>,
     pub nft: Option<(NftState, u32)>,
     pub legacy: HashMap<(XtProto, String), XtTable>,
+    ipsets: Option<crate::ipset::Sets>,
     pub problems: Vec<String>,
 }
 
@@ -411,6 +419,8 @@ pub(crate) fn read_baseline(read_legacy: bool, subscribe: bool) -> Baseline {
         socket: None,
         nft: None,
         legacy: HashMap::new(),
+        // A namespace found late already holds the change that revealed it: no baseline.
+        ipsets: read_legacy.then(|| crate::ipset::list().ok()).flatten(),
         problems: Vec::new(),
     };
     if subscribe {
@@ -553,6 +563,9 @@ impl Engine {
             handle.name.clone(),
             inventory(&baseline.legacy, baseline.nft.as_ref().map(|(s, _)| s)),
         );
+        if let Some(sets) = baseline.ipsets {
+            self.ipsets.insert(inode, sets);
+        }
         let mut watched = Watched {
             handle: handle.clone(),
             legacy: baseline.legacy,
@@ -572,10 +585,10 @@ impl Engine {
                 };
                 self.on_ns(msg);
             }
-            let reader = handle
-                .file
-                .try_clone()
-                .and_then(|ns| spawn_nft_reader(inode, ns, sock, state, self.ns_tx.clone()));
+            let reader = handle.file.try_clone().and_then(|ns| {
+                let writers = self.nft_writers();
+                spawn_nft_reader(inode, ns, sock, state, self.ns_tx.clone(), writers)
+            });
             match reader {
                 Ok(task) => watched.nft_reader = Some(task),
                 Err(e) => tracing::warn!("namespace {inode}: nftables reader: {e}"),
@@ -589,6 +602,12 @@ impl Engine {
                 .unwrap_or(&handle.origin.display().to_string())
         );
         self.watched.insert(inode, watched);
+    }
+
+    /// The kernel's record of nftables writers, when the netlink hook is attached.
+    fn nft_writers(&self) -> Option<Arc<WriterCache>> {
+        let h = self.hooks.as_ref()?;
+        h.report.netlink_lost.is_none().then(|| h.writers.clone())
     }
 
     fn refresh_mounts(&mut self) {
@@ -613,12 +632,15 @@ impl Engine {
                     tracing::debug!("namespace {inode} is gone ({path} unmounted)");
                     self.watched.remove(&inode);
                     self.correlator.forget_netns(inode);
+                    self.ipsets.remove(&inode);
                     if let Some(h) = self.hooks.as_mut() {
                         h.forget_netns(inode);
                     }
                 }
             }
             KernelEvent::XtReplace(x) => self.on_replace(x).await,
+            KernelEvent::NfnlSend(s) if s.is_ipset() => self.on_ipset(s).await,
+            KernelEvent::NfnlSend(_) => {}
         }
     }
 
@@ -657,21 +679,14 @@ impl Engine {
 
     async fn on_replace(&mut self, x: XtReplaceEvent) {
         let process = attribution::from_kernel(&x.process);
-        let Some(proto) = xt_proto(x.kind) else {
-            self.warn(format!(
-                "ebtables replace of table {} by {} ({}): ebtables tables are not decoded yet",
-                x.table, process.comm, process.pid
-            ));
-            return;
-        };
-        if x.ret != 0 {
-            let err = std::io::Error::from_raw_os_error((-x.ret) as i32);
-            self.warn(format!(
-                "{} ({}, actor {}) failed to replace legacy table {} in namespace {}: {err}",
-                process.comm, process.pid, process.actor, x.table, x.process.netns
-            ));
-            return;
+        let proto = xt_proto(x.kind);
+        if x.ret != 0 || proto.is_none() {
+            // Refused by the kernel (nothing changed: no read, no diff), or an ebtables table,
+            // which is not decoded: one line for the attempt.
+            let c = crate::xtables::replace_attempt(x.kind, &x.table, x.num_entries, x.ret);
+            return self.emit_attempt(&x, process, c);
         }
+        let Some(proto) = proto else { return };
         if !self.ensure_namespace(&x.process).await {
             return;
         }
@@ -767,10 +782,17 @@ impl Engine {
         }
     }
 
-    /// Number, print and correlate the changes of one transaction.
+    /// Number, print and correlate the changes of one transaction (all applied).
     fn emit_txn(&mut self, ctx: ChangeCtx, changes: Vec<Change>) {
+        let with_results = changes.into_iter().map(|c| (c, "ok".to_string())).collect();
+        self.emit_txn_results(ctx, with_results);
+    }
+
+    /// Number, print and correlate the changes of one transaction; each has its `result`: `ok`
+    /// or what went wrong (`EBUSY: Device or resource busy`).
+    fn emit_txn_results(&mut self, ctx: ChangeCtx, changes: Vec<(Change, String)>) {
         let mut records = Vec::with_capacity(changes.len());
-        for c in changes {
+        for (c, result) in changes {
             self.seq += 1;
             let record = Record::Change(ChangeRecord {
                 seq: self.seq,
@@ -785,7 +807,7 @@ impl Engine {
                 rule: c.rule,
                 detail: c.detail,
                 txn: ctx.txn.clone(),
-                result: "ok".into(),
+                result,
                 source: ctx.source,
                 process: ctx.process.clone(),
                 replayed: ctx.replayed,
@@ -803,6 +825,63 @@ impl Engine {
         for i in incidents {
             self.write(&Record::Incident(i));
         }
+    }
+
+    /// An ipset command, applied: list the namespace's sets once and report what changed.
+    async fn on_ipset(&mut self, s: nlattr::NfnlSendEvent) {
+        let Some(cmd) = crate::ipset::Command::parse(&s.head) else {
+            return;
+        };
+        if s.ret < 0 || !self.ensure_namespace(&s.process).await {
+            return;
+        }
+        let inode = s.netns();
+        let Some(w) = self.watched.get(&inode) else {
+            return;
+        };
+        let file = match w.handle.file.try_clone() {
+            Ok(f) => f,
+            Err(e) => return self.warn(format!("namespace {inode}: {e}")),
+        };
+        let listed =
+            tokio::task::spawn_blocking(move || netns::run_in(&file, crate::ipset::list)).await;
+        let after = match listed {
+            Ok(Ok(Ok(sets))) => sets,
+            Ok(Ok(Err(e))) => return self.warn(format!("namespace {inode}: {e}")),
+            Ok(Err(e)) => return self.warn(format!("entering namespace {inode}: {e}")),
+            Err(e) => return self.warn(format!("namespace {inode}: {e}")),
+        };
+        let outcomes = crate::ipset::outcome(&cmd, self.ipsets.get(&inode), &after);
+        self.ipsets.insert(inode, after);
+        let name = self.watched.get(&inode).and_then(|w| w.handle.name.clone());
+        let ctx = ChangeCtx {
+            inode,
+            name,
+            backend: Backend::Ipset,
+            time: boot_ns_to_time(s.ktime_ns),
+            txn: format!("ipset-{inode}-{}", s.ktime_ns),
+            source: self.source,
+            process: attribution::from_kernel(&s.process),
+            replayed: false,
+        };
+        self.emit_txn_results(ctx, outcomes);
+    }
+
+    /// A legacy replace reported as one `table_replace` line, with the kernel's result.
+    fn emit_attempt(&mut self, x: &XtReplaceEvent, process: ProcessInfo, c: (Change, String)) {
+        let inode = x.process.netns;
+        let name = self.watched.get(&inode).and_then(|w| w.handle.name.clone());
+        let ctx = ChangeCtx {
+            inode,
+            name,
+            backend: Backend::Legacy,
+            time: boot_ns_to_time(x.ktime_ns),
+            txn: format!("xt-{inode}-{}", x.ktime_ns),
+            source: self.source,
+            process,
+            replayed: false,
+        };
+        self.emit_txn_results(ctx, vec![c]);
     }
 }
 
@@ -864,11 +943,12 @@ fn spawn_nft_reader(
     sock: Socket,
     state: NftState,
     tx: mpsc::Sender<NsMsg>,
+    writers: Option<Arc<WriterCache>>,
 ) -> std::io::Result<JoinHandle<()>> {
     // SAFETY: the socket owns its fd and is moved into the AsyncFd, which keeps it open until the
     // task ends.
     let fd = unsafe { AsyncFd::register(sock) }.map_err(std::io::Error::from)?;
-    Ok(tokio::spawn(nft_reader(inode, ns, fd, state, tx)))
+    Ok(tokio::spawn(nft_reader(inode, ns, fd, state, tx, writers)))
 }
 
 async fn nft_reader(
@@ -877,8 +957,9 @@ async fn nft_reader(
     fd: AsyncFd<Socket>,
     state: NftState,
     tx: mpsc::Sender<NsMsg>,
+    writers: Option<Arc<WriterCache>>,
 ) {
-    let why = read_notifications(inode, &ns, fd, state, &tx).await;
+    let why = read_notifications(inode, &ns, fd, state, &tx, writers.as_deref()).await;
     let _ = tx
         .send(NsMsg::Trouble {
             inode,
@@ -894,6 +975,7 @@ async fn read_notifications(
     mut fd: AsyncFd<Socket>,
     state: NftState,
     tx: &mpsc::Sender<NsMsg>,
+    writers: Option<&WriterCache>,
 ) -> String {
     let mut builder = GenerationBuilder::new(state);
     let mut buf = vec![0u8; nftables::socket::RECV_BUF_BYTES];
@@ -906,7 +988,7 @@ async fn read_notifications(
             match nftables::recv(guard.get_inner(), &mut buf) {
                 Ok(Some(n)) => {
                     for t in builder.feed(&buf[..n]).transactions {
-                        let process = attribution::from_tid(t.pid, &t.comm);
+                        let process = nlattr::nft_writer(writers, inode, t.pid, &t.comm).await;
                         let msg = NsMsg::Nft {
                             inode,
                             gen: t.gen_id,

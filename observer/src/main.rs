@@ -12,6 +12,7 @@ mod doctor;
 mod engine;
 mod hooks;
 mod incidents;
+mod ipset;
 mod netns;
 mod nftables;
 mod output;

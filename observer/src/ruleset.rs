@@ -20,6 +20,8 @@ pub enum Backend {
     Legacy,
     /// nf_tables: nft, iptables-nft, firewalld...
     Nft,
+    /// ipset (the `ip_set` nfnetlink subsystem): kube-proxy's ipset mode, Calico, Azure NPM...
+    Ipset,
 }
 
 impl Backend {
@@ -27,6 +29,7 @@ impl Backend {
         match self {
             Backend::Legacy => "legacy",
             Backend::Nft => "nft",
+            Backend::Ipset => "ipset",
         }
     }
 }
@@ -103,10 +106,17 @@ pub enum Op {
     SetFlush,
     ElementAdd,
     ElementDelete,
+    /// A whole-table replace seen but not diffed: one the kernel refused (`result` says why), or
+    /// an ebtables replace (not decoded).
+    TableReplace,
+    /// An ipset renamed (`chain` is the old name, `detail` the new one).
+    SetRename,
+    /// Two ipsets' contents exchanged (`ipset swap`).
+    SetSwap,
 }
 
 impl Op {
-    pub const ALL: [Op; 15] = [
+    pub const ALL: [Op; 18] = [
         Op::TableCreate,
         Op::TableDelete,
         Op::TableFlush,
@@ -122,6 +132,9 @@ impl Op {
         Op::SetFlush,
         Op::ElementAdd,
         Op::ElementDelete,
+        Op::TableReplace,
+        Op::SetRename,
+        Op::SetSwap,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -141,6 +154,9 @@ impl Op {
             Op::SetFlush => "set_flush",
             Op::ElementAdd => "element_add",
             Op::ElementDelete => "element_delete",
+            Op::TableReplace => "table_replace",
+            Op::SetRename => "set_rename",
+            Op::SetSwap => "set_swap",
         }
     }
 

@@ -9,7 +9,7 @@
 use std::path::Path;
 
 use btf_rs::{Btf, Type};
-use observer_common::offsets::Offsets;
+use observer_common::{nfnl::NlOffsets, offsets::Offsets};
 
 /// Where the running kernel publishes its BTF.
 pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
@@ -166,6 +166,42 @@ pub fn resolve_offsets(btf: &KernelBtf) -> Resolved {
     Resolved { offsets, missing }
 }
 
+/// What the resolver found for the netlink hook: the offsets (valid only when `missing` is
+/// empty), and one message per field it could not find.
+pub struct ResolvedNl {
+    pub offsets: NlOffsets,
+    pub missing: Vec<String>,
+}
+
+/// Resolve the offsets the `sendmsg`/`sendto` programs read to find the socket behind a file
+/// descriptor. Any missing field leaves `valid` at 0: the hook is then not attached.
+pub fn resolve_nl_offsets(btf: &KernelBtf) -> ResolvedNl {
+    let mut missing = Vec::new();
+    let mut get = |strukt: &str, path: &str| match btf.offset_of(strukt, path) {
+        Ok(off) => off,
+        Err(e) => {
+            missing.push(e.to_string());
+            u32::MAX
+        }
+    };
+    let mut offsets = NlOffsets {
+        task_files: get("task_struct", "files"),
+        files_fdt: get("files_struct", "fdt"),
+        fdt_max_fds: get("fdtable", "max_fds"),
+        fdt_fd: get("fdtable", "fd"),
+        file_inode: get("file", "f_inode"),
+        inode_mode: get("inode", "i_mode"),
+        file_private: get("file", "private_data"),
+        socket_sk: get("socket", "sk"),
+        sk_family: get("sock", "__sk_common.skc_family"),
+        sk_protocol: get("sock", "sk_protocol"),
+        sk_net: get("sock", "__sk_common.skc_net.net"),
+        valid: 0,
+    };
+    offsets.valid = u32::from(missing.is_empty());
+    ResolvedNl { offsets, missing }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,6 +229,18 @@ mod tests {
         let ns = btf.offset_of("net", "ns").unwrap();
         let inum = btf.offset_of("ns_common", "inum").unwrap();
         assert_eq!(r.offsets.net_ns_inum, ns + inum);
+    }
+
+    #[test]
+    fn resolves_the_socket_path_on_the_running_kernel() {
+        let Some(btf) = host() else { return };
+        let r = resolve_nl_offsets(&btf);
+        assert!(r.missing.is_empty(), "missing: {:?}", r.missing);
+        assert_eq!(r.offsets.valid, 1);
+        // skc_family and skc_net both live in sock_common, at the start of struct sock.
+        let common = btf.offset_of("sock", "__sk_common").unwrap();
+        assert_eq!(common, 0);
+        assert!(r.offsets.sk_protocol > r.offsets.sk_net);
     }
 
     #[test]

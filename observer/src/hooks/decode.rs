@@ -7,6 +7,7 @@
 use std::mem::size_of;
 
 use observer_common::{
+    nfnl::NfnlSend,
     ns::{NetnsSeen, Umount},
     process::{Process, ANCESTORS},
     xt::{XtReplace, SOL_IPV6},
@@ -78,6 +79,8 @@ pub enum KernelEvent {
         process: KernelProcess,
         path: String,
     },
+    /// An nftables batch or ipset command on a `NETLINK_NETFILTER` socket.
+    NfnlSend(super::nlattr::NfnlSendEvent),
 }
 
 /// Cut a NUL-padded byte string at its first NUL.
@@ -164,6 +167,14 @@ impl KernelEvent {
                     process: process(&u.process),
                     path: c_str(&u.path),
                 }
+            }
+            EventKind::NfnlSend => {
+                let n: NfnlSend = read(bytes, body)?;
+                KernelEvent::NfnlSend(super::nlattr::NfnlSendEvent::from_raw(
+                    &n,
+                    process(&n.process),
+                    header.ktime_ns,
+                ))
             }
         })
     }

@@ -7,6 +7,7 @@
 
 pub mod btf;
 pub mod decode;
+pub mod nlattr;
 pub mod tracefs;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,6 +35,15 @@ const TRACEPOINTS: &[(&str, &str, &str)] = &[
     ("clone_exit", "syscalls", "sys_exit_clone3"),
     ("umount_enter", "syscalls", "sys_enter_umount"),
     ("umount_exit", "syscalls", "sys_exit_umount"),
+];
+
+/// nftables and ipset writers (`NETLINK_NETFILTER` requests); attached only when the socket
+/// offsets resolve.
+const NETLINK_TRACEPOINTS: &[(&str, &str, &str)] = &[
+    ("sendmsg_enter", "syscalls", "sys_enter_sendmsg"),
+    ("sendto_enter", "syscalls", "sys_enter_sendto"),
+    ("send_exit", "syscalls", "sys_exit_sendmsg"),
+    ("send_exit", "syscalls", "sys_exit_sendto"),
 ];
 
 /// Why the kernel hooks could not be set up.
@@ -95,6 +105,8 @@ pub struct HookReport {
     pub missing_fields: Vec<String>,
     /// True when observer mounted tracefs itself.
     pub mounted_tracefs: bool,
+    /// Why nftables and ipset writers are not captured in the kernel, when they are not.
+    pub netlink_lost: Option<String>,
 }
 
 /// The loaded and attached programs. Dropping this detaches everything.
@@ -105,6 +117,8 @@ pub struct KernelHooks {
     seen: BpfHashMap<MapData, u32, u8>,
     drops: PerCpuArray<MapData, u64>,
     pub report: HookReport,
+    /// nfnetlink writers captured in the kernel, for attributing nftables generations.
+    pub writers: Arc<nlattr::WriterCache>,
 }
 
 impl KernelHooks {
@@ -114,13 +128,29 @@ impl KernelHooks {
             return Err(HookError::NotBuilt);
         }
         let mut report = HookReport::default();
-        let resolved = match btf::KernelBtf::running() {
-            Ok(kbtf) => btf::resolve_offsets(&kbtf),
-            Err(e) => btf::Resolved {
-                offsets: observer_common::offsets::Offsets::unset(),
-                missing: vec![e.to_string()],
-            },
+        let kbtf = btf::KernelBtf::running();
+        let (resolved, resolved_nl) = match &kbtf {
+            Ok(kbtf) => (btf::resolve_offsets(kbtf), btf::resolve_nl_offsets(kbtf)),
+            Err(e) => (
+                btf::Resolved {
+                    offsets: observer_common::offsets::Offsets::unset(),
+                    missing: vec![e.to_string()],
+                },
+                btf::ResolvedNl {
+                    offsets: observer_common::nfnl::NlOffsets::unset(),
+                    missing: vec![e.to_string()],
+                },
+            ),
         };
+        drop(kbtf);
+        if let Some(m) = resolved_nl.missing.first() {
+            let lost = format!(
+                "in-kernel attribution of nftables and ipset writers ({m}); nftables writers are \
+                 resolved through /proc and ipset changes are not seen"
+            );
+            tracing::warn!("sendmsg/sendto hooks disabled: {lost}");
+            report.netlink_lost = Some(lost);
+        }
         for m in &resolved.missing {
             tracing::warn!(
                 "{m}: parent, grandparent and network namespace of legacy writers will be unknown"
@@ -134,10 +164,16 @@ impl KernelHooks {
 
         let mut ebpf = EbpfLoader::new()
             .override_global("OFFSETS", &resolved.offsets, true)
+            .override_global("NL_OFFSETS", &resolved_nl.offsets, true)
             .map_max_entries("EVENTS", opts.ringbuf_bytes)
             .load(EBPF_OBJECT)
             .map_err(|e| HookError::Load(error_chain(&e)))?;
-        for (prog, category, name) in TRACEPOINTS {
+        let netlink: &[(&str, &str, &str)] = if report.netlink_lost.is_none() {
+            NETLINK_TRACEPOINTS
+        } else {
+            &[]
+        };
+        for (prog, category, name) in TRACEPOINTS.iter().chain(netlink) {
             let program: &mut TracePoint = ebpf
                 .program_mut(prog)
                 .ok_or_else(|| HookError::Load(format!("program {prog} missing from the object")))?
@@ -172,6 +208,7 @@ impl KernelHooks {
             seen,
             drops,
             report,
+            writers: Arc::new(nlattr::WriterCache::default()),
         })
     }
 
@@ -211,7 +248,7 @@ impl KernelHooks {
         // SAFETY: the ring buffer owns its fd and is moved into the AsyncFd, which keeps it
         // open (and registered) until the reader task ends.
         let fd = unsafe { AsyncFd::register(ring) }.map_err(std::io::Error::from)?;
-        Ok(tokio::spawn(read_ring(fd, tx, stats)))
+        Ok(tokio::spawn(read_ring(fd, tx, stats, self.writers.clone())))
     }
 }
 
@@ -227,6 +264,7 @@ async fn read_ring(
     mut fd: AsyncFd<RingBuf<MapData>>,
     tx: mpsc::Sender<KernelEvent>,
     stats: Arc<ReaderStats>,
+    writers: Arc<nlattr::WriterCache>,
 ) {
     loop {
         let mut guard = match fd.readable_mut().await {
@@ -239,6 +277,9 @@ async fn read_ring(
         let ring = guard.get_inner_mut();
         while let Some(item) = ring.next() {
             match KernelEvent::parse(&item) {
+                // nftables writers go straight to the cache the netlink readers consult: no
+                // engine work stands between a batch and its attribution.
+                Ok(KernelEvent::NfnlSend(send)) if send.is_nftables() => writers.insert(&send),
                 Ok(ev) => {
                     if let Err(mpsc::error::TrySendError::Full(ev)) = tx.try_send(ev) {
                         // Back-pressure rather than loss: wait for room.

@@ -26,7 +26,7 @@ pub mod decode;
 mod expr;
 mod fields;
 pub mod generation;
-mod nla;
+pub(crate) mod nla;
 pub mod render;
 #[cfg(test)]
 mod scenarios;

@@ -19,7 +19,7 @@ fn op_colour(op: Op) -> &'static str {
             RED
         }
         Op::TableFlush | Op::ChainFlush | Op::SetFlush => YELLOW,
-        Op::ChainUpdate | Op::RuleReplace => CYAN,
+        Op::ChainUpdate | Op::RuleReplace | Op::TableReplace | Op::SetRename | Op::SetSwap => CYAN,
     }
 }
 

@@ -18,6 +18,7 @@ use std::fmt;
 
 use crate::ruleset;
 
+mod attempt;
 pub mod decode;
 pub mod diff;
 mod ext;
@@ -29,6 +30,7 @@ mod testblob;
 #[cfg(test)]
 mod tests;
 
+pub use attempt::replace_attempt;
 pub use diff::diff;
 pub use sockopt::{read_table, table_names};
 

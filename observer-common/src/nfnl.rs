@@ -1,0 +1,127 @@
+//! nfnetlink requests that change a ruleset, caught on the `sendmsg`/`sendto` syscalls.
+//!
+//! nftables (nft, iptables-nft, firewalld) and ipset write through a `NETLINK_NETFILTER` socket.
+//! The kernel applies the request inside the syscall, so the writer is alive and can be
+//! attributed there, even when it exits a millisecond later. nftables writes are batches
+//! (`NFNL_MSG_BATCH_BEGIN` with the subsystem in `res_id`); ipset writes are single requests whose
+//! message type carries the subsystem in its high byte.
+
+use crate::process::Process;
+
+/// `AF_NETLINK`.
+pub const AF_NETLINK: u16 = 16;
+/// `NETLINK_NETFILTER`.
+pub const NETLINK_NETFILTER: u16 = 12;
+/// `NFNL_MSG_BATCH_BEGIN` (`NLMSG_MIN_TYPE`).
+pub const NFNL_MSG_BATCH_BEGIN: u16 = 16;
+/// `NFNL_SUBSYS_IPSET`.
+pub const NFNL_SUBSYS_IPSET: u16 = 6;
+/// `NFNL_SUBSYS_NFTABLES`.
+pub const NFNL_SUBSYS_NFTABLES: u16 = 10;
+
+/// ipset commands (`enum ipset_cmd`, include/uapi/linux/netfilter/ipset/ip_set.h).
+pub const IPSET_CMD_CREATE: u8 = 2;
+pub const IPSET_CMD_DESTROY: u8 = 3;
+pub const IPSET_CMD_FLUSH: u8 = 4;
+pub const IPSET_CMD_RENAME: u8 = 5;
+pub const IPSET_CMD_SWAP: u8 = 6;
+pub const IPSET_CMD_LIST: u8 = 7;
+pub const IPSET_CMD_ADD: u8 = 9;
+pub const IPSET_CMD_DEL: u8 = 10;
+
+/// True for the ipset commands that change something (reported); the others only read.
+pub const fn ipset_cmd_writes(cmd: u8) -> bool {
+    matches!(
+        cmd,
+        IPSET_CMD_CREATE
+            | IPSET_CMD_DESTROY
+            | IPSET_CMD_FLUSH
+            | IPSET_CMD_RENAME
+            | IPSET_CMD_SWAP
+            | IPSET_CMD_ADD
+            | IPSET_CMD_DEL
+    )
+}
+
+/// Bytes of the request copied from user memory: the first netlink messages, enough for a batch
+/// header and its first object, or an ipset command with its set names.
+pub const NFNL_HEAD_LEN: usize = 256;
+
+/// The record is written when the syscall starts (nftables: the kernel has not applied the batch
+/// yet, so the record reaches userspace before the batch's notifications as a rule).
+pub const PHASE_ENTER: u32 = 0;
+/// The record is written when the syscall returns (ipset: the command has been applied, so what
+/// userspace reads next includes it).
+pub const PHASE_EXIT: u32 = 1;
+
+/// One ruleset-changing nfnetlink request.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NfnlSend {
+    pub process: Process,
+    /// The syscall's return value at [`PHASE_EXIT`] (bytes sent or a negative errno); 0 at enter.
+    pub ret: i64,
+    /// Network namespace inode of the socket (where the change lands); 0 when unknown.
+    pub sock_netns: u32,
+    /// `NFNL_SUBSYS_*`.
+    pub subsys: u32,
+    /// [`PHASE_ENTER`] or [`PHASE_EXIT`].
+    pub phase: u32,
+    /// Length of the whole request (the first iovec for sendmsg).
+    pub len: u32,
+    /// How many bytes of `head` are valid.
+    pub captured: u32,
+    pub _pad: u32,
+    /// The start of the request, as the writer sent it.
+    pub head: [u8; NFNL_HEAD_LEN],
+}
+
+/// Kernel struct offsets for finding the socket behind a file descriptor. Separate from
+/// [`crate::offsets::Offsets`]: when one of these is missing only this hook is disabled.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NlOffsets {
+    /// `task_struct.files`.
+    pub task_files: u32,
+    /// `files_struct.fdt`.
+    pub files_fdt: u32,
+    /// `fdtable.max_fds`.
+    pub fdt_max_fds: u32,
+    /// `fdtable.fd` (a `struct file **`).
+    pub fdt_fd: u32,
+    /// `file.f_inode`.
+    pub file_inode: u32,
+    /// `inode.i_mode`.
+    pub inode_mode: u32,
+    /// `file.private_data` (the `struct socket *` of a socket file).
+    pub file_private: u32,
+    /// `socket.sk`.
+    pub socket_sk: u32,
+    /// `sock.__sk_common.skc_family` (u16).
+    pub sk_family: u32,
+    /// `sock.sk_protocol` (u16).
+    pub sk_protocol: u32,
+    /// `sock.__sk_common.skc_net` (a `struct net *`).
+    pub sk_net: u32,
+    /// Set to 1 by userspace once every value above is known.
+    pub valid: u32,
+}
+
+impl NlOffsets {
+    pub const fn unset() -> NlOffsets {
+        NlOffsets {
+            task_files: u32::MAX,
+            files_fdt: u32::MAX,
+            fdt_max_fds: u32::MAX,
+            fdt_fd: u32::MAX,
+            file_inode: u32::MAX,
+            inode_mode: u32::MAX,
+            file_private: u32::MAX,
+            socket_sk: u32::MAX,
+            sk_family: u32::MAX,
+            sk_protocol: u32::MAX,
+            sk_net: u32::MAX,
+            valid: 0,
+        }
+    }
+}

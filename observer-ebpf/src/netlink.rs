@@ -1,0 +1,227 @@
+//! nfnetlink writers: nftables batches and ipset commands, on the `sendmsg`/`sendto` tracepoints.
+//!
+//! The nftables monitor names a writer only by thread id and comm, and a short-lived
+//! `iptables-nft-restore` has exited by the time userspace looks. Here the writer is captured
+//! inside the syscall that carries the batch: the tracepoint checks the first netlink message
+//! (cheap, rejects almost every sendmsg on the machine), then that the descriptor is a
+//! `NETLINK_NETFILTER` socket (task->files->fdt->fd[fd]->private_data->sk), and reports the
+//! writer with the start of the request.
+//!
+//! - nftables batches are reported at syscall entry: the kernel applies the batch inside the
+//!   syscall and multicasts its notifications, so an entry record is normally in userspace before
+//!   the batch's NEWGEN.
+//! - ipset commands are reported at syscall exit, once applied, so that userspace reads the sets
+//!   after the change.
+//!
+//! Offsets come from userspace in `NL_OFFSETS`; userspace attaches these programs only when every
+//! one of them is known.
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_pid_tgid, bpf_get_current_task, generated as gen},
+    macros::{map, tracepoint},
+    maps::{HashMap, PerCpuArray},
+    programs::TracePointContext,
+};
+use observer_common::{
+    nfnl::{
+        ipset_cmd_writes, NfnlSend, NlOffsets, AF_NETLINK, NETLINK_NETFILTER, NFNL_HEAD_LEN,
+        NFNL_MSG_BATCH_BEGIN, NFNL_SUBSYS_IPSET, NFNL_SUBSYS_NFTABLES, PHASE_ENTER, PHASE_EXIT,
+    },
+    process::Process,
+    Event, DROP_PENDING, KIND_NFNL_SEND,
+};
+
+use crate::{count_drop, fill_process, header, offsets, output, read_at, ARG0, ARG1, ARG2, RET};
+
+/// Filled in by userspace from the running kernel's BTF before load.
+#[no_mangle]
+static NL_OFFSETS: NlOffsets = NlOffsets::unset();
+
+/// ipset commands in flight, by pid_tgid, reported when the syscall returns.
+#[map]
+static PENDING_NFNL: HashMap<u64, Event<NfnlSend>> = HashMap::with_max_entries(1024, 0);
+
+/// Room to build a record (too large for the 512-byte eBPF stack).
+#[map]
+static NFNL_SCRATCH: PerCpuArray<Event<NfnlSend>> = PerCpuArray::with_max_entries(1, 0);
+
+const S_IFMT: u16 = 0o170000;
+const S_IFSOCK: u16 = 0o140000;
+
+fn nl_offsets() -> NlOffsets {
+    // SAFETY: read of a global that userspace wrote before load; volatile so that the initial
+    // value is not folded into the code.
+    unsafe { core::ptr::read_volatile(&NL_OFFSETS) }
+}
+
+/// The subsystem of a ruleset-changing request, from its first netlink message, or `None`.
+fn subsystem(first: &[u8; 20]) -> Option<u16> {
+    // struct nlmsghdr { u32 len; u16 type; u16 flags; u32 seq; u32 pid } then
+    // struct nfgenmsg { u8 family; u8 version; __be16 res_id }.
+    let ty = u16::from_ne_bytes([first[4], first[5]]);
+    if ty == NFNL_MSG_BATCH_BEGIN {
+        let res_id = u16::from_be_bytes([first[18], first[19]]);
+        return (res_id == NFNL_SUBSYS_NFTABLES).then_some(NFNL_SUBSYS_NFTABLES);
+    }
+    if ty >> 8 == NFNL_SUBSYS_IPSET && ipset_cmd_writes(ty as u8) {
+        return Some(NFNL_SUBSYS_IPSET);
+    }
+    None
+}
+
+/// The network namespace inode of `fd` when it is a `NETLINK_NETFILTER` socket of the current
+/// task (0 when the namespace cannot be read), or `None` when it is something else.
+fn netfilter_socket(fd: i64, off: &NlOffsets) -> Option<u32> {
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: no preconditions; the pointer is only used through probe reads.
+    let task = unsafe { bpf_get_current_task() };
+    let files: u64 = read_at(task, off.task_files)?;
+    let fdt: u64 = read_at(files, off.files_fdt)?;
+    let max: u32 = read_at(fdt, off.fdt_max_fds)?;
+    if fd as u64 >= max as u64 {
+        return None;
+    }
+    let fds: u64 = read_at(fdt, off.fdt_fd)?;
+    let file: u64 = read_at(fds, (fd as u32).wrapping_mul(8))?;
+    let inode: u64 = read_at(file, off.file_inode)?;
+    let mode: u16 = read_at(inode, off.inode_mode)?;
+    if mode & S_IFMT != S_IFSOCK {
+        return None;
+    }
+    let sock: u64 = read_at(file, off.file_private)?;
+    let sk: u64 = read_at(sock, off.socket_sk)?;
+    let family: u16 = read_at(sk, off.sk_family)?;
+    let protocol: u16 = read_at(sk, off.sk_protocol)?;
+    if family != AF_NETLINK || protocol != NETLINK_NETFILTER {
+        return None;
+    }
+    let net: u64 = read_at(sk, off.sk_net).unwrap_or(0);
+    Some(read_at(net, offsets().net_ns_inum).unwrap_or(0))
+}
+
+/// Look at one request (`buf`, `len` bytes of user memory) sent on `fd`.
+fn on_send(fd: i64, buf: u64, len: u64) -> Result<(), i32> {
+    let off = nl_offsets();
+    if off.valid == 0 || buf == 0 || len < 20 {
+        return Ok(());
+    }
+    // SAFETY: a user pointer read through the checked helper.
+    let first: [u8; 20] = unsafe { aya_ebpf::helpers::bpf_probe_read_user(buf as *const [u8; 20]) }
+        .map_err(|e| e as i32)?;
+    let Some(subsys) = subsystem(&first) else {
+        return Ok(());
+    };
+    let Some(sock_netns) = netfilter_socket(fd, &off) else {
+        return Ok(());
+    };
+    let Some(ev) = NFNL_SCRATCH.get_ptr_mut(0) else {
+        return Ok(());
+    };
+    let captured = if len < NFNL_HEAD_LEN as u64 {
+        len as u32
+    } else {
+        NFNL_HEAD_LEN as u32
+    };
+    // SAFETY: `ev` points at this CPU's scratch slot, used only while this program runs.
+    unsafe {
+        (*ev).header = header(KIND_NFNL_SEND, core::mem::size_of::<Event<NfnlSend>>());
+        let d = &mut (*ev).data;
+        d.process = Process::zeroed();
+        d.ret = 0;
+        d.sock_netns = sock_netns;
+        d.subsys = subsys as u32;
+        d.len = len as u32;
+        d._pad = 0;
+        // The bound keeps the verifier sure of the size.
+        let n = captured & (NFNL_HEAD_LEN as u32 * 2 - 1);
+        let n = if n > NFNL_HEAD_LEN as u32 {
+            NFNL_HEAD_LEN as u32
+        } else {
+            n
+        };
+        let ok = gen::bpf_probe_read_user(d.head.as_mut_ptr().cast(), n, buf as *const _) == 0;
+        d.captured = if ok { n } else { 0 };
+        if subsys == NFNL_SUBSYS_NFTABLES {
+            d.phase = PHASE_ENTER;
+            fill_process(&mut d.process);
+            output(&*ev);
+        } else {
+            d.phase = PHASE_EXIT;
+            if PENDING_NFNL
+                .insert(&bpf_get_current_pid_tgid(), &*ev, 0)
+                .is_err()
+            {
+                count_drop(DROP_PENDING);
+            }
+        }
+    }
+    Ok(())
+}
+
+// match-proto: syscall tracepoint `syscalls:sys_enter_sendmsg`
+//   (int fd, struct user_msghdr __user *msg, unsigned int flags), net/socket.c
+#[tracepoint]
+pub fn sendmsg_enter(ctx: TracePointContext) -> u32 {
+    let _ = try_sendmsg_enter(&ctx);
+    0
+}
+
+fn try_sendmsg_enter(ctx: &TracePointContext) -> Result<(), i32> {
+    // SAFETY: offsets of the tracepoint's format.
+    let fd: i64 = unsafe { ctx.read_at(ARG0)? };
+    let msg: u64 = unsafe { ctx.read_at(ARG1)? };
+    if msg == 0 {
+        return Ok(());
+    }
+    // struct user_msghdr: msg_name (8), msg_namelen (4 + 4 padding), msg_iov (8) at 16,
+    // msg_iovlen (8) at 24.
+    // SAFETY: a user pointer read through the checked helper.
+    let iov_ptr: u64 = unsafe { aya_ebpf::helpers::bpf_probe_read_user((msg + 16) as *const u64) }
+        .map_err(|e| e as i32)?;
+    if iov_ptr == 0 {
+        return Ok(());
+    }
+    // struct iovec { void __user *iov_base; size_t iov_len }: the first one holds the batch head.
+    // SAFETY: as above.
+    let iov: [u64; 2] =
+        unsafe { aya_ebpf::helpers::bpf_probe_read_user(iov_ptr as *const [u64; 2]) }
+            .map_err(|e| e as i32)?;
+    on_send(fd, iov[0], iov[1])
+}
+
+// match-proto: syscall tracepoint `syscalls:sys_enter_sendto`
+//   (int fd, void __user *buff, size_t len, unsigned int flags, struct sockaddr __user *addr,
+//   int addr_len), net/socket.c
+#[tracepoint]
+pub fn sendto_enter(ctx: TracePointContext) -> u32 {
+    let _ = try_sendto_enter(&ctx);
+    0
+}
+
+fn try_sendto_enter(ctx: &TracePointContext) -> Result<(), i32> {
+    // SAFETY: offsets of the tracepoint's format.
+    let fd: i64 = unsafe { ctx.read_at(ARG0)? };
+    let buf: u64 = unsafe { ctx.read_at(ARG1)? };
+    let len: u64 = unsafe { ctx.read_at(ARG2)? };
+    on_send(fd, buf, len)
+}
+
+// match-proto: syscall tracepoints `syscalls:sys_exit_sendmsg` and `sys_exit_sendto` (long ret),
+// net/socket.c
+#[tracepoint]
+pub fn send_exit(ctx: TracePointContext) -> u32 {
+    let key = bpf_get_current_pid_tgid();
+    let Some(ev) = PENDING_NFNL.get_ptr_mut(&key) else {
+        return 0;
+    };
+    // SAFETY: `ev` is this task's own entry (keyed by its pid_tgid), written only by it.
+    unsafe {
+        (*ev).data.ret = ctx.read_at::<i64>(RET).unwrap_or(0);
+        fill_process(&mut (*ev).data.process);
+        output(&*ev);
+    }
+    let _ = PENDING_NFNL.remove(&key);
+    0
+}

@@ -1,0 +1,79 @@
+//! A legacy table replace reported as one line instead of a diff: one the kernel refused (the
+//! table is unchanged, so there is nothing to read or diff, but a person must see that a writer
+//! tried and failed), and ebtables replaces, whose tables observer does not decode.
+
+use crate::hooks::decode::XtKind;
+use crate::ruleset::{Change, Family, Op};
+
+/// The errno of a failed syscall as `NAME: message` (`EBUSY: Device or resource busy`).
+pub fn errno_text(ret: i64) -> String {
+    let code = i32::try_from(-ret).unwrap_or(i32::MAX);
+    let e = nix::errno::Errno::from_raw(code);
+    if e == nix::errno::Errno::UnknownErrno {
+        format!("error {code}")
+    } else {
+        format!("{e:?}: {}", e.desc())
+    }
+}
+
+/// The `table_replace` line for a replace of `table` with `entries` entries that returned `ret`,
+/// and its `result`.
+pub fn replace_attempt(kind: XtKind, table: &str, entries: u32, ret: i64) -> (Change, String) {
+    let family = match kind {
+        XtKind::Ipv4 => Family::Ip,
+        XtKind::Ipv6 => Family::Ip6,
+        XtKind::Arp => Family::Arp,
+        XtKind::Bridge => Family::Bridge,
+    };
+    let mut c = Change::new(Op::TableReplace, family, table);
+    let (detail, result) = match (kind, ret) {
+        (XtKind::Bridge, 0) => (
+            format!("ebtables table replaced ({entries} rules); ebtables rules are not decoded"),
+            "ok".to_string(),
+        ),
+        (XtKind::Bridge, _) => (
+            format!(
+                "the kernel refused an ebtables replace ({entries} rules); ebtables rules are not \
+                 decoded"
+            ),
+            errno_text(ret),
+        ),
+        _ => (
+            format!("the kernel refused a replace with {entries} entries; the table is unchanged"),
+            errno_text(ret),
+        ),
+    };
+    c.detail = Some(detail);
+    (c, result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refused_replaces_name_the_error() {
+        let (c, result) = replace_attempt(XtKind::Ipv4, "filter", 12, -16);
+        assert_eq!(c.op, Op::TableReplace);
+        assert_eq!(c.family, Family::Ip);
+        assert_eq!(c.table, "filter");
+        assert_eq!(result, "EBUSY: Device or resource busy");
+        assert!(c.detail.unwrap().contains("unchanged"));
+        assert_eq!(errno_text(-2), "ENOENT: No such file or directory");
+        assert_eq!(
+            errno_text(-40),
+            "ELOOP: Too many symbolic links encountered"
+        );
+        assert_eq!(errno_text(-100000), "error 100000");
+    }
+
+    #[test]
+    fn ebtables_replaces_say_they_are_not_decoded() {
+        let (c, result) = replace_attempt(XtKind::Bridge, "broute", 3, 0);
+        assert_eq!(result, "ok");
+        assert_eq!(c.family, Family::Bridge);
+        assert!(c.detail.unwrap().contains("not decoded"));
+        let (_, result) = replace_attempt(XtKind::Bridge, "filter", 3, -22);
+        assert_eq!(result, "EINVAL: Invalid argument");
+    }
+}

@@ -1,0 +1,326 @@
+//! Writers that exit at once are still named: nftables writers through the kernel's `sendmsg`
+//! capture (not `/proc`), ipset writers, and writers whose change the kernel refused. Needs root;
+//! skips otherwise.
+
+mod common;
+
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+
+use common::{Netns, Observer};
+use serde_json::Value;
+
+const WAIT: u64 = 20;
+
+/// A cgroup v2 directory for one test, removed when dropped.
+struct Cgroup {
+    path: PathBuf,
+}
+
+impl Cgroup {
+    /// A fresh cgroup under the cgroup v2 mount, or `None` when there is none.
+    fn new(tag: &str) -> Option<Cgroup> {
+        let mounts = std::fs::read_to_string("/proc/mounts").ok()?;
+        let root = mounts.lines().find_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            (f.len() > 2 && f[2] == "cgroup2").then(|| f[1].to_string())
+        })?;
+        let path = PathBuf::from(root).join(format!("obs-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&path).ok()?;
+        Some(Cgroup { path })
+    }
+
+    fn id(&self) -> u64 {
+        std::fs::metadata(&self.path).expect("cgroup dir").ino()
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.path);
+    }
+}
+
+/// A writer script named like a component, which runs its arguments as a child, then exits; run
+/// inside `cgroup` when given.
+struct Writer {
+    path: PathBuf,
+    name: String,
+    cgroup: Option<PathBuf>,
+    _dir: tempfile::TempDir,
+}
+
+impl Writer {
+    fn new(name: &str, cgroup: Option<&Cgroup>) -> Writer {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join(name);
+        std::fs::write(&path, "#!/bin/sh\n\"$@\"\n").expect("write script");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        Writer {
+            path,
+            name: name.to_string(),
+            cgroup: cgroup.map(|c| c.path.clone()),
+            _dir: dir,
+        }
+    }
+
+    /// Run `args` in the namespace through the script; returns whether it succeeded.
+    fn run(&self, ns: &Netns, args: &[&str], stdin: Option<&str>) -> bool {
+        use std::io::Write;
+        use std::process::{Command, Stdio};
+        // Join the cgroup before `ip netns exec`, which mounts a sysfs of the namespace's own.
+        let join = match &self.cgroup {
+            Some(c) => format!("echo $$ > {}/cgroup.procs && ", c.display()),
+            None => String::new(),
+        };
+        let mut child = Command::new("sh")
+            .args(["-c", &format!("{join}exec \"$@\""), "sh"])
+            .args(["ip", "netns", "exec", &ns.name])
+            .arg(&self.path)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn");
+        let mut input = child.stdin.take().expect("stdin");
+        if let Some(text) = stdin {
+            input.write_all(text.as_bytes()).expect("write stdin");
+        }
+        drop(input);
+        child.wait().expect("wait").success()
+    }
+}
+
+fn in_ns(ns: &Netns) -> impl Fn(&Value) -> bool + '_ {
+    move |v: &Value| v["netns"].as_u64() == Some(ns.inode())
+}
+
+/// The process fields of a change made by `comm` run from `writer`, captured in the kernel.
+fn assert_writer(v: &Value, comm: &str, writer: &Writer, cgroup: Option<&Cgroup>) {
+    let p = &v["process"];
+    assert_eq!(p["comm"], comm, "comm in {v}");
+    assert_eq!(p["actor"], writer.name.as_str(), "actor in {v}");
+    assert_eq!(p["parent_comm"], writer.name.as_str(), "parent_comm in {v}");
+    assert!(p["pid"].as_u64().unwrap_or(0) > 0, "pid in {v}");
+    assert!(p["ppid"].as_u64().unwrap_or(0) > 0, "ppid in {v}");
+    match cgroup {
+        Some(c) => assert_eq!(p["cgroup"].as_u64(), Some(c.id()), "cgroup in {v}"),
+        None => assert!(p["cgroup"].as_u64().is_some(), "cgroup in {v}"),
+    }
+}
+
+#[test]
+fn short_lived_nftables_writers_are_named_every_time() {
+    skip_unless!("ip", "nft", "iptables-nft-restore");
+    let mut obs = Observer::start(&[]);
+    let ns = Netns::new("attr-nft");
+    let here = in_ns(&ns);
+    let cg = Cgroup::new("attr-nft");
+    let w = Writer::new("kube-proxy", cg.as_ref());
+    let dir = tempfile::tempdir().expect("tempdir");
+    for i in 0..20 {
+        let chain = format!("KP-{i}");
+        let restore = format!("*filter\n:{chain} - [0:0]\n-A {chain} -j ACCEPT\nCOMMIT\n");
+        assert!(w.run(&ns, &["iptables-nft-restore", "--noflush"], Some(&restore)));
+        let v = obs.expect(&format!("chain_create {chain}"), WAIT, |v| {
+            here(v) && v["op"] == "chain_create" && v["chain"] == chain.as_str()
+        });
+        assert_eq!(v["backend"], "nft");
+        assert_writer(&v, "iptables-nft-re", &w, cg.as_ref());
+
+        let file = dir.path().join(format!("r{i}.nft"));
+        let table = format!("kp{i}");
+        std::fs::write(
+            &file,
+            format!("table inet {table} {{\n chain c {{\n }}\n}}\n"),
+        )
+        .expect("write nft file");
+        assert!(w.run(&ns, &["nft", "-f", file.to_str().expect("utf-8")], None));
+        let v = obs.expect(&format!("table_create {table}"), WAIT, |v| {
+            here(v) && v["op"] == "table_create" && v["table"] == table.as_str()
+        });
+        assert_writer(&v, "nft", &w, cg.as_ref());
+    }
+    obs.stop();
+}
+
+#[test]
+fn a_replace_the_kernel_refused_is_a_change_line_naming_its_writer() {
+    skip_unless!("ip", "iptables-legacy");
+    let mut obs = Observer::start(&[]);
+    let ns = Netns::new("attr-fail");
+    let here = in_ns(&ns);
+    let setup = Writer::new("obs-setup", None);
+    for args in [
+        &["iptables-legacy", "-N", "LOOP-A"][..],
+        &["iptables-legacy", "-N", "LOOP-B"],
+        &["iptables-legacy", "-A", "INPUT", "-j", "LOOP-A"],
+        &["iptables-legacy", "-A", "LOOP-A", "-j", "LOOP-B"],
+    ] {
+        assert!(setup.run(&ns, args, None), "{args:?}");
+    }
+    obs.expect("LOOP-A -> LOOP-B", WAIT, |v| {
+        here(v) && v["op"] == "rule_add" && v["chain"] == "LOOP-A"
+    });
+    // A jump back from LOOP-B closes a loop reachable from INPUT: the kernel refuses the replace.
+    let w = Writer::new("kubelet", None);
+    assert!(!w.run(
+        &ns,
+        &["iptables-legacy", "-A", "LOOP-B", "-j", "LOOP-A"],
+        None
+    ));
+    let v = obs.expect("the refused replace", WAIT, |v| {
+        here(v) && v["op"] == "table_replace"
+    });
+    assert_eq!(v["backend"], "legacy");
+    assert_eq!(v["table"], "filter");
+    assert_eq!(v["family"], "ip");
+    assert!(
+        v["result"].as_str().unwrap_or("").starts_with("ELOOP"),
+        "result in {v}"
+    );
+    assert_writer(&v, "iptables-legacy", &w, None);
+    // Nothing changed: no rule_add into LOOP-B was reported.
+    obs.drain(300);
+    assert!(
+        !obs.changes()
+            .iter()
+            .any(|v| here(v) && v["chain"] == "LOOP-B" && v["op"] == "rule_add"),
+        "a refused replace was reported as a change"
+    );
+    obs.stop();
+}
+
+/// ipset lines of one namespace.
+fn ipset_lines<'a>(obs: &'a Observer, ns: &Netns) -> Vec<&'a Value> {
+    obs.changes()
+        .into_iter()
+        .filter(|v| v["netns"].as_u64() == Some(ns.inode()) && v["backend"] == "ipset")
+        .collect()
+}
+
+#[test]
+fn ipset_lifecycle_race_names_both_writers() {
+    skip_unless!("ip", "ipset");
+    let mut obs = Observer::start(&[]);
+    let ns = Netns::new("attr-ipset");
+    let here = in_ns(&ns);
+    let npm = Writer::new("azure-npm", None);
+    let reconciler = Writer::new("npm-reconcile", None);
+    let set = "podlabel-pod2";
+    let is = |v: &Value, op: &str| {
+        here(v) && v["backend"] == "ipset" && v["op"] == op && v["chain"] == set
+    };
+
+    assert!(npm.run(&ns, &["ipset", "create", set, "hash:ip"], None));
+    let v = obs.expect("set_create", WAIT, |v| is(v, "set_create"));
+    assert_eq!(v["result"], "ok");
+    assert_eq!(v["table"], "ipset");
+    assert_eq!(v["family"], "ip");
+    assert_writer(&v, "ipset", &npm, None);
+    assert!(npm.run(&ns, &["ipset", "add", set, "10.0.0.1"], None));
+    let v = obs.expect("element_add", WAIT, |v| is(v, "element_add"));
+    assert_eq!(
+        v["detail"], "1 elements requested; the set holds 1 (was 0)",
+        "{v}"
+    );
+
+    // The reconcile loop destroys the set; the dataplane still uses it and fails, then
+    // re-creates it.
+    assert!(reconciler.run(&ns, &["ipset", "destroy", set], None));
+    let v = obs.expect("set_delete", WAIT, |v| is(v, "set_delete"));
+    assert_eq!(v["result"], "ok");
+    assert_eq!(v["detail"], "held 1 elements");
+    assert_writer(&v, "ipset", &reconciler, None);
+    // `ipset add` to a missing set fails in the tool (its header query), before any write:
+    // nothing to report. The re-create is the dataplane's.
+    assert!(!npm.run(&ns, &["ipset", "add", set, "10.0.0.2"], None));
+    assert!(npm.run(&ns, &["ipset", "create", set, "hash:ip"], None));
+    let v = obs.expect("second set_create", WAIT, |v| {
+        is(v, "set_create") && v["seq"].as_u64() > Some(3)
+    });
+    assert_writer(&v, "ipset", &npm, None);
+
+    // A set in use by a rule cannot be destroyed: the attempt is a line with its writer.
+    let rule = [
+        "iptables-legacy",
+        "-A",
+        "INPUT",
+        "-m",
+        "set",
+        "--match-set",
+        set,
+        "src",
+    ];
+    if npm.run(&ns, &rule, None) {
+        assert!(!reconciler.run(&ns, &["ipset", "destroy", set], None));
+        let v = obs.expect("refused set_delete", WAIT, |v| {
+            is(v, "set_delete") && v["result"] != "ok"
+        });
+        assert!(v["result"].as_str().unwrap_or("").contains("in use"), "{v}");
+        assert_writer(&v, "ipset", &reconciler, None);
+        assert!(npm.run(&ns, &["iptables-legacy", "-F", "INPUT"], None));
+    } else {
+        println!("skipping the in-use part: iptables-legacy has no set match here");
+    }
+
+    // Both at once, as in the race: every line names one of the two writers, never unknown.
+    let before = ipset_lines(&obs, &ns).len();
+    // Each loop is itself a script named like the component, so the components are the
+    // parents of every `ipset` run.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mk = |name: &str, body: String| {
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.path().join(name);
+        std::fs::create_dir_all(&path).expect("mkdir");
+        let path = path.join(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{body}")).expect("write loop");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        path
+    };
+    let npm_loop = mk(
+        &npm.name,
+        format!(
+            "for i in 1 2 3 4 5; do ipset -exist create {set} hash:ip; \
+             ipset -exist add {set} 10.0.0.$i; done; true\n"
+        ),
+    );
+    let rec_loop = mk(
+        &reconciler.name,
+        format!("for i in 1 2 3 4 5; do ipset destroy {set} 2>/dev/null; done; true\n"),
+    );
+    let run = |path: &PathBuf| {
+        common::run(
+            "ip",
+            &["netns", "exec", &ns.name, path.to_str().expect("utf-8")],
+        );
+    };
+    std::thread::scope(|s| {
+        s.spawn(|| run(&npm_loop));
+        s.spawn(|| run(&rec_loop));
+    });
+    obs.drain(1500);
+    let lines = ipset_lines(&obs, &ns);
+    let burst = &lines[before..];
+    assert!(!burst.is_empty(), "no ipset lines from the race");
+    for v in burst {
+        let actor = v["process"]["actor"].as_str().unwrap_or("");
+        assert!(
+            actor == npm.name || actor == reconciler.name,
+            "unexpected actor in {v}"
+        );
+        assert!(v["process"]["cgroup"].as_u64().is_some(), "cgroup in {v}");
+    }
+    for w in [&npm, &reconciler] {
+        assert!(
+            burst
+                .iter()
+                .any(|v| v["process"]["actor"] == w.name.as_str()),
+            "{} named in none of {burst:?}",
+            w.name
+        );
+    }
+    obs.stop();
+}
