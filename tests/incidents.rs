@@ -212,6 +212,7 @@ fn calico_and_kube_proxy_flap() {
     let ns = Netns::new("calico");
     let kube_proxy = Writer::new("kube-proxy");
     let calico = Writer::new("calico-node");
+    // A shorter flap window, so that the wait for the incident to close stays short.
     let mut windows = WINDOWS;
     windows[1] = "10s";
     let mut obs = start(&ns, &windows);
