@@ -13,6 +13,7 @@ use std::fs;
 
 use serde::{Deserialize, Serialize};
 
+use crate::cgroup::{self, Pod, Workload};
 use crate::hooks::decode::KernelProcess;
 
 /// The process fields of an output line.
@@ -33,6 +34,21 @@ pub struct ProcessInfo {
     /// systemd unit of the writer, where its cgroup path names one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unit: Option<String>,
+    /// Container id, where the cgroup path names a container runtime's cgroup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_id: Option<String>,
+    /// Kubernetes pod (uid, QoS class; namespace and name when known).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<Pod>,
+}
+
+impl ProcessInfo {
+    fn with_workload(mut self, w: Workload) -> ProcessInfo {
+        self.unit = w.unit;
+        self.container_id = w.container_id;
+        self.pod = w.pod;
+        self
+    }
 }
 
 /// True for the commands that only carry a change to the kernel on someone else's behalf.
@@ -69,8 +85,12 @@ pub fn from_kernel(p: &KernelProcess) -> ProcessInfo {
         parent_comm: p.ancestors.first().map(|a| a.comm.clone()),
         actor: actor.unwrap_or_else(|| "unknown".into()),
         cgroup: Some(p.cgroup_id),
-        unit: unit_of(p.tgid),
+        unit: None,
+        container_id: None,
+        pod: None,
     }
+    // From the id the kernel captured: works after the writer exited.
+    .with_workload(cgroup::from_kernel(p.cgroup_id, p.tgid, &p.comm))
 }
 
 /// Attribution from a thread id and comm (nftables NEWGEN), read from `/proc` if still there.
@@ -107,8 +127,15 @@ pub fn from_tid(tid: u32, comm: &str) -> ProcessInfo {
         parent_comm,
         actor: actor.unwrap_or_else(|| "unknown".into()),
         cgroup: if alive { cgroup_id_of(pid) } else { None },
-        unit: if alive { unit_of(pid) } else { None },
+        unit: None,
+        container_id: None,
+        pod: None,
     }
+    .with_workload(if alive {
+        cgroup::from_proc(pid).unwrap_or_default()
+    } else {
+        Workload::default()
+    })
 }
 
 fn read_comm(pid: u32) -> Option<String> {
@@ -153,22 +180,11 @@ fn cgroup_path(pid: u32) -> Option<String> {
 fn cgroup_id_of(pid: u32) -> Option<u64> {
     use std::os::unix::fs::MetadataExt;
     let path = cgroup_path(pid)?;
-    ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"]
-        .iter()
-        .filter_map(|root| fs::metadata(format!("{root}{path}")).ok())
-        .find(|m| m.is_dir())
+    let mount = cgroup::resolver().mount()?;
+    fs::metadata(mount.join(path.trim_start_matches('/')))
+        .ok()
+        .filter(|m| m.is_dir())
         .map(|m| m.ino())
-}
-
-/// The innermost systemd unit (`*.service`, `*.scope`) in a process's cgroup path.
-fn unit_of(pid: u32) -> Option<String> {
-    unit_from_cgroup_path(&cgroup_path(pid)?)
-}
-
-pub fn unit_from_cgroup_path(path: &str) -> Option<String> {
-    path.rsplit('/')
-        .find(|seg| seg.ends_with(".service") || seg.ends_with(".scope"))
-        .map(str::to_string)
 }
 
 #[cfg(test)]
@@ -268,16 +284,21 @@ mod tests {
     }
 
     #[test]
-    fn units_come_from_cgroup_paths() {
-        assert_eq!(
-            unit_from_cgroup_path("/system.slice/kubelet.service").as_deref(),
-            Some("kubelet.service")
-        );
-        assert_eq!(
-            unit_from_cgroup_path("/kubepods.slice/kubepods-pod1.slice/cri-containerd-ab.scope")
-                .as_deref(),
-            Some("cri-containerd-ab.scope")
-        );
-        assert_eq!(unit_from_cgroup_path("/"), None);
+    fn workload_fields_are_written_only_when_known() {
+        let info = from_tid(u32::MAX - 1, "nft");
+        let v = serde_json::to_value(&info).unwrap();
+        for k in ["unit", "container_id", "pod"] {
+            assert!(v.get(k).is_none(), "{k} in {v}");
+        }
+        let info = info.with_workload(cgroup::parse_path(
+            "/kubepods/besteffort/pod0123456789abcdef0123456789abcdef/\
+             0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+        ));
+        let v = serde_json::to_value(&info).unwrap();
+        assert_eq!(v["pod"]["qos"], "besteffort");
+        assert_eq!(v["pod"]["uid"], "0123456789abcdef0123456789abcdef");
+        assert!(v["pod"].get("name").is_none(), "{v}");
+        assert_eq!(v["container_id"].as_str().map(str::len), Some(64));
+        assert!(v.get("unit").is_none(), "{v}");
     }
 }

@@ -35,6 +35,19 @@ pub enum Command {
     /// Time the read and diff of a legacy table inside a namespace (for `cargo xtask bench`).
     #[command(hide = true)]
     BenchXt(BenchXtArgs),
+    /// Time the incident engine on synthetic kube-proxy churn (for `cargo xtask bench-incidents`).
+    #[command(hide = true)]
+    BenchIncidents(BenchIncidentsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchIncidentsArgs {
+    /// kube-proxy restores to replay.
+    #[arg(long, default_value_t = 20_000)]
+    pub txns: usize,
+    /// calico-node/kube-proxy conflict rounds.
+    #[arg(long, default_value_t = 2_000)]
+    pub rounds: usize,
 }
 
 #[derive(Debug, Args)]

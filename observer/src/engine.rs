@@ -40,7 +40,8 @@ enum NsMsg {
     Nft {
         inode: u32,
         gen: u32,
-        process: ProcessInfo,
+        /// Boxed: the writer's attribution is by far the largest part of a message.
+        process: Box<ProcessInfo>,
         changes: Vec<Change>,
         time: String,
         replayed: bool,
@@ -578,7 +579,7 @@ impl Engine {
                 let msg = NsMsg::Nft {
                     inode,
                     gen,
-                    process: unknown_process(),
+                    process: Box::new(unknown_process()),
                     changes,
                     time: now(),
                     replayed: true,
@@ -762,7 +763,7 @@ impl Engine {
                         time,
                         txn,
                         source: Source::Netlink,
-                        process,
+                        process: *process,
                         replayed,
                     },
                     changes,
@@ -933,6 +934,8 @@ fn unknown_process() -> ProcessInfo {
         actor: "unknown".into(),
         cgroup: None,
         unit: None,
+        container_id: None,
+        pod: None,
     }
 }
 
@@ -992,7 +995,7 @@ async fn read_notifications(
                         let msg = NsMsg::Nft {
                             inode,
                             gen: t.gen_id,
-                            process,
+                            process: Box::new(process),
                             changes: t.changes,
                             time: now(),
                             replayed: false,

@@ -7,6 +7,7 @@
 
 mod attribution;
 mod bench;
+mod cgroup;
 mod cli;
 mod doctor;
 mod engine;
@@ -47,6 +48,7 @@ fn main() -> ExitCode {
             cli::Command::Owners(o) => ownership::run(o),
             cli::Command::Doctor(d) => doctor::run(d),
             cli::Command::BenchXt(b) => bench::run(b),
+            cli::Command::BenchIncidents(b) => incidents::bench::run(b),
         }
     });
     match result {

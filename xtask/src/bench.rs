@@ -1490,10 +1490,16 @@ impl Results {
 
 /// Replaces the text between the markers (inclusive) with `section`, or appends it.
 fn write_section(path: &Path, section: &str) -> Result<()> {
+    write_marked(path, START, END, section)
+}
+
+/// Replace what lies between the `start` and `end` markers of the file (markers included) with
+/// `section`, or append `section` when the markers are missing.
+pub(crate) fn write_marked(path: &Path, start: &str, end: &str, section: &str) -> Result<()> {
     let old = fs::read_to_string(path).unwrap_or_default();
-    let new = match (old.find(START), old.find(END)) {
+    let new = match (old.find(start), old.find(end)) {
         (Some(s), Some(e)) if s < e => {
-            let rest = &old[e + END.len()..];
+            let rest = &old[e + end.len()..];
             let rest = rest.strip_prefix('\n').unwrap_or(rest);
             format!("{}{section}{rest}", &old[..s])
         }

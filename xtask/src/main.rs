@@ -3,7 +3,9 @@
 //! Each verb is one variant of [`Verb`] and one function; add a verb by adding both.
 
 mod bench;
+mod bench_incidents;
 mod cmd;
+mod deploy;
 mod setup;
 
 use std::{
@@ -87,6 +89,20 @@ enum Verb {
         shorter and noisier."
     )]
     Bench(bench::BenchArgs),
+
+    /// Measure the incident engine (per-transaction cost, incident latency, memory under churn)
+    /// and write the figures into BENCHMARKS.md
+    BenchIncidents(bench_incidents::BenchIncidentsArgs),
+
+    /// Validate deploy/'s Kubernetes manifests offline and check its Containerfile
+    #[command(
+        long_about = "Validate the Kubernetes manifests in deploy/ against the API schemas \
+        with kubernetes-validate (strict: unknown fields fail), offline; installs the validator \
+        into a Python virtual environment in cargo's target directory the first time. Also \
+        checks that a broken manifest is rejected, and that deploy/Containerfile builds with \
+        `cargo xtask build` and copies target/release/observer. `cargo xtask test` runs this."
+    )]
+    DeployCheck,
 }
 
 #[derive(Args)]
@@ -115,6 +131,8 @@ fn main() -> ExitCode {
         Verb::Test(a) => test(&a.args),
         Verb::Tail(a) => tail(&a.args),
         Verb::Bench(a) => bench::run(&a),
+        Verb::BenchIncidents(a) => bench_incidents::run(&a),
+        Verb::DeployCheck => deploy_check().map(|()| 0),
     };
     match result {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
@@ -145,7 +163,14 @@ fn setup_verb(a: &SetupArgs) -> Result<()> {
         force_bpf_linker: a.force_bpf_linker,
         lenient_packages: false,
     };
-    cmd::phase("setup", || setup::run(opts)).map(|_| ())
+    cmd::phase("setup", || setup::run(opts))?;
+    // The manifest validator that `test` runs.
+    deploy::ensure_validator(&target_dir()?).map(|_| ())
+}
+
+fn deploy_check() -> Result<()> {
+    let target = target_dir()?;
+    cmd::phase("deploy-check", || deploy::check(&root(), &target))
 }
 
 /// Setup (lenient about Debian packages when not root), then the release build of observer.
@@ -169,6 +194,8 @@ fn build() -> Result<setup::Ready> {
 
 fn test(args: &[OsString]) -> Result<i32> {
     let ready = build()?;
+    // The release binary just built is the one deploy/Containerfile puts in the image.
+    deploy_check()?;
     let mut c = cargo();
     c.args(["test", "--release"]);
     // The whole workspace but the BPF crate, unless the caller picked packages (with

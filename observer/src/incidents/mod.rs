@@ -15,6 +15,7 @@
 //! incidents are forgotten once closed, conflicts once their window passes, and the `events`
 //! list of one incident keeps at most [`MAX_EVENTS`] sequence numbers.
 
+pub mod bench;
 pub mod drift;
 pub mod owners;
 
@@ -63,6 +64,9 @@ impl Default for Config {
 /// A chain (or a set) as the model knows it.
 #[derive(Debug, Clone, Default)]
 struct ObjInfo {
+    /// What the catalog or the file says about this name (resolved once, when the object
+    /// enters the model).
+    claim: Option<Claim>,
     /// Learned owner (the catalog and the file are asked first, see [`Correlator::owner_of`]).
     learned: Option<String>,
     rules: usize,
@@ -70,6 +74,15 @@ struct ObjInfo {
     jumps: Vec<String>,
     is_set: bool,
     last: Option<LastWrite>,
+}
+
+impl ObjInfo {
+    fn named(owners: &Owners, name: &str) -> ObjInfo {
+        ObjInfo {
+            claim: owners.claim(name).cloned(),
+            ..ObjInfo::default()
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -226,9 +239,11 @@ impl Correlator {
         let net = self.nets.entry(netns).or_default();
         net.name = name;
         for c in chains {
+            let claim = self.owners.claim(&c.chain).cloned();
             net.objs.insert(
                 (c.backend, c.family, c.table, c.chain),
                 ObjInfo {
+                    claim,
                     rules: c.rules,
                     jumps: c.jumps,
                     is_set: c.is_set,
@@ -266,12 +281,24 @@ impl Correlator {
         out
     }
 
+    /// Is `owner` the owner of this object? (Like [`Correlator::owner_of`], without allocating.)
+    fn owned_by(&self, name: &str, info: &ObjInfo, owner: &str) -> bool {
+        if !info.is_set && is_builtin_chain(name) {
+            return false;
+        }
+        match &info.claim {
+            Some(Claim::Owned { owner: o, .. }) => o == owner,
+            Some(Claim::Shared { .. }) => false,
+            None => info.learned.as_deref() == Some(owner),
+        }
+    }
+
     /// The owner of an object and how it is known (`None`: unknown, shared or built in).
     fn owner_of(&self, name: &str, info: &ObjInfo) -> Option<(String, How)> {
         if !info.is_set && is_builtin_chain(name) {
             return None;
         }
-        match self.owners.claim(name) {
+        match &info.claim {
             Some(Claim::Owned { owner, how }) => Some((owner.clone(), *how)),
             Some(Claim::Shared { .. }) => None,
             None => info.learned.clone().map(|o| (o, How::Learned)),
@@ -280,7 +307,7 @@ impl Correlator {
 
     /// May `actor` change `name` without it being an incident? (Its owner, or a shared writer.)
     fn allowed(&self, name: &str, info: &ObjInfo, actor: &str) -> bool {
-        if let Some(Claim::Shared { writers, .. }) = self.owners.claim(name) {
+        if let Some(Claim::Shared { writers, .. }) = &info.claim {
             return writers.iter().any(|w| self.owners.canonical(w) == actor);
         }
         match self.owner_of(name, info) {
@@ -337,9 +364,15 @@ impl Correlator {
             self.handle_restores(netns, &actor, &restored, now_ns, &mut out);
         }
         // Split brain, for every owner this transaction touched (before or after it).
-        let seqs: Vec<u64> = applied.iter().map(|c| c.seq).collect();
-        for owner in touched {
-            self.check_split(netns, &owner, now_ns, &seqs, &mut out);
+        // Only creating or deleting chains can start or end one.
+        let reshapes = applied
+            .iter()
+            .any(|c| matches!(c.op, Op::ChainCreate | Op::ChainDelete | Op::TableDelete));
+        if reshapes {
+            let seqs: Vec<u64> = applied.iter().map(|c| c.seq).collect();
+            for owner in touched {
+                self.check_split(netns, &owner, now_ns, &seqs, &mut out);
+            }
         }
         out
     }
@@ -572,13 +605,19 @@ impl Correlator {
                             continue;
                         }
                         Op::ChainCreate | Op::SetCreate => {
-                            let info = net.objs.entry(key.clone()).or_default();
+                            let info = net
+                                .objs
+                                .entry(key.clone())
+                                .or_insert_with(|| ObjInfo::named(&self.owners, &key.3));
                             info.is_set = c.op == Op::SetCreate;
                             restored.push((key.clone(), c.seq));
                         }
                         _ => {}
                     }
-                    let info = net.objs.entry(key.clone()).or_default();
+                    let info = net
+                        .objs
+                        .entry(key.clone())
+                        .or_insert_with(|| ObjInfo::named(&self.owners, &key.3));
                     match c.op {
                         Op::RuleAdd => {
                             info.rules += 1;
@@ -636,11 +675,8 @@ impl Correlator {
                 if is_builtin_chain(&key.3) && !self.is_set(netns, &key) {
                     continue;
                 }
-                if self.owners.claim(&key.3).is_some() {
-                    continue;
-                }
                 if let Some(info) = self.nets.get_mut(&netns).and_then(|n| n.objs.get_mut(&key)) {
-                    if info.learned.is_none() {
+                    if info.claim.is_none() && info.learned.is_none() {
                         info.learned = Some(actor.to_string());
                     }
                 }
@@ -1057,7 +1093,7 @@ impl Correlator {
             if info.is_set {
                 continue;
             }
-            if self.owner_of(&k.3, info).is_some_and(|(o, _)| o == owner) {
+            if self.owned_by(&k.3, info, owner) {
                 if k.0 == Backend::Legacy {
                     legacy.insert(k.3.clone());
                     sample.get_or_insert((k.1, k.2.clone()));
@@ -1232,7 +1268,7 @@ impl Correlator {
                 continue;
             }
             for (k, info) in &net.objs {
-                let (owner, how, writers) = match self.owners.claim(&k.3) {
+                let (owner, how, writers) = match &info.claim {
                     Some(Claim::Shared { writers, how }) if !is_builtin_chain(&k.3) => {
                         ("shared".to_string(), Some(*how), writers.clone())
                     }

@@ -353,6 +353,8 @@ mod tests {
             actor: actor.into(),
             cgroup: None,
             unit: unit.map(str::to_string),
+            container_id: None,
+            pod: None,
         }
     }
 

@@ -88,6 +88,8 @@ impl Stream {
                         actor: actor.into(),
                         cgroup: Some(1),
                         unit: None,
+                        container_id: None,
+                        pod: None,
                     },
                     replayed: false,
                 }
@@ -466,6 +468,8 @@ fn a_refused_recreation_during_a_mass_flush_is_named() {
             actor: "kubelet".into(),
             cgroup: None,
             unit: None,
+            container_id: None,
+            pod: None,
         },
         replayed: false,
     };

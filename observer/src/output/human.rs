@@ -171,6 +171,8 @@ mod tests {
                 actor: "admin.sh".into(),
                 cgroup: None,
                 unit: None,
+                container_id: None,
+                pod: None,
             },
             replayed: false,
         }

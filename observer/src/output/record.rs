@@ -253,6 +253,8 @@ mod tests {
                 actor: "kubelet".into(),
                 cgroup: Some(1),
                 unit: None,
+                container_id: None,
+                pod: None,
             },
             replayed: false,
         }

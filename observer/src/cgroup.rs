@@ -1,0 +1,720 @@
+//! cgroup id → cgroup path → systemd unit, container and pod.
+//!
+//! The kernel hooks capture the writer's cgroup v2 id (`bpf_get_current_cgroup_id`), which is the
+//! inode number of the writer's cgroup directory in the v2 hierarchy. Turning it into a path needs
+//! no process: the id stays valid as long as the cgroup exists, so a short-lived `iptables` that
+//! has long exited is still placed in its unit, container and pod. This module
+//!
+//! - finds the cgroup2 mount from `/proc/self/mountinfo` (`/sys/fs/cgroup` on pure v2 hosts,
+//!   `/sys/fs/cgroup/unified` on hybrid ones; never assumed),
+//! - resolves an id with `open_by_handle_at` (a kernfs file handle is the 64-bit id itself; needs
+//!   CAP_DAC_READ_SEARCH), falling back to a walk of the hierarchy comparing inode numbers,
+//! - caches the answer per id (bounded LRU; ids are never reused, so a miss is cached too),
+//! - parses the path into what people call things: the systemd unit, the container id of
+//!   containerd, CRI-O, docker and podman, and the Kubernetes pod uid and QoS class of kubelet's
+//!   systemd and cgroupfs drivers ([`parse_path`]).
+//!
+//! Any kernel with cgroup v2 (4.5+) works; the file-handle path needs 5.7+ kernfs ids (older
+//! kernels fall back to the walk). On a hybrid host, processes that container runtimes place only
+//! in v1 hierarchies sit in their parent's v2 cgroup: the v2 id then names that parent (often the
+//! runtime's unit), and the container and pod stay unknown unless the writer is still alive for
+//! `/proc/<pid>/cgroup` to be read ([`from_proc`]).
+
+use std::fs;
+use std::num::NonZeroUsize;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use lru::LruCache;
+use serde::{Deserialize, Serialize};
+
+/// Kubernetes pod QoS class, as kubelet names its cgroups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Qos {
+    Guaranteed,
+    Burstable,
+    Besteffort,
+}
+
+/// The pod a writer runs in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pod {
+    /// The pod's metadata.uid (dashes restored from the systemd driver's underscores).
+    pub uid: String,
+    pub qos: Qos,
+    /// Filled only when observer runs in a cluster and can ask the API server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// What a cgroup path says about the processes in it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Workload {
+    /// The innermost systemd unit (`kubelet.service`, `cri-containerd-<id>.scope`).
+    pub unit: Option<String>,
+    /// The innermost container's id (full, as the runtime names it).
+    pub container_id: Option<String>,
+    pub pod: Option<Pod>,
+}
+
+impl Workload {
+    fn is_empty(&self) -> bool {
+        self.unit.is_none() && self.container_id.is_none() && self.pod.is_none()
+    }
+}
+
+/// A container id: hexadecimal, at least docker's short form long.
+fn is_container_id(s: &str) -> bool {
+    (12..=128).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// A pod uid: a UUID, or the 32-hex config hash of a static pod.
+fn is_pod_uid(s: &str) -> bool {
+    (32..=36).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
+}
+
+/// Runtime prefixes of container cgroups (`<prefix><id>.scope` under systemd, `<prefix><id>`
+/// under cgroupfs). Conmon scopes (`crio-conmon-`, `libpod-conmon-`) hold the monitor, not the
+/// container, and do not match because `conmon-...` is not hexadecimal.
+const RUNTIME_PREFIXES: [&str; 5] = [
+    "cri-containerd-",
+    "crio-",
+    "docker-",
+    "libpod-",
+    "containerd-",
+];
+
+/// The container id a single path segment names, if it names one.
+fn container_in_segment(seg: &str) -> Option<&str> {
+    let base = seg.strip_suffix(".scope").unwrap_or(seg);
+    RUNTIME_PREFIXES
+        .iter()
+        .find_map(|p| base.strip_prefix(p))
+        .filter(|id| is_container_id(id))
+}
+
+/// `kubepods-burstable-pod<uid_with_underscores>.slice` (also behind a `kubelet-` prefix, as
+/// in kind nodes) or `kubepods-pod<uid>.slice` for guaranteed pods.
+fn pod_in_systemd_segment(seg: &str) -> Option<Pod> {
+    let base = seg.strip_suffix(".slice")?;
+    let at = base.find("kubepods")?;
+    let rest = &base[at + "kubepods".len()..];
+    let (qos, uid) = if let Some(u) = rest.strip_prefix("-burstable-pod") {
+        (Qos::Burstable, u)
+    } else if let Some(u) = rest.strip_prefix("-besteffort-pod") {
+        (Qos::Besteffort, u)
+    } else if let Some(u) = rest.strip_prefix("-pod") {
+        (Qos::Guaranteed, u)
+    } else {
+        return None;
+    };
+    let uid = uid.replace('_', "-");
+    is_pod_uid(&uid).then_some(Pod {
+        uid,
+        qos,
+        namespace: None,
+        name: None,
+    })
+}
+
+/// Parse a cgroup path (`/kubepods.slice/.../cri-containerd-<id>.scope`) into unit, container
+/// and pod. Unknown layouts give an empty [`Workload`]; nothing here can panic on odd input.
+pub fn parse_path(path: &str) -> Workload {
+    let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let mut w = Workload {
+        unit: segs
+            .iter()
+            .rev()
+            .find(|s| s.ends_with(".service") || s.ends_with(".scope"))
+            .map(|s| s.to_string()),
+        ..Workload::default()
+    };
+    // Index of the segment that named the pod (cgroupfs: container ids sit right below it).
+    let mut pod_at = None;
+    for (i, seg) in segs.iter().enumerate() {
+        if let Some(pod) = pod_in_systemd_segment(seg) {
+            w.pod = Some(pod);
+            pod_at = Some(i);
+            continue;
+        }
+        // cgroupfs driver: /kubepods/[burstable|besteffort/]pod<uid>
+        if let Some(uid) = seg.strip_prefix("pod").filter(|u| is_pod_uid(u)) {
+            let parent = i.checked_sub(1).map(|p| segs[p]);
+            let grand = i.checked_sub(2).map(|p| segs[p]);
+            let qos = match (grand, parent) {
+                (Some(g), Some("burstable")) if g.ends_with("kubepods") => Some(Qos::Burstable),
+                (Some(g), Some("besteffort")) if g.ends_with("kubepods") => Some(Qos::Besteffort),
+                (_, Some(p)) if p.ends_with("kubepods") => Some(Qos::Guaranteed),
+                _ => None,
+            };
+            if let Some(qos) = qos {
+                w.pod = Some(Pod {
+                    uid: uid.to_string(),
+                    qos,
+                    namespace: None,
+                    name: None,
+                });
+                pod_at = Some(i);
+                continue;
+            }
+        }
+        let parent = i.checked_sub(1).map(|p| segs[p]);
+        let id = container_in_segment(seg).or_else(|| {
+            // Plain ids: right below a cgroupfs pod, or docker's cgroupfs `/docker/<id>`.
+            let below_pod = pod_at == Some(i.wrapping_sub(1)) && !seg.ends_with(".slice");
+            (below_pod || parent == Some("docker"))
+                .then_some(*seg)
+                .filter(|s| is_container_id(s))
+        });
+        if let Some(id) = id {
+            w.container_id = Some(id.to_string());
+        }
+    }
+    w
+}
+
+/// What observer knows of one cgroup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    /// Path relative to the cgroup2 mount, starting with `/`.
+    pub path: String,
+    pub workload: Workload,
+}
+
+/// Lookups cached per cgroup id. Bounded: a node rarely has more live cgroups than this, and an
+/// evicted entry is only looked up again.
+const CACHE_ENTRIES: usize = 4096;
+/// The fallback walk gives up after this many directories (a hierarchy this large is unusual;
+/// the id is still printed).
+const WALK_LIMIT: usize = 200_000;
+/// `FILEID_KERNFS` from include/linux/exportfs.h: a kernfs handle is its 64-bit node id.
+const FILEID_KERNFS: i32 = 0xfe;
+
+/// Resolves cgroup v2 ids to paths. One per process ([`resolver`]).
+pub struct Resolver {
+    /// The cgroup2 mount point, if this system has one.
+    mount: Option<PathBuf>,
+    /// An fd of the mount's root for `open_by_handle_at`.
+    mount_fd: Option<OwnedFd>,
+    cache: Mutex<LruCache<u64, Option<Arc<Resolved>>>>,
+}
+
+/// The process-wide resolver, created on first use.
+pub fn resolver() -> &'static Resolver {
+    static R: OnceLock<Resolver> = OnceLock::new();
+    R.get_or_init(|| {
+        let r = Resolver::new(cgroup2_mount(
+            &fs::read_to_string("/proc/self/mountinfo").unwrap_or_default(),
+        ));
+        if r.mount.is_none() {
+            tracing::warn!(
+                "no cgroup2 file system is mounted: writers' units, containers and pods stay \
+                 unknown (mount it with `mount -t cgroup2 none /sys/fs/cgroup`, or in a \
+                 container mount the host's /sys/fs/cgroup)"
+            );
+        }
+        r
+    })
+}
+
+/// Decode mountinfo's octal escapes (`\040` for a space).
+fn unescape(s: &str) -> PathBuf {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            let v = u32::from(b[i + 1] - b'0') * 64
+                + u32::from(b[i + 2] - b'0') * 8
+                + u32::from(b[i + 3] - b'0');
+            out.push(v as u8);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    PathBuf::from(std::ffi::OsStr::from_bytes(&out))
+}
+
+/// The mount point of the cgroup2 file system in a mountinfo text. When there are several, the
+/// one whose root is the hierarchy's root wins (a container's own cgroup namespace mount shows
+/// only part of it).
+pub fn cgroup2_mount(mountinfo: &str) -> Option<PathBuf> {
+    let mut best: Option<(bool, PathBuf)> = None;
+    for line in mountinfo.lines() {
+        let Some((pre, post)) = line.split_once(" - ") else {
+            continue;
+        };
+        if post.split(' ').next() != Some("cgroup2") {
+            continue;
+        }
+        let f: Vec<&str> = pre.split(' ').collect();
+        let (Some(root), Some(point)) = (f.get(3), f.get(4)) else {
+            continue;
+        };
+        let whole = *root == "/";
+        if best.as_ref().is_none_or(|(w, _)| !w && whole) {
+            best = Some((whole, unescape(point)));
+        }
+    }
+    best.map(|(_, p)| p)
+}
+
+impl Resolver {
+    /// A resolver for the cgroup2 hierarchy mounted at `mount`.
+    pub fn new(mount: Option<PathBuf>) -> Resolver {
+        let mount_fd = mount.as_deref().and_then(|m| {
+            let c = std::ffi::CString::new(m.as_os_str().as_bytes()).ok()?;
+            // SAFETY: c is a valid NUL-terminated path; the returned fd is checked and owned.
+            let fd = unsafe {
+                libc::open(
+                    c.as_ptr(),
+                    libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                )
+            };
+            // SAFETY: fd is a fresh descriptor returned by open, owned by no one else.
+            (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
+        });
+        Resolver {
+            mount,
+            mount_fd,
+            cache: Mutex::new(LruCache::new(
+                NonZeroUsize::new(CACHE_ENTRIES).unwrap_or(NonZeroUsize::MIN),
+            )),
+        }
+    }
+
+    /// The cgroup2 mount point in use.
+    pub fn mount(&self) -> Option<&Path> {
+        self.mount.as_deref()
+    }
+
+    /// Path and workload of cgroup `id`, or None when the cgroup is gone (or no cgroup2 is
+    /// mounted). Cached.
+    pub fn resolve(&self, id: u64) -> Option<Arc<Resolved>> {
+        if id == 0 {
+            return None;
+        }
+        if let Some(hit) = self.cache.lock().ok()?.get(&id) {
+            return hit.clone();
+        }
+        let path = self.path_by_handle(id).or_else(|| self.path_by_walk(id));
+        let got = path.map(|path| {
+            Arc::new(Resolved {
+                workload: parse_path(&path),
+                path,
+            })
+        });
+        if let Ok(mut c) = self.cache.lock() {
+            c.put(id, got.clone());
+        }
+        got
+    }
+
+    /// `open_by_handle_at` on a kernfs handle, then the path of the opened directory.
+    fn path_by_handle(&self, id: u64) -> Option<String> {
+        let mount = self.mount.as_deref()?;
+        let mfd = self.mount_fd.as_ref()?;
+        #[repr(C)]
+        struct Handle {
+            handle_bytes: u32,
+            handle_type: i32,
+            id: [u8; 8],
+        }
+        let mut h = Handle {
+            handle_bytes: 8,
+            handle_type: FILEID_KERNFS,
+            id: id.to_ne_bytes(),
+        };
+        // SAFETY: h has the layout of struct file_handle followed by its 8 handle bytes; the
+        // mount fd is open; the returned fd is checked and owned.
+        let fd = unsafe {
+            libc::open_by_handle_at(
+                mfd.as_raw_fd(),
+                (&raw mut h).cast::<libc::file_handle>(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return None;
+        }
+        // SAFETY: fd is a fresh descriptor from open_by_handle_at, owned by no one else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let full = fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
+        relative(mount, &full)
+    }
+
+    /// Breadth-first walk of the hierarchy for a directory whose inode is `id`.
+    fn path_by_walk(&self, id: u64) -> Option<String> {
+        use std::os::unix::fs::DirEntryExt;
+        let mount = self.mount.as_deref()?;
+        if id == 1
+            || fs::metadata(mount).is_ok_and(|m| std::os::unix::fs::MetadataExt::ino(&m) == id)
+        {
+            return Some("/".into());
+        }
+        let mut queue = std::collections::VecDeque::from([mount.to_path_buf()]);
+        let mut seen = 0usize;
+        while let Some(dir) = queue.pop_front() {
+            let Ok(entries) = fs::read_dir(&dir) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                    continue;
+                }
+                seen += 1;
+                if e.ino() == id {
+                    return relative(mount, &e.path());
+                }
+                if seen >= WALK_LIMIT {
+                    return None;
+                }
+                queue.push_back(e.path());
+            }
+        }
+        None
+    }
+}
+
+/// `full` below `mount`, as `/a/b` (`/` for the mount itself).
+fn relative(mount: &Path, full: &Path) -> Option<String> {
+    let rest = full.strip_prefix(mount).ok()?;
+    Some(format!("/{}", rest.to_str()?))
+}
+
+/// The workload of a live process from `/proc/<pid>/cgroup`: the v2 line first, then any v1
+/// line (hybrid hosts keep containers in v1 hierarchies). None when the process is gone.
+pub fn from_proc(pid: u32) -> Option<Workload> {
+    let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    Some(workload_of_proc_cgroup(&text))
+}
+
+/// [`from_proc`] on the file's text.
+pub fn workload_of_proc_cgroup(text: &str) -> Workload {
+    // Lines are `hierarchy-id:controllers:path`; the v2 one is `0::path`.
+    let paths = text
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.splitn(3, ':');
+            Some((f.next()?, f.next()?, f.next()?))
+        })
+        .collect::<Vec<_>>();
+    let v2 = paths
+        .iter()
+        .find(|(h, c, _)| *h == "0" && c.is_empty())
+        .map(|(_, _, p)| parse_path(p))
+        .unwrap_or_default();
+    let mut w = v2;
+    for (_, _, p) in paths.iter().filter(|(h, _, _)| *h != "0") {
+        let v1 = parse_path(p);
+        if w.container_id.is_none() {
+            w.container_id = v1.container_id;
+        }
+        if w.pod.is_none() {
+            w.pod = v1.pod;
+        }
+        if w.unit.is_none() {
+            w.unit = v1.unit;
+        }
+        if w.container_id.is_some() && w.pod.is_some() && w.unit.is_some() {
+            break;
+        }
+    }
+    w
+}
+
+/// The workload of a writer from the cgroup id the kernel captured, completed from `/proc` when
+/// the id says nothing (a v1-only container on a hybrid host) and the writer still lives as
+/// `comm`.
+pub fn from_kernel(cgroup_id: u64, tgid: u32, comm: &str) -> Workload {
+    let from_id = resolver()
+        .resolve(cgroup_id)
+        .map(|r| r.workload.clone())
+        .unwrap_or_default();
+    if !from_id.is_empty() {
+        return from_id;
+    }
+    let live = fs::read_to_string(format!("/proc/{tgid}/comm")).is_ok_and(|c| c.trim_end() == comm);
+    if live {
+        from_proc(tgid).unwrap_or_default()
+    } else {
+        from_id
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CID: &str = "4f6c2b5a8e1d0c9b7a6f5e4d3c2b1a09f8e7d6c5b4a39281706f5e4d3c2b1a09";
+    const UID: &str = "8d1c6f3e-2b7a-4c9d-9e1f-0a2b3c4d5e6f";
+
+    fn pod(qos: Qos) -> Option<Pod> {
+        Some(Pod {
+            uid: UID.into(),
+            qos,
+            namespace: None,
+            name: None,
+        })
+    }
+
+    #[test]
+    fn systemd_units() {
+        let w = parse_path("/system.slice/kubelet.service");
+        assert_eq!(w.unit.as_deref(), Some("kubelet.service"));
+        assert_eq!(w.container_id, None);
+        assert_eq!(w.pod, None);
+        assert_eq!(
+            parse_path("/system.slice/iptables.service").unit.as_deref(),
+            Some("iptables.service")
+        );
+        assert_eq!(
+            parse_path("/system.slice/firewalld.service")
+                .unit
+                .as_deref(),
+            Some("firewalld.service")
+        );
+        assert_eq!(
+            parse_path("/user.slice/user-1000.slice/session-3.scope")
+                .unit
+                .as_deref(),
+            Some("session-3.scope")
+        );
+        assert_eq!(parse_path("/"), Workload::default());
+    }
+
+    #[test]
+    fn kubelet_systemd_driver() {
+        let u = UID.replace('-', "_");
+        for (slice, qos) in [
+            (
+                format!("kubepods-burstable.slice/kubepods-burstable-pod{u}.slice"),
+                Qos::Burstable,
+            ),
+            (
+                format!("kubepods-besteffort.slice/kubepods-besteffort-pod{u}.slice"),
+                Qos::Besteffort,
+            ),
+            (format!("kubepods-pod{u}.slice"), Qos::Guaranteed),
+        ] {
+            for (scope, id) in [
+                (format!("cri-containerd-{CID}.scope"), CID),
+                (format!("crio-{CID}.scope"), CID),
+                (format!("docker-{CID}.scope"), CID),
+            ] {
+                let path = format!("/kubepods.slice/{slice}/{scope}");
+                let w = parse_path(&path);
+                assert_eq!(w.container_id.as_deref(), Some(id), "{path}");
+                assert_eq!(w.pod, pod(qos), "{path}");
+                assert_eq!(w.unit.as_deref(), Some(scope.as_str()), "{path}");
+            }
+        }
+        // The pod's own slice (a writer in the pod sandbox's cgroup): pod, no container.
+        let w = parse_path(&format!(
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{u}.slice"
+        ));
+        assert_eq!(w.pod, pod(Qos::Burstable));
+        assert_eq!(w.container_id, None);
+    }
+
+    #[test]
+    fn kind_node_nesting_picks_the_innermost_container() {
+        let u = UID.replace('-', "_");
+        let node = "a".repeat(64);
+        let path = format!(
+            "/system.slice/docker-{node}.scope/kubelet.slice/kubelet-kubepods.slice/\
+             kubelet-kubepods-besteffort.slice/kubelet-kubepods-besteffort-pod{u}.slice/\
+             cri-containerd-{CID}.scope"
+        );
+        let w = parse_path(&path);
+        assert_eq!(w.container_id.as_deref(), Some(CID));
+        assert_eq!(w.pod, pod(Qos::Besteffort));
+    }
+
+    #[test]
+    fn kubelet_cgroupfs_driver() {
+        for (mid, qos) in [
+            ("burstable/", Qos::Burstable),
+            ("besteffort/", Qos::Besteffort),
+            ("", Qos::Guaranteed),
+        ] {
+            for leaf in [CID.to_string(), format!("crio-{CID}")] {
+                let path = format!("/kubepods/{mid}pod{UID}/{leaf}");
+                let w = parse_path(&path);
+                assert_eq!(w.container_id.as_deref(), Some(CID), "{path}");
+                assert_eq!(w.pod, pod(qos), "{path}");
+                assert_eq!(w.unit, None, "{path}");
+            }
+        }
+        // Static pods carry a 32-hex config hash as uid.
+        let hash = "0123456789abcdef0123456789abcdef";
+        let w = parse_path(&format!("/kubepods/burstable/pod{hash}/{CID}"));
+        assert_eq!(w.pod.map(|p| p.uid).as_deref(), Some(hash));
+    }
+
+    #[test]
+    fn docker_and_podman() {
+        let w = parse_path(&format!("/docker/{CID}"));
+        assert_eq!(w.container_id.as_deref(), Some(CID));
+        assert_eq!(w.pod, None);
+        let w = parse_path(&format!("/system.slice/docker-{CID}.scope"));
+        assert_eq!(w.container_id.as_deref(), Some(CID));
+        assert_eq!(w.unit, Some(format!("docker-{CID}.scope")));
+        let w = parse_path(&format!(
+            "/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{CID}.scope/container"
+        ));
+        assert_eq!(w.container_id.as_deref(), Some(CID));
+        let w = parse_path(&format!("/machine.slice/libpod-{CID}.scope"));
+        assert_eq!(w.container_id.as_deref(), Some(CID));
+        let w = parse_path(&format!("/libpod_parent/libpod-{CID}"));
+        assert_eq!(w.container_id.as_deref(), Some(CID));
+        // conmon is the monitor, not the container.
+        let w = parse_path(&format!("/machine.slice/libpod-conmon-{CID}.scope"));
+        assert_eq!(w.container_id, None);
+        let w = parse_path(&format!("/system.slice/crio-conmon-{CID}.scope"));
+        assert_eq!(w.container_id, None);
+    }
+
+    #[test]
+    fn garbage_does_not_panic_or_invent() {
+        for p in [
+            "",
+            "/",
+            "//////",
+            "pod",
+            "/pod",
+            "/kubepods",
+            "/kubepods/pod",
+            "/kubepods/burstable/pod",
+            "/kubepods/burstable/podxyz/abc",
+            "kubepods-.slice",
+            "kubepods-pod.slice",
+            "/kubepods.slice/kubepods-burstable-pod.slice/cri-containerd-.scope",
+            "/kubepods.slice/kubepods-pod\u{e9}\u{e9}.slice/crio-\u{1F600}.scope",
+            "/docker/",
+            "/docker/zzzz",
+            "/docker/abc",
+            "cri-containerd-",
+            ".scope",
+            ".service",
+            "\\\\\0\0",
+            "/a/b/c/d/e/f/g/h/i/j/k/l/m/n/o/p/q/r/s/t/u/v/w/x/y/z",
+        ] {
+            let w = parse_path(p);
+            assert_eq!(w.container_id, None, "{p:?}");
+            assert_eq!(w.pod, None, "{p:?}");
+        }
+        // Long and random inputs.
+        let long = "/x".repeat(100_000);
+        assert_eq!(parse_path(&long), Workload::default());
+        let mut seed = 0x9e3779b97f4a7c15u64;
+        for _ in 0..2000 {
+            let s: String = (0..64)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    b"/-_.kubepodsscopeslice0123456789abcdef"[(seed % 38) as usize] as char
+                })
+                .collect();
+            let _ = parse_path(&s);
+            let _ = workload_of_proc_cgroup(&s);
+        }
+        assert_eq!(
+            workload_of_proc_cgroup("garbage\n::\n0:"),
+            Workload::default()
+        );
+    }
+
+    #[test]
+    fn proc_cgroup_uses_v2_then_v1() {
+        let v2 = format!("0::/kubepods/besteffort/pod{UID}/{CID}\n");
+        let w = workload_of_proc_cgroup(&v2);
+        assert_eq!(w.container_id.as_deref(), Some(CID));
+        assert_eq!(w.pod, pod(Qos::Besteffort));
+        // Hybrid: v2 says only the runtime's unit; v1 names the container.
+        let hybrid = format!(
+            "12:memory:/kubepods/pod{UID}/{CID}\n1:name=systemd:/system.slice/containerd.service\n\
+             0::/system.slice/containerd.service\n"
+        );
+        let w = workload_of_proc_cgroup(&hybrid);
+        assert_eq!(w.unit.as_deref(), Some("containerd.service"));
+        assert_eq!(w.container_id.as_deref(), Some(CID));
+        assert_eq!(w.pod, pod(Qos::Guaranteed));
+    }
+
+    #[test]
+    fn mountinfo_finds_cgroup2_wherever_it_is() {
+        let hybrid = "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n\
+             40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd\n\
+             41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";
+        assert_eq!(
+            cgroup2_mount(hybrid),
+            Some(PathBuf::from("/sys/fs/cgroup/unified"))
+        );
+        let pure =
+            "30 23 0:26 / /sys/fs/cgroup rw,nosuid shared:4 - cgroup2 cgroup2 rw,nsdelegate\n";
+        assert_eq!(cgroup2_mount(pure), Some(PathBuf::from("/sys/fs/cgroup")));
+        let ns_and_host = "50 40 0:26 /kubepods.slice/x /sys/fs/cgroup ro - cgroup2 cgroup2 rw\n\
+             51 40 0:26 / /host/cg\\040roup ro - cgroup2 cgroup2 rw\n";
+        assert_eq!(
+            cgroup2_mount(ns_and_host),
+            Some(PathBuf::from("/host/cg roup"))
+        );
+        assert_eq!(cgroup2_mount("nonsense\n - \n1 2 3\n"), None);
+    }
+
+    /// Needs root and a writable cgroup2 hierarchy; skips otherwise.
+    #[test]
+    fn ids_resolve_to_paths_without_a_process() {
+        use std::os::unix::fs::MetadataExt;
+        let r = resolver();
+        let Some(mount) = r.mount() else {
+            println!("skipping: no cgroup2 mount");
+            return;
+        };
+        let dir = mount.join(format!("observer-unit-{}", std::process::id()));
+        let leaf = dir.join(format!("kubepods/besteffort/pod{UID}/{CID}"));
+        if fs::create_dir_all(&leaf).is_err() {
+            println!("skipping: cannot create cgroups under {}", mount.display());
+            return;
+        }
+        let id = fs::metadata(&leaf).unwrap().ino();
+        let by_handle = r.path_by_handle(id);
+        let by_walk = r.path_by_walk(id);
+        let got = r.resolve(id);
+        let _ = fs::remove_dir(&leaf);
+        for d in leaf.ancestors().skip(1) {
+            if d == mount {
+                break;
+            }
+            let _ = fs::remove_dir(d);
+        }
+        let want = format!(
+            "/observer-unit-{}/kubepods/besteffort/pod{UID}/{CID}",
+            std::process::id()
+        );
+        assert_eq!(by_walk.as_deref(), Some(want.as_str()));
+        if by_handle.is_none() {
+            println!("note: open_by_handle_at does not resolve kernfs ids here; the walk does");
+        } else {
+            assert_eq!(by_handle.as_deref(), Some(want.as_str()));
+        }
+        let got = got.expect("resolved");
+        assert_eq!(got.path, want);
+        assert_eq!(got.workload.container_id.as_deref(), Some(CID));
+        // The cache keeps the answer after the cgroup is gone.
+        assert_eq!(r.resolve(id).map(|g| g.path.clone()), Some(want));
+        assert_eq!(r.resolve(u64::MAX - 5), None);
+    }
+}
