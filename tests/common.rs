@@ -385,15 +385,16 @@ impl Drop for Cgroup {
 }
 
 /// Where the cgroup v2 hierarchy is mounted (`/sys/fs/cgroup`, or `/sys/fs/cgroup/unified` on a
-/// hybrid system), from /proc/self/mountinfo.
+/// hybrid system), from /proc/self/mountinfo: the mount of the hierarchy's root, not of a subtree.
 pub fn cgroup2_mount() -> Option<PathBuf> {
     let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     info.lines().find_map(|l| {
         let (left, right) = l.split_once(" - ")?;
-        if right.split(' ').next()? != "cgroup2" {
+        let f: Vec<&str> = left.split(' ').collect();
+        if right.split(' ').next()? != "cgroup2" || f.get(3) != Some(&"/") {
             return None;
         }
-        left.split(' ').nth(4).map(PathBuf::from)
+        f.get(4).map(PathBuf::from)
     })
 }
 
