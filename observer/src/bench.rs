@@ -61,3 +61,190 @@ pub fn run(args: BenchXtArgs) -> anyhow::Result<()> {
     println!("{}", serde_json::to_string(&timing)?);
     Ok(())
 }
+
+/// `observer bench-record`: fill a record with a week of synthetic kube-proxy-like churn through
+/// the record's own writer, and report its size.
+#[derive(Serialize)]
+struct RecordFill {
+    rows: u64,
+    days: u64,
+    /// Wall time of the writes, s.
+    write_s: f64,
+    /// CPU time (user + system) of the writes, s: on a busy machine, the better figure.
+    write_cpu_s: f64,
+    /// Rows per CPU second through the writer.
+    rows_per_s: f64,
+    /// File size (after checkpoint), bytes.
+    bytes: u64,
+    bytes_per_million: f64,
+    /// A chain with a typical share of the churn, to query.
+    chain: String,
+    /// Rows of that chain.
+    chain_rows: usize,
+    /// In-process time of that query (SQL + rows), ms.
+    query_ms: f64,
+}
+
+pub fn record(args: crate::cli::BenchRecordArgs) -> anyhow::Result<()> {
+    use crate::attribution::ProcessInfo;
+    use crate::output::{ChangeRecord, Record, Source};
+    use crate::ruleset::{Backend, Family, Op};
+    use crate::store::{self, Row};
+    use std::sync::Arc;
+
+    if args.out.exists() {
+        anyhow::bail!("{} exists; give a new path", args.out.display());
+    }
+    let conn = store::open_rw(&args.out)?;
+    let limits = store::Limits {
+        retain: std::time::Duration::from_secs(3600 * 24 * 365),
+        max_bytes: u64::MAX,
+    };
+    let mut w = store::Writer::new(
+        conn,
+        args.out.clone(),
+        limits,
+        Arc::new(store::StoreStats::default()),
+    );
+    let services = 1000u64;
+    let span_ns = args.days as i64 * 86_400 * 1_000_000_000;
+    let start_ns = store::now_ns() - span_ns;
+    let step = span_ns / args.rows.max(1) as i64;
+    // A small deterministic generator: the same rows every run.
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let svc = |i: u64| format!("KUBE-SVC-{:016X}", i.wrapping_mul(0x2545_f491_4f6c_dd1d));
+    let t0 = Instant::now();
+    let cpu0 = cpu_seconds();
+    let mut batch = Vec::with_capacity(2048);
+    for seq in 1..=args.rows {
+        let r = next();
+        let s = r % services;
+        let (chain, op, rule) = match r >> 60 {
+            0..=5 => (
+                format!("KUBE-SEP-{:016X}", r >> 8),
+                Op::RuleAdd,
+                Some(format!(
+                    "-p tcp -m comment --comment \"default/svc-{s}:http\" -m tcp -j DNAT --to-destination 10.{}.{}.{}:8080",
+                    (r >> 16) & 255,
+                    (r >> 24) & 255,
+                    (r >> 32) & 255
+                )),
+            ),
+            6..=11 => (
+                format!("KUBE-SEP-{:016X}", r >> 8),
+                Op::RuleDelete,
+                Some("-s 10.0.0.0/32 -m comment --comment \"default/svc:http\" -j KUBE-MARK-MASQ".into()),
+            ),
+            12 | 13 => (
+                svc(s),
+                Op::RuleReplace,
+                Some(format!(
+                    "-m comment --comment \"default/svc-{s}:http -> 10.1.2.3:8080\" -m statistic --mode random --probability 0.50000000000 -j KUBE-SEP-{:016X}",
+                    r >> 8
+                )),
+            ),
+            14 => (svc(s), Op::ChainFlush, None),
+            _ => (format!("KUBE-SEP-{:016X}", r >> 8), Op::ChainDelete, None),
+        };
+        let time_ns = start_ns + seq as i64 * step;
+        let t = time::OffsetDateTime::from_unix_timestamp_nanos(time_ns as i128)?;
+        let c = ChangeRecord {
+            seq,
+            time: crate::output::record::rfc3339(t),
+            netns: 4026531840,
+            netns_name: None,
+            backend: Backend::Legacy,
+            family: Family::Ip,
+            table: "nat".into(),
+            chain: Some(chain),
+            op,
+            rule,
+            detail: None,
+            txn: format!("xt-4026531840-{time_ns}"),
+            result: "ok".into(),
+            source: Source::Tracepoint,
+            process: ProcessInfo {
+                pid: 1000 + (r % 30000) as u32,
+                tid: 1000 + (r % 30000) as u32,
+                comm: "iptables-restor".into(),
+                ppid: Some(812),
+                parent_comm: Some("kube-proxy".into()),
+                actor: "kube-proxy".into(),
+                cgroup: Some(7421),
+                unit: None,
+                container_id: Some(
+                    "3f9c2a7d81e4b05c6d1f8e2a9b7c4d3e5f6a1b2c3d4e5f6a7b8c9d0e1f2a3b4c".into(),
+                ),
+                pod: None,
+            },
+            replayed: false,
+        };
+        let json: Arc<str> = serde_json::to_string(&Record::Change(c.clone()))?.into();
+        batch.push(Row::Change {
+            seq,
+            time_ns,
+            netns: Some(c.netns),
+            backend: Some("legacy".into()),
+            table: Some(c.table),
+            chain: c.chain,
+            op: Some(c.op.as_str().into()),
+            actor: Some(c.process.actor),
+            comm: Some(c.process.comm),
+            json,
+        });
+        if batch.len() == 2048 {
+            w.write_batch(&batch);
+            batch.clear();
+        }
+    }
+    w.write_batch(&batch);
+    drop(w);
+    let write_s = t0.elapsed().as_secs_f64();
+    let write_cpu_s = cpu_seconds() - cpu0;
+    let conn = store::open_rw(&args.out)?;
+    conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")?;
+    let bytes = std::fs::metadata(&args.out)?.len();
+    let chain = svc(17);
+    let ro = store::open_ro(&args.out)?;
+    let sel = store::Selection {
+        chain_glob: Some(chain.clone()),
+        since_ns: Some(start_ns),
+        ..Default::default()
+    };
+    let q0 = Instant::now();
+    let rows = store::select_changes(&ro, &sel)?;
+    let query_ms = q0.elapsed().as_secs_f64() * 1e3;
+    let fill = RecordFill {
+        rows: args.rows,
+        days: args.days,
+        write_s,
+        write_cpu_s,
+        rows_per_s: args.rows as f64 / write_cpu_s.max(1e-9),
+        bytes,
+        bytes_per_million: bytes as f64 * 1e6 / args.rows as f64,
+        chain,
+        chain_rows: rows.len(),
+        query_ms,
+    };
+    println!("{}", serde_json::to_string(&fill)?);
+    Ok(())
+}
+
+/// User + system CPU time of this process, in seconds.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which may hold spaces): utime and stime are the 12th and
+    // 13th, in clock ticks.
+    let rest = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / hz
+}

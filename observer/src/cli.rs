@@ -1,4 +1,4 @@
-//! Command line: `observer tail`, `observer doctor`.
+//! Command line: `observer tail`, `observer run`, `observer query`, `observer doctor`.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
@@ -19,6 +19,11 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run as a node agent: JSON lines of every record on stdout, an HTTP endpoint (event and
+    /// incident streams, metrics, health) and the forensic record (needs root).
+    Run(Box<crate::daemon::config::RunArgs>),
+    /// Search the forensic record that `observer run` keeps (a copied file works).
+    Query(crate::query::QueryArgs),
     /// Print every ruleset change, and the ownership incidents they make, as they happen (needs
     /// root).
     ///
@@ -35,9 +40,26 @@ pub enum Command {
     /// Time the read and diff of a legacy table inside a namespace (for `cargo xtask bench`).
     #[command(hide = true)]
     BenchXt(BenchXtArgs),
+    /// Fill a new record with synthetic kube-proxy-like churn and time a query (for
+    /// `cargo xtask bench-daemon`).
+    #[command(hide = true)]
+    BenchRecord(BenchRecordArgs),
     /// Time the incident engine on synthetic kube-proxy churn (for `cargo xtask bench-incidents`).
     #[command(hide = true)]
     BenchIncidents(BenchIncidentsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchRecordArgs {
+    /// The record to create (must not exist).
+    #[arg(long)]
+    pub out: std::path::PathBuf,
+    /// How many changes.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub rows: u64,
+    /// Spread over this many days, ending now.
+    #[arg(long, default_value_t = 7)]
+    pub days: u64,
 }
 
 #[derive(Debug, Args)]
@@ -132,6 +154,15 @@ pub struct TailArgs {
     /// No colour (also: NO_COLOR set, or output not a terminal).
     #[arg(long)]
     pub no_color: bool,
+
+    /// Follow a running `observer run` at this URL (e.g. `http://10.0.0.5:9820`) instead of the
+    /// local kernel; the same filters apply. Needs no root.
+    #[arg(long, value_name = "URL")]
+    pub remote: Option<String>,
+
+    /// File holding the bearer token for `--remote`.
+    #[arg(long, value_name = "FILE", requires = "remote")]
+    pub token_file: Option<std::path::PathBuf>,
 }
 
 /// How observer sees changes and turns them into incidents (shared by every command that watches).
@@ -168,6 +199,10 @@ pub struct SourceArgs {
     /// Size of the kernel ring buffer in bytes (a power of two, at least one page).
     #[arg(long, default_value_t = 1 << 22, value_parser = parse_ringbuf_size)]
     pub ringbuf_size: u32,
+
+    /// The `seq` of the last change already recorded: numbering goes on after it.
+    #[arg(skip)]
+    pub first_seq: u64,
 }
 
 #[derive(Debug, Args)]
@@ -208,7 +243,7 @@ pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     Ok(d)
 }
 
-fn parse_ringbuf_size(s: &str) -> Result<u32, String> {
+pub fn parse_ringbuf_size(s: &str) -> Result<u32, String> {
     let v: u32 = s.parse().map_err(|e| format!("{s}: {e}"))?;
     if v < 4096 || !v.is_power_of_two() {
         return Err(format!(

@@ -166,7 +166,7 @@ pub async fn run(options: &SourceArgs, output: Box<dyn Output>) -> anyhow::Resul
     };
     let mut engine = Engine {
         output,
-        seq: 0,
+        seq: options.first_seq,
         watched: HashMap::new(),
         mounts: HashMap::new(),
         hooks,

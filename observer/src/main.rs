@@ -3,12 +3,15 @@
 //! Data flows through the modules in this order: `hooks` (eBPF, kernel records) and `nftables`
 //! (netlink notifications) in, `netns` to reach every namespace, `xtables` / `nftables` to decode
 //! and diff, `ruleset` to summarise a transaction, `attribution` to name the writer, `engine` to
-//! put it together, `output` to print it. `doctor` says what this machine allows.
+//! put it together, `output` to print it. `daemon` is `observer run` (stdout, HTTP streams and
+//! metrics, and `store`, the forensic record that `query` searches); `remote` follows a daemon's
+//! stream. `doctor` says what this machine allows.
 
 mod attribution;
 mod bench;
 mod cgroup;
 mod cli;
+mod daemon;
 mod doctor;
 mod engine;
 mod hooks;
@@ -18,7 +21,10 @@ mod netns;
 mod nftables;
 mod output;
 mod ownership;
+mod query;
+mod remote;
 mod ruleset;
+mod store;
 mod xtables;
 
 use std::process::ExitCode;
@@ -44,10 +50,14 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async move {
         match args.command {
+            cli::Command::Tail(t) if t.remote.is_some() => remote::tail(t).await,
             cli::Command::Tail(t) => engine::tail(t).await,
-            cli::Command::Owners(o) => ownership::run(o),
+            cli::Command::Run(r) => daemon::run(*r).await,
+            cli::Command::Query(q) => query::run(q),
             cli::Command::Doctor(d) => doctor::run(d),
             cli::Command::BenchXt(b) => bench::run(b),
+            cli::Command::BenchRecord(b) => bench::record(b),
+            cli::Command::Owners(o) => ownership::run(o),
             cli::Command::BenchIncidents(b) => incidents::bench::run(b),
         }
     });

@@ -3,6 +3,7 @@
 //! Each verb is one variant of [`Verb`] and one function; add a verb by adding both.
 
 mod bench;
+mod bench_daemon;
 mod bench_incidents;
 mod cmd;
 mod deploy;
@@ -90,6 +91,16 @@ enum Verb {
     )]
     Bench(bench::BenchArgs),
 
+    /// Build observer, then measure the record (size, query time) and `observer run` under load
+    #[command(
+        long_about = "Run setup's checks, build observer (release), then: fill a record with a \
+        week of synthetic kube-proxy-like churn through the record's own writer (write cost, size \
+        per million changes), time `observer query` for one chain over that week, and run \
+        `observer run` while real nft transactions in a namespace of its own make 1,000 changes \
+        per second (CPU share, RSS, records dropped). Writes the figures into BENCHMARKS.md \
+        between its bench-daemon markers. Needs root. About 3 minutes; `--quick` is shorter."
+    )]
+    BenchDaemon(bench_daemon::BenchDaemonArgs),
     /// Measure the incident engine (per-transaction cost, incident latency, memory under churn)
     /// and write the figures into BENCHMARKS.md
     BenchIncidents(bench_incidents::BenchIncidentsArgs),
@@ -131,6 +142,7 @@ fn main() -> ExitCode {
         Verb::Test(a) => test(&a.args),
         Verb::Tail(a) => tail(&a.args),
         Verb::Bench(a) => bench::run(&a),
+        Verb::BenchDaemon(a) => bench_daemon::run(&a),
         Verb::BenchIncidents(a) => bench_incidents::run(&a),
         Verb::DeployCheck => deploy_check().map(|()| 0),
     };

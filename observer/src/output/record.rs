@@ -47,7 +47,7 @@ pub struct StatusRecord {
     pub lost: Vec<String>,
 }
 
-/// `{"kind":"change",...}`: one change to one object. (Deserialize: for recorded streams.)
+/// `{"kind":"change",...}`: one change to one object. Read back by `observer query`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ChangeRecord {
     pub seq: u64,

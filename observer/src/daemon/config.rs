@@ -1,0 +1,338 @@
+//! `observer run` settings: flags win over environment variables (`OBSERVER_*`, read by clap),
+//! which win over an optional TOML file (`--config`), which wins over the defaults. The file
+//! accepts the flags' long names with `_` for `-`; an unknown key or a value of the wrong type is
+//! an error naming the key.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::Args;
+use serde::Deserialize;
+
+use crate::cli::{HooksMode, SourceArgs};
+
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:9820";
+pub const DEFAULT_RECORD: &str = "/var/lib/observer/record.db";
+pub const DEFAULT_RETAIN: &str = "7d";
+pub const DEFAULT_MAX_RECORD: &str = "512MiB";
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// TOML file with any of the settings below (keys: listen, token_file, record, no_record,
+    /// retain, max_record, hooks, ringbuf_size, owners, flap_cycles, flap_window, mass_window,
+    /// repair_within). Flags and environment variables win over it.
+    #[arg(long, env = "OBSERVER_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Address of the HTTP endpoint [default: 127.0.0.1:9820]. Beyond loopback it needs
+    /// --token-file.
+    #[arg(long, env = "OBSERVER_LISTEN", value_name = "ADDR:PORT")]
+    pub listen: Option<SocketAddr>,
+
+    /// File holding the bearer token every HTTP request but /healthz must carry
+    /// (`Authorization: Bearer TOKEN`).
+    #[arg(long, env = "OBSERVER_TOKEN_FILE", value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+
+    /// The forensic record (SQLite) [default: /var/lib/observer/record.db]; a directory means
+    /// `record.db` in it.
+    #[arg(long, env = "OBSERVER_RECORD", value_name = "PATH")]
+    pub record: Option<PathBuf>,
+
+    /// Keep no record (streams only; a reconnecting client can then only catch up on recent
+    /// events held in memory).
+    #[arg(long, env = "OBSERVER_NO_RECORD", conflicts_with = "record")]
+    pub no_record: bool,
+
+    /// Delete records older than this (e.g. `7d`, `36h`) [default: 7d].
+    #[arg(long, env = "OBSERVER_RETAIN", value_name = "DURATION", value_parser = parse_duration)]
+    pub retain: Option<Duration>,
+
+    /// Delete the oldest records when the record grows past this (e.g. `512MiB`, `2GiB`)
+    /// [default: 512MiB].
+    #[arg(long, env = "OBSERVER_MAX_RECORD", value_name = "SIZE", value_parser = parse_size)]
+    pub max_record: Option<u64>,
+
+    /// Kernel hooks to use [default: auto].
+    #[arg(long, env = "OBSERVER_HOOKS", value_enum)]
+    pub hooks: Option<HooksMode>,
+
+    /// Size of the kernel ring buffer in bytes [default: 4194304].
+    #[arg(long, env = "OBSERVER_RINGBUF_SIZE", value_parser = crate::cli::parse_ringbuf_size)]
+    pub ringbuf_size: Option<u32>,
+
+    /// Chain ownership file (TOML or YAML), as for `tail`.
+    #[arg(long, env = "OBSERVER_OWNERS", value_name = "FILE")]
+    pub owners: Option<PathBuf>,
+
+    /// Undo/redo cycles that make a `flapping` incident [default: 3].
+    #[arg(long, env = "OBSERVER_FLAP_CYCLES", value_parser = clap::value_parser!(u32).range(1..))]
+    pub flap_cycles: Option<u32>,
+
+    /// The window of those cycles [default: 60s].
+    #[arg(long, env = "OBSERVER_FLAP_WINDOW", value_name = "DURATION", value_parser = crate::cli::parse_duration)]
+    pub flap_window: Option<Duration>,
+
+    /// The window of a `mass_flush` [default: 5s].
+    #[arg(long, env = "OBSERVER_MASS_WINDOW", value_name = "DURATION", value_parser = crate::cli::parse_duration)]
+    pub mass_window: Option<Duration>,
+
+    /// How long a `mass_flush` waits for repairs [default: 60s].
+    #[arg(long, env = "OBSERVER_REPAIR_WITHIN", value_name = "DURATION", value_parser = crate::cli::parse_duration)]
+    pub repair_within: Option<Duration>,
+}
+
+/// The TOML file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    listen: Option<SocketAddr>,
+    token_file: Option<PathBuf>,
+    record: Option<PathBuf>,
+    no_record: Option<bool>,
+    retain: Option<String>,
+    max_record: Option<String>,
+    hooks: Option<String>,
+    ringbuf_size: Option<u32>,
+    owners: Option<PathBuf>,
+    flap_cycles: Option<u32>,
+    flap_window: Option<String>,
+    mass_window: Option<String>,
+    repair_within: Option<String>,
+}
+
+/// Resolved settings.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub listen: SocketAddr,
+    pub token_file: Option<PathBuf>,
+    /// None: no record.
+    pub record: Option<PathBuf>,
+    pub retain: Duration,
+    pub max_record: u64,
+    pub source: SourceArgs,
+}
+
+impl RunArgs {
+    pub fn resolve(self) -> Result<Settings, String> {
+        let file = match &self.config {
+            Some(p) => read_file(p)?,
+            None => FileConfig::default(),
+        };
+        let in_file = |key: &str| match &self.config {
+            Some(p) => format!("{} (key `{key}`)", p.display()),
+            None => key.to_string(),
+        };
+        let retain = match (self.retain, &file.retain) {
+            (Some(d), _) => d,
+            (None, Some(s)) => {
+                parse_duration(s).map_err(|e| format!("{}: {e}", in_file("retain")))?
+            }
+            (None, None) => parse_duration(DEFAULT_RETAIN)?,
+        };
+        let max_record = match (self.max_record, &file.max_record) {
+            (Some(n), _) => n,
+            (None, Some(s)) => {
+                parse_size(s).map_err(|e| format!("{}: {e}", in_file("max_record")))?
+            }
+            (None, None) => parse_size(DEFAULT_MAX_RECORD)?,
+        };
+        let hooks = match (self.hooks, &file.hooks) {
+            (Some(h), _) => h,
+            (None, Some(s)) => {
+                use clap::ValueEnum;
+                HooksMode::from_str(s, false).map_err(|_| {
+                    format!(
+                        "{}: `{s}` is not one of auto, tracepoint, netlink",
+                        in_file("hooks")
+                    )
+                })?
+            }
+            (None, None) => HooksMode::Auto,
+        };
+        let ringbuf_size = match (self.ringbuf_size, file.ringbuf_size) {
+            (Some(n), _) => n,
+            (None, Some(n)) => crate::cli::parse_ringbuf_size(&n.to_string())
+                .map_err(|e| format!("{}: {e}", in_file("ringbuf_size")))?,
+            (None, None) => 1 << 22,
+        };
+        let window = |flag: Option<Duration>,
+                      file: &Option<String>,
+                      key: &str,
+                      default: &str|
+         -> Result<Duration, String> {
+            match (flag, file) {
+                (Some(d), _) => Ok(d),
+                (None, Some(s)) => {
+                    crate::cli::parse_duration(s).map_err(|e| format!("{}: {e}", in_file(key)))
+                }
+                (None, None) => crate::cli::parse_duration(default),
+            }
+        };
+        let flap_window = window(self.flap_window, &file.flap_window, "flap_window", "60s")?;
+        let mass_window = window(self.mass_window, &file.mass_window, "mass_window", "5s")?;
+        let repair_within = window(
+            self.repair_within,
+            &file.repair_within,
+            "repair_within",
+            "60s",
+        )?;
+        let flap_cycles = self.flap_cycles.or(file.flap_cycles).unwrap_or(3);
+        if flap_cycles == 0 {
+            return Err(format!("{}: must be at least 1", in_file("flap_cycles")));
+        }
+        // `--record` (flag or env) beats `no_record` from the file, and `--no-record` beats a
+        // file's `record`.
+        let record = if self.no_record {
+            None
+        } else if let Some(r) = self.record {
+            Some(r)
+        } else if file.no_record == Some(true) {
+            None
+        } else {
+            Some(file.record.unwrap_or_else(|| PathBuf::from(DEFAULT_RECORD)))
+        };
+        // A directory holds the record as `record.db`.
+        let record = record.map(|r| if r.is_dir() { r.join("record.db") } else { r });
+        Ok(Settings {
+            listen: self
+                .listen
+                .or(file.listen)
+                .unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("valid default address")),
+            token_file: self.token_file.or(file.token_file),
+            record,
+            retain,
+            max_record,
+            source: SourceArgs {
+                owners: self.owners.or(file.owners),
+                flap_cycles,
+                flap_window,
+                mass_window,
+                repair_within,
+                hooks,
+                ringbuf_size,
+                first_seq: 0,
+            },
+        })
+    }
+}
+
+fn read_file(path: &Path) -> Result<FileConfig, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read the config file {}: {e}", path.display()))?;
+    toml::from_str(&text).map_err(|e| {
+        format!(
+            "config file {}: {}",
+            path.display(),
+            e.to_string().trim_end()
+        )
+    })
+}
+
+/// `7d`, `36h`, `90m`, `1w`...
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s.trim())
+        .map_err(|e| format!("`{s}` is not a duration like 7d, 36h or 90m ({e})"))
+}
+
+/// `512MiB`, `2GiB`, `100MB`, `4096`...
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let bad = || format!("`{s}` is not a size like 512MiB, 2GiB or 100MB");
+    let n: f64 = num.parse().map_err(|_| bad())?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" => 1000,
+        "kib" => 1 << 10,
+        "m" | "mb" => 1000 * 1000,
+        "mib" => 1 << 20,
+        "g" | "gb" => 1000 * 1000 * 1000,
+        "gib" => 1 << 30,
+        "t" | "tb" => 1000u64.pow(4),
+        "tib" => 1 << 40,
+        _ => return Err(bad()),
+    };
+    let v = n * mult as f64;
+    if v < 64.0 * 1024.0 {
+        return Err(format!("`{s}` is too small: a record needs at least 64KiB"));
+    }
+    Ok(v as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn args(extra: &[&str]) -> RunArgs {
+        let cli = crate::cli::Cli::try_parse_from(
+            ["observer", "run"].iter().chain(extra.iter()).copied(),
+        )
+        .unwrap();
+        match cli.command {
+            crate::cli::Command::Run(r) => *r,
+            _ => panic!(),
+        }
+    }
+
+    #[test]
+    fn defaults() {
+        let s = args(&[]).resolve().unwrap();
+        assert_eq!(s.listen.to_string(), DEFAULT_LISTEN);
+        assert_eq!(s.record.as_deref(), Some(Path::new(DEFAULT_RECORD)));
+        assert_eq!(s.retain, Duration::from_secs(7 * 86400));
+        assert_eq!(s.max_record, 512 << 20);
+    }
+
+    #[test]
+    fn flags_win_over_the_file_and_the_file_over_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("c.toml");
+        std::fs::write(
+            &f,
+            "listen = \"127.0.0.1:9999\"\nretain = \"36h\"\nmax_record = \"1GiB\"\nhooks = \"netlink\"\n",
+        )
+        .unwrap();
+        let s = args(&["--config", f.to_str().unwrap(), "--retain", "2d"])
+            .resolve()
+            .unwrap();
+        assert_eq!(s.listen.port(), 9999);
+        assert_eq!(s.retain, Duration::from_secs(2 * 86400));
+        assert_eq!(s.max_record, 1 << 30);
+        assert_eq!(s.source.hooks, HooksMode::Netlink);
+    }
+
+    #[test]
+    fn unknown_keys_and_wrong_types_name_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("c.toml");
+        std::fs::write(&f, "listen = \"127.0.0.1:9999\"\nretian = \"7d\"\n").unwrap();
+        let e = args(&["--config", f.to_str().unwrap()])
+            .resolve()
+            .unwrap_err();
+        assert!(e.contains("retian"), "{e}");
+        std::fs::write(&f, "ringbuf_size = \"big\"\n").unwrap();
+        let e = args(&["--config", f.to_str().unwrap()])
+            .resolve()
+            .unwrap_err();
+        assert!(e.contains("ringbuf_size"), "{e}");
+        std::fs::write(&f, "max_record = \"lots\"\n").unwrap();
+        let e = args(&["--config", f.to_str().unwrap()])
+            .resolve()
+            .unwrap_err();
+        assert!(e.contains("max_record"), "{e}");
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("512MiB").unwrap(), 512 << 20);
+        assert_eq!(parse_size("100MB").unwrap(), 100_000_000);
+        assert!(parse_size("12 parsecs").is_err());
+        assert!(parse_size("1k").is_err(), "too small");
+    }
+}

@@ -1,0 +1,617 @@
+//! Where the engine's records go in `observer run`: stdout (JSON lines), the record writer, the
+//! metrics, and the live streams of the HTTP endpoint.
+//!
+//! Each record is serialised once; that JSON text is what stdout, the record and every stream
+//! carry. Two streams are numbered for resumption: changes by their `seq`, incidents by a record
+//! number of their own (1, 2, 3... continuing across restarts with the record). Recent events
+//! are also kept in memory, so that a client that falls behind or reconnects catches up from
+//! memory, and from the record for anything older.
+
+use std::collections::VecDeque;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+use tokio::sync::{broadcast, watch};
+
+use super::metrics::{ChangeLabels, GapLabels, HookLabels, IncidentLabels, Metrics};
+use crate::engine::Output;
+use crate::output::filter::Filter;
+use crate::output::{ChangeRecord, Record, StatusRecord};
+use crate::store::{self, Row, StoreSender};
+
+/// Events kept in memory per stream for clients that fall behind or reconnect.
+const RING: usize = 8192;
+
+/// The two resumable streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    Changes,
+    Incidents,
+}
+
+/// The fields the stream filters look at.
+#[derive(Debug, Default, Clone)]
+pub struct Meta {
+    pub time_ns: i64,
+    pub netns: Option<u32>,
+    pub backend: Option<String>,
+    pub table: Option<String>,
+    /// The change's chain, or every chain an incident names.
+    pub chains: Vec<String>,
+    /// The actor and the command of a change, or an incident's actors and owner.
+    pub actors: Vec<String>,
+    pub op: Option<String>,
+    /// An incident's type.
+    pub kind: Option<String>,
+}
+
+impl Meta {
+    fn from_change(c: &ChangeRecord) -> Meta {
+        Meta {
+            time_ns: store::parse_time_ns(&c.time).unwrap_or_else(store::now_ns),
+            netns: Some(c.netns),
+            backend: Some(c.backend.as_str().into()),
+            table: Some(c.table.clone()),
+            chains: c.chain.iter().cloned().collect(),
+            actors: vec![c.process.actor.clone(), c.process.comm.clone()],
+            op: Some(c.op.as_str().into()),
+            kind: None,
+        }
+    }
+
+    /// From a record's JSON (any kind: changes and incidents read back from the record, and
+    /// kinds this module has no type for).
+    pub fn from_json(v: &Value) -> Meta {
+        let s = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
+        let list = |k: &str| -> Vec<String> {
+            match v.get(k) {
+                Some(Value::Array(a)) => a
+                    .iter()
+                    .filter_map(|x| x.as_str().map(str::to_string))
+                    .collect(),
+                Some(Value::String(x)) => vec![x.clone()],
+                _ => vec![],
+            }
+        };
+        let mut chains = list("chain");
+        chains.extend(list("chains"));
+        let mut actors = list("actors");
+        actors.extend(list("owner"));
+        if let Some(p) = v.get("process") {
+            for k in ["actor", "comm"] {
+                if let Some(x) = p.get(k).and_then(Value::as_str) {
+                    actors.push(x.into());
+                }
+            }
+        }
+        Meta {
+            time_ns: s("time")
+                .and_then(|t| store::parse_time_ns(&t))
+                .unwrap_or_else(store::now_ns),
+            netns: v.get("netns").and_then(Value::as_u64).map(|n| n as u32),
+            backend: s("backend"),
+            table: s("table"),
+            chains,
+            actors,
+            op: s("op"),
+            kind: s("type"),
+        }
+    }
+}
+
+/// The `tail` filters (plus incident types) applied to a stream.
+#[derive(Debug, Default, Clone)]
+pub struct StreamFilter {
+    pub filter: Filter,
+    pub types: Vec<String>,
+}
+
+impl StreamFilter {
+    /// Missing fields never match a filter on them (as in `tail`); an incident has no op, so
+    /// `op` does not apply to it.
+    pub fn matches(&self, m: &Meta, stream: Stream) -> bool {
+        let f = &self.filter;
+        f.netns.is_none_or(|n| m.netns == Some(n))
+            && f.backend
+                .is_none_or(|b| m.backend.as_deref() == Some(b.as_str()))
+            && f.table.as_ref().is_none_or(|t| m.table.as_ref() == Some(t))
+            && f.chain
+                .as_ref()
+                .is_none_or(|g| m.chains.iter().any(|c| g.is_match(c)))
+            && f.actor.as_ref().is_none_or(|a| m.actors.contains(a))
+            && (stream == Stream::Incidents
+                || f.ops.is_empty()
+                || f.ops.iter().any(|o| m.op.as_deref() == Some(o.as_str())))
+            && (self.types.is_empty() || m.kind.as_ref().is_some_and(|k| self.types.contains(k)))
+    }
+}
+
+/// One event of a stream.
+#[derive(Debug)]
+pub struct Event {
+    /// The SSE id: `seq` for changes, the incident's record number; none for status lines.
+    pub id: Option<u64>,
+    pub json: Arc<str>,
+    pub meta: Meta,
+}
+
+struct Inner {
+    changes: VecDeque<Arc<Event>>,
+    incidents: VecDeque<Arc<Event>>,
+}
+
+/// Shared by the output and the HTTP handlers.
+pub struct Hub {
+    inner: Mutex<Inner>,
+    changes_tx: broadcast::Sender<Arc<Event>>,
+    incidents_tx: broadcast::Sender<Arc<Event>>,
+    pub metrics: Metrics,
+    ready: AtomicBool,
+    /// The ready line, sent first to every new `/events` client.
+    ready_line: Mutex<Option<Arc<str>>>,
+    pub record: Option<PathBuf>,
+    shutdown: watch::Sender<bool>,
+}
+
+impl Hub {
+    pub fn new(metrics: Metrics, record: Option<PathBuf>) -> Hub {
+        Hub {
+            inner: Mutex::new(Inner {
+                changes: VecDeque::new(),
+                incidents: VecDeque::new(),
+            }),
+            changes_tx: broadcast::channel(4096).0,
+            incidents_tx: broadcast::channel(1024).0,
+            metrics,
+            ready: AtomicBool::new(false),
+            ready_line: Mutex::new(None),
+            record,
+            shutdown: watch::channel(false).0,
+        }
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed)
+    }
+
+    pub fn ready_line(&self) -> Option<Arc<str>> {
+        self.ready_line.lock().ok().and_then(|l| l.clone())
+    }
+
+    /// Ends every stream (at shutdown).
+    pub fn shut_down(&self) {
+        self.shutdown.send_replace(true);
+    }
+
+    pub fn on_shutdown(&self) -> watch::Receiver<bool> {
+        self.shutdown.subscribe()
+    }
+
+    fn tx(&self, s: Stream) -> &broadcast::Sender<Arc<Event>> {
+        match s {
+            Stream::Changes => &self.changes_tx,
+            Stream::Incidents => &self.incidents_tx,
+        }
+    }
+
+    fn publish(&self, s: Stream, ev: Event) {
+        let ev = Arc::new(ev);
+        let Ok(mut inner) = self.inner.lock() else {
+            return;
+        };
+        if ev.id.is_some() {
+            let ring = match s {
+                Stream::Changes => &mut inner.changes,
+                Stream::Incidents => &mut inner.incidents,
+            };
+            if ring.len() == RING {
+                ring.pop_front();
+            }
+            ring.push_back(ev.clone());
+        }
+        // Sent under the lock: a client that subscribes sees each event either in its backlog or
+        // on its receiver.
+        let _ = self.tx(s).send(ev);
+    }
+
+    /// Subscribe to a stream; with `after`, also return what came after that id (from memory,
+    /// and from the record for what memory no longer holds).
+    pub async fn attach(
+        self: &Arc<Self>,
+        s: Stream,
+        after: Option<u64>,
+    ) -> (Vec<Arc<Event>>, broadcast::Receiver<Arc<Event>>) {
+        let (rx, ring, oldest) = {
+            let inner = self.inner.lock().expect("hub lock");
+            let rx = self.tx(s).subscribe();
+            let (ring, oldest) = ring_after(&inner, s, after.unwrap_or(u64::MAX));
+            (rx, ring, oldest)
+        };
+        let backlog = match after {
+            Some(a) => self.with_record(s, a, oldest, ring).await,
+            None => ring,
+        };
+        (backlog, rx)
+    }
+
+    /// Everything after `after` (for a client that fell behind).
+    pub async fn since(self: &Arc<Self>, s: Stream, after: u64) -> Vec<Arc<Event>> {
+        let (ring, oldest) = {
+            let inner = self.inner.lock().expect("hub lock");
+            ring_after(&inner, s, after)
+        };
+        self.with_record(s, after, oldest, ring).await
+    }
+
+    /// Put the record's events between `after` and the oldest one in memory before `ring`.
+    async fn with_record(
+        &self,
+        s: Stream,
+        after: u64,
+        oldest: Option<u64>,
+        ring: Vec<Arc<Event>>,
+    ) -> Vec<Arc<Event>> {
+        let gap = match oldest {
+            Some(o) => o > after.saturating_add(1),
+            None => true,
+        };
+        let Some(path) = self.record.clone().filter(|_| gap) else {
+            return ring;
+        };
+        let sel = store::Selection {
+            after: Some(after),
+            before: oldest,
+            ..Default::default()
+        };
+        let rows = tokio::task::spawn_blocking(move || -> Result<_, store::StoreError> {
+            let conn = store::open_ro(&path)?;
+            match s {
+                Stream::Changes => store::select_changes(&conn, &sel),
+                Stream::Incidents => store::select_incidents(&conn, &sel),
+            }
+        })
+        .await;
+        let mut out: Vec<Arc<Event>> = match rows {
+            Ok(Ok(rows)) => rows
+                .into_iter()
+                .map(|r| {
+                    let meta = serde_json::from_str(&r.json)
+                        .map(|v| Meta::from_json(&v))
+                        .unwrap_or_default();
+                    Arc::new(Event {
+                        id: Some(r.number),
+                        json: r.json.into(),
+                        meta,
+                    })
+                })
+                .collect(),
+            Ok(Err(e)) => {
+                tracing::warn!("catching a client up from the record: {e}");
+                vec![]
+            }
+            Err(e) => {
+                tracing::warn!("catching a client up from the record: {e}");
+                vec![]
+            }
+        };
+        out.extend(ring);
+        out
+    }
+
+    /// Incidents since a time, oldest first: from the record, then from memory.
+    pub async fn incidents_since(
+        self: &Arc<Self>,
+        since_ns: Option<i64>,
+    ) -> Result<Vec<Arc<Event>>, String> {
+        let ring: Vec<Arc<Event>> = {
+            let inner = self.inner.lock().expect("hub lock");
+            inner.incidents.iter().cloned().collect()
+        };
+        let mut out = Vec::new();
+        if let Some(path) = self.record.clone() {
+            let sel = store::Selection {
+                since_ns,
+                before: ring.first().and_then(|e| e.id),
+                ..Default::default()
+            };
+            let rows = tokio::task::spawn_blocking(move || {
+                let conn = store::open_ro(&path)?;
+                store::select_incidents(&conn, &sel)
+            })
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+            for r in rows {
+                let meta = serde_json::from_str(&r.json)
+                    .map(|v| Meta::from_json(&v))
+                    .unwrap_or_default();
+                out.push(Arc::new(Event {
+                    id: Some(r.number),
+                    json: r.json.into(),
+                    meta,
+                }));
+            }
+        }
+        out.extend(
+            ring.into_iter()
+                .filter(|e| since_ns.is_none_or(|t| e.meta.time_ns >= t)),
+        );
+        Ok(out)
+    }
+}
+
+fn ring_after(inner: &Inner, s: Stream, after: u64) -> (Vec<Arc<Event>>, Option<u64>) {
+    let ring = match s {
+        Stream::Changes => &inner.changes,
+        Stream::Incidents => &inner.incidents,
+    };
+    let oldest = ring.front().and_then(|e| e.id);
+    let items = ring
+        .iter()
+        .filter(|e| e.id.is_some_and(|i| i > after))
+        .cloned()
+        .collect();
+    (items, oldest)
+}
+
+/// The engine's output in `observer run`.
+pub struct DaemonOutput {
+    hub: Arc<Hub>,
+    store: Option<StoreSender>,
+    /// The record number of the last incident.
+    incident_no: u64,
+    stdout_failed: bool,
+}
+
+impl DaemonOutput {
+    pub fn new(hub: Arc<Hub>, store: Option<StoreSender>, last_incident: u64) -> DaemonOutput {
+        DaemonOutput {
+            hub,
+            store,
+            incident_no: last_incident,
+            stdout_failed: false,
+        }
+    }
+
+    fn print(&mut self, json: &str) {
+        let mut out = std::io::stdout().lock();
+        let res = out
+            .write_all(json.as_bytes())
+            .and_then(|_| out.write_all(b"\n"))
+            .and_then(|_| out.flush());
+        if let Err(e) = res {
+            // The stream, the record and the metrics go on without stdout.
+            if !self.stdout_failed {
+                tracing::error!("cannot write to stdout ({e}); going on without it");
+                self.stdout_failed = true;
+            }
+        }
+    }
+
+    fn on_status(&self, s: &StatusRecord, json: &Arc<str>) {
+        let m = &self.hub.metrics;
+        match s.state.as_str() {
+            "ready" => {
+                if let Some(h) = &s.hooks {
+                    m.hooks
+                        .get_or_create(&HookLabels { backend: h.clone() })
+                        .set(1);
+                }
+                if let Some(n) = s.netns_watched {
+                    m.netns_watched.set(n as i64);
+                }
+                m.ready.set(1);
+                if let Ok(mut l) = self.hub.ready_line.lock() {
+                    *l = Some(json.clone());
+                }
+                self.hub.ready.store(true, Ordering::Relaxed);
+            }
+            "gap" => {
+                let kernel: u64 = s
+                    .message
+                    .split("; ")
+                    .filter(|p| p.contains("kernel records") || p.contains("table replaces"))
+                    .filter_map(|p| p.split_whitespace().next()?.parse::<u64>().ok())
+                    .sum();
+                let cause = if kernel > 0 {
+                    m.kernel_records_lost.inc_by(kernel);
+                    "ringbuf"
+                } else if s.message.starts_with("namespace ") {
+                    "netlink"
+                } else {
+                    "other"
+                };
+                m.gaps
+                    .get_or_create(&GapLabels {
+                        cause: cause.into(),
+                    })
+                    .inc();
+            }
+            _ => {}
+        }
+    }
+}
+
+impl Output for DaemonOutput {
+    fn emit(&mut self, record: &Record) -> std::io::Result<()> {
+        let json: Arc<str> = serde_json::to_string(record)?.into();
+        self.print(&json);
+        if let Record::Change(c) = record {
+            let meta = Meta::from_change(c);
+            self.hub
+                .metrics
+                .changes
+                .get_or_create(&ChangeLabels {
+                    backend: c.backend.as_str().into(),
+                    op: c.op.as_str().into(),
+                    source: serde_json::to_value(c.source)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_default(),
+                })
+                .inc();
+            if let Some(st) = &self.store {
+                st.send(Row::Change {
+                    seq: c.seq,
+                    time_ns: meta.time_ns,
+                    netns: Some(c.netns),
+                    backend: meta.backend.clone(),
+                    table: meta.table.clone(),
+                    chain: c.chain.clone(),
+                    op: meta.op.clone(),
+                    actor: Some(c.process.actor.clone()),
+                    comm: Some(c.process.comm.clone()),
+                    json: json.clone(),
+                });
+            }
+            self.hub.publish(
+                Stream::Changes,
+                Event {
+                    id: Some(c.seq),
+                    json,
+                    meta,
+                },
+            );
+        } else if let Record::Status(s) = record {
+            self.on_status(s, &json);
+            // Status lines go to live clients, unnumbered.
+            self.hub.publish(
+                Stream::Changes,
+                Event {
+                    id: None,
+                    json,
+                    meta: Meta::default(),
+                },
+            );
+        } else {
+            // Any other kind (incidents) is handled through its JSON.
+            let v: Value = serde_json::from_str(&json)?;
+            if v.get("kind").and_then(Value::as_str) == Some("incident") {
+                let meta = Meta::from_json(&v);
+                self.incident_no += 1;
+                let no = self.incident_no;
+                let severity = v
+                    .get("severity")
+                    .map(|s| s.as_str().map(str::to_string).unwrap_or(s.to_string()))
+                    .unwrap_or_default();
+                self.hub
+                    .metrics
+                    .incidents
+                    .get_or_create(&IncidentLabels {
+                        r#type: meta.kind.clone().unwrap_or_default(),
+                        severity,
+                    })
+                    .inc();
+                if let Some(st) = &self.store {
+                    st.send(Row::Incident {
+                        no,
+                        time_ns: meta.time_ns,
+                        kind: meta.kind.clone(),
+                        netns: meta.netns,
+                        json: json.clone(),
+                    });
+                }
+                self.hub.publish(
+                    Stream::Incidents,
+                    Event {
+                        id: Some(no),
+                        json,
+                        meta,
+                    },
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(id: u64) -> Event {
+        Event {
+            id: Some(id),
+            json: format!(r#"{{"kind":"change","seq":{id}}}"#).into(),
+            meta: Meta::default(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_client_resumes_from_memory_and_from_the_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.db");
+        // Changes 1..=3 are in the record only (an earlier run).
+        let mut w = store::Writer::new(
+            store::open_rw(&path).unwrap(),
+            path.clone(),
+            store::Limits {
+                retain: std::time::Duration::from_secs(86400),
+                max_bytes: u64::MAX,
+            },
+            Arc::new(store::StoreStats::default()),
+        );
+        let rows: Vec<Row> = (1..=3)
+            .map(|seq| Row::Change {
+                seq,
+                time_ns: store::now_ns(),
+                netns: Some(1),
+                backend: None,
+                table: None,
+                chain: None,
+                op: None,
+                actor: None,
+                comm: None,
+                json: format!(r#"{{"kind":"change","seq":{seq}}}"#).into(),
+            })
+            .collect();
+        w.write_batch(&rows);
+        let hub = Arc::new(Hub::new(Metrics::new(None), Some(path)));
+        for id in 4..=6 {
+            hub.publish(Stream::Changes, ev(id));
+        }
+        let (backlog, mut rx) = hub.attach(Stream::Changes, Some(1)).await;
+        let ids: Vec<u64> = backlog.iter().filter_map(|e| e.id).collect();
+        assert_eq!(
+            ids,
+            vec![2, 3, 4, 5, 6],
+            "record, then memory, nothing twice"
+        );
+        hub.publish(Stream::Changes, ev(7));
+        assert_eq!(rx.recv().await.unwrap().id, Some(7), "then live");
+        // Without a Last-Event-ID: live only.
+        let (backlog, _) = hub.attach(Stream::Changes, None).await;
+        assert!(backlog.is_empty());
+        // A client that fell behind catches up.
+        let ids: Vec<u64> = hub
+            .since(Stream::Changes, 5)
+            .await
+            .iter()
+            .filter_map(|e| e.id)
+            .collect();
+        assert_eq!(ids, vec![6, 7]);
+    }
+
+    #[test]
+    fn incident_json_gives_the_filter_fields() {
+        let v: Value = serde_json::from_str(
+            r#"{"kind":"incident","id":3,"time":"2026-11-21T03:12:00.000000000Z",
+                "type":"foreign_delete","severity":"high","netns":42,"backend":"legacy",
+                "table":"nat","chains":["KUBE-SVC-A","KUBE-SVC-B"],"owner":"kube-proxy",
+                "actors":["calico-node"],"events":[1,2],"summary":"x"}"#,
+        )
+        .unwrap();
+        let m = Meta::from_json(&v);
+        let mut f = StreamFilter::default();
+        f.filter.chain = Some(Filter::chain_glob("KUBE-SVC-B").unwrap());
+        f.filter.actor = Some("calico-node".into());
+        f.filter.netns = Some(42);
+        f.types = vec!["foreign_delete".into()];
+        assert!(f.matches(&m, Stream::Incidents));
+        f.filter.actor = Some("kubelet".into());
+        assert!(!f.matches(&m, Stream::Incidents));
+    }
+}

@@ -1,0 +1,134 @@
+//! `GET /metrics`: Prometheus text exposition of what the daemon saw and lost.
+
+use std::sync::Arc;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use crate::store::StoreStats;
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ChangeLabels {
+    pub backend: String,
+    pub op: String,
+    pub source: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct IncidentLabels {
+    pub r#type: String,
+    pub severity: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GapLabels {
+    /// `ringbuf` (kernel records lost or untracked), `netlink` (nftables notifications lost), or
+    /// `other`.
+    pub cause: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HookLabels {
+    pub backend: String,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    pub changes: Family<ChangeLabels, Counter>,
+    pub incidents: Family<IncidentLabels, Counter>,
+    pub gaps: Family<GapLabels, Counter>,
+    pub kernel_records_lost: Counter,
+    pub hooks: Family<HookLabels, Gauge>,
+    pub netns_watched: Gauge,
+    pub sse_clients: Gauge,
+    pub ready: Gauge,
+}
+
+impl Metrics {
+    pub fn new(store: Option<Arc<StoreStats>>) -> Metrics {
+        let mut registry = Registry::with_prefix("observer");
+        let changes = Family::<ChangeLabels, Counter>::default();
+        registry.register(
+            "changes",
+            "Ruleset changes seen, by backend, op and source",
+            changes.clone(),
+        );
+        let incidents = Family::<IncidentLabels, Counter>::default();
+        registry.register(
+            "incidents",
+            "Ownership-conflict incidents, by type and severity",
+            incidents.clone(),
+        );
+        let gaps = Family::<GapLabels, Counter>::default();
+        registry.register(
+            "gaps",
+            "Times the stream reported that changes may be missing, by cause",
+            gaps.clone(),
+        );
+        let kernel_records_lost = Counter::default();
+        registry.register(
+            "kernel_records_lost",
+            "Kernel records lost (ring buffer full, too many replaces in flight, undecodable)",
+            kernel_records_lost.clone(),
+        );
+        let hooks = Family::<HookLabels, Gauge>::default();
+        registry.register(
+            "hook_backend",
+            "The kernel hook backend in use (1 for the one in use)",
+            hooks.clone(),
+        );
+        let netns_watched = Gauge::default();
+        registry.register(
+            "netns_watched",
+            "Network namespaces watched when the stream became ready",
+            netns_watched.clone(),
+        );
+        let sse_clients = Gauge::default();
+        registry.register(
+            "stream_clients",
+            "Clients connected to /events or /incidents",
+            sse_clients.clone(),
+        );
+        let ready = Gauge::default();
+        registry.register(
+            "ready",
+            "1 once every hook is attached and every subscription open",
+            ready.clone(),
+        );
+        if let Some(stats) = store {
+            registry.register(
+                "record_rows",
+                "Records written to the record, dropped (writer behind), failed (write error such \
+                 as a full disk) or expired (retention)",
+                stats.rows.clone(),
+            );
+            registry.register(
+                "record_size_bytes",
+                "Size of the record file and its write-ahead log",
+                stats.bytes.clone(),
+            );
+        }
+        Metrics {
+            registry,
+            changes,
+            incidents,
+            gaps,
+            kernel_records_lost,
+            hooks,
+            netns_watched,
+            sse_clients,
+            ready,
+        }
+    }
+
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
+            tracing::error!("encoding metrics: {e}");
+        }
+        out
+    }
+}

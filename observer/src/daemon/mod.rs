@@ -1,0 +1,171 @@
+//! `observer run`: the node agent (a DaemonSet on Kubernetes).
+//!
+//! Every record goes, unfiltered and in order, to stdout as JSON lines (the same contract as
+//! `tail --json`), to the forensic record (`crate::store`), to the metrics and to the HTTP
+//! streams (`http`). Logs go to stderr. SIGTERM (or SIGINT) stops the engine, ends the streams,
+//! writes everything queued to the record and exits 0.
+
+pub mod config;
+mod http;
+mod hub;
+mod metrics;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+
+use crate::store;
+use config::{RunArgs, Settings};
+use hub::{DaemonOutput, Hub};
+
+/// How many records may wait for the record writer before new ones are dropped (and counted).
+const STORE_QUEUE: usize = 65_536;
+
+pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let mut settings = args.resolve().map_err(anyhow::Error::msg)?;
+    let token = read_token(&settings)?;
+    if !nix::unistd::geteuid().is_root() {
+        bail!(
+            "observer run needs root (or CAP_SYS_ADMIN, CAP_NET_ADMIN, CAP_BPF and CAP_PERFMON) to \
+             load its eBPF programs and join every network namespace; run it as root (on \
+             Kubernetes: a privileged DaemonSet with hostPID and hostNetwork)"
+        );
+    }
+
+    // The record first: a record that cannot be written stops the start, before any hook.
+    let mut writer = None;
+    let mut last_incident = 0;
+    let store_stats = Arc::new(store::StoreStats::default());
+    if let Some(path) = &settings.record {
+        let conn = store::open_rw(path)?;
+        let (last_seq, last_no) = store::last_numbers(&conn)?;
+        settings.source.first_seq = last_seq;
+        last_incident = last_no;
+        let limits = store::Limits {
+            retain: settings.retain,
+            max_bytes: settings.max_record,
+        };
+        let w = store::spawn_writer(conn, path.clone(), limits, STORE_QUEUE, store_stats.clone())
+            .context("starting the record writer thread")?;
+        tracing::info!(
+            "record {}: numbering goes on after seq {last_seq}",
+            path.display()
+        );
+        writer = Some(w);
+    }
+
+    let metrics = metrics::Metrics::new(settings.record.as_ref().map(|_| store_stats.clone()));
+    let hub = Arc::new(Hub::new(metrics, settings.record.clone()));
+    let listener = tokio::net::TcpListener::bind(settings.listen)
+        .await
+        .map_err(|e| listen_error(settings.listen, e))?;
+    tracing::info!("HTTP endpoint on http://{}", settings.listen);
+    let app = http::router(http::AppState {
+        hub: hub.clone(),
+        token: token.map(Into::into),
+    });
+    let mut stopped = hub.on_shutdown();
+    let server = tokio::spawn(async move {
+        let res = axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            })
+            .await;
+        if let Err(e) = res {
+            tracing::error!("HTTP endpoint stopped: {e}");
+        }
+    });
+
+    let (sender, join) = match writer {
+        Some((s, j)) => (Some(s), Some(j)),
+        None => (None, None),
+    };
+    let output = DaemonOutput::new(hub.clone(), sender, last_incident);
+    // The engine owns the output: when it returns, the record's sender is gone and the writer
+    // finishes what is queued.
+    let result = crate::engine::run(&settings.source, Box::new(output)).await;
+
+    hub.shut_down();
+    if tokio::time::timeout(Duration::from_secs(5), server)
+        .await
+        .is_err()
+    {
+        tracing::warn!("HTTP clients did not disconnect within 5 s; closing");
+    }
+    if let Some(j) = join {
+        let _ = tokio::task::spawn_blocking(move || j.join()).await;
+    }
+    result
+}
+
+fn read_token(s: &Settings) -> anyhow::Result<Option<String>> {
+    let Some(path) = &s.token_file else {
+        if !s.listen.ip().is_loopback() {
+            bail!(
+                "refusing to listen on {} (beyond loopback) without a token: pass --token-file FILE \
+                 (or OBSERVER_TOKEN_FILE) with a bearer token, or listen on 127.0.0.1",
+                s.listen
+            );
+        }
+        return Ok(None);
+    };
+    let token = token_from(path)?;
+    Ok(Some(token))
+}
+
+/// The bearer token in a file (surrounding whitespace ignored).
+pub fn token_from(path: &Path) -> anyhow::Result<String> {
+    let text = std::fs::read_to_string(path).with_context(|| {
+        format!(
+            "cannot read the token file {} (--token-file)",
+            path.display()
+        )
+    })?;
+    let token = text.trim().to_string();
+    if token.is_empty() || token.contains(char::is_whitespace) {
+        bail!(
+            "the token file {} must hold one token without spaces (--token-file)",
+            path.display()
+        );
+    }
+    Ok(token)
+}
+
+fn listen_error(addr: SocketAddr, e: std::io::Error) -> anyhow::Error {
+    let hint = match e.kind() {
+        std::io::ErrorKind::AddrInUse => {
+            "another process (another observer?) listens there; stop it or choose another \
+             address with --listen"
+        }
+        std::io::ErrorKind::AddrNotAvailable => "this machine has no such address; check --listen",
+        std::io::ErrorKind::PermissionDenied => "ports below 1024 need CAP_NET_BIND_SERVICE",
+        _ => "check --listen",
+    };
+    anyhow::anyhow!("cannot listen on {addr}: {e} ({hint})")
+}
+
+/// The stream filter of `/incidents`, for `observer query` over stored incidents.
+pub fn incident_filter(
+    netns: Option<u32>,
+    backend: Option<crate::ruleset::Backend>,
+    table: Option<String>,
+    chain: Option<globset::GlobMatcher>,
+    actor: Option<String>,
+    types: Vec<String>,
+) -> impl Fn(&serde_json::Value) -> bool {
+    let f = hub::StreamFilter {
+        filter: crate::output::filter::Filter {
+            netns,
+            backend,
+            table,
+            chain,
+            actor,
+            ops: vec![],
+        },
+        types,
+    };
+    move |v| f.matches(&hub::Meta::from_json(v), hub::Stream::Incidents)
+}

@@ -1,0 +1,352 @@
+//! `observer tail --remote URL`: the live view fed from a running `observer run` instead of the
+//! local kernel. Reads the daemon's `/events` Server-Sent Events stream with the same filters
+//! (as query parameters) and, when the connection drops, reconnects with `Last-Event-ID`, so
+//! nothing is missed and nothing printed twice. Plain HTTP (the daemon serves no TLS).
+
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Bytes;
+use hyper::{Request, StatusCode, Uri};
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+
+use crate::cli::TailArgs;
+use crate::output::{human, ChangeRecord, Record};
+
+/// One Server-Sent Event.
+#[derive(Debug, Default, PartialEq)]
+pub struct SseEvent {
+    pub id: Option<String>,
+    pub data: String,
+}
+
+/// Incremental Server-Sent Events parser (the subset the daemon sends: `id`, `data`, comments).
+#[derive(Debug, Default)]
+pub struct SseParser {
+    buf: Vec<u8>,
+    current: SseEvent,
+    has_data: bool,
+}
+
+impl SseParser {
+    pub fn feed(&mut self, bytes: &[u8]) -> Vec<SseEvent> {
+        self.buf.extend_from_slice(bytes);
+        let mut out = Vec::new();
+        while let Some(nl) = self.buf.iter().position(|&b| b == b'\n') {
+            let mut line: Vec<u8> = self.buf.drain(..=nl).collect();
+            line.pop();
+            if line.last() == Some(&b'\r') {
+                line.pop();
+            }
+            let line = String::from_utf8_lossy(&line);
+            if line.is_empty() {
+                if self.has_data {
+                    out.push(std::mem::take(&mut self.current));
+                } else {
+                    self.current = SseEvent::default();
+                }
+                self.has_data = false;
+                continue;
+            }
+            if line.starts_with(':') {
+                continue;
+            }
+            let (field, value) = match line.split_once(':') {
+                Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
+                None => (&*line, ""),
+            };
+            match field {
+                "data" => {
+                    if self.has_data {
+                        self.current.data.push('\n');
+                    }
+                    self.current.data.push_str(value);
+                    self.has_data = true;
+                }
+                "id" => self.current.id = Some(value.to_string()),
+                _ => {}
+            }
+        }
+        out
+    }
+}
+
+/// The `/events` URL with the tail filters as query parameters.
+fn events_uri(base: &str, args: &TailArgs) -> anyhow::Result<Uri> {
+    let base = base.trim_end_matches('/');
+    if base.starts_with("https://") {
+        bail!("--remote {base}: observer run serves plain HTTP only (no TLS yet); use http://");
+    }
+    let base = if base.starts_with("http://") {
+        base.to_string()
+    } else {
+        format!("http://{base}")
+    };
+    let mut q = form_urlencoded::Serializer::new(String::new());
+    if args.netns != "all" {
+        q.append_pair("netns", &args.netns);
+    }
+    if let Some(b) = args.backend {
+        q.append_pair("backend", crate::ruleset::Backend::from(b).as_str());
+    }
+    for (k, v) in [
+        ("table", &args.table),
+        ("chain", &args.chain),
+        ("actor", &args.actor),
+    ] {
+        if let Some(v) = v {
+            q.append_pair(k, v);
+        }
+    }
+    if !args.op.is_empty() {
+        let ops: Vec<&str> = args.op.iter().map(|o| o.as_str()).collect();
+        q.append_pair("op", &ops.join(","));
+    }
+    let q = q.finish();
+    let uri = if q.is_empty() {
+        format!("{base}/events")
+    } else {
+        format!("{base}/events?{q}")
+    };
+    uri.parse()
+        .with_context(|| format!("--remote {base}: not a URL like http://HOST:9820"))
+}
+
+pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
+    let base = args.remote.clone().unwrap_or_default();
+    let uri = events_uri(&base, &args)?;
+    let token = args
+        .token_file
+        .as_deref()
+        .map(crate::daemon::token_from)
+        .transpose()?;
+    let colour =
+        !args.no_color && std::env::var_os("NO_COLOR").is_none() && std::io::stdout().is_terminal();
+    let mut printer = Printer {
+        json: args.json,
+        colour,
+        last_status: None,
+    };
+    let mut last_id: Option<String> = None;
+    let mut delay = Duration::from_millis(250);
+    let mut connected_once = false;
+    loop {
+        let attempt = follow(
+            &uri,
+            token.as_deref(),
+            &mut last_id,
+            &mut printer,
+            &mut connected_once,
+        );
+        let why = tokio::select! {
+            r = attempt => r,
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+        };
+        match why {
+            Ok(()) => {
+                tracing::warn!("{uri}: the stream ended; reconnecting");
+                delay = Duration::from_millis(250);
+            }
+            Err(Fatal(e)) => return Err(e),
+            Err(Retry(e)) => {
+                if !connected_once {
+                    // Never reached: say why now rather than retry forever in silence.
+                    return Err(e.context(format!("cannot follow {uri}")));
+                }
+                tracing::warn!("{uri}: {e:#}; reconnecting in {delay:?}");
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+        }
+        delay = (delay * 2).min(Duration::from_secs(5));
+    }
+}
+
+enum FollowError {
+    /// Retrying would not help (refused token, bad request).
+    Fatal(anyhow::Error),
+    /// The connection failed or dropped.
+    Retry(anyhow::Error),
+}
+use FollowError::{Fatal, Retry};
+
+impl From<std::io::Error> for FollowError {
+    fn from(e: std::io::Error) -> Self {
+        Retry(e.into())
+    }
+}
+
+async fn follow(
+    uri: &Uri,
+    token: Option<&str>,
+    last_id: &mut Option<String>,
+    printer: &mut Printer,
+    connected_once: &mut bool,
+) -> Result<(), FollowError> {
+    let host = uri.host().unwrap_or("127.0.0.1");
+    let port = uri.port_u16().unwrap_or(80);
+    let stream = tokio::net::TcpStream::connect((host, port))
+        .await
+        .map_err(|e| Retry(anyhow::anyhow!("connecting to {host}:{port}: {e}")))?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| Retry(e.into()))?;
+    let conn = tokio::spawn(conn);
+    let mut req = Request::get(uri.clone())
+        .header(
+            hyper::header::HOST,
+            uri.authority().map(|a| a.as_str()).unwrap_or(host),
+        )
+        .header(hyper::header::ACCEPT, "text/event-stream");
+    if let Some(t) = token {
+        req = req.header(hyper::header::AUTHORIZATION, format!("Bearer {t}"));
+    }
+    if let Some(id) = last_id.as_deref() {
+        req = req.header("last-event-id", id);
+    }
+    let req = req
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| Fatal(e.into()))?;
+    let resp = sender
+        .send_request(req)
+        .await
+        .map_err(|e| Retry(e.into()))?;
+    let status = resp.status();
+    if status != StatusCode::OK {
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map(|b| String::from_utf8_lossy(&b.to_bytes()).trim().to_string())
+            .unwrap_or_default();
+        let e = anyhow::anyhow!("{uri}: {status}: {body}");
+        return Err(match status {
+            StatusCode::UNAUTHORIZED => Fatal(
+                e.context("the daemon refused the request: pass its token with --token-file FILE"),
+            ),
+            s if s.is_client_error() => Fatal(e),
+            _ => Retry(e),
+        });
+    }
+    *connected_once = true;
+    let mut body = resp.into_body();
+    let mut parser = SseParser::default();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| Retry(e.into()))?;
+        let Some(data) = frame.data_ref() else {
+            continue;
+        };
+        for ev in parser.feed(data) {
+            if let Some(id) = ev.id {
+                *last_id = Some(id);
+            }
+            printer.print(&ev.data).map_err(|e| Fatal(e.into()))?;
+        }
+    }
+    conn.abort();
+    Ok(())
+}
+
+struct Printer {
+    json: bool,
+    colour: bool,
+    /// The daemon repeats its ready line on every connection: print it once.
+    last_status: Option<String>,
+}
+
+impl Printer {
+    fn print(&mut self, data: &str) -> std::io::Result<()> {
+        let v: Value = match serde_json::from_str(data) {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!("the daemon sent a line that is not JSON ({e}): {data}");
+                return Ok(());
+            }
+        };
+        if v.get("kind").and_then(Value::as_str) == Some("status") {
+            if self.last_status.as_deref() == Some(data) {
+                return Ok(());
+            }
+            self.last_status = Some(data.to_string());
+        }
+        let line = if self.json {
+            data.to_string()
+        } else if let Ok(c) = serde_json::from_value::<ChangeRecord>(v.clone()) {
+            human::render(&Record::Change(c), self.colour)
+        } else {
+            let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+            match s("kind").as_str() {
+                "status" => format!("-- {}: {}", s("state"), s("message")),
+                "incident" => format!(
+                    "!! {} {} {}: {}",
+                    s("state"),
+                    s("type"),
+                    s("id"),
+                    s("summary")
+                ),
+                _ => data.to_string(),
+            }
+        };
+        let mut out = std::io::stdout().lock();
+        match writeln!(out, "{line}").and_then(|_| out.flush()) {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+            r => r,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sse_events_are_parsed_across_chunks() {
+        let mut p = SseParser::default();
+        assert!(p.feed(b": keep-alive\n\nid: 4\ndata: {\"a\"").is_empty());
+        let got = p.feed(b":1}\n\ndata: x\ndata: y\n\n");
+        assert_eq!(
+            got,
+            vec![
+                SseEvent {
+                    id: Some("4".into()),
+                    data: "{\"a\":1}".into()
+                },
+                SseEvent {
+                    id: None,
+                    data: "x\ny".into()
+                }
+            ]
+        );
+    }
+
+    #[test]
+    fn filters_become_query_parameters() {
+        use clap::Parser;
+        let cli = crate::cli::Cli::try_parse_from([
+            "observer",
+            "tail",
+            "--remote",
+            "http://127.0.0.1:9820/",
+            "--chain",
+            "KUBE-SVC-*",
+            "--op",
+            "chain_delete,chain_flush",
+            "--backend",
+            "nft",
+        ])
+        .unwrap();
+        let crate::cli::Command::Tail(t) = cli.command else {
+            panic!()
+        };
+        let u = events_uri(t.remote.as_deref().unwrap(), &t).unwrap();
+        assert_eq!(
+            u.to_string(),
+            "http://127.0.0.1:9820/events?backend=nft&chain=KUBE-SVC-*&op=chain_delete%2Cchain_flush"
+        );
+    }
+}

@@ -1,0 +1,856 @@
+//! `observer run` against real nft and iptables-legacy runs in namespaces these tests create:
+//! the same changes on stdout, on the `/events` stream (read by `observer tail --remote` and by a
+//! plain HTTP client that drops and resumes with `Last-Event-ID`), in `observer query`, and in
+//! `/metrics`; a restart that keeps the record and the numbering; the token; bad input.
+//! Needs root; skips otherwise.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::{observer_bin, Netns, Writer};
+use serde_json::Value;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+/// Lines of a child's stdout, parsed as JSON, on a channel.
+fn json_lines(out: impl Read + Send + 'static) -> mpsc::Receiver<Value> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            let v: Value =
+                serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON: {line}: {e}"));
+            if tx.send(v).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Wait on `rx` for a value matching `pred`, keeping everything seen in `seen`.
+fn wait_for(
+    rx: &mpsc::Receiver<Value>,
+    seen: &mut Vec<Value>,
+    what: &str,
+    pred: impl Fn(&Value) -> bool,
+) -> Value {
+    if let Some(v) = seen.iter().find(|v| pred(v)) {
+        return v.clone();
+    }
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(v) => {
+                seen.push(v.clone());
+                if pred(&v) {
+                    return v;
+                }
+            }
+            Err(_) => panic!(
+                "{what} did not arrive within {WAIT:?}; saw:\n{}",
+                seen.iter()
+                    .map(|v| v.to_string())
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            ),
+        }
+    }
+}
+
+/// `observer run` as a DaemonSet would start it.
+struct Daemon {
+    child: Child,
+    lines: mpsc::Receiver<Value>,
+    seen: Vec<Value>,
+}
+
+impl Daemon {
+    fn start(port: u16, args: &[&str]) -> Daemon {
+        let listen = format!("127.0.0.1:{port}");
+        let mut child = Command::new(observer_bin())
+            .args(["run", "--listen", &listen])
+            .args(args)
+            .env_remove("OBSERVER_CONFIG")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start observer run");
+        let lines = json_lines(child.stdout.take().expect("stdout"));
+        let mut d = Daemon {
+            child,
+            lines,
+            seen: Vec::new(),
+        };
+        let first = d
+            .lines
+            .recv_timeout(Duration::from_secs(60))
+            .expect("observer run printed no ready line within 60 s");
+        assert_eq!(first["kind"], "status", "{first}");
+        assert_eq!(first["state"], "ready", "{first}");
+        d.seen.push(first);
+        d
+    }
+
+    fn expect(&mut self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        wait_for(&self.lines, &mut self.seen, what, |v| {
+            v["kind"] == "change" && pred(v)
+        })
+    }
+
+    /// SIGTERM, as the kubelet stops a pod; the exit must be clean.
+    fn stop(mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("kill");
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                assert!(
+                    status.success(),
+                    "observer run exited with {status} after SIGTERM"
+                );
+                return;
+            }
+            assert!(Instant::now() < deadline, "no exit within 15 s of SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A plain HTTP/1.0 GET; returns the status and the body.
+fn get(port: u16, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut req = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).expect("send");
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).expect("read");
+    let status = resp
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {resp}"));
+    let body = resp.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
+    (status, body.to_string())
+}
+
+/// A Server-Sent Events client over a plain socket: `(id, data)` pairs on a channel. Dropping it
+/// closes the connection.
+struct SseClient {
+    socket: TcpStream,
+    events: mpsc::Receiver<(Option<u64>, Value)>,
+}
+
+impl SseClient {
+    fn connect(port: u16, path: &str, last_id: Option<u64>) -> SseClient {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        let mut req =
+            format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n");
+        if let Some(id) = last_id {
+            req.push_str(&format!("Last-Event-ID: {id}\r\n"));
+        }
+        req.push_str("\r\n");
+        s.write_all(req.as_bytes()).expect("send");
+        let reader = s.try_clone().expect("clone");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(reader).lines();
+            // Headers.
+            let status = lines.next().and_then(|l| l.ok()).unwrap_or_default();
+            assert!(status.contains(" 200"), "stream refused: {status}");
+            for l in lines.by_ref() {
+                if l.map(|l| l.is_empty()).unwrap_or(true) {
+                    break;
+                }
+            }
+            let (mut id, mut data) = (None, String::new());
+            for l in lines {
+                let Ok(l) = l else { break };
+                if let Some(v) = l.strip_prefix("id:") {
+                    id = v.trim().parse().ok();
+                } else if let Some(v) = l.strip_prefix("data:") {
+                    data.push_str(v.strip_prefix(' ').unwrap_or(v));
+                } else if l.is_empty() && !data.is_empty() {
+                    let v: Value = serde_json::from_str(&data).expect("event data is JSON");
+                    if tx.send((id.take(), v)).is_err() {
+                        break;
+                    }
+                    data.clear();
+                }
+            }
+        });
+        SseClient {
+            socket: s,
+            events: rx,
+        }
+    }
+
+    /// The next event with an id (changes), skipping status lines.
+    fn next_change(&self, timeout: Duration) -> Option<(u64, Value)> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self
+                .events
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            {
+                Ok((Some(id), v)) => return Some((id, v)),
+                Ok((None, _)) => continue,
+                Err(_) => return None,
+            }
+        }
+    }
+}
+
+impl Drop for SseClient {
+    fn drop(&mut self) {
+        let _ = self.socket.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// `observer query --json ARGS`, as lines.
+fn query(record: &Path, args: &[&str]) -> Vec<Value> {
+    let out = Command::new(observer_bin())
+        .args(["query", "--json", "--record"])
+        .arg(record)
+        .args(args)
+        .output()
+        .expect("run observer query");
+    assert!(
+        out.status.success(),
+        "observer query failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("query line is JSON"))
+        .collect()
+}
+
+/// Wait until `observer query` returns a line matching `pred` (the record is written in batches).
+fn query_until(record: &Path, args: &[&str], pred: impl Fn(&Value) -> bool) -> Vec<Value> {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let rows = query(record, args);
+        if rows.iter().any(&pred) {
+            return rows;
+        }
+        assert!(Instant::now() < deadline, "query never matched: {rows:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The value of one sample of `/metrics`.
+fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    text.lines().find_map(|l| {
+        let (series, value) = l.rsplit_once(' ')?;
+        let (n, rest) = series.split_once('{').unwrap_or((series, ""));
+        if n != name {
+            return None;
+        }
+        let all = labels
+            .iter()
+            .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")));
+        all.then(|| value.parse().ok()).flatten()
+    })
+}
+
+fn tmp_record() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("record.db");
+    (dir, path)
+}
+
+#[test]
+fn one_change_stream_on_stdout_sse_query_and_metrics() {
+    skip_unless!("ip", "nft", "iptables-legacy");
+    let (_dir, record) = tmp_record();
+    let port = free_port();
+    let mut d = Daemon::start(port, &["--record", record.to_str().unwrap()]);
+    assert_eq!(get(port, "/healthz", &[]).0, 200);
+    assert_eq!(get(port, "/readyz", &[]).0, 200);
+
+    let ns = Netns::new("daemon");
+    let inode = ns.inode();
+    let w = Writer::new("obs-daemonw");
+    let here = move |v: &Value| v["netns"].as_u64() == Some(inode);
+
+    // A live client through `observer tail --remote`, filtered to this namespace.
+    let mut remote = Command::new(observer_bin())
+        .args(["tail", "--json", "--remote"])
+        .arg(format!("http://127.0.0.1:{port}"))
+        .args(["--netns", &inode.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start tail --remote");
+    let remote_rx = json_lines(remote.stdout.take().expect("stdout"));
+    let mut remote_seen = Vec::new();
+    wait_for(
+        &remote_rx,
+        &mut remote_seen,
+        "the daemon's ready line",
+        |v| v["kind"] == "status" && v["state"] == "ready",
+    );
+
+    // A plain client that will drop mid-stream.
+    let sse = SseClient::connect(port, &format!("/events?netns={inode}"), None);
+    std::thread::sleep(Duration::from_millis(200));
+
+    ns.write(&w, &["nft", "add", "table", "inet", "obsd"]);
+    ns.write(&w, &["nft", "add", "chain", "inet", "obsd", "OBS-NFT"]);
+    ns.write(&w, &["iptables-legacy", "-N", "OBS-LEG"]);
+    ns.write(&w, &["iptables-legacy", "-X", "OBS-LEG"]);
+    let pred = |op: &'static str, chain: &'static str| {
+        move |v: &Value| here(v) && v["op"] == op && v["chain"] == chain
+    };
+    let a = d.expect("nft chain_create", pred("chain_create", "OBS-NFT"));
+    let b = d.expect("legacy chain_create", pred("chain_create", "OBS-LEG"));
+    let c = d.expect("legacy chain_delete", pred("chain_delete", "OBS-LEG"));
+    assert_eq!(b["source"], "tracepoint");
+    assert_eq!(c["process"]["actor"], "obs-daemonw");
+
+    // The same lines (same seq, same content) through tail --remote.
+    for want in [&a, &b, &c] {
+        let got = wait_for(
+            &remote_rx,
+            &mut remote_seen,
+            "the change on tail --remote",
+            |v| v["seq"] == want["seq"],
+        );
+        assert_eq!(&got, want);
+    }
+    // Nothing from other namespaces (the filter went to the daemon).
+    assert!(remote_seen
+        .iter()
+        .filter(|v| v["kind"] == "change")
+        .all(&here));
+
+    // The plain client read the first events, then drops.
+    let mut got = Vec::new();
+    while let Some((id, v)) = sse.next_change(WAIT) {
+        assert_eq!(v["seq"].as_u64(), Some(id), "the SSE id is the seq");
+        got.push(id);
+        if v["op"] == "chain_create" && v["chain"] == "OBS-NFT" {
+            break;
+        }
+    }
+    let last = *got.last().expect("the SSE client got events");
+    drop(sse);
+
+    // Changes while it is away.
+    ns.write(&w, &["nft", "add", "chain", "inet", "obsd", "OBS-AWAY"]);
+    ns.write(&w, &["nft", "delete", "chain", "inet", "obsd", "OBS-AWAY"]);
+    d.expect("chain_delete OBS-AWAY", pred("chain_delete", "OBS-AWAY"));
+    std::thread::sleep(Duration::from_millis(300));
+
+    // Reconnect: exactly the changes after `last`, each once, in order.
+    let expected: Vec<u64> = d
+        .seen
+        .iter()
+        .filter(|v| v["kind"] == "change" && here(v))
+        .filter_map(|v| v["seq"].as_u64())
+        .filter(|&s| s > last)
+        .collect();
+    let sse = SseClient::connect(port, &format!("/events?netns={inode}"), Some(last));
+    let mut resumed = Vec::new();
+    while resumed.len() < expected.len() {
+        let (id, _) = sse
+            .next_change(WAIT)
+            .unwrap_or_else(|| panic!("resumed stream stopped at {resumed:?}, want {expected:?}"));
+        resumed.push(id);
+    }
+    assert_eq!(resumed, expected, "nothing missed, nothing twice");
+    assert!(
+        sse.next_change(Duration::from_millis(500)).is_none(),
+        "nothing more"
+    );
+    drop(sse);
+
+    // The record answers for them.
+    let rows = query_until(
+        &record,
+        &["--netns", &inode.to_string(), "--chain", "OBS-*"],
+        pred("chain_delete", "OBS-AWAY"),
+    );
+    for want in [&a, &b, &c] {
+        assert!(rows.contains(want), "{want} not in the record: {rows:?}");
+    }
+    let by_op = query(
+        &record,
+        &[
+            "--netns",
+            &inode.to_string(),
+            "--op",
+            "chain_delete",
+            "--actor",
+            "obs-daemonw",
+        ],
+    );
+    assert!(by_op.iter().all(|v| v["op"] == "chain_delete"), "{by_op:?}");
+    assert!(by_op.iter().any(pred("chain_delete", "OBS-LEG")));
+    let human = Command::new(observer_bin())
+        .args([
+            "query",
+            "--record",
+            record.to_str().unwrap(),
+            "--chain",
+            "OBS-LEG",
+        ])
+        .output()
+        .expect("query");
+    let text = String::from_utf8_lossy(&human.stdout);
+    assert!(
+        text.contains("chain_delete") && text.contains("by obs-daemonw"),
+        "{text}"
+    );
+
+    // The counters.
+    let (status, m) = get(port, "/metrics", &[]);
+    assert_eq!(status, 200);
+    let legacy = metric(
+        &m,
+        "observer_changes_total",
+        &[
+            ("backend", "legacy"),
+            ("op", "chain_create"),
+            ("source", "tracepoint"),
+        ],
+    )
+    .unwrap_or_else(|| panic!("no legacy chain_create counter in\n{m}"));
+    assert!(legacy >= 1.0, "{m}");
+    let nft = metric(
+        &m,
+        "observer_changes_total",
+        &[
+            ("backend", "nft"),
+            ("op", "chain_delete"),
+            ("source", "netlink"),
+        ],
+    )
+    .unwrap_or(0.0);
+    assert!(nft >= 1.0, "{m}");
+    assert_eq!(
+        metric(&m, "observer_hook_backend", &[("backend", "tracepoint")]),
+        Some(1.0),
+        "{m}"
+    );
+    assert!(metric(&m, "observer_netns_watched", &[]).unwrap_or(0.0) >= 1.0);
+    assert!(
+        metric(&m, "observer_record_size_bytes", &[]).unwrap_or(0.0) > 0.0,
+        "{m}"
+    );
+    assert!(
+        metric(&m, "observer_record_rows_total", &[("outcome", "written")]).unwrap_or(0.0) >= 3.0,
+        "{m}"
+    );
+
+    let _ = remote.kill();
+    let _ = remote.wait();
+    d.stop();
+}
+
+#[test]
+fn a_restart_keeps_the_record_and_the_numbering_and_remote_tails_resume() {
+    skip_unless!("ip", "iptables-legacy");
+    let (_dir, record) = tmp_record();
+    let port = free_port();
+    let rec = record.to_str().unwrap();
+    let ns = Netns::new("restart");
+    let inode = ns.inode();
+    let here = move |v: &Value| v["netns"].as_u64() == Some(inode);
+    let w = Writer::new("obs-restartw");
+
+    let mut d = Daemon::start(port, &["--record", rec]);
+    let mut remote = Command::new(observer_bin())
+        .args(["tail", "--json", "--remote"])
+        .arg(format!("http://127.0.0.1:{port}"))
+        .args(["--netns", &inode.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start tail --remote");
+    let remote_rx = json_lines(remote.stdout.take().expect("stdout"));
+    let mut remote_seen = Vec::new();
+    wait_for(&remote_rx, &mut remote_seen, "ready", |v| {
+        v["kind"] == "status"
+    });
+
+    ns.write(&w, &["iptables-legacy", "-N", "OBS-BEFORE"]);
+    let before = d.expect("OBS-BEFORE", |v| here(v) && v["chain"] == "OBS-BEFORE");
+    wait_for(&remote_rx, &mut remote_seen, "OBS-BEFORE remotely", |v| {
+        v["chain"] == "OBS-BEFORE"
+    });
+    d.stop();
+
+    // Flushed at SIGTERM: the record has it right away.
+    let rows = query(&record, &["--chain", "OBS-BEFORE"]);
+    assert_eq!(rows, vec![before.clone()]);
+
+    let mut d = Daemon::start(port, &["--record", rec]);
+    ns.write(&w, &["iptables-legacy", "-N", "OBS-AFTER"]);
+    let after = d.expect("OBS-AFTER", |v| here(v) && v["chain"] == "OBS-AFTER");
+    assert!(
+        after["seq"].as_u64() > before["seq"].as_u64(),
+        "seq goes on: {before} then {after}"
+    );
+    // A stream resumed across the restart gets the old change from the record.
+    let sse = SseClient::connect(
+        port,
+        &format!("/events?netns={inode}"),
+        Some(before["seq"].as_u64().unwrap() - 1),
+    );
+    let (id, v) = sse.next_change(WAIT).expect("the recorded change");
+    assert_eq!(id, before["seq"].as_u64().unwrap());
+    assert_eq!(v, before);
+    drop(sse);
+
+    // tail --remote reconnected by itself: it prints the new change once, and not the old again.
+    wait_for(&remote_rx, &mut remote_seen, "OBS-AFTER remotely", |v| {
+        v["chain"] == "OBS-AFTER"
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    while let Ok(v) = remote_rx.try_recv() {
+        remote_seen.push(v);
+    }
+    let changes: Vec<&Value> = remote_seen
+        .iter()
+        .filter(|v| v["kind"] == "change")
+        .filter(|v| v["chain"].as_str().is_some_and(|c| c.starts_with("OBS-")))
+        .collect();
+    assert_eq!(changes, vec![&before, &after], "each once");
+    // The table's creation (seq before OBS-BEFORE) came once too.
+    let all: Vec<u64> = remote_seen
+        .iter()
+        .filter_map(|v| v["seq"].as_u64())
+        .collect();
+    let mut unique = all.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(all, unique, "no seq twice, in order");
+    let _ = remote.kill();
+    let _ = remote.wait();
+    d.stop();
+
+    let rows = query(&record, &["--chain", "OBS-*", "--since", "1h"]);
+    assert_eq!(rows, vec![before, after]);
+}
+
+/// Run `observer run ARGS` expecting it to refuse to start; returns stderr.
+fn refused(args: &[&str]) -> String {
+    let mut child = Command::new(observer_bin())
+        .arg("run")
+        .args(args)
+        .env_remove("OBSERVER_CONFIG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            let mut err = String::new();
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            assert!(!status.success(), "started although it should not: {err}");
+            assert!(!err.contains("panicked"), "{err}");
+            return err;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("observer run {args:?} did not refuse to start");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn the_token_guards_every_endpoint_but_healthz() {
+    skip_unless!("ip");
+    let port = free_port();
+    let err = refused(&["--listen", &format!("0.0.0.0:{port}"), "--no-record"]);
+    assert!(err.contains("--token-file"), "{err}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "s3cret-token\n").unwrap();
+    let mut child = Command::new(observer_bin())
+        .args(["run", "--no-record", "--listen", &format!("0.0.0.0:{port}")])
+        .arg("--token-file")
+        .arg(&token)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start");
+    let lines = json_lines(child.stdout.take().unwrap());
+    let first = lines.recv_timeout(Duration::from_secs(60)).expect("ready");
+    assert_eq!(first["state"], "ready");
+    assert_eq!(get(port, "/healthz", &[]).0, 200);
+    for path in ["/metrics", "/events", "/incidents?format=json", "/readyz"] {
+        let (status, body) = get(port, path, &[]);
+        assert_eq!(status, 401, "{path} without a token");
+        assert!(!body.contains("observer_"), "no data without a token");
+        let (status, _) = get(port, path, &[("Authorization", "Bearer wrong")]);
+        assert_eq!(status, 401, "{path} with a wrong token");
+    }
+    let (status, body) = get(
+        port,
+        "/metrics",
+        &[("Authorization", "Bearer s3cret-token")],
+    );
+    assert_eq!(status, 200);
+    assert!(body.contains("observer_ready 1"), "{body}");
+    let (status, body) = get(
+        port,
+        "/incidents?format=json",
+        &[("Authorization", "Bearer s3cret-token")],
+    );
+    assert_eq!((status, body.trim()), (200, "[]"));
+
+    // tail --remote with the wrong token says so and stops.
+    let bad = dir.path().join("bad");
+    std::fs::write(&bad, "nope").unwrap();
+    let out = Command::new(observer_bin())
+        .args([
+            "tail",
+            "--remote",
+            &format!("http://127.0.0.1:{port}"),
+            "--token-file",
+        ])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("401"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    assert!(child.wait().unwrap().success());
+}
+
+#[test]
+fn bad_input_gets_clear_errors_and_keeps_data() {
+    skip_unless!("ip");
+    let dir = tempfile::tempdir().unwrap();
+
+    // A record that is not one: refused, left untouched.
+    let junk = dir.path().join("junk.db");
+    let bytes: Vec<u8> = (0..20_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(&junk, &bytes).unwrap();
+    let port = free_port();
+    let err = refused(&[
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--record",
+        junk.to_str().unwrap(),
+    ]);
+    assert!(err.contains("not a readable observer record"), "{err}");
+    assert_eq!(std::fs::read(&junk).unwrap(), bytes, "the file was changed");
+    let out = Command::new(observer_bin())
+        .args(["query", "--record", junk.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a readable observer record"));
+
+    // Config files: an unknown key, a wrong type.
+    let cfg = dir.path().join("observer.toml");
+    std::fs::write(&cfg, "listen = \"127.0.0.1:9\"\nretain_days = 7\n").unwrap();
+    let err = refused(&["--config", cfg.to_str().unwrap()]);
+    assert!(err.contains("retain_days"), "{err}");
+    std::fs::write(&cfg, "no_record = \"yes please\"\n").unwrap();
+    let err = refused(&["--config", cfg.to_str().unwrap()]);
+    assert!(err.contains("no_record"), "{err}");
+
+    // A port in use.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let err = refused(&["--listen", &format!("127.0.0.1:{port}"), "--no-record"]);
+    assert!(
+        err.contains("cannot listen") && err.contains("--listen"),
+        "{err}"
+    );
+
+    // A record in a directory that cannot be created.
+    let err = refused(&["--record", "/proc/observer/record.db"]);
+    assert!(err.contains("cannot open the record"), "{err}");
+}
+
+#[test]
+fn a_full_disk_is_reported_and_earlier_records_stay() {
+    skip_unless!("ip", "nft", "mount");
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("small");
+    std::fs::create_dir(&mnt).unwrap();
+    common::run(
+        "mount",
+        &[
+            "-t",
+            "tmpfs",
+            "-o",
+            "size=4m",
+            "tmpfs",
+            mnt.to_str().unwrap(),
+        ],
+    );
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(mnt.clone());
+    let record = mnt.join("record.db");
+    let port = free_port();
+    let ns = Netns::new("full");
+    let inode = ns.inode();
+    let here = move |v: &Value| v["netns"].as_u64() == Some(inode);
+    let w = Writer::new("obs-fullw");
+
+    let mut d = Daemon::start(port, &["--record", record.to_str().unwrap()]);
+    ns.write(&w, &["nft", "add", "table", "inet", "obsf"]);
+    ns.write(&w, &["nft", "add", "chain", "inet", "obsf", "OBS-EARLY"]);
+    d.expect("OBS-EARLY", |v| here(v) && v["chain"] == "OBS-EARLY");
+    query_until(&record, &["--chain", "OBS-EARLY"], |_| true);
+
+    // Fill the file system.
+    let filler = mnt.join("filler");
+    let mut f = std::fs::File::create(&filler).unwrap();
+    let block = vec![0u8; 64 * 1024];
+    while f.write_all(&block).is_ok() {}
+    drop(f);
+
+    // Enough changes to need new pages: they still stream; the record cannot take them.
+    let mut script = String::from("add table inet obsbig\nadd chain inet obsbig OBS-BIG\n");
+    for i in 0..400 {
+        script.push_str(&format!(
+            "add rule inet obsbig OBS-BIG ip saddr 10.{}.{}.0/24 tcp dport {} counter accept comment \"padding padding padding padding\"\n",
+            i / 256,
+            i % 256,
+            1000 + i
+        ));
+    }
+    let file = dir.path().join("big.nft");
+    std::fs::write(&file, script).unwrap();
+    ns.write(&w, &["nft", "-f", file.to_str().unwrap()]);
+    d.expect("the big table's last rule", |v| {
+        here(v) && v["chain"] == "OBS-BIG" && v["rule"].as_str().is_some_and(|r| r.contains("1399"))
+    });
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let (_, m) = get(port, "/metrics", &[]);
+        if metric(&m, "observer_record_rows_total", &[("outcome", "failed")]).unwrap_or(0.0) > 0.0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no failed writes counted:\n{m}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Still alive and streaming.
+    assert_eq!(get(port, "/healthz", &[]).0, 200);
+    std::fs::remove_file(&filler).unwrap();
+    d.stop();
+    let rows = query(&record, &["--chain", "OBS-EARLY"]);
+    assert_eq!(rows.len(), 1, "the earlier record is kept: {rows:?}");
+}
+
+#[test]
+fn incidents_reach_the_stream_the_record_and_the_metrics() {
+    skip_unless!("ip", "iptables-legacy");
+    let (_dir, record) = tmp_record();
+    let port = free_port();
+    let mut d = Daemon::start(port, &["--record", record.to_str().unwrap()]);
+    let ns = Netns::new("incident");
+    let inode = ns.inode();
+    let owner = Writer::new("kube-proxy");
+    let intruder = Writer::new("calico-node");
+    let sse = SseClient::connect(port, &format!("/incidents?netns={inode}"), None);
+    std::thread::sleep(Duration::from_millis(200));
+
+    ns.write(
+        &owner,
+        &["iptables-legacy", "-t", "nat", "-N", "KUBE-SVC-OBSTEST"],
+    );
+    d.expect("the owner's chain", |v| {
+        v["netns"].as_u64() == Some(inode) && v["chain"] == "KUBE-SVC-OBSTEST"
+    });
+    ns.write(
+        &intruder,
+        &["iptables-legacy", "-t", "nat", "-X", "KUBE-SVC-OBSTEST"],
+    );
+    let inc = wait_for(&d.lines, &mut d.seen, "a foreign_delete incident", |v| {
+        v["kind"] == "incident"
+            && v["type"] == "foreign_delete"
+            && v["netns"].as_u64() == Some(inode)
+    });
+    assert_eq!(inc["owner"], "kube-proxy", "{inc}");
+
+    // The stream: the same line, numbered.
+    let (id, v) = sse.next_change(WAIT).expect("the incident on /incidents");
+    assert!(id >= 1);
+    assert_eq!(v, inc);
+    drop(sse);
+    // Resumed from before it: the same line again, with the same number.
+    let again = SseClient::connect(port, &format!("/incidents?netns={inode}"), Some(id - 1));
+    assert_eq!(again.next_change(WAIT), Some((id, inc.clone())));
+    drop(again);
+
+    // As a JSON list, the record, and the counters.
+    let (status, body) = get(
+        port,
+        "/incidents?since=1h&type=foreign_delete",
+        &[("Accept", "application/json")],
+    );
+    assert_eq!(status, 200);
+    let list: Vec<Value> = serde_json::from_str(&body).expect("a JSON list");
+    assert!(list.contains(&inc), "{body}");
+    let rows = query_until(
+        &record,
+        &["--type", "foreign_delete", "--netns", &inode.to_string()],
+        |v| *v == inc,
+    );
+    assert!(rows.iter().all(|v| v["kind"] == "incident"));
+    let (_, m) = get(port, "/metrics", &[]);
+    assert!(
+        metric(
+            &m,
+            "observer_incidents_total",
+            &[("type", "foreign_delete")]
+        )
+        .unwrap_or(0.0)
+            >= 1.0,
+        "{m}"
+    );
+    d.stop();
+}
