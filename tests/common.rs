@@ -73,6 +73,22 @@ impl Netns {
         run("ip", &full);
     }
 
+    /// Run the writer script inside the namespace from the cgroup `cg`: the process moves itself
+    /// there before `ip netns exec` (which remounts /sys, hiding the cgroup tree) runs the script.
+    pub fn write_in_cgroup(&self, writer: &Writer, cg: &Cgroup, args: &[&str]) {
+        let procs = cg.procs_file();
+        let script = writer.path.to_str().expect("utf-8 path");
+        let mut full = vec![
+            "-c",
+            "echo $$ > \"$0\" && exec ip netns exec \"$@\"",
+            procs.to_str().expect("utf-8 path"),
+            &self.name,
+            script,
+        ];
+        full.extend_from_slice(args);
+        run("sh", &full);
+    }
+
     /// Same, with a stdin (for `*-restore`).
     pub fn write_stdin(&self, writer: &Writer, args: &[&str], input: &str) {
         use std::io::Write;
@@ -121,11 +137,17 @@ pub struct Writer {
 
 impl Writer {
     pub fn new(name: &str) -> Writer {
+        // Not `exec`: the tool must be a child of the script.
+        Writer::script(name, "\"$@\"")
+    }
+
+    /// A script named `name` whose body is `body` (sh syntax; `"$@"` are its arguments). Every
+    /// command it runs is its child, so the script is the actor of the changes they make.
+    pub fn script(name: &str, body: &str) -> Writer {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join(name);
-        // Not `exec`: the tool must be a child of the script.
-        std::fs::write(&path, "#!/bin/sh\n\"$@\"\n").expect("write script");
+        std::fs::write(&path, format!("#!/bin/sh\nset -e\n{body}\n")).expect("write script");
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
         Writer {
             path,
@@ -227,7 +249,51 @@ impl Observer {
 
     /// Wait until a change line matches `pred`; returns it. Fails after `secs`.
     pub fn expect(&mut self, what: &str, secs: u64, pred: impl Fn(&Value) -> bool) -> Value {
-        if let Some(v) = self.seen.iter().find(|v| is_change(v) && pred(v)) {
+        self.wait_line(&format!("change line for {what}"), secs, |v| {
+            is_change(v) && pred(v)
+        })
+    }
+
+    /// Wait until an incident line of type `ty` matches `pred` (already seen or arriving within
+    /// `secs`); returns it.
+    pub fn expect_incident(&mut self, ty: &str, secs: u64, pred: impl Fn(&Value) -> bool) -> Value {
+        self.wait_line(&format!("{ty} incident line"), secs, |v| {
+            is_incident(v) && v["type"] == ty && pred(v)
+        })
+    }
+
+    /// Wait until any line matches `pred`; fails after `secs` showing every line seen.
+    pub fn wait_line(&mut self, what: &str, secs: u64, pred: impl Fn(&Value) -> bool) -> Value {
+        self.wait_line_since(0, what, secs, pred)
+    }
+
+    /// How many lines have been seen: lines after this mark are newer than anything done before.
+    pub fn mark(&self) -> usize {
+        self.seen.len()
+    }
+
+    /// Like `expect`, among the lines after `mark` only.
+    pub fn expect_since(
+        &mut self,
+        mark: usize,
+        what: &str,
+        secs: u64,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Value {
+        self.wait_line_since(mark, &format!("change line for {what}"), secs, |v| {
+            is_change(v) && pred(v)
+        })
+    }
+
+    /// Wait until a line after `mark` matches `pred`; fails after `secs` showing every line seen.
+    pub fn wait_line_since(
+        &mut self,
+        mark: usize,
+        what: &str,
+        secs: u64,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Value {
+        if let Some(v) = self.seen.iter().skip(mark).find(|v| pred(v)) {
             return v.clone();
         }
         let deadline = Instant::now() + Duration::from_secs(secs * slowdown());
@@ -237,12 +303,12 @@ impl Observer {
                 Ok(v) => {
                     check_legacy_source(&v);
                     self.seen.push(v.clone());
-                    if is_change(&v) && pred(&v) {
+                    if pred(&v) {
                         return v;
                     }
                 }
                 Err(_) => panic!(
-                    "no change line for {what} within {secs} s; saw:\n{}",
+                    "no {what} within {secs} s; saw:\n{}",
                     self.seen
                         .iter()
                         .map(|v| v.to_string())
@@ -251,6 +317,20 @@ impl Observer {
                 ),
             }
         }
+    }
+
+    /// Every incident line seen so far.
+    pub fn incidents(&self) -> Vec<&Value> {
+        self.seen.iter().filter(|v| is_incident(v)).collect()
+    }
+
+    /// Every line seen so far, one per line (for failure messages).
+    pub fn dump(&self) -> String {
+        self.seen
+            .iter()
+            .map(|v| v.to_string())
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
     /// Collect whatever arrives within `ms` milliseconds.
@@ -304,6 +384,62 @@ impl Drop for Observer {
 
 pub fn is_change(v: &Value) -> bool {
     v["kind"] == "change"
+}
+
+pub fn is_incident(v: &Value) -> bool {
+    v["kind"] == "incident"
+}
+
+/// A cgroup v2 directory owned by one test (`obs-test-<pid>-<tag>/REL` under the cgroup2 mount),
+/// removed with its parents when dropped. Processes moved into it must have exited by then.
+pub struct Cgroup {
+    top: PathBuf,
+    pub path: PathBuf,
+}
+
+impl Cgroup {
+    /// Create `REL` (e.g. `system.slice/iptables.service`) under a fresh test-owned parent, or
+    /// say why it cannot be done here.
+    pub fn new(tag: &str, rel: &str) -> Result<Cgroup, String> {
+        let mount = cgroup2_mount().ok_or("no cgroup2 hierarchy is mounted")?;
+        let top = mount.join(format!("obs-test-{}-{tag}", std::process::id()));
+        let path = top.join(rel);
+        let cg = Cgroup { top, path };
+        std::fs::create_dir_all(&cg.path)
+            .map_err(|e| format!("cannot create {}: {e}", cg.path.display()))?;
+        Ok(cg)
+    }
+
+    /// Writing a pid here moves that process into the cgroup.
+    pub fn procs_file(&self) -> PathBuf {
+        self.path.join("cgroup.procs")
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        let mut dir = self.path.clone();
+        loop {
+            let _ = std::fs::remove_dir(&dir);
+            if dir == self.top || !dir.pop() {
+                break;
+            }
+        }
+    }
+}
+
+/// Where the cgroup v2 hierarchy is mounted (`/sys/fs/cgroup`, or `/sys/fs/cgroup/unified` on a
+/// hybrid system), from /proc/self/mountinfo: the mount of the hierarchy's root, not of a subtree.
+pub fn cgroup2_mount() -> Option<PathBuf> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    info.lines().find_map(|l| {
+        let (left, right) = l.split_once(" - ")?;
+        let f: Vec<&str> = left.split(' ').collect();
+        if right.split(' ').next()? != "cgroup2" || f.get(3) != Some(&"/") {
+            return None;
+        }
+        f.get(4).map(PathBuf::from)
+    })
 }
 
 /// A predicate on the common fields.
