@@ -397,7 +397,9 @@ impl DaemonOutput {
             "ready" => {
                 if let Some(h) = &s.hooks {
                     m.hooks
-                        .get_or_create(&HookLabels { backend: h.clone() })
+                        .get_or_create(&HookLabels {
+                            backend: hook_backend(h),
+                        })
                         .set(1);
                 }
                 if let Some(n) = s.netns_watched {
@@ -528,6 +530,17 @@ impl Output for DaemonOutput {
     }
 }
 
+/// The backend that sees legacy changes, from the ready line's `hooks` text
+/// (`x_tables=kprobe namespaces=tracepoint ...`), for the metric's label: `fentry`, `kprobe`,
+/// `tracepoint` or `netlink`.
+fn hook_backend(hooks: &str) -> String {
+    hooks
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("x_tables="))
+        .unwrap_or_else(|| hooks.split_whitespace().next().unwrap_or(hooks))
+        .to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -593,6 +606,15 @@ mod tests {
             .filter_map(|e| e.id)
             .collect();
         assert_eq!(ids, vec![6, 7]);
+    }
+
+    #[test]
+    fn the_hook_metric_names_the_x_tables_backend() {
+        assert_eq!(
+            hook_backend("x_tables=kprobe namespaces=tracepoint nf_tables=netlink (x)"),
+            "kprobe"
+        );
+        assert_eq!(hook_backend("netlink"), "netlink");
     }
 
     #[test]
