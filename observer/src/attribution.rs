@@ -52,12 +52,22 @@ impl ProcessInfo {
 }
 
 /// True for the commands that only carry a change to the kernel on someone else's behalf.
+/// The front ends are the tools themselves and their `-` variants (`iptables-legacy-restore`,
+/// `ip6tables-nft`, `xtables-nft-multi`); a component whose name merely starts like one
+/// (`iptables.init`, a firewall's init script) is an actor.
 pub fn is_front_end(comm: &str) -> bool {
-    comm == "nft"
-        || comm == "ipset"
-        || ["iptables", "ip6tables", "xtables-", "arptables", "ebtables"]
-            .iter()
-            .any(|p| comm.starts_with(p))
+    let tool = |name: &str| {
+        comm == name
+            || comm
+                .strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('-'))
+    };
+    tool("nft")
+        || tool("ipset")
+        || comm.starts_with("xtables-")
+        || ["iptables", "ip6tables", "arptables", "ebtables"]
+            .into_iter()
+            .any(tool)
 }
 
 /// The first comm of the chain (writer first) that is not a front end.
@@ -214,6 +224,8 @@ mod tests {
             "nftables-tool",
             "bash",
             "ip",
+            "iptables.init",
+            "ipsetd",
         ] {
             assert!(!is_front_end(c), "{c}");
         }

@@ -1097,7 +1097,7 @@ impl Correlator {
                 if k.0 == Backend::Legacy {
                     legacy.insert(k.3.clone());
                     sample.get_or_insert((k.1, k.2.clone()));
-                } else if k.0 == Backend::Nft {
+                } else if k.0 == Backend::Nft && is_iptables_nft_table(k.1, &k.2) {
                     nft.insert(k.3.clone());
                 }
             }
@@ -1298,6 +1298,14 @@ impl Correlator {
         }
         rows
     }
+}
+
+/// The nft tables iptables-nft writes (the x_tables table names in the ip, ip6 and arp
+/// families): only there do chains compete with the legacy backend. A native nft table
+/// (`inet admin`) is another ruleset, not a second copy.
+fn is_iptables_nft_table(family: Family, table: &str) -> bool {
+    matches!(family, Family::Ip | Family::Ip6 | Family::Arp)
+        && matches!(table, "filter" | "nat" | "mangle" | "raw" | "security")
 }
 
 fn now_ns() -> i128 {

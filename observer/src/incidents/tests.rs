@@ -582,6 +582,18 @@ fn split_brain_at_start_and_when_created() {
     assert_eq!(got[0].kind, IncidentKind::SplitBrain);
     assert_eq!(got[0].last_backend, Some(Backend::Legacy));
     assert!(got[0].events.contains(&2));
+    // A native nft table of the same owner is another ruleset, not a split brain.
+    let mut s2 = Stream::new(vec![]);
+    s2.backend = Backend::Nft;
+    s2.table = "admin".into();
+    assert!(s2
+        .txn(0, "admin", &[(Op::ChainCreate, "input", "", "")])
+        .is_empty());
+    s2.backend = Backend::Legacy;
+    s2.table = "filter".into();
+    assert!(s2
+        .txn(1, "admin", &[(Op::ChainCreate, "ADMIN-SSH", "", "")])
+        .is_empty());
     // The stale legacy chain goes away: the incident closes.
     let got = s.txn(
         2,
