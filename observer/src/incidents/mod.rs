@@ -353,9 +353,20 @@ impl Correlator {
         } else {
             self.find_hits(netns, &actor, &applied)
         };
-        let mut touched = self.owners_touched(netns, &applied);
+        // Only creating or deleting chains can start or end a split brain: the owners those
+        // chains had before or have after the transaction.
+        let reshapes = applied
+            .iter()
+            .any(|c| matches!(c.op, Op::ChainCreate | Op::ChainDelete | Op::TableDelete));
+        let mut touched = if reshapes {
+            self.owners_touched(netns, &applied)
+        } else {
+            BTreeSet::new()
+        };
         let restored = self.apply(netns, &actor, known_actor && !replayed, &applied);
-        touched.extend(self.owners_touched(netns, &applied));
+        if reshapes {
+            touched.extend(self.owners_touched(netns, &applied));
+        }
         let hits = self.keep_unhooks_of_surviving(netns, hits);
         if !replayed && known_actor {
             self.last_backend
@@ -364,10 +375,6 @@ impl Correlator {
             self.handle_restores(netns, &actor, &restored, now_ns, &mut out);
         }
         // Split brain, for every owner this transaction touched (before or after it).
-        // Only creating or deleting chains can start or end one.
-        let reshapes = applied
-            .iter()
-            .any(|c| matches!(c.op, Op::ChainCreate | Op::ChainDelete | Op::TableDelete));
         if reshapes {
             let seqs: Vec<u64> = applied.iter().map(|c| c.seq).collect();
             for owner in touched {
@@ -792,14 +799,13 @@ impl Correlator {
                 });
                 let record = match open.and_then(|id| self.incidents.get_mut(&id)) {
                     Some(t) => {
-                        update_with_hits(&mut t.record, &hits, actor, first, now_ns);
+                        update_with_hits(&mut t.record, &hits, actor, first);
                         t.record.summary = summary(&t.record, &hits);
                         t.last_ns = now_ns;
                         t.record.clone()
                     }
                     None => {
                         let mut r = new_incident(kind, netns, &hits, actor, first);
-                        r.summary = summary(&r, &hits);
                         if let Some(d) = &hits[0].drift {
                             r.rule = Some(d.rule.clone());
                             r.was = Some(d.was.clone());
@@ -807,8 +813,8 @@ impl Correlator {
                             if d.critical {
                                 r.severity = Severity::Critical;
                             }
-                            r.summary = summary(&r, &hits);
                         }
+                        r.summary = summary(&r, &hits);
                         self.incidents.insert(
                             r.id.clone(),
                             Tracked {
@@ -918,19 +924,8 @@ impl Correlator {
         let seqs: Vec<u64> = restored.iter().map(|r| r.seq).collect();
         // Mass flush repairs.
         for t in self.incidents.values_mut() {
-            if t.record.kind != IncidentKind::MassFlush
-                || t.record.netns != netns
-                || t.record.state == IncidentState::Closed
-            {
-                continue;
-            }
             let since = t.since_ns;
-            let Some(o) = t
-                .record
-                .owners
-                .iter_mut()
-                .find(|o| o.owner == actor && !o.repaired)
-            else {
+            let Some(o) = unrepaired_owner(t, netns, actor) else {
                 continue;
             };
             if restored.iter().any(|r| o.chains.contains(&r.key.3)) {
@@ -1040,18 +1035,7 @@ impl Correlator {
         out: &mut Vec<IncidentRecord>,
     ) {
         for t in self.incidents.values_mut() {
-            if t.record.kind != IncidentKind::MassFlush
-                || t.record.netns != netns
-                || t.record.state == IncidentState::Closed
-            {
-                continue;
-            }
-            let Some(o) = t
-                .record
-                .owners
-                .iter_mut()
-                .find(|o| o.owner == actor && !o.repaired)
-            else {
+            let Some(o) = unrepaired_owner(t, netns, actor) else {
                 continue;
             };
             let f = failed[0];
@@ -1318,6 +1302,20 @@ fn rfc3339_ns(ns: i128) -> String {
         .unwrap_or_default()
 }
 
+/// In an open `mass_flush` of this namespace, the entry of `owner` while it has not repaired.
+fn unrepaired_owner<'a>(t: &'a mut Tracked, netns: u32, owner: &str) -> Option<&'a mut OwnerHit> {
+    if t.record.kind != IncidentKind::MassFlush
+        || t.record.netns != netns
+        || t.record.state == IncidentState::Closed
+    {
+        return None;
+    }
+    t.record
+        .owners
+        .iter_mut()
+        .find(|o| o.owner == owner && !o.repaired)
+}
+
 fn add_events(r: &mut IncidentRecord, seqs: &[u64]) {
     for &s in seqs {
         if !r.events.contains(&s) {
@@ -1403,13 +1401,7 @@ fn new_incident(
     r
 }
 
-fn update_with_hits(
-    r: &mut IncidentRecord,
-    hits: &[Hit],
-    actor: &str,
-    first: &ChangeRecord,
-    _now_ns: i128,
-) {
+fn update_with_hits(r: &mut IncidentRecord, hits: &[Hit], actor: &str, first: &ChangeRecord) {
     r.state = IncidentState::Update;
     r.time = first.time.clone();
     for h in hits {
