@@ -1872,9 +1872,6 @@ mod tests {
             BIG_CHAINS * RULES_PER_CHAIN + 4
         );
         assert!(x.contains("chain OBS-BENCH-EXTRA {"));
-        if let Ok(path) = env::var("OBSERVER_WRITE_NFT_TABLE") {
-            fs::write(path, &t).unwrap();
-        }
     }
 
     #[test]
