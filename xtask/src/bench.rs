@@ -1410,9 +1410,7 @@ impl Environment {
             })
             .unwrap_or_else(|| "unknown model".into());
         let mut command = String::new();
-        if let Some(dir) = env::var_os("CARGO_TARGET_DIR") {
-            let _ = write!(command, "CARGO_TARGET_DIR={} ", dir.to_string_lossy());
-        }
+        // Not CARGO_TARGET_DIR: where the build lands does not change the figures.
         command.push_str("cargo xtask");
         for a in env::args().skip(1) {
             command.push(' ');
@@ -1650,7 +1648,8 @@ impl Results {
                     rows.push(row(
                         format!("5. kernel cost, {}", w.load),
                         format!(
-                            "{} per reported change ({} changes; {} runs of {} programs, {} in                              all, in {secs:.1} s; per program below)",
+                            "{} per reported change ({} changes; {} runs of {} programs, {} in all, in \
+                             {secs:.1} s; per program below)",
                             kstats::per(ns, w.changes),
                             w.changes,
                             runs,

@@ -30,8 +30,9 @@ const END: &str = "<!-- vm-bench:end -->";
 
 #[derive(Args)]
 pub struct VmBenchArgs {
-    /// Timed restores per configuration
-    #[arg(long, default_value_t = 6)]
+    /// Rounds per configuration; each round is two restores and two `nft -f` runs (one of each
+    /// version). The default keeps the whole run near 20 minutes under software emulation.
+    #[arg(long, default_value_t = 3)]
     rounds: usize,
 }
 
