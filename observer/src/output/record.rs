@@ -80,6 +80,11 @@ pub struct ChangeRecord {
     /// read from the namespace's ruleset, not seen as it happened.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub replayed: bool,
+    /// Set when the kernel dropped this change's notifications (the socket's buffer overflowed)
+    /// and it was found by re-reading the namespace: its writer is the one the kernel hooks saw
+    /// writing there meanwhile, when that is one writer (else `unknown`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub recovered: bool,
 }
 
 /// `{"kind":"incident",...}`: one state of an ownership conflict. Every line of one incident has
@@ -258,6 +263,7 @@ mod tests {
                 pod: None,
             },
             replayed: false,
+            recovered: false,
         }
     }
 
