@@ -533,3 +533,59 @@ fn nft_changes_lost_by_netlink_are_recovered_and_attributed() {
     assert_writer(&v, "nft", &w);
     obs.stop();
 }
+
+#[test]
+fn a_refused_nft_batch_is_a_failed_attempt_not_a_change() {
+    skip_unless!("ip", "nft");
+    let mut obs = Observer::start(&[]);
+    let ns = Netns::new("refused");
+    let here = in_ns(&ns);
+    let w = Writer::new("obs-refuser");
+    ns.write_stdin(
+        &w,
+        &["nft", "-f", "-"],
+        "add table ip obsref\nadd chain ip obsref target\nadd chain ip obsref from\n\
+         add rule ip obsref from jump target\n",
+    );
+    obs.expect("the jump", WAIT, |v| {
+        here(v) && change("rule_add", Some("from"))(v)
+    });
+    // A chain still referenced cannot go: the kernel refuses the whole batch, so the chain
+    // created in the same batch is not created either.
+    let batch = Writer::script(
+        "obs-refuser",
+        "printf 'add chain ip obsref new1\\ndelete chain ip obsref target\\n' | nft -f -",
+    );
+    let err = ns.write_refused(&batch, &[]);
+    assert!(err.contains("busy"), "nft said: {err}");
+    let v = obs.expect("the refused delete", WAIT, |v| {
+        here(v) && change("chain_delete", Some("target"))(v)
+    });
+    assert!(
+        v["result"].as_str().unwrap_or("").starts_with("EBUSY"),
+        "a refused write must carry the kernel's error: {v}"
+    );
+    assert_eq!(v["backend"], "nft");
+    assert_eq!(v["table"], "obsref");
+    assert_eq!(v["process"]["comm"], "nft");
+    assert!(v["process"]["pid"].as_u64().unwrap_or(0) > 0, "{v}");
+    assert_eq!(v["process"]["actor"], w.name.as_str(), "{v}");
+    // The batch's next change is seen normally, and nothing of the refused one was applied.
+    ns.write(&w, &["nft", "add", "chain", "ip", "obsref", "after"]);
+    obs.expect("the next change", WAIT, |v| {
+        here(v) && change("chain_create", Some("after"))(v)
+    });
+    for c in obs.changes() {
+        if here(c) && c["result"] == "ok" {
+            assert_ne!(
+                c["chain"], "new1",
+                "a refused batch reported as applied: {c}"
+            );
+            assert!(
+                !(c["op"] == "chain_delete" && c["chain"] == "target"),
+                "a refused delete reported as applied: {c}"
+            );
+        }
+    }
+    obs.stop();
+}

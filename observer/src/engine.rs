@@ -228,7 +228,7 @@ pub async fn run(options: &SourceArgs, output: Box<dyn Output>) -> anyhow::Resul
             engine.watched.len()
         ),
         hooks: Some(engine.hooks.as_ref().map_or_else(
-            || "x_tables=none namespaces=none nf_tables=netlink".into(),
+            || "x_tables=none namespaces=none nf_tables=netlink nf_writers=proc".into(),
             |h| h.report.placement.summary(),
         )),
         sources,
@@ -642,6 +642,7 @@ impl Engine {
             KernelEvent::XtReplace(x) => self.on_replace(x).await,
             KernelEvent::NfnlSend(s) if s.is_ipset() => self.on_ipset(s).await,
             KernelEvent::NfnlSend(_) => {}
+            KernelEvent::NfnlAck(a) => self.on_refused(a),
         }
     }
 
@@ -877,6 +878,43 @@ impl Engine {
             recovered: false,
         };
         self.emit_txn_results(ctx, outcomes);
+    }
+
+    /// Replies a writer read after an nftables batch: each refused write is reported as the
+    /// change it attempted, with the kernel's error as its `result`.
+    fn on_refused(&mut self, a: crate::hooks::refused::NfnlAckEvent) {
+        let refused = crate::hooks::refused::refusals(&a.data);
+        if refused.is_empty() {
+            return;
+        }
+        let inode = a.netns();
+        // The batch changed nothing: its writer is not the author of anything found later.
+        if let Some(h) = &self.hooks {
+            h.writers.settle(inode, a.process.tid);
+        }
+        let name = self.watched.get(&inode).and_then(|w| w.handle.name.clone());
+        let ctx = ChangeCtx {
+            inode,
+            name,
+            backend: Backend::Nft,
+            time: boot_ns_to_time(a.ktime_ns),
+            txn: format!("nft-{inode}-refused-{}", a.ktime_ns),
+            // The replies are read on the recvmsg tracepoints, whatever the backend.
+            source: Source::Tracepoint,
+            process: attribution::from_kernel(&a.process),
+            replayed: false,
+            recovered: false,
+        };
+        let changes = refused
+            .into_iter()
+            .map(|r| {
+                (
+                    r.change,
+                    crate::xtables::attempt::errno_text(r.errno as i64),
+                )
+            })
+            .collect();
+        self.emit_txn_results(ctx, changes);
     }
 
     /// A legacy replace reported as one `table_replace` line, with the kernel's result.

@@ -191,6 +191,15 @@ impl WriterCache {
         Some((process, fresh))
     }
 
+    /// The batch of thread `tid` in `netns` was refused: it matches no generation, and is not
+    /// the author of changes found later.
+    pub fn settle(&self, netns: u32, tid: u32) {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = inner.entries.get_mut(&(netns, tid)) {
+            e.fresh = false;
+        }
+    }
+
     /// The writers of namespace `netns` whose batches no generation has matched since the last
     /// one that did, oldest first; they count as matched from now on. Called after notifications
     /// were lost: these are the writers of what the re-read finds changed.
@@ -457,7 +466,7 @@ mod tests {
         let mut attr = ((4 + name.len()) as u16).to_ne_bytes().to_vec();
         attr.extend_from_slice(&1u16.to_ne_bytes());
         attr.extend_from_slice(&name);
-        while attr.len() % 4 != 0 {
+        while !attr.len().is_multiple_of(4) {
             attr.push(0);
         }
         msg(&mut v, (10 << 8) | 3, 2, &attr);

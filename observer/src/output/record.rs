@@ -34,7 +34,8 @@ pub struct StatusRecord {
     /// One sentence for a person.
     pub message: String,
     /// Which backend each hook is on, and why better ones were refused (the kernel's error), e.g.
-    /// `x_tables=kprobe namespaces=tracepoint nf_tables=netlink (x_tables: fentry refused: ...)`.
+    /// `x_tables=kprobe namespaces=tracepoint nf_tables=netlink nf_writers=tracepoint
+    /// (x_tables: fentry refused: ...)`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hooks: Option<String>,
     /// The sources that feed the stream.
