@@ -73,6 +73,19 @@ impl Netns {
         run("ip", &full);
     }
 
+    /// Run a command that must fail inside the namespace through the writer script; returns
+    /// its stderr.
+    pub fn write_refused(&self, writer: &Writer, args: &[&str]) -> String {
+        let script = writer.path.to_str().expect("utf-8 path");
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.name, script])
+            .args(args)
+            .output()
+            .expect("spawn");
+        assert!(!out.status.success(), "{args:?} should have failed");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+
     /// Run the writer script inside the namespace from the cgroup `cg`: the process moves itself
     /// there before `ip netns exec` (which remounts /sys, hiding the cgroup tree) runs the script.
     pub fn write_in_cgroup(&self, writer: &Writer, cg: &Cgroup, args: &[&str]) {

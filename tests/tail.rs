@@ -481,3 +481,111 @@ fn a_forced_backend_attaches_or_fails_with_the_kernels_error() {
         }
     }
 }
+
+#[test]
+fn nft_changes_lost_by_netlink_are_recovered_and_attributed() {
+    skip_unless!("ip", "nft");
+    let ns = Netns::new("flood");
+    // A receive buffer far too small for one generation of 400 rules: the kernel drops
+    // notifications (ENOBUFS), and observer must still report every change, with its writer.
+    let mut obs = Observer::start(&["--netns", &ns.name, "--netlink-rcvbuf", "4KiB"]);
+    let here = in_ns(&ns);
+    let mut script = String::from("add table ip obsflood\nadd chain ip obsflood marker\n");
+    script.push_str("add chain ip obsflood flood\n");
+    for port in 1..=400 {
+        script.push_str(&format!(
+            "add rule ip obsflood flood tcp dport {port} accept\n"
+        ));
+    }
+    let w = Writer::new("obs-flooder");
+    ns.write_stdin(&w, &["nft", "-f", "-"], &script);
+    obs.wait_line("a gap line naming the overrun", WAIT, |v| {
+        v["kind"] == "status"
+            && v["state"] == "gap"
+            && v["message"].as_str().is_some_and(|m| m.contains("ENOBUFS"))
+    });
+    let v = obs.expect("the marker chain, recovered", WAIT, |v| {
+        here(v) && change("chain_create", Some("marker"))(v)
+    });
+    assert_eq!(v["recovered"], true, "{v}");
+    assert_eq!(v["backend"], "nft");
+    assert_writer(&v, "nft", &w);
+    // Every rule, once, from the same writer.
+    obs.expect("the last rule", WAIT, |v| {
+        here(v) && change("rule_add", Some("flood"))(v) && v["rule"] == "tcp dport 400 accept"
+    });
+    obs.drain(500);
+    let rules: Vec<&Value> = obs
+        .changes()
+        .into_iter()
+        .filter(|c| here(c) && c["op"] == "rule_add" && c["chain"] == "flood")
+        .collect();
+    assert_eq!(rules.len(), 400, "each rule once");
+    for r in &rules {
+        assert_eq!(r["process"]["actor"], w.name.as_str(), "{r}");
+    }
+    // The stream goes on as usual afterwards.
+    ns.write(&w, &["nft", "add", "chain", "ip", "obsflood", "after"]);
+    let v = obs.expect("a change after the gap", WAIT, |v| {
+        here(v) && change("chain_create", Some("after"))(v)
+    });
+    assert!(v.get("recovered").is_none(), "{v}");
+    assert_writer(&v, "nft", &w);
+    obs.stop();
+}
+
+#[test]
+fn a_refused_nft_batch_is_a_failed_attempt_not_a_change() {
+    skip_unless!("ip", "nft");
+    let mut obs = Observer::start(&[]);
+    let ns = Netns::new("refused");
+    let here = in_ns(&ns);
+    let w = Writer::new("obs-refuser");
+    ns.write_stdin(
+        &w,
+        &["nft", "-f", "-"],
+        "add table ip obsref\nadd chain ip obsref target\nadd chain ip obsref from\n\
+         add rule ip obsref from jump target\n",
+    );
+    obs.expect("the jump", WAIT, |v| {
+        here(v) && change("rule_add", Some("from"))(v)
+    });
+    // A chain still referenced cannot go: the kernel refuses the whole batch, so the chain
+    // created in the same batch is not created either.
+    let batch = Writer::script(
+        "obs-refuser",
+        "printf 'add chain ip obsref new1\\ndelete chain ip obsref target\\n' | nft -f -",
+    );
+    let err = ns.write_refused(&batch, &[]);
+    assert!(err.contains("busy"), "nft said: {err}");
+    let v = obs.expect("the refused delete", WAIT, |v| {
+        here(v) && change("chain_delete", Some("target"))(v)
+    });
+    assert!(
+        v["result"].as_str().unwrap_or("").starts_with("EBUSY"),
+        "a refused write must carry the kernel's error: {v}"
+    );
+    assert_eq!(v["backend"], "nft");
+    assert_eq!(v["table"], "obsref");
+    assert_eq!(v["process"]["comm"], "nft");
+    assert!(v["process"]["pid"].as_u64().unwrap_or(0) > 0, "{v}");
+    assert_eq!(v["process"]["actor"], w.name.as_str(), "{v}");
+    // The batch's next change is seen normally, and nothing of the refused one was applied.
+    ns.write(&w, &["nft", "add", "chain", "ip", "obsref", "after"]);
+    obs.expect("the next change", WAIT, |v| {
+        here(v) && change("chain_create", Some("after"))(v)
+    });
+    for c in obs.changes() {
+        if here(c) && c["result"] == "ok" {
+            assert_ne!(
+                c["chain"], "new1",
+                "a refused batch reported as applied: {c}"
+            );
+            assert!(
+                !(c["op"] == "chain_delete" && c["chain"] == "target"),
+                "a refused delete reported as applied: {c}"
+            );
+        }
+    }
+    obs.stop();
+}

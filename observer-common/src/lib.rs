@@ -33,6 +33,8 @@ pub const KIND_NETNS_SEEN: u32 = 2;
 pub const KIND_UMOUNT: u32 = 3;
 /// A ruleset-changing nfnetlink request (nftables batch or ipset command) and its writer.
 pub const KIND_NFNL_SEND: u32 = 4;
+/// Errors the kernel sent back to an nfnetlink writer (a refused batch or command).
+pub const KIND_NFNL_ACK: u32 = 5;
 
 /// The record kinds, for userspace. Built only through [`EventKind::try_from`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,6 +43,7 @@ pub enum EventKind {
     NetnsSeen,
     Umount,
     NfnlSend,
+    NfnlAck,
 }
 
 impl TryFrom<u32> for EventKind {
@@ -52,6 +55,7 @@ impl TryFrom<u32> for EventKind {
             KIND_NETNS_SEEN => Ok(EventKind::NetnsSeen),
             KIND_UMOUNT => Ok(EventKind::Umount),
             KIND_NFNL_SEND => Ok(EventKind::NfnlSend),
+            KIND_NFNL_ACK => Ok(EventKind::NfnlAck),
             other => Err(other),
         }
     }
@@ -97,6 +101,7 @@ mod tests {
         );
         assert_eq!(EventKind::try_from(KIND_UMOUNT), Ok(EventKind::Umount));
         assert_eq!(EventKind::try_from(KIND_NFNL_SEND), Ok(EventKind::NfnlSend));
+        assert_eq!(EventKind::try_from(KIND_NFNL_ACK), Ok(EventKind::NfnlAck));
         assert_eq!(EventKind::try_from(99), Err(99));
     }
 
@@ -122,6 +127,10 @@ mod tests {
         assert_eq!(
             size_of::<nfnl::NfnlSend>(),
             size_of::<process::Process>() + 8 + 4 * 6 + nfnl::NFNL_HEAD_LEN
+        );
+        assert_eq!(
+            size_of::<nfnl::NfnlAck>(),
+            size_of::<process::Process>() + 4 * 4 + nfnl::NFNL_ACK_LEN
         );
     }
 }

@@ -125,3 +125,25 @@ impl NlOffsets {
         }
     }
 }
+
+/// Bytes of a reply copied from user memory: enough for a few error messages with the start of
+/// the request each one refers to.
+pub const NFNL_ACK_LEN: usize = 1024;
+
+/// What a writer of nfnetlink requests read back on its socket right after a request: the
+/// kernel's replies, which hold the error of every message of a batch it refused (nftables
+/// reports a refused batch only there, to the writer).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NfnlAck {
+    pub process: Process,
+    /// Network namespace inode of the socket; 0 when unknown.
+    pub sock_netns: u32,
+    /// The syscall's return (bytes received).
+    pub ret: u32,
+    /// How many bytes of `data` are valid.
+    pub captured: u32,
+    pub _pad: u32,
+    /// The start of what was received.
+    pub data: [u8; NFNL_ACK_LEN],
+}

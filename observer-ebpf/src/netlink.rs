@@ -13,22 +13,29 @@
 //! - ipset commands are reported at syscall exit, once applied, so that userspace reads the sets
 //!   after the change.
 //!
+//! - replies: nftables tells only the writer that it refused a batch, in the error messages it
+//!   sends back on the writer's socket. A task that has just sent a ruleset-changing request is
+//!   remembered; its next `recvmsg` on that socket is read at exit, and when it starts with an
+//!   error message (`NLMSG_ERROR`) the start of what it received is reported, for userspace to
+//!   decode (which message failed, on which table and chain, with which errno).
+//!
 //! Offsets come from userspace in `NL_OFFSETS`; userspace attaches these programs only when every
 //! one of them is known.
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_get_current_task, generated as gen},
     macros::{map, tracepoint},
-    maps::{HashMap, PerCpuArray},
+    maps::{HashMap, LruHashMap, PerCpuArray},
     programs::TracePointContext,
 };
 use observer_common::{
     nfnl::{
-        ipset_cmd_writes, NfnlSend, NlOffsets, AF_NETLINK, NETLINK_NETFILTER, NFNL_HEAD_LEN,
-        NFNL_MSG_BATCH_BEGIN, NFNL_SUBSYS_IPSET, NFNL_SUBSYS_NFTABLES, PHASE_ENTER, PHASE_EXIT,
+        ipset_cmd_writes, NfnlAck, NfnlSend, NlOffsets, AF_NETLINK, NETLINK_NETFILTER,
+        NFNL_ACK_LEN, NFNL_HEAD_LEN, NFNL_MSG_BATCH_BEGIN, NFNL_SUBSYS_IPSET, NFNL_SUBSYS_NFTABLES,
+        PHASE_ENTER, PHASE_EXIT,
     },
     process::Process,
-    Event, DROP_PENDING, KIND_NFNL_SEND,
+    Event, DROP_PENDING, KIND_NFNL_ACK, KIND_NFNL_SEND,
 };
 
 use crate::{count_drop, fill_process, header, offsets, output, read_at, ARG0, ARG1, ARG2, RET};
@@ -44,6 +51,30 @@ static PENDING_NFNL: HashMap<u64, Event<NfnlSend>> = HashMap::with_max_entries(1
 /// Room to build a record (too large for the 512-byte eBPF stack).
 #[map]
 static NFNL_SCRATCH: PerCpuArray<Event<NfnlSend>> = PerCpuArray::with_max_entries(1, 0);
+
+/// Tasks that sent a ruleset-changing request (by pid_tgid), until their replies are read.
+#[map]
+static AWAIT_ACK: LruHashMap<u64, u32> = LruHashMap::with_max_entries(4096, 0);
+
+/// A `recvmsg` of such a task on its netfilter socket, until it returns.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct PendingRecv {
+    buf: u64,
+    len: u64,
+    netns: u32,
+    _pad: u32,
+}
+
+#[map]
+static PENDING_RECV: HashMap<u64, PendingRecv> = HashMap::with_max_entries(1024, 0);
+
+/// Room to build a reply record.
+#[map]
+static ACK_SCRATCH: PerCpuArray<Event<NfnlAck>> = PerCpuArray::with_max_entries(1, 0);
+
+/// `NLMSG_ERROR`: an error (or an acknowledgement, with error 0).
+const NLMSG_ERROR: u16 = 2;
 
 const S_IFMT: u16 = 0o170000;
 const S_IFSOCK: u16 = 0o140000;
@@ -116,6 +147,8 @@ fn on_send(fd: i64, buf: u64, len: u64) -> Result<(), i32> {
     let Some(sock_netns) = netfilter_socket(fd, &off) else {
         return Ok(());
     };
+    // Its replies are worth reading: they say whether the kernel took the request.
+    let _ = AWAIT_ACK.insert(&bpf_get_current_pid_tgid(), &sock_netns, 0);
     let Some(ev) = NFNL_SCRATCH.get_ptr_mut(0) else {
         return Ok(());
     };
@@ -227,4 +260,119 @@ pub fn send_exit(ctx: TracePointContext) -> u32 {
     }
     let _ = PENDING_NFNL.remove(&key);
     0
+}
+
+// match-proto: syscall tracepoint `syscalls:sys_enter_recvmsg`
+//   (int fd, struct user_msghdr __user *msg, unsigned int flags), net/socket.c
+#[tracepoint]
+pub fn recvmsg_enter(ctx: TracePointContext) -> u32 {
+    let _ = try_recvmsg_enter(&ctx);
+    0
+}
+
+fn try_recvmsg_enter(ctx: &TracePointContext) -> Result<(), i32> {
+    let key = bpf_get_current_pid_tgid();
+    // Almost every recvmsg on the machine stops here: one lookup.
+    // SAFETY: a plain lookup; the value is copied.
+    if unsafe { AWAIT_ACK.get(&key) }.is_none() {
+        return Ok(());
+    }
+    let off = nl_offsets();
+    if off.valid == 0 {
+        return Ok(());
+    }
+    // SAFETY: offsets of the tracepoint's format.
+    let fd: i64 = unsafe { ctx.read_at(ARG0)? };
+    let msg: u64 = unsafe { ctx.read_at(ARG1)? };
+    let Some(netns) = netfilter_socket(fd, &off) else {
+        return Ok(());
+    };
+    if msg == 0 {
+        return Ok(());
+    }
+    // struct user_msghdr: msg_iov at 16 (see sendmsg_enter).
+    // SAFETY: user pointers read through the checked helper.
+    let iov_ptr: u64 = unsafe { aya_ebpf::helpers::bpf_probe_read_user((msg + 16) as *const u64) }
+        .map_err(|e| e as i32)?;
+    if iov_ptr == 0 {
+        return Ok(());
+    }
+    // SAFETY: as above.
+    let iov: [u64; 2] =
+        unsafe { aya_ebpf::helpers::bpf_probe_read_user(iov_ptr as *const [u64; 2]) }
+            .map_err(|e| e as i32)?;
+    let pending = PendingRecv {
+        buf: iov[0],
+        len: iov[1],
+        netns,
+        _pad: 0,
+    };
+    if PENDING_RECV.insert(&key, &pending, 0).is_err() {
+        count_drop(DROP_PENDING);
+    }
+    Ok(())
+}
+
+// match-proto: syscall tracepoint `syscalls:sys_exit_recvmsg` (long ret), net/socket.c
+#[tracepoint]
+pub fn recvmsg_exit(ctx: TracePointContext) -> u32 {
+    let key = bpf_get_current_pid_tgid();
+    // SAFETY: the value is copied out before the entry is removed.
+    let Some(p) = (unsafe { PENDING_RECV.get(&key) }).copied() else {
+        return 0;
+    };
+    let _ = PENDING_RECV.remove(&key);
+    let _ = try_recvmsg_exit(&ctx, &p);
+    0
+}
+
+fn try_recvmsg_exit(ctx: &TracePointContext, p: &PendingRecv) -> Result<(), i32> {
+    // SAFETY: offset of `ret` in the exit tracepoint's format.
+    let ret: i64 = unsafe { ctx.read_at(RET)? };
+    if ret < 20 || p.buf == 0 {
+        return Ok(());
+    }
+    // The first message must be an error or an acknowledgement: struct nlmsghdr, then int error.
+    // SAFETY: a user pointer read through the checked helper.
+    let first: [u8; 20] =
+        unsafe { aya_ebpf::helpers::bpf_probe_read_user(p.buf as *const [u8; 20]) }
+            .map_err(|e| e as i32)?;
+    if u16::from_ne_bytes([first[4], first[5]]) != NLMSG_ERROR {
+        return Ok(());
+    }
+    let Some(ev) = ACK_SCRATCH.get_ptr_mut(0) else {
+        return Ok(());
+    };
+    let got = if (ret as u64) < p.len {
+        ret as u64
+    } else {
+        p.len
+    };
+    let want = if got < NFNL_ACK_LEN as u64 {
+        got as u32
+    } else {
+        NFNL_ACK_LEN as u32
+    };
+    // SAFETY: `ev` points at this CPU's scratch slot, used only while this program runs.
+    unsafe {
+        (*ev).header = header(KIND_NFNL_ACK, core::mem::size_of::<Event<NfnlAck>>());
+        let d = &mut (*ev).data;
+        d.process = Process::zeroed();
+        d.sock_netns = p.netns;
+        d.ret = ret as u32;
+        d._pad = 0;
+        // As in on_send: a bound the verifier of older kernels can follow.
+        let want = core::ptr::read_volatile(&want);
+        let n = want & (NFNL_ACK_LEN as u32 * 2 - 1);
+        let n = if n > NFNL_ACK_LEN as u32 {
+            NFNL_ACK_LEN as u32
+        } else {
+            n
+        };
+        let ok = gen::bpf_probe_read_user(d.data.as_mut_ptr().cast(), n, p.buf as *const _) == 0;
+        d.captured = if ok { n } else { 0 };
+        fill_process(&mut d.process);
+        output(&*ev);
+    }
+    Ok(())
 }

@@ -43,6 +43,22 @@ pub struct ProcessInfo {
 }
 
 impl ProcessInfo {
+    /// A writer nobody could name.
+    pub fn unknown() -> ProcessInfo {
+        ProcessInfo {
+            pid: 0,
+            tid: 0,
+            comm: String::new(),
+            ppid: None,
+            parent_comm: None,
+            actor: "unknown".into(),
+            cgroup: None,
+            unit: None,
+            container_id: None,
+            pod: None,
+        }
+    }
+
     fn with_workload(mut self, w: Workload) -> ProcessInfo {
         self.unit = w.unit;
         self.container_id = w.container_id;

@@ -184,6 +184,7 @@ pub fn record(args: crate::cli::BenchRecordArgs) -> anyhow::Result<()> {
                 pod: None,
             },
             replayed: false,
+            recovered: false,
         };
         let json: Arc<str> = serde_json::to_string(&Record::Change(c.clone()))?.into();
         batch.push(Row::Change {

@@ -218,6 +218,13 @@ pub struct SourceArgs {
     #[arg(long, default_value_t = 1 << 22, value_parser = parse_ringbuf_size)]
     pub ringbuf_size: u32,
 
+    /// Receive buffer of each namespace's nftables notification socket. The kernel sends a
+    /// generation's notifications in one burst; when they overflow it (ENOBUFS), observer reports
+    /// a gap, re-reads the namespace and reports what changed meanwhile, attributed to the
+    /// writers the kernel hooks saw. 32MiB holds a 20,000-rule iptables-nft-restore.
+    #[arg(long, default_value = "32MiB", value_parser = parse_rcvbuf, value_name = "SIZE")]
+    pub netlink_rcvbuf: usize,
+
     /// The `seq` of the last change already recorded: numbering goes on after it.
     #[arg(skip)]
     pub first_seq: u64,
@@ -259,6 +266,42 @@ pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
         return Err(format!("`{s}`: a window must be longer than zero"));
     }
     Ok(d)
+}
+
+/// A size in bytes: `512MiB`, `2GiB`, `100MB`, `4096`...
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let bad = || format!("`{s}` is not a size like 512MiB, 2GiB or 100MB");
+    let n: f64 = num.parse().map_err(|_| bad())?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" => 1000,
+        "kib" => 1 << 10,
+        "m" | "mb" => 1000 * 1000,
+        "mib" => 1 << 20,
+        "g" | "gb" => 1000 * 1000 * 1000,
+        "gib" => 1 << 30,
+        "t" | "tb" => 1000u64.pow(4),
+        "tib" => 1 << 40,
+        _ => return Err(bad()),
+    };
+    let v = n * mult as f64;
+    Ok(v as u64)
+}
+
+/// The notification socket's receive buffer: at least 4KiB, at most 1GiB.
+pub fn parse_rcvbuf(s: &str) -> Result<usize, String> {
+    let v = parse_bytes(s)?;
+    if !(4096..=1 << 30).contains(&v) {
+        return Err(format!(
+            "`{s}`: the receive buffer must be between 4KiB and 1GiB"
+        ));
+    }
+    Ok(v as usize)
 }
 
 pub fn parse_ringbuf_size(s: &str) -> Result<u32, String> {

@@ -140,14 +140,15 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<()> {
     });
 
     // The definitive BPF test: load and attach the real programs, then detach.
-    let (bpf_ok, bpf_detail, placement) =
+    let (bpf_ok, bpf_detail, placement, writers_lost) =
         match hooks::KernelHooks::load(&hooks::HookOptions::default()) {
             Ok(h) => (
                 true,
                 format!("loaded and attached {}", h.report.attached.join(", ")),
                 Some(h.report.placement.summary()),
+                h.report.netlink_lost.clone(),
             ),
-            Err(e) => (false, e.to_string(), None),
+            Err(e) => (false, e.to_string(), None, None),
         };
     checks.push(check(
         "bpf",
@@ -191,9 +192,13 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<()> {
     if nl_ok.is_err() {
         lost.push("nftables changes (nft, iptables-nft, firewalld)".into());
     }
+    if let Some(why) = writers_lost {
+        lost.push(format!("{why}; refused nftables batches are not seen"));
+    }
     let report = Report {
-        hooks: placement
-            .unwrap_or_else(|| "x_tables=none namespaces=none nf_tables=netlink".into()),
+        hooks: placement.unwrap_or_else(|| {
+            "x_tables=none namespaces=none nf_tables=netlink nf_writers=proc".into()
+        }),
         checks,
         lost,
     };

@@ -45,6 +45,8 @@ enum NsMsg {
         changes: Vec<Change>,
         time: String,
         replayed: bool,
+        /// Found by re-reading the namespace after notifications were lost.
+        recovered: bool,
     },
     /// The reader stopped or lost notifications.
     Trouble { inode: u32, message: String },
@@ -80,6 +82,10 @@ struct Engine {
     correlator: Correlator,
     /// The last ipset listing of each namespace (see `ipset`).
     ipsets: HashMap<u32, crate::ipset::Sets>,
+    /// Receive buffer of the notification sockets (`--netlink-rcvbuf`).
+    netlink_rcvbuf: usize,
+    /// Transactions recovered by re-reads so far (numbers their `txn`).
+    recovered_txns: u64,
 }
 
 /// Where the engine's records go: every record, in order, unfiltered. `tail` filters and prints;
@@ -170,6 +176,8 @@ pub async fn run(options: &SourceArgs, output: Box<dyn Output>) -> anyhow::Resul
         losses: (0, 0, 0),
         correlator,
         ipsets: HashMap::new(),
+        netlink_rcvbuf: options.netlink_rcvbuf,
+        recovered_txns: 0,
     };
     let reader_stats = engine.reader_stats.clone();
     if let Some(h) = engine.hooks.as_mut() {
@@ -220,7 +228,7 @@ pub async fn run(options: &SourceArgs, output: Box<dyn Output>) -> anyhow::Resul
             engine.watched.len()
         ),
         hooks: Some(engine.hooks.as_ref().map_or_else(
-            || "x_tables=none namespaces=none nf_tables=netlink".into(),
+            || "x_tables=none namespaces=none nf_tables=netlink nf_writers=proc".into(),
             |h| h.report.placement.summary(),
         )),
         sources,
@@ -405,7 +413,7 @@ pub(crate) struct Baseline {
 
 /// Runs inside the namespace: subscribe first (when `subscribe`), then read, so nothing falls
 /// between the two.
-pub(crate) fn read_baseline(read_legacy: bool, subscribe: bool) -> Baseline {
+pub(crate) fn read_baseline(read_legacy: bool, subscribe: Option<usize>) -> Baseline {
     let mut b = Baseline {
         socket: None,
         nft: None,
@@ -414,13 +422,13 @@ pub(crate) fn read_baseline(read_legacy: bool, subscribe: bool) -> Baseline {
         ipsets: read_legacy.then(|| crate::ipset::list().ok()).flatten(),
         problems: Vec::new(),
     };
-    if subscribe {
-        match nftables::subscribe() {
+    if let Some(rcvbuf) = subscribe {
+        match nftables::socket::subscribe_with(rcvbuf) {
             Ok(s) => b.socket = Some(s),
             Err(e) => b.problems.push(format!("nftables subscription: {e}")),
         }
     }
-    if b.socket.is_some() || !subscribe {
+    if b.socket.is_some() || subscribe.is_none() {
         match nftables::dump() {
             Ok(d) => {
                 let gen = d.gen_id;
@@ -534,8 +542,9 @@ impl Engine {
         };
         // A namespace found late has no legacy baseline: its tables appear as created on their
         // first replace.
+        let rcvbuf = self.netlink_rcvbuf;
         let baseline = tokio::task::spawn_blocking(move || {
-            netns::run_in(&file, move || read_baseline(!new, true))
+            netns::run_in(&file, move || read_baseline(!new, Some(rcvbuf)))
         })
         .await;
         let baseline = match baseline {
@@ -573,6 +582,7 @@ impl Engine {
                     changes,
                     time: now(),
                     replayed: true,
+                    recovered: false,
                 };
                 self.on_ns(msg);
             }
@@ -632,6 +642,7 @@ impl Engine {
             KernelEvent::XtReplace(x) => self.on_replace(x).await,
             KernelEvent::NfnlSend(s) if s.is_ipset() => self.on_ipset(s).await,
             KernelEvent::NfnlSend(_) => {}
+            KernelEvent::NfnlAck(a) => self.on_refused(a),
         }
     }
 
@@ -728,6 +739,7 @@ impl Engine {
                 source: x.source.into(),
                 process,
                 replayed: false,
+                recovered: false,
             },
             changes,
         );
@@ -742,9 +754,15 @@ impl Engine {
                 changes,
                 time,
                 replayed,
+                recovered,
             } => {
                 let name = self.watched.get(&inode).and_then(|w| w.handle.name.clone());
-                let txn = format!("nft-{inode}-{gen}");
+                let txn = if recovered {
+                    self.recovered_txns += 1;
+                    format!("nft-{inode}-{gen}-recovered-{}", self.recovered_txns)
+                } else {
+                    format!("nft-{inode}-{gen}")
+                };
                 self.emit_txn(
                     ChangeCtx {
                         inode,
@@ -755,6 +773,7 @@ impl Engine {
                         source: Source::Netlink,
                         process: *process,
                         replayed,
+                        recovered,
                     },
                     changes,
                 );
@@ -802,6 +821,7 @@ impl Engine {
                 source: ctx.source,
                 process: ctx.process.clone(),
                 replayed: ctx.replayed,
+                recovered: ctx.recovered,
             });
             self.write(&record);
             if let Record::Change(c) = record {
@@ -855,8 +875,46 @@ impl Engine {
             source: Source::Tracepoint,
             process: attribution::from_kernel(&s.process),
             replayed: false,
+            recovered: false,
         };
         self.emit_txn_results(ctx, outcomes);
+    }
+
+    /// Replies a writer read after an nftables batch: each refused write is reported as the
+    /// change it attempted, with the kernel's error as its `result`.
+    fn on_refused(&mut self, a: crate::hooks::refused::NfnlAckEvent) {
+        let refused = crate::hooks::refused::refusals(&a.data);
+        if refused.is_empty() {
+            return;
+        }
+        let inode = a.netns();
+        // The batch changed nothing: its writer is not the author of anything found later.
+        if let Some(h) = &self.hooks {
+            h.writers.settle(inode, a.process.tid);
+        }
+        let name = self.watched.get(&inode).and_then(|w| w.handle.name.clone());
+        let ctx = ChangeCtx {
+            inode,
+            name,
+            backend: Backend::Nft,
+            time: boot_ns_to_time(a.ktime_ns),
+            txn: format!("nft-{inode}-refused-{}", a.ktime_ns),
+            // The replies are read on the recvmsg tracepoints, whatever the backend.
+            source: Source::Tracepoint,
+            process: attribution::from_kernel(&a.process),
+            replayed: false,
+            recovered: false,
+        };
+        let changes = refused
+            .into_iter()
+            .map(|r| {
+                (
+                    r.change,
+                    crate::xtables::attempt::errno_text(r.errno as i64),
+                )
+            })
+            .collect();
+        self.emit_txn_results(ctx, changes);
     }
 
     /// A legacy replace reported as one `table_replace` line, with the kernel's result.
@@ -872,6 +930,7 @@ impl Engine {
             source: x.source.into(),
             process,
             replayed: false,
+            recovered: false,
         };
         self.emit_txn_results(ctx, vec![c]);
     }
@@ -886,6 +945,7 @@ struct ChangeCtx {
     source: Source,
     process: ProcessInfo,
     replayed: bool,
+    recovered: bool,
 }
 
 /// What a namespace's ruleset holds, as the changes that made it (for a namespace found after its
@@ -990,6 +1050,7 @@ async fn read_notifications(
                             changes: t.changes,
                             time: now(),
                             replayed: false,
+                            recovered: false,
                         };
                         if tx.send(msg).await.is_err() {
                             return "the engine stopped".into();
@@ -1004,17 +1065,42 @@ async fn read_notifications(
                     let gap = NsMsg::Trouble {
                         inode,
                         message: format!(
-                            "{e}; changes made in this namespace around {} may be missing",
+                            "{e} at {}; re-reading the namespace: what changed meanwhile follows \
+                             as changes marked `recovered` (each generation's own grouping and \
+                             intermediate states are lost)",
                             now()
                         ),
                     };
                     if tx.send(gap).await.is_err() {
                         return "the engine stopped".into();
                     }
-                    // Re-read the ruleset so that what follows is diffed against the truth.
-                    match resync(ns).await {
-                        Ok((state, _)) => builder = GenerationBuilder::new(state),
+                    // Re-read the ruleset: report the difference, then diff what follows
+                    // against the truth.
+                    let dump = match resync(ns).await {
+                        Ok(d) => d,
                         Err(e) => return format!("re-reading the ruleset failed: {e}"),
+                    };
+                    let t = builder.resync(&dump);
+                    if t.changes.is_empty() {
+                        continue;
+                    }
+                    let lost = writers.map(|w| w.take_unmatched(inode)).unwrap_or_default();
+                    for (process, changes) in nlattr::attribute_recovered(t.changes, &lost) {
+                        let process = process
+                            .map(|p| crate::attribution::from_kernel(&p))
+                            .unwrap_or_else(ProcessInfo::unknown);
+                        let msg = NsMsg::Nft {
+                            inode,
+                            gen: t.gen_id,
+                            process: Box::new(process),
+                            changes,
+                            time: now(),
+                            replayed: false,
+                            recovered: true,
+                        };
+                        if tx.send(msg).await.is_err() {
+                            return "the engine stopped".into();
+                        }
                     }
                 }
                 Err(e) => return format!("nftables notifications stopped: {e}"),
@@ -1024,14 +1110,14 @@ async fn read_notifications(
 }
 
 /// Dump a namespace's ruleset again after lost notifications.
-async fn resync(ns: &std::fs::File) -> Result<(NftState, u32), String> {
+async fn resync(ns: &std::fs::File) -> Result<nftables::socket::Dump, String> {
     let file = ns.try_clone().map_err(|e| e.to_string())?;
     let dumped = tokio::task::spawn_blocking(move || netns::run_in(&file, nftables::dump))
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;
-    Ok((NftState::from_dump(&dumped), dumped.gen_id))
+    Ok(dumped)
 }
 
 #[cfg(test)]

@@ -50,7 +50,7 @@ pub fn run(args: OwnersArgs) -> anyhow::Result<()> {
                 continue;
             }
         };
-        let baseline = match netns::run_in(&handle.file, || read_baseline(true, false)) {
+        let baseline = match netns::run_in(&handle.file, || read_baseline(true, None)) {
             Ok(b) => b,
             Err(e) => {
                 problems.push(format!("cannot enter namespace {inode}: {e}"));

@@ -16,12 +16,13 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:9820";
 pub const DEFAULT_RECORD: &str = "/var/lib/observer/record.db";
 pub const DEFAULT_RETAIN: &str = "7d";
 pub const DEFAULT_MAX_RECORD: &str = "512MiB";
+pub const DEFAULT_NETLINK_RCVBUF: &str = "32MiB";
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// TOML file with any of the settings below (keys: listen, token_file, record, no_record,
-    /// retain, max_record, hooks, ringbuf_size, owners, flap_cycles, flap_window, mass_window,
-    /// repair_within). Flags and environment variables win over it.
+    /// retain, max_record, hooks, ringbuf_size, netlink_rcvbuf, owners, flap_cycles,
+    /// flap_window, mass_window, repair_within). Flags and environment variables win over it.
     #[arg(long, env = "OBSERVER_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
 
@@ -62,6 +63,10 @@ pub struct RunArgs {
     #[arg(long, env = "OBSERVER_RINGBUF_SIZE", value_parser = crate::cli::parse_ringbuf_size)]
     pub ringbuf_size: Option<u32>,
 
+    /// Receive buffer of each namespace's nftables notification socket [default: 32MiB].
+    #[arg(long, env = "OBSERVER_NETLINK_RCVBUF", value_name = "SIZE", value_parser = crate::cli::parse_rcvbuf)]
+    pub netlink_rcvbuf: Option<usize>,
+
     /// Chain ownership file (TOML or YAML), as for `tail`.
     #[arg(long, env = "OBSERVER_OWNERS", value_name = "FILE")]
     pub owners: Option<PathBuf>,
@@ -95,6 +100,7 @@ struct FileConfig {
     max_record: Option<String>,
     hooks: Option<String>,
     ringbuf_size: Option<u32>,
+    netlink_rcvbuf: Option<String>,
     owners: Option<PathBuf>,
     flap_cycles: Option<u32>,
     flap_window: Option<String>,
@@ -144,7 +150,7 @@ impl RunArgs {
                 use clap::ValueEnum;
                 HooksMode::from_str(s, false).map_err(|_| {
                     format!(
-                        "{}: `{s}` is not one of auto, tracepoint, netlink",
+                        "{}: `{s}` is not one of auto, fentry, kprobe, tracepoint, netlink",
                         in_file("hooks")
                     )
                 })?
@@ -156,6 +162,12 @@ impl RunArgs {
             (None, Some(n)) => crate::cli::parse_ringbuf_size(&n.to_string())
                 .map_err(|e| format!("{}: {e}", in_file("ringbuf_size")))?,
             (None, None) => 1 << 22,
+        };
+        let netlink_rcvbuf = match (self.netlink_rcvbuf, &file.netlink_rcvbuf) {
+            (Some(n), _) => n,
+            (None, Some(s)) => crate::cli::parse_rcvbuf(s)
+                .map_err(|e| format!("{}: {e}", in_file("netlink_rcvbuf")))?,
+            (None, None) => crate::cli::parse_rcvbuf(DEFAULT_NETLINK_RCVBUF)?,
         };
         let window = |flag: Option<Duration>,
                       file: &Option<String>,
@@ -212,6 +224,7 @@ impl RunArgs {
                 repair_within,
                 hooks,
                 ringbuf_size,
+                netlink_rcvbuf,
                 first_seq: 0,
             },
         })
@@ -236,32 +249,13 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         .map_err(|e| format!("`{s}` is not a duration like 7d, 36h or 90m ({e})"))
 }
 
-/// `512MiB`, `2GiB`, `100MB`, `4096`...
+/// `512MiB`, `2GiB`, `100MB`, `4096`... of a record (at least 64KiB).
 pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let bad = || format!("`{s}` is not a size like 512MiB, 2GiB or 100MB");
-    let n: f64 = num.parse().map_err(|_| bad())?;
-    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" => 1000,
-        "kib" => 1 << 10,
-        "m" | "mb" => 1000 * 1000,
-        "mib" => 1 << 20,
-        "g" | "gb" => 1000 * 1000 * 1000,
-        "gib" => 1 << 30,
-        "t" | "tb" => 1000u64.pow(4),
-        "tib" => 1 << 40,
-        _ => return Err(bad()),
-    };
-    let v = n * mult as f64;
-    if v < 64.0 * 1024.0 {
+    let v = crate::cli::parse_bytes(s)?;
+    if v < 64 * 1024 {
         return Err(format!("`{s}` is too small: a record needs at least 64KiB"));
     }
-    Ok(v as u64)
+    Ok(v)
 }
 
 #[cfg(test)]

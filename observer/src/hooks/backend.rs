@@ -101,15 +101,24 @@ pub struct Placement {
     pub x_tables: Option<HookBackend>,
     /// Better backends that were tried and refused, with the kernel's error.
     pub refused: Vec<Refusal>,
+    /// The nfnetlink writer hooks (sendmsg/sendto/recvmsg tracepoints) are attached: nftables
+    /// and ipset writers are named by the kernel, refused batches are seen.
+    pub nfnl_writers: bool,
 }
 
 impl Placement {
     /// One line for the ready status and `doctor`, e.g.
-    /// `x_tables=kprobe namespaces=tracepoint nf_tables=netlink (x_tables: fentry refused: ...)`.
+    /// `x_tables=kprobe namespaces=tracepoint nf_tables=netlink nf_writers=tracepoint
+    /// (x_tables: fentry refused: ...)`.
     pub fn summary(&self) -> String {
         let mut s = format!(
-            "x_tables={} namespaces=tracepoint nf_tables=netlink",
-            self.x_tables.map_or("none", HookBackend::as_str)
+            "x_tables={} namespaces=tracepoint nf_tables=netlink nf_writers={}",
+            self.x_tables.map_or("none", HookBackend::as_str),
+            if self.nfnl_writers {
+                "tracepoint"
+            } else {
+                "proc"
+            }
         );
         for r in &self.refused {
             s.push_str(&format!(
@@ -323,10 +332,11 @@ mod tests {
                 backend: HookBackend::Fentry,
                 reason: "Operation not permitted (os error 1)".into(),
             }],
+            nfnl_writers: true,
         };
         assert_eq!(
             p.summary(),
-            "x_tables=kprobe namespaces=tracepoint nf_tables=netlink \
+            "x_tables=kprobe namespaces=tracepoint nf_tables=netlink nf_writers=tracepoint \
              (x_tables: fentry refused: Operation not permitted (os error 1))"
         );
     }

@@ -9,7 +9,7 @@ use std::mem::size_of;
 use super::backend::HookBackend;
 
 use observer_common::{
-    nfnl::NfnlSend,
+    nfnl::{NfnlAck, NfnlSend},
     ns::{NetnsSeen, Umount},
     process::{Process, ANCESTORS},
     xt::{XtReplace, SOL_IPV6},
@@ -88,6 +88,8 @@ pub enum KernelEvent {
     },
     /// An nftables batch or ipset command on a `NETLINK_NETFILTER` socket.
     NfnlSend(super::nlattr::NfnlSendEvent),
+    /// Replies (errors, acknowledgements) read by a writer after such a request.
+    NfnlAck(super::refused::NfnlAckEvent),
 }
 
 /// Cut a NUL-padded byte string at its first NUL.
@@ -180,6 +182,14 @@ impl KernelEvent {
             EventKind::NfnlSend => {
                 let n: NfnlSend = read(bytes, body)?;
                 KernelEvent::NfnlSend(super::nlattr::NfnlSendEvent::from_raw(
+                    &n,
+                    process(&n.process),
+                    header.ktime_ns,
+                ))
+            }
+            EventKind::NfnlAck => {
+                let n: NfnlAck = read(bytes, body)?;
+                KernelEvent::NfnlAck(super::refused::NfnlAckEvent::from_raw(
                     &n,
                     process(&n.process),
                     header.ktime_ns,

@@ -9,6 +9,7 @@ pub mod backend;
 pub mod btf;
 pub mod decode;
 pub mod nlattr;
+pub mod refused;
 pub mod tracefs;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,6 +33,8 @@ const NETLINK_TRACEPOINTS: &[(&str, &str, &str)] = &[
     ("sendto_enter", "syscalls", "sys_enter_sendto"),
     ("send_exit", "syscalls", "sys_exit_sendmsg"),
     ("send_exit", "syscalls", "sys_exit_sendto"),
+    ("recvmsg_enter", "syscalls", "sys_enter_recvmsg"),
+    ("recvmsg_exit", "syscalls", "sys_exit_recvmsg"),
 ];
 
 /// Why the kernel hooks could not be set up.
@@ -178,6 +181,7 @@ impl KernelHooks {
             backend::attach_tracepoint(&mut ebpf, prog, category, name)?;
             report.attached.push(format!("{category}:{name}"));
         }
+        report.placement.nfnl_writers = !netlink.is_empty();
         backend::place_xt(
             &mut ebpf,
             opts.backend,

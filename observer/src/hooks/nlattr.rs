@@ -75,8 +75,31 @@ impl NfnlSendEvent {
     }
 }
 
+/// The table of the first object of an nftables batch (family, name), from the start of the
+/// request: the batch-begin message, then the first object's message, whose attribute 1 is the
+/// table's name for tables, chains, rules, sets and set elements alike.
+pub fn batch_table(head: &[u8]) -> Option<(u8, String)> {
+    use crate::nftables::nla::{NFGENMSG_LEN, NLMSG_HDRLEN};
+    let first = u32::from_ne_bytes(head.get(..4)?.try_into().ok()?) as usize;
+    let msg = head.get((first + 3) & !3..)?;
+    let len = u32::from_ne_bytes(msg.get(..4)?.try_into().ok()?) as usize;
+    let ty = u16::from_ne_bytes(msg.get(4..6)?.try_into().ok()?);
+    if ty >> 8 != NFNL_SUBSYS_NFTABLES || len < NLMSG_HDRLEN + NFGENMSG_LEN {
+        return None;
+    }
+    let family = *msg.get(NLMSG_HDRLEN)?;
+    let attrs = msg.get(NLMSG_HDRLEN + NFGENMSG_LEN..len.min(msg.len()))?;
+    let name = crate::ipset::lenient_attrs(attrs)
+        .into_iter()
+        .find(|a| a.0 == 1)
+        .map(|a| crate::nftables::nla::string(a.2))?;
+    Some((family, name))
+}
+
 struct Entry {
     process: KernelProcess,
+    /// The table the batch's first object is in.
+    table: Option<(u8, String)>,
     /// Not yet matched with a generation.
     fresh: bool,
     stamp: u64,
@@ -86,6 +109,17 @@ struct Entry {
 struct Inner {
     entries: HashMap<(u32, u32), Entry>,
     next_stamp: u64,
+    /// Per namespace, the stamp of the newest writer matched with a generation: writers older
+    /// than it that never matched sent batches that changed nothing (or failed).
+    matched: HashMap<u32, u64>,
+}
+
+/// A writer whose generation's notifications were lost.
+#[derive(Debug, Clone)]
+pub struct Unmatched {
+    pub process: KernelProcess,
+    /// The table of its batch's first object.
+    pub table: Option<(u8, String)>,
 }
 
 /// Counters of how nftables generations were attributed.
@@ -130,6 +164,7 @@ impl WriterCache {
                 key,
                 Entry {
                     process: send.process.clone(),
+                    table: batch_table(&send.head),
                     fresh: true,
                     stamp,
                 },
@@ -148,7 +183,48 @@ impl WriterCache {
         }
         let fresh = entry.fresh;
         entry.fresh = false;
-        Some((entry.process.clone(), fresh))
+        let (process, stamp) = (entry.process.clone(), entry.stamp);
+        if fresh {
+            let m = inner.matched.entry(netns).or_default();
+            *m = (*m).max(stamp);
+        }
+        Some((process, fresh))
+    }
+
+    /// The batch of thread `tid` in `netns` was refused: it matches no generation, and is not
+    /// the author of changes found later.
+    pub fn settle(&self, netns: u32, tid: u32) {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = inner.entries.get_mut(&(netns, tid)) {
+            e.fresh = false;
+        }
+    }
+
+    /// The writers of namespace `netns` whose batches no generation has matched since the last
+    /// one that did, oldest first; they count as matched from now on. Called after notifications
+    /// were lost: these are the writers of what the re-read finds changed.
+    pub fn take_unmatched(&self, netns: u32) -> Vec<Unmatched> {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let since = inner.matched.get(&netns).copied().unwrap_or(0);
+        let mut found: Vec<(u64, Unmatched)> = Vec::new();
+        let mut newest = since;
+        for ((ns, _), e) in inner.entries.iter_mut() {
+            if *ns != netns || !e.fresh || e.stamp <= since {
+                continue;
+            }
+            e.fresh = false;
+            newest = newest.max(e.stamp);
+            found.push((
+                e.stamp,
+                Unmatched {
+                    process: e.process.clone(),
+                    table: e.table.clone(),
+                },
+            ));
+        }
+        inner.matched.insert(netns, newest);
+        found.sort_by_key(|(stamp, _)| *stamp);
+        found.into_iter().map(|(_, u)| u).collect()
     }
 
     /// The writer of the nftables generation written by thread `tid` in namespace `netns`,
@@ -192,6 +268,53 @@ impl WriterCache {
             waited = true;
         }
     }
+}
+
+/// Split changes found by a re-read among the writers whose notifications were lost: all to
+/// the one writer when there was one; otherwise each change goes to the only writer whose batch
+/// was in the change's table, and to nobody (`None`) when that is not one writer. Groups keep
+/// the changes' order.
+pub fn attribute_recovered(
+    changes: Vec<crate::ruleset::Change>,
+    writers: &[Unmatched],
+) -> Vec<(Option<KernelProcess>, Vec<crate::ruleset::Change>)> {
+    let same = |a: &KernelProcess, b: &KernelProcess| a.tgid == b.tgid && a.comm == b.comm;
+    let mut distinct: Vec<&Unmatched> = Vec::new();
+    for w in writers {
+        if !distinct.iter().any(|d| same(&d.process, &w.process)) {
+            distinct.push(w);
+        }
+    }
+    let mut groups: Vec<(Option<KernelProcess>, Vec<crate::ruleset::Change>)> = Vec::new();
+    for c in changes {
+        let owner = if distinct.len() == 1 {
+            Some(&distinct[0].process)
+        } else {
+            let in_table: Vec<&Unmatched> = writers
+                .iter()
+                .filter(|w| {
+                    w.table.as_ref().is_some_and(|(f, t)| {
+                        crate::ruleset::Family::from_nfproto(*f) == c.family && *t == c.table
+                    })
+                })
+                .collect();
+            match in_table.first() {
+                Some(first) if in_table.iter().all(|w| same(&w.process, &first.process)) => {
+                    Some(&first.process)
+                }
+                _ => None,
+            }
+        };
+        match groups.iter_mut().find(|(p, _)| match (p, owner) {
+            (Some(a), Some(b)) => same(a, b),
+            (None, None) => true,
+            _ => false,
+        }) {
+            Some((_, list)) => list.push(c),
+            None => groups.push((owner.cloned(), vec![c])),
+        }
+    }
+    groups
 }
 
 /// Attribution of an nftables generation: from the kernel's record when there is one, else from
@@ -324,5 +447,90 @@ mod tests {
             .is_none());
         assert!(start.elapsed() < Duration::from_secs(1));
         assert_eq!(c.stats.misses.load(Ordering::Relaxed), 1);
+    }
+
+    /// A batch as nft sends it: batch begin, then one NEWCHAIN in `table` (family ip).
+    fn batch_head(table: &str) -> Vec<u8> {
+        let mut v = Vec::new();
+        let msg = |v: &mut Vec<u8>, ty: u16, family: u8, attrs: &[u8]| {
+            let len = (16 + 4 + attrs.len()) as u32;
+            v.extend_from_slice(&len.to_ne_bytes());
+            v.extend_from_slice(&ty.to_ne_bytes());
+            v.extend_from_slice(&[0; 10]);
+            v.extend_from_slice(&[family, 0, 0, 10]);
+            v.extend_from_slice(attrs);
+        };
+        msg(&mut v, 16, 0, &[]);
+        let mut name = table.as_bytes().to_vec();
+        name.push(0);
+        let mut attr = ((4 + name.len()) as u16).to_ne_bytes().to_vec();
+        attr.extend_from_slice(&1u16.to_ne_bytes());
+        attr.extend_from_slice(&name);
+        while !attr.len().is_multiple_of(4) {
+            attr.push(0);
+        }
+        msg(&mut v, (10 << 8) | 3, 2, &attr);
+        v
+    }
+
+    #[test]
+    fn the_table_of_a_batch_is_read_from_its_head() {
+        assert_eq!(
+            batch_table(&batch_head("filter")),
+            Some((2, "filter".into()))
+        );
+        // Cut anywhere: never a panic, and no name made up from half an attribute.
+        let head = batch_head("filter");
+        for n in 0..head.len() {
+            let t = batch_table(&head[..n]);
+            assert!(t.is_none() || t == Some((2, "filter".into())), "{n}: {t:?}");
+        }
+        assert_eq!(batch_table(&[0xff; 64]), None);
+    }
+
+    #[test]
+    fn recovered_changes_go_to_the_writer_of_their_table() {
+        use crate::ruleset::{Change, Family, Op};
+        let writer = |tid: u32, comm: &str, table: &str| Unmatched {
+            process: send(1, tid, comm, "sh").process,
+            table: Some((2, table.into())),
+        };
+        let c = |table: &str| Change::new(Op::ChainCreate, Family::Ip, table).chain("x");
+        // One writer: everything is its own, whatever the table.
+        let g = attribute_recovered(vec![c("a"), c("b")], &[writer(7, "nft", "a")]);
+        assert_eq!(g.len(), 1);
+        assert_eq!(g[0].0.as_ref().map(|p| p.tid), Some(7));
+        assert_eq!(g[0].1.len(), 2);
+        // Several: by table; a table no single writer wrote goes to nobody.
+        let writers = [
+            writer(7, "nft", "a"),
+            writer(8, "iptables-nft-re", "b"),
+            writer(9, "nft", "b"),
+        ];
+        let g = attribute_recovered(vec![c("a"), c("b"), c("a"), c("z")], &writers);
+        let tids: Vec<(Option<u32>, usize)> = g
+            .iter()
+            .map(|(p, l)| (p.as_ref().map(|p| p.tid), l.len()))
+            .collect();
+        assert_eq!(tids, [(Some(7), 2), (None, 2)]);
+        // Nobody seen writing: nobody named.
+        let g = attribute_recovered(vec![c("a")], &[]);
+        assert!(g[0].0.is_none());
+    }
+
+    #[test]
+    fn only_writers_since_the_last_matched_generation_are_unmatched() {
+        let cache = WriterCache::default();
+        cache.insert(&send(5, 10, "nft", "a"));
+        // A generation of thread 10 arrived: its writer is matched.
+        assert!(cache.take(5, 10, "nft").is_some());
+        cache.insert(&send(5, 11, "nft", "b"));
+        cache.insert(&send(6, 12, "nft", "c"));
+        let lost = cache.take_unmatched(5);
+        assert_eq!(lost.len(), 1);
+        assert_eq!(lost[0].process.tid, 11);
+        // Taken once.
+        assert!(cache.take_unmatched(5).is_empty());
+        assert_eq!(cache.take_unmatched(6).len(), 1);
     }
 }

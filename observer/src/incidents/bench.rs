@@ -96,6 +96,7 @@ impl Gen {
                         pod: None,
                     },
                     replayed: false,
+                    recovered: false,
                 }
             })
             .collect()

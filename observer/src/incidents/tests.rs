@@ -92,6 +92,7 @@ impl Stream {
                         pod: None,
                     },
                     replayed: false,
+                    recovered: false,
                 }
             })
             .collect();
@@ -472,6 +473,7 @@ fn a_refused_recreation_during_a_mass_flush_is_named() {
             pod: None,
         },
         replayed: false,
+        recovered: false,
     };
     let got = s.c.observe(std::slice::from_ref(&failed));
     assert_eq!(got.len(), 1);

@@ -79,7 +79,7 @@ pub enum IpsetError {
 }
 
 /// Attributes of a possibly truncated buffer: those that fit whole.
-fn lenient_attrs(mut buf: &[u8]) -> Vec<(u16, bool, &[u8])> {
+pub(crate) fn lenient_attrs(mut buf: &[u8]) -> Vec<(u16, bool, &[u8])> {
     let mut out = Vec::new();
     while buf.len() >= 4 {
         let len = u16::from_ne_bytes([buf[0], buf[1]]) as usize;

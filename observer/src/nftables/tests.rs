@@ -661,6 +661,54 @@ fn live_overrun_is_reported() {
     assert_eq!(st.chain(2, "big", "c").map(|c| c.rules.len()), Some(3000));
 }
 
+/// Catching up from a dump after lost notifications gives the changes the notifications would
+/// have given.
+#[test]
+fn live_resync_reports_what_notifications_reported() {
+    if let Some(reason) = root_skip_reason() {
+        println!("skipping: {reason}");
+        return;
+    }
+    let ns = Netns::new("resync");
+    let (sub, req) = ns.sockets().expect("sockets");
+    for cmd in NFT_OPS.setup {
+        ns.sh(&format!("{PRELUDE}{cmd}"));
+    }
+    let dump = socket::dump_on(&req).expect("dump");
+    let mut live = GenerationBuilder::new(NftState::from_dump(&dump));
+    let mut caught_up = GenerationBuilder::new(NftState::from_dump(&dump));
+    drain(&sub);
+    let sorted = |mut v: Vec<String>| {
+        v.sort();
+        v
+    };
+    let mut compared = 0;
+    for cmd in NFT_OPS.steps {
+        ns.sh(&format!("{PRELUDE}{cmd}"));
+        let txns: Vec<Transaction> = drain(&sub)
+            .iter()
+            .flat_map(|d| live.feed(d).transactions)
+            .collect();
+        let dump = socket::dump_on(&req).expect("dump");
+        let t = caught_up.resync(&dump);
+        assert_eq!(t.gen_id, dump.gen_id);
+        assert_eq!(
+            projection(caught_up.state()),
+            projection(&NftState::from_dump(&dump))
+        );
+        assert_eq!(
+            sorted(step_lines(&[t])),
+            sorted(step_lines(&txns)),
+            "`{cmd}`"
+        );
+        compared += 1;
+    }
+    assert_eq!(compared, NFT_OPS.steps.len());
+    // Nothing changed since the last dump: nothing to report.
+    let dump = socket::dump_on(&req).expect("dump");
+    assert!(caught_up.resync(&dump).changes.is_empty());
+}
+
 #[test]
 #[ignore]
 fn capture_fixtures() {

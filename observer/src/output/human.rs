@@ -120,6 +120,8 @@ fn change(c: &ChangeRecord, colour: bool) -> String {
     };
     let replayed = if c.replayed {
         "  (found, not seen live)"
+    } else if c.recovered {
+        "  (recovered after lost notifications)"
     } else {
         ""
     };
@@ -175,6 +177,7 @@ mod tests {
                 pod: None,
             },
             replayed: false,
+            recovered: false,
         }
     }
 

@@ -34,7 +34,8 @@ pub struct StatusRecord {
     /// One sentence for a person.
     pub message: String,
     /// Which backend each hook is on, and why better ones were refused (the kernel's error), e.g.
-    /// `x_tables=kprobe namespaces=tracepoint nf_tables=netlink (x_tables: fentry refused: ...)`.
+    /// `x_tables=kprobe namespaces=tracepoint nf_tables=netlink nf_writers=tracepoint
+    /// (x_tables: fentry refused: ...)`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hooks: Option<String>,
     /// The sources that feed the stream.
@@ -80,6 +81,11 @@ pub struct ChangeRecord {
     /// read from the namespace's ruleset, not seen as it happened.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub replayed: bool,
+    /// Set when the kernel dropped this change's notifications (the socket's buffer overflowed)
+    /// and it was found by re-reading the namespace: its writer is the one the kernel hooks saw
+    /// writing there meanwhile, when that is one writer (else `unknown`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub recovered: bool,
 }
 
 /// `{"kind":"incident",...}`: one state of an ownership conflict. Every line of one incident has
@@ -258,6 +264,7 @@ mod tests {
                 pod: None,
             },
             replayed: false,
+            recovered: false,
         }
     }
 

@@ -18,7 +18,7 @@ use std::fmt;
 
 use crate::ruleset;
 
-mod attempt;
+pub(crate) mod attempt;
 pub mod decode;
 pub mod diff;
 mod ext;
