@@ -567,6 +567,13 @@ fn a_refused_nft_batch_is_a_failed_attempt_not_a_change() {
     );
     assert_eq!(v["backend"], "nft");
     assert_eq!(v["table"], "obsref");
+    // Seen by the hook of the backend in force: netlink_ack (kprobe, fentry) or the writer's
+    // replies (tracepoint).
+    assert_eq!(
+        v["source"].as_str(),
+        Some(common::legacy_source().as_str()),
+        "{v}"
+    );
     assert_eq!(v["process"]["comm"], "nft");
     assert!(v["process"]["pid"].as_u64().unwrap_or(0) > 0, "{v}");
     assert_eq!(v["process"]["actor"], w.name.as_str(), "{v}");
