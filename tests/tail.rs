@@ -498,7 +498,10 @@ fn nft_changes_lost_by_netlink_are_recovered_and_attributed() {
         ));
     }
     let w = Writer::new("obs-flooder");
+    // Stopped while the burst arrives: nothing drains the socket, so the overflow is certain.
+    obs.freeze(true);
     ns.write_stdin(&w, &["nft", "-f", "-"], &script);
+    obs.freeze(false);
     obs.wait_line("a gap line naming the overrun", WAIT, |v| {
         v["kind"] == "status"
             && v["state"] == "gap"
