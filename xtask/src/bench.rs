@@ -7,7 +7,9 @@
 //! 2. x_tables read+diff cost (`observer bench-xt`) against `iptables-legacy-save` on a
 //!    20,000-rule filter table;
 //! 3. idle CPU and context switches of `observer tail` while nothing happens;
-//! 4. RSS of `observer tail` tracking that 20,000-rule table after one change.
+//! 4. RSS of `observer tail` tracking that 20,000-rule table after one change;
+//! 5. the kernel's own count of runs and nanoseconds of each of observer's eBPF programs
+//!    while iptables-legacy and nft changes are made (`kernel.bpf_stats_enabled`).
 //!
 //! There are no pass/fail thresholds: the machines are shared and noisy. Every namespace is
 //! deleted on the way out (also when a part fails or panics); the host's own ruleset is never
@@ -30,7 +32,7 @@ use anyhow::{bail, Context as _, Result};
 use clap::Args;
 use serde_json::Value;
 
-use crate::cmd;
+use crate::{cmd, kstats};
 
 #[derive(Args)]
 pub struct BenchArgs {
@@ -52,6 +54,8 @@ struct Plan {
     /// Rounds of `observer bench-xt`.
     rounds: usize,
     idle: Duration,
+    /// Chains created (then deleted) per backend while the kernel's BPF statistics are on.
+    kcost_events: usize,
 }
 
 impl Plan {
@@ -62,6 +66,7 @@ impl Plan {
             save_runs: if quick { 5 } else { 10 },
             rounds: 20,
             idle: Duration::from_secs(if quick { 3 } else { 10 }),
+            kcost_events: if quick { 30 } else { 100 },
         }
     }
 }
@@ -144,6 +149,9 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
         }),
         Err(e) => Err(format!("the big table could not be built: {e}")),
     };
+    let kcost = part("bench: 5. kernel cost per eBPF program", || {
+        kernel_cost(&bin, &small, plan.kcost_events, &mut notes)
+    });
     drop(big);
     drop(small);
 
@@ -155,6 +163,7 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
         xt,
         idle,
         rss,
+        kcost,
         notes,
     };
     print!("{}", results.text());
@@ -822,6 +831,143 @@ pub(crate) fn kube_like_table() -> String {
     t
 }
 
+/// An `nft -f` input with the shape of [`kube_like_table`] in nftables' own words: table `ip
+/// {table}` with the same 2,000 user chains of 10 rules each (20,003 rules with one jump from
+/// each base chain). The file first empties the table when it exists (`flush table`), so each
+/// run replaces every rule, as a full resync does. `extra` adds one chain with one rule, so two
+/// versions can alternate.
+pub(crate) fn kube_like_nft(table: &str, extra: bool) -> String {
+    let svc = |s: usize| format!("KUBE-SVC-{}", chain_hash(s as u64 * 4));
+    let sep = |s: usize, e: usize| format!("KUBE-SEP-{}", chain_hash(s as u64 * 4 + 1 + e as u64));
+    let cluster_ip = |s: usize| format!("10.96.{}.{}", s / 250, s % 250 + 1);
+    let endpoint = |s: usize, e: usize| {
+        let n = 2 * s + e;
+        format!("10.244.{}.{}", n / 250, n % 250 + 1)
+    };
+    let name = |s: usize| (format!("ns-{}", s % 40), format!("svc-{s}"));
+
+    let mut t = String::with_capacity(3 << 20);
+    let _ = writeln!(
+        t,
+        "table ip {table}\nflush table ip {table}\ntable ip {table} {{"
+    );
+    // Every chain first, so that jumps may name chains defined further down.
+    let mut chains = vec!["KUBE-SERVICES".to_owned(), "KUBE-MARK-MASQ".to_owned()];
+    for s in 0..SERVICES {
+        chains.extend([svc(s), sep(s, 0), sep(s, 1)]);
+    }
+    if extra {
+        chains.push("OBS-BENCH-EXTRA".to_owned());
+    }
+    for c in &chains {
+        let _ = writeln!(t, "\tchain {c} {{\n\t}}");
+    }
+    for (base, hook) in [
+        ("INPUT", "input"),
+        ("FORWARD", "forward"),
+        ("OUTPUT", "output"),
+    ] {
+        let _ = writeln!(
+            t,
+            "\tchain {base} {{\n\t\ttype filter hook {hook} priority filter; policy accept;\n\
+             \t\tjump KUBE-SERVICES comment \"kubernetes service portals\"\n\t}}"
+        );
+    }
+    let mut chain = |name: &str, rules: &[String]| {
+        let _ = writeln!(t, "\tchain {name} {{");
+        for r in rules {
+            let _ = writeln!(t, "\t\t{r}");
+        }
+        t.push_str("\t}\n");
+    };
+    let services: Vec<String> = (0..RULES_PER_CHAIN)
+        .map(|s| {
+            let (ns, n) = name(s);
+            format!(
+                "ip daddr {} tcp dport 80 jump {} comment \"{ns}/{n}:http cluster IP\"",
+                cluster_ip(s),
+                svc(s)
+            )
+        })
+        .collect();
+    chain("KUBE-SERVICES", &services);
+    let mut masq = vec!["meta mark set meta mark | 0x4000".to_owned()];
+    masq.extend(
+        (1..RULES_PER_CHAIN)
+            .map(|k| format!("meta mark & 0xf000 == 0x{k}000 return comment \"masq class {k}\"")),
+    );
+    chain("KUBE-MARK-MASQ", &masq);
+    for s in 0..SERVICES {
+        let (ns, n) = name(s);
+        let (ip, port) = (cluster_ip(s), 80 + s % 20);
+        let child = |c: usize| {
+            if c < SERVICES {
+                format!("jump {} comment \"{ns}/{n}:http dependent\"", svc(c))
+            } else {
+                format!("ip daddr {ip} tcp dport {} drop", port + 1000)
+            }
+        };
+        chain(
+            &svc(s),
+            &[
+                format!(
+                    "ip daddr {ip} ip saddr != 10.244.0.0/16 tcp dport {port} jump KUBE-MARK-MASQ \
+                     comment \"{ns}/{n}:http cluster IP\""
+                ),
+                format!(
+                    "numgen random mod 2 vmap {{ 0 : jump {}, 1 : jump {} }} comment \"{ns}/{n}:http endpoints\"",
+                    sep(s, 0),
+                    sep(s, 1)
+                ),
+                format!(
+                    "jump {} comment \"{ns}/{n}:http -> {}:8080\"",
+                    sep(s, 1),
+                    endpoint(s, 1)
+                ),
+                child(2 * s + RULES_PER_CHAIN),
+                child(2 * s + RULES_PER_CHAIN + 1),
+                format!("ip daddr {ip} udp dport 53 accept comment \"{ns}/{n}:dns\""),
+                format!(
+                    "ip daddr {ip} tcp dport 443 reject with icmp type port-unreachable \
+                     comment \"{ns}/{n}:https has no endpoints\""
+                ),
+                format!("meta mark & 0x4000 == 0x4000 accept comment \"{ns}/{n} masqueraded\""),
+                format!(
+                    "ip saddr 10.244.{}.0/24 ip daddr {ip} tcp dport 8000-8100 accept",
+                    s % 250
+                ),
+                format!("return comment \"{ns}/{n}:http no endpoint matched\""),
+            ],
+        );
+        for e in 0..2 {
+            let ep = endpoint(s, e);
+            let id = 2 * s + e + 1;
+            chain(
+                &sep(s, e),
+                &[
+                    format!("ip saddr {ep} jump KUBE-MARK-MASQ comment \"{ns}/{n}:http\""),
+                    format!("meta l4proto tcp meta mark set 0x{id:x} comment \"{ns}/{n}:http\""),
+                    format!(
+                        "ip daddr {ep} tcp dport 8080 tcp flags & (syn | rst | ack) == syn accept"
+                    ),
+                    format!("ip saddr {ep} udp sport 53 accept"),
+                    format!("ip daddr {ep} tcp dport 9090 accept comment \"{ns}/{n}:metrics\""),
+                    format!("meta mark 0x{id:x} accept"),
+                    format!("ip saddr {ep} icmp type echo-request accept"),
+                    format!("ip daddr {ep} tcp dport 22 drop"),
+                    format!("ip daddr {ep} tcp dport 8443 accept comment \"{ns}/{n}:https\""),
+                    "return".to_owned(),
+                ],
+            );
+        }
+    }
+    if extra {
+        chain("OBS-BENCH-EXTRA", &["tcp dport 9 drop".to_owned()]);
+    }
+    t.push_str("}\n");
+    t
+}
+
 fn build_big_table(ns: &Netns) -> Result<BigTable> {
     let input = kube_like_table();
     let start = Instant::now();
@@ -1143,6 +1289,98 @@ fn rss(bin: &Path, ns: &Netns, table: &BigTable, notes: &mut Vec<String>) -> Res
 }
 
 // ---------------------------------------------------------------------------------------------
+// 5. Kernel cost per eBPF program
+
+struct KernelCost {
+    /// The iptables-legacy window, then the nft one.
+    windows: Vec<kstats::Window>,
+    /// Each window's length.
+    secs: Vec<f64>,
+    missed: Vec<String>,
+}
+
+/// With the kernel's BPF statistics on (put back as they were on the way out), `events` chains
+/// are created and deleted with iptables-legacy, then with nft, one at a time, each waited for;
+/// the programs observer holds are read before, between and after.
+fn kernel_cost(
+    bin: &Path,
+    ns: &Netns,
+    events: usize,
+    notes: &mut Vec<String>,
+) -> Result<KernelCost> {
+    let _stats = kstats::StatsGuard::enable()?;
+    let mut obs = Observer::start(bin, &["tail", "--json", "--netns", &ns.name], "kcost")?;
+    // Warm-ups, outside the windows: the namespace's filter table and the nft table.
+    run_timed(&mut ns.legacy(&["-N", "OBSK-warm"]))?;
+    obs.wait(
+        Duration::from_secs(10),
+        "legacy chain_create line for OBSK-warm",
+        |v| is_change(v, "legacy", "chain_create", "OBSK-warm"),
+    )?;
+    run_timed(&mut ns.nft("add table ip obsk"))?;
+    obs.wait(
+        Duration::from_secs(10),
+        "nft table_create line for table obsk",
+        |v| v["kind"] == "change" && v["op"] == "table_create" && v["table"] == "obsk",
+    )?;
+    let snap = |pid: u32| -> Result<(Vec<kstats::ProgStats>, Instant)> {
+        let progs = kstats::parse_dump(&kstats::dump_pid(pid)?);
+        if progs.is_empty() {
+            bail!("observer (pid {pid}) holds no eBPF program; were its hooks loaded?");
+        }
+        Ok((progs, Instant::now()))
+    };
+    let mut missed = Vec::new();
+    let mut ops = |obs: &mut Observer,
+                   backend: &'static str,
+                   names: &[String],
+                   f: &dyn Fn(&str, &str) -> Command|
+     -> Result<u64> {
+        let mut reported = 0;
+        for (op, verb) in [("chain_create", "add"), ("chain_delete", "delete")] {
+            let o = measure_ops(obs, backend, op, names, |c| f(verb, c))?;
+            reported += o.dist.map_or(0, |d| d.n) as u64;
+            missed.extend(o.missed.into_iter().map(|m| format!("{backend} {op} {m}")));
+        }
+        Ok(reported)
+    };
+    let (s0, t0) = snap(obs.pid)?;
+    let names: Vec<String> = (0..events).map(|i| format!("OBSK-{i}")).collect();
+    let legacy = ops(&mut obs, "legacy", &names, &|verb, c| {
+        ns.legacy(&[if verb == "add" { "-N" } else { "-X" }, c])
+    })?;
+    let (s1, t1) = snap(obs.pid)?;
+    let names: Vec<String> = (0..events).map(|i| format!("k{i}")).collect();
+    let nft = ops(&mut obs, "nft", &names, &|verb, c| {
+        ns.nft(&format!("{verb} chain ip obsk {c}"))
+    })?;
+    let (s2, t2) = snap(obs.pid)?;
+    // Names while observer still holds its programs.
+    let syms = fs::read_to_string("/proc/kallsyms").unwrap_or_default();
+    run_timed(&mut ns.legacy(&["-X", "OBSK-warm"]))?;
+    run_timed(&mut ns.nft("delete table ip obsk"))?;
+    obs.finish("kernel cost", notes);
+    let names = kstats::names_from_kallsyms(&syms);
+    let known = kstats::source_program_names(&super::root().join("observer-ebpf").join("src"));
+    Ok(KernelCost {
+        windows: vec![
+            kstats::Window {
+                load: format!("{events} iptables-legacy -N, {events} -X"),
+                costs: kstats::diff(&s0, &s1, &names, &known),
+                changes: legacy,
+            },
+            kstats::Window {
+                load: format!("{events} nft add chain, {events} delete chain"),
+                costs: kstats::diff(&s1, &s2, &names, &known),
+                changes: nft,
+            },
+        ],
+        secs: vec![(t1 - t0).as_secs_f64(), (t2 - t1).as_secs_f64()],
+        missed,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
 // Report
 
 struct Environment {
@@ -1172,9 +1410,7 @@ impl Environment {
             })
             .unwrap_or_else(|| "unknown model".into());
         let mut command = String::new();
-        if let Some(dir) = env::var_os("CARGO_TARGET_DIR") {
-            let _ = write!(command, "CARGO_TARGET_DIR={} ", dir.to_string_lossy());
-        }
+        // Not CARGO_TARGET_DIR: where the build lands does not change the figures.
         command.push_str("cargo xtask");
         for a in env::args().skip(1) {
             command.push(' ');
@@ -1213,6 +1449,7 @@ struct Results {
     xt: Result<XtCost, String>,
     idle: Result<Idle, String>,
     rss: Result<Rss, String>,
+    kcost: Result<KernelCost, String>,
     notes: Vec<String>,
 }
 
@@ -1252,6 +1489,7 @@ impl Results {
             && self.xt.is_ok()
             && self.idle.is_ok()
             && self.rss.is_ok()
+            && self.kcost.is_ok()
     }
 
     fn rows(&self) -> Vec<Row> {
@@ -1400,7 +1638,44 @@ impl Results {
             }
             Err(e) => rows.push(row("4. RSS on the big table", failed(e), "< 64 MiB")),
         }
+        match &self.kcost {
+            Ok(k) => {
+                for (w, secs) in k.windows.iter().zip(&k.secs) {
+                    let (runs, ns) = w
+                        .costs
+                        .iter()
+                        .fold((0, 0), |(r, n), c| (r + c.runs, n + c.ns));
+                    rows.push(row(
+                        format!("5. kernel cost, {}", w.load),
+                        format!(
+                            "{} per reported change ({} changes; {} runs of {} programs, {} in all, in \
+                             {secs:.1} s; per program below)",
+                            kstats::per(ns, w.changes),
+                            w.changes,
+                            runs,
+                            w.costs.len(),
+                            kstats::total(ns),
+                        ),
+                        "",
+                    ));
+                }
+                if !k.missed.is_empty() {
+                    rows.push(row("5. changes not reported", k.missed.join(", "), ""));
+                }
+            }
+            Err(e) => rows.push(row("5. kernel cost per eBPF program", failed(e), "")),
+        }
         rows
+    }
+
+    /// The per-program table of part 5 (markdown), when it was measured.
+    fn kcost_table(&self) -> Option<String> {
+        let k = self.kcost.as_ref().ok()?;
+        Some(format!(
+            "Kernel cost per eBPF program (`kernel.bpf_stats_enabled=1` during the part; runs = \
+             `run_cnt`, total = `run_time_ns` of each program observer holds):\n\n{}",
+            kstats::table(&k.windows)
+        ))
     }
 
     fn header(&self) -> Vec<(&'static str, String)> {
@@ -1447,6 +1722,9 @@ impl Results {
         for n in &self.notes {
             let _ = writeln!(out, "  note: {n}");
         }
+        if let Some(t) = self.kcost_table() {
+            let _ = write!(out, "\n{t}");
+        }
         out
     }
 
@@ -1482,6 +1760,9 @@ impl Results {
             for n in &self.notes {
                 let _ = writeln!(md, "- note: {}", cell(n));
             }
+        }
+        if let Some(t) = self.kcost_table() {
+            let _ = write!(md, "\n{t}");
         }
         let _ = writeln!(md, "{END}");
         md
@@ -1562,6 +1843,34 @@ mod tests {
             }
         }
         assert!(t.contains("--probability 0.5"));
+    }
+
+    #[test]
+    fn nft_table_has_the_shape_of_the_legacy_one() {
+        let t = kube_like_nft("kb", false);
+        let rule = |l: &&str| l.starts_with("\t\t") && !l.contains(" hook ");
+        assert_eq!(
+            t.lines().filter(rule).count(),
+            BIG_CHAINS * RULES_PER_CHAIN + 3
+        );
+        let chains: std::collections::HashSet<&str> = t
+            .lines()
+            .filter_map(|l| l.strip_prefix("\tchain "))
+            .filter_map(|l| l.split(' ').next())
+            .collect();
+        assert_eq!(chains.len(), BIG_CHAINS + 3);
+        for l in t.lines().filter(rule) {
+            for w in l.split([' ', ',']).filter(|w| w.starts_with("KUBE-")) {
+                assert!(chains.contains(w), "{l}");
+            }
+        }
+        assert!(t.starts_with("table ip kb\nflush table ip kb\ntable ip kb {\n"));
+        let x = kube_like_nft("kb", true);
+        assert_eq!(
+            x.lines().filter(rule).count(),
+            BIG_CHAINS * RULES_PER_CHAIN + 4
+        );
+        assert!(x.contains("chain OBS-BENCH-EXTRA {"));
     }
 
     #[test]

@@ -7,6 +7,7 @@ mod bench_daemon;
 mod bench_incidents;
 mod cmd;
 mod deploy;
+mod kstats;
 mod setup;
 mod vm;
 mod vmbench;
@@ -90,7 +91,9 @@ enum Verb {
         network namespaces of its own (created and deleted by the bench; the host's ruleset is \
         never touched): event latency for iptables-legacy and nft changes, the read+diff of a \
         20,000-rule x_tables table against `iptables-legacy-save`, idle CPU and context \
-        switches, and RSS while tracking that table. Prints a table and writes it into \
+        switches, RSS while tracking that table, and the kernel's run count and nanoseconds \
+        of each of observer's eBPF programs during iptables-legacy and nft changes \
+        (kernel.bpf_stats_enabled is set for that part and put back after it). Prints a table and writes it into \
         BENCHMARKS.md between its bench markers. Needs root. About a minute; `--quick` is \
         shorter and noisier."
     )]
@@ -109,14 +112,17 @@ enum Verb {
     )]
     VmTest,
 
-    /// In the QEMU guest: the cost of each hook backend to a 20,000-rule iptables-legacy-restore
+    /// In the QEMU guest: the cost of each hook backend to 20,000-rule restores and `nft -f`
     #[command(
-        long_about = "Boot the guest of vm-test, load the 20,000-rule filter table of \
-        `bench` into a namespace, and time `iptables-legacy-restore` of it (alternating two \
-        versions, so each restore is a change) with no observer, then with observer on the \
-        fentry, kprobe and tracepoint backends, then with none again, in one boot. Counts the \
-        legacy change lines with full attribution. Prints a table and writes it into \
-        BENCHMARKS.md between its vm-bench markers. Needs root; several minutes."
+        long_about = "Boot the guest of vm-test (at niceness 10), load the 20,000-rule filter \
+        table of `bench` and the same table in nftables' words into a namespace, and time \
+        `iptables-legacy-restore` and then `nft -f` of them (alternating two versions, so each \
+        run is a change) with no observer, then with observer on the fentry, kprobe and \
+        tracepoint backends, then with none again, in one boot. Counts the change lines with \
+        full attribution, and reads the kernel's BPF statistics (run count and nanoseconds) of \
+        each of observer's programs for each load. Prints the tables and writes them into \
+        BENCHMARKS.md between its vm-bench markers. Needs root; about 20 minutes with the \
+        default rounds."
     )]
     VmBench(vmbench::VmBenchArgs),
 

@@ -10,11 +10,17 @@
 
 use std::{fmt::Write as _, fs, path::Path, time::Instant};
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{bail, Result};
 use clap::Args;
 use serde_json::Value;
 
-use crate::{cmd, vm};
+use crate::{cmd, kstats, vm};
+
+/// The nftables table the guest loads (in the benchmark's own namespace).
+const NFT_TABLE: &str = "obsbench";
+
+/// The guest's boot and run may not take longer than this.
+const VM_BENCH_TIMEOUT_SECS: u64 = 2400;
 
 /// The configurations timed, in order (`none` twice: before and after).
 const CONFIGS: &[&str] = &["none", "fentry", "kprobe", "tracepoint", "none2"];
@@ -24,8 +30,9 @@ const END: &str = "<!-- vm-bench:end -->";
 
 #[derive(Args)]
 pub struct VmBenchArgs {
-    /// Timed restores per configuration
-    #[arg(long, default_value_t = 6)]
+    /// Rounds per configuration; each round is two restores and two `nft -f` runs (one of each
+    /// version). The default keeps the whole run near 20 minutes under software emulation.
+    #[arg(long, default_value_t = 3)]
     rounds: usize,
 }
 
@@ -35,22 +42,34 @@ fn guest_script(dir: &Path, observer: &Path, rounds: usize) -> String {
     let mut s = format!(
         "#!/bin/sh\n\
          for m in ip_tables iptable_filter x_tables xt_comment xt_statistic xt_tcpudp \
-         xt_multiport xt_mark ipt_REJECT nf_tables; do modprobe $m 2>/dev/null; done\n\
+         xt_multiport xt_mark ipt_REJECT nf_tables nft_numgen nft_reject_ipv4; do \
+         modprobe $m 2>/dev/null; done\n\
          uname -r > {d}/kernel\n\
+         stats=$(cat /proc/sys/kernel/bpf_stats_enabled)\n\
+         echo 1 > /proc/sys/kernel/bpf_stats_enabled || echo 'vm: no BPF statistics'\n\
          ip netns add obsvb\n\
          ip netns exec obsvb iptables-legacy-restore < {d}/a.rules || echo 'vm: restore failed'\n\
+         ip netns exec obsvb nft -f {d}/a.nft || echo 'vm: nft -f failed'\n\
          restore() {{ f=$1; s=$(date +%s%N); ip netns exec obsvb iptables-legacy-restore < $f; \
-         e=$(date +%s%N); echo $(( (e - s) / 1000 )) >> $2; }}\n"
+         e=$(date +%s%N); echo $(( (e - s) / 1000 )) >> $2; }}\n\
+         nftf() {{ f=$1; s=$(date +%s%N); ip netns exec obsvb nft -f $f; \
+         e=$(date +%s%N); echo $(( (e - s) / 1000 )) >> $2; }}\n\
+         snap() {{ for f in /proc/$P/fdinfo/*; do echo \"fdinfo $f\"; cat $f 2>/dev/null; \
+         done > $1; }}\n\
+         settle() {{ sleep 5; a=-1; for i in $(seq 100); do b=$(wc -c < $1); \
+         [ \"$b\" = \"$a\" ] && return; a=$b; sleep 3; done; }}\n"
     );
     for c in CONFIGS {
         let hooks = c.trim_end_matches('2');
-        if hooks != "none" {
+        let hooked = hooks != "none";
+        if hooked {
             let _ = write!(
                 s,
                 "{bin} tail --json --hooks {hooks} --netns obsvb > {d}/{c}.json 2> {d}/{c}.err &\n\
                  P=$!\n\
                  for i in $(seq 600); do grep -q '\"ready\"' {d}/{c}.json 2>/dev/null && break; \
-                 kill -0 $P 2>/dev/null || break; sleep 0.2; done\n"
+                 kill -0 $P 2>/dev/null || break; sleep 0.2; done\n\
+                 snap {d}/{c}.s0\n"
             );
         }
         let _ = writeln!(
@@ -58,11 +77,26 @@ fn guest_script(dir: &Path, observer: &Path, rounds: usize) -> String {
             "for r in $(seq {rounds}); do restore {d}/b.rules {d}/{c}.us; \
              restore {d}/a.rules {d}/{c}.us; done"
         );
-        if hooks != "none" {
-            s.push_str("sleep 5; kill -INT $P; wait $P\n");
+        if hooked {
+            let _ = writeln!(s, "settle {d}/{c}.json; snap {d}/{c}.s1");
+        }
+        let _ = writeln!(
+            s,
+            "for r in $(seq {rounds}); do nftf {d}/b.nft {d}/{c}.nft.us; \
+             nftf {d}/a.nft {d}/{c}.nft.us; done"
+        );
+        if hooked {
+            let _ = writeln!(
+                s,
+                "settle {d}/{c}.json; snap {d}/{c}.s2\n\
+                 grep '\\[bpf\\]' /proc/kallsyms > {d}/{c}.ksyms\n\
+                 kill -INT $P; wait $P"
+            );
         }
     }
-    s.push_str("ip netns del obsvb\necho vm-bench-done\n");
+    s.push_str(
+        "echo $stats > /proc/sys/kernel/bpf_stats_enabled\nip netns del obsvb\necho vm-bench-done\n",
+    );
     s
 }
 
@@ -90,6 +124,93 @@ fn fully_attributed(v: &Value) -> bool {
         && v["netns"].as_u64().unwrap_or(0) > 0
 }
 
+/// Median (ms) and count of the microsecond timings the guest wrote into `path`.
+fn timings(path: &Path) -> Option<(f64, usize)> {
+    let mut us: Vec<f64> = fs::read_to_string(path)
+        .ok()?
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    if us.is_empty() {
+        return None;
+    }
+    let n = us.len();
+    Some((median(&mut us) / 1000.0, n))
+}
+
+/// What one observer printed: its hook placement (ready line), and per backend the change
+/// lines and how many of them carry full attribution.
+#[derive(Default, Debug, PartialEq)]
+struct Printed {
+    hooks: String,
+    legacy: (u64, u64),
+    nft: (u64, u64),
+}
+
+fn printed(json: &str) -> Printed {
+    let mut p = Printed::default();
+    for v in json
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+    {
+        if v["kind"] == "status" && v["state"] == "ready" {
+            p.hooks = v["hooks"].as_str().unwrap_or("").to_string();
+        }
+        if v["kind"] != "change" {
+            continue;
+        }
+        let slot = match v["backend"].as_str() {
+            Some("legacy") => &mut p.legacy,
+            Some("nft") => &mut p.nft,
+            _ => continue,
+        };
+        slot.0 += 1;
+        slot.1 += u64::from(fully_attributed(&v));
+    }
+    p
+}
+
+fn share((changes, full): (u64, u64)) -> String {
+    if changes == 0 {
+        "no change lines".to_string()
+    } else {
+        format!(
+            "{full}/{changes} = {:.0}%",
+            100.0 * full as f64 / changes as f64
+        )
+    }
+}
+
+fn versus(med: f64, base: f64) -> String {
+    format!("{:+.1}%", 100.0 * (med - base) / base)
+}
+
+/// The kernel cost tables of one hooked configuration, from its three snapshots (before the
+/// restores, between the restores and the nft runs, after the nft runs).
+fn kernel_cost(dir: &Path, c: &str, p: &Printed, known: &[String]) -> String {
+    let read = |ext: &str| fs::read_to_string(dir.join(format!("{c}.{ext}"))).unwrap_or_default();
+    let snaps: Vec<_> = ["s0", "s1", "s2"]
+        .iter()
+        .map(|s| kstats::parse_dump(&read(s)))
+        .collect();
+    if snaps.iter().all(Vec::is_empty) {
+        return format!("no BPF statistics were read for `--hooks {c}`\n");
+    }
+    let names = kstats::names_from_kallsyms(&read("ksyms"));
+    kstats::table(&[
+        kstats::Window {
+            load: "restores".into(),
+            costs: kstats::diff(&snaps[0], &snaps[1], &names, known),
+            changes: p.legacy.0,
+        },
+        kstats::Window {
+            load: "nft -f".into(),
+            costs: kstats::diff(&snaps[1], &snaps[2], &names, known),
+            changes: p.nft.0,
+        },
+    ])
+}
+
 pub fn run(args: &VmBenchArgs) -> Result<i32> {
     if !cmd::is_root() {
         bail!("vm-bench needs root (it boots a guest and installs what that needs)");
@@ -112,64 +233,71 @@ pub fn run(args: &VmBenchArgs) -> Result<i32> {
     fs::write(dir.join("a.rules"), &a)?;
     fs::write(dir.join("b.rules"), &b)?;
     fs::write(
+        dir.join("a.nft"),
+        crate::bench::kube_like_nft(NFT_TABLE, false),
+    )?;
+    fs::write(
+        dir.join("b.nft"),
+        crate::bench::kube_like_nft(NFT_TABLE, true),
+    )?;
+    fs::write(
         dir.join("run.sh"),
         guest_script(&dir, &observer, args.rounds),
     )?;
     let start = Instant::now();
-    let status = vm::boot(&tools, &dir, "sh run.sh")?;
+    let status = vm::boot_niced(&tools, &dir, "sh run.sh", VM_BENCH_TIMEOUT_SECS, 10)?;
     let took = start.elapsed().as_secs_f64();
     let kernel = fs::read_to_string(dir.join("kernel")).unwrap_or_default();
+    let known = kstats::source_program_names(&crate::root().join("observer-ebpf").join("src"));
     let mut rows = Vec::new();
-    let mut base = f64::NAN;
+    let mut costs = String::new();
+    let (mut base, mut nft_base) = (f64::NAN, f64::NAN);
     for c in CONFIGS {
-        let mut us: Vec<f64> = fs::read_to_string(dir.join(format!("{c}.us")))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.trim().parse().ok())
-            .collect();
-        if us.is_empty() {
-            let err = fs::read_to_string(dir.join(format!("{c}.err"))).unwrap_or_default();
-            bail!("no timings for {c} (guest status {status}): {}", err.trim());
-        }
-        let n = us.len();
-        let med = median(&mut us) / 1000.0;
+        let err = || {
+            fs::read_to_string(dir.join(format!("{c}.err")))
+                .unwrap_or_default()
+                .trim()
+                .to_string()
+        };
+        let Some((med, n)) = timings(&dir.join(format!("{c}.us"))) else {
+            bail!(
+                "no restore timings for {c} (guest status {status}): {}",
+                err()
+            );
+        };
+        let nft = timings(&dir.join(format!("{c}.nft.us")));
         if *c == "none" {
             base = med;
+            nft_base = nft.map_or(f64::NAN, |t| t.0);
         }
-        let (mut changes, mut full, mut hooks) = (0usize, 0usize, String::new());
-        if let Ok(json) = fs::read_to_string(dir.join(format!("{c}.json"))) {
-            for v in json
-                .lines()
-                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            {
-                if v["kind"] == "status" && v["state"] == "ready" {
-                    hooks = v["hooks"].as_str().unwrap_or("").to_string();
-                }
-                if v["kind"] == "change" && v["backend"] == "legacy" {
-                    changes += 1;
-                    full += usize::from(fully_attributed(&v));
-                }
-            }
-        }
-        let observer_col = if c.starts_with("none") {
+        let p = printed(&fs::read_to_string(dir.join(format!("{c}.json"))).unwrap_or_default());
+        let hooked = !c.starts_with("none");
+        let observer_col = if hooked {
+            format!("`--hooks {c}` ({})", p.hooks)
+        } else {
             "none".to_string()
-        } else {
-            format!("`--hooks {c}` ({hooks})")
         };
-        let attribution = if c.starts_with("none") {
-            String::new()
-        } else if changes == 0 {
-            "no change lines".to_string()
+        let (legacy_share, nft_share) = if hooked {
+            (share(p.legacy), share(p.nft))
         } else {
-            format!(
-                "{full}/{changes} = {:.0}%",
-                100.0 * full as f64 / changes as f64
-            )
+            (String::new(), String::new())
+        };
+        let nft_cols = match nft {
+            Some((m, k)) => format!("{m:.0} ms (median of {k}) | {}", versus(m, nft_base)),
+            None => format!("NOT MEASURED: {} | ", err()),
         };
         rows.push(format!(
-            "| {observer_col} | {med:.0} ms (median of {n}) | {:+.1}% | {attribution} |",
-            100.0 * (med - base) / base
+            "| {observer_col} | {med:.0} ms (median of {n}) | {} | {legacy_share} | {nft_cols} | \
+             {nft_share} |",
+            versus(med, base)
         ));
+        if hooked {
+            let _ = write!(
+                costs,
+                "\n#### `--hooks {c}`\n\n{}",
+                kernel_cost(&dir, c, &p, &known)
+            );
+        }
     }
     let _ = fs::remove_dir_all(&dir);
     let mut md = format!(
@@ -178,14 +306,17 @@ pub fn run(args: &VmBenchArgs) -> Result<i32> {
          - kernel: {} (QEMU software emulation, 2 vCPUs, 2 GiB; guest boot and run {took:.0} s)\n\
          - command: `cargo xtask vm-bench --rounds {}`\n\
          - what: wall time of `ip netns exec NS iptables-legacy-restore` of the 20,000-rule \
-         filter table, alternating two versions (each restore is a change), with no observer \
-         and with `observer tail --json --hooks B --netns NS`; attribution = legacy change lines \
-         with pid, tid, comm, ppid, parent_comm, cgroup and netns all known\n\
-         - note: the difference includes observer's own read and diff of the 20,000-rule table \
-         after each change, on the same 2 vCPUs as the writer; it is an upper bound of the \
-         hooks' cost\n\n\
-         | observer | restore wall time | vs first `none` | full attribution |\n\
-         | --- | --- | --- | --- |\n",
+         filter table, then of `ip netns exec NS nft -f` of the same table in nftables' words \
+         (20,003 rules in 2,000 chains; the file flushes the table first, so every rule is \
+         replaced), each alternating two versions (each run is a change), with no observer and \
+         with `observer tail --json --hooks B --netns NS`; attribution = change lines of that \
+         backend with pid, tid, comm, ppid, parent_comm, cgroup and netns all known\n\
+         - note: the difference includes observer's own work after each change (the read and \
+         diff of the 20,000-rule x_tables table, the 40,000 nftables notifications of a run) on \
+         the same 2 vCPUs as the writer; it is an upper bound of the hooks' cost\n\n\
+         | observer | restore wall time | vs first `none` | legacy attribution | `nft -f` wall \
+         time | vs first `none` | nft attribution |\n\
+         | --- | --- | --- | --- | --- | --- | --- |\n",
         kernel.trim(),
         args.rounds
     );
@@ -193,19 +324,23 @@ pub fn run(args: &VmBenchArgs) -> Result<i32> {
         md.push_str(r);
         md.push('\n');
     }
+    md.push_str(
+        "\n### Kernel cost per eBPF program (QEMU guest)\n\n\
+         The kernel's BPF statistics (`kernel.bpf_stats_enabled=1` for the whole guest run) of \
+         the programs the observer process holds, read from `/proc/PID/fdinfo` before the \
+         restores, between the restores and the `nft -f` runs, and after them (each time once \
+         its output had stopped growing); names from the kernel's symbols. runs = `run_cnt`, \
+         total = `run_time_ns`, per change = total over the change lines observer printed for \
+         that load. Syscall tracepoint programs run on every such syscall in the guest and \
+         return early for most; every run is counted. Under software emulation a nanosecond \
+         is many times a real one: compare backends with each other.\n",
+    );
+    md.push_str(&costs);
     md.push_str(END);
     md.push('\n');
     print!("{md}");
     let path = crate::root().join("BENCHMARKS.md");
-    let old = fs::read_to_string(&path).unwrap_or_default();
-    let new = match (old.find(START), old.find(END)) {
-        (Some(s), Some(e)) if s < e => {
-            let rest = &old[e + END.len()..];
-            format!("{}{}{}", &old[..s], md.trim_end(), rest)
-        }
-        _ => format!("{}\n{md}", old.trim_end()),
-    };
-    fs::write(&path, new).with_context(|| format!("writing {}", path.display()))?;
+    crate::bench::write_marked(&path, START, END, &md)?;
     Ok(0)
 }
 
@@ -223,6 +358,53 @@ mod tests {
             assert!(s.contains(&format!("--hooks {b} --netns obsvb")), "{b}");
         }
         assert!(!s.contains("--hooks none"));
+        // nft -f is timed in every configuration too, and each hooked one is measured by the
+        // kernel's statistics before, between and after the two loads.
+        for c in CONFIGS {
+            assert!(s.contains(&format!("nftf /d/b.nft /d/{c}.nft.us")), "{c}");
+        }
+        for b in ["fentry", "kprobe", "tracepoint"] {
+            for snap in ["s0", "s1", "s2"] {
+                assert!(s.contains(&format!("snap /d/{b}.{snap}")), "{b} {snap}");
+            }
+            assert!(s.contains(&format!("/proc/kallsyms > /d/{b}.ksyms")), "{b}");
+        }
+        assert!(s.contains("echo 1 > /proc/sys/kernel/bpf_stats_enabled"));
+        assert!(s.contains("echo $stats > /proc/sys/kernel/bpf_stats_enabled"));
+        // The script is valid sh.
+        let path = std::env::temp_dir().join(format!("vm-bench-script-{}.sh", std::process::id()));
+        fs::write(&path, &s).unwrap();
+        let ok = std::process::Command::new("sh")
+            .arg("-n")
+            .arg(&path)
+            .status()
+            .unwrap();
+        let _ = fs::remove_file(&path);
+        assert!(ok.success(), "{s}");
+    }
+
+    #[test]
+    fn change_lines_are_counted_per_backend() {
+        let full = r#""netns":5,"process":{"pid":1,"tid":1,"comm":"x","ppid":2,"parent_comm":"y","cgroup":3}"#;
+        let json = format!(
+            "{{\"kind\":\"status\",\"state\":\"ready\",\"hooks\":\"x_tables=kprobe\"}}\n\
+             {{\"kind\":\"change\",\"backend\":\"legacy\",{full}}}\n\
+             {{\"kind\":\"change\",\"backend\":\"nft\",{full}}}\n\
+             {{\"kind\":\"change\",\"backend\":\"nft\",\"netns\":5,\"process\":{{\"pid\":1}}}}\n\
+             not json\n"
+        );
+        let p = printed(&json);
+        assert_eq!(
+            p,
+            Printed {
+                hooks: "x_tables=kprobe".into(),
+                legacy: (1, 1),
+                nft: (2, 1),
+            }
+        );
+        assert_eq!(share(p.nft), "1/2 = 50%");
+        assert_eq!(share((0, 0)), "no change lines");
+        assert_eq!(versus(110.0, 100.0), "+10.0%");
     }
 
     #[test]
