@@ -260,6 +260,13 @@ impl Observer {
         obs
     }
 
+    /// Stop (`true`) or continue (`false`) the observer process, as CPU starvation would: while
+    /// it is stopped the kernel queues its notifications and drops what does not fit.
+    pub fn freeze(&self, stopped: bool) {
+        let sig = if stopped { "-STOP" } else { "-CONT" };
+        run("kill", &[sig, &self.child.id().to_string()]);
+    }
+
     /// Wait until a change line matches `pred`; returns it. Fails after `secs`.
     pub fn expect(&mut self, what: &str, secs: u64, pred: impl Fn(&Value) -> bool) -> Value {
         self.wait_line(&format!("change line for {what}"), secs, |v| {

@@ -498,7 +498,10 @@ fn nft_changes_lost_by_netlink_are_recovered_and_attributed() {
         ));
     }
     let w = Writer::new("obs-flooder");
+    // Stopped while the burst arrives: nothing drains the socket, so the overflow is certain.
+    obs.freeze(true);
     ns.write_stdin(&w, &["nft", "-f", "-"], &script);
+    obs.freeze(false);
     obs.wait_line("a gap line naming the overrun", WAIT, |v| {
         v["kind"] == "status"
             && v["state"] == "gap"
@@ -567,6 +570,13 @@ fn a_refused_nft_batch_is_a_failed_attempt_not_a_change() {
     );
     assert_eq!(v["backend"], "nft");
     assert_eq!(v["table"], "obsref");
+    // Seen by the hook of the backend in force: netlink_ack (kprobe, fentry) or the writer's
+    // replies (tracepoint).
+    assert_eq!(
+        v["source"].as_str(),
+        Some(common::legacy_source().as_str()),
+        "{v}"
+    );
     assert_eq!(v["process"]["comm"], "nft");
     assert!(v["process"]["pid"].as_u64().unwrap_or(0) > 0, "{v}");
     assert_eq!(v["process"]["actor"], w.name.as_str(), "{v}");

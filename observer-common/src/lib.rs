@@ -35,6 +35,8 @@ pub const KIND_UMOUNT: u32 = 3;
 pub const KIND_NFNL_SEND: u32 = 4;
 /// Errors the kernel sent back to an nfnetlink writer (a refused batch or command).
 pub const KIND_NFNL_ACK: u32 = 5;
+/// An nfnetlink request the kernel refused, seen in the kernel (kprobe, fentry).
+pub const KIND_NFNL_REFUSED: u32 = 6;
 
 /// The record kinds, for userspace. Built only through [`EventKind::try_from`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,6 +46,7 @@ pub enum EventKind {
     Umount,
     NfnlSend,
     NfnlAck,
+    NfnlRefused,
 }
 
 impl TryFrom<u32> for EventKind {
@@ -56,6 +59,7 @@ impl TryFrom<u32> for EventKind {
             KIND_UMOUNT => Ok(EventKind::Umount),
             KIND_NFNL_SEND => Ok(EventKind::NfnlSend),
             KIND_NFNL_ACK => Ok(EventKind::NfnlAck),
+            KIND_NFNL_REFUSED => Ok(EventKind::NfnlRefused),
             other => Err(other),
         }
     }
@@ -102,6 +106,10 @@ mod tests {
         assert_eq!(EventKind::try_from(KIND_UMOUNT), Ok(EventKind::Umount));
         assert_eq!(EventKind::try_from(KIND_NFNL_SEND), Ok(EventKind::NfnlSend));
         assert_eq!(EventKind::try_from(KIND_NFNL_ACK), Ok(EventKind::NfnlAck));
+        assert_eq!(
+            EventKind::try_from(KIND_NFNL_REFUSED),
+            Ok(EventKind::NfnlRefused)
+        );
         assert_eq!(EventKind::try_from(99), Err(99));
     }
 
@@ -123,7 +131,11 @@ mod tests {
             size_of::<process::Process>() + ns::UMOUNT_PATH_LEN
         );
         assert_eq!(size_of::<offsets::Offsets>(), 4 * 8);
-        assert_eq!(size_of::<nfnl::NlOffsets>(), 4 * 12);
+        assert_eq!(size_of::<nfnl::NlOffsets>(), 4 * 13);
+        assert_eq!(
+            size_of::<nfnl::NfnlRefused>(),
+            size_of::<process::Process>() + 4 * 4 + nfnl::NFNL_REFUSED_LEN
+        );
         assert_eq!(
             size_of::<nfnl::NfnlSend>(),
             size_of::<process::Process>() + 8 + 4 * 6 + nfnl::NFNL_HEAD_LEN

@@ -105,6 +105,9 @@ pub struct NlOffsets {
     pub sk_net: u32,
     /// Set to 1 by userspace once every value above is known.
     pub valid: u32,
+    /// `sk_buff.sk`: the refusal hook on `netlink_ack` checks the protocol of the socket a request
+    /// came in on. Not covered by `valid` (only that hook needs it).
+    pub skb_sk: u32,
 }
 
 impl NlOffsets {
@@ -122,6 +125,7 @@ impl NlOffsets {
             sk_protocol: u32::MAX,
             sk_net: u32::MAX,
             valid: 0,
+            skb_sk: u32::MAX,
         }
     }
 }
@@ -146,4 +150,26 @@ pub struct NfnlAck {
     pub _pad: u32,
     /// The start of what was received.
     pub data: [u8; NFNL_ACK_LEN],
+}
+
+/// Bytes of a refused request copied from kernel memory: its header, and attributes enough for
+/// the table and chain names.
+pub const NFNL_REFUSED_LEN: usize = 512;
+
+/// One nfnetlink request the kernel refused, seen where it acknowledges it with an error
+/// (`netlink_ack`, on the kprobe and fentry backends), in the writer's context.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NfnlRefused {
+    pub process: Process,
+    /// Network namespace inode of the socket the request came in on; 0 when unknown.
+    pub sock_netns: u32,
+    /// The negative errno.
+    pub errno: i32,
+    /// How many bytes of `request` are valid.
+    pub captured: u32,
+    /// `hook::HOOK_*`: which backend's hook saw it.
+    pub source: u32,
+    /// The start of the refused request (netlink header, nfgenmsg, attributes).
+    pub request: [u8; NFNL_REFUSED_LEN],
 }

@@ -43,6 +43,7 @@ use observer_common::{
 };
 
 mod netlink;
+mod nl_ack;
 
 /// Filled in by userspace from the running kernel's BTF before load.
 #[no_mangle]

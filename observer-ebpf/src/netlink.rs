@@ -79,7 +79,7 @@ const NLMSG_ERROR: u16 = 2;
 const S_IFMT: u16 = 0o170000;
 const S_IFSOCK: u16 = 0o140000;
 
-fn nl_offsets() -> NlOffsets {
+pub(crate) fn nl_offsets() -> NlOffsets {
     // SAFETY: read of a global that userspace wrote before load; volatile so that the initial
     // value is not folded into the code.
     unsafe { core::ptr::read_volatile(&NL_OFFSETS) }

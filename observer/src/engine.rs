@@ -642,7 +642,25 @@ impl Engine {
             KernelEvent::XtReplace(x) => self.on_replace(x).await,
             KernelEvent::NfnlSend(s) if s.is_ipset() => self.on_ipset(s).await,
             KernelEvent::NfnlSend(_) => {}
-            KernelEvent::NfnlAck(a) => self.on_refused(a),
+            KernelEvent::NfnlAck(a) => {
+                let refused = crate::hooks::refused::refusals(&a.data);
+                self.on_refused(
+                    a.netns(),
+                    &a.process,
+                    a.ktime_ns,
+                    Source::Tracepoint,
+                    refused,
+                );
+            }
+            KernelEvent::NfnlRefused(r) => {
+                let netns = if r.sock_netns != 0 {
+                    r.sock_netns
+                } else {
+                    r.process.netns
+                };
+                let refused: Vec<_> = r.refusal().into_iter().collect();
+                self.on_refused(netns, &r.process, r.ktime_ns, r.source.into(), refused);
+            }
         }
     }
 
@@ -880,28 +898,32 @@ impl Engine {
         self.emit_txn_results(ctx, outcomes);
     }
 
-    /// Replies a writer read after an nftables batch: each refused write is reported as the
-    /// change it attempted, with the kernel's error as its `result`.
-    fn on_refused(&mut self, a: crate::hooks::refused::NfnlAckEvent) {
-        let refused = crate::hooks::refused::refusals(&a.data);
+    /// Refused nftables writes (from the replies a writer read, or from the kernel's error path):
+    /// each is reported as the change it attempted, with the kernel's error as its `result`.
+    fn on_refused(
+        &mut self,
+        inode: u32,
+        process: &crate::hooks::decode::KernelProcess,
+        ktime_ns: u64,
+        source: Source,
+        refused: Vec<crate::hooks::refused::Refusal>,
+    ) {
         if refused.is_empty() {
             return;
         }
-        let inode = a.netns();
         // The batch changed nothing: its writer is not the author of anything found later.
         if let Some(h) = &self.hooks {
-            h.writers.settle(inode, a.process.tid);
+            h.writers.settle(inode, process.tid);
         }
         let name = self.watched.get(&inode).and_then(|w| w.handle.name.clone());
         let ctx = ChangeCtx {
             inode,
             name,
             backend: Backend::Nft,
-            time: boot_ns_to_time(a.ktime_ns),
-            txn: format!("nft-{inode}-refused-{}", a.ktime_ns),
-            // The replies are read on the recvmsg tracepoints, whatever the backend.
-            source: Source::Tracepoint,
-            process: attribution::from_kernel(&a.process),
+            time: boot_ns_to_time(ktime_ns),
+            txn: format!("nft-{inode}-refused-{}", process.tid),
+            source,
+            process: attribution::from_kernel(process),
             replayed: false,
             recovered: false,
         };

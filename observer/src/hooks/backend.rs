@@ -10,7 +10,7 @@
 //! hooks (unshare, setns, clone, umount) are syscall tracepoints on every backend. What was
 //! refused, and why, is kept for the ready line and `observer doctor`.
 
-use aya::programs::{FExit, KProbe, TracePoint};
+use aya::programs::{FEntry, FExit, KProbe, TracePoint};
 use aya::{Btf, Ebpf};
 use observer_common::hook::{HOOK_FENTRY, HOOK_KPROBE, HOOK_TRACEPOINT};
 
@@ -101,9 +101,11 @@ pub struct Placement {
     pub x_tables: Option<HookBackend>,
     /// Better backends that were tried and refused, with the kernel's error.
     pub refused: Vec<Refusal>,
-    /// The nfnetlink writer hooks (sendmsg/sendto/recvmsg tracepoints) are attached: nftables
-    /// and ipset writers are named by the kernel, refused batches are seen.
+    /// The nfnetlink writer hooks (sendmsg/sendto tracepoints) are attached: nftables and ipset
+    /// writers are named by the kernel.
     pub nfnl_writers: bool,
+    /// The backend of the hook that sees refused nftables writes.
+    pub refusals: Option<HookBackend>,
 }
 
 impl Placement {
@@ -120,6 +122,10 @@ impl Placement {
                 "proc"
             }
         );
+        s.push_str(&format!(
+            " nf_refusals={}",
+            self.refusals.map_or("none", HookBackend::as_str)
+        ));
         for r in &self.refused {
             s.push_str(&format!(
                 " ({}: {} refused: {})",
@@ -288,6 +294,138 @@ pub fn place_xt(
     })
 }
 
+/// The kernel function the kprobe and fentry refusal hooks attach to (see observer-ebpf's
+/// nl_ack module).
+pub const REFUSAL_FUNCTION: &str = "netlink_ack";
+
+/// The refusal hook on the tracepoint backend: the writer's replies, read at `recvmsg` exit.
+pub const RECV_TRACEPOINTS: &[(&str, &str, &str)] = &[
+    ("recvmsg_enter", "syscalls", "sys_enter_recvmsg"),
+    ("recvmsg_exit", "syscalls", "sys_exit_recvmsg"),
+];
+
+fn attach_refusals_on(
+    ebpf: &mut Ebpf,
+    backend: HookBackend,
+    skb_sk_known: bool,
+    attached: &mut Vec<String>,
+) -> Result<(), String> {
+    if backend != HookBackend::Tracepoint && !skb_sk_known {
+        return Err("sk_buff.sk is not in this kernel's BTF".into());
+    }
+    match backend {
+        HookBackend::Fentry => {
+            let btf = Btf::from_sys_fs()
+                .map_err(|e| format!("kernel BTF unavailable: {}", error_chain(&e)))?;
+            let program: &mut FEntry = ebpf
+                .program_mut("nl_ack_fentry")
+                .ok_or("program nl_ack_fentry missing from the object")?
+                .try_into()
+                .map_err(|e: aya::programs::ProgramError| error_chain(&e))?;
+            program.load(REFUSAL_FUNCTION, &btf).map_err(|e| {
+                format!("loading fentry on {REFUSAL_FUNCTION}: {}", error_chain(&e))
+            })?;
+            program.attach().map_err(|e| {
+                format!(
+                    "attaching fentry to {REFUSAL_FUNCTION}: {}",
+                    error_chain(&e)
+                )
+            })?;
+            attached.push(format!("fentry:{REFUSAL_FUNCTION}"));
+        }
+        HookBackend::Kprobe => {
+            let program: &mut KProbe = ebpf
+                .program_mut("nl_ack_kprobe")
+                .ok_or("program nl_ack_kprobe missing from the object")?
+                .try_into()
+                .map_err(|e: aya::programs::ProgramError| error_chain(&e))?;
+            program.load().map_err(|e| {
+                format!("loading kprobe on {REFUSAL_FUNCTION}: {}", error_chain(&e))
+            })?;
+            program.attach(REFUSAL_FUNCTION, 0).map_err(|e| {
+                format!(
+                    "attaching kprobe to {REFUSAL_FUNCTION}: {}",
+                    error_chain(&e)
+                )
+            })?;
+            attached.push(format!("kprobe:{REFUSAL_FUNCTION}"));
+        }
+        HookBackend::Tracepoint => {
+            for (prog, category, name) in RECV_TRACEPOINTS {
+                attach_tracepoint(ebpf, prog, category, name).map_err(|e| e.to_string())?;
+                attached.push(format!("{category}:{name}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Place the hook that sees refused nftables writes: on `only` when given, else the best
+/// backend that attaches; the tracepoint backend (the writer's replies) is the fallback either
+/// way, since this hook is not worth failing the start for. Needs the writer hooks' offsets.
+pub fn place_refusals(
+    ebpf: &mut Ebpf,
+    only: Option<HookBackend>,
+    skb_sk_known: bool,
+    placement: &mut Placement,
+    attached: &mut Vec<String>,
+) {
+    let mut candidates: Vec<HookBackend> = match only {
+        Some(b) => vec![b],
+        None => HookBackend::BEST_FIRST.to_vec(),
+    };
+    if !candidates.contains(&HookBackend::Tracepoint) {
+        candidates.push(HookBackend::Tracepoint);
+    }
+    for backend in candidates {
+        let mut mine = Vec::new();
+        match attach_refusals_on(ebpf, backend, skb_sk_known, &mut mine) {
+            Ok(()) => {
+                placement.refusals = Some(backend);
+                attached.extend(mine);
+                return;
+            }
+            Err(reason) => {
+                unload_refusals(ebpf, backend);
+                tracing::info!("refusal hook: {} refused: {reason}", backend.as_str());
+                placement.refused.push(Refusal {
+                    hook: "nf_refusals",
+                    backend,
+                    reason,
+                });
+            }
+        }
+    }
+}
+
+fn unload_refusals(ebpf: &mut Ebpf, backend: HookBackend) {
+    fn typed<'a, T>(ebpf: &'a mut Ebpf, prog: &str) -> Option<&'a mut T>
+    where
+        &'a mut T: TryFrom<&'a mut aya::programs::Program>,
+    {
+        ebpf.program_mut(prog).and_then(|p| p.try_into().ok())
+    }
+    match backend {
+        HookBackend::Fentry => {
+            if let Some(p) = typed::<FEntry>(ebpf, "nl_ack_fentry") {
+                let _ = p.unload();
+            }
+        }
+        HookBackend::Kprobe => {
+            if let Some(p) = typed::<KProbe>(ebpf, "nl_ack_kprobe") {
+                let _ = p.unload();
+            }
+        }
+        HookBackend::Tracepoint => {
+            for (prog, _, _) in RECV_TRACEPOINTS {
+                if let Some(p) = typed::<TracePoint>(ebpf, prog) {
+                    let _ = p.unload();
+                }
+            }
+        }
+    }
+}
+
 /// Unload (and so detach) the programs of a backend that failed part way.
 fn unload(ebpf: &mut Ebpf, backend: HookBackend) {
     fn typed<'a, T>(ebpf: &'a mut Ebpf, prog: &str) -> Option<&'a mut T>
@@ -333,11 +471,12 @@ mod tests {
                 reason: "Operation not permitted (os error 1)".into(),
             }],
             nfnl_writers: true,
+            refusals: Some(HookBackend::Kprobe),
         };
         assert_eq!(
             p.summary(),
             "x_tables=kprobe namespaces=tracepoint nf_tables=netlink nf_writers=tracepoint \
-             (x_tables: fentry refused: Operation not permitted (os error 1))"
+             nf_refusals=kprobe (x_tables: fentry refused: Operation not permitted (os error 1))"
         );
     }
 

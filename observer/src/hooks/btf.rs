@@ -211,8 +211,14 @@ pub fn resolve_nl_offsets(btf: &KernelBtf) -> ResolvedNl {
         sk_protocol: get("sock", "sk_protocol"),
         sk_net: get("sock", "__sk_common.skc_net.net"),
         valid: 0,
+        skb_sk: u32::MAX,
     };
     offsets.valid = u32::from(missing.is_empty());
+    // Only the refusal hook needs it: its absence disables that hook alone.
+    match btf.offset_of("sk_buff", "sk") {
+        Ok(off) => offsets.skb_sk = off,
+        Err(e) => tracing::debug!("refusal hook: {e}"),
+    }
     ResolvedNl { offsets, missing }
 }
 
@@ -265,7 +271,12 @@ mod tests {
             "{name}: sock.__sk_common.skc_net at {}",
             r.offsets.sock_net
         );
-        println!("{name}: {:?}", r.offsets);
+        let nl = resolve_nl_offsets(btf);
+        assert!(nl.missing.is_empty(), "{name}: missing {:?}", nl.missing);
+        // sk_buff starts with its list pointers and the socket follows them (a union with
+        // the rbnode and list head: 24 bytes on 64-bit kernels).
+        assert_eq!(nl.offsets.skb_sk, 24, "{name}: sk_buff.sk");
+        println!("{name}: {:?} {:?}", r.offsets, nl.offsets);
     }
 
     #[test]

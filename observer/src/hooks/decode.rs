@@ -9,7 +9,7 @@ use std::mem::size_of;
 use super::backend::HookBackend;
 
 use observer_common::{
-    nfnl::{NfnlAck, NfnlSend},
+    nfnl::{NfnlAck, NfnlRefused, NfnlSend},
     ns::{NetnsSeen, Umount},
     process::{Process, ANCESTORS},
     xt::{XtReplace, SOL_IPV6},
@@ -90,6 +90,8 @@ pub enum KernelEvent {
     NfnlSend(super::nlattr::NfnlSendEvent),
     /// Replies (errors, acknowledgements) read by a writer after such a request.
     NfnlAck(super::refused::NfnlAckEvent),
+    /// A request the kernel refused, seen where it sent the error.
+    NfnlRefused(super::refused::RefusedEvent),
 }
 
 /// Cut a NUL-padded byte string at its first NUL.
@@ -186,6 +188,14 @@ impl KernelEvent {
                     process(&n.process),
                     header.ktime_ns,
                 ))
+            }
+            EventKind::NfnlRefused => {
+                let n: NfnlRefused = read(bytes, body)?;
+                KernelEvent::NfnlRefused(super::refused::RefusedEvent::from_raw(
+                    &n,
+                    process(&n.process),
+                    header.ktime_ns,
+                )?)
             }
             EventKind::NfnlAck => {
                 let n: NfnlAck = read(bytes, body)?;

@@ -33,8 +33,6 @@ const NETLINK_TRACEPOINTS: &[(&str, &str, &str)] = &[
     ("sendto_enter", "syscalls", "sys_enter_sendto"),
     ("send_exit", "syscalls", "sys_exit_sendmsg"),
     ("send_exit", "syscalls", "sys_exit_sendto"),
-    ("recvmsg_enter", "syscalls", "sys_enter_recvmsg"),
-    ("recvmsg_exit", "syscalls", "sys_exit_recvmsg"),
 ];
 
 /// Why the kernel hooks could not be set up.
@@ -191,6 +189,15 @@ impl KernelHooks {
             &mut report.placement,
             &mut report.attached,
         )?;
+        if report.placement.nfnl_writers {
+            backend::place_refusals(
+                &mut ebpf,
+                opts.backend,
+                resolved_nl.offsets.skb_sk != u32::MAX,
+                &mut report.placement,
+                &mut report.attached,
+            );
+        }
         let ring = RingBuf::try_from(ebpf.take_map("EVENTS").ok_or(HookError::Map("EVENTS"))?)
             .map_err(|e| HookError::Load(error_chain(&e)))?;
         let seen = BpfHashMap::try_from(

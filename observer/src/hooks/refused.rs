@@ -6,9 +6,10 @@
 //! writer read; this module turns each error into the change that was attempted (op, table,
 //! chain) and its errno, to be reported with `result` set to the error instead of `ok`.
 
-use observer_common::nfnl::{NfnlAck, NFNL_MSG_BATCH_BEGIN, NFNL_SUBSYS_NFTABLES};
+use observer_common::nfnl::{NfnlAck, NfnlRefused, NFNL_MSG_BATCH_BEGIN, NFNL_SUBSYS_NFTABLES};
 
-use super::decode::KernelProcess;
+use super::backend::HookBackend;
+use super::decode::{DecodeError, KernelProcess};
 use crate::nftables::nla::{self, NFGENMSG_LEN, NLMSG_HDRLEN};
 use crate::ruleset::{Change, Family, Op};
 
@@ -67,6 +68,46 @@ impl NfnlAckEvent {
     }
 }
 
+/// A request the kernel refused, caught where it sent the error (kprobe, fentry).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedEvent {
+    pub process: KernelProcess,
+    /// Namespace of the socket; 0 when unknown.
+    pub sock_netns: u32,
+    pub errno: i32,
+    /// The start of the request.
+    pub request: Vec<u8>,
+    pub source: HookBackend,
+    pub ktime_ns: u64,
+}
+
+impl RefusedEvent {
+    pub(crate) fn from_raw(
+        raw: &NfnlRefused,
+        process: KernelProcess,
+        ktime_ns: u64,
+    ) -> Result<Self, DecodeError> {
+        let captured = (raw.captured as usize).min(raw.request.len());
+        Ok(RefusedEvent {
+            process,
+            sock_netns: raw.sock_netns,
+            errno: raw.errno,
+            request: raw.request[..captured].to_vec(),
+            source: HookBackend::from_raw(raw.source)
+                .ok_or(DecodeError::UnknownHook(raw.source))?,
+            ktime_ns,
+        })
+    }
+
+    /// The refusal, when the request was an nftables write.
+    pub fn refusal(&self) -> Option<Refusal> {
+        if self.errno >= 0 {
+            return None;
+        }
+        request_refusal(self.errno, &self.request, false)
+    }
+}
+
 /// One refused nftables request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
@@ -111,18 +152,25 @@ fn refusal(msg: &[u8]) -> Option<Refusal> {
     if errno >= 0 {
         return None;
     }
-    let orig = msg.get(20..20 + NLMSG_HDRLEN)?;
+    request_refusal(errno, msg.get(20..)?, flags & NLM_F_CAPPED != 0)
+}
+
+/// The refusal of `request` (a request message, possibly cut short; only its header when
+/// `capped`) with `errno`, if it is an nftables write.
+fn request_refusal(errno: i32, request: &[u8], capped: bool) -> Option<Refusal> {
+    let orig = request.get(..NLMSG_HDRLEN)?;
     let orig_len = u32::from_ne_bytes(orig[..4].try_into().ok()?) as usize;
     let orig_type = u16::from_ne_bytes([orig[4], orig[5]]);
     let orig_flags = u16::from_ne_bytes([orig[6], orig[7]]);
     if orig_type == NFNL_MSG_BATCH_BEGIN || orig_type >> 8 != NFNL_SUBSYS_NFTABLES {
         return None;
     }
-    let payload = if flags & NLM_F_CAPPED != 0 {
+    let payload = if capped {
         &[][..]
     } else {
-        let end = (20 + orig_len).min(msg.len());
-        msg.get(20 + NLMSG_HDRLEN..end).unwrap_or(&[])
+        request
+            .get(NLMSG_HDRLEN..orig_len.min(request.len()))
+            .unwrap_or(&[])
     };
     let change = attempted(orig_type as u8, orig_flags, payload)?;
     Some(Refusal { change, errno })
@@ -280,6 +328,21 @@ mod tests {
         let mut ipset = request(3, 0, &[]);
         ipset[4..6].copy_from_slice(&((6u16 << 8) | 3).to_ne_bytes());
         assert!(refusals(&error(-16, &ipset, false)).is_empty());
+    }
+
+    #[test]
+    fn a_request_seen_in_the_kernel_is_read_like_its_echo() {
+        let del = request(DELCHAIN, 0, &[attr(1, &name("t")), attr(3, &name("c"))]);
+        let from_echo = refusals(&error(-16, &del, false));
+        let from_kernel = request_refusal(-16, &del, false);
+        assert_eq!(from_kernel.as_ref(), from_echo.first());
+        assert_eq!(
+            from_kernel.map(|r| r.change.chain),
+            Some(Some("c".to_string()))
+        );
+        for n in 0..del.len() {
+            let _ = request_refusal(-16, &del[..n], false);
+        }
     }
 
     #[test]
