@@ -139,6 +139,22 @@ fn fill_process(p: &mut Process) {
     }
 }
 
+/// `n` (already at most `max`) bounded in a way the verifier of older kernels (6.1) can follow:
+/// the volatile read hides `n`'s range from the compiler, which would otherwise drop the mask
+/// and the clamp as redundant and leave that verifier with an unbounded size. `max` is a power
+/// of two.
+#[inline(always)]
+fn verifier_bound(n: u32, max: u32) -> u32 {
+    // SAFETY: a read of a local.
+    let n = unsafe { core::ptr::read_volatile(&n) };
+    let n = n & (max * 2 - 1);
+    if n > max {
+        max
+    } else {
+        n
+    }
+}
+
 fn header(kind: u32, len: usize) -> Header {
     Header {
         kind,

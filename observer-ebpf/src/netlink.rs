@@ -38,7 +38,10 @@ use observer_common::{
     Event, DROP_PENDING, KIND_NFNL_ACK, KIND_NFNL_SEND,
 };
 
-use crate::{count_drop, fill_process, header, offsets, output, read_at, ARG0, ARG1, ARG2, RET};
+use crate::{
+    count_drop, fill_process, header, offsets, output, read_at, verifier_bound, ARG0, ARG1, ARG2,
+    RET,
+};
 
 /// Filled in by userspace from the running kernel's BTF before load.
 #[no_mangle]
@@ -167,16 +170,7 @@ fn on_send(fd: i64, buf: u64, len: u64) -> Result<(), i32> {
         d.subsys = subsys as u32;
         d.len = len as u32;
         d._pad = 0;
-        // The bound keeps the verifier sure of the size. The volatile read hides `captured`'s
-        // range from the compiler, which would otherwise drop the mask and the clamp as
-        // redundant and leave older verifiers (6.1) with an unbounded size.
-        let captured = core::ptr::read_volatile(&captured);
-        let n = captured & (NFNL_HEAD_LEN as u32 * 2 - 1);
-        let n = if n > NFNL_HEAD_LEN as u32 {
-            NFNL_HEAD_LEN as u32
-        } else {
-            n
-        };
+        let n = verifier_bound(captured, NFNL_HEAD_LEN as u32);
         let ok = gen::bpf_probe_read_user(d.head.as_mut_ptr().cast(), n, buf as *const _) == 0;
         d.captured = if ok { n } else { 0 };
         if subsys == NFNL_SUBSYS_NFTABLES {
@@ -211,20 +205,30 @@ fn try_sendmsg_enter(ctx: &TracePointContext) -> Result<(), i32> {
     if msg == 0 {
         return Ok(());
     }
+    // The first iovec holds the batch head.
+    let Some(iov) = first_iovec(msg)? else {
+        return Ok(());
+    };
+    on_send(fd, iov[0], iov[1])
+}
+
+/// `(iov_base, iov_len)` of the first iovec of a `struct user_msghdr` in user memory, or `None`
+/// when it has none.
+fn first_iovec(msg: u64) -> Result<Option<[u64; 2]>, i32> {
     // struct user_msghdr: msg_name (8), msg_namelen (4 + 4 padding), msg_iov (8) at 16,
     // msg_iovlen (8) at 24.
     // SAFETY: a user pointer read through the checked helper.
     let iov_ptr: u64 = unsafe { aya_ebpf::helpers::bpf_probe_read_user((msg + 16) as *const u64) }
         .map_err(|e| e as i32)?;
     if iov_ptr == 0 {
-        return Ok(());
+        return Ok(None);
     }
-    // struct iovec { void __user *iov_base; size_t iov_len }: the first one holds the batch head.
+    // struct iovec { void __user *iov_base; size_t iov_len }.
     // SAFETY: as above.
     let iov: [u64; 2] =
         unsafe { aya_ebpf::helpers::bpf_probe_read_user(iov_ptr as *const [u64; 2]) }
             .map_err(|e| e as i32)?;
-    on_send(fd, iov[0], iov[1])
+    Ok(Some(iov))
 }
 
 // match-proto: syscall tracepoint `syscalls:sys_enter_sendto`
@@ -290,17 +294,9 @@ fn try_recvmsg_enter(ctx: &TracePointContext) -> Result<(), i32> {
     if msg == 0 {
         return Ok(());
     }
-    // struct user_msghdr: msg_iov at 16 (see sendmsg_enter).
-    // SAFETY: user pointers read through the checked helper.
-    let iov_ptr: u64 = unsafe { aya_ebpf::helpers::bpf_probe_read_user((msg + 16) as *const u64) }
-        .map_err(|e| e as i32)?;
-    if iov_ptr == 0 {
+    let Some(iov) = first_iovec(msg)? else {
         return Ok(());
-    }
-    // SAFETY: as above.
-    let iov: [u64; 2] =
-        unsafe { aya_ebpf::helpers::bpf_probe_read_user(iov_ptr as *const [u64; 2]) }
-            .map_err(|e| e as i32)?;
+    };
     let pending = PendingRecv {
         buf: iov[0],
         len: iov[1],
@@ -361,14 +357,7 @@ fn try_recvmsg_exit(ctx: &TracePointContext, p: &PendingRecv) -> Result<(), i32>
         d.sock_netns = p.netns;
         d.ret = ret as u32;
         d._pad = 0;
-        // As in on_send: a bound the verifier of older kernels can follow.
-        let want = core::ptr::read_volatile(&want);
-        let n = want & (NFNL_ACK_LEN as u32 * 2 - 1);
-        let n = if n > NFNL_ACK_LEN as u32 {
-            NFNL_ACK_LEN as u32
-        } else {
-            n
-        };
+        let n = verifier_bound(want, NFNL_ACK_LEN as u32);
         let ok = gen::bpf_probe_read_user(d.data.as_mut_ptr().cast(), n, p.buf as *const _) == 0;
         d.captured = if ok { n } else { 0 };
         fill_process(&mut d.process);

@@ -23,7 +23,7 @@ use observer_common::{
     Event, KIND_NFNL_REFUSED,
 };
 
-use crate::{fill_process, header, netlink::nl_offsets, offsets, output, read_at};
+use crate::{fill_process, header, netlink::nl_offsets, offsets, output, read_at, verifier_bound};
 
 /// Room to build a record.
 #[map]
@@ -68,14 +68,7 @@ fn on_ack(skb: u64, nlh: u64, err: i32, source: u32) {
         d.sock_netns = read_at(net, offsets().net_ns_inum).unwrap_or(0);
         d.errno = err;
         d.source = source;
-        // A bound the verifier of older kernels can follow (see netlink::on_send).
-        let want = core::ptr::read_volatile(&want);
-        let n = want & (NFNL_REFUSED_LEN as u32 * 2 - 1);
-        let n = if n > NFNL_REFUSED_LEN as u32 {
-            NFNL_REFUSED_LEN as u32
-        } else {
-            n
-        };
+        let n = verifier_bound(want, NFNL_REFUSED_LEN as u32);
         let ok = gen::bpf_probe_read_kernel(d.request.as_mut_ptr().cast(), n, nlh as *const _) == 0;
         d.captured = if ok { n } else { 0 };
         fill_process(&mut d.process);

@@ -212,25 +212,7 @@ fn attach_xt_on(
         }
         HookBackend::Kprobe => {
             for (prog, kind) in [("xt_kprobe", "kprobe"), ("xt_kretprobe", "kretprobe")] {
-                let program: &mut KProbe = ebpf
-                    .program_mut(prog)
-                    .ok_or_else(|| format!("program {prog} missing from the object"))?
-                    .try_into()
-                    .map_err(|e: aya::programs::ProgramError| error_chain(&e))?;
-                program
-                    .load()
-                    .map_err(|e| format!("loading {kind} on {XT_FUNCTION}: {}", error_chain(&e)))?;
-                program.attach(XT_FUNCTION, 0).map_err(|e| {
-                    let hint = if std::path::Path::new(KPROBE_PMU).exists() {
-                        ""
-                    } else {
-                        " (this kernel has no kprobe PMU: built without CONFIG_KPROBES)"
-                    };
-                    format!(
-                        "attaching {kind} to {XT_FUNCTION}: {}{hint}",
-                        error_chain(&e)
-                    )
-                })?;
+                attach_kprobe(ebpf, prog, kind, XT_FUNCTION)?;
                 attached.push(format!("{kind}:{XT_FUNCTION}"));
             }
         }
@@ -334,20 +316,7 @@ fn attach_refusals_on(
             attached.push(format!("fentry:{REFUSAL_FUNCTION}"));
         }
         HookBackend::Kprobe => {
-            let program: &mut KProbe = ebpf
-                .program_mut("nl_ack_kprobe")
-                .ok_or("program nl_ack_kprobe missing from the object")?
-                .try_into()
-                .map_err(|e: aya::programs::ProgramError| error_chain(&e))?;
-            program.load().map_err(|e| {
-                format!("loading kprobe on {REFUSAL_FUNCTION}: {}", error_chain(&e))
-            })?;
-            program.attach(REFUSAL_FUNCTION, 0).map_err(|e| {
-                format!(
-                    "attaching kprobe to {REFUSAL_FUNCTION}: {}",
-                    error_chain(&e)
-                )
-            })?;
+            attach_kprobe(ebpf, "nl_ack_kprobe", "kprobe", REFUSAL_FUNCTION)?;
             attached.push(format!("kprobe:{REFUSAL_FUNCTION}"));
         }
         HookBackend::Tracepoint => {
@@ -399,12 +368,6 @@ pub fn place_refusals(
 }
 
 fn unload_refusals(ebpf: &mut Ebpf, backend: HookBackend) {
-    fn typed<'a, T>(ebpf: &'a mut Ebpf, prog: &str) -> Option<&'a mut T>
-    where
-        &'a mut T: TryFrom<&'a mut aya::programs::Program>,
-    {
-        ebpf.program_mut(prog).and_then(|p| p.try_into().ok())
-    }
     match backend {
         HookBackend::Fentry => {
             if let Some(p) = typed::<FEntry>(ebpf, "nl_ack_fentry") {
@@ -426,14 +389,38 @@ fn unload_refusals(ebpf: &mut Ebpf, backend: HookBackend) {
     }
 }
 
+/// A program of the object as its type, if it is there and of that type.
+fn typed<'a, T>(ebpf: &'a mut Ebpf, prog: &str) -> Option<&'a mut T>
+where
+    &'a mut T: TryFrom<&'a mut aya::programs::Program>,
+{
+    ebpf.program_mut(prog).and_then(|p| p.try_into().ok())
+}
+
+/// Load the kprobe (or kretprobe) program `prog` and attach it to `function`; on failure the
+/// loader's or kernel's reason, with a hint when the kernel has no kprobes at all.
+fn attach_kprobe(ebpf: &mut Ebpf, prog: &str, kind: &str, function: &str) -> Result<(), String> {
+    let program: &mut KProbe = ebpf
+        .program_mut(prog)
+        .ok_or_else(|| format!("program {prog} missing from the object"))?
+        .try_into()
+        .map_err(|e: aya::programs::ProgramError| error_chain(&e))?;
+    program
+        .load()
+        .map_err(|e| format!("loading {kind} on {function}: {}", error_chain(&e)))?;
+    program.attach(function, 0).map_err(|e| {
+        let hint = if std::path::Path::new(KPROBE_PMU).exists() {
+            ""
+        } else {
+            " (this kernel has no kprobe PMU: built without CONFIG_KPROBES)"
+        };
+        format!("attaching {kind} to {function}: {}{hint}", error_chain(&e))
+    })?;
+    Ok(())
+}
+
 /// Unload (and so detach) the programs of a backend that failed part way.
 fn unload(ebpf: &mut Ebpf, backend: HookBackend) {
-    fn typed<'a, T>(ebpf: &'a mut Ebpf, prog: &str) -> Option<&'a mut T>
-    where
-        &'a mut T: TryFrom<&'a mut aya::programs::Program>,
-    {
-        ebpf.program_mut(prog).and_then(|p| p.try_into().ok())
-    }
     match backend {
         HookBackend::Fentry => {
             if let Some(p) = typed::<FExit>(ebpf, "xt_fexit") {
