@@ -578,7 +578,7 @@ impl Engine {
                 let msg = NsMsg::Nft {
                     inode,
                     gen,
-                    process: Box::new(unknown_process()),
+                    process: Box::new(ProcessInfo::unknown()),
                     changes,
                     time: now(),
                     replayed: true,
@@ -995,21 +995,6 @@ fn established(state: &NftState) -> Vec<Change> {
         }
     }
     out
-}
-
-fn unknown_process() -> ProcessInfo {
-    ProcessInfo {
-        pid: 0,
-        tid: 0,
-        comm: String::new(),
-        ppid: None,
-        parent_comm: None,
-        actor: "unknown".into(),
-        cgroup: None,
-        unit: None,
-        container_id: None,
-        pod: None,
-    }
 }
 
 /// Read a namespace's nftables notifications until the task is aborted.
