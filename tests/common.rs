@@ -2,7 +2,8 @@
 //! a distinctive name, and the observer binary started as a user would start it.
 //!
 //! These tests need root and the real tools (nft, iptables-legacy, iptables-nft, ip). Without
-//! them each test prints `skipping: <reason>` and passes, so `cargo test` works anywhere; the CI
+//! them each test prints `skipping: <reason>` and passes, so `cargo test` works anywhere (under
+//! `CI=true` it fails instead); the CI
 //! script runs them as root.
 
 #![allow(dead_code)]
@@ -37,7 +38,7 @@ pub fn skip_reason(tools: &[&str]) -> Option<String> {
 macro_rules! skip_unless {
     ($($tool:expr),*) => {
         if let Some(reason) = common::skip_reason(&[$($tool),*]) {
-            println!("skipping: {reason}");
+            observer::test_support::skip(format_args!("{reason}"));
             return;
         }
     };

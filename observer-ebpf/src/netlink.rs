@@ -142,8 +142,8 @@ fn on_send(fd: i64, buf: u64, len: u64) -> Result<(), i32> {
         return Ok(());
     }
     // SAFETY: a user pointer read through the checked helper.
-    let first: [u8; 20] = unsafe { aya_ebpf::helpers::bpf_probe_read_user(buf as *const [u8; 20]) }
-        .map_err(|e| e as i32)?;
+    let first: [u8; 20] =
+        unsafe { aya_ebpf::helpers::bpf_probe_read_user(buf as *const [u8; 20]) }?;
     let Some(subsys) = subsystem(&first) else {
         return Ok(());
     };
@@ -151,7 +151,7 @@ fn on_send(fd: i64, buf: u64, len: u64) -> Result<(), i32> {
         return Ok(());
     };
     // Its replies are worth reading: they say whether the kernel took the request.
-    let _ = AWAIT_ACK.insert(&bpf_get_current_pid_tgid(), &sock_netns, 0);
+    let _ = AWAIT_ACK.insert(bpf_get_current_pid_tgid(), sock_netns, 0);
     let Some(ev) = NFNL_SCRATCH.get_ptr_mut(0) else {
         return Ok(());
     };
@@ -179,10 +179,13 @@ fn on_send(fd: i64, buf: u64, len: u64) -> Result<(), i32> {
             output(&*ev);
         } else {
             d.phase = PHASE_EXIT;
-            if PENDING_NFNL
-                .insert(&bpf_get_current_pid_tgid(), &*ev, 0)
-                .is_err()
-            {
+            // By reference: the record is too large to copy onto the BPF stack.
+            #[expect(
+                clippy::needless_borrows_for_generic_args,
+                reason = "a value would be copied onto the 512-byte BPF stack"
+            )]
+            let inserted = PENDING_NFNL.insert(&bpf_get_current_pid_tgid(), &*ev, 0);
+            if inserted.is_err() {
                 count_drop(DROP_PENDING);
             }
         }
@@ -218,16 +221,14 @@ fn first_iovec(msg: u64) -> Result<Option<[u64; 2]>, i32> {
     // struct user_msghdr: msg_name (8), msg_namelen (4 + 4 padding), msg_iov (8) at 16,
     // msg_iovlen (8) at 24.
     // SAFETY: a user pointer read through the checked helper.
-    let iov_ptr: u64 = unsafe { aya_ebpf::helpers::bpf_probe_read_user((msg + 16) as *const u64) }
-        .map_err(|e| e as i32)?;
+    let iov_ptr: u64 = unsafe { aya_ebpf::helpers::bpf_probe_read_user((msg + 16) as *const u64) }?;
     if iov_ptr == 0 {
         return Ok(None);
     }
     // struct iovec { void __user *iov_base; size_t iov_len }.
     // SAFETY: as above.
     let iov: [u64; 2] =
-        unsafe { aya_ebpf::helpers::bpf_probe_read_user(iov_ptr as *const [u64; 2]) }
-            .map_err(|e| e as i32)?;
+        unsafe { aya_ebpf::helpers::bpf_probe_read_user(iov_ptr as *const [u64; 2]) }?;
     Ok(Some(iov))
 }
 
@@ -253,7 +254,7 @@ fn try_sendto_enter(ctx: &TracePointContext) -> Result<(), i32> {
 #[tracepoint]
 pub fn send_exit(ctx: TracePointContext) -> u32 {
     let key = bpf_get_current_pid_tgid();
-    let Some(ev) = PENDING_NFNL.get_ptr_mut(&key) else {
+    let Some(ev) = PENDING_NFNL.get_ptr_mut(key) else {
         return 0;
     };
     // SAFETY: `ev` is this task's own entry (keyed by its pid_tgid), written only by it.
@@ -262,7 +263,7 @@ pub fn send_exit(ctx: TracePointContext) -> u32 {
         fill_process(&mut (*ev).data.process);
         output(&*ev);
     }
-    let _ = PENDING_NFNL.remove(&key);
+    let _ = PENDING_NFNL.remove(key);
     0
 }
 
@@ -278,7 +279,7 @@ fn try_recvmsg_enter(ctx: &TracePointContext) -> Result<(), i32> {
     let key = bpf_get_current_pid_tgid();
     // Almost every recvmsg on the machine stops here: one lookup.
     // SAFETY: a plain lookup; the value is copied.
-    if unsafe { AWAIT_ACK.get(&key) }.is_none() {
+    if unsafe { AWAIT_ACK.get(key) }.is_none() {
         return Ok(());
     }
     let off = nl_offsets();
@@ -303,7 +304,7 @@ fn try_recvmsg_enter(ctx: &TracePointContext) -> Result<(), i32> {
         netns,
         _pad: 0,
     };
-    if PENDING_RECV.insert(&key, &pending, 0).is_err() {
+    if PENDING_RECV.insert(key, pending, 0).is_err() {
         count_drop(DROP_PENDING);
     }
     Ok(())
@@ -314,10 +315,10 @@ fn try_recvmsg_enter(ctx: &TracePointContext) -> Result<(), i32> {
 pub fn recvmsg_exit(ctx: TracePointContext) -> u32 {
     let key = bpf_get_current_pid_tgid();
     // SAFETY: the value is copied out before the entry is removed.
-    let Some(p) = (unsafe { PENDING_RECV.get(&key) }).copied() else {
+    let Some(p) = (unsafe { PENDING_RECV.get(key) }).copied() else {
         return 0;
     };
-    let _ = PENDING_RECV.remove(&key);
+    let _ = PENDING_RECV.remove(key);
     let _ = try_recvmsg_exit(&ctx, &p);
     0
 }
@@ -331,8 +332,7 @@ fn try_recvmsg_exit(ctx: &TracePointContext, p: &PendingRecv) -> Result<(), i32>
     // The first message must be an error or an acknowledgement: struct nlmsghdr, then int error.
     // SAFETY: a user pointer read through the checked helper.
     let first: [u8; 20] =
-        unsafe { aya_ebpf::helpers::bpf_probe_read_user(p.buf as *const [u8; 20]) }
-            .map_err(|e| e as i32)?;
+        unsafe { aya_ebpf::helpers::bpf_probe_read_user(p.buf as *const [u8; 20]) }?;
     if u16::from_ne_bytes([first[4], first[5]]) != NLMSG_ERROR {
         return Ok(());
     }

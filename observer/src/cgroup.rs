@@ -680,13 +680,16 @@ mod tests {
         use std::os::unix::fs::MetadataExt;
         let r = resolver();
         let Some(mount) = r.mount() else {
-            println!("skipping: no cgroup2 mount");
+            crate::test_support::skip(format_args!("no cgroup2 mount"));
             return;
         };
         let dir = mount.join(format!("observer-unit-{}", std::process::id()));
         let leaf = dir.join(format!("kubepods/besteffort/pod{UID}/{CID}"));
         if fs::create_dir_all(&leaf).is_err() {
-            println!("skipping: cannot create cgroups under {}", mount.display());
+            crate::test_support::skip(format_args!(
+                "cannot create cgroups under {}",
+                mount.display()
+            ));
             return;
         }
         let id = fs::metadata(&leaf).unwrap().ino();

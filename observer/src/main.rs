@@ -1,31 +1,8 @@
-//! observer: see every netfilter ruleset change the moment the kernel applies it, and who made it.
-//!
-//! Data flows through the modules in this order: `hooks` (eBPF, kernel records) and `nftables`
-//! (netlink notifications) in, `netns` to reach every namespace, `xtables` / `nftables` to decode
-//! and diff, `ruleset` to summarise a transaction, `attribution` to name the writer, `engine` to
-//! put it together, `output` to print it. `daemon` is `observer run` (stdout, HTTP streams and
-//! metrics, and `store`, the forensic record that `query` searches); `remote` follows a daemon's
-//! stream. `doctor` says what this machine allows.
+//! The `observer` command: parses the command line, starts the async runtime and runs one verb
+//! of the library (see `lib.rs` for the data path).
 
-mod attribution;
-mod bench;
-mod cgroup;
-mod cli;
-mod daemon;
-mod doctor;
-mod engine;
-mod hooks;
-mod incidents;
-mod ipset;
-mod netns;
-mod nftables;
-mod output;
-mod ownership;
-mod query;
-mod remote;
-mod ruleset;
-mod store;
-mod xtables;
+use observer::bench;
+use observer::{cli, daemon, doctor, engine, incidents, ownership, query, remote};
 
 use std::process::ExitCode;
 

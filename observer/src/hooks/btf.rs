@@ -230,7 +230,7 @@ mod tests {
         match KernelBtf::running() {
             Ok(b) => Some(b),
             Err(e) => {
-                println!("skipping: {e}");
+                crate::test_support::skip(format_args!("{e}"));
                 None
             }
         }

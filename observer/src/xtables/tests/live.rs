@@ -105,7 +105,7 @@ pub fn skip_reason() -> Option<String> {
 #[ignore = "writes fixtures; needs root and iptables-legacy"]
 fn capture_fixtures() {
     if let Some(why) = skip_reason() {
-        println!("skipping: {why}");
+        crate::test_support::skip(format_args!("{why}"));
         return;
     }
     let dir = std::env::var("XT_CAPTURE_DIR").expect("set XT_CAPTURE_DIR");
@@ -168,7 +168,7 @@ type Seen = (
 #[test]
 fn live_iptables_legacy_changes() {
     if let Some(why) = skip_reason() {
-        println!("skipping: {why}");
+        crate::test_support::skip(format_args!("{why}"));
         return;
     }
     let ns = Netns::new(&format!("obs-xt-live-{}", std::process::id())).expect("netns");
@@ -493,7 +493,7 @@ fn live_arp_roundtrip() -> Result<(), String> {
 fn bench_big_table() {
     use std::time::{Duration, Instant};
     if let Some(why) = skip_reason() {
-        println!("skipping: {why}");
+        crate::test_support::skip(format_args!("{why}"));
         return;
     }
     let ns = Netns::new(&format!("obs-xt-bench-{}", std::process::id())).expect("netns");

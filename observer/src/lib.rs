@@ -1,0 +1,30 @@
+//! observer: see every netfilter ruleset change the moment the kernel applies it, and who made it.
+//!
+//! Data flows through the modules in this order: `hooks` (eBPF, kernel records) and `nftables`
+//! (netlink notifications) in, `netns` to reach every namespace, `xtables` / `nftables` to decode
+//! and diff, `ruleset` to summarise a transaction, `attribution` to name the writer, `engine` to
+//! put it together, `output` to print it. `daemon` is `observer run` (stdout, HTTP streams and
+//! metrics, and `store`, the forensic record that `query` searches); `remote` follows a daemon's
+//! stream. `doctor` says what this machine allows.
+
+pub mod attribution;
+pub mod bench;
+pub mod cgroup;
+pub mod cli;
+pub mod daemon;
+pub mod doctor;
+pub mod engine;
+pub mod hooks;
+pub mod incidents;
+pub mod ipset;
+pub mod netns;
+pub mod nftables;
+pub mod output;
+pub mod ownership;
+pub mod query;
+pub mod remote;
+pub mod ruleset;
+pub mod store;
+#[doc(hidden)]
+pub mod test_support;
+pub mod xtables;
