@@ -128,7 +128,7 @@ fn assert_common_fields(v: &Value) {
         assert!(v[f].is_array(), "{f} missing in {v}");
     }
     assert!(
-        ["open", "update", "closed"].contains(&v["state"].as_str().unwrap_or("")),
+        ["open", "update", "resolved", "expired"].contains(&v["state"].as_str().unwrap_or("")),
         "state in {v}"
     );
     assert!(!strs(&v["chains"]).is_empty(), "no chains in {v}");
@@ -298,9 +298,9 @@ fn calico_and_kube_proxy_flap() {
             flapping_seen = true;
         }
     }
-    // No more cycles: the incident closes after a window.
+    // No more cycles: the incident ends after a window, resolved (kube-proxy restored last).
     let closed = obs.expect_incident("flapping", 20, |v| {
-        v["netns"].as_u64() == Some(here) && v["state"] == "closed"
+        v["netns"].as_u64() == Some(here) && v["state"] == "resolved"
     });
     assert_eq!(closed["cycles"].as_u64(), Some(CYCLES), "{closed}");
     obs.drain(300);
@@ -552,9 +552,9 @@ fn firewall_restart(tag: &str, ipt: &str) {
     );
     assert_eq!(o["kubelet"]["repaired"], false, "{v}");
 
-    // The repair bound (4 s) expires: the incident closes with kubelet never repaired.
+    // The repair bound (4 s) passes: the incident expires with kubelet never repaired.
     let v = obs.expect_incident("mass_flush", 15, |v| {
-        v["id"] == id && v["state"] == "closed"
+        v["id"] == id && v["state"] == "expired"
     });
     let o = owners(&v);
     assert_eq!(o["kubelet"]["repaired"], false, "{v}");

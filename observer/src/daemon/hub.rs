@@ -440,6 +440,10 @@ impl DaemonOutput {
 impl Output for DaemonOutput {
     fn emit(&mut self, record: &Record) -> std::io::Result<()> {
         let json: Arc<str> = serde_json::to_string(record)?.into();
+        if let Record::Status(s) = record {
+            // Before stdout: whoever reads the ready line there may ask /readyz at once.
+            self.on_status(s, &json);
+        }
         self.print(&json);
         if let Record::Change(c) = record {
             let meta = Meta::from_change(c);
@@ -477,8 +481,7 @@ impl Output for DaemonOutput {
                     meta,
                 },
             );
-        } else if let Record::Status(s) = record {
-            self.on_status(s, &json);
+        } else if let Record::Status(_) = record {
             // Status lines go to live clients, unnumbered.
             self.hub.publish(
                 Stream::Changes,

@@ -150,6 +150,34 @@ struct Tracked {
     record: IncidentRecord,
     since_ns: i128,
     last_ns: i128,
+    /// When the owner's objects were last undone: repair times count from here.
+    undone_ns: i128,
+    /// What was undone (foreign_*, unhooked, rule_drift): what a repair must bring back.
+    targets: Vec<(IncidentKind, ObjKey)>,
+}
+
+impl Tracked {
+    fn new(record: IncidentRecord, since_ns: i128, now_ns: i128) -> Tracked {
+        Tracked {
+            record,
+            since_ns,
+            last_ns: now_ns,
+            undone_ns: now_ns,
+            targets: Vec::new(),
+        }
+    }
+
+    fn add_targets(&mut self, hits: &[Hit]) {
+        for h in hits {
+            let t = (
+                h.kind,
+                (h.backend, h.family, h.table.clone(), h.chain.clone()),
+            );
+            if !self.targets.contains(&t) {
+                self.targets.push(t);
+            }
+        }
+    }
 }
 
 /// Two parties of one conflict: an owner and the actor undoing its objects.
@@ -373,6 +401,9 @@ impl Correlator {
                 .insert((netns, actor.clone()), first.backend);
             self.handle_hits(netns, &actor, first, hits, now_ns, &mut out);
             self.handle_restores(netns, &actor, &restored, now_ns, &mut out);
+            let fresh: BTreeSet<String> = out.iter().map(|r| r.id.clone()).collect();
+            let seqs: Vec<u64> = applied.iter().map(|c| c.seq).collect();
+            self.check_repairs(netns, &actor, now_ns, &seqs, &fresh, &mut out);
         }
         // Split brain, for every owner this transaction touched (before or after it).
         if reshapes {
@@ -736,6 +767,41 @@ impl Correlator {
         if !sweeping.is_empty() {
             let window = self.cfg.mass_window_ns;
             let sweep = self.sweeps.entry(sweep_key.clone()).or_default();
+            // A wipe that hits an owner who already repaired is a new wipe (a firewall reloaded
+            // twice): the earlier incident ends and a new one starts; nothing inherits "repaired".
+            if let Some(old) = sweep.incident.clone() {
+                let rewipe = self.incidents.get(&old).is_none_or(|t| {
+                    t.record.state.is_final()
+                        || sweeping.iter().any(|h| {
+                            t.record
+                                .owners
+                                .iter()
+                                .any(|o| o.owner == h.owner && o.repaired)
+                        })
+                });
+                if rewipe {
+                    *sweep = Sweep {
+                        first_ns: now_ns,
+                        ..Sweep::default()
+                    };
+                    if let Some(mut t) = self.incidents.remove(&old) {
+                        if !t.record.state.is_final() {
+                            let all = t.record.owners.iter().all(|o| o.repaired);
+                            t.record.state = if all {
+                                IncidentState::Resolved
+                            } else {
+                                IncidentState::Expired
+                            };
+                            t.record.time = rfc3339_ns(now_ns);
+                            t.record.summary = format!(
+                                "{} A new wipe by {actor} started a new incident.",
+                                mass_summary(&t.record)
+                            );
+                            out.push(t.record);
+                        }
+                    }
+                }
+            }
             if sweep.incident.is_none() && now_ns - sweep.first_ns > window {
                 *sweep = Sweep {
                     first_ns: now_ns,
@@ -748,9 +814,13 @@ impl Correlator {
                 consumed_by_sweep = true;
                 let hits = sweep.hits.clone();
                 let existing = sweep.incident.clone();
-                let id = self.mass_flush(netns, actor, first, &hits, existing, now_ns, out);
+                let since = sweep.first_ns;
+                let id = self.mass_flush(netns, actor, first, &hits, existing.clone(), now_ns, out);
                 if let Some(s) = self.sweeps.get_mut(&sweep_key) {
-                    s.incident = Some(id);
+                    s.incident = Some(id.clone());
+                }
+                if existing.is_none() {
+                    self.merge_into_mass(netns, actor, &hits, since, &id, now_ns, out);
                 }
             }
         }
@@ -799,7 +869,19 @@ impl Correlator {
                 });
                 let record = match open.and_then(|id| self.incidents.get_mut(&id)) {
                     Some(t) => {
+                        let reopened = t.record.state.is_final();
                         update_with_hits(&mut t.record, &hits, actor, first);
+                        if reopened {
+                            // Undone again after a repair: open again, nothing repaired.
+                            t.record.state = IncidentState::Open;
+                            t.undone_ns = now_ns;
+                            for o in &mut t.record.owners {
+                                o.repaired = false;
+                                o.repair_ms = None;
+                                o.repaired_by = None;
+                            }
+                        }
+                        t.add_targets(&hits);
                         t.record.summary = summary(&t.record, &hits);
                         t.last_ns = now_ns;
                         t.record.clone()
@@ -815,14 +897,9 @@ impl Correlator {
                             }
                         }
                         r.summary = summary(&r, &hits);
-                        self.incidents.insert(
-                            r.id.clone(),
-                            Tracked {
-                                record: r.clone(),
-                                since_ns: now_ns,
-                                last_ns: now_ns,
-                            },
-                        );
+                        let mut t = Tracked::new(r.clone(), now_ns, now_ns);
+                        t.add_targets(&hits);
+                        self.incidents.insert(r.id.clone(), t);
                         if let Some(c) = self.conflicts.get_mut(&key) {
                             c.open.insert(kind, r.id.clone());
                         }
@@ -868,11 +945,13 @@ impl Correlator {
                         chains: chains.into_iter().collect(),
                         repaired: false,
                         repair_ms: None,
+                        repaired_by: None,
                         failed: None,
                     }),
                 }
             }
             add_events(&mut t.record, &seqs);
+            add_tables(&mut t.record, hits);
             t.record.chains = all_chains(&t.record.owners);
             t.record.state = IncidentState::Update;
             t.record.time = first.time.clone();
@@ -889,6 +968,7 @@ impl Correlator {
                 chains: chains.into_iter().collect(),
                 repaired: false,
                 repair_ms: None,
+                repaired_by: None,
                 failed: None,
             })
             .collect();
@@ -897,16 +977,139 @@ impl Correlator {
         r.summary = mass_summary(&r);
         // The hits were already reported as foreign_* incidents? They become part of this one.
         let id = r.id.clone();
-        self.incidents.insert(
-            id.clone(),
-            Tracked {
-                record: r.clone(),
-                since_ns: now_ns,
-                last_ns: now_ns,
-            },
-        );
+        self.incidents
+            .insert(id.clone(), Tracked::new(r.clone(), now_ns, now_ns));
         out.push(r);
         id
+    }
+
+    /// A new `mass_flush` takes in the foreign_* and unhooked incidents that the same actor's
+    /// wipe raised a moment earlier (before a second owner was hit): one wipe, one incident.
+    /// Each gets a last line, `resolved` with `merged_into`, and is followed no more.
+    #[allow(clippy::too_many_arguments)]
+    fn merge_into_mass(
+        &mut self,
+        netns: u32,
+        actor: &str,
+        hits: &[Hit],
+        since_ns: i128,
+        mass_id: &str,
+        now_ns: i128,
+        out: &mut Vec<IncidentRecord>,
+    ) {
+        let owners: BTreeSet<&str> = hits.iter().map(|h| h.owner.as_str()).collect();
+        for owner in owners {
+            let key = ConflictKey {
+                netns,
+                owner: owner.to_string(),
+                actor: actor.to_string(),
+            };
+            let Some(c) = self.conflicts.get_mut(&key) else {
+                continue;
+            };
+            let merged: Vec<String> = c
+                .open
+                .iter()
+                .filter(|(k, _)| {
+                    matches!(
+                        k,
+                        IncidentKind::ForeignDelete
+                            | IncidentKind::ForeignFlush
+                            | IncidentKind::Unhooked
+                    )
+                })
+                .map(|(_, id)| id.clone())
+                .collect();
+            for id in merged {
+                let Some(t) = self.incidents.get(&id) else {
+                    continue;
+                };
+                if t.since_ns < since_ns || t.record.state.is_final() {
+                    continue;
+                }
+                c.open.retain(|_, v| *v != id);
+                if let Some(mut t) = self.incidents.remove(&id) {
+                    t.record.state = IncidentState::Resolved;
+                    t.record.time = rfc3339_ns(now_ns);
+                    t.record.merged_into = Some(mass_id.to_string());
+                    t.record.summary = format!(
+                        "Part of {mass_id}: {actor}'s wipe reached other owners' chains too; that \
+                         incident follows the repair of {}.",
+                        list(&t.record.chains)
+                    );
+                    out.push(t.record);
+                }
+            }
+        }
+    }
+
+    /// Open foreign_*, unhooked and rule_drift incidents of this namespace whose objects are
+    /// back: the deleted chains exist, the flushed ones hold rules, the jumps are in place, the
+    /// drifted rule was rewritten by its owner. `fresh`: incidents this transaction raised.
+    fn check_repairs(
+        &mut self,
+        netns: u32,
+        actor: &str,
+        now_ns: i128,
+        seqs: &[u64],
+        fresh: &BTreeSet<String>,
+        out: &mut Vec<IncidentRecord>,
+    ) {
+        let Some(net) = self.nets.get(&netns) else {
+            return;
+        };
+        let mut done: Vec<String> = Vec::new();
+        for (id, t) in &self.incidents {
+            if t.record.netns != netns
+                || t.record.state.is_final()
+                || t.targets.is_empty()
+                || fresh.contains(id)
+            {
+                continue;
+            }
+            let undo_seq = t.record.events.iter().copied().max().unwrap_or_default();
+            let owner = t.record.owner.as_str();
+            let back = t.targets.iter().all(|(kind, k)| {
+                let rewritten_by_owner = |i: &ObjInfo| {
+                    i.last
+                        .as_ref()
+                        .is_some_and(|l| l.seq > undo_seq && l.actor == owner)
+                };
+                match kind {
+                    IncidentKind::ForeignDelete => net.objs.contains_key(k),
+                    IncidentKind::ForeignFlush => net
+                        .objs
+                        .get(k)
+                        .is_some_and(|i| i.rules > 0 || (i.is_set && rewritten_by_owner(i))),
+                    IncidentKind::Unhooked => net.objs.iter().any(|(hk, hi)| {
+                        hk.0 == k.0 && hk.1 == k.1 && hk.2 == k.2 && hi.jumps.contains(&k.3)
+                    }),
+                    IncidentKind::RuleDrift => net.objs.get(k).is_some_and(rewritten_by_owner),
+                    _ => false,
+                }
+            });
+            if back {
+                done.push(id.clone());
+            }
+        }
+        done.sort();
+        for id in done {
+            let Some(t) = self.incidents.get_mut(&id) else {
+                continue;
+            };
+            let ms = ((now_ns - t.undone_ns).max(0) / NS_PER_MS) as u64;
+            for o in &mut t.record.owners {
+                o.repaired = true;
+                o.repair_ms = Some(ms);
+                o.repaired_by = Some(actor.to_string());
+            }
+            t.record.state = IncidentState::Resolved;
+            t.record.time = rfc3339_ns(now_ns);
+            add_events(&mut t.record, seqs);
+            t.record.summary = resolved_summary(&t.record, actor, ms);
+            t.last_ns = now_ns;
+            out.push(t.record.clone());
+        }
     }
 
     /// The owner wrote its own objects again: a flapping cycle, or a repair after a mass flush.
@@ -922,8 +1125,9 @@ impl Correlator {
             return;
         }
         let seqs: Vec<u64> = restored.iter().map(|r| r.seq).collect();
-        // Mass flush repairs.
-        for t in self.incidents.values_mut() {
+        // Mass flush repairs; a mass flush every owner repaired is resolved.
+        let mut resolved: Vec<String> = Vec::new();
+        for (id, t) in self.incidents.iter_mut() {
             let since = t.since_ns;
             let Some(o) = unrepaired_owner(t, netns, actor) else {
                 continue;
@@ -931,13 +1135,25 @@ impl Correlator {
             if restored.iter().any(|r| o.chains.contains(&r.key.3)) {
                 o.repaired = true;
                 o.repair_ms = Some(((now_ns - since).max(0) / NS_PER_MS) as u64);
-                t.record.state = IncidentState::Update;
+                o.repaired_by = Some(actor.to_string());
+                let all = t.record.owners.iter().all(|o| o.repaired);
+                t.record.state = if all {
+                    resolved.push(id.clone());
+                    IncidentState::Resolved
+                } else {
+                    IncidentState::Update
+                };
                 t.record.time = rfc3339_ns(now_ns);
                 t.record.summary = mass_summary(&t.record);
                 add_events(&mut t.record, &seqs);
                 t.last_ns = now_ns;
                 out.push(t.record.clone());
             }
+        }
+        for id in resolved {
+            self.incidents.remove(&id);
+            self.sweeps
+                .retain(|_, s| s.incident.as_deref() != Some(id.as_str()));
         }
         // Flapping cycles: every conflict where this owner had something undone.
         let keys: Vec<ConflictKey> = self
@@ -977,10 +1193,14 @@ impl Correlator {
                 let mut events = Vec::new();
                 let mut chains = BTreeSet::new();
                 let mut base: Option<IncidentRecord> = None;
+                let mut absorbed = Vec::new();
                 for id in &earlier {
                     if let Some(t) = self.incidents.remove(id) {
                         events.extend(t.record.events.iter().copied());
                         chains.extend(t.record.chains.iter().cloned());
+                        if !t.record.state.is_final() {
+                            absorbed.push(t.record.clone());
+                        }
                         if base.is_none() {
                             base = Some(t.record);
                         }
@@ -1008,18 +1228,27 @@ impl Correlator {
                 r.lost = Vec::new();
                 trim_events(&mut r);
                 r.summary = flap_summary(&r);
+                r.owners = Vec::new();
+                r.merged_into = None;
                 let since_ns = parse_rfc3339_ns(&r.since).unwrap_or(now_ns);
                 if let Some(c) = self.conflicts.get_mut(&key) {
                     c.flapping = Some(r.id.clone());
                 }
-                self.incidents.insert(
-                    r.id.clone(),
-                    Tracked {
-                        record: r.clone(),
-                        since_ns,
-                        last_ns: now_ns,
-                    },
-                );
+                self.incidents
+                    .insert(r.id.clone(), Tracked::new(r.clone(), since_ns, now_ns));
+                // The conflict's incidents still open end here, pointing at the loop.
+                for mut a in absorbed {
+                    a.state = IncidentState::Resolved;
+                    a.time = rfc3339_ns(now_ns);
+                    a.merged_into = Some(r.id.clone());
+                    a.summary = format!(
+                        "Part of {}: {} and {} undo each other in a loop; that incident follows it.",
+                        r.id,
+                        a.actors.join("/"),
+                        a.owner
+                    );
+                    out.push(a);
+                }
                 out.push(r);
             }
         }
@@ -1119,6 +1348,8 @@ impl Correlator {
                     was: None,
                     lost: Vec::new(),
                     owners: Vec::new(),
+                    tables: Vec::new(),
+                    merged_into: None,
                     backends: Some(SplitBackends {
                         legacy: legacy.into_iter().collect(),
                         nft: nft.into_iter().collect(),
@@ -1128,20 +1359,14 @@ impl Correlator {
                 trim_events(&mut r);
                 r.summary = split_summary(&r);
                 self.splits.insert(key, r.id.clone());
-                self.incidents.insert(
-                    r.id.clone(),
-                    Tracked {
-                        record: r.clone(),
-                        since_ns: now_ns,
-                        last_ns: now_ns,
-                    },
-                );
+                self.incidents
+                    .insert(r.id.clone(), Tracked::new(r.clone(), now_ns, now_ns));
                 out.push(r);
             }
             (false, Some(id)) => {
                 self.splits.remove(&key);
                 if let Some(mut t) = self.incidents.remove(&id) {
-                    t.record.state = IncidentState::Closed;
+                    t.record.state = IncidentState::Resolved;
                     t.record.time = rfc3339_ns(now_ns);
                     add_events(&mut t.record, seqs);
                     t.record.summary = format!(
@@ -1163,7 +1388,8 @@ impl Correlator {
                 IncidentKind::Flapping => consider(t.last_ns + self.cfg.flap_window_ns),
                 IncidentKind::MassFlush => consider(t.since_ns + self.cfg.repair_within_ns),
                 IncidentKind::SplitBrain => {}
-                _ => consider(t.last_ns + self.cfg.flap_window_ns),
+                _ if t.record.state.is_final() => consider(t.last_ns + self.cfg.flap_window_ns),
+                _ => consider(t.undone_ns + self.cfg.repair_within_ns),
             }
         }
         for c in self.conflicts.values() {
@@ -1188,7 +1414,9 @@ impl Correlator {
                 IncidentKind::Flapping => now_ns - t.last_ns > flap,
                 IncidentKind::MassFlush => now_ns - t.since_ns > repair,
                 IncidentKind::SplitBrain => false,
-                _ => now_ns - t.last_ns > flap,
+                // Resolved: kept for a window so that a repeat reopens it, then forgotten.
+                _ if t.record.state.is_final() => now_ns - t.last_ns > flap,
+                _ => now_ns - t.undone_ns > repair,
             };
             if done {
                 ended.push(id.clone());
@@ -1201,29 +1429,60 @@ impl Correlator {
             };
             match t.record.kind {
                 IncidentKind::Flapping => {
-                    t.record.state = IncidentState::Closed;
+                    // Stopped with the owner's objects in place (its restore came last), or
+                    // with them undone.
+                    let undone = self
+                        .conflicts
+                        .values()
+                        .any(|c| c.flapping.as_deref() == Some(id.as_str()) && c.pending);
+                    t.record.state = if undone {
+                        IncidentState::Expired
+                    } else {
+                        IncidentState::Resolved
+                    };
                     t.record.time = rfc3339_ns(now_ns);
+                    let end = if undone {
+                        format!(
+                            "{} undid them last: they are still missing; restart {}.",
+                            t.record.actors.join("/"),
+                            t.record.owner
+                        )
+                    } else {
+                        format!(
+                            "{} restored them last; check that it does not come back after the \
+                             next restart of either.",
+                            t.record.owner
+                        )
+                    };
                     t.record.summary = format!(
-                        "The loop between {} and {} over {} stopped ({} cycles); {}",
+                        "The loop between {} and {} over {} stopped ({} cycles); {end}",
                         t.record.owner,
                         t.record.actors.join(", "),
                         list(&t.record.chains),
                         t.record.cycles.unwrap_or_default(),
-                        "check that it does not come back after the next restart of either."
                     );
                     out.push(t.record);
                 }
                 IncidentKind::MassFlush => {
-                    t.record.state = IncidentState::Closed;
+                    t.record.state = IncidentState::Expired;
                     t.record.time = rfc3339_ns(now_ns);
                     t.record.summary = mass_summary(&t.record);
                     out.push(t.record);
                     self.sweeps
                         .retain(|_, s| s.incident.as_deref() != Some(id.as_str()));
                 }
-                // foreign_*, unhooked and rule_drift end quietly: the window only decides
-                // whether a repeat is an update or a new incident.
-                _ => {}
+                // A resolved foreign_*, unhooked or rule_drift was said; now it is forgotten.
+                _ if t.record.state.is_final() => {}
+                _ => {
+                    t.record.state = IncidentState::Expired;
+                    t.record.time = rfc3339_ns(now_ns);
+                    t.record.summary = format!(
+                        "Not repaired within {} s: {}",
+                        repair / 1_000_000_000,
+                        summary(&t.record, &[])
+                    );
+                    out.push(t.record);
+                }
             }
         }
         self.conflicts
@@ -1306,7 +1565,7 @@ fn rfc3339_ns(ns: i128) -> String {
 fn unrepaired_owner<'a>(t: &'a mut Tracked, netns: u32, owner: &str) -> Option<&'a mut OwnerHit> {
     if t.record.kind != IncidentKind::MassFlush
         || t.record.netns != netns
-        || t.record.state == IncidentState::Closed
+        || t.record.state.is_final()
     {
         return None;
     }
@@ -1394,11 +1653,38 @@ fn new_incident(
         was: None,
         lost: Vec::new(),
         owners: Vec::new(),
+        tables: Vec::new(),
+        merged_into: None,
         backends: None,
         last_backend: None,
     };
+    if kind != IncidentKind::MassFlush {
+        r.owners = vec![OwnerHit {
+            owner: h.owner.clone(),
+            chains: r.chains.clone(),
+            repaired: false,
+            repair_ms: None,
+            repaired_by: None,
+            failed: None,
+        }];
+    }
+    add_tables(&mut r, hits);
     trim_events(&mut r);
     r
+}
+
+/// Every `family table` the hits touched, listed when there is more than one.
+fn add_tables(r: &mut IncidentRecord, hits: &[Hit]) {
+    let mut all: BTreeSet<String> = r.tables.iter().cloned().collect();
+    all.insert(format!("{} {}", r.family, r.table));
+    for h in hits {
+        all.insert(format!("{} {}", h.family, h.table));
+    }
+    r.tables = if all.len() > 1 {
+        all.into_iter().collect()
+    } else {
+        Vec::new()
+    };
 }
 
 fn update_with_hits(r: &mut IncidentRecord, hits: &[Hit], actor: &str, first: &ChangeRecord) {
@@ -1410,6 +1696,10 @@ fn update_with_hits(r: &mut IncidentRecord, hits: &[Hit], actor: &str, first: &C
         }
     }
     r.chains.sort();
+    if let Some(o) = r.owners.first_mut() {
+        o.chains.clone_from(&r.chains);
+    }
+    add_tables(r, hits);
     for a in actors_of(actor, first) {
         if !r.actors.contains(&a) {
             r.actors.push(a);
@@ -1441,7 +1731,29 @@ fn list(items: &[String]) -> String {
 
 fn where_(r: &IncidentRecord) -> String {
     let ns = r.netns_name.clone().unwrap_or_else(|| r.netns.to_string());
-    format!("{} {} table {} (netns {ns})", r.backend, r.family, r.table)
+    if r.tables.len() > 1 {
+        format!("{} tables {} (netns {ns})", r.backend, r.tables.join(", "))
+    } else {
+        format!("{} {} table {} (netns {ns})", r.backend, r.family, r.table)
+    }
+}
+
+/// The last line of a foreign_*, unhooked or rule_drift incident whose objects are back.
+fn resolved_summary(r: &IncidentRecord, by: &str, ms: u64) -> String {
+    let what = match r.kind {
+        IncidentKind::ForeignDelete => "re-created",
+        IncidentKind::ForeignFlush => "refilled",
+        IncidentKind::Unhooked => "hooked in again",
+        _ => "rewritten by their owner",
+    };
+    format!(
+        "Resolved: {}'s {} {what} by {by} after {ms} ms, in the {}. {} did it: if it happens \
+         again, make only one component manage these chains.",
+        r.owner,
+        list(&r.chains),
+        where_(r),
+        r.actors.join("/"),
+    )
 }
 
 fn summary(r: &IncidentRecord, hits: &[Hit]) -> String {
@@ -1512,7 +1824,7 @@ fn mass_summary(r: &IncidentRecord) -> String {
         let state = match (o.repaired, o.repair_ms, &o.failed) {
             (true, Some(ms), _) => format!("repaired after {ms} ms"),
             (_, _, Some(f)) => format!("NOT repaired (its re-creation failed: {f})"),
-            _ if r.state == IncidentState::Closed => "NEVER repaired".to_string(),
+            _ if r.state.is_final() => "NEVER repaired".to_string(),
             _ => "not repaired yet".to_string(),
         };
         parts.push(format!(
@@ -1532,7 +1844,7 @@ fn mass_summary(r: &IncidentRecord) -> String {
         .filter(|o| !o.repaired)
         .map(|o| o.owner.as_str())
         .collect();
-    let fix = if r.state == IncidentState::Closed && !never.is_empty() {
+    let fix = if r.state.is_final() && !never.is_empty() {
         format!(
             " Restart {} to re-create its chains, and make {} keep other components' chains \
              (e.g. do not flush the whole ruleset on reload).",

@@ -242,7 +242,7 @@ fn calico_against_kube_proxy_is_unhooked_then_deleted_then_one_flapping_incident
     assert!(s.tick(40).is_empty(), "still inside the window");
     let closed = s.tick(30 + 61);
     assert_eq!(closed.len(), 1, "{closed:#?}");
-    assert_eq!(closed[0].state, IncidentState::Closed);
+    assert_eq!(closed[0].state, IncidentState::Resolved);
     assert_eq!(closed[0].id, flap.id);
     assert!(s.tick(500).is_empty());
 }
@@ -414,7 +414,7 @@ fn a_firewall_restart_is_one_mass_flush_with_repair_times() {
     assert!(s.tick(20).is_empty());
     let closed = s.tick(31);
     assert_eq!(closed.len(), 1);
-    assert_eq!(closed[0].state, IncidentState::Closed);
+    assert_eq!(closed[0].state, IncidentState::Expired);
     let kubelet = closed[0]
         .owners
         .iter()
@@ -521,19 +521,23 @@ fn rule_drift_names_the_lost_match_and_is_critical_for_drop() {
         "{}",
         d.summary
     );
-    // The owner rewriting its own rule, or a comment-only change, is no drift.
-    assert!(s
-        .txn(
-            1,
-            "kubelet",
-            &[(
-                Op::RuleReplace,
-                "KUBE-FIREWALL",
-                old,
-                &format!("was: {new}")
-            )]
-        )
-        .is_empty());
+    // The owner rewriting its own rule is no drift: it resolves this one, by kubelet.
+    let fixed = s.txn(
+        1,
+        "kubelet",
+        &[(
+            Op::RuleReplace,
+            "KUBE-FIREWALL",
+            old,
+            &format!("was: {new}"),
+        )],
+    );
+    assert_eq!(fixed.len(), 1, "{fixed:#?}");
+    assert_eq!(fixed[0].id, d.id);
+    assert_eq!(fixed[0].state, IncidentState::Resolved);
+    assert_eq!(fixed[0].owners[0].repaired_by.as_deref(), Some("kubelet"));
+    assert_eq!(fixed[0].owners[0].repair_ms, Some(1000));
+    // A comment-only change is no drift.
     let c1 = "-m comment --comment a -j ACCEPT";
     let c2 = "-m comment --comment b -j ACCEPT";
     assert!(s
@@ -603,7 +607,7 @@ fn split_brain_at_start_and_when_created() {
         &[(Op::ChainDelete, "AZURE-NPM-EGRESS", "", "")],
     );
     assert_eq!(got.len(), 1);
-    assert_eq!(got[0].state, IncidentState::Closed);
+    assert_eq!(got[0].state, IncidentState::Resolved);
 }
 
 #[test]
@@ -731,4 +735,221 @@ fn recorded_streams_give_the_expected_incidents() {
         let expected: BTreeSet<IncidentKind> = expected.iter().copied().collect();
         assert_eq!(kinds, expected, "{name}: {got:#?}");
     }
+}
+
+/// The incident life cycle: what was undone is watched until it is back (resolved, with who and
+/// how long) or until the repair bound passes (expired).
+#[test]
+fn foreign_incidents_resolve_when_the_owner_repairs_and_expire_when_it_does_not() {
+    let mut s = Stream::new(vec![
+        chain("filter", "INPUT", 1, &["KUBE-FIREWALL"]),
+        chain("filter", "KUBE-FIREWALL", 1, &[]),
+        chain("filter", "KUBE-SERVICES", 2, &[]),
+        chain("filter", "KUBE-FORWARD", 0, &[]),
+    ]);
+    // An admin flushes kube-proxy's chain; kube-proxy refills it 2 s later.
+    let open = s.txn(0, "admin", &[(Op::ChainFlush, "KUBE-SERVICES", "", "")]);
+    assert_eq!(open.len(), 1, "{open:#?}");
+    assert_eq!(open[0].kind, IncidentKind::ForeignFlush);
+    assert_eq!(open[0].state, IncidentState::Open);
+    assert!(!open[0].owners[0].repaired);
+    let fixed = s.txn(
+        2,
+        "kube-proxy",
+        &[(Op::RuleAdd, "KUBE-SERVICES", "-j ACCEPT", "")],
+    );
+    assert_eq!(fixed.len(), 1, "{fixed:#?}");
+    assert_eq!(fixed[0].id, open[0].id);
+    assert_eq!(fixed[0].state, IncidentState::Resolved);
+    let o = &fixed[0].owners[0];
+    assert!(o.repaired);
+    assert_eq!(o.repair_ms, Some(2000));
+    assert_eq!(o.repaired_by.as_deref(), Some("kube-proxy"));
+    assert!(
+        fixed[0].summary.starts_with("Resolved"),
+        "{}",
+        fixed[0].summary
+    );
+
+    // The jump into kubelet's chain removed, then put back by kubelet: unhooked, resolved.
+    let unhooked = s.txn(
+        3,
+        "admin",
+        &[(Op::RuleDelete, "INPUT", "-j KUBE-FIREWALL", "")],
+    );
+    assert_eq!(unhooked.len(), 1, "{unhooked:#?}");
+    assert_eq!(unhooked[0].kind, IncidentKind::Unhooked);
+    let back = s.txn(
+        4,
+        "kubelet",
+        &[(Op::RuleAdd, "INPUT", "-j KUBE-FIREWALL", "")],
+    );
+    assert_eq!(back.len(), 1, "{back:#?}");
+    assert_eq!(back[0].id, unhooked[0].id);
+    assert_eq!(back[0].state, IncidentState::Resolved);
+
+    // A chain deleted and never re-created: expired after the repair bound (30 s), said plainly.
+    let gone = s.txn(5, "admin", &[(Op::ChainDelete, "KUBE-FORWARD", "", "")]);
+    assert_eq!(gone.len(), 1, "{gone:#?}");
+    assert_eq!(gone[0].kind, IncidentKind::ForeignDelete);
+    assert!(s.tick(30).is_empty(), "inside the bound");
+    let expired: Vec<IncidentRecord> = s
+        .tick(36)
+        .into_iter()
+        .filter(|i| i.id == gone[0].id)
+        .collect();
+    assert_eq!(expired.len(), 1, "{:#?}", s.out);
+    assert_eq!(expired[0].state, IncidentState::Expired);
+    assert!(!expired[0].owners[0].repaired);
+    assert!(
+        expired[0].summary.contains("Not repaired within 30 s"),
+        "{}",
+        expired[0].summary
+    );
+    // Nothing more is said of any of them.
+    assert!(s.tick(500).is_empty());
+}
+
+/// A firewall reloaded twice: the second wipe is a new incident whose owners are not repaired,
+/// even though kube-proxy repaired after the first one (no false all-clear).
+#[test]
+fn a_second_wipe_after_a_repair_is_a_new_incident_that_inherits_no_repair() {
+    let mut s = Stream::new(vec![
+        chain("filter", "KUBE-FIREWALL", 1, &[]),
+        chain("filter", "KUBE-SERVICES", 1, &[]),
+    ]);
+    let wipe = |s: &mut Stream, t| {
+        s.txn(
+            t,
+            "iptables.init",
+            &[
+                (Op::ChainDelete, "KUBE-FIREWALL", "", ""),
+                (Op::ChainDelete, "KUBE-SERVICES", "", ""),
+            ],
+        )
+    };
+    let first = wipe(&mut s, 0);
+    assert_eq!(first.len(), 1, "{first:#?}");
+    assert_eq!(first[0].kind, IncidentKind::MassFlush);
+    // Both owners repair: the incident is resolved at once, with both repair times.
+    s.txn(
+        1,
+        "kube-proxy",
+        &[(Op::ChainCreate, "KUBE-SERVICES", "", "")],
+    );
+    let done = s.txn(2, "kubelet", &[(Op::ChainCreate, "KUBE-FIREWALL", "", "")]);
+    assert_eq!(done.len(), 1, "{done:#?}");
+    assert_eq!(done[0].id, first[0].id);
+    assert_eq!(done[0].state, IncidentState::Resolved);
+    assert!(done[0].owners.iter().all(|o| o.repaired));
+    // Reloaded again within the repair window: a new incident, nobody repaired.
+    let second = wipe(&mut s, 3);
+    assert_eq!(second.len(), 1, "{second:#?}");
+    assert_ne!(second[0].id, first[0].id);
+    assert_eq!(second[0].state, IncidentState::Open);
+    assert!(second[0]
+        .owners
+        .iter()
+        .all(|o| !o.repaired && o.repair_ms.is_none()));
+    // kube-proxy repairs, kubelet never does: expired, naming kubelet.
+    s.txn(
+        4,
+        "kube-proxy",
+        &[(Op::ChainCreate, "KUBE-SERVICES", "", "")],
+    );
+    let end: Vec<IncidentRecord> = s
+        .tick(40)
+        .into_iter()
+        .filter(|i| i.id == second[0].id)
+        .collect();
+    assert_eq!(end.len(), 1, "{:#?}", s.out);
+    assert_eq!(end[0].state, IncidentState::Expired);
+    let kubelet = end[0].owners.iter().find(|o| o.owner == "kubelet").unwrap();
+    assert!(!kubelet.repaired);
+    assert!(
+        end[0].summary.contains("NEVER repaired"),
+        "{}",
+        end[0].summary
+    );
+
+    // A second wipe while an owner of the first has repaired and the other has not: the first
+    // ends (expired: kubelet never came back), the second starts with nothing repaired.
+    let mut s2 = Stream::new(vec![
+        chain("filter", "KUBE-FIREWALL", 1, &[]),
+        chain("filter", "KUBE-SERVICES", 1, &[]),
+        chain("filter", "KUBE-MARK-DROP", 1, &[]),
+    ]);
+    let first = s2.txn(
+        0,
+        "iptables.init",
+        &[
+            (Op::ChainDelete, "KUBE-FIREWALL", "", ""),
+            (Op::ChainDelete, "KUBE-SERVICES", "", ""),
+        ],
+    );
+    s2.txn(
+        1,
+        "kube-proxy",
+        &[(Op::ChainCreate, "KUBE-SERVICES", "", "")],
+    );
+    let again = s2.txn(
+        2,
+        "iptables.init",
+        &[
+            (Op::ChainDelete, "KUBE-SERVICES", "", ""),
+            (Op::ChainDelete, "KUBE-MARK-DROP", "", ""),
+        ],
+    );
+    let old_end = again
+        .iter()
+        .find(|i| i.id == first[0].id)
+        .expect("the first ends");
+    assert_eq!(old_end.state, IncidentState::Expired);
+    let new = again
+        .iter()
+        .find(|i| i.id != first[0].id && i.kind == IncidentKind::MassFlush)
+        .expect("a new mass flush");
+    assert_eq!(new.state, IncidentState::Open);
+    assert!(new.owners.iter().all(|o| !o.repaired), "{new:#?}");
+}
+
+/// A wipe whose first transaction hits one owner and whose second hits another is one
+/// `mass_flush`: the first foreign_flush is merged into it, not left open beside it; and the
+/// summary names every table the wipe touched.
+#[test]
+fn a_foreign_flush_is_merged_into_the_mass_flush_of_the_same_wipe() {
+    let mut s = Stream::new(vec![
+        chain("filter", "KUBE-FIREWALL", 2, &[]),
+        chain("nat", "KUBE-SERVICES", 2, &[]),
+    ]);
+    let one = s.txn(
+        0,
+        "iptables.init",
+        &[(Op::ChainFlush, "KUBE-FIREWALL", "", "")],
+    );
+    assert_eq!(one.len(), 1);
+    assert_eq!(one[0].kind, IncidentKind::ForeignFlush);
+    s.table = "nat".into();
+    let two = s.txn(
+        1,
+        "iptables.init",
+        &[(Op::ChainFlush, "KUBE-SERVICES", "", "")],
+    );
+    let mass = two
+        .iter()
+        .find(|i| i.kind == IncidentKind::MassFlush)
+        .expect("a mass flush");
+    let merged = two
+        .iter()
+        .find(|i| i.id == one[0].id)
+        .expect("the foreign flush ends");
+    assert_eq!(merged.state, IncidentState::Resolved);
+    assert_eq!(merged.merged_into.as_deref(), Some(mass.id.as_str()));
+    assert_eq!(mass.tables, vec!["ip filter", "ip nat"]);
+    assert!(
+        mass.summary.contains("ip filter, ip nat"),
+        "{}",
+        mass.summary
+    );
+    assert_eq!(two.len(), 2, "{two:#?}");
 }

@@ -49,9 +49,31 @@ fn incident(i: &IncidentRecord, colour: bool) -> String {
     let state = match i.state {
         IncidentState::Open => "INCIDENT",
         IncidentState::Update => "incident update",
-        IncidentState::Closed => "incident closed",
+        IncidentState::Resolved => "incident RESOLVED",
+        IncidentState::Expired => "incident EXPIRED",
     };
     let mut extra = String::new();
+    if i.state == IncidentState::Resolved {
+        let repairs: Vec<String> = i
+            .owners
+            .iter()
+            .filter_map(|o| {
+                let ms = o.repair_ms?;
+                let by = o.repaired_by.as_deref().unwrap_or(&o.owner);
+                Some(format!(
+                    "{} after {:.1} s by {by}",
+                    o.owner,
+                    ms as f64 / 1000.0
+                ))
+            })
+            .collect();
+        if !repairs.is_empty() {
+            extra.push_str(&format!("  repaired: {}", repairs.join(", ")));
+        }
+    }
+    if let Some(m) = &i.merged_into {
+        extra.push_str(&format!("  merged into {m}"));
+    }
     if let Some(c) = i.cycles {
         extra.push_str(&format!("  cycles={c}"));
     }

@@ -128,9 +128,16 @@ pub struct IncidentRecord {
     /// `rule_drift`: what the new rule lost, in rule syntax.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub lost: Vec<String>,
-    /// `mass_flush`: each owner hit, and whether and when it repaired its chains.
+    /// Each owner hit, and whether, when and by whom it was repaired (every type but
+    /// `split_brain` and `flapping`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub owners: Vec<OwnerHit>,
+    /// Every `family table` involved, when the incident spans more than one table.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tables: Vec<String>,
+    /// The `mass_flush` this incident became part of (its last line, state `resolved`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub merged_into: Option<String>,
     /// `split_brain`: the owner's chains in each backend.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backends: Option<SplitBackends>,
@@ -142,9 +149,31 @@ pub struct IncidentRecord {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum IncidentState {
+    /// Raised (or raised again: a repeat after a repair, within the flapping window).
     Open,
+    /// It grew: more events, a repair of one owner, a flapping cycle.
     Update,
-    Closed,
+    /// Over: the owners repaired what was undone (`owners[].repair_ms`), the loop stopped with
+    /// the owner's objects in place, or the split is gone.
+    Resolved,
+    /// Over without a repair within the bound (`--repair-within`): still broken, said plainly.
+    Expired,
+}
+
+impl IncidentState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IncidentState::Open => "open",
+            IncidentState::Update => "update",
+            IncidentState::Resolved => "resolved",
+            IncidentState::Expired => "expired",
+        }
+    }
+
+    /// Resolved or expired: no more lines follow for this incident.
+    pub fn is_final(self) -> bool {
+        matches!(self, IncidentState::Resolved | IncidentState::Expired)
+    }
 }
 
 /// The incident types of the contract.
@@ -198,6 +227,9 @@ pub struct OwnerHit {
     pub repaired: bool,
     /// Milliseconds from the flush to the owner's first re-creation.
     pub repair_ms: Option<u64>,
+    /// The actor whose write repaired it (usually the owner itself).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repaired_by: Option<String>,
     /// A write by the owner that the kernel refused during the gap.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failed: Option<String>,
