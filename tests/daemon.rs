@@ -867,5 +867,41 @@ fn incidents_reach_the_stream_the_record_and_the_metrics() {
             >= 1.0,
         "{m}"
     );
+
+    // Open now: `query --open` lists it.
+    let ns_arg = inode.to_string();
+    let open = query_until(&record, &["--open", "--netns", &ns_arg], |v| {
+        v["id"] == inc["id"]
+    });
+    assert_eq!(open.len(), 1, "{open:?}");
+    assert_eq!(open[0]["state"], "open");
+    // The owner re-creates its chain: the same incident, resolved, with the repair, on stdout,
+    // on the stream and in the record; `query --open` no longer lists it.
+    let sse = SseClient::connect(port, &format!("/incidents?netns={inode}"), Some(id));
+    ns.write(
+        &owner,
+        &["iptables-legacy", "-t", "nat", "-N", "KUBE-SVC-OBSTEST"],
+    );
+    let resolved = wait_for(&d.lines, &mut d.seen, "the incident resolved", |v| {
+        v["kind"] == "incident" && v["id"] == inc["id"] && v["state"] == "resolved"
+    });
+    assert_eq!(resolved["owners"][0]["repaired"], true, "{resolved}");
+    assert_eq!(
+        resolved["owners"][0]["repaired_by"], "kube-proxy",
+        "{resolved}"
+    );
+    assert!(resolved["owners"][0]["repair_ms"].is_u64(), "{resolved}");
+    let (_, on_stream) = sse
+        .next_change(WAIT)
+        .expect("the resolved line on /incidents");
+    assert_eq!(on_stream, resolved);
+    query_until(&record, &["--incidents", "--netns", &ns_arg], |v| {
+        *v == resolved
+    });
+    let deadline = Instant::now() + WAIT;
+    while !query(&record, &["--open", "--netns", &ns_arg]).is_empty() {
+        assert!(Instant::now() < deadline, "still listed as open");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     d.stop();
 }

@@ -113,10 +113,23 @@ fn legacy_changes_in_a_namespace_created_after_start() {
         "-s 10.0.0.0/8 -p tcp -m tcp --dport 80 -j ACCEPT"
     );
 
+    // A flush of a one-rule chain is a flush (the kernel hook saw `-F` on the command line)...
     ns.write(&w, &["iptables-legacy", "-F", "OBS-A"]);
     obs.expect("chain_flush", WAIT, |v| {
         here(v) && change("chain_flush", Some("OBS-A"))(v)
     });
+    // ...and the delete of a chain's only rule is that rule's delete, not a flush.
+    ns.write(&w, &["iptables-legacy", "-A", "OBS-A", "-j", "RETURN"]);
+    obs.expect("rule_add", WAIT, |v| {
+        here(v) && change("rule_add", Some("OBS-A"))(v) && v["rule"] == "-j RETURN"
+    });
+    let mark = obs.mark();
+    ns.write(&w, &["iptables-legacy", "-D", "OBS-A", "1"]);
+    let v = obs.expect_since(mark, "rule_delete of the only rule", WAIT, |v| {
+        here(v) && change("rule_delete", Some("OBS-A"))(v)
+    });
+    assert_eq!(v["rule"], "-j RETURN", "{v}");
+    assert_eq!(v["detail"], "the chain's only rule", "{v}");
     ns.write(&w, &["iptables-legacy", "-X", "OBS-A"]);
     obs.expect("chain_delete", WAIT, |v| {
         here(v) && change("chain_delete", Some("OBS-A"))(v)

@@ -120,7 +120,7 @@ mod tests {
         assert_eq!(size_of::<process::Process>(), 4 * 8 + 8 + 16 * 4);
         assert_eq!(
             size_of::<xt::XtReplace>(),
-            size_of::<process::Process>() + 16 + 32 + 16 + 8
+            size_of::<process::Process>() + 16 + 32 + 16 + 8 + 8 + xt::ARGS_LEN
         );
         assert_eq!(
             size_of::<ns::NetnsSeen>(),

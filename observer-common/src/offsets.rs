@@ -24,6 +24,14 @@ pub struct Offsets {
     /// `sock.__sk_common.skc_net` (a pointer to the socket's `struct net`); the kprobe and fentry
     /// hooks take the namespace of a change from the socket it was made on. Not covered by `valid`.
     pub sock_net: u32,
+    /// `task_struct.mm` (a pointer). The next two give the writer's command line (the
+    /// `argv` strings in its own memory); not covered by `valid`.
+    pub task_mm: u32,
+    /// `mm_struct.arg_start` (unsigned long, a user address).
+    pub mm_arg_start: u32,
+    /// `mm_struct.arg_end`.
+    pub mm_arg_end: u32,
+    pub _pad: u32,
 }
 
 impl Offsets {
@@ -39,6 +47,10 @@ impl Offsets {
             net_ns_inum: Offsets::MISSING,
             valid: 0,
             sock_net: Offsets::MISSING,
+            task_mm: Offsets::MISSING,
+            mm_arg_start: Offsets::MISSING,
+            mm_arg_end: Offsets::MISSING,
+            _pad: 0,
         }
     }
 }

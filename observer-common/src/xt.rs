@@ -14,6 +14,8 @@ pub const ARPT_SO_SET_REPLACE: u32 = 96;
 pub const EBT_SO_SET_ENTRIES: u32 = 128;
 /// `XT_TABLE_MAXNAMELEN`: the table name at the start of every replace struct.
 pub const TABLE_NAME_LEN: usize = 32;
+/// How much of the writer's command line (its NUL-separated `argv`) a replace record carries.
+pub const ARGS_LEN: usize = 128;
 
 /// True when `(level, optname)` is a table replace that observer reports.
 pub const fn is_replace(level: u32, optname: u32) -> bool {
@@ -70,4 +72,11 @@ pub struct XtReplace {
     /// Which hook wrote this record: one of the `hook::HOOK_*` constants.
     pub source: u32,
     pub _pad: u32,
+    /// Length of the writer's whole command line (`arg_end - arg_start`); 0 when unknown.
+    pub args_len: u32,
+    pub _pad2: u32,
+    /// The first [`ARGS_LEN`] bytes of the command line: `iptables-legacy\0-F\0KUBE-FW\0`.
+    /// It tells a flush (`-F`) from the delete of a chain's only rule, which the kernel's
+    /// table replace alone cannot.
+    pub args: [u8; ARGS_LEN],
 }

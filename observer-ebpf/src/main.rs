@@ -26,7 +26,8 @@ use aya_ebpf::{
     helpers::{
         bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
         bpf_get_current_task, bpf_get_current_uid_gid, bpf_ktime_get_boot_ns,
-        bpf_probe_read_kernel, bpf_probe_read_user, bpf_probe_read_user_str_bytes,
+        bpf_probe_read_kernel, bpf_probe_read_user, bpf_probe_read_user_buf,
+        bpf_probe_read_user_str_bytes,
     },
     macros::{map, tracepoint},
     maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
@@ -37,9 +38,8 @@ use observer_common::{
     ns::{NetnsSeen, PendingUmount, Umount, UMOUNT_PATH_LEN, VIA_CLONE, VIA_SETNS, VIA_UNSHARE},
     offsets::Offsets,
     process::{Process, ANCESTORS, COMM_LEN},
-    xt::{is_replace, Pending, XtReplace, TABLE_NAME_LEN},
+    xt::{is_replace, Pending, ARGS_LEN, TABLE_NAME_LEN},
     Event, Header, DROP_COUNTERS, DROP_PENDING, DROP_RINGBUF, KIND_NETNS_SEEN, KIND_UMOUNT,
-    KIND_XT_REPLACE,
 };
 
 mod netlink;
@@ -139,6 +139,34 @@ fn fill_process(p: &mut Process) {
     }
 }
 
+/// Copy the start of the current task's command line (its `argv` strings, NUL-separated) into
+/// `out`; returns the whole command line's length, 0 when it cannot be read.
+fn fill_args(out: &mut [u8; ARGS_LEN]) -> u32 {
+    let off = offsets();
+    if off.task_mm == Offsets::MISSING || off.mm_arg_start == Offsets::MISSING {
+        return 0;
+    }
+    // SAFETY: no preconditions; the pointer is only used through probe reads.
+    let task = unsafe { bpf_get_current_task() };
+    let mm: u64 = read_at(task, off.task_mm).unwrap_or(0);
+    let start: u64 = read_at(mm, off.mm_arg_start).unwrap_or(0);
+    let end: u64 = read_at(mm, off.mm_arg_end).unwrap_or(0);
+    if mm == 0 || start == 0 || end <= start {
+        return 0;
+    }
+    // The strings are followed by the environment's, so a fixed-size read stays in the
+    // mapping; when it does not (a tiny stack top), the first half is tried.
+    // SAFETY: a user address read through the checked helper into our own buffer.
+    if unsafe { bpf_probe_read_user_buf(start as *const u8, &mut out[..]) }.is_err() {
+        // SAFETY: as above.
+        if unsafe { bpf_probe_read_user_buf(start as *const u8, &mut out[..ARGS_LEN / 2]) }.is_err()
+        {
+            return 0;
+        }
+    }
+    (end - start) as u32
+}
+
 /// `n` (already at most `max`) bounded in a way the verifier of older kernels (6.1) can follow:
 /// the volatile read hides `n`'s range from the compiler, which would otherwise drop the mask
 /// and the clamp as redundant and leave that verifier with an unbounded size. `max` is a power
@@ -229,27 +257,9 @@ fn try_setsockopt_exit(ctx: &TracePointContext) -> Result<(), i32> {
     let _ = PENDING_XT.remove(key);
     // SAFETY: offset of `ret` in the exit tracepoint's format.
     let ret: i64 = unsafe { ctx.read_at(RET)? };
-    let mut event = Event {
-        header: header(KIND_XT_REPLACE, core::mem::size_of::<Event<XtReplace>>()),
-        data: XtReplace {
-            process: Process::zeroed(),
-            ret,
-            start_ns: 0,
-            table: pending.table,
-            level: pending.level,
-            optname: pending.optname,
-            num_entries: pending.num_entries,
-            size: pending.size,
-            source: HOOK_TRACEPOINT,
-            _pad: 0,
-        },
-    };
-    fill_process(&mut event.data.process);
-    if event.data.process.netns != 0 {
-        // The writer's namespace is known to userspace from this record itself.
-        let _ = SEEN_NETNS.insert(event.data.process.netns, 1, 0);
-    }
-    output(&event);
+    // Built in the per-CPU slot the kprobe and fentry hooks use: the record (with the command
+    // line) is too large for the BPF stack. The writer's namespace is the record's own.
+    xt_hook::report(&pending, 0, ret, HOOK_TRACEPOINT);
     Ok(())
 }
 

@@ -17,11 +17,11 @@ use aya_ebpf::{
 use observer_common::{
     offsets::Offsets,
     process::Process,
-    xt::{is_replace, level_of_pf, Pending, XtReplace, TABLE_NAME_LEN},
+    xt::{is_replace, level_of_pf, Pending, XtReplace, ARGS_LEN, TABLE_NAME_LEN},
     Event, DROP_PENDING, KIND_XT_REPLACE,
 };
 
-use crate::{count_drop, fill_process, header, offsets, output, read_at, SEEN_NETNS};
+use crate::{count_drop, fill_args, fill_process, header, offsets, output, read_at, SEEN_NETNS};
 
 /// A replace seen at function entry (kprobe), until the function returns (kretprobe).
 #[repr(C)]
@@ -88,7 +88,7 @@ fn read_head(args: &SetsockoptArgs) -> Option<Pending> {
     })
 }
 
-fn report(pending: &Pending, sock_netns: u32, ret: i64, source: u32) {
+pub fn report(pending: &Pending, sock_netns: u32, ret: i64, source: u32) {
     let Some(event) = XT_SCRATCH.get_ptr_mut(0) else {
         return;
     };
@@ -106,8 +106,12 @@ fn report(pending: &Pending, sock_netns: u32, ret: i64, source: u32) {
         size: pending.size,
         source,
         _pad: 0,
+        args_len: 0,
+        _pad2: 0,
+        args: [0; ARGS_LEN],
     };
     fill_process(&mut event.data.process);
+    event.data.args_len = fill_args(&mut event.data.args);
     // The table lives in the socket's namespace, which is the writer's own except when a
     // socket opened in one namespace is used from another.
     if sock_netns != 0 {

@@ -32,7 +32,7 @@ use crate::nftables::{self, state::GenerationBuilder, state::NftState};
 use crate::output::filter::Filter;
 use crate::output::record::{now, rfc3339};
 use crate::output::{ChangeRecord, Format, IncidentRecord, Record, Sink, Source, StatusRecord};
-use crate::ruleset::{Backend, Change};
+use crate::ruleset::{self, Backend, Change};
 use crate::xtables::{self, XtError, XtProto, XtTable};
 
 /// A transaction from a namespace's netlink reader.
@@ -740,7 +740,9 @@ impl Engine {
         };
         let key = (proto, x.table.clone());
         let old = w.legacy.remove(&key);
-        let changes = xtables::diff(old.as_ref(), new.as_ref());
+        let mut changes = xtables::diff(old.as_ref(), new.as_ref());
+        // The command line the kernel hook captured tells `-F` from `-D` of a one-rule chain.
+        ruleset::settle_flushes(&mut changes, &ruleset::FlushEvidence::from_args(&x.args));
         if let Some(t) = new {
             w.legacy.insert(key, t);
         }
@@ -811,7 +813,9 @@ impl Engine {
     }
 
     /// Number, print and correlate the changes of one transaction (all applied).
-    fn emit_txn(&mut self, ctx: ChangeCtx, changes: Vec<Change>) {
+    fn emit_txn(&mut self, ctx: ChangeCtx, mut changes: Vec<Change>) {
+        // Whatever the reader could not settle (nft: the request is not at hand here).
+        ruleset::settle_flushes(&mut changes, &ruleset::FlushEvidence::Unknown);
         let with_results = changes.into_iter().map(|c| (c, "ok".to_string())).collect();
         self.emit_txn_results(ctx, with_results);
     }

@@ -52,6 +52,15 @@ pub struct QueryArgs {
     #[arg(long = "type", value_name = "TYPE", value_delimiter = ',')]
     pub types: Vec<String>,
 
+    /// Only incidents (no change lines).
+    #[arg(long)]
+    pub incidents: bool,
+
+    /// Only incidents still open: for each incident, its latest line, shown only when that line
+    /// is `open` or `update` (not `resolved` or `expired`). Implies `--incidents`.
+    #[arg(long)]
+    pub open: bool,
+
     /// Print JSON lines (as `tail --json` and `run` print them) instead of human lines.
     #[arg(long)]
     pub json: bool,
@@ -133,7 +142,7 @@ pub fn run(a: QueryArgs) -> anyhow::Result<()> {
         types: a.types.clone(),
         ..Default::default()
     };
-    let want_changes = a.types.is_empty();
+    let want_changes = a.types.is_empty() && !a.incidents && !a.open;
     let want_incidents = a.op.is_empty();
     let mut rows: Vec<(i64, u8, u64, String)> = Vec::new();
     if want_changes {
@@ -164,6 +173,9 @@ pub fn run(a: QueryArgs) -> anyhow::Result<()> {
             }
         }
     }
+    if a.open {
+        rows = still_open(rows);
+    }
     rows.sort();
     if let Some(l) = a.limit {
         rows.truncate(l);
@@ -188,6 +200,37 @@ pub fn run(a: QueryArgs) -> anyhow::Result<()> {
         eprintln!("observer: nothing in {} matches", record.display());
     }
     Ok(())
+}
+
+/// The latest line of each incident, kept when that line leaves it open.
+fn still_open(rows: Vec<(i64, u8, u64, String)>) -> Vec<(i64, u8, u64, String)> {
+    let mut latest: std::collections::HashMap<String, (i64, u8, u64, String)> =
+        std::collections::HashMap::new();
+    for row in rows {
+        let Ok(v) = serde_json::from_str::<Value>(&row.3) else {
+            continue;
+        };
+        let Some(id) = v.get("id").and_then(Value::as_str) else {
+            continue;
+        };
+        match latest.get(id) {
+            Some(prev) if prev.2 > row.2 => {}
+            _ => {
+                latest.insert(id.to_string(), row);
+            }
+        }
+    }
+    latest
+        .into_values()
+        .filter(|row| {
+            serde_json::from_str::<Value>(&row.3).is_ok_and(|v| {
+                matches!(
+                    v.get("state").and_then(Value::as_str),
+                    Some("open" | "update")
+                )
+            })
+        })
+        .collect()
 }
 
 /// A human line for a stored record.

@@ -325,9 +325,12 @@ fn summarize_table(
         for &i in &idx[1..] {
             changes[i] = None;
         }
+        // The only rule of a chain deleted looks exactly like a flush of that chain: keep the
+        // rule, so that [`settle_flushes`] can say which it was.
+        let only = (idx.len() == 1).then(|| template.rule.clone()).flatten();
         changes[*first] = Some(Change {
             op: Op::ChainFlush,
-            rule: None,
+            rule: only,
             position: None,
             fingerprint: None,
             detail: Some(plural(idx.len(), "rule deleted", "rules deleted")),
@@ -347,6 +350,73 @@ fn summarize_table(
         }];
     }
     out
+}
+
+/// What the writer asked for, when known: tells a flush from the delete of a chain's only
+/// rule, which the rulesets before and after cannot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FlushEvidence {
+    /// Nothing known about the request.
+    Unknown,
+    /// A flush: of these chains, or of every chain when empty (`-F`, a restore).
+    Flush(Vec<String>),
+    /// Rules deleted one by one (`-D`).
+    Delete,
+}
+
+impl FlushEvidence {
+    /// From an iptables-family command line (`iptables -w 5 -t nat -F KUBE-POSTROUTING`).
+    pub fn from_args(args: &[String]) -> FlushEvidence {
+        let Some(tool) = args.first() else {
+            return FlushEvidence::Unknown;
+        };
+        let tool = tool.rsplit('/').next().unwrap_or(tool);
+        if tool.contains("restore") {
+            // A restore writes each chain it names in full: one it left empty is flushed.
+            return FlushEvidence::Flush(Vec::new());
+        }
+        let mut rest = args[1..].iter();
+        while let Some(a) = rest.next() {
+            match a.as_str() {
+                "-F" | "--flush" => {
+                    let chain = rest.next().filter(|c| !c.starts_with('-')).cloned();
+                    return FlushEvidence::Flush(chain.into_iter().collect());
+                }
+                "-D" | "--delete" => return FlushEvidence::Delete,
+                _ => {}
+            }
+        }
+        FlushEvidence::Unknown
+    }
+
+    fn flushes(&self, chain: &str) -> bool {
+        match self {
+            FlushEvidence::Flush(chains) => chains.is_empty() || chains.iter().any(|c| c == chain),
+            _ => false,
+        }
+    }
+}
+
+/// Settle each one-rule `chain_flush` of [`summarize`]: a flush when the writer asked for one,
+/// otherwise the `rule_delete` of that rule, saying when the kernel alone could not tell.
+pub fn settle_flushes(changes: &mut [Change], evidence: &FlushEvidence) {
+    for c in changes.iter_mut() {
+        if c.op != Op::ChainFlush || c.rule.is_none() {
+            continue;
+        }
+        let chain = c.chain.clone().unwrap_or_default();
+        if evidence.flushes(&chain) {
+            c.rule = None;
+            continue;
+        }
+        c.op = Op::RuleDelete;
+        c.detail = Some(match evidence {
+            FlushEvidence::Delete => "the chain's only rule".to_string(),
+            _ => "the chain's only rule; a flush (-F) of a one-rule chain looks the same to the \
+                  kernel, and the writer's request was not seen"
+                .to_string(),
+        });
+    }
 }
 
 /// Remove delete/add pairs of the same rule (same chain, same fingerprint): each delete takes the
@@ -446,6 +516,69 @@ mod tests {
         assert_eq!(out[0].op, Op::ChainFlush);
         assert_eq!(out[0].chain.as_deref(), Some("KUBE-FIREWALL"));
         assert_eq!(out[0].rule, None);
+    }
+
+    #[test]
+    fn the_only_rule_deleted_is_a_flush_only_when_the_writer_flushed() {
+        let one = || {
+            summarize(
+                vec![rule(Op::RuleDelete, "KUBE-FW", "-j DROP", 0, 1)],
+                |_, _, _| 1,
+                |_, _| 5,
+            )
+        };
+        let args = |line: &str| line.split(' ').map(str::to_string).collect::<Vec<_>>();
+        // `-F`: a flush.
+        let mut out = one();
+        let ev = FlushEvidence::from_args(&args("iptables-legacy -w 5 -t nat -F KUBE-FW"));
+        assert_eq!(ev, FlushEvidence::Flush(vec!["KUBE-FW".into()]));
+        settle_flushes(&mut out, &ev);
+        assert_eq!(out[0].op, Op::ChainFlush);
+        assert_eq!(out[0].rule, None);
+        assert_eq!(out[0].detail.as_deref(), Some("1 rule deleted"));
+        // A restore that leaves the chain empty: a flush.
+        let mut out = one();
+        settle_flushes(
+            &mut out,
+            &FlushEvidence::from_args(&args("iptables-restore --noflush")),
+        );
+        assert_eq!(out[0].op, Op::ChainFlush);
+        // `-D`: the rule, by name.
+        let mut out = one();
+        let ev = FlushEvidence::from_args(&args("iptables-legacy -D KUBE-FW 1"));
+        assert_eq!(ev, FlushEvidence::Delete);
+        settle_flushes(&mut out, &ev);
+        assert_eq!(out[0].op, Op::RuleDelete);
+        assert_eq!(out[0].rule.as_deref(), Some("-j DROP"));
+        assert_eq!(out[0].detail.as_deref(), Some("the chain's only rule"));
+        // A flush of another chain, or no request seen: the delete, saying what is not known.
+        let mut out = one();
+        settle_flushes(
+            &mut out,
+            &FlushEvidence::from_args(&args("iptables -F OTHER")),
+        );
+        assert_eq!(out[0].op, Op::RuleDelete);
+        let mut out = one();
+        settle_flushes(&mut out, &FlushEvidence::Unknown);
+        assert_eq!(out[0].op, Op::RuleDelete);
+        assert!(out[0].detail.as_deref().unwrap().contains("looks the same"));
+        // Several rules all deleted stay a flush whatever the evidence.
+        let mut out = summarize(
+            vec![
+                rule(Op::RuleDelete, "X", "-j DROP", 0, 1),
+                rule(Op::RuleDelete, "X", "-j ACCEPT", 1, 2),
+            ],
+            |_, _, _| 2,
+            |_, _| 9,
+        );
+        settle_flushes(&mut out, &FlushEvidence::Unknown);
+        assert_eq!(out[0].op, Op::ChainFlush);
+        assert_eq!(out[0].rule, None);
+        assert_eq!(FlushEvidence::from_args(&[]), FlushEvidence::Unknown);
+        assert_eq!(
+            FlushEvidence::from_args(&args("iptables -F")),
+            FlushEvidence::Flush(Vec::new())
+        );
     }
 
     #[test]

@@ -163,8 +163,20 @@ pub fn resolve_offsets(btf: &KernelBtf) -> Resolved {
         net_ns_inum: get("net", "ns.inum"),
         valid: 0,
         sock_net: Offsets::MISSING,
+        ..Offsets::unset()
     };
     offsets.valid = u32::from(missing.is_empty());
+    // The command line is a bonus: without it, a flush and the delete of a chain's only rule
+    // look the same, which the change line then says.
+    if let (Ok(mm), Ok(start), Ok(end)) = (
+        btf.offset_of("task_struct", "mm"),
+        btf.offset_of("mm_struct", "arg_start"),
+        btf.offset_of("mm_struct", "arg_end"),
+    ) {
+        offsets.task_mm = mm;
+        offsets.mm_arg_start = start;
+        offsets.mm_arg_end = end;
+    }
     // possible_net_t holds one `struct net *net` (CONFIG_NET_NS); without it there is no field.
     let sock_net_missing = match btf.offset_of("sock", "__sk_common.skc_net.net") {
         Ok(off) => {
@@ -257,6 +269,16 @@ mod tests {
         assert!(r.missing.is_empty(), "{name}: missing {:?}", r.missing);
         assert_eq!(r.offsets.valid, 1, "{name}");
         assert_eq!(r.sock_net_missing, None, "{name}");
+        assert_ne!(
+            r.offsets.task_mm,
+            Offsets::MISSING,
+            "{name}: task_struct.mm"
+        );
+        assert_eq!(
+            r.offsets.mm_arg_end,
+            r.offsets.mm_arg_start + 8,
+            "{name}: mm_struct.arg_end follows arg_start"
+        );
         let pid = btf.offset_of("task_struct", "pid").unwrap();
         assert_eq!(r.offsets.task_tgid, pid + 4, "{name}: tgid follows pid");
         let ns = btf.offset_of("net", "ns").unwrap();

@@ -74,6 +74,9 @@ pub struct XtReplaceEvent {
     pub ktime_ns: u64,
     /// Which backend's hook saw it.
     pub source: HookBackend,
+    /// The writer's command line as the kernel hook read it (the first
+    /// [`observer_common::xt::ARGS_LEN`] bytes); empty when it could not be read.
+    pub args: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,6 +98,18 @@ pub enum KernelEvent {
 }
 
 /// Cut a NUL-padded byte string at its first NUL.
+/// The NUL-separated strings of a captured command line, cut at its real length (`len`; the
+/// capture may hold the start of the environment after it). A string cut by the capture's end
+/// is kept as far as it goes.
+pub fn args(bytes: &[u8], len: u32) -> Vec<String> {
+    let end = (len as usize).min(bytes.len());
+    bytes[..end]
+        .split(|&b| b == 0)
+        .filter(|s| !s.is_empty())
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .collect()
+}
+
 pub fn c_str(bytes: &[u8]) -> String {
     let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
     String::from_utf8_lossy(&bytes[..end]).into_owned()
@@ -166,6 +181,7 @@ impl KernelEvent {
                     ktime_ns: header.ktime_ns,
                     source: HookBackend::from_raw(x.source)
                         .ok_or(DecodeError::UnknownHook(x.source))?,
+                    args: args(&x.args, x.args_len),
                 })
             }
             EventKind::NetnsSeen => {
@@ -230,6 +246,9 @@ mod tests {
         p.ancestor_comm[1][..7].copy_from_slice(b"systemd");
         let mut table = [0u8; 32];
         table[..3].copy_from_slice(b"nat");
+        let mut args = [0u8; observer_common::xt::ARGS_LEN];
+        let line = b"ip6tables-legacy\0-F\0KUBE-FW\0";
+        args[..line.len()].copy_from_slice(line);
         Event {
             header: Header {
                 kind: KIND_XT_REPLACE,
@@ -247,6 +266,9 @@ mod tests {
                 size: 100,
                 source: observer_common::hook::HOOK_KPROBE,
                 _pad: 0,
+                args_len: line.len() as u32,
+                _pad2: 0,
+                args,
             },
         }
     }
@@ -265,6 +287,7 @@ mod tests {
         assert_eq!(x.process.ancestors.len(), 2);
         assert_eq!(x.process.ancestors[0].comm, "kube-proxy");
         assert_eq!(x.process.ancestors[1].tgid, 1);
+        assert_eq!(x.args, vec!["ip6tables-legacy", "-F", "KUBE-FW"]);
     }
 
     #[test]
@@ -295,6 +318,17 @@ mod tests {
             KernelEvent::parse(&longer),
             Err(DecodeError::Length { .. })
         ));
+    }
+
+    #[test]
+    fn command_lines_are_cut_at_their_length() {
+        let mut raw = [0u8; 32];
+        let line = b"iptables\0-F\0KUBE-FW\0HOME=/root\0";
+        raw[..line.len()].copy_from_slice(line);
+        assert_eq!(args(&raw, 20), vec!["iptables", "-F", "KUBE-FW"]);
+        assert_eq!(args(&raw, 0), Vec::<String>::new());
+        // Longer than the capture: what was captured, the last string cut.
+        assert_eq!(args(&raw[..14], 200), vec!["iptables", "-F", "KUBE"]);
     }
 
     #[test]

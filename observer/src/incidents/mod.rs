@@ -499,6 +499,24 @@ impl Correlator {
                     }
                 }
                 Op::RuleDelete => {
+                    // Deleting the only rule of someone else's chain empties it, as a flush
+                    // would (the kernel could not tell which it was).
+                    if let (Some(k), Some(i)) = (&key, info) {
+                        let removed = txn
+                            .iter()
+                            .filter(|d| d.op == Op::RuleDelete && d.chain == c.chain)
+                            .count();
+                        let first = txn
+                            .iter()
+                            .position(|d| d.op == Op::RuleDelete && d.chain == c.chain)
+                            .is_some_and(|p| txn[p].seq == c.seq);
+                        let refilled = txn.iter().any(|d| {
+                            matches!(d.op, Op::RuleAdd | Op::RuleReplace) && d.chain == c.chain
+                        });
+                        if first && !refilled && i.rules > 0 && removed >= i.rules {
+                            push(IncidentKind::ForeignFlush, k, i, c.seq, None);
+                        }
+                    }
                     if let (Some(k), Some(rule)) = (&key, c.rule.as_deref()) {
                         for j in drift::jump_targets(c.backend, rule) {
                             unhooks.push((target_key(&j), k.3.clone(), c.seq));
