@@ -131,6 +131,14 @@ impl From<BackendArg> for Backend {
     }
 }
 
+/// When to colour the human output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ColorWhen {
+    Auto,
+    Always,
+    Never,
+}
+
 #[derive(Debug, Args)]
 pub struct TailArgs {
     /// Print JSON lines (the stable contract) instead of human lines.
@@ -169,9 +177,29 @@ pub struct TailArgs {
     #[command(flatten)]
     pub source: SourceArgs,
 
-    /// No colour (also: NO_COLOR set, or output not a terminal).
+    /// No colour (also: NO_COLOR set, or output not a terminal); the same as `--color never`.
     #[arg(long)]
     pub no_color: bool,
+
+    /// Colour: `auto` (when stdout is a terminal and NO_COLOR is not set), `always`, `never`.
+    #[arg(long, value_enum, default_value = "auto", value_name = "WHEN")]
+    pub color: ColorWhen,
+
+    /// Whole lines: do not cut rule text to the terminal's width (`--json` is always whole).
+    #[arg(long)]
+    pub wide: bool,
+
+    /// Times in UTC (default: local time).
+    #[arg(long)]
+    pub utc: bool,
+
+    /// One line per change, as they come, instead of one header per transaction.
+    #[arg(long)]
+    pub no_group: bool,
+
+    /// Every change of a transaction under its header (default: the first 5, then a count).
+    #[arg(short, long)]
+    pub verbose: bool,
 
     /// Follow a running `observer run` at this URL (e.g. `http://10.0.0.5:9820`) instead of the
     /// local kernel; the same filters apply. Needs no root.

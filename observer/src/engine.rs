@@ -22,7 +22,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::attribution::{self, ProcessInfo};
-use crate::cli::{HooksMode, SourceArgs, TailArgs};
+use crate::cli::{ColorWhen, HooksMode, SourceArgs, TailArgs};
 use crate::hooks::decode::{KernelEvent, KernelProcess, XtKind, XtReplaceEvent};
 use crate::hooks::nlattr::{self, WriterCache};
 use crate::hooks::{HookOptions, KernelHooks, ReaderStats};
@@ -31,6 +31,9 @@ use crate::netns::{self, NetnsHandle};
 use crate::nftables::{self, state::GenerationBuilder, state::NftState};
 use crate::output::filter::Filter;
 use crate::output::record::{now, rfc3339};
+use crate::output::screen::{
+    local_offset_s, terminal_width, Screen, ScreenOptions, DEFAULT_GROUP_LINES,
+};
 use crate::output::{ChangeRecord, Format, IncidentRecord, Record, Sink, Source, StatusRecord};
 use crate::ruleset::{self, Backend, Change};
 use crate::xtables::{self, XtError, XtProto, XtTable};
@@ -94,13 +97,23 @@ pub trait Output: Send {
     /// Take one record. An error of kind `BrokenPipe` ends the run quietly (the reader went away);
     /// other errors are logged and the run goes on.
     fn emit(&mut self, record: &Record) -> std::io::Result<()>;
+
+    /// The records of one transaction have all been given (so a view may draw them together).
+    fn end_txn(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
-/// `observer tail`: the filtered stream on stdout.
+/// `observer tail`: the filtered stream on stdout, as JSON lines or as the screen a person reads.
 struct TailOutput {
-    sink: Sink<std::io::Stdout>,
+    view: TailView,
     filter: Filter,
     incidents_only: bool,
+}
+
+enum TailView {
+    Json(Sink<std::io::Stdout>),
+    Screen(Box<Screen<std::io::Stdout>>),
 }
 
 impl Output for TailOutput {
@@ -110,25 +123,54 @@ impl Output for TailOutput {
             Record::Incident(i) => self.filter.matches_incident(i),
             Record::Status(_) => true,
         };
-        if shown {
-            self.sink.write(record)
-        } else {
-            Ok(())
+        if !shown {
+            return Ok(());
+        }
+        match &mut self.view {
+            TailView::Json(sink) => sink.write(record),
+            TailView::Screen(screen) => screen.record(record),
+        }
+    }
+
+    fn end_txn(&mut self) -> std::io::Result<()> {
+        match &mut self.view {
+            TailView::Json(_) => Ok(()),
+            TailView::Screen(screen) => screen.end_txn(),
         }
     }
 }
 
 pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
     let filter = build_filter(&args).map_err(anyhow::Error::msg)?;
-    let colour =
-        !args.no_color && std::env::var_os("NO_COLOR").is_none() && std::io::stdout().is_terminal();
-    let format = if args.json {
-        Format::Json
+    let terminal = std::io::stdout().is_terminal();
+    let colour = match args.color {
+        _ if args.no_color => false,
+        ColorWhen::Always => true,
+        ColorWhen::Never => false,
+        ColorWhen::Auto => terminal && std::env::var_os("NO_COLOR").is_none(),
+    };
+    let view = if args.json {
+        TailView::Json(Sink::new(std::io::stdout(), Format::Json))
     } else {
-        Format::Human { colour }
+        TailView::Screen(Box::new(Screen::new(
+            std::io::stdout(),
+            ScreenOptions {
+                colour,
+                width: if args.wide { None } else { terminal_width() },
+                utc_offset_s: if args.utc { 0 } else { local_offset_s() },
+                group: !args.no_group,
+                group_lines: if args.verbose {
+                    usize::MAX
+                } else {
+                    DEFAULT_GROUP_LINES
+                },
+                footer: terminal,
+                incidents_only: args.incidents_only,
+            },
+        )))
     };
     let output = TailOutput {
-        sink: Sink::new(std::io::stdout(), format),
+        view,
         filter,
         incidents_only: args.incidents_only,
     };
@@ -849,6 +891,12 @@ impl Engine {
             if let Record::Change(c) = record {
                 records.push(c);
             }
+        }
+        if let Err(e) = self.output.end_txn() {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                std::process::exit(0);
+            }
+            tracing::error!("cannot write output: {e}");
         }
         let incidents = self.correlator.observe(&records);
         self.emit_incidents(incidents);

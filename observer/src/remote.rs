@@ -123,8 +123,14 @@ pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
         .as_deref()
         .map(crate::daemon::token_from)
         .transpose()?;
-    let colour =
-        !args.no_color && std::env::var_os("NO_COLOR").is_none() && std::io::stdout().is_terminal();
+    let colour = match args.color {
+        _ if args.no_color => false,
+        crate::cli::ColorWhen::Always => true,
+        crate::cli::ColorWhen::Never => false,
+        crate::cli::ColorWhen::Auto => {
+            std::env::var_os("NO_COLOR").is_none() && std::io::stdout().is_terminal()
+        }
+    };
     let mut printer = Printer {
         json: args.json,
         colour,

@@ -60,6 +60,12 @@ const DEB_PACKAGES: &[DebPackage] = &[
         binaries: &["ps", "pgrep"],
         optional: false,
     },
+    // The live tail's tests run it in a real terminal.
+    DebPackage {
+        name: "tmux",
+        binaries: &["tmux"],
+        optional: false,
+    },
 ];
 
 #[derive(Clone, Copy, Debug, Default)]

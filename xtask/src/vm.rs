@@ -242,7 +242,24 @@ pub fn boot_niced(
         .current_dir(dir);
     eprintln!("xtask: == {}", cmd::describe(&c));
     // KVM is present on these machines but the guest hangs with it; software emulation works.
-    cmd::run_status(&mut c)
+    // The guest's console goes through a pipe, copied to our stdout: given our stdout itself
+    // (a file, with `cargo xtask test > log`), the emulator reopens it with truncation and
+    // everything written before the boot is lost.
+    c.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped());
+    let mut child = c
+        .spawn()
+        .with_context(|| format!("could not start `{}`", cmd::describe(&c)))?;
+    if let Some(mut console) = child.stdout.take() {
+        let mut out = std::io::stdout();
+        // A closed stdout of ours ends the copy, not the guest.
+        let _ = std::io::copy(&mut console, &mut out);
+    }
+    let status = child.wait().context("waiting for the guest")?;
+    use std::os::unix::process::ExitStatusExt as _;
+    Ok(status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
 }
 
 /// What the guest left behind.

@@ -417,7 +417,7 @@ impl Txn {
         let set = st.table(key.0, &key.1).and_then(|t| t.sets.get(&key.2));
         if !self.elems.contains_key(key) {
             let slot = self.slot();
-            let count_before = set.map(|s| s.elements.len()).unwrap_or(0);
+            let count_before = set.map(|s| counted(s.elements.values())).unwrap_or(0);
             self.elems.insert(
                 key.clone(),
                 ElemNet {
@@ -788,7 +788,7 @@ impl Txn {
                         rule: Some(text),
                         ..base.clone()
                     }
-                    .detail(plural(list.len(), "element")),
+                    .detail(plural(counted(list.iter().copied()), "element")),
                 );
             }
         }
@@ -838,6 +838,14 @@ fn with_detail(c: Change, detail: Option<String>) -> Change {
     }
 }
 
+/// How many elements a person counts: an interval is one element, though the kernel keeps it
+/// as two (its start, and an end marked `NFT_SET_ELEM_INTERVAL_END`).
+fn counted<'e>(elems: impl Iterator<Item = &'e Element>) -> usize {
+    elems
+        .filter(|e| e.flags & super::decode::NFT_SET_ELEM_INTERVAL_END == 0)
+        .count()
+}
+
 fn plural(n: usize, what: &str) -> String {
     if n == 1 {
         format!("1 {what}")
@@ -864,5 +872,39 @@ fn placeholder_table(r: &Rule) -> Table {
         name: r.table.clone(),
         flags: 0,
         handle: None,
+    }
+}
+
+#[cfg(test)]
+mod count_tests {
+    use super::*;
+
+    fn element(key: [u8; 4], flags: u32) -> Element {
+        Element {
+            key: key.to_vec(),
+            key_end: None,
+            data: None,
+            objref: None,
+            flags,
+            timeout_ms: None,
+            comment: None,
+        }
+    }
+
+    #[test]
+    fn an_interval_is_one_element() {
+        use super::super::decode::NFT_SET_ELEM_INTERVAL_END as END;
+        // `{ 10.0.0.0/8, 192.168.1.1-192.168.1.9 }` as the kernel keeps it: a leading end at
+        // 0.0.0.0, then each range's start and the end just past it.
+        let kept = [
+            element([0, 0, 0, 0], END),
+            element([10, 0, 0, 0], 0),
+            element([11, 0, 0, 0], END),
+            element([192, 168, 1, 1], 0),
+            element([192, 168, 1, 10], END),
+        ];
+        assert_eq!(counted(kept.iter()), 2);
+        assert_eq!(plural(counted(kept.iter()), "element"), "2 elements");
+        assert_eq!(counted([element([10, 0, 0, 3], 0)].iter()), 1);
     }
 }

@@ -4,6 +4,7 @@
 pub mod filter;
 pub mod human;
 pub mod record;
+pub mod screen;
 
 use std::io::{self, Write};
 

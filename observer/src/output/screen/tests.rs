@@ -1,0 +1,334 @@
+//! The screen on records built here: columns, widths, grouping, incident blocks, the footer.
+
+use super::*;
+use crate::attribution::ProcessInfo;
+use crate::output::record::{IncidentKind, OwnerHit, Source};
+use crate::ruleset::Family;
+
+fn change(seq: u64, txn: &str, op: Op, chain: &str, rule: Option<&str>) -> ChangeRecord {
+    ChangeRecord {
+        seq,
+        time: "2026-11-21T05:42:37.123456789Z".into(),
+        netns: 4026532317,
+        netns_name: Some("blue".into()),
+        backend: Backend::Legacy,
+        family: Family::Ip,
+        table: "filter".into(),
+        chain: Some(chain.into()),
+        op,
+        rule: rule.map(str::to_string),
+        detail: None,
+        txn: txn.into(),
+        result: "ok".into(),
+        source: Source::Tracepoint,
+        process: ProcessInfo {
+            pid: 4121,
+            tid: 4121,
+            comm: "iptables-restor".into(),
+            ppid: Some(4119),
+            parent_comm: Some("kube-proxy".into()),
+            actor: "kube-proxy".into(),
+            cgroup: None,
+            unit: None,
+            container_id: None,
+            pod: None,
+        },
+        replayed: false,
+        recovered: false,
+    }
+}
+
+fn opts(width: Option<usize>) -> ScreenOptions {
+    ScreenOptions {
+        colour: false,
+        width,
+        utc_offset_s: 0,
+        group: true,
+        group_lines: DEFAULT_GROUP_LINES,
+        footer: false,
+        incidents_only: false,
+    }
+}
+
+fn draw(opt: ScreenOptions, records: &[Record]) -> Vec<String> {
+    let mut out = Vec::new();
+    {
+        let mut s = Screen::new(&mut out, opt);
+        for r in records {
+            s.record(r).unwrap();
+        }
+        s.end_txn().unwrap();
+    }
+    String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+const LONG_RULE: &str = "-s 10.96.0.10/32 -p udp -m comment --comment \"kube-system/kube-dns:dns cluster IP\" -m udp --dport 53 -j KUBE-SVC-TCOU7JCQXEZGVUNU";
+
+#[test]
+fn columns_line_up_whatever_the_names() {
+    let a = change(1, "a", Op::RuleAdd, "X", Some("-j ACCEPT"));
+    let mut b = change(2, "b", Op::ChainDelete, "KUBE-SVC-TCOU7JCQXEZGVUNU", None);
+    b.netns_name = Some("a-much-longer-namespace-name".into());
+    b.process.actor = "calico-node".into();
+    for width in [None, Some(200), Some(80)] {
+        let lines = draw(
+            opts(width),
+            &[Record::Change(a.clone()), Record::Change(b.clone())],
+        );
+        let at = |l: &str, w: &str| {
+            let byte = l.find(w).unwrap_or_else(|| panic!("{w} in {l}"));
+            l[..byte].chars().count()
+        };
+        assert_eq!(
+            at(&lines[0], "rule_add"),
+            at(lines.last().unwrap(), "chain_delete"),
+            "{width:?}: {lines:#?}"
+        );
+        if let Some(w) = width {
+            for l in &lines {
+                assert!(l.chars().count() <= w, "{w}: {l}");
+            }
+        }
+    }
+}
+
+#[test]
+fn long_rules_are_cut_to_the_terminal_and_whole_otherwise() {
+    let c = change(1, "a", Op::RuleAdd, "KUBE-SERVICES", Some(LONG_RULE));
+    let wide = draw(opts(Some(300)), &[Record::Change(c.clone())]);
+    assert_eq!(wide.len(), 1);
+    assert!(wide[0].contains(LONG_RULE), "{wide:#?}");
+    let mid = draw(opts(Some(130)), &[Record::Change(c.clone())]);
+    assert_eq!(mid.len(), 1);
+    assert!(
+        mid[0].ends_with('…') && mid[0].chars().count() == 130,
+        "{mid:#?}"
+    );
+    // Narrow: the rule on a line of its own under the columns, cut to fit.
+    let narrow = draw(opts(Some(80)), &[Record::Change(c.clone())]);
+    assert_eq!(narrow.len(), 2, "{narrow:#?}");
+    assert!(narrow[1].trim_start().starts_with("↳ -s 10.96.0.10/32"));
+    assert!(narrow[1].ends_with('…') && narrow[1].chars().count() == 80);
+    // Not a terminal (or --wide): whole.
+    let whole = draw(opts(None), &[Record::Change(c)]);
+    assert!(whole[0].ends_with(LONG_RULE));
+}
+
+#[test]
+fn a_transaction_is_one_header_with_its_changes_collapsed() {
+    let records: Vec<Record> = (0..300)
+        .map(|i| {
+            Record::Change(change(
+                i,
+                "t1",
+                Op::RuleAdd,
+                "KUBE-SVC-A",
+                Some("-j ACCEPT"),
+            ))
+        })
+        .chain(std::iter::once(Record::Change(change(
+            300,
+            "t1",
+            Op::ChainCreate,
+            "KUBE-SVC-A",
+            None,
+        ))))
+        .collect();
+    let lines = draw(opts(Some(200)), &records);
+    assert_eq!(lines.len(), 1 + DEFAULT_GROUP_LINES + 1, "{lines:#?}");
+    assert!(lines[0].contains("── kube-proxy [iptables-restor 4121 < kube-proxy]"));
+    assert!(
+        lines[0].contains("301 changes in legacy ip filter"),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[0].contains("300 rule_add, 1 chain_create"),
+        "{}",
+        lines[0]
+    );
+    assert!(lines.last().unwrap().contains("296 more changes"));
+    // -v: every change; --no-group: today's flat lines.
+    let mut all = opts(Some(200));
+    all.group_lines = usize::MAX;
+    assert_eq!(draw(all, &records).len(), 302);
+    let mut flat = opts(Some(200));
+    flat.group = false;
+    assert_eq!(draw(flat, &records).len(), 301);
+    // Two transactions: two groups, in order.
+    let two = draw(
+        opts(Some(200)),
+        &[
+            Record::Change(change(1, "a", Op::RuleAdd, "A", Some("-j ACCEPT"))),
+            Record::Change(change(2, "a", Op::RuleAdd, "A", Some("-j DROP"))),
+            Record::Change(change(3, "b", Op::RuleAdd, "B", Some("-j ACCEPT"))),
+        ],
+    );
+    assert_eq!(two.len(), 4, "{two:#?}");
+    assert!(two[0].contains("2 changes"));
+    assert!(two[3].contains(" B "));
+}
+
+#[test]
+fn a_new_legacy_table_is_one_line() {
+    let mut t = change(1, "t", Op::TableCreate, "", None);
+    t.chain = None;
+    t.table = "nat".into();
+    let chains: Vec<Record> = ["PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"]
+        .iter()
+        .map(|c| {
+            let mut c = change(2, "t", Op::ChainCreate, c, None);
+            c.table = "nat".into();
+            Record::Change(c)
+        })
+        .collect();
+    let mut records = vec![Record::Change(t)];
+    records.extend(chains);
+    let lines = draw(opts(None), &records);
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    assert!(lines[0].contains("table_create"));
+    assert!(lines[0].contains("built-in chains PREROUTING, INPUT, OUTPUT, POSTROUTING"));
+}
+
+fn incident(state: IncidentState) -> IncidentRecord {
+    IncidentRecord {
+        id: "mass_flush-7-3".into(),
+        time: "2026-11-21T05:42:39.000000000Z".into(),
+        since: "2026-11-21T05:42:37.200000000Z".into(),
+        state,
+        kind: IncidentKind::MassFlush,
+        severity: Severity::Critical,
+        netns: 7,
+        netns_name: Some("blue".into()),
+        backend: Backend::Legacy,
+        family: Family::Ip,
+        table: "filter".into(),
+        chains: vec!["KUBE-FIREWALL".into(), "KUBE-SERVICES".into()],
+        owner: "kube-proxy".into(),
+        actors: vec!["iptables.init".into()],
+        events: vec![3, 4],
+        summary: "iptables.init flushed or deleted the chains of 2 owners at once.".into(),
+        cycles: None,
+        last: None,
+        rule: None,
+        was: None,
+        lost: Vec::new(),
+        owners: vec![
+            OwnerHit {
+                owner: "kube-proxy".into(),
+                chains: vec!["KUBE-SERVICES".into()],
+                repaired: state == IncidentState::Resolved,
+                repair_ms: (state == IncidentState::Resolved).then_some(1800),
+                repaired_by: (state == IncidentState::Resolved).then(|| "kube-proxy".into()),
+                failed: None,
+            },
+            OwnerHit {
+                owner: "kubelet".into(),
+                chains: vec!["KUBE-FIREWALL".into()],
+                repaired: state == IncidentState::Resolved,
+                repair_ms: (state == IncidentState::Resolved).then_some(2500),
+                repaired_by: (state == IncidentState::Resolved).then(|| "kubelet".into()),
+                failed: None,
+            },
+        ],
+        tables: vec!["ip filter".into(), "ip nat".into()],
+        merged_into: None,
+        backends: None,
+        last_backend: None,
+    }
+}
+
+#[test]
+fn incidents_are_blocks_that_say_how_they_ended() {
+    let open = draw(
+        opts(Some(100)),
+        &[Record::Incident(incident(IncidentState::Open))],
+    );
+    assert!(
+        open[0].starts_with("!! 05:42:39.000 CRITICAL mass_flush OPEN"),
+        "{open:#?}"
+    );
+    assert!(open[1].contains("legacy ip filter, ip nat · owner kube-proxy · by iptables.init"));
+    assert!(
+        open[2].contains("kubelet (1 chains: not repaired yet)"),
+        "{open:#?}"
+    );
+    assert!(open.iter().all(|l| l.chars().count() <= 100));
+    let done = draw(
+        opts(Some(100)),
+        &[Record::Incident(incident(IncidentState::Resolved))],
+    );
+    assert!(
+        done[0].contains("RESOLVED after 1.8 s by kube-proxy, after 2.5 s by kubelet"),
+        "{done:#?}"
+    );
+    let expired = draw(
+        opts(Some(100)),
+        &[Record::Incident(incident(IncidentState::Expired))],
+    );
+    assert!(
+        expired[0].contains("EXPIRED NOT repaired: kube-proxy, kubelet"),
+        "{expired:#?}"
+    );
+    assert!(expired[2].contains("NEVER repaired"));
+    // --incidents-only: one line each.
+    let mut compact = opts(Some(100));
+    compact.incidents_only = true;
+    let lines = draw(
+        compact,
+        &[
+            Record::Change(change(1, "a", Op::RuleAdd, "A", None)),
+            Record::Incident(incident(IncidentState::Open)),
+            Record::Incident(incident(IncidentState::Resolved)),
+        ],
+    );
+    assert_eq!(lines.len(), 2, "{lines:#?}");
+    assert!(lines[1].contains("resolved") && lines[1].contains("after 1.8 s by kube-proxy"));
+}
+
+#[test]
+fn colour_only_when_asked_and_the_footer_counts_what_is_open() {
+    let mut o = opts(Some(120));
+    o.colour = true;
+    o.footer = true;
+    let mut out = Vec::new();
+    {
+        let mut s = Screen::new(&mut out, o);
+        s.record(&Record::Incident(incident(IncidentState::Open)))
+            .unwrap();
+        s.record(&Record::Change(change(
+            1,
+            "a",
+            Op::RuleAdd,
+            "A",
+            Some("-j ACCEPT"),
+        )))
+        .unwrap();
+        s.end_txn().unwrap();
+    }
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.contains("\x1b["), "colour");
+    assert!(text.contains("open incidents: 1 (1 critical)"), "{text}");
+    // The footer is erased before every new line and redrawn under it.
+    assert!(text.contains("\r\x1b[2K"));
+    let plain = draw(
+        opts(Some(120)),
+        &[Record::Incident(incident(IncidentState::Open))],
+    );
+    assert!(plain.iter().all(|l| !l.contains('\x1b')));
+}
+
+#[test]
+fn times_are_local_unless_utc() {
+    let c = change(1, "a", Op::RuleAdd, "A", None);
+    let mut o = opts(None);
+    o.utc_offset_s = 3600;
+    let lines = draw(o, &[Record::Change(c.clone())]);
+    assert!(lines[0].starts_with("06:42:37.123456"), "{lines:#?}");
+    let lines = draw(opts(None), &[Record::Change(c)]);
+    assert!(lines[0].starts_with("05:42:37.123456"));
+}
