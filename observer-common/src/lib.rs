@@ -130,7 +130,7 @@ mod tests {
             size_of::<ns::Umount>(),
             size_of::<process::Process>() + ns::UMOUNT_PATH_LEN
         );
-        assert_eq!(size_of::<offsets::Offsets>(), 4 * 8);
+        assert_eq!(size_of::<offsets::Offsets>(), 4 * 12);
         assert_eq!(size_of::<nfnl::NlOffsets>(), 4 * 13);
         assert_eq!(
             size_of::<nfnl::NfnlRefused>(),

@@ -345,6 +345,7 @@ fn summarize_table(
         out = vec![Change {
             op: Op::TableFlush,
             chain: None,
+            rule: None,
             detail: Some(format!("{} chains, {} rules deleted", flushed.len(), rules)),
             ..first
         }];

@@ -328,7 +328,7 @@ mod tests {
         assert_eq!(args(&raw, 20), vec!["iptables", "-F", "KUBE-FW"]);
         assert_eq!(args(&raw, 0), Vec::<String>::new());
         // Longer than the capture: what was captured, the last string cut.
-        assert_eq!(args(&raw[..14], 200), vec!["iptables", "-F", "KUBE"]);
+        assert_eq!(args(&raw[..14], 200), vec!["iptables", "-F", "KU"]);
     }
 
     #[test]
