@@ -246,6 +246,22 @@ fn nft_changes_in_a_namespace_created_after_start() {
     obs.expect("second rule_add", WAIT, |v| {
         here(v) && change("rule_add", Some("input"))(v) && v["rule"] == "ip saddr 10.0.0.0/8 drop"
     });
+    // Interfaces are named from the namespace's own link table, as `nft` names them.
+    ns.write(
+        &w,
+        &[
+            "ip", "link", "add", "obs0", "type", "veth", "peer", "name", "obs1",
+        ],
+    );
+    ns.write(
+        &w,
+        &[
+            "nft", "add", "rule", "inet", "obst", "input", "iif", "obs1", "accept",
+        ],
+    );
+    obs.expect("rule_add naming an interface", WAIT, |v| {
+        here(v) && change("rule_add", Some("input"))(v) && v["rule"] == "iif \"obs1\" accept"
+    });
 
     ns.write(&w, &["nft", "flush", "chain", "inet", "obst", "input"]);
     let v = obs.expect("chain_flush", WAIT, |v| {

@@ -450,6 +450,8 @@ pub(crate) struct Baseline {
     pub nft: Option<(NftState, u32)>,
     pub legacy: HashMap<(XtProto, String), XtTable>,
     ipsets: Option<crate::ipset::Sets>,
+    /// The namespace's interface names, for rule text (a socket opened inside it).
+    ifnames: Option<nftables::ifnames::IfNames>,
     pub problems: Vec<String>,
 }
 
@@ -462,6 +464,9 @@ pub(crate) fn read_baseline(read_legacy: bool, subscribe: Option<usize>) -> Base
         legacy: HashMap::new(),
         // A namespace found late already holds the change that revealed it: no baseline.
         ipsets: read_legacy.then(|| crate::ipset::list().ok()).flatten(),
+        ifnames: nftables::ifnames::IfNames::open()
+            .map_err(|e| tracing::debug!("interface names: {e}"))
+            .ok(),
         problems: Vec::new(),
     };
     if let Some(rcvbuf) = subscribe {
@@ -474,7 +479,8 @@ pub(crate) fn read_baseline(read_legacy: bool, subscribe: Option<usize>) -> Base
         match nftables::dump() {
             Ok(d) => {
                 let gen = d.gen_id;
-                b.nft = Some((NftState::from_dump(&d), gen));
+                let state = nftables::ifnames::scope(&mut b.ifnames, || NftState::from_dump(&d));
+                b.nft = Some((state, gen));
             }
             Err(e) => b.problems.push(format!("nftables dump: {e}")),
         }
@@ -630,7 +636,8 @@ impl Engine {
             }
             let reader = handle.file.try_clone().and_then(|ns| {
                 let writers = self.nft_writers();
-                spawn_nft_reader(inode, ns, sock, state, self.ns_tx.clone(), writers)
+                let builder = GenerationBuilder::new(state).with_ifnames(baseline.ifnames);
+                spawn_nft_reader(inode, ns, sock, builder, self.ns_tx.clone(), writers)
             });
             match reader {
                 Ok(task) => watched.nft_reader = Some(task),
@@ -1054,25 +1061,27 @@ fn spawn_nft_reader(
     inode: u32,
     ns: std::fs::File,
     sock: Socket,
-    state: NftState,
+    builder: GenerationBuilder,
     tx: mpsc::Sender<NsMsg>,
     writers: Option<Arc<WriterCache>>,
 ) -> std::io::Result<JoinHandle<()>> {
     // SAFETY: the socket owns its fd and is moved into the AsyncFd, which keeps it open until the
     // task ends.
     let fd = unsafe { AsyncFd::register(sock) }.map_err(std::io::Error::from)?;
-    Ok(tokio::spawn(nft_reader(inode, ns, fd, state, tx, writers)))
+    Ok(tokio::spawn(nft_reader(
+        inode, ns, fd, builder, tx, writers,
+    )))
 }
 
 async fn nft_reader(
     inode: u32,
     ns: std::fs::File,
     fd: AsyncFd<Socket>,
-    state: NftState,
+    builder: GenerationBuilder,
     tx: mpsc::Sender<NsMsg>,
     writers: Option<Arc<WriterCache>>,
 ) {
-    let why = read_notifications(inode, &ns, fd, state, &tx, writers.as_deref()).await;
+    let why = read_notifications(inode, &ns, fd, builder, &tx, writers.as_deref()).await;
     let _ = tx
         .send(NsMsg::Trouble {
             inode,
@@ -1086,11 +1095,10 @@ async fn read_notifications(
     inode: u32,
     ns: &std::fs::File,
     mut fd: AsyncFd<Socket>,
-    state: NftState,
+    mut builder: GenerationBuilder,
     tx: &mpsc::Sender<NsMsg>,
     writers: Option<&WriterCache>,
 ) -> String {
-    let mut builder = GenerationBuilder::new(state);
     let mut buf = vec![0u8; nftables::socket::RECV_BUF_BYTES];
     loop {
         let mut guard = match fd.readable_mut().await {

@@ -19,6 +19,7 @@ use std::collections::{BTreeMap, HashMap};
 use super::decode::{
     self, Chain, Element, Gen, Notification, Rule, Set, SetElems, Skipped, Table, Verb,
 };
+use super::ifnames::{self, IfNames};
 use super::render;
 use super::socket::Dump;
 use super::state::{
@@ -52,6 +53,8 @@ pub struct GenerationBuilder {
     state: NftState,
     pending: Vec<Notification>,
     skipped: u64,
+    /// The namespace's interface names, for `iif`/`oif` in rule text.
+    ifnames: Option<IfNames>,
 }
 
 impl GenerationBuilder {
@@ -62,7 +65,22 @@ impl GenerationBuilder {
             state,
             pending: Vec::new(),
             skipped: 0,
+            ifnames: None,
         }
+    }
+
+    /// Name interfaces in rule text from this namespace's link table (see [`ifnames`]).
+    pub fn with_ifnames(mut self, names: Option<IfNames>) -> GenerationBuilder {
+        self.ifnames = names;
+        self
+    }
+
+    /// Run `f` with the namespace's interface names lent to the renderer.
+    fn named<R>(&mut self, f: impl FnOnce(&mut Self) -> R) -> R {
+        let mut names = self.ifnames.take();
+        let out = ifnames::scope(&mut names, || f(self));
+        self.ifnames = names;
+        out
     }
 
     #[allow(
@@ -87,6 +105,10 @@ impl GenerationBuilder {
 
     /// Decode a datagram and feed every message in it.
     pub fn feed(&mut self, datagram: &[u8]) -> Fed {
+        self.named(|b| b.feed_named(datagram))
+    }
+
+    fn feed_named(&mut self, datagram: &[u8]) -> Fed {
         let mut fed = Fed::default();
         for n in decode::decode(datagram) {
             match n {
@@ -94,7 +116,7 @@ impl GenerationBuilder {
                     self.skipped += 1;
                     fed.skipped.push(s);
                 }
-                n => fed.transactions.extend(self.push(n)),
+                n => fed.transactions.extend(self.push_named(n)),
             }
         }
         fed
@@ -103,6 +125,10 @@ impl GenerationBuilder {
     /// Feed one notification; a NEWGEN closes the transaction and returns it (unless the
     /// generation is not newer than the state, i.e. already in the dump).
     pub fn push(&mut self, n: Notification) -> Option<Transaction> {
+        self.named(|b| b.push_named(n))
+    }
+
+    fn push_named(&mut self, n: Notification) -> Option<Transaction> {
         let gen = match n {
             Notification::Gen(g) => g,
             Notification::Skipped(_) => {
@@ -131,9 +157,16 @@ impl GenerationBuilder {
     /// dump holds what they described.
     pub fn resync(&mut self, dump: &Dump) -> Transaction {
         self.pending.clear();
-        let new = NftState::from_dump(dump);
-        let items = catch_up(&self.state, &new, dump);
-        let changes = Txn::default().apply(&mut self.state, items);
+        // Interfaces may have been renamed meanwhile.
+        if let Some(n) = self.ifnames.as_mut() {
+            n.clear();
+        }
+        let (new, changes) = self.named(|b| {
+            let new = NftState::from_dump(dump);
+            let items = catch_up(&b.state, &new, dump);
+            let changes = Txn::default().apply(&mut b.state, items);
+            (new, changes)
+        });
         self.state = new;
         Transaction {
             gen_id: dump.gen_id,

@@ -22,10 +22,13 @@
 use std::io;
 
 mod compat;
+#[cfg(test)]
+mod corpus;
 pub mod decode;
 mod expr;
 mod fields;
 pub mod generation;
+pub mod ifnames;
 pub(crate) mod nla;
 pub mod render;
 #[cfg(test)]

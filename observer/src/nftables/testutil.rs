@@ -71,6 +71,20 @@ impl Netns {
     }
 }
 
+impl Netns {
+    /// The namespace's interface names, from a socket opened inside it.
+    pub fn ifnames(&self) -> super::ifnames::IfNames {
+        let path = format!("/run/netns/{}", self.name);
+        std::thread::spawn(move || {
+            let f = File::open(&path).expect("open netns file");
+            nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+            super::ifnames::IfNames::open().expect("NETLINK_ROUTE socket")
+        })
+        .join()
+        .expect("netns thread")
+    }
+}
+
 impl Drop for Netns {
     fn drop(&mut self) {
         let _ = Command::new("ip")

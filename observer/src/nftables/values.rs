@@ -188,10 +188,12 @@ pub(crate) fn format(ty: Ty, order: Order, bytes: &[u8]) -> String {
             .map(|b| format!("{b:02x}"))
             .collect::<Vec<_>>()
             .join(":"),
-        // The loopback device is index 1 in every namespace (LOOPBACK_IFINDEX), so it is
-        // named as `nft` names it; other indexes would need the namespace's own link table.
-        Ty::Ifindex if n == 1 => "\"lo\"".to_string(),
-        Ty::Integer | Ty::Port | Ty::Ifindex => n.to_string(),
+        // Named as `nft` names it, from the namespace's own link table (see `ifnames`).
+        Ty::Ifindex => match super::ifnames::lookup(n as u32) {
+            Some(name) => format!("\"{name}\""),
+            None => n.to_string(),
+        },
+        Ty::Integer | Ty::Port => n.to_string(),
         Ty::Boolean => if n == 0 { "false" } else { "true" }.into(),
         Ty::InetProto => named(INET_PROTO, n),
         Ty::EtherType => match n {

@@ -57,6 +57,24 @@ pub(super) fn match_options(out: &mut String, cx: &Cx<'_>, m: &Ext<'_>) -> Optio
             }
             Some(())
         }
+        (b"socket", 0) if d.is_empty() => {
+            out.push_str("socket");
+            Some(())
+        }
+        (b"socket", 1..=3) => {
+            let flags = u8_at(d, 0)?;
+            out.push_str("socket");
+            for (bit, opt) in [
+                (0x1, " --transparent"),
+                (0x2, " --nowildcard"),
+                (0x4, " --restore-skmark"),
+            ] {
+                if flags & bit != 0 {
+                    out.push_str(opt);
+                }
+            }
+            Some(())
+        }
         (b"mac", 0) => {
             let (addr, invert) = (d.get(0..6)?, i32_at(d, 8)?);
             out.push_str("mac");
@@ -690,6 +708,20 @@ pub(super) fn target_options(out: &mut String, cx: &Cx<'_>, t: &Ext<'_>) -> Opti
                     let _ = write!(out, " {opt}");
                 }
             }
+        }
+        (b"TPROXY", 0 | 1) => {
+            // v0: mark_mask, mark_value, laddr (__be32), lport; v1: laddr is nf_inet_addr.
+            let (mask, value) = (u32_at(d, 0)?, u32_at(d, 4)?);
+            let (addr, port_at) = match (t.revision, cx.proto) {
+                (0, _) => (ipv4_at(d, 8)?.to_string(), 12),
+                (_, XtProto::Ipv6) => (ip6_text(&ipv6_at(d, 8)?), 24),
+                _ => (ipv4_at(d, 8)?.to_string(), 24),
+            };
+            let port = u16::from_be(u16_at(d, port_at)?);
+            let _ = write!(
+                out,
+                "TPROXY --on-port {port} --on-ip {addr} --tproxy-mark 0x{value:x}/0x{mask:x}"
+            );
         }
         (b"NOTRACK", 0) if d.is_empty() => out.push_str("NOTRACK"),
         (b"CT", 0..=2) => ct(out, d, t.revision)?,

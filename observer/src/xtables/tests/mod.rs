@@ -166,4 +166,5 @@ fn fingerprints_ignore_counters() {
 
 mod blobs;
 mod changes;
+mod corpus;
 mod live;
