@@ -565,10 +565,66 @@ fn a_restart_keeps_the_record_and_the_numbering_and_remote_tails_resume() {
     assert_eq!(all, unique, "no seq twice, in order");
     let _ = remote.kill();
     let _ = remote.wait();
+
+    // `tail --since`: history (the record for what the restarted daemon's memory lacks, then
+    // memory), then live, each change once and in order.
+    let since_tail = |since: &str| {
+        let mut child = Command::new(observer_bin())
+            .args(["tail", "--json", "--remote"])
+            .arg(format!("http://127.0.0.1:{port}"))
+            .args(["--netns", &inode.to_string(), "--since", since])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start tail --since");
+        let rx = json_lines(child.stdout.take().expect("stdout"));
+        (child, rx)
+    };
+    let (hist, hist_rx) = since_tail("1h");
+    let (late, late_rx) = since_tail(after["time"].as_str().expect("time"));
+    let mut hist_seen = Vec::new();
+    let mut late_seen = Vec::new();
+    wait_for(&hist_rx, &mut hist_seen, "OBS-AFTER from history", |v| {
+        v["chain"] == "OBS-AFTER"
+    });
+    wait_for(&late_rx, &mut late_seen, "OBS-AFTER from history", |v| {
+        v["chain"] == "OBS-AFTER"
+    });
+    ns.write(&w, &["iptables-legacy", "-N", "OBS-LIVE"]);
+    let live = d.expect("OBS-LIVE", |v| here(v) && v["chain"] == "OBS-LIVE");
+    wait_for(&hist_rx, &mut hist_seen, "OBS-LIVE", |v| {
+        v["chain"] == "OBS-LIVE"
+    });
+    wait_for(&late_rx, &mut late_seen, "OBS-LIVE", |v| {
+        v["chain"] == "OBS-LIVE"
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    hist_seen.extend(hist_rx.try_iter());
+    late_seen.extend(late_rx.try_iter());
+    let obs = |seen: &[Value]| -> Vec<Value> {
+        seen.iter()
+            .filter(|v| v["kind"] == "change")
+            .filter(|v| v["chain"].as_str().is_some_and(|c| c.starts_with("OBS-")))
+            .cloned()
+            .collect()
+    };
+    assert_eq!(
+        obs(&hist_seen),
+        vec![before.clone(), after.clone(), live.clone()]
+    );
+    assert_eq!(
+        obs(&late_seen),
+        vec![after.clone(), live.clone()],
+        "nothing before --since"
+    );
+    for mut c in [hist, late] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
     d.stop();
 
     let rows = query(&record, &["--chain", "OBS-*", "--since", "1h"]);
-    assert_eq!(rows, vec![before, after]);
+    assert_eq!(rows, vec![before, after, live]);
 }
 
 /// Run `observer run ARGS` expecting it to refuse to start; returns stderr.

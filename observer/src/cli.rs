@@ -206,6 +206,12 @@ pub struct TailArgs {
     #[arg(long, value_name = "URL")]
     pub remote: Option<String>,
 
+    /// With `--remote`: first print what the daemon saw since this moment (`10m`, `2h`, or an RFC
+    /// 3339 time; from its memory and its record), then go on live, with no gap and no
+    /// duplicate. Durations are read on the daemon's clock.
+    #[arg(long, value_name = "WHEN", requires = "remote")]
+    pub since: Option<String>,
+
     /// File holding the bearer token for `--remote`.
     #[arg(long, value_name = "FILE", requires = "remote")]
     pub token_file: Option<std::path::PathBuf>,

@@ -140,8 +140,9 @@ impl Output for TailOutput {
     }
 }
 
-pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
-    let filter = build_filter(&args).map_err(anyhow::Error::msg)?;
+/// The screen a person reads, as `observer tail`'s flags and the terminal ask for (local and
+/// `--remote` alike).
+pub(crate) fn tail_screen(args: &TailArgs) -> Screen<std::io::Stdout> {
     let terminal = std::io::stdout().is_terminal();
     let colour = match args.color {
         _ if args.no_color => false,
@@ -149,25 +150,30 @@ pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
         ColorWhen::Never => false,
         ColorWhen::Auto => terminal && std::env::var_os("NO_COLOR").is_none(),
     };
+    Screen::new(
+        std::io::stdout(),
+        ScreenOptions {
+            colour,
+            width: if args.wide { None } else { terminal_width() },
+            utc_offset_s: if args.utc { 0 } else { local_offset_s() },
+            group: !args.no_group,
+            group_lines: if args.verbose {
+                usize::MAX
+            } else {
+                DEFAULT_GROUP_LINES
+            },
+            footer: terminal,
+            incidents_only: args.incidents_only,
+        },
+    )
+}
+
+pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
+    let filter = build_filter(&args).map_err(anyhow::Error::msg)?;
     let view = if args.json {
         TailView::Json(Sink::new(std::io::stdout(), Format::Json))
     } else {
-        TailView::Screen(Box::new(Screen::new(
-            std::io::stdout(),
-            ScreenOptions {
-                colour,
-                width: if args.wide { None } else { terminal_width() },
-                utc_offset_s: if args.utc { 0 } else { local_offset_s() },
-                group: !args.no_group,
-                group_lines: if args.verbose {
-                    usize::MAX
-                } else {
-                    DEFAULT_GROUP_LINES
-                },
-                footer: terminal,
-                incidents_only: args.incidents_only,
-            },
-        )))
+        TailView::Screen(Box::new(tail_screen(&args)))
     };
     let output = TailOutput {
         view,

@@ -3,7 +3,7 @@
 //! (as query parameters) and, when the connection drops, reconnects with `Last-Event-ID`, so
 //! nothing is missed and nothing printed twice. Plain HTTP (the daemon serves no TLS).
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
@@ -14,7 +14,11 @@ use hyper_util::rt::TokioIo;
 use serde_json::Value;
 
 use crate::cli::TailArgs;
-use crate::output::{human, ChangeRecord, Record};
+use crate::output::screen::Screen;
+use crate::output::Record;
+
+/// A pause this long in the stream ends the transaction being drawn.
+const IDLE: Duration = Duration::from_millis(100);
 
 /// One Server-Sent Event.
 #[derive(Debug, Default, PartialEq)]
@@ -101,6 +105,10 @@ fn events_uri(base: &str, args: &TailArgs) -> anyhow::Result<Uri> {
             q.append_pair(k, v);
         }
     }
+    if let Some(since) = &args.since {
+        crate::query::parse_time(since).map_err(|e| anyhow::anyhow!("--since: {e}"))?;
+        q.append_pair("since", since);
+    }
     if !args.op.is_empty() {
         let ops: Vec<&str> = args.op.iter().map(|o| o.as_str()).collect();
         q.append_pair("op", &ops.join(","));
@@ -123,17 +131,8 @@ pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
         .as_deref()
         .map(crate::daemon::token_from)
         .transpose()?;
-    let colour = match args.color {
-        _ if args.no_color => false,
-        crate::cli::ColorWhen::Always => true,
-        crate::cli::ColorWhen::Never => false,
-        crate::cli::ColorWhen::Auto => {
-            std::env::var_os("NO_COLOR").is_none() && std::io::stdout().is_terminal()
-        }
-    };
     let mut printer = Printer {
-        json: args.json,
-        colour,
+        screen: (!args.json).then(|| Box::new(crate::engine::tail_screen(&args))),
         last_status: None,
     };
     let mut last_id: Option<String> = None;
@@ -242,7 +241,16 @@ async fn follow(
     *connected_once = true;
     let mut body = resp.into_body();
     let mut parser = SseParser::default();
-    while let Some(frame) = body.frame().await {
+    loop {
+        // A pause in the stream ends the transaction being drawn (its changes arrive together).
+        let frame = match tokio::time::timeout(IDLE, body.frame()).await {
+            Ok(Some(frame)) => frame,
+            Ok(None) => break,
+            Err(_) => {
+                printer.idle().map_err(|e| Fatal(e.into()))?;
+                continue;
+            }
+        };
         let frame = frame.map_err(|e| Retry(e.into()))?;
         let Some(data) = frame.data_ref() else {
             continue;
@@ -259,8 +267,8 @@ async fn follow(
 }
 
 struct Printer {
-    json: bool,
-    colour: bool,
+    /// The screen a person reads; `None` with `--json` (lines as the daemon sent them).
+    screen: Option<Box<Screen<std::io::Stdout>>>,
     /// The daemon repeats its ready line on every connection: print it once.
     last_status: Option<String>,
 }
@@ -280,28 +288,34 @@ impl Printer {
             }
             self.last_status = Some(data.to_string());
         }
-        let line = if self.json {
-            data.to_string()
-        } else if let Ok(c) = serde_json::from_value::<ChangeRecord>(v.clone()) {
-            human::render(&Record::Change(c), self.colour)
-        } else {
-            let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
-            match s("kind").as_str() {
-                "status" => format!("-- {}: {}", s("state"), s("message")),
-                "incident" => format!(
-                    "!! {} {} {}: {}",
-                    s("state"),
-                    s("type"),
-                    s("id"),
-                    s("summary")
-                ),
-                _ => data.to_string(),
+        let written = match (&mut self.screen, serde_json::from_value::<Record>(v)) {
+            (Some(screen), Ok(r)) => screen.record(&r),
+            (Some(screen), Err(e)) => {
+                // A newer daemon's line this version cannot draw: shown as sent, not dropped.
+                tracing::debug!("drawing a line from the daemon: {e}");
+                screen
+                    .end_txn()
+                    .and_then(|_| writeln!(std::io::stdout().lock(), "{data}"))
+            }
+            (None, _) => {
+                let mut out = std::io::stdout().lock();
+                writeln!(out, "{data}").and_then(|_| out.flush())
             }
         };
-        let mut out = std::io::stdout().lock();
-        match writeln!(out, "{line}").and_then(|_| out.flush()) {
+        match written {
             Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
             r => r,
+        }
+    }
+
+    /// The stream paused: draw what is pending.
+    fn idle(&mut self) -> std::io::Result<()> {
+        match &mut self.screen {
+            Some(screen) => match screen.end_txn() {
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+                r => r,
+            },
+            None => Ok(()),
         }
     }
 }
@@ -309,6 +323,23 @@ impl Printer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn daemon_lines_are_drawn_from_the_same_records_without_losing_a_field() {
+        let fixture = include_str!("incidents/fixtures/calico_vs_kube_proxy.jsonl");
+        let mut kinds = std::collections::BTreeSet::new();
+        for line in fixture.lines().filter(|l| !l.trim().is_empty()) {
+            let sent: Value = serde_json::from_str(line).expect("fixture line");
+            let r: Record = serde_json::from_value(sent.clone())
+                .unwrap_or_else(|e| panic!("cannot draw {line}: {e}"));
+            assert_eq!(serde_json::to_value(&r).expect("serialize"), sent, "{line}");
+            kinds.insert(sent["kind"].as_str().unwrap_or_default().to_string());
+        }
+        assert!(
+            kinds.contains("change") && kinds.contains("incident"),
+            "{kinds:?}"
+        );
+    }
 
     #[test]
     fn sse_events_are_parsed_across_chunks() {

@@ -5,6 +5,8 @@
 //!   incident's record number). Both take the `tail` filters as query parameters (`netns`,
 //!   `chain`, `actor`, `backend`, `table`, `op`; `type` for incidents) and resume after
 //!   `Last-Event-ID` (or `?after=N`) from memory and the record: nothing missed, nothing twice.
+//!   A new client may start in the past instead with `?since=10m` (or an RFC 3339 time, read on
+//!   the daemon's clock): history first, then live, with no gap and no duplicate.
 //! - `GET /incidents?format=json` (or `Accept: application/json`), with `since`: a JSON list.
 //! - `GET /metrics` (Prometheus text), `GET /healthz` (alive), `GET /readyz` (200 once ready).
 //!
@@ -256,10 +258,17 @@ async fn stream(st: AppState, headers: HeaderMap, p: Params, s: Stream) -> Respo
         Ok(f) => f,
         Err(e) => return bad(e),
     };
-    let after = match last_event_id(&headers, &p) {
+    let mut after = match last_event_id(&headers, &p) {
         Ok(a) => a,
         Err(e) => return bad(e),
     };
+    // `since` starts a new client at a moment in the past; a reconnecting one resumes by id.
+    if let (None, Some(since)) = (after, p.since.as_deref()) {
+        match crate::query::parse_time(since) {
+            Ok(t) => after = Some(st.hub.after_time(s, t).await),
+            Err(e) => return bad(format!("since: {e}")),
+        }
+    }
     let (backlog, rx) = st.hub.attach(s, after).await;
     let mut backlog: VecDeque<Arc<Event>> = backlog.into();
     if s == Stream::Changes {

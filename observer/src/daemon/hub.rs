@@ -237,6 +237,63 @@ impl Hub {
         (backlog, rx)
     }
 
+    /// The id to resume after so that a client sees everything from time `since_ns` on (for
+    /// `observer tail --since`): from memory when it reaches back that far, else from the record.
+    pub async fn after_time(self: &Arc<Self>, s: Stream, since_ns: i64) -> u64 {
+        let (covered, in_ring, newest) = {
+            let inner = self.inner.lock().expect("hub lock");
+            let ring = match s {
+                Stream::Changes => &inner.changes,
+                Stream::Incidents => &inner.incidents,
+            };
+            let covered = ring.front().is_some_and(|e| e.meta.time_ns < since_ns);
+            let first = ring
+                .iter()
+                .find(|e| e.meta.time_ns >= since_ns)
+                .and_then(|e| e.id);
+            (covered, first, ring.back().and_then(|e| e.id))
+        };
+        let from_memory = || match (in_ring, newest) {
+            (Some(first), _) => first.saturating_sub(1),
+            (None, Some(newest)) => newest,
+            (None, None) => 0,
+        };
+        if covered {
+            return from_memory();
+        }
+        let Some(path) = self.record.clone() else {
+            // Memory is all there is: replay all of it.
+            return in_ring.map_or(0, |f| f.saturating_sub(1));
+        };
+        let sel = store::Selection {
+            since_ns: Some(since_ns),
+            limit: Some(1),
+            ..Default::default()
+        };
+        let first = tokio::task::spawn_blocking(move || -> Result<_, store::StoreError> {
+            let conn = store::open_ro(&path)?;
+            match s {
+                Stream::Changes => store::select_changes(&conn, &sel),
+                Stream::Incidents => store::select_incidents(&conn, &sel),
+            }
+        })
+        .await;
+        match first {
+            Ok(Ok(rows)) => match rows.first() {
+                Some(r) => r.number.saturating_sub(1),
+                None => from_memory(),
+            },
+            Ok(Err(e)) => {
+                tracing::warn!("finding where --since starts in the record: {e}; from memory");
+                in_ring.map_or(0, |f| f.saturating_sub(1))
+            }
+            Err(e) => {
+                tracing::warn!("finding where --since starts in the record: {e}; from memory");
+                in_ring.map_or(0, |f| f.saturating_sub(1))
+            }
+        }
+    }
+
     /// Everything after `after` (for a client that fell behind).
     pub async fn since(self: &Arc<Self>, s: Stream, after: u64) -> Vec<Arc<Event>> {
         let (ring, oldest) = {

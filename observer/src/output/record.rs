@@ -17,7 +17,7 @@ pub enum Source {
 }
 
 /// One line of output.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Record {
     Status(StatusRecord),
@@ -26,7 +26,7 @@ pub enum Record {
 }
 
 /// `{"kind":"status",...}`: readiness, what is watched, what is lost.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StatusRecord {
     /// `ready` (every hook attached, every subscription open), `warning`, or `stopped`.
     pub state: String,
@@ -39,13 +39,13 @@ pub struct StatusRecord {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hooks: Option<String>,
     /// The sources that feed the stream.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sources: Vec<Source>,
     /// Namespaces watched.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub netns_watched: Option<usize>,
     /// What this run cannot see, one sentence each.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lost: Vec<String>,
 }
 
@@ -90,7 +90,7 @@ pub struct ChangeRecord {
 
 /// `{"kind":"incident",...}`: one state of an ownership conflict. Every line of one incident has
 /// the same `id`; `state` says whether it opened, grew, or ended.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct IncidentRecord {
     pub id: String,
     /// When the event that produced this line happened (or when a window expired).
@@ -126,14 +126,14 @@ pub struct IncidentRecord {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub was: Option<String>,
     /// `rule_drift`: what the new rule lost, in rule syntax.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lost: Vec<String>,
     /// Each owner hit, and whether, when and by whom it was repaired (every type but
     /// `split_brain` and `flapping`).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub owners: Vec<OwnerHit>,
     /// Every `family table` involved, when the incident spans more than one table.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tables: Vec<String>,
     /// The `mass_flush` this incident became part of (its last line, state `resolved`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -146,7 +146,7 @@ pub struct IncidentRecord {
     pub last_backend: Option<Backend>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum IncidentState {
     /// Raised (or raised again: a repeat after a repair, within the flapping window).
@@ -177,7 +177,7 @@ impl IncidentState {
 }
 
 /// The incident types of the contract.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum IncidentKind {
     ForeignDelete,
@@ -203,7 +203,7 @@ impl IncidentKind {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Severity {
     Warning,
@@ -220,7 +220,7 @@ impl Severity {
 }
 
 /// One owner hit by a `mass_flush`.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct OwnerHit {
     pub owner: String,
     pub chains: Vec<String>,
@@ -236,7 +236,7 @@ pub struct OwnerHit {
 }
 
 /// One owner's chains in each backend.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct SplitBackends {
     pub legacy: Vec<String>,
     pub nft: Vec<String>,
