@@ -405,8 +405,9 @@ impl<W: Write> Screen<W> {
         self.paint(&line, MAGENTA)
     }
 
-    /// How an incident line ended, in a few words.
-    fn outcome(i: &IncidentRecord) -> String {
+    /// How an incident line ended, in a few words; `compact` leaves out what the line's owner
+    /// column already says (an owner that repaired its own objects).
+    fn outcome(i: &IncidentRecord, compact: bool) -> String {
         match i.state {
             IncidentState::Resolved => {
                 if let Some(m) = &i.merged_into {
@@ -418,7 +419,14 @@ impl<W: Write> Screen<W> {
                     .filter_map(|o| {
                         let ms = o.repair_ms?;
                         let by = o.repaired_by.as_deref().unwrap_or(&o.owner);
-                        Some(format!("after {:.1} s by {by}", ms as f64 / 1000.0))
+                        let after = format!("after {:.1} s", ms as f64 / 1000.0);
+                        Some(match (compact, by == o.owner, i.owners.len()) {
+                            (true, true, 1) => after,
+                            (true, true, _) => format!("{} {after}", o.owner),
+                            (true, false, 1) => format!("{after} by {by}"),
+                            (true, false, _) => format!("{} {after} by {by}", o.owner),
+                            (false, _, _) => format!("{after} by {by}"),
+                        })
                     })
                     .collect();
                 if repairs.is_empty() {
@@ -481,7 +489,7 @@ impl<W: Write> Screen<W> {
                 &i.state.as_str().to_uppercase(),
                 &format!("{BOLD}{state_colour}")
             ),
-            Self::outcome(i),
+            Self::outcome(i, false),
         );
         let mut lines = vec![head];
         let facts = format!(
@@ -527,17 +535,22 @@ impl<W: Write> Screen<W> {
     /// `--incidents-only`: one line per incident line.
     fn incident_line(&self, i: &IncidentRecord) -> String {
         let netns = i.netns_name.clone().unwrap_or_else(|| i.netns.to_string());
+        // The same columns for every state; the last one says how it ended, or what happened.
+        let outcome = Self::outcome(i, true);
+        let text = match outcome.trim() {
+            "" => i.summary.as_str(),
+            o => o,
+        };
         let line = format!(
-            "{} {:<8} {:<8} {:<14} {:<10}{}  {} ← {}  {}",
+            "{} {:<8} {:<8} {:<14} {:<10}  {} ← {}  {}",
             self.clock(&i.time),
             i.state.as_str(),
             i.severity.as_str(),
             i.kind.as_str(),
             cut(&netns, 10),
-            Self::outcome(i),
             i.owner,
             i.actors.join(","),
-            i.summary
+            text
         );
         let line = match self.opt.width {
             Some(w) => cut(&line, w),

@@ -276,7 +276,7 @@ fn incidents_are_blocks_that_say_how_they_ended() {
     );
     assert!(expired[2].contains("NEVER repaired"));
     // --incidents-only: one line each.
-    let mut compact = opts(Some(100));
+    let mut compact = opts(Some(120));
     compact.incidents_only = true;
     let lines = draw(
         compact,
@@ -287,7 +287,14 @@ fn incidents_are_blocks_that_say_how_they_ended() {
         ],
     );
     assert_eq!(lines.len(), 2, "{lines:#?}");
-    assert!(lines[1].contains("resolved") && lines[1].contains("after 1.8 s by kube-proxy"));
+    assert!(
+        lines[1].contains("resolved")
+            && lines[1].contains("kube-proxy ← iptables.init  kube-proxy after 1.8 s"),
+        "{lines:#?}"
+    );
+    // Open and resolved lines keep the same columns: the owner starts at the same place.
+    let owner_at = |l: &str| l.find("kube-proxy ←").expect("owner column");
+    assert_eq!(owner_at(&lines[0]), owner_at(&lines[1]), "{lines:#?}");
 }
 
 #[test]
