@@ -568,10 +568,16 @@ fn a_restart_keeps_the_record_and_the_numbering_and_remote_tails_resume() {
 
     // `tail --since`: history (the record for what the restarted daemon's memory lacks, then
     // memory), then live, each change once and in order.
-    let since_tail = |since: &str| {
+    // `tail --record --since`: the same from the record file the daemon writes.
+    let since_tail = |since: &str, from_record: bool| {
+        let source = if from_record {
+            ["--record".to_string(), rec.to_string()]
+        } else {
+            ["--remote".to_string(), format!("http://127.0.0.1:{port}")]
+        };
         let mut child = Command::new(observer_bin())
-            .args(["tail", "--json", "--remote"])
-            .arg(format!("http://127.0.0.1:{port}"))
+            .args(["tail", "--json"])
+            .args(source)
             .args(["--netns", &inode.to_string(), "--since", since])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -580,10 +586,15 @@ fn a_restart_keeps_the_record_and_the_numbering_and_remote_tails_resume() {
         let rx = json_lines(child.stdout.take().expect("stdout"));
         (child, rx)
     };
-    let (hist, hist_rx) = since_tail("1h");
-    let (late, late_rx) = since_tail(after["time"].as_str().expect("time"));
+    let (hist, hist_rx) = since_tail("1h", false);
+    let (late, late_rx) = since_tail(after["time"].as_str().expect("time"), false);
+    let (file, file_rx) = since_tail("1h", true);
     let mut hist_seen = Vec::new();
     let mut late_seen = Vec::new();
+    let mut file_seen = Vec::new();
+    wait_for(&file_rx, &mut file_seen, "OBS-AFTER from the record", |v| {
+        v["chain"] == "OBS-AFTER"
+    });
     wait_for(&hist_rx, &mut hist_seen, "OBS-AFTER from history", |v| {
         v["chain"] == "OBS-AFTER"
     });
@@ -598,9 +609,13 @@ fn a_restart_keeps_the_record_and_the_numbering_and_remote_tails_resume() {
     wait_for(&late_rx, &mut late_seen, "OBS-LIVE", |v| {
         v["chain"] == "OBS-LIVE"
     });
+    wait_for(&file_rx, &mut file_seen, "OBS-LIVE from the record", |v| {
+        v["chain"] == "OBS-LIVE"
+    });
     std::thread::sleep(Duration::from_millis(300));
     hist_seen.extend(hist_rx.try_iter());
     late_seen.extend(late_rx.try_iter());
+    file_seen.extend(file_rx.try_iter());
     let obs = |seen: &[Value]| -> Vec<Value> {
         seen.iter()
             .filter(|v| v["kind"] == "change")
@@ -617,7 +632,13 @@ fn a_restart_keeps_the_record_and_the_numbering_and_remote_tails_resume() {
         vec![after.clone(), live.clone()],
         "nothing before --since"
     );
-    for mut c in [hist, late] {
+    assert_eq!(
+        obs(&file_seen),
+        vec![before.clone(), after.clone(), live.clone()],
+        "the record followed"
+    );
+    assert_eq!(file_seen[0]["kind"], "status", "a ready line first");
+    for mut c in [hist, late, file] {
         let _ = c.kill();
         let _ = c.wait();
     }

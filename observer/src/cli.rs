@@ -206,10 +206,16 @@ pub struct TailArgs {
     #[arg(long, value_name = "URL")]
     pub remote: Option<String>,
 
-    /// With `--remote`: first print what the daemon saw since this moment (`10m`, `2h`, or an RFC
-    /// 3339 time; from its memory and its record), then go on live, with no gap and no
-    /// duplicate. Durations are read on the daemon's clock.
-    #[arg(long, value_name = "WHEN", requires = "remote")]
+    /// Follow the record that `observer run` writes (its file, or its directory) instead of the
+    /// local kernel: the daemon's changes and incidents, with the same filters, as it records
+    /// them. Needs read access to the file, not root.
+    #[arg(long, value_name = "FILE", conflicts_with = "remote")]
+    pub record: Option<std::path::PathBuf>,
+
+    /// With `--remote` or `--record`: first print what was seen since this moment (`10m`, `2h`,
+    /// or an RFC 3339 time), then go on live, with no gap and no duplicate. With `--remote`,
+    /// durations are read on the daemon's clock.
+    #[arg(long, value_name = "WHEN")]
     pub since: Option<String>,
 
     /// File holding the bearer token for `--remote`.

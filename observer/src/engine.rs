@@ -168,19 +168,30 @@ pub(crate) fn tail_screen(args: &TailArgs) -> Screen<std::io::Stdout> {
     )
 }
 
-pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
-    let filter = build_filter(&args).map_err(anyhow::Error::msg)?;
+/// `observer tail`'s filtered output on stdout (JSON lines, or the screen), whatever feeds it.
+pub(crate) fn tail_output(args: &TailArgs) -> anyhow::Result<Box<dyn Output>> {
+    let filter = build_filter(args).map_err(anyhow::Error::msg)?;
     let view = if args.json {
         TailView::Json(Sink::new(std::io::stdout(), Format::Json))
     } else {
-        TailView::Screen(Box::new(tail_screen(&args)))
+        TailView::Screen(Box::new(tail_screen(args)))
     };
-    let output = TailOutput {
+    Ok(Box::new(TailOutput {
         view,
         filter,
         incidents_only: args.incidents_only,
-    };
-    run(&args.source, Box::new(output)).await
+    }))
+}
+
+pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
+    if args.since.is_some() {
+        anyhow::bail!(
+            "--since needs a history to start from: the record of `observer run` (--record FILE) \
+             or a running daemon (--remote URL); the local kernel keeps none"
+        );
+    }
+    let output = tail_output(&args)?;
+    run(&args.source, output).await
 }
 
 /// Watch every namespace and send every record to `output` until SIGINT or SIGTERM.

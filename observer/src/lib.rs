@@ -14,6 +14,7 @@ pub mod cli;
 pub mod daemon;
 pub mod doctor;
 pub mod engine;
+pub mod follow;
 pub mod hooks;
 pub mod incidents;
 pub mod ipset;

@@ -1,0 +1,141 @@
+//! `observer tail --record FILE`: the live view fed from the record that `observer run` writes,
+//! instead of the local kernel. With `--since`, the record's history first, then what the daemon
+//! records from then on: rows are taken in the order of their numbers (`seq` for changes, the
+//! record number for incidents), so nothing is missed and nothing printed twice.
+//!
+//! The daemon commits its rows in small batches; the follower reads the rows after the last ones
+//! it printed every [`POLL`] (a read-only query on an index, a few microseconds when nothing is
+//! new). It needs read access to the file, not root.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+
+use crate::cli::TailArgs;
+use crate::output::Record;
+use crate::store::{self, Selection, Stored};
+
+/// How often the record is read for new rows.
+const POLL: Duration = Duration::from_millis(200);
+
+/// The record file of a `--record` argument (a daemon's directory holds `record.db`).
+fn record_path(arg: &Path) -> PathBuf {
+    if arg.is_dir() {
+        arg.join("record.db")
+    } else {
+        arg.to_path_buf()
+    }
+}
+
+pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
+    let path = record_path(args.record.as_deref().unwrap_or(Path::new(".")));
+    let since = match &args.since {
+        Some(s) => crate::query::parse_time(s).map_err(|e| anyhow::anyhow!("--since: {e}"))?,
+        None => store::now_ns(),
+    };
+    let conn = store::open_ro(&path)
+        .with_context(|| format!("--record {}: cannot follow it", path.display()))?;
+    let mut output = crate::engine::tail_output(&args)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    let follow = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+        let ready = crate::output::StatusRecord {
+            state: "ready".into(),
+            time: crate::output::record::now(),
+            message: format!(
+                "following the record {} (what its daemon records, as it records it)",
+                path.display()
+            ),
+            hooks: None,
+            sources: Vec::new(),
+            netns_watched: None,
+            lost: Vec::new(),
+        };
+        output.emit(&Record::Status(ready)).or_else(quiet_pipe)?;
+        let mut cursor = Cursor::new(since);
+        while !flag.load(Ordering::Relaxed) {
+            let rows = cursor
+                .next(&conn)
+                .with_context(|| format!("reading {}", path.display()))?;
+            for r in &rows {
+                output.emit(r).or_else(quiet_pipe)?;
+            }
+            if !rows.is_empty() {
+                output.end_txn().or_else(quiet_pipe)?;
+            }
+            std::thread::sleep(POLL);
+        }
+        Ok(())
+    });
+    tokio::pin!(follow);
+    tokio::select! {
+        r = &mut follow => r.context("the record follower stopped")?,
+        _ = tokio::signal::ctrl_c() => {
+            stop.store(true, Ordering::Relaxed);
+            follow.await.context("the record follower stopped")?
+        }
+    }
+}
+
+/// The reader went away (`observer tail --record F | head`): stop quietly.
+fn quiet_pipe(e: std::io::Error) -> std::io::Result<()> {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(0);
+    }
+    tracing::error!("cannot write output: {e}");
+    Ok(())
+}
+
+/// Where the follower is in the record's two streams.
+#[derive(Debug)]
+struct Cursor {
+    since_ns: i64,
+    change: u64,
+    incident: u64,
+}
+
+impl Cursor {
+    fn new(since_ns: i64) -> Cursor {
+        Cursor {
+            since_ns,
+            change: 0,
+            incident: 0,
+        }
+    }
+
+    /// The rows recorded since the last call, changes and incidents interleaved by time.
+    fn next(&mut self, conn: &rusqlite::Connection) -> Result<Vec<Record>, store::StoreError> {
+        let sel = |after: u64| Selection {
+            since_ns: Some(self.since_ns),
+            after: Some(after),
+            ..Default::default()
+        };
+        let changes = store::select_changes(conn, &sel(self.change))?;
+        let incidents = store::select_incidents(conn, &sel(self.incident))?;
+        if let Some(last) = changes.last() {
+            self.change = last.number;
+        }
+        if let Some(last) = incidents.last() {
+            self.incident = last.number;
+        }
+        let mut rows: Vec<(i64, u8, u64, Record)> = Vec::new();
+        for (kind, list) in [(0u8, changes), (1, incidents)] {
+            for Stored {
+                number,
+                time_ns,
+                json,
+            } in list
+            {
+                match serde_json::from_str::<Record>(&json) {
+                    Ok(r) => rows.push((time_ns, kind, number, r)),
+                    Err(e) => tracing::warn!("record row {number} cannot be read ({e}): skipped"),
+                }
+            }
+        }
+        rows.sort_by_key(|(t, k, n, _)| (*t, *k, *n));
+        Ok(rows.into_iter().map(|(_, _, _, r)| r).collect())
+    }
+}
