@@ -90,6 +90,28 @@ pub struct Screen<W: Write> {
     recent: VecDeque<i128>,
     /// Lost records reported by gap lines.
     gaps: u64,
+    /// The writer of each recent change, by `seq`, for the incidents that name them.
+    writers: VecDeque<(u64, String)>,
+}
+
+/// Changes whose writer an incident block can still name.
+const WRITERS_KEPT: usize = 4096;
+
+/// A writer as the screen names it: `iptables-legacy 4121 < kube-proxy · kubelet.service`.
+fn writer_chain(p: &crate::attribution::ProcessInfo) -> String {
+    let mut s = format!("{} {}", p.comm, p.pid);
+    if let Some(parent) = &p.parent_comm {
+        s.push_str(&format!(" < {parent}"));
+    }
+    if let Some(u) = &p.unit {
+        s.push_str(&format!(" · {u}"));
+    }
+    if let Some(pod) = &p.pod {
+        s.push_str(&format!(" · pod {}", pod.uid));
+    } else if let Some(c) = &p.container_id {
+        s.push_str(&format!(" · container {}", &c[..c.len().min(12)]));
+    }
+    s
 }
 
 impl<W: Write> Screen<W> {
@@ -102,6 +124,7 @@ impl<W: Write> Screen<W> {
             open: BTreeMap::new(),
             recent: VecDeque::new(),
             gaps: 0,
+            writers: VecDeque::new(),
         }
     }
 
@@ -160,6 +183,10 @@ impl<W: Write> Screen<W> {
     }
 
     fn count_change(&mut self, c: &ChangeRecord) {
+        if self.writers.len() == WRITERS_KEPT {
+            self.writers.pop_front();
+        }
+        self.writers.push_back((c.seq, writer_chain(&c.process)));
         let Some(t) = parse_rfc3339_ns(&c.time) else {
             return;
         };
@@ -356,15 +383,10 @@ impl<W: Write> Screen<W> {
             .clone()
             .unwrap_or_else(|| first.netns.to_string());
         let mut head = format!(
-            "{} ── {} [{} {}{}] {} changes in {} {} (netns {}): {}",
+            "{} ── {} [{}] {} changes in {} {} (netns {}): {}",
             self.clock(&first.time),
             p.actor,
-            p.comm,
-            p.pid,
-            p.parent_comm
-                .as_ref()
-                .map(|x| format!(" < {x}"))
-                .unwrap_or_default(),
+            writer_chain(p),
             txn.len(),
             first.backend.as_str(),
             tables.into_iter().collect::<Vec<_>>().join(", "),
@@ -505,6 +527,22 @@ impl<W: Write> Screen<W> {
             None => facts,
         };
         lines.push(self.paint(&facts, DIM));
+        // Who wrote it, as the change lines named them (the first of its changes still known).
+        let writer = i.events.iter().find_map(|seq| {
+            self.writers
+                .iter()
+                .rev()
+                .find(|(s, _)| s == seq)
+                .map(|(_, w)| w.clone())
+        });
+        if let Some(w) = writer {
+            let line = format!("   writer: {w}");
+            let line = match self.opt.width {
+                Some(width) => cut(&line, width),
+                None => line,
+            };
+            lines.push(self.paint(&line, DIM));
+        }
         if i.kind.as_str() == "mass_flush" && !i.owners.is_empty() {
             let owners: Vec<String> = i
                 .owners

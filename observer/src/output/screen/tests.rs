@@ -258,6 +258,27 @@ fn incidents_are_blocks_that_say_how_they_ended() {
         "{open:#?}"
     );
     assert!(open.iter().all(|l| l.chars().count() <= 100));
+    assert!(
+        !open.iter().any(|l| l.contains("writer:")),
+        "no change seen, no writer: {open:#?}"
+    );
+    // After the change that made it: the writer as its change line named it.
+    let mut flush = change(3, "t9", Op::ChainFlush, "KUBE-SERVICES", None);
+    flush.process.comm = "iptables".into();
+    flush.process.parent_comm = Some("iptables.init".into());
+    flush.process.unit = Some("iptables.service".into());
+    let seen = draw(
+        opts(Some(100)),
+        &[
+            Record::Change(flush),
+            Record::Incident(incident(IncidentState::Open)),
+        ],
+    );
+    assert!(
+        seen.iter()
+            .any(|l| l.trim() == "writer: iptables 4121 < iptables.init · iptables.service"),
+        "{seen:#?}"
+    );
     let done = draw(
         opts(Some(100)),
         &[Record::Incident(incident(IncidentState::Resolved))],
