@@ -102,7 +102,27 @@ fn writers_are_placed_in_their_unit_container_and_pod() {
     let cgroupfs_driver = tree.make(&format!("kubepods/besteffort/pod{uid2}/{cid2}"));
     let service = tree.make("system.slice/iptables.service");
 
-    let mut obs = Observer::start(&[]);
+    // kubelet's pod log layout and the runtime's container log links, for the first pod.
+    let logs = tempfile::tempdir().expect("tempdir");
+    let pod_logs = logs.path().join("pods");
+    let container_logs = logs.path().join("containers");
+    fs::create_dir_all(pod_logs.join(format!("kube-system_kube-proxy-x7k2p_{uid1}/kube-proxy")))
+        .expect("pod log dir");
+    fs::create_dir_all(&container_logs).expect("container log dir");
+    fs::write(
+        container_logs.join(format!(
+            "kube-proxy-x7k2p_kube-system_kube-proxy-{cid1}.log"
+        )),
+        "",
+    )
+    .expect("container log link");
+
+    let mut obs = Observer::start(&[
+        "--pod-logs",
+        pod_logs.to_str().expect("utf-8"),
+        "--container-logs",
+        container_logs.to_str().expect("utf-8"),
+    ]);
     let ns = Netns::new("cgroup");
     let inode = ns.inode();
     let here = move |v: &Value| v["netns"].as_u64() == Some(inode);
@@ -119,6 +139,10 @@ fn writers_are_placed_in_their_unit_container_and_pod() {
     assert_eq!(p["container_id"], cid1.as_str(), "{v}");
     assert_eq!(p["pod"]["uid"], uid1.as_str(), "{v}");
     assert_eq!(p["pod"]["qos"], "burstable", "{v}");
+    // Named from the node's logs, without an API server.
+    assert_eq!(p["pod"]["namespace"], "kube-system", "{v}");
+    assert_eq!(p["pod"]["name"], "kube-proxy-x7k2p", "{v}");
+    assert_eq!(p["pod"]["container"], "kube-proxy", "{v}");
     assert_eq!(p["unit"], scope.as_str(), "{v}");
     assert!(p["cgroup"].as_u64().unwrap_or(0) > 1, "{v}");
 
@@ -129,6 +153,10 @@ fn writers_are_placed_in_their_unit_container_and_pod() {
     assert_eq!(p["container_id"], cid2.as_str(), "{v}");
     assert_eq!(p["pod"]["uid"], uid2.as_str(), "{v}");
     assert_eq!(p["pod"]["qos"], "besteffort", "{v}");
+    assert!(
+        p["pod"].get("name").is_none() && p["pod"].get("container").is_none(),
+        "no logs for this pod, no names: {v}"
+    );
     assert!(p.get("unit").is_none(), "cgroupfs paths name no unit: {v}");
 
     let v = obs.expect("chain_create OBS-SERVICE", WAIT, |v| {

@@ -45,11 +45,15 @@ pub struct Pod {
     /// The pod's metadata.uid (dashes restored from the systemd driver's underscores).
     pub uid: String,
     pub qos: Qos,
-    /// Filled only when observer runs in a cluster and can ask the API server.
+    /// The pod's namespace and name, from kubelet's pod log directories on the node
+    /// ([`crate::pods`]); absent when the node has no such directory for the pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// The name of the writer's container in the pod, from the runtime's container log links.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
 }
 
 /// What a cgroup path says about the processes in it.
@@ -119,6 +123,7 @@ fn pod_in_systemd_segment(seg: &str) -> Option<Pod> {
         qos,
         namespace: None,
         name: None,
+        container: None,
     })
 }
 
@@ -158,6 +163,7 @@ pub fn parse_path(path: &str) -> Workload {
                     qos,
                     namespace: None,
                     name: None,
+                    container: None,
                 });
                 pod_at = Some(i);
                 continue;
@@ -396,7 +402,9 @@ fn relative(mount: &Path, full: &Path) -> Option<String> {
 /// line (hybrid hosts keep containers in v1 hierarchies). None when the process is gone.
 pub fn from_proc(pid: u32) -> Option<Workload> {
     let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-    Some(workload_of_proc_cgroup(&text))
+    let mut w = workload_of_proc_cgroup(&text);
+    crate::pods::complete(&mut w);
+    Some(w)
 }
 
 /// [`from_proc`] on the file's text.
@@ -442,7 +450,9 @@ pub fn from_kernel(cgroup_id: u64, tgid: u32, comm: &str) -> Workload {
         .map(|r| r.workload.clone())
         .unwrap_or_default();
     if !from_id.is_empty() {
-        return from_id;
+        let mut w = from_id;
+        crate::pods::complete(&mut w);
+        return w;
     }
     let live = fs::read_to_string(format!("/proc/{tgid}/comm")).is_ok_and(|c| c.trim_end() == comm);
     if live {
@@ -465,6 +475,7 @@ mod tests {
             qos,
             namespace: None,
             name: None,
+            container: None,
         })
     }
 

@@ -265,6 +265,16 @@ pub struct SourceArgs {
     #[arg(long, default_value = "32MiB", value_parser = parse_rcvbuf, value_name = "SIZE")]
     pub netlink_rcvbuf: usize,
 
+    /// kubelet's pod log directory, read to name a writer's pod (`<namespace>_<name>_<uid>`
+    /// entries) without asking the API server. In a container, mount the host's read-only.
+    #[arg(long, value_name = "DIR", env = "OBSERVER_POD_LOGS", default_value = crate::pods::POD_LOGS)]
+    pub pod_logs: std::path::PathBuf,
+
+    /// The runtime's container log links, read to name a writer's container
+    /// (`<pod>_<namespace>_<container>-<id>.log`).
+    #[arg(long, value_name = "DIR", env = "OBSERVER_CONTAINER_LOGS", default_value = crate::pods::CONTAINER_LOGS)]
+    pub container_logs: std::path::PathBuf,
+
     /// The `seq` of the last change already recorded: numbering goes on after it.
     #[arg(skip)]
     pub first_seq: u64,

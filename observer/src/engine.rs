@@ -197,6 +197,10 @@ pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
 /// Watch every namespace and send every record to `output` until SIGINT or SIGTERM.
 pub async fn run(options: &SourceArgs, output: Box<dyn Output>) -> anyhow::Result<()> {
     let correlator = build_correlator(options)?;
+    crate::pods::configure(crate::pods::PodDirs {
+        pods: options.pod_logs.clone(),
+        containers: options.container_logs.clone(),
+    });
     if !nix::unistd::geteuid().is_root() {
         tracing::warn!(
             "not running as root: loading BPF programs and joining namespaces will likely fail"

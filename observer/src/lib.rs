@@ -22,6 +22,7 @@ pub mod netns;
 pub mod nftables;
 pub mod output;
 pub mod ownership;
+pub mod pods;
 pub mod query;
 pub mod remote;
 pub mod ruleset;

@@ -22,7 +22,8 @@ pub const DEFAULT_NETLINK_RCVBUF: &str = "32MiB";
 pub struct RunArgs {
     /// TOML file with any of the settings below (keys: listen, token_file, record, no_record,
     /// retain, max_record, hooks, ringbuf_size, netlink_rcvbuf, owners, flap_cycles,
-    /// flap_window, mass_window, repair_within). Flags and environment variables win over it.
+    /// flap_window, mass_window, repair_within, pod_logs, container_logs). Flags and environment
+    /// variables win over it.
     #[arg(long, env = "OBSERVER_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
 
@@ -86,6 +87,15 @@ pub struct RunArgs {
     /// How long a `mass_flush` waits for repairs [default: 60s].
     #[arg(long, env = "OBSERVER_REPAIR_WITHIN", value_name = "DURATION", value_parser = crate::cli::parse_duration)]
     pub repair_within: Option<Duration>,
+
+    /// kubelet's pod log directory, read to name writers' pods [default: /var/log/pods].
+    #[arg(long, env = "OBSERVER_POD_LOGS", value_name = "DIR")]
+    pub pod_logs: Option<PathBuf>,
+
+    /// The runtime's container log links, read to name writers' containers
+    /// [default: /var/log/containers].
+    #[arg(long, env = "OBSERVER_CONTAINER_LOGS", value_name = "DIR")]
+    pub container_logs: Option<PathBuf>,
 }
 
 /// The TOML file.
@@ -106,6 +116,8 @@ struct FileConfig {
     flap_window: Option<String>,
     mass_window: Option<String>,
     repair_within: Option<String>,
+    pod_logs: Option<PathBuf>,
+    container_logs: Option<PathBuf>,
 }
 
 /// Resolved settings.
@@ -225,6 +237,14 @@ impl RunArgs {
                 hooks,
                 ringbuf_size,
                 netlink_rcvbuf,
+                pod_logs: self
+                    .pod_logs
+                    .or(file.pod_logs)
+                    .unwrap_or_else(|| PathBuf::from(crate::pods::POD_LOGS)),
+                container_logs: self
+                    .container_logs
+                    .or(file.container_logs)
+                    .unwrap_or_else(|| PathBuf::from(crate::pods::CONTAINER_LOGS)),
                 first_seq: 0,
             },
         })
