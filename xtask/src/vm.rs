@@ -1,7 +1,8 @@
-//! `cargo xtask vm-test`: the integration tests on a kernel that has kprobes and fentry.
+//! `cargo xtask vm-test`: the integration tests on kernels that have kprobes and fentry.
 //!
 //! The CI host's kernel has no kprobes and refuses fentry, so those backends are proven in a
-//! QEMU guest running Debian's kernel (KPROBES=y, BTF, netfilter as modules). virtme-ng boots it
+//! QEMU guest running Debian's kernels, 6.1 and 6.12 (KPROBES=y, BTF, netfilter as modules), one
+//! guest per kernel. virtme-ng boots it
 //! with the host's root filesystem (read-only), so the binaries built here run there unchanged;
 //! a directory shared read-write with the guest carries the script in and the results out.
 //! The integration tests run once per forced backend (`OBSERVER_TEST_HOOKS`): each run's ready
@@ -45,8 +46,12 @@ const MODULES: &[&str] = &[
     "ip6t_REJECT",
 ];
 
-/// Debian packages that give the guest: the emulator, a kernel with kprobes, a static busybox.
+/// Debian packages that give the guest: the emulator, a 6.1 kernel with kprobes, a static
+/// busybox. The 6.12 kernel's package name carries its version: see [`kernel_612_package`].
 const VM_PACKAGES: &[&str] = &["qemu-system-x86", "linux-image-amd64", "busybox-static"];
+
+/// The kernel series every vm-test runs on.
+const KERNEL_SERIES: &[&str] = &["6.1", "6.12"];
 
 /// The guest's boot and tests may not take longer than this (software emulation on 2 cores).
 const VM_TIMEOUT_SECS: u64 = 1500;
@@ -56,60 +61,122 @@ const RUN_TIMEOUT_SECS: u64 = 300;
 
 /// What the VM test needs from the host, or why it cannot run here.
 pub struct VmTools {
-    pub kernel: PathBuf,
+    /// One kernel per series, oldest first.
+    pub kernels: Vec<PathBuf>,
     pub vng: PathBuf,
 }
 
-/// A guest kernel: OBSERVER_VM_KERNEL, else the newest /boot/vmlinuz-*.
-fn find_kernel() -> Option<PathBuf> {
+impl VmTools {
+    /// The oldest kernel (the benchmarks run on one: 6.1, as their earlier figures did).
+    pub fn oldest(&self) -> &Path {
+        self.kernels
+            .first()
+            .map(PathBuf::as_path)
+            .unwrap_or(Path::new(""))
+    }
+}
+
+/// The series of a `vmlinuz-6.12.107+deb12-amd64` or `vmlinuz-6.1.0-56-amd64` file: `6.12`.
+fn series(kernel: &Path) -> Option<String> {
+    let v = kernel.file_name()?.to_str()?.strip_prefix("vmlinuz-")?;
+    let mut parts = v.split(['.', '-', '+']);
+    Some(format!("{}.{}", parts.next()?, parts.next()?))
+}
+
+/// Guest kernels: OBSERVER_VM_KERNEL (paths separated by `:`), else the newest /boot/vmlinuz-*
+/// of each series in [`KERNEL_SERIES`].
+fn find_kernels() -> Vec<PathBuf> {
     if let Some(k) = std::env::var_os("OBSERVER_VM_KERNEL") {
-        return Some(PathBuf::from(k));
+        return std::env::split_paths(&k).collect();
     }
     let mut found: Vec<PathBuf> = fs::read_dir("/boot")
-        .ok()?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("vmlinuz-"))
-        })
-        .collect();
+        .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
     found.sort();
-    found.pop()
+    KERNEL_SERIES
+        .iter()
+        .filter_map(|want| {
+            found
+                .iter()
+                .rfind(|p| series(p).as_deref() == Some(*want))
+                .cloned()
+        })
+        .collect()
+}
+
+/// The newest Debian 6.12 kernel package with 9p (virtme-ng's root filesystem), as apt knows
+/// it today (`linux-image-6.12.107+deb12-amd64-unsigned`): its name carries the version.
+fn kernel_612_package() -> Option<String> {
+    let out = Command::new("apt-cache")
+        .args([
+            "search",
+            "--names-only",
+            r"^linux-image-6\.12\..*-amd64-unsigned$",
+        ])
+        .output()
+        .ok()?;
+    let mut names: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        // The cloud flavour has no 9p and the realtime one is another kernel.
+        .filter(|n| !n.contains("-cloud-") && !n.contains("-rt-"))
+        .collect();
+    names.sort();
+    names.pop()
 }
 
 fn find_vng() -> Option<PathBuf> {
     cmd::which("vng")
 }
 
+fn apt_install(packages: &[String]) -> bool {
+    println!("installing {} (apt-get)", packages.join(" "));
+    Command::new("sh")
+        .args([
+            "-c",
+            &format!(
+                "apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get \
+                 install -y -q --no-install-recommends {} >/dev/null",
+                packages.join(" ")
+            ),
+        ])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 /// Find, or install, what the guest needs. `Ok(Err(reason))`: it cannot be had here (skip).
 pub fn ensure_tools() -> Result<std::result::Result<VmTools, String>> {
     let have_qemu = cmd::which("qemu-system-x86_64").is_some();
-    if !have_qemu || find_kernel().is_none() || cmd::which("busybox").is_none() {
+    let kernels = find_kernels();
+    let missing_series =
+        std::env::var_os("OBSERVER_VM_KERNEL").is_none() && kernels.len() < KERNEL_SERIES.len();
+    if !have_qemu || missing_series || cmd::which("busybox").is_none() {
         if cmd::which("apt-get").is_none() || !cmd::is_root() {
             return Ok(Err(format!(
-                "qemu or a guest kernel is missing and cannot be installed here (needs apt-get \
-                 and root): install {} by hand",
+                "qemu or a guest kernel ({}) is missing and cannot be installed here (needs \
+                 apt-get and root): install {} and Debian's 6.12 kernel by hand",
+                KERNEL_SERIES.join(", "),
                 VM_PACKAGES.join(" ")
             )));
         }
-        println!("installing {} (apt-get)", VM_PACKAGES.join(" "));
-        let ok = Command::new("sh")
-            .args([
-                "-c",
-                &format!(
-                    "apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get \
-                     install -y -q {} >/dev/null",
-                    VM_PACKAGES.join(" ")
-                ),
-            ])
-            .status()
-            .is_ok_and(|s| s.success());
-        if !ok {
+        let mut packages: Vec<String> = VM_PACKAGES.iter().map(|p| p.to_string()).collect();
+        if !apt_install(&packages) {
             return Ok(Err(format!(
                 "installing {} with apt-get failed",
                 VM_PACKAGES.join(" ")
             )));
+        }
+        match kernel_612_package() {
+            Some(k) => {
+                packages = vec![k];
+                if !apt_install(&packages) {
+                    return Ok(Err(format!(
+                        "installing {} with apt-get failed",
+                        packages[0]
+                    )));
+                }
+            }
+            None => return Ok(Err("apt knows no Debian 6.12 kernel package".into())),
         }
     }
     if find_vng().is_none() {
@@ -128,12 +195,14 @@ pub fn ensure_tools() -> Result<std::result::Result<VmTools, String>> {
             ));
         }
     }
-    let (Some(kernel), Some(vng)) = (find_kernel(), find_vng()) else {
-        return Ok(Err(
-            "no guest kernel in /boot or no vng after installing them".into(),
-        ));
+    let kernels = find_kernels();
+    let Some(vng) = find_vng() else {
+        return Ok(Err("no vng after installing it".into()));
     };
-    Ok(Ok(VmTools { kernel, vng }))
+    if kernels.is_empty() {
+        return Ok(Err("no guest kernel in /boot after installing them".into()));
+    }
+    Ok(Ok(VmTools { kernels, vng }))
 }
 
 /// The integration test binary, built (release) on the host.
@@ -213,14 +282,15 @@ fn guest_script(test_bin: &Path, dir: &Path) -> String {
 
 /// Boot the guest with `dir` shared read-write (and as its working directory), run `exec` in
 /// it, and return the exit status of the boot (the guest's own results are files in `dir`).
-pub fn boot(tools: &VmTools, dir: &Path, exec: &str) -> Result<i32> {
-    boot_niced(tools, dir, exec, VM_TIMEOUT_SECS, 0)
+pub fn boot(tools: &VmTools, kernel: &Path, dir: &Path, exec: &str) -> Result<i32> {
+    boot_niced(tools, kernel, dir, exec, VM_TIMEOUT_SECS, 0)
 }
 
 /// [`boot`] with its own time limit, and the emulator at niceness `nice` (0: as we are) so
 /// that a long benchmark does not starve the rest of the machine.
 pub fn boot_niced(
     tools: &VmTools,
+    kernel: &Path,
     dir: &Path,
     exec: &str,
     timeout_secs: u64,
@@ -234,7 +304,7 @@ pub fn boot_niced(
         .arg(&tools.vng)
         .arg("--disable-kvm")
         .arg("-r")
-        .arg(&tools.kernel)
+        .arg(kernel)
         .args(["--memory", "2G", "--cpus", "2"])
         .arg(format!("--rwdir={}", dir.display()))
         .arg("--exec")
@@ -273,6 +343,7 @@ pub struct GuestResult {
 /// Boot the guest and run the tests in it.
 pub fn run_in_vm(
     tools: &VmTools,
+    kernel: &Path,
     observer_bin: &Path,
     test_bin: &Path,
     keep: &Path,
@@ -289,9 +360,10 @@ pub fn run_in_vm(
         );
     }
     let start = Instant::now();
-    let status = boot(tools, &dir, &format!("sh {}", script.display()))?;
+    let status = boot(tools, kernel, &dir, &format!("sh {}", script.display()))?;
     let took = start.elapsed().as_secs_f64();
-    eprintln!("xtask: guest exited with {status} after {took:.0}s (boot and both runs)");
+    let k = kernel.display();
+    eprintln!("xtask: guest {k} exited with {status} after {took:.0}s (boot and both runs)");
     let mut failed = 0;
     for b in BACKENDS {
         let out = fs::read_to_string(dir.join(format!("{b}.out"))).unwrap_or_default();
@@ -300,29 +372,28 @@ pub fn run_in_vm(
             .and_then(|s| s.trim().parse::<i32>().ok());
         if let Ok(hung) = fs::read_to_string(dir.join(format!("{b}.hung.out"))) {
             println!(
-                "---- integration tests in the guest with --hooks {b}: first run, which hung ----"
+                "---- integration tests in the guest {k} with --hooks {b}: first run, which hung ----"
             );
             print!("{hung}");
-            println!("vm-test: --hooks {b}: the first run did not end; it was run once more");
+            println!("vm-test: {k} --hooks {b}: the first run did not end; it was run once more");
         }
-        println!("---- integration tests in the guest with --hooks {b} ----");
+        println!("---- integration tests in the guest {k} with --hooks {b} ----");
         print!("{out}");
         match rc {
-            Some(0) => println!("vm-test: --hooks {b}: ok"),
+            Some(0) => println!("vm-test: {k} --hooks {b}: ok"),
             Some(rc) => {
-                println!("vm-test: --hooks {b}: FAILED (exit {rc})");
+                println!("vm-test: {k} --hooks {b}: FAILED (exit {rc})");
                 failed += 1;
             }
             None => {
-                println!("vm-test: --hooks {b}: did not finish (guest status {status})");
+                println!("vm-test: {k} --hooks {b}: did not finish (guest status {status})");
                 failed += 1;
             }
         }
     }
     let btf = keep.join(format!(
         "{}.btf",
-        tools
-            .kernel
+        kernel
             .file_name()
             .and_then(|n| n.to_str())
             .unwrap_or("guest")
@@ -347,45 +418,56 @@ pub fn vm_test(ready: &crate::setup::Ready) -> Result<Option<i32>> {
             return Ok(None);
         }
     };
-    println!(
-        "ok guest kernel {} (vng {})",
-        tools.kernel.display(),
-        tools.vng.display()
-    );
+    for k in &tools.kernels {
+        println!(
+            "ok guest kernel {} (vng {})",
+            k.display(),
+            tools.vng.display()
+        );
+    }
     let test_bin = cmd::phase("build the integration tests", || build_test_binary(ready))?;
     let observer_bin = crate::target_dir()?.join("release").join("observer");
     let keep = crate::target_dir()?.join("vm");
-    let guest = cmd::phase("integration tests in the guest", || {
-        run_in_vm(&tools, &observer_bin, &test_bin, &keep)
-    })?;
-    let mut failed = guest.failed;
-    // The offset resolver's unit tests on the guest kernel's BTF as well as the host's.
-    match &guest.btf {
-        Some(btf) => {
-            let mut c = crate::cargo();
-            c.args([
-                "test",
-                "--release",
-                "--workspace",
-                "--exclude",
-                crate::EBPF_CRATE,
-                "hooks::btf",
-                "--",
-                "--nocapture",
-            ])
-            .env("OBSERVER_KERNEL_BTF", btf);
-            ready.apply(&mut c);
-            eprintln!("xtask: == {}", cmd::describe(&c));
-            if cmd::run_status(&mut c)? != 0 {
-                println!("vm-test: the BTF offset tests failed on {}", btf.display());
-                failed += 1;
+    let mut failed = 0;
+    let mut runs = 0;
+    for kernel in &tools.kernels {
+        let guest = cmd::phase(
+            &format!("integration tests in the guest {}", kernel.display()),
+            || run_in_vm(&tools, kernel, &observer_bin, &test_bin, &keep),
+        )?;
+        failed += guest.failed;
+        runs += BACKENDS.len() + 1;
+        // The offset resolver's unit tests on the guest kernel's BTF as well as the host's.
+        match &guest.btf {
+            Some(btf) => {
+                let mut c = crate::cargo();
+                c.args([
+                    "test",
+                    "--release",
+                    "--workspace",
+                    "--exclude",
+                    crate::EBPF_CRATE,
+                    "hooks::btf",
+                    "--",
+                    "--nocapture",
+                ])
+                .env("OBSERVER_KERNEL_BTF", btf);
+                ready.apply(&mut c);
+                eprintln!("xtask: == {}", cmd::describe(&c));
+                if cmd::run_status(&mut c)? != 0 {
+                    println!("vm-test: the BTF offset tests failed on {}", btf.display());
+                    failed += 1;
+                }
             }
+            None => println!(
+                "vm-test: the guest {} left no BTF file; offset tests on it not run",
+                kernel.display()
+            ),
         }
-        None => println!("vm-test: the guest left no BTF file; offset tests on it not run"),
     }
     println!(
         "vm-test: {} passed, {} failed",
-        (BACKENDS.len() + 1).saturating_sub(failed),
+        runs.saturating_sub(failed),
         failed
     );
     Ok(Some(i32::from(failed > 0)))
@@ -394,6 +476,18 @@ pub fn vm_test(ready: &crate::setup::Ready) -> Result<Option<i32>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kernel_files_are_sorted_into_their_series() {
+        let s = |f: &str| series(Path::new(f));
+        assert_eq!(s("/boot/vmlinuz-6.1.0-56-amd64").as_deref(), Some("6.1"));
+        assert_eq!(
+            s("/boot/vmlinuz-6.12.107+deb12-amd64").as_deref(),
+            Some("6.12")
+        );
+        assert_eq!(s("/boot/initrd.img-6.12.107+deb12-amd64"), None);
+        assert_eq!(s("/boot/vmlinuz-6"), None);
+    }
 
     #[test]
     fn the_guest_script_runs_every_backend_and_keeps_its_status() {

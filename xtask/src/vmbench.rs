@@ -245,7 +245,14 @@ pub fn run(args: &VmBenchArgs) -> Result<i32> {
         guest_script(&dir, &observer, args.rounds),
     )?;
     let start = Instant::now();
-    let status = vm::boot_niced(&tools, &dir, "sh run.sh", VM_BENCH_TIMEOUT_SECS, 10)?;
+    let status = vm::boot_niced(
+        &tools,
+        tools.oldest(),
+        &dir,
+        "sh run.sh",
+        VM_BENCH_TIMEOUT_SECS,
+        10,
+    )?;
     let took = start.elapsed().as_secs_f64();
     let kernel = fs::read_to_string(dir.join("kernel")).unwrap_or_default();
     let known = kstats::source_program_names(&crate::root().join("observer-ebpf").join("src"));
