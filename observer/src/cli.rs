@@ -31,7 +31,7 @@ pub enum Command {
     /// Human lines by default; `--json` prints JSON lines whose first line is
     /// {"kind":"status","state":"ready",...} once every hook and subscription is live. Incidents
     /// are `{"kind":"incident",...}` lines (marked `!!` in human output).
-    Tail(TailArgs),
+    Tail(Box<TailArgs>),
     /// Show who owns every chain and set of every namespace (catalog, `--owners` file, or
     /// unknown), and which backends each owner's chains live in (needs root).
     Owners(OwnersArgs),
@@ -217,6 +217,19 @@ pub struct TailArgs {
     /// durations are read on the daemon's clock.
     #[arg(long, value_name = "WHEN")]
     pub since: Option<String>,
+
+    /// With `--remote https://`: verify the daemon's certificate against this CA (PEM) instead
+    /// of the system's roots.
+    #[arg(long, value_name = "FILE", requires = "remote")]
+    pub ca: Option<std::path::PathBuf>,
+
+    /// With `--remote https://` and mutual TLS: the client certificate to present (PEM).
+    #[arg(long, value_name = "FILE", requires_all = ["remote", "client_key"])]
+    pub client_cert: Option<std::path::PathBuf>,
+
+    /// The client certificate's private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "client_cert")]
+    pub client_key: Option<std::path::PathBuf>,
 
     /// File holding the bearer token for `--remote`.
     #[arg(long, value_name = "FILE", requires = "remote")]

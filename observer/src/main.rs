@@ -27,9 +27,9 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async move {
         match args.command {
-            cli::Command::Tail(t) if t.remote.is_some() => remote::tail(t).await,
-            cli::Command::Tail(t) if t.record.is_some() => follow::tail(t).await,
-            cli::Command::Tail(t) => engine::tail(t).await,
+            cli::Command::Tail(t) if t.remote.is_some() => remote::tail(*t).await,
+            cli::Command::Tail(t) if t.record.is_some() => follow::tail(*t).await,
+            cli::Command::Tail(t) => engine::tail(*t).await,
             cli::Command::Run(r) => daemon::run(*r).await,
             cli::Command::Query(q) => query::run(q),
             cli::Command::Doctor(d) => doctor::run(d),

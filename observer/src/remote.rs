@@ -81,10 +81,7 @@ impl SseParser {
 /// The `/events` URL with the tail filters as query parameters.
 fn events_uri(base: &str, args: &TailArgs) -> anyhow::Result<Uri> {
     let base = base.trim_end_matches('/');
-    if base.starts_with("https://") {
-        bail!("--remote {base}: observer run serves plain HTTP only (no TLS yet); use http://");
-    }
-    let base = if base.starts_with("http://") {
+    let base = if base.starts_with("http://") || base.starts_with("https://") {
         base.to_string()
     } else {
         format!("http://{base}")
@@ -135,12 +132,26 @@ pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
         screen: (!args.json).then(|| Box::new(crate::engine::tail_screen(&args))),
         last_status: None,
     };
+    let tls = if uri.scheme_str() == Some("https") {
+        let cfg = crate::daemon::tls::client_config(
+            args.ca.as_deref(),
+            args.client_cert.as_deref(),
+            args.client_key.as_deref(),
+        )?;
+        Some(tokio_rustls::TlsConnector::from(std::sync::Arc::new(cfg)))
+    } else {
+        if args.ca.is_some() || args.client_cert.is_some() {
+            bail!("--ca and --client-cert are for an https:// --remote URL");
+        }
+        None
+    };
     let mut last_id: Option<String> = None;
     let mut delay = Duration::from_millis(250);
     let mut connected_once = false;
     loop {
         let attempt = follow(
             &uri,
+            tls.as_ref(),
             token.as_deref(),
             &mut last_id,
             &mut printer,
@@ -186,18 +197,49 @@ impl From<std::io::Error> for FollowError {
     }
 }
 
+/// A connection to the daemon, plain or TLS.
+trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
+
+/// Connect to the daemon, with TLS when `tls` is given (an `https://` URL).
+async fn connect(
+    uri: &Uri,
+    tls: Option<&tokio_rustls::TlsConnector>,
+) -> Result<Box<dyn Io>, FollowError> {
+    let host = uri.host().unwrap_or("127.0.0.1");
+    let port = uri
+        .port_u16()
+        .unwrap_or(if tls.is_some() { 443 } else { 80 });
+    let stream = tokio::net::TcpStream::connect((host, port))
+        .await
+        .map_err(|e| Retry(anyhow::anyhow!("connecting to {host}:{port}: {e}")))?;
+    let Some(tls) = tls else {
+        return Ok(Box::new(stream));
+    };
+    // `[::1]` in a URL is `::1` to TLS.
+    let name = host.trim_start_matches('[').trim_end_matches(']');
+    let server = tokio_rustls::rustls::pki_types::ServerName::try_from(name.to_string())
+        .map_err(|e| Fatal(anyhow::anyhow!("{host} is not a TLS server name: {e}")))?;
+    match tls.connect(server, stream).await {
+        Ok(s) => Ok(Box::new(s)),
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => Err(Fatal(anyhow::anyhow!(
+            "TLS with {host}:{port}: {e} (is the daemon's certificate issued by the CA given \
+             with --ca, for this host name, and still valid?)"
+        ))),
+        Err(e) => Err(Retry(anyhow::anyhow!("TLS with {host}:{port}: {e}"))),
+    }
+}
+
 async fn follow(
     uri: &Uri,
+    tls: Option<&tokio_rustls::TlsConnector>,
     token: Option<&str>,
     last_id: &mut Option<String>,
     printer: &mut Printer,
     connected_once: &mut bool,
 ) -> Result<(), FollowError> {
     let host = uri.host().unwrap_or("127.0.0.1");
-    let port = uri.port_u16().unwrap_or(80);
-    let stream = tokio::net::TcpStream::connect((host, port))
-        .await
-        .map_err(|e| Retry(anyhow::anyhow!("connecting to {host}:{port}: {e}")))?;
+    let stream = connect(uri, tls).await?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| Retry(e.into()))?;

@@ -22,8 +22,8 @@ pub const DEFAULT_NETLINK_RCVBUF: &str = "32MiB";
 pub struct RunArgs {
     /// TOML file with any of the settings below (keys: listen, token_file, record, no_record,
     /// retain, max_record, hooks, ringbuf_size, netlink_rcvbuf, owners, flap_cycles,
-    /// flap_window, mass_window, repair_within, pod_logs, container_logs). Flags and environment
-    /// variables win over it.
+    /// flap_window, mass_window, repair_within, pod_logs, container_logs, tls_cert, tls_key,
+    /// tls_client_ca, insecure_plaintext). Flags and environment variables win over it.
     #[arg(long, env = "OBSERVER_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
 
@@ -36,6 +36,39 @@ pub struct RunArgs {
     /// (`Authorization: Bearer TOKEN`).
     #[arg(long, env = "OBSERVER_TOKEN_FILE", value_name = "FILE")]
     pub token_file: Option<PathBuf>,
+
+    /// Serve HTTPS with this certificate (PEM, the chain after it). Renewed files are picked up
+    /// for new connections without a restart (cert-manager renews them in place).
+    #[arg(
+        long,
+        env = "OBSERVER_TLS_CERT",
+        value_name = "FILE",
+        requires = "tls_key"
+    )]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The certificate's private key (PEM).
+    #[arg(
+        long,
+        env = "OBSERVER_TLS_KEY",
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
+    pub tls_key: Option<PathBuf>,
+
+    /// Mutual TLS: clients must present a certificate issued by this CA (PEM).
+    #[arg(
+        long,
+        env = "OBSERVER_TLS_CLIENT_CA",
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
+    pub tls_client_ca: Option<PathBuf>,
+
+    /// Serve plain HTTP beyond loopback (the token then crosses the network in clear). Without
+    /// it, listening beyond loopback needs --tls-cert and --tls-key.
+    #[arg(long, env = "OBSERVER_INSECURE_PLAINTEXT")]
+    pub insecure_plaintext: bool,
 
     /// The forensic record (SQLite) [default: /var/lib/observer/record.db]; a directory means
     /// `record.db` in it.
@@ -104,6 +137,10 @@ pub struct RunArgs {
 struct FileConfig {
     listen: Option<SocketAddr>,
     token_file: Option<PathBuf>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_client_ca: Option<PathBuf>,
+    insecure_plaintext: Option<bool>,
     record: Option<PathBuf>,
     no_record: Option<bool>,
     retain: Option<String>,
@@ -125,6 +162,8 @@ struct FileConfig {
 pub struct Settings {
     pub listen: SocketAddr,
     pub token_file: Option<PathBuf>,
+    /// HTTPS instead of HTTP.
+    pub tls: Option<super::tls::TlsFiles>,
     /// None: no record.
     pub record: Option<PathBuf>,
     pub retain: Duration,
@@ -219,11 +258,48 @@ impl RunArgs {
         };
         // A directory holds the record as `record.db`.
         let record = record.map(|r| if r.is_dir() { r.join("record.db") } else { r });
+        let listen = self
+            .listen
+            .or(file.listen)
+            .unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("valid default address"));
+        // Flags win over the file as a set: a cert from one place and a key from the other is
+        // a mistake waiting to happen.
+        let (cert, key, client_ca) = if self.tls_cert.is_some() {
+            (self.tls_cert, self.tls_key, self.tls_client_ca)
+        } else {
+            (file.tls_cert, file.tls_key, file.tls_client_ca)
+        };
+        let tls = match (cert, key, client_ca) {
+            (Some(cert), Some(key), client_ca) => Some(super::tls::TlsFiles {
+                cert,
+                key,
+                client_ca,
+            }),
+            (None, None, None) => None,
+            (Some(_), None, _) => {
+                return Err(format!("{}: needs tls_key too", in_file("tls_cert")))
+            }
+            (None, Some(_), _) => {
+                return Err(format!("{}: needs tls_cert too", in_file("tls_key")))
+            }
+            (None, None, Some(_)) => {
+                return Err(format!(
+                    "{}: mutual TLS needs tls_cert and tls_key too",
+                    in_file("tls_client_ca")
+                ))
+            }
+        };
+        let insecure = self.insecure_plaintext || file.insecure_plaintext == Some(true);
+        if tls.is_none() && !listen.ip().is_loopback() && !insecure {
+            return Err(format!(
+                "refusing to serve plain HTTP on {listen} (beyond loopback, the bearer token and \
+                 every event would cross the network in clear): pass --tls-cert FILE and \
+                 --tls-key FILE, or --insecure-plaintext to accept that, or listen on 127.0.0.1"
+            ));
+        }
         Ok(Settings {
-            listen: self
-                .listen
-                .or(file.listen)
-                .unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("valid default address")),
+            listen,
+            tls,
             token_file: self.token_file.or(file.token_file),
             record,
             retain,

@@ -9,6 +9,7 @@ pub mod config;
 mod http;
 mod hub;
 mod metrics;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -59,25 +60,50 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let metrics = metrics::Metrics::new(settings.record.as_ref().map(|_| store_stats.clone()));
     let hub = Arc::new(Hub::new(metrics, settings.record.clone()));
+    // TLS files are read before anything is attached: a bad one stops the start.
+    let tls = settings
+        .tls
+        .clone()
+        .map(tls::Reloading::load)
+        .transpose()
+        .context("the HTTP endpoint's TLS")?;
     let listener = tokio::net::TcpListener::bind(settings.listen)
         .await
         .map_err(|e| listen_error(settings.listen, e))?;
-    tracing::info!("HTTP endpoint on http://{}", settings.listen);
     let app = http::router(http::AppState {
         hub: hub.clone(),
         token: token.map(Into::into),
     });
     let mut stopped = hub.on_shutdown();
-    let server = tokio::spawn(async move {
-        let res = axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = stopped.wait_for(|s| *s).await;
+    let shutdown = async move {
+        let _ = stopped.wait_for(|s| *s).await;
+    };
+    let server = match tls {
+        Some(tls) => {
+            tracing::info!("HTTP endpoint on https://{}", settings.listen);
+            let listener = tls::TlsListener::new(listener, Arc::new(tls))
+                .map_err(|e| listen_error(settings.listen, e))?;
+            tokio::spawn(async move {
+                let res = axum::serve(listener, app)
+                    .with_graceful_shutdown(shutdown)
+                    .await;
+                if let Err(e) = res {
+                    tracing::error!("HTTP endpoint stopped: {e}");
+                }
             })
-            .await;
-        if let Err(e) = res {
-            tracing::error!("HTTP endpoint stopped: {e}");
         }
-    });
+        None => {
+            tracing::info!("HTTP endpoint on http://{}", settings.listen);
+            tokio::spawn(async move {
+                let res = axum::serve(listener, app)
+                    .with_graceful_shutdown(shutdown)
+                    .await;
+                if let Err(e) = res {
+                    tracing::error!("HTTP endpoint stopped: {e}");
+                }
+            })
+        }
+    };
 
     let (sender, join) = match writer {
         Some((s, j)) => (Some(s), Some(j)),
