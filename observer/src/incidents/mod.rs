@@ -77,9 +77,9 @@ struct ObjInfo {
 }
 
 impl ObjInfo {
-    fn named(owners: &Owners, name: &str) -> ObjInfo {
+    fn named(owners: &Owners, key: &ObjKey) -> ObjInfo {
         ObjInfo {
-            claim: owners.claim(name).cloned(),
+            claim: owners.claim_in(key.0, key.1, &key.2, &key.3).cloned(),
             ..ObjInfo::default()
         }
     }
@@ -267,7 +267,10 @@ impl Correlator {
         let net = self.nets.entry(netns).or_default();
         net.name = name;
         for c in chains {
-            let claim = self.owners.claim(&c.chain).cloned();
+            let claim = self
+                .owners
+                .claim_in(c.backend, c.family, &c.table, &c.chain)
+                .cloned();
             net.objs.insert(
                 (c.backend, c.family, c.table, c.chain),
                 ObjInfo {
@@ -664,7 +667,7 @@ impl Correlator {
                             let info = net
                                 .objs
                                 .entry(key.clone())
-                                .or_insert_with(|| ObjInfo::named(&self.owners, &key.3));
+                                .or_insert_with(|| ObjInfo::named(&self.owners, &key));
                             info.is_set = c.op == Op::SetCreate;
                             restored.push((key.clone(), c.seq));
                         }
@@ -673,7 +676,7 @@ impl Correlator {
                     let info = net
                         .objs
                         .entry(key.clone())
-                        .or_insert_with(|| ObjInfo::named(&self.owners, &key.3));
+                        .or_insert_with(|| ObjInfo::named(&self.owners, &key));
                     match c.op {
                         Op::RuleAdd => {
                             info.rules += 1;

@@ -10,6 +10,7 @@ use globset::{Glob, GlobMatcher};
 use serde::{Deserialize, Serialize};
 
 use crate::attribution::ProcessInfo;
+use crate::ruleset::{Backend, Family};
 
 /// How an owner is known.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -87,6 +88,10 @@ pub struct OwnerEntry {
     /// Chain (or set) names or globs this owner owns.
     #[serde(default)]
     pub chains: Vec<String>,
+    /// nftables tables this owner owns whole (`"inet mytable"`, family and name; the name may
+    /// be a glob): every chain and set in them is its own, whatever its name.
+    #[serde(default)]
+    pub tables: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -97,7 +102,9 @@ pub struct SharedEntry {
     pub writers: Vec<String>,
 }
 
-/// The catalog: KEP-3178 (kube-proxy, kubelet) and the CNIs' documented prefixes.
+/// The catalog: KEP-3178 (kube-proxy, kubelet), the CNIs' documented prefixes, and the host
+/// firewall managers and runtimes that share the ruleset with them. Each pattern is checked
+/// against the chain names these components really create (see the tests).
 const CATALOG: &[(&str, &[&str])] = &[
     (
         "kube-proxy",
@@ -134,8 +141,59 @@ const CATALOG: &[(&str, &[&str])] = &[
         &["KUBE-ROUTER-*", "KUBE-NWPLCY-*", "KUBE-POD-FW-*"],
     ),
     ("flanneld", &["FLANNEL-*"]),
+    ("antrea-agent", &["ANTREA-*"]),
+    ("aws-node", &["AWS-*"]),
+    ("istio", &["ISTIO_*"]),
+    // The CNI plugins a runtime runs (portmap's hostports, bridge's masquerade, firewall).
+    ("cni-plugins", &["CNI-*"]),
+    ("weave", &["WEAVE", "WEAVE-*"]),
+    ("tailscaled", &["ts-*"]),
     ("dockerd", &["DOCKER*"]),
-    ("weave", &["WEAVE-*"]),
+    ("netavark", &["NETAVARK*"]),
+    ("libvirtd", &["LIBVIRT_*"]),
+    ("ufw", &["ufw-*", "ufw6-*"]),
+    ("fail2ban", &["f2b-*"]),
+    // firewalld's iptables backend: direct rules, zone dispatch, and each zone's and policy's
+    // chains (`IN_public_allow`, `FWD_public`, `PRE_public_pre`, `POST_public`...).
+    (
+        "firewalld",
+        &[
+            "*_direct",
+            "*_ZONES",
+            "*_ZONES_SOURCE",
+            "*_POLICIES",
+            "*_POLICIES_pre",
+            "*_POLICIES_post",
+            "IN_*",
+            "FWD_*",
+            "FWDI_*",
+            "FWDO_*",
+            "PRE_*",
+            "POST_*",
+            "OUT_*",
+        ],
+    ),
+];
+
+/// nftables tables one component owns whole: every chain and set in them is its own, whatever
+/// its name (kube-proxy's nftables mode names chains `service-…`, `endpoint-…`).
+const CATALOG_TABLES: &[(&str, &[&str])] = &[
+    ("kube-proxy", &["ip kube-proxy", "ip6 kube-proxy"]),
+    (
+        "firewalld",
+        &["inet firewalld", "ip firewalld", "ip6 firewalld"],
+    ),
+    (
+        "fail2ban",
+        &["inet f2b-table", "ip f2b-table", "ip6 f2b-table"],
+    ),
+    ("netavark", &["inet netavark"]),
+    ("dockerd", &["ip docker-bridges", "ip6 docker-bridges"]),
+    ("libvirtd", &["ip libvirt_network", "ip6 libvirt_network"]),
+    (
+        "tailscaled",
+        &["ip ts-filter", "ip ts-nat", "ip6 ts-filter", "ip6 ts-nat"],
+    ),
 ];
 
 /// Chains kubelet and kube-proxy both write (KEP-3178).
@@ -153,8 +211,29 @@ const CATALOG_ALIASES: &[(&str, &[&str])] = &[
     ("azure-npm", &["azure-npm", "npm"]),
     ("kube-router", &["kube-router"]),
     ("flanneld", &["flanneld", "flannel"]),
+    ("antrea-agent", &["antrea-agent", "antrea"]),
+    ("aws-node", &["aws-node", "aws-k8s-agent"]),
+    (
+        "istio",
+        &[
+            "istio-iptables",
+            "pilot-agent",
+            "istio-cni",
+            "istio-clean-ip",
+        ],
+    ),
+    ("cni-plugins", &["portmap", "bridge", "firewall"]),
+    ("weave", &["weave", "weaver", "weave-npc", "weave-kube"]),
+    ("tailscaled", &["tailscaled", "tailscale"]),
     ("dockerd", &["dockerd", "docker"]),
-    ("firewalld", &["firewalld"]),
+    ("netavark", &["netavark", "podman"]),
+    ("libvirtd", &["libvirtd", "virtnetworkd"]),
+    ("ufw", &["ufw", "ufw-init"]),
+    (
+        "fail2ban",
+        &["fail2ban-server", "fail2ban-client", "fail2ban"],
+    ),
+    ("firewalld", &["firewalld", "firewall-cmd"]),
 ];
 
 /// The chains of the built-in iptables chains (hooks): nobody owns them; the jumps in them are
@@ -170,7 +249,42 @@ pub fn is_builtin_chain(name: &str) -> bool {
 #[derive(Debug, Clone)]
 pub struct Owners {
     rules: Vec<Rule>,
+    /// nftables tables owned whole, first match wins (the file's before the catalog's).
+    tables: Vec<TableRule>,
     aliases: Vec<Alias>,
+}
+
+/// An nftables table owned whole.
+#[derive(Debug, Clone)]
+struct TableRule {
+    family: Family,
+    name: GlobMatcher,
+    claim: Claim,
+}
+
+/// `"inet firewalld"` → (family, name glob).
+fn table_pattern(p: &str) -> Result<(Family, GlobMatcher), String> {
+    let (fam, name) = p
+        .trim()
+        .split_once(char::is_whitespace)
+        .ok_or_else(|| format!("table `{p}`: give the family and the name, e.g. `inet mytable`"))?;
+    let family = match fam {
+        "ip" => Family::Ip,
+        "ip6" => Family::Ip6,
+        "inet" => Family::Inet,
+        "arp" => Family::Arp,
+        "bridge" => Family::Bridge,
+        "netdev" => Family::Netdev,
+        other => {
+            return Err(format!(
+            "table `{p}`: `{other}` is not an nftables family (ip, ip6, inet, arp, bridge, netdev)"
+        ))
+        }
+    };
+    let name = Glob::new(name.trim())
+        .map(|g| g.compile_matcher())
+        .map_err(|e| format!("table `{p}`: {e}"))?;
+    Ok((family, name))
 }
 
 fn globs(patterns: &[&str]) -> Vec<GlobMatcher> {
@@ -213,7 +327,25 @@ impl Owners {
                 actors: actors.iter().map(|a| a.to_string()).collect(),
             })
             .collect();
-        Owners { rules, aliases }
+        let mut tables = Vec::new();
+        for (owner, patterns) in CATALOG_TABLES {
+            for p in *patterns {
+                let (family, name) = table_pattern(p).expect("catalog tables are valid");
+                tables.push(TableRule {
+                    family,
+                    name,
+                    claim: Claim::Owned {
+                        owner: owner.to_string(),
+                        how: How::Catalog,
+                    },
+                });
+            }
+        }
+        Owners {
+            rules,
+            tables,
+            aliases,
+        }
     }
 
     /// The catalog with a user file's entries in front of it (the file wins).
@@ -252,9 +384,21 @@ impl Owners {
                 },
             });
         }
+        let mut tables = Vec::new();
         for o in &file.owner {
             if o.name.trim().is_empty() {
                 return Err("an [[owner]] entry has an empty name".into());
+            }
+            for t in &o.tables {
+                let (family, name) = table_pattern(t)?;
+                tables.push(TableRule {
+                    family,
+                    name,
+                    claim: Claim::Owned {
+                        owner: o.name.clone(),
+                        how: How::Config,
+                    },
+                });
             }
             rules.push(Rule {
                 patterns: compile(&o.chains)?,
@@ -276,7 +420,30 @@ impl Owners {
         }
         rules.append(&mut self.rules);
         self.rules = rules;
+        tables.append(&mut self.tables);
+        self.tables = tables;
         Ok(())
+    }
+
+    /// What the catalog or the file says about a chain or set in a table: an nftables table
+    /// owned whole decides for everything in it; otherwise the name does ([`Owners::claim`]).
+    pub fn claim_in(
+        &self,
+        backend: Backend,
+        family: Family,
+        table: &str,
+        chain: &str,
+    ) -> Option<&Claim> {
+        if backend == Backend::Nft {
+            if let Some(t) = self
+                .tables
+                .iter()
+                .find(|t| t.family == family && t.name.is_match(table))
+            {
+                return Some(&t.claim);
+            }
+        }
+        self.claim(chain)
     }
 
     /// What the catalog or the file says about this chain, if anything.
@@ -382,6 +549,103 @@ mod tests {
         ));
         assert_eq!(o.claim("MY-CHAIN"), None);
         assert_eq!(o.claim("INPUT"), None);
+    }
+
+    #[test]
+    fn every_catalog_owner_claims_the_names_its_component_really_uses() {
+        let o = Owners::catalog();
+        // Real chain names, from the components' own rulesets (see the rendering corpus).
+        for (chain, owner) in [
+            ("KUBE-SVC-ERIFXISQEP7F7OF4", "kube-proxy"),
+            ("KUBE-FIREWALL", "kubelet"),
+            ("cali-FORWARD", "calico-node"),
+            ("CILIUM_PRE_mangle", "cilium-agent"),
+            ("AZURE-NPM-INGRESS", "azure-npm"),
+            ("KUBE-ROUTER-INPUT", "kube-router"),
+            ("FLANNEL-POSTRTG", "flanneld"),
+            ("ANTREA-POSTROUTING", "antrea-agent"),
+            ("AWS-SNAT-CHAIN-0", "aws-node"),
+            ("ISTIO_REDIRECT", "istio"),
+            ("CNI-HOSTPORT-DNAT", "cni-plugins"),
+            ("WEAVE", "weave"),
+            ("WEAVE-NPC-INGRESS", "weave"),
+            ("ts-input", "tailscaled"),
+            ("DOCKER-ISOLATION-STAGE-1", "dockerd"),
+            ("NETAVARK_FORWARD", "netavark"),
+            ("LIBVIRT_FWO", "libvirtd"),
+            ("ufw-before-input", "ufw"),
+            ("ufw6-user-input", "ufw"),
+            ("f2b-sshd", "fail2ban"),
+            ("INPUT_direct", "firewalld"),
+            ("INPUT_ZONES", "firewalld"),
+            ("IN_public_allow", "firewalld"),
+            ("FWD_public", "firewalld"),
+            ("PRE_public_pre", "firewalld"),
+            ("POSTROUTING_ZONES", "firewalld"),
+        ] {
+            assert_eq!(
+                owned(&o, chain).map(|(w, _)| w).as_deref(),
+                Some(owner),
+                "{chain}"
+            );
+        }
+        // Whole nftables tables, whatever the chain is called; only in that family and only
+        // for nftables (a legacy table of the same name is not one).
+        for (family, table, owner) in [
+            (Family::Ip, "kube-proxy", "kube-proxy"),
+            (Family::Ip6, "kube-proxy", "kube-proxy"),
+            (Family::Inet, "firewalld", "firewalld"),
+            (Family::Inet, "f2b-table", "fail2ban"),
+            (Family::Inet, "netavark", "netavark"),
+        ] {
+            assert!(
+                matches!(
+                    o.claim_in(Backend::Nft, family, table, "service-XYZ-default/web/tcp/http"),
+                    Some(Claim::Owned { owner: w, .. }) if w == owner
+                ),
+                "{family:?} {table}"
+            );
+        }
+        assert_eq!(
+            o.claim_in(Backend::Nft, Family::Inet, "kube-proxy", "x"),
+            None
+        );
+        assert_eq!(
+            o.claim_in(Backend::Legacy, Family::Ip, "kube-proxy", "x"),
+            None
+        );
+        // The firewall managers' helpers act for them.
+        assert_eq!(o.identity(&proc_("ufw-init", None)), "ufw");
+        assert_eq!(o.identity(&proc_("fail2ban-server", None)), "fail2ban");
+    }
+
+    #[test]
+    fn an_owners_file_can_own_a_whole_table() {
+        let file = parse_file(
+            Path::new("o.toml"),
+            "[[owner]]\nname = \"edge\"\ntables = [\"inet edge-*\"]\n",
+        )
+        .expect("parse");
+        let mut o = Owners::catalog();
+        o.apply(file).expect("apply");
+        assert!(matches!(
+            o.claim_in(Backend::Nft, Family::Inet, "edge-fw", "anything"),
+            Some(Claim::Owned { owner, how: How::Config }) if owner == "edge"
+        ));
+        let bad = parse_file(
+            Path::new("o.toml"),
+            "[[owner]]\nname = \"edge\"\ntables = [\"edge\"]\n",
+        )
+        .expect("parse");
+        let err = Owners::catalog().apply(bad).expect_err("no family");
+        assert!(err.contains("give the family and the name"), "{err}");
+        let bad = parse_file(
+            Path::new("o.toml"),
+            "[[owner]]\nname = \"edge\"\ntables = [\"ipv4 edge\"]\n",
+        )
+        .expect("parse");
+        let err = Owners::catalog().apply(bad).expect_err("bad family");
+        assert!(err.contains("not an nftables family"), "{err}");
     }
 
     #[test]

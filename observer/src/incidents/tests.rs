@@ -953,3 +953,42 @@ fn a_foreign_flush_is_merged_into_the_mass_flush_of_the_same_wipe() {
     );
     assert_eq!(two.len(), 2, "{two:#?}");
 }
+
+#[test]
+fn a_whole_nft_table_has_one_owner_whatever_its_chain_names() {
+    let nft = |table: &str, name: &str, rules: usize| InventoryChain {
+        backend: Backend::Nft,
+        family: Family::Ip,
+        table: table.into(),
+        chain: name.into(),
+        rules,
+        jumps: Vec::new(),
+        is_set: false,
+    };
+    let svc = "service-2QRHZV4L-default/kubernetes/tcp/https";
+    let mut s = Stream::new(vec![
+        nft("kube-proxy", "services", 1),
+        nft("kube-proxy", svc, 1),
+        nft("admin", "my-chain", 1),
+    ]);
+    s.backend = Backend::Nft;
+    s.table = "kube-proxy".into();
+    // kube-proxy rewriting its own table is nothing.
+    s.txn(1, "kube-proxy", &[(Op::ChainFlush, svc, "", "")]);
+    assert!(s.out.is_empty(), "{:#?}", s.out);
+    // Someone else deleting a chain of it is kube-proxy's problem, though no name says so.
+    s.txn(2, "admin.sh", &[(Op::ChainDelete, svc, "", "")]);
+    let del: Vec<&IncidentRecord> = s
+        .out
+        .iter()
+        .filter(|i| i.kind == IncidentKind::ForeignDelete)
+        .collect();
+    assert_eq!(del.len(), 1, "{:#?}", s.out);
+    assert_eq!(del[0].owner, "kube-proxy");
+    assert_eq!(del[0].chains, vec![svc.to_string()]);
+    // A chain of the same name in a table nobody owns whole is not kube-proxy's.
+    let before = s.out.len();
+    s.table = "admin".into();
+    s.txn(3, "kube-proxy", &[(Op::ChainDelete, "my-chain", "", "")]);
+    assert_eq!(s.out.len(), before, "{:#?}", &s.out[before..]);
+}
