@@ -193,6 +193,48 @@ fn a_replace_the_kernel_refused_is_a_change_line_naming_its_writer() {
     obs.stop();
 }
 
+/// A component whose `iptables` runs through a shell and wrappers (as fail2ban's actions and
+/// many init scripts do): the actor is the component, and `ancestry` shows the way to it.
+#[test]
+fn the_actor_is_found_above_shells_and_wrappers_with_its_ancestry() {
+    skip_unless!("ip", "iptables-legacy", "timeout", "flock");
+    let mut obs = Observer::start(&[]);
+    let ns = Netns::new("attr-wrap");
+    let here = in_ns(&ns);
+    let w = Writer::new("obs-component", None);
+    let lock = tempfile::NamedTempFile::new().expect("lock file");
+    let cmd = format!(
+        "flock {} timeout 20 iptables-legacy -N OBS-WRAPPED",
+        lock.path().display()
+    );
+    assert!(w.run(&ns, &["sh", "-c", &cmd], None));
+    let v = obs.expect("chain_create OBS-WRAPPED", WAIT, |v| {
+        here(v) && v["op"] == "chain_create" && v["chain"] == "OBS-WRAPPED"
+    });
+    let p = &v["process"];
+    assert_eq!(p["comm"], "iptables-legacy", "{v}");
+    assert_eq!(p["parent_comm"], "timeout", "{v}");
+    assert_eq!(
+        p["actor"],
+        w.name.as_str(),
+        "the component, not a wrapper: {v}"
+    );
+    let chain: Vec<&str> = p["ancestry"]
+        .as_array()
+        .expect("ancestry")
+        .iter()
+        .map(|a| a["comm"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(chain, ["timeout", "flock", "sh", "obs-component"], "{v}");
+    assert!(
+        p["ancestry"]
+            .as_array()
+            .is_some_and(|a| a.iter().all(|x| x["pid"].as_u64().unwrap_or(0) > 0)),
+        "{v}"
+    );
+    obs.stop();
+}
+
 /// ipset lines of one namespace.
 fn ipset_lines<'a>(obs: &'a Observer, ns: &Netns) -> Vec<&'a Value> {
     obs.changes()

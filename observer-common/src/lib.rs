@@ -117,7 +117,10 @@ mod tests {
     fn no_implicit_padding() {
         use core::mem::size_of;
         assert_eq!(size_of::<Header>(), 16);
-        assert_eq!(size_of::<process::Process>(), 4 * 8 + 8 + 16 * 4);
+        assert_eq!(
+            size_of::<process::Process>(),
+            4 * (5 + process::ANCESTORS) + 8 + 16 * (1 + process::ANCESTORS)
+        );
         assert_eq!(
             size_of::<xt::XtReplace>(),
             size_of::<process::Process>() + 16 + 32 + 16 + 8 + 8 + xt::ARGS_LEN

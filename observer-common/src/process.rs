@@ -5,8 +5,11 @@
 
 /// Length of `task_struct.comm`, NUL included.
 pub const COMM_LEN: usize = 16;
-/// How many ancestors (parent, grandparent, ...) are captured.
-pub const ANCESTORS: usize = 3;
+/// How many ancestors (parent, grandparent, ...) are captured: enough to get from the
+/// `iptables` a component runs, through its shells and wrappers (`sh -c`, `timeout`, `flock`,
+/// `ip netns exec`, an interpreter), to the component itself. Odd, so that `Process` has no
+/// padding before `cgroup_id`.
+pub const ANCESTORS: usize = 7;
 
 /// The writing task and up to [`ANCESTORS`] of its ancestors.
 #[repr(C)]

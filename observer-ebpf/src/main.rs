@@ -113,6 +113,7 @@ fn current_netns(off: &Offsets) -> u32 {
 }
 
 /// Fill in who is running: the task, its ancestors, its namespace and cgroup.
+#[inline(always)]
 fn fill_process(p: &mut Process) {
     let off = offsets();
     let pid_tgid = bpf_get_current_pid_tgid();

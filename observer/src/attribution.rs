@@ -6,10 +6,12 @@
 //! (NEWGEN), so for them this module reads `/proc` while the process lives, and says `unknown`
 //! where it cannot know.
 //!
-//! The *actor* is the nearest process in the chain that is not a netfilter front end: the
-//! component that ran `iptables`, not `iptables` itself.
+//! The *actor* is the nearest process in the chain that is neither a netfilter front end nor a
+//! shell, interpreter or wrapper: the component that ran `sh -c "iptables ..."`, not `iptables`
+//! and not `sh`. The chain walked to find it is `ancestry`.
 
 use std::fs;
+use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
@@ -40,6 +42,69 @@ pub struct ProcessInfo {
     /// Kubernetes pod (uid, QoS class; namespace and name when known).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<Pod>,
+    /// The writer's ancestors, nearest first, up to the one `actor` names (empty when the
+    /// writer is the actor, or nothing is known of its parents).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ancestry: Vec<Ancestor>,
+}
+
+/// One process of a writer's ancestry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ancestor {
+    pub comm: String,
+    pub pid: u32,
+}
+
+/// Commands that run another on someone's behalf: shells, interpreters, and the small tools
+/// that set up how a command runs. The actor is found above them. Extend with `wrappers = [...]`
+/// in the owners file.
+pub const WRAPPERS: &[&str] = &[
+    "sh", "bash", "dash", "zsh", "ash", "ksh", "busybox", "env", "timeout", "flock", "xargs",
+    "nice", "ionice", "setsid", "nsenter", "unshare", "chroot", "stdbuf", "ip", "runuser", "sudo",
+    "su", "doas", "perl", "python", "python2", "python3", "ruby", "node",
+];
+
+/// Where a chain of wrappers ends: a session, init or a container's supervisor. A wrapper right
+/// below one of these (an admin's shell under `sshd`) is the actor itself.
+const BOUNDARIES: &[&str] = &[
+    "systemd",
+    "init",
+    "sshd",
+    "login",
+    "agetty",
+    "tmux: server",
+    "screen",
+    "cron",
+    "crond",
+    "containerd-shim",
+    "conmon",
+    "runc",
+    "crun",
+    "kthreadd",
+];
+
+static EXTRA_WRAPPERS: OnceLock<Vec<String>> = OnceLock::new();
+
+/// Wrappers named in the owners file, on top of [`WRAPPERS`] (the first call decides).
+pub fn add_wrappers(names: Vec<String>) {
+    let _ = EXTRA_WRAPPERS.set(names);
+}
+
+/// True for a shell, interpreter or wrapper (see [`WRAPPERS`]); `python3.11` counts as
+/// `python3`.
+pub fn is_wrapper(comm: &str) -> bool {
+    let base = comm.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
+    WRAPPERS.contains(&comm)
+        || WRAPPERS.contains(&base)
+        || EXTRA_WRAPPERS
+            .get()
+            .is_some_and(|w| w.iter().any(|x| x == comm))
+}
+
+fn is_boundary(comm: &str) -> bool {
+    BOUNDARIES
+        .iter()
+        .any(|b| comm == *b || (b.starts_with("containerd-shim") && comm.starts_with(b)))
 }
 
 impl ProcessInfo {
@@ -56,6 +121,7 @@ impl ProcessInfo {
             unit: None,
             container_id: None,
             pod: None,
+            ancestry: Vec::new(),
         }
     }
 
@@ -86,23 +152,97 @@ pub fn is_front_end(comm: &str) -> bool {
             .any(tool)
 }
 
-/// The first comm of the chain (writer first) that is not a front end.
+/// The index of the actor in a chain of comms (writer first, then its ancestors; an empty comm
+/// marks the top of the tree): the first that is neither a front end nor a wrapper. When a
+/// boundary (`sshd`, `systemd`) or the top comes first, the nearest wrapper is the actor (an
+/// admin's `bash`); `None` when the chain as given holds no actor yet, so that more of it must
+/// be read.
+pub fn actor_index<'a>(chain: impl IntoIterator<Item = &'a str>) -> Option<usize> {
+    let mut last_wrapper = None;
+    let mut complete = false;
+    for (i, c) in chain.into_iter().enumerate() {
+        if c.is_empty() {
+            complete = true;
+            break;
+        }
+        if is_front_end(c) {
+            continue;
+        }
+        if is_boundary(c) {
+            // The session or supervisor is no component: the wrapper it started is.
+            return last_wrapper.or(Some(i));
+        }
+        if is_wrapper(c) {
+            last_wrapper = last_wrapper.or(Some(i));
+            continue;
+        }
+        return Some(i);
+    }
+    if complete {
+        last_wrapper
+    } else {
+        None
+    }
+}
+
+/// The first comm of the chain (writer first) that is the actor (see [`actor_index`]), for a
+/// chain known to be whole.
 pub fn pick_actor<'a>(chain: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
-    chain
-        .into_iter()
-        .find(|c| !c.is_empty() && !is_front_end(c))
+    let chain: Vec<&str> = chain.into_iter().collect();
+    let whole = chain.iter().copied().chain(std::iter::once(""));
+    actor_index(whole).and_then(|i| chain.get(i).copied())
+}
+
+/// `(pid, comm)` of the writer's ancestors: what the kernel captured, then `/proc` above the
+/// last one when the actor is not among them.
+fn ancestry_of(p: &KernelProcess) -> (Vec<Ancestor>, Option<usize>) {
+    let mut chain: Vec<Ancestor> = p
+        .ancestors
+        .iter()
+        .map(|a| Ancestor {
+            comm: a.comm.clone(),
+            pid: a.tgid,
+        })
+        .collect();
+    // A capture shorter than the kernel's limit reached the top of the tree.
+    let whole = chain.len() < observer_common::process::ANCESTORS;
+    let comms = |c: &[Ancestor]| -> Vec<String> {
+        std::iter::once(p.comm.clone())
+            .chain(c.iter().map(|a| a.comm.clone()))
+            .collect()
+    };
+    let find = |c: &[Ancestor], whole: bool| {
+        let names = comms(c);
+        let it = names.iter().map(String::as_str);
+        if whole {
+            actor_index(it.chain(std::iter::once("")))
+        } else {
+            actor_index(it)
+        }
+    };
+    let mut idx = find(&chain, whole);
+    if idx.is_none() && !whole {
+        // Deeper than the kernel walked: ask /proc about the last captured ancestor's parents.
+        if let Some(last) = chain.last().map(|a| a.pid) {
+            let above = proc_chain(last);
+            chain.extend(above.into_iter().skip(1));
+            idx = find(&chain, true);
+        }
+    }
+    (chain, idx)
 }
 
 /// Attribution from what the kernel captured, completed from `/proc` only where the captured
-/// chain holds nothing but front ends.
+/// chain holds nothing but front ends and wrappers.
 pub fn from_kernel(p: &KernelProcess) -> ProcessInfo {
-    let chain = std::iter::once(p.comm.as_str()).chain(p.ancestors.iter().map(|a| a.comm.as_str()));
-    let mut actor = pick_actor(chain).map(str::to_string);
-    if actor.is_none() {
-        // Deeper than the kernel walked: ask /proc about the last captured ancestor.
-        let last = p.ancestors.last().map_or(p.tgid, |a| a.tgid);
-        actor = proc_chain(last).into_iter().find(|c| !is_front_end(c));
-    }
+    let (chain, idx) = ancestry_of(p);
+    let actor = match idx {
+        Some(0) => Some(p.comm.clone()),
+        Some(i) => chain.get(i - 1).map(|a| a.comm.clone()),
+        None => None,
+    };
+    // The ancestry: the parents up to the actor (all that is known when there is none).
+    let upto = idx.map_or(chain.len(), |i| i.min(chain.len()));
     ProcessInfo {
         pid: p.tgid,
         tid: p.tid,
@@ -114,6 +254,7 @@ pub fn from_kernel(p: &KernelProcess) -> ProcessInfo {
         unit: None,
         container_id: None,
         pod: None,
+        ancestry: chain.into_iter().take(upto).collect(),
     }
     // From the id the kernel captured: works after the writer exited.
     .with_workload(cgroup::from_kernel(p.cgroup_id, p.tgid, &p.comm))
@@ -138,12 +279,23 @@ pub fn from_tid(tid: u32, comm: &str) -> ProcessInfo {
     let alive = live_comm.as_deref() == Some(comm) || comm.is_empty();
     let (tgid, ppid) = if alive { (tgid, ppid) } else { (None, None) };
     let parent_comm = ppid.and_then(read_comm);
-    let mut actor = pick_actor([comm]).map(str::to_string);
-    if actor.is_none() {
-        if let Some(pp) = ppid {
-            actor = proc_chain(pp).into_iter().find(|c| !is_front_end(c));
-        }
-    }
+    // The writer's parents from /proc, while they live.
+    let chain = ppid.map(proc_chain).unwrap_or_default();
+    let names: Vec<&str> = std::iter::once(comm)
+        .chain(chain.iter().map(|a| a.comm.as_str()))
+        .collect();
+    let idx = if alive {
+        actor_index(names.iter().copied().chain(std::iter::once("")))
+    } else {
+        // Only the comm is known: it is the actor unless it is a front end or a wrapper.
+        actor_index([comm, ""])
+    };
+    let actor = match idx {
+        Some(0) => Some(comm.to_string()),
+        Some(i) => chain.get(i - 1).map(|a| a.comm.clone()),
+        None => None,
+    };
+    let ancestry = chain.into_iter().take(idx.unwrap_or(0)).collect();
     let pid = tgid.unwrap_or(tid);
     ProcessInfo {
         pid,
@@ -156,6 +308,7 @@ pub fn from_tid(tid: u32, comm: &str) -> ProcessInfo {
         unit: None,
         container_id: None,
         pod: None,
+        ancestry,
     }
     .with_workload(if alive {
         cgroup::from_proc(pid).unwrap_or_default()
@@ -177,15 +330,15 @@ fn read_ppid(pid: u32) -> Option<u32> {
     rest.split(' ').nth(1)?.parse().ok()
 }
 
-/// comms from `pid` up to init (at most 16 steps).
-fn proc_chain(mut pid: u32) -> Vec<String> {
+/// `pid` and its ancestors up to init (at most 16 steps), nearest first.
+fn proc_chain(mut pid: u32) -> Vec<Ancestor> {
     let mut out = Vec::new();
     for _ in 0..16 {
         if pid == 0 {
             break;
         }
-        let Some(c) = read_comm(pid) else { break };
-        out.push(c);
+        let Some(comm) = read_comm(pid) else { break };
+        out.push(Ancestor { comm, pid });
         match read_ppid(pid) {
             Some(pp) if pp != pid => pid = pp,
             _ => break,
@@ -260,6 +413,71 @@ mod tests {
         );
         assert_eq!(pick_actor(["kubelet"]), Some("kubelet"));
         assert_eq!(pick_actor(["nft", ""]), None);
+    }
+
+    #[test]
+    fn the_actor_is_found_above_shells_interpreters_and_wrappers() {
+        let idx = |c: &[&str]| actor_index(c.iter().copied());
+        // fail2ban's actions run through `sh -c`.
+        assert_eq!(
+            idx(&["iptables", "sh", "fail2ban-server", "systemd"]),
+            Some(2)
+        );
+        // Wrappers of every kind, then the component.
+        assert_eq!(
+            idx(&[
+                "iptables-restor",
+                "flock",
+                "timeout",
+                "python3.11",
+                "kube-proxy"
+            ]),
+            Some(4)
+        );
+        // ufw's init script is a component of its own name (the owners catalog maps it to ufw).
+        assert_eq!(idx(&["iptables-restor", "ufw-init", "ufw"]), Some(1));
+        // An admin's shell: the wrapper right below the session.
+        assert_eq!(
+            idx(&["iptables", "bash", "sshd", "sshd", "systemd"]),
+            Some(1)
+        );
+        assert_eq!(idx(&["nft", "sh", ""]), Some(1));
+        // Only front ends and wrappers so far, and more to read: not decided.
+        assert_eq!(idx(&["iptables", "sh", "timeout"]), None);
+        assert_eq!(pick_actor(["iptables", "sh", "timeout"]), Some("sh"));
+        assert!(is_wrapper("python3") && is_wrapper("python3.12") && !is_wrapper("pythonista"));
+    }
+
+    #[test]
+    fn kernel_attribution_gives_the_ancestry_up_to_the_actor() {
+        let mut p = KernelProcess {
+            tgid: 10,
+            tid: 10,
+            uid: 0,
+            comm: "iptables".into(),
+            cgroup_id: 0,
+            netns: 0,
+            ancestors: ["sh", "timeout", "kube-proxy", "containerd-shim", "systemd"]
+                .iter()
+                .enumerate()
+                .map(|(i, c)| Ancestor {
+                    tgid: 20 + i as u32,
+                    comm: c.to_string(),
+                })
+                .collect(),
+        };
+        let info = from_kernel(&p);
+        assert_eq!(info.actor, "kube-proxy");
+        assert_eq!(info.parent_comm.as_deref(), Some("sh"));
+        let got: Vec<(&str, u32)> = info
+            .ancestry
+            .iter()
+            .map(|a| (a.comm.as_str(), a.pid))
+            .collect();
+        assert_eq!(got, vec![("sh", 20), ("timeout", 21), ("kube-proxy", 22)]);
+        // The writer itself the actor: no ancestry to show.
+        p.comm = "kube-proxy".into();
+        assert!(from_kernel(&p).ancestry.is_empty());
     }
 
     #[test]

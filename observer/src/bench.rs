@@ -182,6 +182,7 @@ pub fn record(args: crate::cli::BenchRecordArgs) -> anyhow::Result<()> {
                     "3f9c2a7d81e4b05c6d1f8e2a9b7c4d3e5f6a1b2c3d4e5f6a7b8c9d0e1f2a3b4c".into(),
                 ),
                 pod: None,
+                ancestry: Vec::new(),
             },
             replayed: false,
             recovered: false,

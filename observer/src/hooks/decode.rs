@@ -241,7 +241,7 @@ mod tests {
         p.tid = 43;
         p.netns = 4026531840;
         p.comm[..15].copy_from_slice(b"iptables-legacy");
-        p.ancestor_tgid = [41, 1, 0];
+        p.ancestor_tgid[..2].copy_from_slice(&[41, 1]);
         p.ancestor_comm[0][..10].copy_from_slice(b"kube-proxy");
         p.ancestor_comm[1][..7].copy_from_slice(b"systemd");
         let mut table = [0u8; 32];

@@ -94,6 +94,7 @@ impl Gen {
                         unit: None,
                         container_id: None,
                         pod: None,
+                        ancestry: Vec::new(),
                     },
                     replayed: false,
                     recovered: false,

@@ -342,7 +342,7 @@ impl Correlator {
             return writers.iter().any(|w| self.owners.canonical(w) == actor);
         }
         match self.owner_of(name, info) {
-            Some((o, _)) => o == actor,
+            Some((o, _)) => o == actor || self.owners.writes_for(actor, &o),
             None => true,
         }
     }
@@ -748,7 +748,8 @@ impl Correlator {
             .filter_map(|(k, seq)| {
                 let info = net.objs.get(&k)?;
                 let (owner, _) = self.owner_of(&k.3, info)?;
-                (owner == actor).then_some(Restore { key: k, seq })
+                (owner == actor || self.owners.writes_for(actor, &owner))
+                    .then_some(Restore { key: k, seq })
             })
             .collect()
     }

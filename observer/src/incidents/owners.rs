@@ -76,6 +76,10 @@ pub struct OwnersFile {
     pub owner: Vec<OwnerEntry>,
     #[serde(default)]
     pub shared: Vec<SharedEntry>,
+    /// Commands that only run others (site-specific wrappers, like `iptables-wrapper` scripts):
+    /// the actor is found above them, as above `sh` or `timeout`.
+    #[serde(default)]
+    pub wrappers: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -88,6 +92,10 @@ pub struct OwnerEntry {
     /// Chain (or set) names or globs this owner owns.
     #[serde(default)]
     pub chains: Vec<String>,
+    /// Components that write this owner's objects on its behalf without being it (docker's
+    /// rules put in by firewalld's passthrough interface): their changes are not incidents.
+    #[serde(default)]
+    pub via: Vec<String>,
     /// nftables tables this owner owns whole (`"inet mytable"`, family and name; the name may
     /// be a glob): every chain and set in them is its own, whatever its name.
     #[serde(default)]
@@ -196,6 +204,12 @@ const CATALOG_TABLES: &[(&str, &[&str])] = &[
     ),
 ];
 
+/// Components that write other owners' objects for them: firewalld inserts the rules docker,
+/// libvirt and podman hand it through its direct/passthrough interface (on firewalld hosts they
+/// do not run iptables themselves).
+const CATALOG_DELEGATES: &[(&str, &[&str])] =
+    &[("firewalld", &["dockerd", "libvirtd", "netavark"])];
+
 /// Chains kubelet and kube-proxy both write (KEP-3178).
 const CATALOG_SHARED: &[(&[&str], &[&str])] = &[(
     &["KUBE-MARK-MASQ", "KUBE-POSTROUTING"],
@@ -249,6 +263,8 @@ pub fn is_builtin_chain(name: &str) -> bool {
 #[derive(Debug, Clone)]
 pub struct Owners {
     rules: Vec<Rule>,
+    /// (writer, owner): `writer` may change `owner`'s objects on its behalf.
+    delegates: Vec<(String, String)>,
     /// nftables tables owned whole, first match wins (the file's before the catalog's).
     tables: Vec<TableRule>,
     aliases: Vec<Alias>,
@@ -341,11 +357,23 @@ impl Owners {
                 });
             }
         }
+        let delegates = CATALOG_DELEGATES
+            .iter()
+            .flat_map(|(via, owners)| owners.iter().map(|o| (via.to_string(), o.to_string())))
+            .collect();
         Owners {
             rules,
+            delegates,
             tables,
             aliases,
         }
+    }
+
+    /// May `writer` (an identity) change `owner`'s objects on its behalf?
+    pub fn writes_for(&self, writer: &str, owner: &str) -> bool {
+        self.delegates
+            .iter()
+            .any(|(w, o)| self.canonical(w) == writer && o == owner)
     }
 
     /// The catalog with a user file's entries in front of it (the file wins).
@@ -353,6 +381,7 @@ impl Owners {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("--owners {}: {e}", path.display()))?;
         let file = parse_file(path, &text)?;
+        crate::attribution::add_wrappers(file.wrappers.clone());
         let mut owners = Owners::catalog();
         owners
             .apply(file)
@@ -388,6 +417,9 @@ impl Owners {
         for o in &file.owner {
             if o.name.trim().is_empty() {
                 return Err("an [[owner]] entry has an empty name".into());
+            }
+            for v in &o.via {
+                self.delegates.push((v.clone(), o.name.clone()));
             }
             for t in &o.tables {
                 let (family, name) = table_pattern(t)?;
@@ -522,6 +554,7 @@ mod tests {
             unit: unit.map(str::to_string),
             container_id: None,
             pod: None,
+            ancestry: Vec::new(),
         }
     }
 

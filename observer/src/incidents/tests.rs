@@ -90,6 +90,7 @@ impl Stream {
                         unit: None,
                         container_id: None,
                         pod: None,
+                        ancestry: Vec::new(),
                     },
                     replayed: false,
                     recovered: false,
@@ -471,6 +472,7 @@ fn a_refused_recreation_during_a_mass_flush_is_named() {
             unit: None,
             container_id: None,
             pod: None,
+            ancestry: Vec::new(),
         },
         replayed: false,
         recovered: false,
@@ -991,4 +993,62 @@ fn a_whole_nft_table_has_one_owner_whatever_its_chain_names() {
     s.table = "admin".into();
     s.txn(3, "kube-proxy", &[(Op::ChainDelete, "my-chain", "", "")]);
     assert_eq!(s.out.len(), before, "{:#?}", &s.out[before..]);
+}
+
+/// docker's chains with the jump from FORWARD, as dockerd makes them.
+fn docker_filter() -> Vec<InventoryChain> {
+    vec![
+        chain("filter", "FORWARD", 1, &["DOCKER-USER"]),
+        chain("filter", "DOCKER-USER", 1, &[]),
+        chain("filter", "DOCKER", 1, &[]),
+    ]
+}
+
+#[test]
+fn firewalld_writing_dockers_chains_for_it_is_no_incident_anyone_else_is() {
+    let mut s = Stream::new(docker_filter());
+    // On a firewalld host docker's rules go in through firewalld: a reload rewrites them.
+    s.txn(
+        1,
+        "firewalld",
+        &[
+            (Op::RuleDelete, "FORWARD", "-j DOCKER-USER", ""),
+            (Op::ChainFlush, "DOCKER", "", ""),
+            (Op::ChainDelete, "DOCKER", "", ""),
+        ],
+    );
+    s.txn(
+        2,
+        "firewalld",
+        &[
+            (Op::ChainCreate, "DOCKER", "", ""),
+            (Op::RuleAdd, "FORWARD", "-j DOCKER-USER", ""),
+        ],
+    );
+    s.tick(1000);
+    assert!(s.out.is_empty(), "{:#?}", s.out);
+    // The same by a component that is not docker's delegate is docker's problem.
+    s.txn(3, "iptables.init", &[(Op::ChainDelete, "DOCKER", "", "")]);
+    assert!(s.out.iter().any(|i| i.owner == "dockerd"), "{:#?}", s.out);
+}
+
+#[test]
+fn an_owners_file_names_who_writes_for_an_owner() {
+    let file = owners::parse_file(
+        std::path::Path::new("o.toml"),
+        "[[owner]]\nname = \"edge\"\nchains = [\"EDGE-*\"]\nvia = [\"edge-sync\"]\n",
+    )
+    .unwrap();
+    let mut o = Owners::catalog();
+    o.apply(file).unwrap();
+    let mut s = Stream::with(cfg(), o, vec![chain("filter", "EDGE-IN", 1, &[])]);
+    assert!(s
+        .txn(1, "edge-sync", &[(Op::ChainFlush, "EDGE-IN", "", "")])
+        .is_empty());
+    let got = s.txn(2, "admin.sh", &[(Op::ChainFlush, "EDGE-IN", "", "")]);
+    assert_eq!(
+        got.first().map(|i| i.owner.as_str()),
+        Some("edge"),
+        "{got:#?}"
+    );
 }

@@ -197,6 +197,7 @@ mod tests {
                 unit: None,
                 container_id: None,
                 pod: None,
+                ancestry: Vec::new(),
             },
             replayed: false,
             recovered: false,

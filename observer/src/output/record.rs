@@ -294,6 +294,7 @@ mod tests {
                 unit: None,
                 container_id: None,
                 pod: None,
+                ancestry: Vec::new(),
             },
             replayed: false,
             recovered: false,

@@ -32,6 +32,7 @@ fn change(seq: u64, txn: &str, op: Op, chain: &str, rule: Option<&str>) -> Chang
             unit: None,
             container_id: None,
             pod: None,
+            ancestry: Vec::new(),
         },
         replayed: false,
         recovered: false,
