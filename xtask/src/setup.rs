@@ -66,7 +66,50 @@ const DEB_PACKAGES: &[DebPackage] = &[
         binaries: &["tmux"],
         optional: false,
     },
+    // The real firewall managers the incident tests run beside observer (in namespaces of the
+    // tests' own, on a private bus; never as services of this machine: see `no_service_starts`).
+    DebPackage {
+        name: "firewalld",
+        binaries: &["firewalld", "firewall-cmd"],
+        optional: false,
+    },
+    DebPackage {
+        name: "dbus-daemon",
+        binaries: &["dbus-daemon"],
+        optional: false,
+    },
 ];
+
+/// While packages install, keep their maintainer scripts from starting services on this
+/// machine (a firewalld started here would rewrite the host's ruleset): the `policy-rc.d`
+/// convention, removed again afterwards unless it was there before.
+struct NoServiceStarts(Option<PathBuf>);
+
+impl NoServiceStarts {
+    fn new() -> NoServiceStarts {
+        let path = PathBuf::from("/usr/sbin/policy-rc.d");
+        if path.exists() {
+            return NoServiceStarts(None);
+        }
+        let made = std::fs::write(
+            &path,
+            "#!/bin/sh\n# No service starts while observer's setup installs packages.\nexit 101\n",
+        )
+        .and_then(|()| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
+        });
+        NoServiceStarts(made.is_ok().then_some(path))
+    }
+}
+
+impl Drop for NoServiceStarts {
+    fn drop(&mut self) {
+        if let Some(p) = &self.0 {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Options {
@@ -178,6 +221,7 @@ fn debian_packages(opts: Options) -> Result<()> {
     if to_install.is_empty() {
         return Ok(());
     }
+    let _guard = NoServiceStarts::new();
     let mut install = Command::new("apt-get");
     install
         .args(["install", "-y", "-q", "--no-install-recommends"])

@@ -1,0 +1,389 @@
+//! The real firewall managers beside observer: Debian's firewalld, run inside a network namespace
+//! and a mount namespace of the test's own, on a private D-Bus, with its configuration in a
+//! temporary directory. Nothing reaches the host: the test checks the host's ruleset is the same
+//! at the end. Each test asserts who observer names (firewalld, not `python3` or `sh`), and which
+//! incidents a reload makes against a kube-proxy's chains, or does not make. Needs root.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Netns, Observer, Writer};
+use serde_json::Value;
+
+const WAIT: u64 = 40;
+
+/// The host's rulesets, to prove a test left them alone.
+fn host_rulesets() -> String {
+    let out = |cmd: &str, args: &[&str]| {
+        Command::new(cmd)
+            .args(args)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    };
+    // Counters change all the time: keep the rules only.
+    let rules = |s: String| {
+        s.lines()
+            .filter(|l| !l.starts_with('#') && !l.starts_with(':'))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    format!(
+        "{}\n{}\n{}",
+        rules(out("iptables-legacy-save", &[])),
+        rules(out("iptables-nft-save", &[])),
+        out("nft", &["list", "ruleset"])
+    )
+}
+
+/// A system bus of the test's own (`dbus-daemon`), so that firewalld and firewall-cmd talk to
+/// each other and to nobody else.
+struct Bus {
+    address: String,
+    pid: i32,
+}
+
+impl Bus {
+    fn start(dir: &Path) -> Bus {
+        let sock = dir.join("bus.sock");
+        let conf = dir.join("bus.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "<!DOCTYPE busconfig PUBLIC \"-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN\" \
+                 \"http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd\">\n\
+                 <busconfig><type>system</type><listen>unix:path={}</listen><auth>EXTERNAL</auth>\
+                 <policy context=\"default\"><allow send_destination=\"*\" eavesdrop=\"true\"/>\
+                 <allow eavesdrop=\"true\"/><allow own=\"*\"/><allow user=\"*\"/></policy>\
+                 </busconfig>\n",
+                sock.display()
+            ),
+        )
+        .expect("write the bus config");
+        let out = Command::new("dbus-daemon")
+            .arg(format!("--config-file={}", conf.display()))
+            .args(["--fork", "--print-pid"])
+            .output()
+            .expect("run dbus-daemon");
+        assert!(out.status.success(), "dbus-daemon: {out:?}");
+        let pid = String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .expect("dbus-daemon pid");
+        Bus {
+            address: format!("unix:path={}", sock.display()),
+            pid,
+        }
+    }
+}
+
+impl Drop for Bus {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.pid),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+    }
+}
+
+/// firewalld in `ns`, with `FirewallBackend=backend`; with `legacy`, every iptables tool in its
+/// mount namespace is the legacy one (Debian's `iptables` is iptables-nft).
+struct Firewalld {
+    child: Child,
+    bus: Bus,
+    _dir: tempfile::TempDir,
+    log: PathBuf,
+}
+
+impl Firewalld {
+    fn start(ns: &Netns, backend: &str, legacy: bool) -> Firewalld {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let etc = dir.path().join("etc");
+        let copied = Command::new("cp")
+            .args(["-a", "/etc/firewalld/.", etc.to_str().expect("utf-8")])
+            .status()
+            .is_ok_and(|s| s.success())
+            || {
+                std::fs::create_dir_all(&etc).expect("mkdir");
+                Command::new("cp")
+                    .args(["-a", "/etc/firewalld/.", etc.to_str().expect("utf-8")])
+                    .status()
+                    .is_ok_and(|s| s.success())
+            };
+        assert!(copied, "copy /etc/firewalld");
+        let conf = etc.join("firewalld.conf");
+        let text = std::fs::read_to_string(&conf).expect("firewalld.conf");
+        let text: String = text
+            .lines()
+            .map(|l| {
+                if l.starts_with("FirewallBackend=") {
+                    format!("FirewallBackend={backend}")
+                } else {
+                    l.to_string()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        std::fs::write(&conf, text + "\n").expect("write firewalld.conf");
+        let bus = Bus::start(dir.path());
+        let log = dir.path().join("firewalld.log");
+        let legacy_binds = if legacy {
+            "mount --bind /usr/sbin/xtables-legacy-multi /usr/sbin/xtables-nft-multi && "
+        } else {
+            ""
+        };
+        // A mount namespace of its own: /run (its lock and state files), /etc/firewalld and the
+        // namespace's /sys are its own; then the network namespace.
+        let script = format!(
+            "mount -t tmpfs tmpfs /run && mkdir -p /run/firewalld && \
+             mount --bind {etc} /etc/firewalld && mount -t sysfs sysfs /sys && {legacy_binds}\
+             exec firewalld --nofork --nopid --log-file {log}",
+            etc = etc.display(),
+            log = log.display(),
+        );
+        let child = Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "nsenter"])
+            .arg(format!("--net=/run/netns/{}", ns.name))
+            .args(["sh", "-c", &script])
+            .env("DBUS_SYSTEM_BUS_ADDRESS", &bus.address)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start firewalld");
+        let fw = Firewalld {
+            child,
+            bus,
+            _dir: dir,
+            log,
+        };
+        let deadline = Instant::now() + Duration::from_secs(WAIT);
+        loop {
+            if fw.cmd(&["--state"]).is_ok_and(|s| s.contains("running")) {
+                return fw;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "firewalld did not start: {}",
+                std::fs::read_to_string(&fw.log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// `firewall-cmd ARGS` on the private bus.
+    fn cmd(&self, args: &[&str]) -> Result<String, String> {
+        let out = Command::new("timeout")
+            .arg("60")
+            .arg("firewall-cmd")
+            .args(args)
+            .env("DBUS_SYSTEM_BUS_ADDRESS", &self.bus.address)
+            .output()
+            .map_err(|e| e.to_string())?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if out.status.success() {
+            Ok(text)
+        } else {
+            Err(format!("{text}{}", String::from_utf8_lossy(&out.stderr)))
+        }
+    }
+
+    fn must(&self, args: &[&str]) {
+        if let Err(e) = self.cmd(args) {
+            panic!("firewall-cmd {args:?}: {e}");
+        }
+    }
+}
+
+impl Drop for Firewalld {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Wait for an incident line (any type) matching `pred`.
+fn incident(obs: &mut Observer, what: &str, secs: u64, pred: impl Fn(&Value) -> bool) -> Value {
+    obs.wait_line(what, secs, |v| v["kind"] == "incident" && pred(v))
+}
+
+fn in_ns(ns: &Netns) -> impl Fn(&Value) -> bool + '_ {
+    move |v: &Value| v["netns"].as_u64() == Some(ns.inode())
+}
+
+/// kube-proxy's nat chains, hooked from PREROUTING, through `iptables-legacy-restore`.
+const KUBE_PROXY_NAT: &str = "*nat\n:KUBE-SERVICES - [0:0]\n:KUBE-SVC-WEB - [0:0]\n\
+-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\n\
+-A KUBE-SERVICES -d 10.96.0.10/32 -p tcp -m tcp --dport 80 -j KUBE-SVC-WEB\n\
+-A KUBE-SVC-WEB -p tcp -j DNAT --to-destination 10.244.1.5:80\nCOMMIT\n";
+
+/// Every change in the namespace is named after one of `actors`.
+fn assert_actors(obs: &Observer, ns: &Netns, actors: &[&str]) {
+    let here = in_ns(ns);
+    let changes = obs.changes();
+    let mine: Vec<&Value> = changes.iter().copied().filter(|v| here(v)).collect();
+    assert!(!mine.is_empty(), "no change seen");
+    for v in mine {
+        let a = v["process"]["actor"].as_str().unwrap_or("");
+        assert!(actors.contains(&a), "actor `{a}` of {v}");
+    }
+}
+
+#[test]
+fn firewalld_iptables_backend_reloads_are_firewallds_and_each_wipe_is_its_own_incident() {
+    skip_unless!(
+        "ip",
+        "iptables-legacy-restore",
+        "firewalld",
+        "firewall-cmd",
+        "dbus-daemon"
+    );
+    let host_before = host_rulesets();
+    let mut obs = Observer::start(&[]);
+    let ns = Netns::new("fwd-ipt");
+    let here = in_ns(&ns);
+    let fw = Firewalld::start(&ns, "iptables", true);
+    obs.expect("firewalld's chains", WAIT, |v| {
+        here(v) && v["chain"] == "INPUT_direct"
+    });
+    let kp = Writer::new("kube-proxy");
+    ns.write_stdin(
+        &kp,
+        &["iptables-legacy-restore", "--noflush"],
+        KUBE_PROXY_NAT,
+    );
+    obs.expect("kube-proxy's chain", WAIT, |v| {
+        here(v) && v["chain"] == "KUBE-SVC-WEB" && v["op"] == "rule_add"
+    });
+
+    // A reload wipes every table, kube-proxy's chains with them.
+    fw.must(&["--reload"]);
+    let first = incident(&mut obs, "the first reload's incident", WAIT, |v| {
+        here(v) && v["owner"] == "kube-proxy" && v["state"] == "open"
+    });
+    assert!(
+        first["actors"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|x| x == "firewalld")),
+        "{first}"
+    );
+    // kube-proxy puts them back: resolved.
+    ns.write_stdin(
+        &kp,
+        &["iptables-legacy-restore", "--noflush"],
+        KUBE_PROXY_NAT,
+    );
+    incident(&mut obs, "the first incident resolved", WAIT, |v| {
+        v["id"] == first["id"] && v["state"] == "resolved"
+    });
+    // A second reload opens it again: kube-proxy is not "repaired" any more.
+    let mark = obs.mark();
+    fw.must(&["--reload"]);
+    let second = obs.wait_line_since(mark, "the second reload's incident", WAIT, |v| {
+        v["kind"] == "incident" && here(v) && v["owner"] == "kube-proxy" && v["state"] == "open"
+    });
+    assert!(
+        second["owners"]
+            .as_array()
+            .is_none_or(|o| o.iter().all(|x| x["repaired"] != true)),
+        "a second wipe inherits no repair: {second}"
+    );
+    // A direct rule is firewalld's too.
+    fw.must(&[
+        "--direct",
+        "--add-rule",
+        "ipv4",
+        "filter",
+        "INPUT",
+        "0",
+        "-p",
+        "tcp",
+        "--dport",
+        "9999",
+        "-j",
+        "ACCEPT",
+    ]);
+    obs.expect("the direct rule", WAIT, |v| {
+        here(v)
+            && v["chain"] == "INPUT_direct"
+            && v["rule"].as_str().is_some_and(|r| r.contains("9999"))
+    });
+    // Nothing named after a shell, an interpreter or nobody.
+    assert_actors(&obs, &ns, &["firewalld", "kube-proxy"]);
+    // No incident blames kube-proxy for firewalld's chains, nor firewalld for its own.
+    for i in obs.incidents().into_iter().filter(|v| here(v)) {
+        assert_ne!(i["owner"], "firewalld", "{i}");
+    }
+    drop(fw);
+    obs.stop();
+    assert_eq!(host_rulesets(), host_before, "the host's ruleset changed");
+}
+
+#[test]
+fn firewalld_nftables_backend_owns_its_table_and_leaves_others_alone() {
+    skip_unless!("ip", "nft", "firewalld", "firewall-cmd", "dbus-daemon");
+    let host_before = host_rulesets();
+    let mut obs = Observer::start(&[]);
+    let ns = Netns::new("fwd-nft");
+    let here = in_ns(&ns);
+    let fw = Firewalld::start(&ns, "nftables", false);
+    obs.expect("firewalld's table", WAIT, |v| {
+        here(v) && v["table"] == "firewalld" && v["op"] == "chain_create"
+    });
+    // kube-proxy in nftables mode: a table of its own.
+    let kp = Writer::new("kube-proxy");
+    ns.write_stdin(
+        &kp,
+        &["nft", "-f", "-"],
+        "table ip kube-proxy {\n chain services {\n  ip daddr 10.96.0.10 tcp dport 80 accept\n }\n}\n",
+    );
+    obs.expect("kube-proxy's table", WAIT, |v| {
+        here(v) && v["table"] == "kube-proxy" && v["op"] == "rule_add"
+    });
+    fw.must(&["--reload"]);
+    fw.must(&["--reload"]);
+    fw.must(&["--add-port=8080/tcp"]);
+    obs.expect("the port rule", WAIT, |v| {
+        here(v)
+            && v["table"] == "firewalld"
+            && v["rule"].as_str().is_some_and(|r| r.contains("8080"))
+    });
+    obs.drain(1000);
+    assert_actors(&obs, &ns, &["firewalld", "kube-proxy"]);
+    // The reloads rebuilt only firewalld's table: no incident at all.
+    let mine: Vec<&Value> = obs.incidents().into_iter().filter(|v| here(v)).collect();
+    assert!(mine.is_empty(), "{mine:#?}");
+    // Someone else deleting a chain of firewalld's table is firewalld's problem, whatever its
+    // name.
+    let admin = Writer::new("obs-admin");
+    let chain = obs
+        .changes()
+        .iter()
+        .filter(|v| here(v) && v["table"] == "firewalld" && v["op"] == "chain_create")
+        .filter_map(|v| v["chain"].as_str().map(str::to_string))
+        .find(|c| c.starts_with("filter_IN_public"))
+        .expect("a zone chain");
+    ns.write(
+        &admin,
+        &["nft", "flush", "chain", "inet", "firewalld", &chain],
+    );
+    let i = incident(&mut obs, "a flush of firewalld's chain", WAIT, |v| here(v));
+    assert_eq!(i["owner"], "firewalld", "{i}");
+    drop(fw);
+    obs.stop();
+    assert_eq!(host_rulesets(), host_before, "the host's ruleset changed");
+}
