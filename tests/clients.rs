@@ -90,6 +90,41 @@ impl Drop for Bus {
     }
 }
 
+/// `sh -c` of what sets up a private mount namespace for a real program: its own /run, these
+/// directories bound over the system's, the namespace's /sys, and with `legacy` every iptables
+/// tool the legacy one (Debian's `iptables` is iptables-nft). Run it under `unshare --mount`.
+fn private_mounts(binds: &[(&Path, &str)], legacy: bool) -> String {
+    let mut s = String::from("mount -t tmpfs tmpfs /run && ");
+    for (from, to) in binds {
+        s.push_str(&format!("mount --bind {} {to} && ", from.display()));
+    }
+    s.push_str("mount -t sysfs sysfs /sys && ");
+    if legacy {
+        s.push_str("mount --bind /usr/sbin/xtables-legacy-multi /usr/sbin/xtables-nft-multi && ");
+    }
+    s
+}
+
+/// A command in `ns` and a private mount namespace (see [`private_mounts`]).
+fn in_private_mounts(ns: &Netns, setup: &str, command: &str) -> Command {
+    let mut c = Command::new("unshare");
+    c.args(["--mount", "--propagation", "private", "nsenter"])
+        .arg(format!("--net=/run/netns/{}", ns.name))
+        .args(["sh", "-c", &format!("{setup}{command}")]);
+    c
+}
+
+/// A copy of a system directory the program writes, in `dir`.
+fn copy_dir(from: &str, dir: &Path, name: &str) -> PathBuf {
+    let to = dir.join(name);
+    let ok = Command::new("cp")
+        .args(["-a", from, to.to_str().expect("utf-8")])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "copy {from}");
+    to
+}
+
 /// firewalld in `ns`, with `FirewallBackend=backend`; with `legacy`, every iptables tool in its
 /// mount namespace is the legacy one (Debian's `iptables` is iptables-nft).
 struct Firewalld {
@@ -102,19 +137,8 @@ struct Firewalld {
 impl Firewalld {
     fn start(ns: &Netns, backend: &str, legacy: bool) -> Firewalld {
         let dir = tempfile::tempdir().expect("tempdir");
-        let etc = dir.path().join("etc");
-        let copied = Command::new("cp")
-            .args(["-a", "/etc/firewalld/.", etc.to_str().expect("utf-8")])
-            .status()
-            .is_ok_and(|s| s.success())
-            || {
-                std::fs::create_dir_all(&etc).expect("mkdir");
-                Command::new("cp")
-                    .args(["-a", "/etc/firewalld/.", etc.to_str().expect("utf-8")])
-                    .status()
-                    .is_ok_and(|s| s.success())
-            };
-        assert!(copied, "copy /etc/firewalld");
+        let etc = copy_dir("/etc/firewalld", dir.path(), "etc");
+        std::fs::create_dir_all(dir.path().join("run")).expect("mkdir");
         let conf = etc.join("firewalld.conf");
         let text = std::fs::read_to_string(&conf).expect("firewalld.conf");
         let text: String = text
@@ -131,29 +155,20 @@ impl Firewalld {
         std::fs::write(&conf, text + "\n").expect("write firewalld.conf");
         let bus = Bus::start(dir.path());
         let log = dir.path().join("firewalld.log");
-        let legacy_binds = if legacy {
-            "mount --bind /usr/sbin/xtables-legacy-multi /usr/sbin/xtables-nft-multi && "
-        } else {
-            ""
-        };
-        // A mount namespace of its own: /run (its lock and state files), /etc/firewalld and the
-        // namespace's /sys are its own; then the network namespace.
-        let script = format!(
-            "mount -t tmpfs tmpfs /run && mkdir -p /run/firewalld && \
-             mount --bind {etc} /etc/firewalld && mount -t sysfs sysfs /sys && {legacy_binds}\
-             exec firewalld --nofork --nopid --log-file {log}",
-            etc = etc.display(),
-            log = log.display(),
-        );
-        let child = Command::new("unshare")
-            .args(["--mount", "--propagation", "private", "nsenter"])
-            .arg(format!("--net=/run/netns/{}", ns.name))
-            .args(["sh", "-c", &script])
-            .env("DBUS_SYSTEM_BUS_ADDRESS", &bus.address)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start firewalld");
+        let setup = private_mounts(&[(&etc, "/etc/firewalld")], legacy);
+        let child = in_private_mounts(
+            ns,
+            &setup,
+            &format!(
+                "mkdir -p /run/firewalld && exec firewalld --nofork --nopid --log-file {}",
+                log.display()
+            ),
+        )
+        .env("DBUS_SYSTEM_BUS_ADDRESS", &bus.address)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start firewalld");
         let fw = Firewalld {
             child,
             bus,
@@ -384,6 +399,46 @@ fn firewalld_nftables_backend_owns_its_table_and_leaves_others_alone() {
     let i = incident(&mut obs, "a flush of firewalld's chain", WAIT, |v| here(v));
     assert_eq!(i["owner"], "firewalld", "{i}");
     drop(fw);
+    obs.stop();
+    assert_eq!(host_rulesets(), host_before, "the host's ruleset changed");
+}
+
+#[test]
+fn ufw_and_its_init_script_are_one_owner_and_never_a_conflict() {
+    skip_unless!("ip", "iptables-legacy", "ufw");
+    let host_before = host_rulesets();
+    let mut obs = Observer::start(&[]);
+    let ns = Netns::new("ufw");
+    let here = in_ns(&ns);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let etc = copy_dir("/etc/ufw", dir.path(), "etc");
+    let lib = copy_dir("/lib/ufw", dir.path(), "lib");
+    let setup = private_mounts(&[(&etc, "/etc/ufw"), (&lib, "/lib/ufw")], true);
+    let out = in_private_mounts(
+        &ns,
+        &setup,
+        "ufw --force enable && ufw allow 22/tcp && ufw reload && ufw disable",
+    )
+    .output()
+    .expect("run ufw");
+    assert!(out.status.success(), "ufw: {out:?}");
+    obs.expect("ufw's chains", WAIT, |v| {
+        here(v) && v["chain"] == "ufw-user-input" && v["op"] == "rule_add"
+    });
+    obs.drain(1500);
+    // The python front end (`ufw`) and its init script (`ufw-init`) write, never a shell.
+    assert_actors(&obs, &ns, &["ufw", "ufw-init"]);
+    for a in ["ufw", "ufw-init"] {
+        assert!(
+            obs.changes()
+                .iter()
+                .any(|v| here(v) && v["process"]["actor"] == a),
+            "no change by {a}"
+        );
+    }
+    // ufw-init flushing what ufw wrote is ufw on its own chains: no incident.
+    let mine: Vec<&Value> = obs.incidents().into_iter().filter(|v| here(v)).collect();
+    assert!(mine.is_empty(), "{mine:#?}");
     obs.stop();
     assert_eq!(host_rulesets(), host_before, "the host's ruleset changed");
 }

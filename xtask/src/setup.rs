@@ -74,6 +74,16 @@ const DEB_PACKAGES: &[DebPackage] = &[
         optional: false,
     },
     DebPackage {
+        name: "ufw",
+        binaries: &["ufw"],
+        optional: false,
+    },
+    DebPackage {
+        name: "fail2ban",
+        binaries: &["fail2ban-server", "fail2ban-client"],
+        optional: false,
+    },
+    DebPackage {
         name: "dbus-daemon",
         binaries: &["dbus-daemon"],
         optional: false,
