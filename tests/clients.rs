@@ -442,3 +442,111 @@ fn ufw_and_its_init_script_are_one_owner_and_never_a_conflict() {
     obs.stop();
     assert_eq!(host_rulesets(), host_before, "the host's ruleset changed");
 }
+
+#[test]
+fn fail2ban_bans_through_its_shell_actions_are_fail2bans() {
+    skip_unless!(
+        "ip",
+        "iptables-legacy",
+        "fail2ban-server",
+        "fail2ban-client"
+    );
+    let host_before = host_rulesets();
+    let mut obs = Observer::start(&[]);
+    let ns = Netns::new("f2b");
+    let here = in_ns(&ns);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let etc = copy_dir("/etc/fail2ban", dir.path(), "etc");
+    let auth_log = dir.path().join("auth.log");
+    std::fs::write(&auth_log, "").expect("auth.log");
+    let sock = dir.path().join("f2b.sock");
+    std::fs::write(
+        etc.join("fail2ban.local"),
+        format!(
+            "[Definition]\nlogtarget = {}\nsocket = {}\npidfile = {}\ndbfile = :memory:\n",
+            dir.path().join("f2b.log").display(),
+            sock.display(),
+            dir.path().join("f2b.pid").display()
+        ),
+    )
+    .expect("fail2ban.local");
+    for e in std::fs::read_dir(etc.join("jail.d"))
+        .expect("jail.d")
+        .flatten()
+    {
+        let _ = std::fs::remove_file(e.path());
+    }
+    std::fs::write(
+        etc.join("jail.local"),
+        format!(
+            "[DEFAULT]\nbanaction = iptables-multiport\nbackend = polling\n\n\
+             [sshd]\nenabled = true\nport = 22\nlogpath = {}\n",
+            auth_log.display()
+        ),
+    )
+    .expect("jail.local");
+    let setup = private_mounts(&[], true);
+    let mut server = in_private_mounts(
+        &ns,
+        &setup,
+        &format!("exec fail2ban-server -c {} -f -x", etc.display()),
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .expect("start fail2ban-server");
+    let client = |args: &[&str]| -> bool {
+        Command::new("timeout")
+            .arg("30")
+            .arg("fail2ban-client")
+            .args(["-c", etc.to_str().expect("utf-8")])
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let deadline = Instant::now() + Duration::from_secs(WAIT);
+    while !client(&["status", "sshd"]) {
+        assert!(Instant::now() < deadline, "fail2ban-server did not start");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert!(client(&["set", "sshd", "banip", "192.0.2.7"]));
+    obs.expect("the ban", WAIT, |v| {
+        here(v)
+            && v["chain"] == "f2b-sshd"
+            && v["op"] == "rule_add"
+            && v["rule"].as_str().is_some_and(|r| r.contains("192.0.2.7"))
+    });
+    assert!(client(&["set", "sshd", "unbanip", "192.0.2.7"]));
+    obs.expect("the unban", WAIT, |v| {
+        here(v) && v["chain"] == "f2b-sshd" && v["op"] == "rule_delete"
+    });
+    // Stopping runs the jail's stop action on its action thread (`f2b/a.sshd`).
+    assert!(client(&["stop"]));
+    obs.expect("the jail's chain removed", WAIT, |v| {
+        here(v) && v["chain"] == "f2b-sshd" && v["op"] == "chain_delete"
+    });
+    let _ = server.wait();
+    obs.drain(1000);
+    // Through `sh -c` and from any of its threads: fail2ban-server, never `sh`.
+    assert_actors(&obs, &ns, &["fail2ban-server"]);
+    let v = obs
+        .changes()
+        .into_iter()
+        .find(|v| here(v) && v["op"] == "chain_delete")
+        .expect("chain_delete")
+        .clone();
+    let ancestry: Vec<&str> = v["process"]["ancestry"]
+        .as_array()
+        .expect("ancestry")
+        .iter()
+        .filter_map(|a| a["comm"].as_str())
+        .collect();
+    assert_eq!(ancestry, ["sh", "fail2ban-server"], "{v}");
+    // fail2ban removing its own chain is no incident.
+    let mine: Vec<&Value> = obs.incidents().into_iter().filter(|v| here(v)).collect();
+    assert!(mine.is_empty(), "{mine:#?}");
+    obs.stop();
+    assert_eq!(host_rulesets(), host_before, "the host's ruleset changed");
+}

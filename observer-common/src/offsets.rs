@@ -31,7 +31,10 @@ pub struct Offsets {
     pub mm_arg_start: u32,
     /// `mm_struct.arg_end`.
     pub mm_arg_end: u32,
-    pub _pad: u32,
+    /// `task_struct.group_leader` (a pointer): an ancestor is named by its process's comm, not
+    /// by the thread that forked (fail2ban's action threads are called `f2b/a.sshd`). Not
+    /// covered by `valid`: without it, the thread's comm is used.
+    pub task_group_leader: u32,
 }
 
 impl Offsets {
@@ -50,7 +53,7 @@ impl Offsets {
             task_mm: Offsets::MISSING,
             mm_arg_start: Offsets::MISSING,
             mm_arg_end: Offsets::MISSING,
-            _pad: 0,
+            task_group_leader: Offsets::MISSING,
         }
     }
 }

@@ -135,7 +135,13 @@ fn fill_process(p: &mut Process) {
             break;
         }
         p.ancestor_tgid[i] = read_at(parent, off.task_tgid).unwrap_or(0);
-        p.ancestor_comm[i] = read_at(parent, off.task_comm).unwrap_or([0; COMM_LEN]);
+        // The process's name (its leader's comm), not the forking thread's.
+        let leader: u64 = if off.task_group_leader == Offsets::MISSING {
+            parent
+        } else {
+            read_at(parent, off.task_group_leader).unwrap_or(parent)
+        };
+        p.ancestor_comm[i] = read_at(leader, off.task_comm).unwrap_or([0; COMM_LEN]);
         task = parent;
     }
 }

@@ -166,6 +166,10 @@ pub fn resolve_offsets(btf: &KernelBtf) -> Resolved {
         ..Offsets::unset()
     };
     offsets.valid = u32::from(missing.is_empty());
+    // Names ancestors by their process, not their thread; a bonus like the command line.
+    if let Ok(off) = btf.offset_of("task_struct", "group_leader") {
+        offsets.task_group_leader = off;
+    }
     // The command line is a bonus: without it, a flush and the delete of a chain's only rule
     // look the same, which the change line then says.
     if let (Ok(mm), Ok(start), Ok(end)) = (
