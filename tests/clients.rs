@@ -550,3 +550,121 @@ fn fail2ban_bans_through_its_shell_actions_are_fail2bans() {
     obs.stop();
     assert_eq!(host_rulesets(), host_before, "the host's ruleset changed");
 }
+
+/// dockerd in `ns` with its own data and state directories (no bridge: the kernel's bridge
+/// module may be missing; docker sets up its chains anyway), on `bus` when given (it then hands
+/// its rules to firewalld).
+struct Dockerd {
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Dockerd {
+    fn start(ns: &Netns, bus: Option<&Bus>) -> Dockerd {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path();
+        let setup = private_mounts(&[], true);
+        let mut c = in_private_mounts(
+            ns,
+            &setup,
+            &format!(
+                "exec dockerd --data-root {d}/data --exec-root {d}/exec --pidfile {d}/pid \
+                 -H unix://{d}/sock --iptables=true --bridge=none",
+                d = d.display()
+            ),
+        );
+        if let Some(b) = bus {
+            c.env("DBUS_SYSTEM_BUS_ADDRESS", &b.address);
+        }
+        let child = c
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start dockerd");
+        let sock = d.join("sock");
+        let deadline = Instant::now() + Duration::from_secs(WAIT);
+        while !sock.exists() {
+            assert!(Instant::now() < deadline, "dockerd did not start");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Dockerd { child, _dir: dir }
+    }
+
+    /// SIGTERM, as systemd stops it.
+    fn stop(mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Dockerd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn dockerd_alone_and_through_firewalld_makes_no_false_incident() {
+    skip_unless!(
+        "ip",
+        "iptables-legacy",
+        "dockerd",
+        "firewalld",
+        "firewall-cmd",
+        "dbus-daemon"
+    );
+    let host_before = host_rulesets();
+    let mut obs = Observer::start(&[]);
+    // dockerd alone: it runs iptables itself.
+    let ns = Netns::new("docker");
+    let here = in_ns(&ns);
+    let d = Dockerd::start(&ns, None);
+    let v = obs.expect("docker's isolation chain", WAIT, |v| {
+        here(v) && v["chain"] == "DOCKER-ISOLATION-STAGE-1" && v["op"] == "chain_create"
+    });
+    assert_eq!(v["process"]["actor"], "dockerd", "{v}");
+    d.stop();
+    let d = Dockerd::start(&ns, None);
+    obs.drain(1500);
+    d.stop();
+    assert_actors(&obs, &ns, &["dockerd"]);
+    // On a firewalld host docker hands its rules to firewalld, which writes docker's chains.
+    let ns2 = Netns::new("docker-fwd");
+    let here2 = in_ns(&ns2);
+    let fw = Firewalld::start(&ns2, "iptables", true);
+    let d = Dockerd::start(&ns2, Some(&fw.bus));
+    obs.expect("docker's chain through firewalld", WAIT, |v| {
+        here2(v) && v["chain"] == "DOCKER-USER" && v["op"] == "chain_create"
+    });
+    fw.must(&["--reload"]);
+    obs.drain(2000);
+    d.stop();
+    drop(fw);
+    assert_actors(&obs, &ns2, &["firewalld", "dockerd"]);
+    // Docker's chains are written by firewalld there (its passthrough interface).
+    assert!(
+        obs.changes().iter().any(|v| here2(v)
+            && v["chain"].as_str().is_some_and(|c| c.starts_with("DOCKER"))
+            && v["process"]["actor"] == "firewalld"),
+        "no docker chain written by firewalld"
+    );
+    let false_alarms: Vec<&Value> = obs
+        .incidents()
+        .into_iter()
+        .filter(|v| {
+            here(v)
+                || (here2(v)
+                    && v["actors"]
+                        .as_array()
+                        .is_some_and(|a| a.iter().any(|x| x == "firewalld"))
+                    && v["owner"] == "dockerd")
+        })
+        .collect();
+    assert!(false_alarms.is_empty(), "{false_alarms:#?}");
+    obs.stop();
+    assert_eq!(host_rulesets(), host_before, "the host's ruleset changed");
+}

@@ -84,6 +84,11 @@ const DEB_PACKAGES: &[DebPackage] = &[
         optional: false,
     },
     DebPackage {
+        name: "docker.io",
+        binaries: &["dockerd"],
+        optional: false,
+    },
+    DebPackage {
         name: "dbus-daemon",
         binaries: &["dbus-daemon"],
         optional: false,
