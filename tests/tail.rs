@@ -263,6 +263,58 @@ fn nft_changes_in_a_namespace_created_after_start() {
         here(v) && change("rule_add", Some("input"))(v) && v["rule"] == "iif \"obs1\" accept"
     });
 
+    // The delete of a chain's only rule is that rule's delete (the request carries its handle),
+    // and the flush of a one-rule chain is a flush (the request has none).
+    ns.write(&w, &["nft", "add", "chain", "inet", "obst", "one"]);
+    ns.write(
+        &w,
+        &[
+            "nft", "add", "rule", "inet", "obst", "one", "counter", "accept",
+        ],
+    );
+    let added = obs.expect("the only rule", WAIT, |v| {
+        here(v) && change("rule_add", Some("one"))(v)
+    });
+    let _ = added;
+    let listing = std::process::Command::new("ip")
+        .args([
+            "netns", "exec", &ns.name, "nft", "-a", "list", "chain", "inet", "obst", "one",
+        ])
+        .output()
+        .expect("nft list");
+    let handle = String::from_utf8_lossy(&listing.stdout)
+        .lines()
+        .filter(|l| l.contains("counter"))
+        .find_map(|l| {
+            l.rsplit_once("# handle ")
+                .map(|(_, h)| h.trim().to_string())
+        })
+        .expect("the rule's handle");
+    let mark = obs.mark();
+    ns.write(
+        &w,
+        &[
+            "nft", "delete", "rule", "inet", "obst", "one", "handle", &handle,
+        ],
+    );
+    let v = obs.expect_since(mark, "rule_delete of the only rule", WAIT, |v| {
+        here(v) && v["chain"] == "one" && (v["op"] == "rule_delete" || v["op"] == "chain_flush")
+    });
+    assert_eq!(v["op"], "rule_delete", "{v}");
+    assert_eq!(v["detail"], "the chain's only rule", "{v}");
+    ns.write(
+        &w,
+        &[
+            "nft", "add", "rule", "inet", "obst", "one", "counter", "accept",
+        ],
+    );
+    let mark = obs.mark();
+    ns.write(&w, &["nft", "flush", "chain", "inet", "obst", "one"]);
+    let v = obs.expect_since(mark, "flush of a one-rule chain", WAIT, |v| {
+        here(v) && v["chain"] == "one" && (v["op"] == "rule_delete" || v["op"] == "chain_flush")
+    });
+    assert_eq!(v["op"], "chain_flush", "{v}");
+
     ns.write(&w, &["nft", "flush", "chain", "inet", "obst", "input"]);
     let v = obs.expect("chain_flush", WAIT, |v| {
         here(v) && change("chain_flush", Some("input"))(v)
@@ -271,7 +323,7 @@ fn nft_changes_in_a_namespace_created_after_start() {
     let deletes = obs
         .changes()
         .iter()
-        .filter(|c| here(c) && c["op"] == "rule_delete")
+        .filter(|c| here(c) && c["op"] == "rule_delete" && c["chain"] == "input")
         .count();
     assert_eq!(
         deletes, 0,

@@ -884,7 +884,7 @@ impl Engine {
 
     /// Number, print and correlate the changes of one transaction (all applied).
     fn emit_txn(&mut self, ctx: ChangeCtx, mut changes: Vec<Change>) {
-        // Whatever the reader could not settle (nft: the request is not at hand here).
+        // Whatever the reader could not settle (nft writers whose request was not captured).
         ruleset::settle_flushes(&mut changes, &ruleset::FlushEvidence::Unknown);
         let with_results = changes.into_iter().map(|c| (c, "ok".to_string())).collect();
         self.emit_txn_results(ctx, with_results);
@@ -1129,8 +1129,13 @@ async fn read_notifications(
         loop {
             match nftables::recv(guard.get_inner(), &mut buf) {
                 Ok(Some(n)) => {
-                    for t in builder.feed(&buf[..n]).transactions {
+                    for mut t in builder.feed(&buf[..n]).transactions {
                         let process = nlattr::nft_writer(writers, inode, t.pid, &t.comm).await;
+                        // The writer's request tells a flush from the delete of an only rule.
+                        if let Some(w) = writers {
+                            let evidence = w.flush_evidence(inode, t.pid, &t.comm);
+                            ruleset::settle_flushes(&mut t.changes, &evidence);
+                        }
                         let msg = NsMsg::Nft {
                             inode,
                             gen: t.gen_id,

@@ -18,6 +18,8 @@ use tokio::sync::Notify;
 
 use super::decode::KernelProcess;
 use crate::attribution::{self, ProcessInfo};
+use crate::nftables::nla;
+use crate::ruleset::FlushEvidence;
 
 /// How long a NEWGEN waits for its writer's record when it arrives first.
 pub const NEWGEN_WAIT: Duration = Duration::from_millis(10);
@@ -75,6 +77,49 @@ impl NfnlSendEvent {
     }
 }
 
+/// `NFT_MSG_DELRULE` in the nftables subsystem.
+const NFT_DELRULE: u16 = (NFNL_SUBSYS_NFTABLES << 8) | 8;
+const NFTA_RULE_CHAIN: u16 = 2;
+const NFTA_RULE_HANDLE: u16 = 3;
+
+/// What the rule deletes of an nftables batch asked for, from the start of the request: a
+/// `DELRULE` without a handle flushes its chain (`nft flush chain`), or every chain of its table
+/// without a chain (`nft flush table`); with a handle it deletes that one rule. `Unknown` when the
+/// captured start holds no `DELRULE` (a large batch's deletes may lie beyond it).
+pub fn flush_evidence(head: &[u8]) -> FlushEvidence {
+    let mut flushed: Vec<String> = Vec::new();
+    let (mut flush_all, mut deletes) = (false, false);
+    for msg in nla::messages(head).map_while(Result::ok) {
+        if msg.msg_type != NFT_DELRULE {
+            continue;
+        }
+        let Some(list) = msg
+            .payload
+            .get(nla::NFGENMSG_LEN..)
+            .and_then(|a| nla::attrs(a).ok())
+        else {
+            continue;
+        };
+        if nla::find(&list, NFTA_RULE_HANDLE).is_some() {
+            deletes = true;
+        } else {
+            match nla::find(&list, NFTA_RULE_CHAIN) {
+                Some(c) => flushed.push(nla::string(c.value)),
+                None => flush_all = true,
+            }
+        }
+    }
+    if flush_all {
+        FlushEvidence::Flush(Vec::new())
+    } else if !flushed.is_empty() {
+        FlushEvidence::Flush(flushed)
+    } else if deletes {
+        FlushEvidence::Delete
+    } else {
+        FlushEvidence::Unknown
+    }
+}
+
 /// The table of the first object of an nftables batch (family, name), from the start of the
 /// request: the batch-begin message, then the first object's message, whose attribute 1 is the
 /// table's name for tables, chains, rules, sets and set elements alike.
@@ -100,6 +145,8 @@ struct Entry {
     process: KernelProcess,
     /// The table the batch's first object is in.
     table: Option<(u8, String)>,
+    /// Whether the batch asked for flushes or for deletes of single rules.
+    evidence: FlushEvidence,
     /// Not yet matched with a generation.
     fresh: bool,
     stamp: u64,
@@ -165,6 +212,7 @@ impl WriterCache {
                 Entry {
                     process: send.process.clone(),
                     table: batch_table(&send.head),
+                    evidence: flush_evidence(&send.head),
                     fresh: true,
                     stamp,
                 },
@@ -189,6 +237,16 @@ impl WriterCache {
             *m = (*m).max(stamp);
         }
         Some((process, fresh))
+    }
+
+    /// What the batch of thread `tid` in `netns` asked for: flushes, or deletes of single rules
+    /// (its record stays after [`WriterCache::writer`] took the writer).
+    pub fn flush_evidence(&self, netns: u32, tid: u32, comm: &str) -> FlushEvidence {
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        match inner.entries.get(&(netns, tid)) {
+            Some(e) if comm.is_empty() || e.process.comm == comm => e.evidence.clone(),
+            _ => FlushEvidence::Unknown,
+        }
     }
 
     /// The batch of thread `tid` in `netns` was refused: it matches no generation, and is not
@@ -471,6 +529,59 @@ mod tests {
         }
         msg(&mut v, (10 << 8) | 3, 2, &attr);
         v
+    }
+
+    /// A batch of `DELRULE`s: each (chain, handle), either may be absent.
+    fn delrules(rules: &[(Option<&str>, Option<u64>)]) -> Vec<u8> {
+        let mut v = Vec::new();
+        let msg = |v: &mut Vec<u8>, ty: u16, attrs: &[u8]| {
+            let len = (16 + 4 + attrs.len()) as u32;
+            v.extend_from_slice(&len.to_ne_bytes());
+            v.extend_from_slice(&ty.to_ne_bytes());
+            v.extend_from_slice(&[0; 10]);
+            v.extend_from_slice(&[1, 0, 0, 10]);
+            v.extend_from_slice(attrs);
+        };
+        msg(&mut v, 16, &[]);
+        for (chain, handle) in rules {
+            let mut attrs = Vec::new();
+            nla::push_attr(&mut attrs, 1, b"filter\0");
+            if let Some(c) = chain {
+                nla::push_attr(&mut attrs, NFTA_RULE_CHAIN, format!("{c}\0").as_bytes());
+            }
+            if let Some(h) = handle {
+                nla::push_attr(&mut attrs, NFTA_RULE_HANDLE, &h.to_be_bytes());
+            }
+            msg(&mut v, NFT_DELRULE, &attrs);
+        }
+        v
+    }
+
+    #[test]
+    fn a_batch_says_whether_it_flushes_or_deletes_single_rules() {
+        use FlushEvidence::*;
+        assert_eq!(
+            flush_evidence(&delrules(&[(Some("input"), None)])),
+            Flush(vec!["input".into()])
+        );
+        assert_eq!(flush_evidence(&delrules(&[(None, None)])), Flush(vec![]));
+        assert_eq!(
+            flush_evidence(&delrules(&[(Some("input"), Some(4))])),
+            Delete
+        );
+        assert_eq!(
+            flush_evidence(&delrules(&[(Some("a"), Some(4)), (Some("b"), None)])),
+            Flush(vec!["b".into()])
+        );
+        assert_eq!(flush_evidence(&batch_head("filter")), Unknown);
+        // A head cut anywhere says nothing it did not see, and never panics.
+        let full = delrules(&[(Some("input"), Some(4))]);
+        for n in 0..full.len() {
+            assert!(
+                matches!(flush_evidence(&full[..n]), Unknown | Delete),
+                "cut at {n}"
+            );
+        }
     }
 
     #[test]
