@@ -945,6 +945,11 @@ fn incidents_reach_the_stream_the_record_and_the_metrics() {
         "{m}"
     );
 
+    assert!(
+        metric(&m, "observer_incidents_open", &[("type", "foreign_delete")]).unwrap_or(0.0) >= 1.0,
+        "{m}"
+    );
+
     // Open now: `query --open` lists it.
     let ns_arg = inode.to_string();
     let open = query_until(&record, &["--open", "--netns", &ns_arg], |v| {
@@ -980,5 +985,12 @@ fn incidents_reach_the_stream_the_record_and_the_metrics() {
         assert!(Instant::now() < deadline, "still listed as open");
         std::thread::sleep(Duration::from_millis(100));
     }
+    // Resolved: no longer counted as open.
+    let (_, m) = get(port, "/metrics", &[]);
+    assert_eq!(
+        metric(&m, "observer_incidents_open", &[("type", "foreign_delete")]),
+        Some(0.0),
+        "{m}"
+    );
     d.stop();
 }

@@ -7,7 +7,7 @@
 //! are also kept in memory, so that a client that falls behind or reconnects catches up from
 //! memory, and from the record for anything older.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -421,6 +421,8 @@ pub struct DaemonOutput {
     /// The record number of the last incident.
     incident_no: u64,
     stdout_failed: bool,
+    /// Incidents open now, by id, with their metric labels.
+    open: HashMap<String, IncidentLabels>,
 }
 
 impl DaemonOutput {
@@ -430,6 +432,7 @@ impl DaemonOutput {
             store,
             incident_no: last_incident,
             stdout_failed: false,
+            open: HashMap::new(),
         }
     }
 
@@ -559,14 +562,28 @@ impl Output for DaemonOutput {
                     .get("severity")
                     .map(|s| s.as_str().map(str::to_string).unwrap_or(s.to_string()))
                     .unwrap_or_default();
-                self.hub
-                    .metrics
-                    .incidents
-                    .get_or_create(&IncidentLabels {
-                        r#type: meta.kind.clone().unwrap_or_default(),
-                        severity,
-                    })
-                    .inc();
+                let labels = IncidentLabels {
+                    r#type: meta.kind.clone().unwrap_or_default(),
+                    severity,
+                };
+                let id = v.get("id").and_then(Value::as_str).unwrap_or_default();
+                let state = v.get("state").and_then(Value::as_str).unwrap_or("open");
+                let m = &self.hub.metrics;
+                match state {
+                    "resolved" | "expired" => {
+                        if let Some(l) = self.open.remove(id) {
+                            m.incidents_open.get_or_create(&l).dec();
+                        }
+                    }
+                    _ => {
+                        if !self.open.contains_key(id) {
+                            // Raised (or raised again after it was resolved).
+                            m.incidents.get_or_create(&labels).inc();
+                            m.incidents_open.get_or_create(&labels).inc();
+                            self.open.insert(id.to_string(), labels);
+                        }
+                    }
+                }
                 if let Some(st) = &self.store {
                     st.send(Row::Incident {
                         no,

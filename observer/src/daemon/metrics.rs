@@ -39,6 +39,8 @@ pub struct Metrics {
     registry: Registry,
     pub changes: Family<ChangeLabels, Counter>,
     pub incidents: Family<IncidentLabels, Counter>,
+    /// Incidents open now (raised and neither resolved nor expired).
+    pub incidents_open: Family<IncidentLabels, Gauge>,
     pub gaps: Family<GapLabels, Counter>,
     pub kernel_records_lost: Counter,
     pub hooks: Family<HookLabels, Gauge>,
@@ -59,8 +61,14 @@ impl Metrics {
         let incidents = Family::<IncidentLabels, Counter>::default();
         registry.register(
             "incidents",
-            "Ownership-conflict incidents, by type and severity",
+            "Ownership-conflict incidents raised, by type and severity",
             incidents.clone(),
+        );
+        let incidents_open = Family::<IncidentLabels, Gauge>::default();
+        registry.register(
+            "incidents_open",
+            "Incidents open now (neither resolved nor expired), by type and severity",
+            incidents_open.clone(),
         );
         let gaps = Family::<GapLabels, Counter>::default();
         registry.register(
@@ -115,6 +123,7 @@ impl Metrics {
             registry,
             changes,
             incidents,
+            incidents_open,
             gaps,
             kernel_records_lost,
             hooks,
