@@ -97,10 +97,16 @@ pub struct Screen<W: Write> {
 /// Changes whose writer an incident block can still name.
 const WRITERS_KEPT: usize = 4096;
 
-/// A writer as the screen names it: `iptables-legacy 4121 < kube-proxy · kubelet.service`.
+/// A writer as the screen names it, with its ancestry up to the actor:
+/// `iptables-legacy 4121 < sh < kube-proxy · kubelet.service`.
 fn writer_chain(p: &crate::attribution::ProcessInfo) -> String {
     let mut s = format!("{} {}", p.comm, p.pid);
-    if let Some(parent) = &p.parent_comm {
+    if !p.ancestry.is_empty() {
+        // The way to the actor: `iptables 812 < timeout < sh < fail2ban-server`.
+        for a in &p.ancestry {
+            s.push_str(&format!(" < {}", a.comm));
+        }
+    } else if let Some(parent) = &p.parent_comm {
         s.push_str(&format!(" < {parent}"));
     }
     if let Some(u) = &p.unit {

@@ -280,6 +280,29 @@ fn incidents_are_blocks_that_say_how_they_ended() {
             .any(|l| l.trim() == "writer: iptables 4121 < iptables.init · iptables.service"),
         "{seen:#?}"
     );
+    // With the ancestry the kernel captured: the whole way to the actor.
+    let mut wrapped = change(3, "t9", Op::ChainFlush, "KUBE-SERVICES", None);
+    wrapped.process.comm = "iptables".into();
+    wrapped.process.ancestry = ["sh", "timeout", "iptables.init"]
+        .iter()
+        .enumerate()
+        .map(|(i, c)| crate::attribution::Ancestor {
+            comm: c.to_string(),
+            pid: 200 + i as u32,
+        })
+        .collect();
+    let seen = draw(
+        opts(Some(100)),
+        &[
+            Record::Change(wrapped),
+            Record::Incident(incident(IncidentState::Open)),
+        ],
+    );
+    assert!(
+        seen.iter()
+            .any(|l| l.trim() == "writer: iptables 4121 < sh < timeout < iptables.init"),
+        "{seen:#?}"
+    );
     let done = draw(
         opts(Some(100)),
         &[Record::Incident(incident(IncidentState::Resolved))],
