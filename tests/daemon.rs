@@ -685,14 +685,21 @@ fn the_token_guards_every_endpoint_but_healthz() {
     let _serial = serial();
     skip_unless!("ip");
     let port = free_port();
-    let err = refused(&["--listen", &format!("0.0.0.0:{port}"), "--no-record"]);
+    // Beyond loopback, plain HTTP must be asked for (tests/tls.rs); then a token is required.
+    let err = refused(&[
+        "--listen",
+        &format!("0.0.0.0:{port}"),
+        "--no-record",
+        "--insecure-plaintext",
+    ]);
     assert!(err.contains("--token-file"), "{err}");
 
     let dir = tempfile::tempdir().unwrap();
     let token = dir.path().join("token");
     std::fs::write(&token, "s3cret-token\n").unwrap();
     let mut child = Command::new(observer_bin())
-        .args(["run", "--no-record", "--listen", &format!("0.0.0.0:{port}")])
+        .args(["run", "--no-record", "--insecure-plaintext"])
+        .args(["--listen", &format!("0.0.0.0:{port}")])
         .arg("--token-file")
         .arg(&token)
         .stdout(Stdio::piped())
