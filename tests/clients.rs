@@ -460,6 +460,16 @@ fn ufw_and_its_init_script_are_one_owner_and_never_a_conflict() {
     assert_eq!(host_rulesets(), host_before, "the host's ruleset changed");
 }
 
+/// A daemon stopped with the test, also when the test fails.
+struct KilledOnDrop(Child);
+
+impl Drop for KilledOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// How a fail2ban action shows a ban, an unban, and the jail's stop.
 struct Steps {
     ban: fn(&Value) -> bool,
@@ -505,15 +515,17 @@ fn fail2ban_scenario(tag: &str, banaction: &str, steps: Steps) {
     )
     .expect("jail.local");
     let setup = private_mounts(&[], true);
-    let mut server = in_private_mounts(
-        &ns,
-        &setup,
-        &format!("exec fail2ban-server -c {} -f -x", etc.display()),
-    )
-    .stdout(Stdio::null())
-    .stderr(Stdio::null())
-    .spawn()
-    .expect("start fail2ban-server");
+    let mut server = KilledOnDrop(
+        in_private_mounts(
+            &ns,
+            &setup,
+            &format!("exec fail2ban-server -c {} -f -x", etc.display()),
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start fail2ban-server"),
+    );
     let client = |args: &[&str]| -> bool {
         Command::new("timeout")
             .arg("30")
@@ -537,7 +549,7 @@ fn fail2ban_scenario(tag: &str, banaction: &str, steps: Steps) {
     // Stopping runs the jail's stop action on its action thread (`f2b/a.sshd`).
     assert!(client(&["stop"]));
     let stopped = obs.expect("the jail's stop", WAIT, |v| here(v) && (steps.stop)(v));
-    let _ = server.wait();
+    let _ = server.0.wait();
     obs.drain(1000);
     // Through `sh -c` and from any of its threads: fail2ban-server, never `sh`.
     assert_actors(&obs, &ns, &["fail2ban-server"]);
