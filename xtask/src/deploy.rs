@@ -1,6 +1,6 @@
 //! `cargo xtask deploy-check`: validates the Kubernetes manifests in `deploy/` against the API
-//! schemas, offline, and checks that the Containerfile builds the binary `cargo xtask build`
-//! builds.
+//! schemas, offline, checks the Containerfile, and checks the Prometheus alert rules with
+//! `promtool`.
 //!
 //! The validator is the `kubernetes-validate` Python package (it bundles the schemas of every
 //! Kubernetes release, so no cluster and no network beyond the package install is needed). It is
@@ -116,23 +116,45 @@ pub fn check(root: &Path, target: &Path) -> Result<()> {
         bail!("kubernetes-validate accepted a broken manifest: the check would prove nothing");
     }
     containerfile(root)?;
+    alert_rules(root)?;
     println!(
-        "ok deploy/: {} manifest file(s) valid; Containerfile builds with `cargo xtask build`",
+        "ok deploy/: {} manifest file(s) valid; Containerfile from scratch; alert rules pass \
+         `promtool check rules` and their unit tests",
         files.len()
     );
     Ok(())
 }
 
-/// The Containerfile builds with the same command as `cargo xtask build` and copies the binary
-/// that command writes.
+/// `promtool check rules` on the alert rules, then their unit tests (`promtool test rules`).
+fn alert_rules(root: &Path) -> Result<()> {
+    let promtool = cmd::which("promtool").context(
+        "promtool is not installed; `cargo xtask setup` installs it (Debian package prometheus)",
+    )?;
+    let dir = root.join("deploy").join("prometheus");
+    cmd::run(Command::new(&promtool).current_dir(&dir).args([
+        "check",
+        "rules",
+        "observer.rules.yml",
+    ]))
+    .context("deploy/prometheus/observer.rules.yml is not a valid Prometheus rule file")?;
+    cmd::run(Command::new(&promtool).current_dir(&dir).args([
+        "test",
+        "rules",
+        "observer.rules.test.yml",
+    ]))
+    .context("the alert rules' unit tests failed (deploy/prometheus/observer.rules.test.yml)")
+}
+
+/// The Containerfile starts from nothing (no registry) and copies the root filesystem that
+/// `cargo xtask image` makes from the binary `cargo xtask build` writes.
 fn containerfile(root: &Path) -> Result<()> {
     let path = root.join("deploy").join("Containerfile");
     let text = fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     for needed in [
         "cargo xtask build",
         "target/release/observer",
-        "AS build",
-        "--from=build",
+        "FROM scratch",
+        "COPY rootfs/ /",
     ] {
         if !text.contains(needed) {
             bail!("{} does not contain `{needed}`", path.display());

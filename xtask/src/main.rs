@@ -7,6 +7,7 @@ mod bench_daemon;
 mod bench_incidents;
 mod cmd;
 mod deploy;
+mod image;
 mod kstats;
 mod setup;
 mod vm;
@@ -149,6 +150,18 @@ enum Verb {
         `cargo xtask build` and copies target/release/observer. `cargo xtask test` runs this."
     )]
     DeployCheck,
+
+    /// Build observer, then its container image with podman, from scratch (nothing pulled)
+    #[command(
+        long_about = "Run setup's checks, build observer (release), then make the image \
+        `localhost/observer:latest` from deploy/Containerfile with podman: the build context \
+        (target/image) holds a root filesystem with the stripped binary and the shared \
+        libraries ldd names for it, and the Containerfile starts FROM scratch, so no base image \
+        is pulled from a registry. The image is labelled with the binary's SHA-256 (tests/image.rs \
+        checks it runs this build). Prints the image's size and writes it into BENCHMARKS.md \
+        between its image markers. Needs root. `cargo xtask test` builds it too."
+    )]
+    Image(image::ImageArgs),
 }
 
 #[derive(Args)]
@@ -182,6 +195,7 @@ fn main() -> ExitCode {
         Verb::BenchDaemon(a) => bench_daemon::run(&a),
         Verb::BenchIncidents(a) => bench_incidents::run(&a),
         Verb::DeployCheck => deploy_check().map(|()| 0),
+        Verb::Image(a) => build().and_then(|_| image::run(&a, &root(), &target_dir()?)),
     };
     match result {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
@@ -243,21 +257,33 @@ fn build() -> Result<setup::Ready> {
 
 fn test(args: &[OsString]) -> Result<i32> {
     let ready = build()?;
-    // The release binary just built is the one deploy/Containerfile puts in the image.
     deploy_check()?;
-    let mut c = cargo();
-    c.args(["test", "--release"]);
-    // The whole workspace but the BPF crate, unless the caller picked packages (with
-    // `--workspace`, cargo would quietly ignore their -p).
-    let picks_packages = args
-        .iter()
-        .take_while(|a| *a != "--")
-        .any(|a| a == "-p" || a == "--package" || a.to_string_lossy().starts_with("--package="));
-    if !picks_packages {
-        c.args(["--workspace", "--exclude", EBPF_CRATE]);
+    let cargo_test = |extra: &[&str]| {
+        let mut c = cargo();
+        c.args(["test", "--release"]).args(extra);
+        // The whole workspace but the BPF crate, unless the caller picked packages (with
+        // `--workspace`, cargo would quietly ignore their -p).
+        let picks_packages = args.iter().take_while(|a| *a != "--").any(|a| {
+            a == "-p" || a == "--package" || a.to_string_lossy().starts_with("--package=")
+        });
+        if !picks_packages {
+            c.args(["--workspace", "--exclude", EBPF_CRATE]);
+        }
+        c.args(args);
+        ready.apply(&mut c);
+        c
+    };
+    // The image of the binary the tests run (cargo test builds target/release/observer with
+    // the test profile's features, which may differ from `cargo build`'s), for tests/image.rs.
+    if cmd::is_root() {
+        let target = target_dir()?;
+        cmd::phase("cargo test --no-run", || {
+            cmd::run(&mut cargo_test(&["--no-run"])).context("building the tests failed")
+        })?;
+        let bin = target.join("release").join("observer");
+        cmd::phase("image", || image::build(&root(), &target, &bin))?;
     }
-    c.args(args);
-    ready.apply(&mut c);
+    let mut c = cargo_test(&[]);
     if !cmd::is_root() {
         eprintln!("xtask: note: not root, so the integration tests will skip");
     }

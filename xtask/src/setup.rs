@@ -93,6 +93,28 @@ const DEB_PACKAGES: &[DebPackage] = &[
         binaries: &["dbus-daemon"],
         optional: false,
     },
+    // Fleet tests: the JetStream server observer publishes to, the Prometheus that scrapes it
+    // (promtool checks the alert rules), and podman, which builds and runs the image.
+    DebPackage {
+        name: "nats-server",
+        binaries: &["nats-server"],
+        optional: false,
+    },
+    DebPackage {
+        name: "prometheus",
+        binaries: &["prometheus", "promtool"],
+        optional: false,
+    },
+    DebPackage {
+        name: "podman",
+        binaries: &["podman"],
+        optional: false,
+    },
+    DebPackage {
+        name: "binutils",
+        binaries: &["strip"],
+        optional: false,
+    },
 ];
 
 /// While packages install, keep their maintainer scripts from starting services on this

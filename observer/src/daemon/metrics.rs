@@ -71,6 +71,13 @@ impl Metrics {
             incidents_open.clone(),
         );
         let gaps = Family::<GapLabels, Counter>::default();
+        // Every cause exists from the start, at 0: an alert on `increase()` then sees the first
+        // gap (a series born at 1 has no increase).
+        for cause in ["ringbuf", "netlink", "other"] {
+            let _ = gaps.get_or_create(&GapLabels {
+                cause: cause.into(),
+            });
+        }
         registry.register(
             "gaps",
             "Times the stream reported that changes may be missing, by cause",
