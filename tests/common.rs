@@ -8,7 +8,8 @@
 
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -472,4 +473,163 @@ pub fn change<'a>(op: &'a str, chain: Option<&'a str>) -> impl Fn(&Value) -> boo
                 None => true,
             }
     }
+}
+
+/// How long the daemon helpers wait for a line.
+const WAIT: Duration = Duration::from_secs(20);
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+/// Lines of a child's stdout, parsed as JSON, on a channel.
+pub fn json_lines(out: impl Read + Send + 'static) -> mpsc::Receiver<Value> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            let v: Value =
+                serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON: {line}: {e}"));
+            if tx.send(v).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Wait on `rx` for a value matching `pred`, keeping everything seen in `seen`.
+pub fn wait_for(
+    rx: &mpsc::Receiver<Value>,
+    seen: &mut Vec<Value>,
+    what: &str,
+    pred: impl Fn(&Value) -> bool,
+) -> Value {
+    if let Some(v) = seen.iter().find(|v| pred(v)) {
+        return v.clone();
+    }
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(v) => {
+                seen.push(v.clone());
+                if pred(&v) {
+                    return v;
+                }
+            }
+            Err(_) => panic!(
+                "{what} did not arrive within {WAIT:?}; saw:\n{}",
+                seen.iter()
+                    .map(|v| v.to_string())
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            ),
+        }
+    }
+}
+
+/// `observer run` as a DaemonSet would start it.
+pub struct Daemon {
+    pub child: Child,
+    pub lines: mpsc::Receiver<Value>,
+    pub seen: Vec<Value>,
+}
+
+impl Daemon {
+    pub fn start(port: u16, args: &[&str]) -> Daemon {
+        let listen = format!("127.0.0.1:{port}");
+        let mut child = Command::new(observer_bin())
+            .args(["run", "--listen", &listen])
+            .args(args)
+            .env_remove("OBSERVER_CONFIG")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start observer run");
+        let lines = json_lines(child.stdout.take().expect("stdout"));
+        let mut d = Daemon {
+            child,
+            lines,
+            seen: Vec::new(),
+        };
+        let first = d
+            .lines
+            .recv_timeout(Duration::from_secs(60))
+            .expect("observer run printed no ready line within 60 s");
+        assert_eq!(first["kind"], "status", "{first}");
+        assert_eq!(first["state"], "ready", "{first}");
+        d.seen.push(first);
+        d
+    }
+
+    pub fn expect(&mut self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        wait_for(&self.lines, &mut self.seen, what, |v| {
+            v["kind"] == "change" && pred(v)
+        })
+    }
+
+    /// SIGTERM, as the kubelet stops a pod; the exit must be clean.
+    pub fn stop(mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("kill");
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                assert!(
+                    status.success(),
+                    "observer run exited with {status} after SIGTERM"
+                );
+                return;
+            }
+            assert!(Instant::now() < deadline, "no exit within 15 s of SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A plain HTTP/1.0 GET; returns the status and the body.
+pub fn get(port: u16, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut req = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).expect("send");
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).expect("read");
+    let status = resp
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {resp}"));
+    let body = resp.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
+    (status, body.to_string())
+}
+
+/// The value of one sample of `/metrics`.
+pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    text.lines().find_map(|l| {
+        let (series, value) = l.rsplit_once(' ')?;
+        let (n, rest) = series.split_once('{').unwrap_or((series, ""));
+        if n != name {
+            return None;
+        }
+        let all = labels
+            .iter()
+            .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")));
+        all.then(|| value.parse().ok()).flatten()
+    })
 }
