@@ -159,6 +159,7 @@ pub fn record(args: crate::cli::BenchRecordArgs) -> anyhow::Result<()> {
             time: crate::output::record::rfc3339(t),
             netns: 4026531840,
             netns_name: None,
+            node: None,
             backend: Backend::Legacy,
             family: Family::Ip,
             table: "nat".into(),

@@ -234,6 +234,25 @@ pub struct TailArgs {
     /// File holding the bearer token for `--remote`.
     #[arg(long, value_name = "FILE", requires = "remote")]
     pub token_file: Option<std::path::PathBuf>,
+
+    /// The fleet view: follow every node that publishes to this NATS server
+    /// (`observer run --nats URL`), e.g. `nats://nats.observer:4222`. Lines name their node;
+    /// the same filters apply. With `--since`, the stream's history first. Needs no root.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["remote", "record"])]
+    pub nats: Option<String>,
+
+    /// With `--nats`: only the nodes whose name matches this glob (`worker-*`).
+    #[arg(long, value_name = "GLOB", requires = "nats")]
+    pub node: Option<String>,
+
+    /// With `--nats`: read through the server's durable consumer of this name (created the
+    /// first time), so that a tail that stops or loses its connection goes on where it left off.
+    #[arg(long, value_name = "NAME", requires = "nats")]
+    pub durable: Option<String>,
+
+    /// With `--nats`: the JetStream stream the nodes publish to.
+    #[arg(long, value_name = "NAME", default_value = crate::nats::DEFAULT_STREAM)]
+    pub nats_stream: String,
 }
 
 /// How observer sees changes and turns them into incidents (shared by every command that watches).

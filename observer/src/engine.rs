@@ -901,6 +901,7 @@ impl Engine {
                 time: ctx.time.clone(),
                 netns: ctx.inode,
                 netns_name: ctx.name.clone(),
+                node: None,
                 backend: ctx.backend,
                 family: c.family,
                 table: c.table,

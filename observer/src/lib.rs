@@ -18,6 +18,7 @@ pub mod follow;
 pub mod hooks;
 pub mod incidents;
 pub mod ipset;
+pub mod nats;
 pub mod netns;
 pub mod nftables;
 pub mod output;

@@ -2,7 +2,7 @@
 //! of the library (see `lib.rs` for the data path).
 
 use observer::bench;
-use observer::{cli, daemon, doctor, engine, follow, incidents, ownership, query, remote};
+use observer::{cli, daemon, doctor, engine, follow, incidents, nats, ownership, query, remote};
 
 use std::process::ExitCode;
 
@@ -28,6 +28,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async move {
         match args.command {
             cli::Command::Tail(t) if t.remote.is_some() => remote::tail(*t).await,
+            cli::Command::Tail(t) if t.nats.is_some() => nats::fleet::tail(*t).await,
             cli::Command::Tail(t) if t.record.is_some() => follow::tail(*t).await,
             cli::Command::Tail(t) => engine::tail(*t).await,
             cli::Command::Run(r) => daemon::run(*r).await,

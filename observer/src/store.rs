@@ -261,6 +261,30 @@ pub fn open_ro(path: &Path) -> Result<Connection, StoreError> {
     Ok(conn)
 }
 
+/// The record's identity: a random id made when the record is first opened for writing and kept
+/// in it. Change `seq`s and incident numbers are unique within one record, so (node, id, number)
+/// names a row for good (NATS message ids are made of it).
+pub fn record_id(conn: &Connection) -> Result<String, StoreError> {
+    // Made the first time it is asked for (only publishing to NATS needs it).
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
+    )?;
+    let found: Option<String> = conn
+        .query_row("SELECT value FROM meta WHERE key = 'id'", [], |r| r.get(0))
+        .optional()?;
+    if let Some(id) = found {
+        return Ok(id);
+    }
+    let id = std::fs::read_to_string("/proc/sys/kernel/random/uuid")
+        .map(|u| u.trim().replace('-', ""))
+        .unwrap_or_else(|_| format!("{:x}", now_ns()));
+    conn.execute(
+        "INSERT OR IGNORE INTO meta (key, value) VALUES ('id', ?1)",
+        params![id],
+    )?;
+    Ok(conn.query_row("SELECT value FROM meta WHERE key = 'id'", [], |r| r.get(0))?)
+}
+
 /// The last change `seq` and incident number stored (0 when empty).
 pub fn last_numbers(conn: &Connection) -> Result<(u64, u64), StoreError> {
     let seq: i64 = conn.query_row("SELECT COALESCE(MAX(seq), 0) FROM changes", [], |r| {
@@ -754,6 +778,17 @@ mod tests {
         let ro = open_ro(&path).unwrap();
         let all = select_changes(&ro, &Selection::default()).unwrap();
         assert_eq!(all.iter().map(|r| r.number).collect::<Vec<_>>(), vec![2]);
+    }
+
+    #[test]
+    fn the_record_id_is_made_once_and_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.db");
+        let first = record_id(&open_rw(&path).unwrap()).unwrap();
+        assert!(first.len() >= 16, "{first}");
+        assert_eq!(record_id(&open_rw(&path).unwrap()).unwrap(), first);
+        let other = dir.path().join("other.db");
+        assert_ne!(record_id(&open_rw(&other).unwrap()).unwrap(), first);
     }
 
     #[test]

@@ -23,7 +23,8 @@ pub struct RunArgs {
     /// TOML file with any of the settings below (keys: listen, token_file, record, no_record,
     /// retain, max_record, hooks, ringbuf_size, netlink_rcvbuf, owners, flap_cycles,
     /// flap_window, mass_window, repair_within, pod_logs, container_logs, tls_cert, tls_key,
-    /// tls_client_ca, insecure_plaintext). Flags and environment variables win over it.
+    /// tls_client_ca, insecure_plaintext, nats, node, nats_stream, nats_max_age, nats_max_bytes,
+    /// nats_replicas). Flags and environment variables win over it.
     #[arg(long, env = "OBSERVER_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
 
@@ -129,6 +130,37 @@ pub struct RunArgs {
     /// [default: /var/log/containers].
     #[arg(long, env = "OBSERVER_CONTAINER_LOGS", value_name = "DIR")]
     pub container_logs: Option<PathBuf>,
+
+    /// Publish every change and incident line to NATS JetStream at this URL
+    /// (`nats://HOST:4222`), on `observer.<node>.change` and `observer.<node>.incident`. The
+    /// record is the spool: while the server is unreachable nothing is lost, and publishing
+    /// resumes after the last row the stream holds. Needs the record. `observer tail --nats URL`
+    /// is the fleet view.
+    #[arg(long, env = "OBSERVER_NATS", value_name = "URL")]
+    pub nats: Option<String>,
+
+    /// The node's name in NATS subjects and in the fleet view [default: the host name]. On
+    /// Kubernetes, set it from the pod's `spec.nodeName`.
+    #[arg(long, env = "OBSERVER_NODE", value_name = "NAME")]
+    pub node: Option<String>,
+
+    /// The JetStream stream to publish to; created when missing (subjects `observer.>`)
+    /// [default: OBSERVER].
+    #[arg(long, env = "OBSERVER_NATS_STREAM", value_name = "NAME")]
+    pub nats_stream: Option<String>,
+
+    /// When the stream is created: how long it keeps messages [default: 7d].
+    #[arg(long, env = "OBSERVER_NATS_MAX_AGE", value_name = "DURATION", value_parser = parse_duration)]
+    pub nats_max_age: Option<Duration>,
+
+    /// When the stream is created: the most it holds, oldest messages dropped first
+    /// [default: 1GiB].
+    #[arg(long, env = "OBSERVER_NATS_MAX_BYTES", value_name = "SIZE", value_parser = parse_size)]
+    pub nats_max_bytes: Option<u64>,
+
+    /// When the stream is created: its replicas in a NATS cluster [default: 1].
+    #[arg(long, env = "OBSERVER_NATS_REPLICAS", value_name = "N", value_parser = clap::value_parser!(u8).range(1..=5))]
+    pub nats_replicas: Option<u8>,
 }
 
 /// The TOML file.
@@ -155,6 +187,12 @@ struct FileConfig {
     repair_within: Option<String>,
     pod_logs: Option<PathBuf>,
     container_logs: Option<PathBuf>,
+    nats: Option<String>,
+    node: Option<String>,
+    nats_stream: Option<String>,
+    nats_max_age: Option<String>,
+    nats_max_bytes: Option<String>,
+    nats_replicas: Option<u8>,
 }
 
 /// Resolved settings.
@@ -169,6 +207,8 @@ pub struct Settings {
     pub retain: Duration,
     pub max_record: u64,
     pub source: SourceArgs,
+    /// Publishing to NATS JetStream, when asked for.
+    pub nats: Option<crate::nats::NatsSettings>,
 }
 
 impl RunArgs {
@@ -289,6 +329,50 @@ impl RunArgs {
                 ))
             }
         };
+        let nats = match self.nats.or(file.nats) {
+            None => None,
+            Some(url) => {
+                if record.is_none() {
+                    return Err(format!(
+                        "{}: publishing to NATS needs the record (it is the spool that keeps \
+                         what the server has not acknowledged): drop --no-record",
+                        in_file("nats")
+                    ));
+                }
+                let max_age = match (self.nats_max_age, &file.nats_max_age) {
+                    (Some(d), _) => d,
+                    (None, Some(s)) => parse_duration(s)
+                        .map_err(|e| format!("{}: {e}", in_file("nats_max_age")))?,
+                    (None, None) => parse_duration(crate::nats::DEFAULT_MAX_AGE)?,
+                };
+                let max_bytes = match (self.nats_max_bytes, &file.nats_max_bytes) {
+                    (Some(n), _) => n,
+                    (None, Some(s)) => {
+                        parse_size(s).map_err(|e| format!("{}: {e}", in_file("nats_max_bytes")))?
+                    }
+                    (None, None) => parse_size(crate::nats::DEFAULT_MAX_BYTES)?,
+                };
+                let replicas = self.nats_replicas.or(file.nats_replicas).unwrap_or(1);
+                if !(1..=5).contains(&replicas) {
+                    return Err(format!("{}: must be 1 to 5", in_file("nats_replicas")));
+                }
+                let node = self
+                    .node
+                    .or(file.node)
+                    .unwrap_or_else(crate::nats::host_name);
+                Some(crate::nats::NatsSettings {
+                    url,
+                    node,
+                    stream: self
+                        .nats_stream
+                        .or(file.nats_stream)
+                        .unwrap_or_else(|| crate::nats::DEFAULT_STREAM.into()),
+                    max_age,
+                    max_bytes,
+                    replicas: usize::from(replicas),
+                })
+            }
+        };
         let insecure = self.insecure_plaintext || file.insecure_plaintext == Some(true);
         if tls.is_none() && !listen.ip().is_loopback() && !insecure {
             return Err(format!(
@@ -298,6 +382,7 @@ impl RunArgs {
             ));
         }
         Ok(Settings {
+            nats,
             listen,
             tls,
             token_file: self.token_file.or(file.token_file),
@@ -416,6 +501,40 @@ mod tests {
             .resolve()
             .unwrap_err();
         assert!(e.contains("max_record"), "{e}");
+    }
+
+    #[test]
+    fn nats_settings_from_flags_and_file_and_the_record_they_need() {
+        let s = args(&["--nats", "nats://n:4222", "--node", "worker-1"])
+            .resolve()
+            .unwrap();
+        let n = s.nats.expect("nats settings");
+        assert_eq!(
+            (n.url.as_str(), n.node.as_str()),
+            ("nats://n:4222", "worker-1")
+        );
+        assert_eq!(n.stream, crate::nats::DEFAULT_STREAM);
+        assert_eq!(n.max_age, Duration::from_secs(7 * 86400));
+        assert_eq!((n.max_bytes, n.replicas), (1 << 30, 1));
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("c.toml");
+        std::fs::write(
+            &f,
+            "nats = \"nats://file:4222\"\nnats_max_age = \"2d\"\nnats_replicas = 3\n",
+        )
+        .unwrap();
+        let n = args(&["--config", f.to_str().unwrap()])
+            .resolve()
+            .unwrap()
+            .nats
+            .expect("nats from the file");
+        assert_eq!(n.url, "nats://file:4222");
+        assert_eq!((n.max_age, n.replicas), (Duration::from_secs(2 * 86400), 3));
+        assert!(!n.node.is_empty(), "the host name by default");
+        let e = args(&["--nats", "nats://n:4222", "--no-record"])
+            .resolve()
+            .unwrap_err();
+        assert!(e.contains("needs the record"), "{e}");
     }
 
     #[test]

@@ -659,7 +659,7 @@ mod tests {
             })
             .collect();
         w.write_batch(&rows);
-        let hub = Arc::new(Hub::new(Metrics::new(None), Some(path)));
+        let hub = Arc::new(Hub::new(Metrics::new(None, None), Some(path)));
         for id in 4..=6 {
             hub.publish(Stream::Changes, ev(id));
         }

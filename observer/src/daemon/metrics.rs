@@ -50,7 +50,10 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    pub fn new(store: Option<Arc<StoreStats>>) -> Metrics {
+    pub fn new(
+        store: Option<Arc<StoreStats>>,
+        nats: Option<Arc<crate::nats::publish::NatsStats>>,
+    ) -> Metrics {
         let mut registry = Registry::with_prefix("observer");
         let changes = Family::<ChangeLabels, Counter>::default();
         registry.register(
@@ -124,6 +127,18 @@ impl Metrics {
                 "record_size_bytes",
                 "Size of the record file and its write-ahead log",
                 stats.bytes.clone(),
+            );
+        }
+        if let Some(nats) = nats {
+            registry.register(
+                "nats_published",
+                "Lines acknowledged by NATS JetStream, by kind (change, incident)",
+                nats.published.clone(),
+            );
+            registry.register(
+                "nats_connected",
+                "1 while connected to the NATS server and publishing",
+                nats.connected.clone(),
             );
         }
         Metrics {

@@ -39,10 +39,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     // The record first: a record that cannot be written stops the start, before any hook.
     let mut writer = None;
     let mut last_incident = 0;
+    let mut record_id = None;
     let store_stats = Arc::new(store::StoreStats::default());
     if let Some(path) = &settings.record {
         let conn = store::open_rw(path)?;
         let (last_seq, last_no) = store::last_numbers(&conn)?;
+        if settings.nats.is_some() {
+            record_id = Some(store::record_id(&conn)?);
+        }
         settings.source.first_seq = last_seq;
         last_incident = last_no;
         let limits = store::Limits {
@@ -58,8 +62,33 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         writer = Some(w);
     }
 
-    let metrics = metrics::Metrics::new(settings.record.as_ref().map(|_| store_stats.clone()));
+    let nats_stats = settings
+        .nats
+        .as_ref()
+        .map(|_| Arc::new(crate::nats::publish::NatsStats::default()));
+    let metrics = metrics::Metrics::new(
+        settings.record.as_ref().map(|_| store_stats.clone()),
+        nats_stats.clone(),
+    );
     let hub = Arc::new(Hub::new(metrics, settings.record.clone()));
+    let publisher = match (&settings.nats, &settings.record, record_id, nats_stats) {
+        (Some(nats), Some(record), Some(id), Some(stats)) => {
+            tracing::info!(
+                "publishing to NATS {} as node {} (stream {})",
+                nats.url,
+                nats.node,
+                nats.stream
+            );
+            Some(crate::nats::publish::spawn(
+                nats.clone(),
+                record.clone(),
+                id,
+                stats,
+                hub.on_shutdown(),
+            ))
+        }
+        _ => None,
+    };
     // TLS files are read before anything is attached: a bad one stops the start.
     let tls = settings
         .tls
@@ -123,6 +152,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     if let Some(j) = join {
         let _ = tokio::task::spawn_blocking(move || j.join()).await;
+    }
+    if let Some(p) = publisher {
+        // It stops at the shutdown signal; what it had not published waits in the record.
+        let _ = p.await;
     }
     result
 }

@@ -73,6 +73,7 @@ impl Gen {
                     time: time.clone(),
                     netns: 1,
                     netns_name: None,
+                    node: None,
                     backend: Backend::Legacy,
                     family: Family::Ip,
                     table: "nat".into(),

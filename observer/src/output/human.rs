@@ -112,7 +112,7 @@ fn clock(time: &str) -> &str {
 }
 
 fn change(c: &ChangeRecord, colour: bool) -> String {
-    let netns = c.netns_name.clone().unwrap_or_else(|| c.netns.to_string());
+    let netns = super::record::where_label(c.node.as_deref(), c.netns_name.as_deref(), c.netns);
     let what = match (&c.chain, &c.rule) {
         (Some(ch), Some(r)) => format!("{ch}  {r}"),
         (Some(ch), None) => ch.clone(),
@@ -176,6 +176,7 @@ mod tests {
             time: "2026-11-21T05:42:37.123456789Z".into(),
             netns: 42,
             netns_name: Some("blue".into()),
+            node: None,
             backend: Backend::Nft,
             family: Family::Inet,
             table: "t".into(),

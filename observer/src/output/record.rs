@@ -60,6 +60,9 @@ pub struct ChangeRecord {
     /// The `ip netns` name of the namespace, when it has one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub netns_name: Option<String>,
+    /// The node that saw the change: set by the fleet view (`tail --nats`), which shows many.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
     pub backend: Backend,
     pub family: Family,
     pub table: String,
@@ -88,6 +91,16 @@ pub struct ChangeRecord {
     pub recovered: bool,
 }
 
+/// Where a line happened, for people: the namespace's name (else its inode), after the node's
+/// name when the view shows several nodes (`node-a/blue`).
+pub fn where_label(node: Option<&str>, netns_name: Option<&str>, netns: u32) -> String {
+    let ns = netns_name.map_or_else(|| netns.to_string(), str::to_string);
+    match node {
+        Some(n) => format!("{n}/{ns}"),
+        None => ns,
+    }
+}
+
 /// `{"kind":"incident",...}`: one state of an ownership conflict. Every line of one incident has
 /// the same `id`; `state` says whether it opened, grew, or ended.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -104,6 +117,9 @@ pub struct IncidentRecord {
     pub netns: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub netns_name: Option<String>,
+    /// The node that saw the incident: set by the fleet view (`tail --nats`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
     pub backend: Backend,
     pub family: Family,
     pub table: String,
@@ -273,6 +289,7 @@ mod tests {
             time: "2026-11-21T05:42:37.000000001Z".into(),
             netns: 4026532317,
             netns_name: Some("blue".into()),
+            node: None,
             backend: Backend::Legacy,
             family: Family::Ip,
             table: "filter".into(),

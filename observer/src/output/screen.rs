@@ -294,7 +294,7 @@ impl<W: Write> Screen<W> {
     /// One change: the columns, then the rule text (on a line of its own when narrow).
     fn change_lines(&self, c: &ChangeRecord, indent: &str) -> Vec<String> {
         let k = self.cols();
-        let netns = c.netns_name.clone().unwrap_or_else(|| c.netns.to_string());
+        let netns = super::record::where_label(c.node.as_deref(), c.netns_name.as_deref(), c.netns);
         let where_ = format!(
             "{} {}",
             backend_short(c.backend, self.narrow()),
@@ -384,10 +384,11 @@ impl<W: Write> Screen<W> {
         by_count.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
         let ops: Vec<String> = by_count.iter().map(|(o, n)| format!("{n} {o}")).collect();
         let failed = txn.iter().filter(|c| c.result != "ok").count();
-        let netns = first
-            .netns_name
-            .clone()
-            .unwrap_or_else(|| first.netns.to_string());
+        let netns = super::record::where_label(
+            first.node.as_deref(),
+            first.netns_name.as_deref(),
+            first.netns,
+        );
         let mut head = format!(
             "{} ── {} [{}] {} changes in {} {} (netns {}): {}",
             self.clock(&first.time),
@@ -578,7 +579,7 @@ impl<W: Write> Screen<W> {
 
     /// `--incidents-only`: one line per incident line.
     fn incident_line(&self, i: &IncidentRecord) -> String {
-        let netns = i.netns_name.clone().unwrap_or_else(|| i.netns.to_string());
+        let netns = super::record::where_label(i.node.as_deref(), i.netns_name.as_deref(), i.netns);
         // The same columns for every state; the last one says how it ended, or what happened.
         let outcome = Self::outcome(i, true);
         let text = match outcome.trim() {

@@ -1,0 +1,246 @@
+//! `observer tail --nats URL`: the fleet view. Every node's changes and incidents from the
+//! JetStream stream `observer run --nats` publishes to, interleaved as they arrive, each with its
+//! node (`node` in JSON; `node/netns` on the screen). The same filters as a local tail apply.
+//!
+//! Without `--durable`, an ordered consumer starts at `--since` (or at new messages) and is
+//! gone when the tail stops. With `--durable NAME`, the consumer lives in the server: a tail
+//! that stops, loses its connection or outlives a server restart goes on where it left off
+//! (each message is acknowledged once printed). Lines are numbered per node and record, so a
+//! message delivered again (an acknowledgement lost in a disconnect) is not printed twice.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use async_nats::jetstream::{self, consumer};
+use futures_util::StreamExt as _;
+
+use super::{HEADER_NODE, HEADER_RECORD, HEADER_SEQ};
+use crate::cli::TailArgs;
+use crate::engine::Output;
+use crate::output::{Record, StatusRecord};
+
+/// A screen with transactions in progress is drawn after this long without a message.
+const IDLE: Duration = Duration::from_millis(100);
+
+pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
+    let url = args.nats.clone().unwrap_or_default();
+    let node_glob = args
+        .node
+        .as_deref()
+        .map(|g| {
+            globset::Glob::new(g)
+                .map(|g| g.compile_matcher())
+                .with_context(|| format!("--node {g}: not a glob"))
+        })
+        .transpose()?;
+    let deliver_policy = match &args.since {
+        Some(s) => {
+            let ns = crate::query::parse_time(s).map_err(|e| anyhow::anyhow!("--since: {e}"))?;
+            consumer::DeliverPolicy::ByStartTime {
+                start_time: async_nats::datetime::from_nanos(i128::from(ns))
+                    .map_err(|e| anyhow::anyhow!("--since {s}: {e}"))?,
+            }
+        }
+        None => consumer::DeliverPolicy::New,
+    };
+    // Only one node, named without wildcards: the server filters.
+    let filter_subject = match &args.node {
+        Some(n) if !n.contains(['*', '?', '[', '{']) => {
+            format!("observer.{}.>", super::subject_token(n))
+        }
+        _ => "observer.>".to_string(),
+    };
+    let client = async_nats::ConnectOptions::new()
+        .name("observer tail")
+        .connection_timeout(Duration::from_secs(5))
+        .connect(url.as_str())
+        .await
+        .with_context(|| {
+            format!("cannot connect to the NATS server at {url} (is it running? check --nats)")
+        })?;
+    let js = jetstream::new(client);
+    let stream = js.get_stream(&args.nats_stream).await.with_context(|| {
+        format!(
+            "there is no stream {} on {url}: `observer run --nats {url}` creates it (or pass the \
+             stream's name with --nats-stream)",
+            args.nats_stream
+        )
+    })?;
+    let mut printer = Printer {
+        output: crate::engine::tail_output(&args)?,
+        node_glob,
+        last: HashMap::new(),
+    };
+    printer.status(format!(
+        "following stream {} on {url}{}{}",
+        args.nats_stream,
+        args.node
+            .as_deref()
+            .map(|n| format!(", nodes {n}"))
+            .unwrap_or_default(),
+        args.durable
+            .as_deref()
+            .map(|d| format!(", durable consumer {d}"))
+            .unwrap_or_default(),
+    ))?;
+    let follow = async {
+        match &args.durable {
+            Some(name) => {
+                let config = consumer::pull::Config {
+                    durable_name: Some(name.clone()),
+                    description: Some("observer tail --nats".into()),
+                    filter_subject,
+                    deliver_policy,
+                    ack_policy: consumer::AckPolicy::Explicit,
+                    ..Default::default()
+                };
+                let consumer = stream
+                    .get_or_create_consumer(name, config)
+                    .await
+                    .with_context(|| format!("cannot create the durable consumer {name}"))?;
+                loop {
+                    match consumer.messages().await {
+                        Ok(messages) => printer.follow(messages, true).await?,
+                        Err(e) => tracing::warn!("NATS {url}: {e}; retrying"),
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+            None => {
+                let config = consumer::pull::OrderedConfig {
+                    filter_subject,
+                    deliver_policy,
+                    ..Default::default()
+                };
+                let consumer = stream
+                    .create_consumer(config)
+                    .await
+                    .context("cannot create a consumer on the stream")?;
+                let messages = consumer
+                    .messages()
+                    .await
+                    .context("cannot read the stream")?;
+                printer.follow(messages, false).await?;
+                bail!("the stream ended")
+            }
+        }
+    };
+    tokio::select! {
+        r = follow => r,
+        _ = tokio::signal::ctrl_c() => Ok(()),
+    }
+}
+
+struct Printer {
+    output: Box<dyn Output>,
+    node_glob: Option<globset::GlobMatcher>,
+    /// The last number printed per (node, record, subject): a message delivered again is not
+    /// printed again.
+    last: HashMap<(String, String, String), u64>,
+}
+
+impl Printer {
+    fn status(&mut self, message: String) -> anyhow::Result<()> {
+        let ready = StatusRecord {
+            state: "ready".into(),
+            time: crate::output::record::now(),
+            message,
+            hooks: None,
+            sources: Vec::new(),
+            netns_watched: None,
+            lost: Vec::new(),
+        };
+        self.output
+            .emit(&Record::Status(ready))
+            .or_else(quiet_pipe)?;
+        Ok(())
+    }
+
+    /// Print messages until the stream ends or fails (then the caller decides).
+    async fn follow<S, E>(&mut self, mut messages: S, ack: bool) -> anyhow::Result<()>
+    where
+        S: futures_util::Stream<Item = Result<jetstream::Message, E>> + Unpin,
+        E: std::fmt::Display,
+    {
+        loop {
+            let next = match tokio::time::timeout(IDLE, messages.next()).await {
+                Ok(n) => n,
+                Err(_) => {
+                    self.output.end_txn().or_else(quiet_pipe)?;
+                    continue;
+                }
+            };
+            match next {
+                None => return Ok(()),
+                Some(Err(e)) => {
+                    tracing::warn!("NATS: {e}; resuming");
+                    if ack {
+                        return Ok(());
+                    }
+                }
+                Some(Ok(m)) => {
+                    self.print(&m)?;
+                    if ack {
+                        if let Err(e) = m.ack().await {
+                            tracing::debug!("acknowledging a message: {e}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn print(&mut self, m: &jetstream::Message) -> anyhow::Result<()> {
+        let header = |name: &str| {
+            m.headers
+                .as_ref()
+                .and_then(|h| h.get(name))
+                .map(|v| v.as_str().to_string())
+        };
+        let node = header(HEADER_NODE).unwrap_or_else(|| {
+            // Not published by observer run: name it by the subject's node token.
+            m.subject.split('.').nth(1).unwrap_or("?").to_string()
+        });
+        if self.node_glob.as_ref().is_some_and(|g| !g.is_match(&node)) {
+            return Ok(());
+        }
+        if let Some(n) = header(HEADER_SEQ).and_then(|v| v.parse::<u64>().ok()) {
+            let key = (
+                node.clone(),
+                header(HEADER_RECORD).unwrap_or_default(),
+                m.subject.to_string(),
+            );
+            let last = self.last.entry(key).or_default();
+            if n <= *last {
+                return Ok(());
+            }
+            *last = n;
+        }
+        let mut record: Record = match serde_json::from_slice(&m.payload) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(
+                    "a message on {} is not an observer line ({e}): skipped",
+                    m.subject
+                );
+                return Ok(());
+            }
+        };
+        match &mut record {
+            Record::Change(c) => c.node = Some(node),
+            Record::Incident(i) => i.node = Some(node),
+            Record::Status(_) => {}
+        }
+        self.output.emit(&record).or_else(quiet_pipe)?;
+        Ok(())
+    }
+}
+
+/// The reader went away (`observer tail --nats URL | head`): stop quietly.
+fn quiet_pipe(e: std::io::Error) -> std::io::Result<()> {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(0);
+    }
+    Err(e)
+}

@@ -1,0 +1,302 @@
+//! `observer run --nats URL`: publish the record's rows to JetStream, in order, each once.
+//!
+//! The record is the spool. The publisher reads the rows after the last one JetStream holds for
+//! this node and record, publishes them one at a time, and moves on only when the server has
+//! acknowledged the row (so the stream keeps each node's order even when a connection dies with
+//! messages in flight). While the server is unreachable nothing is published and nothing is
+//! lost: the rows wait in the record, and when the server is back the publisher asks the stream
+//! for the last row it holds (`Observer-Seq` of the last message on each subject) and goes on
+//! after it. A row published again after an acknowledgement that never arrived carries the same
+//! message id, and JetStream stores it once.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use async_nats::jetstream::{self, message::PublishMessage, stream::LastRawMessageErrorKind};
+use prometheus_client::metrics::{counter::Counter, family::Family, gauge::Gauge};
+use tokio::sync::watch;
+
+use super::{
+    message_id, stream_config, subject, Kind, NatsSettings, HEADER_NODE, HEADER_RECORD, HEADER_SEQ,
+};
+use crate::store::{self, Selection, Stored};
+
+/// How often the record is read for rows to publish when there were none.
+const POLL: Duration = Duration::from_millis(50);
+/// Rows read from the record at a time.
+const BATCH: usize = 512;
+
+/// Counters shared with `/metrics`.
+#[derive(Debug, Default)]
+pub struct NatsStats {
+    /// Messages acknowledged by JetStream, by `kind` (`change`, `incident`).
+    pub published: Family<KindLabel, Counter>,
+    /// 1 while connected to the server and publishing.
+    pub connected: Gauge,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub struct KindLabel {
+    pub kind: String,
+}
+
+/// Where the publisher is: the last change `seq` and incident record number JetStream holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Cursor {
+    change: u64,
+    incident: u64,
+}
+
+struct Publisher {
+    settings: NatsSettings,
+    record: PathBuf,
+    record_id: String,
+    stats: Arc<NatsStats>,
+}
+
+/// Start publishing the record at `record` (whose id is `record_id`) until `shutdown` is set.
+pub fn spawn(
+    settings: NatsSettings,
+    record: PathBuf,
+    record_id: String,
+    stats: Arc<NatsStats>,
+    mut shutdown: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    let p = Publisher {
+        settings,
+        record,
+        record_id,
+        stats,
+    };
+    tokio::spawn(async move {
+        let mut delay = Duration::from_millis(250);
+        let mut failing = false;
+        loop {
+            let res = tokio::select! {
+                r = p.session(&mut failing) => r,
+                _ = shutdown.wait_for(|s| *s) => return,
+            };
+            p.stats.connected.set(0);
+            match res {
+                Ok(()) => return,
+                Err(e) => {
+                    if !failing {
+                        tracing::warn!(
+                            "NATS {}: {e:#}; the rows wait in the record and are published when \
+                             the server is back (retrying)",
+                            p.settings.url
+                        );
+                        failing = true;
+                    } else {
+                        tracing::debug!("NATS {}: {e:#}", p.settings.url);
+                    }
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = shutdown.wait_for(|s| *s) => return,
+            }
+            delay = (delay * 2).min(Duration::from_secs(5));
+        }
+    })
+}
+
+impl Publisher {
+    /// One connection: find where the stream is, then publish until an error.
+    async fn session(&self, failing: &mut bool) -> anyhow::Result<()> {
+        let s = &self.settings;
+        let client = async_nats::ConnectOptions::new()
+            .name(format!("observer {}", s.node))
+            .connection_timeout(Duration::from_secs(5))
+            .request_timeout(Some(Duration::from_secs(5)))
+            .connect(s.url.as_str())
+            .await
+            .with_context(|| format!("cannot connect to {}", s.url))?;
+        let js = jetstream::new(client);
+        let stream = js
+            .get_or_create_stream(stream_config(s))
+            .await
+            .with_context(|| format!("cannot get or create the stream {}", s.stream))?;
+        let mut cursor = Cursor {
+            change: self.last_held(&stream, Kind::Change).await?,
+            incident: self.last_held(&stream, Kind::Incident).await?,
+        };
+        // Rows older than the stream keeps are not sent again after the stream lost them.
+        let since_ns =
+            store::now_ns().saturating_sub(i64::try_from(s.max_age.as_nanos()).unwrap_or(i64::MAX));
+        let conn = {
+            let path = self.record.clone();
+            tokio::task::spawn_blocking(move || store::open_ro(&path))
+                .await
+                .context("opening the record")??
+        };
+        let conn = Arc::new(Mutex::new(conn));
+        self.stats.connected.set(1);
+        if *failing {
+            tracing::info!(
+                "NATS {}: connected; publishing from change {} and incident line {} of the record",
+                s.url,
+                cursor.change + 1,
+                cursor.incident + 1
+            );
+            *failing = false;
+        } else {
+            tracing::info!("NATS {}: publishing to stream {}", s.url, s.stream);
+        }
+        loop {
+            let rows = read_after(&conn, cursor, since_ns).await?;
+            if rows.is_empty() {
+                tokio::time::sleep(POLL).await;
+                continue;
+            }
+            for (kind, row) in rows {
+                self.publish(&js, kind, &row).await?;
+                match kind {
+                    Kind::Change => cursor.change = row.number,
+                    Kind::Incident => cursor.incident = row.number,
+                }
+            }
+        }
+    }
+
+    /// The number of the last row of this record the stream holds on `kind`'s subject (0: none).
+    async fn last_held(
+        &self,
+        stream: &jetstream::stream::Stream,
+        kind: Kind,
+    ) -> anyhow::Result<u64> {
+        let subj = subject(&self.settings.node, kind);
+        match stream.get_last_raw_message_by_subject(&subj).await {
+            Ok(m) => {
+                let header = |name: &str| m.headers.get(name).map(|v| v.as_str().to_string());
+                if header(HEADER_RECORD).as_deref() != Some(self.record_id.as_str()) {
+                    // Another record (this node's record was replaced): all of ours is new.
+                    return Ok(0);
+                }
+                Ok(header(HEADER_SEQ).and_then(|v| v.parse().ok()).unwrap_or(0))
+            }
+            Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(0),
+            Err(e) => {
+                Err(anyhow::Error::new(e).context(format!("reading the last message on {subj}")))
+            }
+        }
+    }
+
+    async fn publish(
+        &self,
+        js: &jetstream::Context,
+        kind: Kind,
+        row: &Stored,
+    ) -> anyhow::Result<()> {
+        let s = &self.settings;
+        let msg = PublishMessage::build()
+            .message_id(message_id(&s.node, &self.record_id, kind, row.number))
+            .header(HEADER_NODE, s.node.as_str())
+            .header(HEADER_RECORD, self.record_id.as_str())
+            .header(HEADER_SEQ, row.number.to_string().as_str())
+            .payload(row.json.clone().into());
+        js.send_publish(subject(&s.node, kind), msg)
+            .await
+            .context("publishing")?
+            .await
+            .context("waiting for JetStream's acknowledgement")?;
+        self.stats
+            .published
+            .get_or_create(&KindLabel {
+                kind: kind.suffix().into(),
+            })
+            .inc();
+        Ok(())
+    }
+}
+
+/// The next rows after `cursor`, changes and incident lines interleaved by time (so that a
+/// fleet tail sees an incident after the changes that made it), each kind in its own order.
+async fn read_after(
+    conn: &Arc<Mutex<rusqlite::Connection>>,
+    cursor: Cursor,
+    since_ns: i64,
+) -> anyhow::Result<Vec<(Kind, Stored)>> {
+    let conn = conn.clone();
+    tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<(Kind, Stored)>> {
+        let conn = conn
+            .lock()
+            .map_err(|_| anyhow::anyhow!("record reader poisoned"))?;
+        let sel = |after: u64| Selection {
+            after: Some(after),
+            since_ns: Some(since_ns),
+            limit: Some(BATCH),
+            ..Default::default()
+        };
+        let changes = store::select_changes(&conn, &sel(cursor.change))?;
+        let incidents = store::select_incidents(&conn, &sel(cursor.incident))?;
+        Ok(merge(changes, incidents))
+    })
+    .await
+    .context("the record reader stopped")?
+}
+
+/// Merge the two lists, each in its numbers' order, by time. A list read in full (shorter than
+/// [`BATCH`]) has nothing more before the other's rows; a list cut at `BATCH` may have, so the
+/// merge stops where such a list ends.
+fn merge(changes: Vec<Stored>, incidents: Vec<Stored>) -> Vec<(Kind, Stored)> {
+    let (c_cut, i_cut) = (changes.len() == BATCH, incidents.len() == BATCH);
+    let mut c = changes.into_iter().peekable();
+    let mut i = incidents.into_iter().peekable();
+    let mut out = Vec::new();
+    loop {
+        let take_change = match (c.peek(), i.peek()) {
+            (Some(a), Some(b)) => a.time_ns <= b.time_ns,
+            (Some(_), None) if i_cut => break,
+            (None, Some(_)) if c_cut => break,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => break,
+        };
+        if take_change {
+            out.extend(c.next().map(|r| (Kind::Change, r)));
+        } else {
+            out.extend(i.next().map(|r| (Kind::Incident, r)));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(number: u64, time_ns: i64) -> Stored {
+        Stored {
+            number,
+            time_ns,
+            json: String::new(),
+        }
+    }
+
+    #[test]
+    fn rows_interleave_by_time_and_keep_each_kinds_order() {
+        // Change 2 carries an earlier time than change 1 (a recovered change): numbers win.
+        let out = merge(vec![row(1, 10), row(2, 5), row(3, 30)], vec![row(7, 20)]);
+        let got: Vec<(Kind, u64)> = out.iter().map(|(k, r)| (*k, r.number)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (Kind::Change, 1),
+                (Kind::Change, 2),
+                (Kind::Incident, 7),
+                (Kind::Change, 3)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_list_cut_short_stops_the_merge_where_it_ends() {
+        let changes: Vec<Stored> = (1..=BATCH as u64).map(|n| row(n, n as i64)).collect();
+        let out = merge(changes, vec![row(1, BATCH as i64 + 100)]);
+        assert_eq!(out.len(), BATCH);
+        assert!(out.iter().all(|(k, _)| *k == Kind::Change));
+    }
+}

@@ -1,0 +1,381 @@
+//! Fleet streaming through Debian's nats-server with JetStream, started by the test in a
+//! temporary directory: two `observer run --nats` (two nodes, each with its own record and
+//! node name, each writing in a namespace of its own) publish while `observer tail --nats
+//! --durable` follows the fleet. The server is killed (SIGKILL) in the middle and started again
+//! on the same storage while changes go on. Then, read straight from the stream with a JetStream
+//! client: every change each node printed is in the stream exactly once, in that node's order,
+//! with the message id and headers of the contract; and the fleet tail showed each of them, in
+//! order, with its node. Needs root (the daemons load their hooks) and nats-server.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::{free_port, get, json_lines, observer_bin, wait_for, Daemon, Netns, Writer};
+use serde_json::Value;
+
+struct NatsServer {
+    child: Option<Child>,
+    port: u16,
+    monitor: u16,
+    dir: PathBuf,
+}
+
+impl NatsServer {
+    fn start(dir: &Path) -> NatsServer {
+        let mut s = NatsServer {
+            child: None,
+            port: free_port(),
+            monitor: free_port(),
+            dir: dir.to_path_buf(),
+        };
+        s.restart();
+        s
+    }
+
+    fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// Start (again) on the same port and storage; wait until JetStream is healthy.
+    fn restart(&mut self) {
+        let child = Command::new("nats-server")
+            .args(["--jetstream", "--addr", "127.0.0.1"])
+            .args(["--port", &self.port.to_string()])
+            .args(["--http_port", &self.monitor.to_string()])
+            .arg("--store_dir")
+            .arg(self.dir.join("jetstream"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start nats-server");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let healthy = std::net::TcpStream::connect(("127.0.0.1", self.monitor)).is_ok()
+                && get(self.monitor, "/healthz?js-enabled-only=true", &[]).0 == 200;
+            if healthy {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "nats-server did not become healthy within 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// SIGKILL: no goodbye to the clients, messages in flight are lost.
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// `observer tail --nats URL --json ARGS`, its lines on a channel.
+struct FleetTail {
+    child: Child,
+    lines: mpsc::Receiver<Value>,
+    seen: Vec<Value>,
+}
+
+impl FleetTail {
+    fn start(url: &str, args: &[&str]) -> FleetTail {
+        let mut child = Command::new(observer_bin())
+            .args(["tail", "--nats", url, "--json"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start observer tail --nats");
+        let lines = json_lines(child.stdout.take().expect("stdout"));
+        let mut t = FleetTail {
+            child,
+            lines,
+            seen: Vec::new(),
+        };
+        let first = wait_for(&t.lines, &mut t.seen, "the fleet tail's ready line", |v| {
+            v["kind"] == "status"
+        });
+        assert_eq!(first["state"], "ready", "{first}");
+        t
+    }
+}
+
+impl Drop for FleetTail {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Make `n` changes (tables `<prefix>0..`) in `ns`, each one nft transaction.
+fn changes(ns: &Netns, writer: &Writer, prefix: &str, n: usize) {
+    for i in 0..n {
+        ns.write(
+            writer,
+            &["nft", "add", "table", "inet", &format!("{prefix}{i}")],
+        );
+    }
+}
+
+/// Every change line a daemon printed, in order, once its last expected table is there.
+fn printed_changes(d: &mut Daemon, last_table: &str) -> Vec<Value> {
+    d.expect(last_table, |v| v["table"] == last_table);
+    d.seen
+        .iter()
+        .filter(|v| v["kind"] == "change")
+        .cloned()
+        .collect()
+}
+
+/// A message of the stream: its headers and its payload.
+type Message = (HashMap<String, String>, Value);
+
+/// Every message in the stream: (subject, headers, payload), read with a JetStream client.
+fn read_stream(url: &str) -> Vec<(String, HashMap<String, String>, Value)> {
+    use futures_util::StreamExt as _;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let client = async_nats::connect(url).await.expect("connect to nats");
+        let js = async_nats::jetstream::new(client);
+        let mut stream = js
+            .get_stream("OBSERVER")
+            .await
+            .expect("the OBSERVER stream");
+        let total = stream.info().await.expect("stream info").state.messages;
+        let consumer = stream
+            .create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig {
+                filter_subject: "observer.>".into(),
+                deliver_policy: async_nats::jetstream::consumer::DeliverPolicy::All,
+                ..Default::default()
+            })
+            .await
+            .expect("consumer");
+        let mut messages = consumer.messages().await.expect("messages");
+        let mut out = Vec::new();
+        while (out.len() as u64) < total {
+            let m = tokio::time::timeout(Duration::from_secs(10), messages.next())
+                .await
+                .expect("the stream's messages within 10 s")
+                .expect("a message")
+                .expect("no error");
+            let headers = m
+                .headers
+                .iter()
+                .flat_map(|h| h.iter())
+                .map(|(k, v)| {
+                    (
+                        k.to_string(),
+                        v.first()
+                            .map(|v| v.as_str().to_string())
+                            .unwrap_or_default(),
+                    )
+                })
+                .collect();
+            let payload: Value = serde_json::from_slice(&m.payload).expect("JSON payload");
+            out.push((m.subject.to_string(), headers, payload));
+        }
+        out
+    })
+}
+
+#[test]
+fn two_nodes_publish_every_change_once_in_order_across_a_server_crash() {
+    skip_unless!("nats-server", "ip", "nft");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut nats = NatsServer::start(dir.path());
+    let url = nats.url();
+    let nodes = ["node-a.fleet.test", "node-b.fleet.test"];
+    let mut daemons: Vec<Daemon> = nodes
+        .iter()
+        .map(|node| {
+            let record = dir.path().join(format!("{node}.db"));
+            Daemon::start(
+                free_port(),
+                &[
+                    "--record",
+                    record.to_str().expect("utf-8"),
+                    "--nats",
+                    &url,
+                    "--node",
+                    node,
+                ],
+            )
+        })
+        .collect();
+    let namespaces: Vec<Netns> = ["fleet-a", "fleet-b"]
+        .iter()
+        .map(|t| Netns::new(t))
+        .collect();
+    let writers: Vec<Writer> = ["fleetwriter-a", "fleetwriter-b"]
+        .iter()
+        .map(|w| Writer::new(w))
+        .collect();
+    let mut tail = FleetTail::start(&url, &["--durable", "fleet-test", "--since", "1h"]);
+
+    // Before, during and after the server's crash: 15 changes per node each time.
+    let round = |r: &str| {
+        for (i, ns) in namespaces.iter().enumerate() {
+            changes(ns, &writers[i], &format!("n{i}{r}"), 15);
+        }
+    };
+    // Killed while the publishers are busy with this round: some publishes are in flight.
+    round("before");
+    nats.kill();
+    round("during");
+    // The daemons keep running, and keep recording, without the server; the outage outlasts
+    // the publishers' 5 s acknowledgement timeout, so they reconnect and ask the stream where to
+    // resume.
+    for d in &mut daemons {
+        d.expect("a change made while the server is down", |v| {
+            v["table"] == "n1during14"
+        });
+    }
+    std::thread::sleep(Duration::from_secs(7));
+    nats.restart();
+    round("after");
+
+    // What each node printed: each saw both namespaces (one kernel), in its own numbering.
+    let printed: Vec<Vec<Value>> = daemons
+        .iter_mut()
+        .map(|d| printed_changes(d, "n1after14"))
+        .collect();
+    for (node, p) in nodes.iter().zip(&printed) {
+        assert!(
+            p.len() >= 90,
+            "{node} printed {} changes, expected at least the 90 made",
+            p.len()
+        );
+    }
+
+    // The stream: every printed change of each node, once, in its order.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let by_node = loop {
+        let msgs = read_stream(&url);
+        let mut by_node: HashMap<String, Vec<Message>> = HashMap::new();
+        for (subject, headers, payload) in msgs {
+            if subject.ends_with(".change") {
+                let node = headers.get("Observer-Node").cloned().unwrap_or_default();
+                by_node.entry(node).or_default().push((headers, payload));
+            }
+        }
+        let complete = nodes
+            .iter()
+            .zip(&printed)
+            .all(|(node, p)| by_node.get(*node).map_or(0, Vec::len) >= p.len());
+        if complete || Instant::now() > deadline {
+            break by_node;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    for (node, p) in nodes.iter().zip(&printed) {
+        let got = by_node.get(*node).map(Vec::as_slice).unwrap_or_default();
+        let want_seqs: Vec<u64> = p.iter().filter_map(|v| v["seq"].as_u64()).collect();
+        let got_seqs: Vec<u64> = got.iter().filter_map(|(_, v)| v["seq"].as_u64()).collect();
+        assert_eq!(
+            got_seqs, want_seqs,
+            "{node}: the stream does not hold each printed change exactly once, in order"
+        );
+        for ((headers, payload), printed) in got.iter().zip(p) {
+            assert_eq!(
+                payload, printed,
+                "{node}: the message is not the printed line"
+            );
+            let seq = payload["seq"].as_u64().expect("seq");
+            assert_eq!(headers.get("Observer-Seq"), Some(&seq.to_string()));
+            let record = headers.get("Observer-Record").expect("Observer-Record");
+            assert_eq!(
+                headers.get("Nats-Msg-Id"),
+                Some(&format!("{node}.{record}.c{seq}")),
+                "{node}: message id"
+            );
+        }
+        let subject_token = node.replace('.', "_");
+        assert!(!subject_token.contains('.'));
+    }
+
+    // The fleet tail: each node's changes, named, in order, across the crash.
+    for (node, p) in nodes.iter().zip(&printed) {
+        let last = p.last().expect("a change")["seq"].clone();
+        wait_for(
+            &tail.lines,
+            &mut tail.seen,
+            &format!("{node}'s last change in the fleet tail"),
+            |v| v["kind"] == "change" && v["node"] == *node && v["seq"] == last,
+        );
+    }
+    for (node, p) in nodes.iter().zip(&printed) {
+        let shown: Vec<u64> = tail
+            .seen
+            .iter()
+            .filter(|v| v["kind"] == "change" && v["node"] == *node)
+            .filter_map(|v| v["seq"].as_u64())
+            .collect();
+        let want: Vec<u64> = p.iter().filter_map(|v| v["seq"].as_u64()).collect();
+        assert_eq!(shown, want, "{node}: the fleet tail's changes");
+    }
+
+    // A node restarted on its record resumes after the last row the stream holds: it publishes
+    // only the changes made since (a publisher starting over would publish the whole record
+    // again, which the server's duplicate window would hide from the stream but not from this
+    // count).
+    let node_a = daemons.remove(0);
+    node_a.stop();
+    let record = dir.path().join(format!("{}.db", nodes[0]));
+    let port = free_port();
+    let mut node_a = Daemon::start(
+        port,
+        &[
+            "--record",
+            record.to_str().expect("utf-8"),
+            "--nats",
+            &url,
+            "--node",
+            nodes[0],
+        ],
+    );
+    changes(&namespaces[0], &writers[0], "restarted", 5);
+    let last = node_a.expect("the last change after the restart", |v| {
+        v["table"] == "restarted4"
+    });
+    let new_rows = node_a.seen.iter().filter(|v| v["kind"] == "change").count();
+    assert!(new_rows >= 5, "{new_rows}");
+    let last_seq = last["seq"].as_u64().expect("seq");
+    assert!(
+        last_seq > printed[0].len() as u64,
+        "the numbering goes on after a restart"
+    );
+    wait_for(
+        &tail.lines,
+        &mut tail.seen,
+        "the restarted node's last change",
+        |v| v["node"] == nodes[0] && v["seq"].as_u64() == Some(last_seq),
+    );
+    let (_, m) = get(port, "/metrics", &[]);
+    let published = common::metric(&m, "observer_nats_published_total", &[("kind", "change")]);
+    assert_eq!(
+        published,
+        Some(new_rows as f64),
+        "after a restart the node published more than its new changes:\n{m}"
+    );
+    node_a.stop();
+    for d in daemons {
+        d.stop();
+    }
+}
