@@ -126,6 +126,9 @@ pub struct StoreStats {
     pub rows: Family<Outcome, Counter>,
     /// Size of the file and its write-ahead log, in bytes.
     pub bytes: Gauge,
+    /// Signalled after each batch the writer commits: a reader of the record (the NATS
+    /// publisher) waits on it instead of polling.
+    pub committed: tokio::sync::Notify,
 }
 
 impl Default for StoreStats {
@@ -133,6 +136,7 @@ impl Default for StoreStats {
         let s = StoreStats {
             rows: Family::default(),
             bytes: Gauge::default(),
+            committed: tokio::sync::Notify::new(),
         };
         // Every series exists from the start, at 0.
         for o in ["written", "dropped", "failed", "expired"] {
@@ -376,6 +380,7 @@ impl Writer {
             }
             self.write_batch(&batch);
             batch.clear();
+            self.stats.committed.notify_waiters();
             let due = self
                 .last_check
                 .is_none_or(|t| t.elapsed() > Duration::from_secs(30));

@@ -261,7 +261,7 @@ fn load(bin: &Path, dir: &Path, secs: u64) -> Result<Load> {
     })
 }
 
-fn rss(pid: u32) -> u64 {
+pub(crate) fn rss(pid: u32) -> u64 {
     fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
@@ -273,7 +273,7 @@ fn rss(pid: u32) -> u64 {
         * 1024
 }
 
-fn cpu_ticks(pid: u32) -> u64 {
+pub(crate) fn cpu_ticks(pid: u32) -> u64 {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let rest = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
     let f: Vec<&str> = rest.split_whitespace().collect();
@@ -281,14 +281,14 @@ fn cpu_ticks(pid: u32) -> u64 {
     t(11) + t(12)
 }
 
-fn clock_ticks() -> f64 {
+pub(crate) fn clock_ticks() -> f64 {
     cmd::output(Command::new("getconf").arg("CLK_TCK"))
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(100.0)
 }
 
-fn http_get(port: u16, path: &str) -> Result<String> {
+pub(crate) fn http_get(port: u16, path: &str) -> Result<String> {
     let mut s = TcpStream::connect(("127.0.0.1", port))?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
     write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
@@ -298,17 +298,17 @@ fn http_get(port: u16, path: &str) -> Result<String> {
 }
 
 /// A directory of the bench's own, removed at the end.
-struct TempDir(std::path::PathBuf);
+pub(crate) struct TempDir(std::path::PathBuf);
 
 impl TempDir {
-    fn new() -> Result<TempDir> {
+    pub(crate) fn new() -> Result<TempDir> {
         let p = std::env::temp_dir().join(format!("observer-bench-daemon-{}", process::id()));
         let _ = fs::remove_dir_all(&p);
         fs::create_dir_all(&p).with_context(|| format!("creating {}", p.display()))?;
         Ok(TempDir(p))
     }
 
-    fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.0
     }
 }

@@ -5,6 +5,7 @@
 mod bench;
 mod bench_daemon;
 mod bench_incidents;
+mod bench_nats;
 mod cmd;
 mod deploy;
 mod image;
@@ -141,6 +142,18 @@ enum Verb {
     /// and write the figures into BENCHMARKS.md
     BenchIncidents(bench_incidents::BenchIncidentsArgs),
 
+    /// Build observer, then measure fleet streaming on NATS JetStream (latency, rate, cost)
+    #[command(
+        long_about = "Run setup's checks, build observer (release), start Debian's nats-server \
+        with JetStream in a directory of the bench's own, then measure: the latency from 100 \
+        single nft changes to their lines on the daemon's stdout and in `observer tail --nats`, \
+        side by side; and `observer run` alone and with `--nats` at 1,000 changes per second \
+        (rate held, CPU, publish cost per change, how far the fleet tail falls behind). Writes \
+        the figures into BENCHMARKS.md between its bench-nats markers. Needs root. About a \
+        minute and a half; `--quick` is shorter."
+    )]
+    BenchNats(bench_nats::BenchNatsArgs),
+
     /// Validate deploy/'s Kubernetes manifests offline and check its Containerfile
     #[command(
         long_about = "Validate the Kubernetes manifests in deploy/ against the API schemas \
@@ -194,6 +207,7 @@ fn main() -> ExitCode {
         Verb::VmTest => build().and_then(|ready| vm::vm_test(&ready).map(|r| r.unwrap_or(0))),
         Verb::BenchDaemon(a) => bench_daemon::run(&a),
         Verb::BenchIncidents(a) => bench_incidents::run(&a),
+        Verb::BenchNats(a) => bench_nats::run(&a),
         Verb::DeployCheck => deploy_check().map(|()| 0),
         Verb::Image(a) => build().and_then(|_| image::run(&a, &root(), &target_dir()?)),
     };

@@ -79,10 +79,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 nats.node,
                 nats.stream
             );
+            let spool = crate::nats::publish::Spool {
+                path: record.clone(),
+                id,
+                stats: store_stats.clone(),
+            };
             Some(crate::nats::publish::spawn(
                 nats.clone(),
-                record.clone(),
-                id,
+                spool,
                 stats,
                 hub.on_shutdown(),
             ))

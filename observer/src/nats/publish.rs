@@ -23,8 +23,9 @@ use super::{
 };
 use crate::store::{self, Selection, Stored};
 
-/// How often the record is read for rows to publish when there were none.
-const POLL: Duration = Duration::from_millis(50);
+/// When there were no rows to publish, the publisher waits for the record writer's next commit,
+/// and reads the record after this long at most anyway.
+const POLL: Duration = Duration::from_secs(1);
 /// Rows read from the record at a time.
 const BATCH: usize = 512;
 
@@ -54,21 +55,29 @@ struct Publisher {
     record: PathBuf,
     record_id: String,
     stats: Arc<NatsStats>,
+    store: Arc<store::StoreStats>,
 }
 
-/// Start publishing the record at `record` (whose id is `record_id`) until `shutdown` is set.
+/// The record the publisher reads: its path, its id and its writer's signals.
+pub struct Spool {
+    pub path: PathBuf,
+    pub id: String,
+    pub stats: Arc<store::StoreStats>,
+}
+
+/// Start publishing the record until `shutdown` is set.
 pub fn spawn(
     settings: NatsSettings,
-    record: PathBuf,
-    record_id: String,
+    spool: Spool,
     stats: Arc<NatsStats>,
     mut shutdown: watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<()> {
     let p = Publisher {
         settings,
-        record,
-        record_id,
+        record: spool.path,
+        record_id: spool.id,
         stats,
+        store: spool.stats,
     };
     tokio::spawn(async move {
         let mut delay = Duration::from_millis(250);
@@ -146,9 +155,11 @@ impl Publisher {
             tracing::info!("NATS {}: publishing to stream {}", s.url, s.stream);
         }
         loop {
+            // Asked for before reading: a commit that lands during the read is not missed.
+            let committed = self.store.committed.notified();
             let rows = read_after(&conn, cursor, since_ns).await?;
             if rows.is_empty() {
-                tokio::time::sleep(POLL).await;
+                let _ = tokio::time::timeout(POLL, committed).await;
                 continue;
             }
             for (kind, row) in rows {

@@ -1,0 +1,381 @@
+//! `cargo xtask bench-nats`: what fleet streaming costs, against Debian's nats-server started by
+//! the bench in a directory of its own.
+//!
+//! 1. Latency: 100 single nft changes, 50 ms apart, in a namespace of the bench's own. For each,
+//!    the time from the change (its `time`, the kernel's moment) to its line on the daemon's
+//!    stdout and to its line in `observer tail --nats` (the fleet view), side by side.
+//! 2. Rate and cost: 1,000 changes per second for the load's duration (one `nft -f` of 100
+//!    changes every 100 ms), once with `observer run` alone and once with `--nats`: the
+//!    daemon's CPU in both, the publish cost per change (the difference), how many changes
+//!    reached the fleet tail and how far behind it fell.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{self, Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use serde_json::Value;
+
+use crate::bench_daemon::{clock_ticks, cpu_ticks, TempDir};
+use crate::cmd;
+
+#[derive(Args)]
+pub struct BenchNatsArgs {
+    /// A 10 s load instead of 30 s: quicker, noisier
+    #[arg(long)]
+    quick: bool,
+    /// Print the figures only; leave BENCHMARKS.md as it is
+    #[arg(long)]
+    no_write: bool,
+}
+
+const START: &str = "<!-- bench-nats:start -->";
+const END: &str = "<!-- bench-nats:end -->";
+
+/// A child killed when dropped.
+struct Kill(Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A namespace of the bench's own, deleted when dropped.
+struct Netns(String);
+
+impl Netns {
+    fn new(tag: &str) -> Result<Netns> {
+        let name = format!("obs-{tag}-{}", process::id());
+        let _ = Command::new("ip").args(["netns", "del", &name]).output();
+        cmd::output(Command::new("ip").args(["netns", "add", &name]))?;
+        Ok(Netns(name))
+    }
+
+    fn nft(&self, args: &[&str]) -> Result<()> {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.0, "nft"])
+            .args(args)
+            .output()?;
+        if !out.status.success() {
+            bail!(
+                "nft {args:?} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).output();
+    }
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// The change lines of a process's stdout: how many, and each one's lag behind its `time`.
+#[derive(Default)]
+struct Lines {
+    lags_ms: Vec<f64>,
+    ready: bool,
+}
+
+fn read_lines(child: &mut Child) -> Result<Arc<Mutex<Lines>>> {
+    let out = child.stdout.take().context("stdout")?;
+    let lines = Arc::new(Mutex::new(Lines::default()));
+    let shared = lines.clone();
+    thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            let now = time::OffsetDateTime::now_utc();
+            let Ok(v) = serde_json::from_str::<Value>(&line) else {
+                continue;
+            };
+            let Ok(mut l) = shared.lock() else { break };
+            match v["kind"].as_str() {
+                Some("status") if v["state"] == "ready" => l.ready = true,
+                Some("change") => {
+                    let at = v["time"].as_str().and_then(|t| {
+                        time::OffsetDateTime::parse(
+                            t,
+                            &time::format_description::well_known::Rfc3339,
+                        )
+                        .ok()
+                    });
+                    if let Some(at) = at {
+                        l.lags_ms.push((now - at).as_seconds_f64() * 1e3);
+                    }
+                }
+                _ => {}
+            }
+        }
+    });
+    Ok(lines)
+}
+
+fn wait_ready(lines: &Arc<Mutex<Lines>>, what: &str) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !lines.lock().map(|l| l.ready).unwrap_or(false) {
+        if Instant::now() > deadline {
+            bail!("{what} printed no ready line within 60 s");
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+fn count(lines: &Arc<Mutex<Lines>>) -> usize {
+    lines.lock().map(|l| l.lags_ms.len()).unwrap_or(0)
+}
+
+/// Wait until `fleet` has as many change lines as `daemon` (or 30 s pass).
+fn wait_caught_up(daemon: &Arc<Mutex<Lines>>, fleet: &Arc<Mutex<Lines>>) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while count(fleet) < count(daemon) && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn percentile(v: &[f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    s[((s.len() - 1) as f64 * p).round() as usize]
+}
+
+/// One `observer run` (with `--nats URL` when given) and, with NATS, a fleet tail.
+struct Session {
+    daemon: Kill,
+    daemon_lines: Arc<Mutex<Lines>>,
+    _fleet: Option<Kill>,
+    fleet_lines: Option<Arc<Mutex<Lines>>>,
+}
+
+impl Session {
+    fn start(bin: &Path, dir: &Path, name: &str, nats: Option<&str>) -> Result<Session> {
+        let mut c = Command::new(bin);
+        c.args(["run", "--listen", &format!("127.0.0.1:{}", free_port()?)])
+            .arg("--record")
+            .arg(dir.join(format!("{name}.db")));
+        if let Some(url) = nats {
+            c.args(["--nats", url, "--node", name]);
+        }
+        let mut child = c
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting observer run")?;
+        let daemon_lines = read_lines(&mut child)?;
+        let daemon = Kill(child);
+        wait_ready(&daemon_lines, "observer run")?;
+        let (fleet, fleet_lines) = match nats {
+            Some(url) => {
+                // The stream exists once the daemon has connected.
+                thread::sleep(Duration::from_secs(1));
+                let mut child = Command::new(bin)
+                    .args(["tail", "--json", "--nats", url, "--node", name])
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .context("starting observer tail --nats")?;
+                let lines = read_lines(&mut child)?;
+                let k = Kill(child);
+                wait_ready(&lines, "observer tail --nats")?;
+                (Some(k), Some(lines))
+            }
+            None => (None, None),
+        };
+        thread::sleep(Duration::from_secs(1));
+        Ok(Session {
+            daemon,
+            daemon_lines,
+            _fleet: fleet,
+            fleet_lines,
+        })
+    }
+
+    fn pid(&self) -> u32 {
+        self.daemon.0.id()
+    }
+}
+
+/// 1,000 changes per second for `secs`; returns (changes the daemon printed, its CPU seconds,
+/// wall seconds).
+fn load(ns: &Netns, dir: &Path, s: &Session, secs: u64) -> Result<(usize, f64, f64)> {
+    ns.nft(&["add table ip obsload; add chain ip obsload c"])?;
+    let mut batches = Vec::new();
+    for (k, base) in [(0, 1000), (1, 2000)] {
+        let mut batch = String::from("flush chain ip obsload c\n");
+        for i in 0..99 {
+            batch.push_str(&format!(
+                "add rule ip obsload c tcp dport {} accept\n",
+                base + i
+            ));
+        }
+        let file = dir.join(format!("batch{k}.nft"));
+        std::fs::write(&file, batch)?;
+        batches.push(file);
+    }
+    let c0 = count(&s.daemon_lines);
+    let cpu0 = cpu_ticks(s.pid());
+    let t0 = Instant::now();
+    let mut next = t0;
+    let mut round = 0;
+    while t0.elapsed() < Duration::from_secs(secs) {
+        ns.nft(&["-f", batches[round % 2].to_str().unwrap_or_default()])?;
+        round += 1;
+        next += Duration::from_millis(100);
+        if let Some(wait) = next.checked_duration_since(Instant::now()) {
+            thread::sleep(wait);
+        }
+    }
+    thread::sleep(Duration::from_millis(500));
+    let wall = t0.elapsed().as_secs_f64();
+    let cpu = (cpu_ticks(s.pid()) - cpu0) as f64 / clock_ticks();
+    ns.nft(&["delete table ip obsload"])?;
+    Ok((count(&s.daemon_lines) - c0, cpu, wall))
+}
+
+pub fn run(args: &BenchNatsArgs) -> Result<i32> {
+    if !cmd::is_root() {
+        bail!("bench-nats needs root: observer run loads eBPF programs and the load runs nft in a network namespace");
+    }
+    for tool in ["ip", "nft", "nats-server"] {
+        if cmd::which(tool).is_none() {
+            bail!("`{tool}` was not found; `cargo xtask setup` installs it");
+        }
+    }
+    super::build()?;
+    let bin = super::target_dir()?.join("release").join("observer");
+    let dir = TempDir::new()?;
+    let secs: u64 = if args.quick { 10 } else { 30 };
+    let port = free_port()?;
+    let url = format!("nats://127.0.0.1:{port}");
+    let _server = Kill(
+        Command::new("nats-server")
+            .args([
+                "--jetstream",
+                "--addr",
+                "127.0.0.1",
+                "--port",
+                &port.to_string(),
+            ])
+            .arg("--store_dir")
+            .arg(dir.path().join("jetstream"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting nats-server")?,
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() > deadline {
+            bail!("nats-server did not listen within 30 s");
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    let ns = Netns::new("benchnats")?;
+
+    let latency = cmd::phase("bench-nats: 1. latency of 100 single changes", || {
+        let s = Session::start(&bin, dir.path(), "latency", Some(&url))?;
+        for i in 0..100 {
+            ns.nft(&["add", "table", "inet", &format!("lat{i}")])?;
+            thread::sleep(Duration::from_millis(50));
+        }
+        let fleet = s.fleet_lines.clone().context("fleet tail")?;
+        wait_caught_up(&s.daemon_lines, &fleet);
+        let d = s
+            .daemon_lines
+            .lock()
+            .map(|l| l.lags_ms.clone())
+            .unwrap_or_default();
+        let f = fleet.lock().map(|l| l.lags_ms.clone()).unwrap_or_default();
+        for i in 0..100 {
+            ns.nft(&["delete", "table", "inet", &format!("lat{i}")])?;
+        }
+        Ok((d, f))
+    })?;
+    let plain = cmd::phase(
+        "bench-nats: 2a. observer run alone at 1,000 changes/s",
+        || {
+            let s = Session::start(&bin, dir.path(), "plain", None)?;
+            load(&ns, dir.path(), &s, secs)
+        },
+    )?;
+    let (published, (fleet, printed)) = cmd::phase(
+        "bench-nats: 2b. observer run --nats at 1,000 changes/s",
+        || {
+            let s = Session::start(&bin, dir.path(), "published", Some(&url))?;
+            let r = load(&ns, dir.path(), &s, secs)?;
+            let fleet = s.fleet_lines.clone().context("fleet tail")?;
+            wait_caught_up(&s.daemon_lines, &fleet);
+            let lags = fleet.lock().map(|l| l.lags_ms.clone()).unwrap_or_default();
+            Ok((r, (lags, count(&s.daemon_lines))))
+        },
+    )?;
+
+    let date =
+        cmd::output(Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"])).unwrap_or_default();
+    let server = cmd::output(Command::new("nats-server").arg("--version")).unwrap_or_default();
+    let cpus = thread::available_parallelism().map_or(0, |n| n.get());
+    let (n_plain, cpu_plain, wall_plain) = plain;
+    let (n_pub, cpu_pub, wall_pub) = published;
+    let cost_us = (cpu_pub / n_pub.max(1) as f64 - cpu_plain / n_plain.max(1) as f64) * 1e6;
+    let ms = |v: &[f64], p: f64| percentile(v, p);
+    let section = format!(
+        "{START}\n<!-- Generated by `cargo xtask bench-nats`: edits between these markers are overwritten. -->\n\
+        Run {date}, {server}, {cpus} CPUs, `cargo xtask bench-nats{quick}`; the server, the daemon \
+        and the fleet tail on the same machine.\n\n\
+        | figure | observer run alone | observer run --nats | aim |\n| --- | --- | --- | --- |\n\
+        | latency, change to line (p50 / p99 / max of {nd} single changes): daemon stdout vs fleet tail | {d50:.1} / {d99:.1} / {dmax:.1} ms | {f50:.1} / {f99:.1} / {fmax:.1} ms | |\n\
+        | changes per second held for {secs} s | {r_plain:.0} | {r_pub:.0} | 1,000 |\n\
+        | daemon CPU during the load (user + system) | {cpu_p:.1} % of one core | {cpu_n:.1} % of one core | |\n\
+        | publish cost (CPU per change, --nats minus alone) | | {cost_us:.1} µs | |\n\
+        | changes that reached the fleet tail (of those the daemon printed) | | {got} of {printed} | all |\n\
+        | fleet tail behind the change during the load (p50 / p99 / max) | | {l50:.0} / {l99:.0} / {lmax:.0} ms | |\n\n\
+        The publisher sends one message at a time and waits for JetStream's acknowledgement before \
+        the next (so that each node's order survives a connection lost with messages in flight): \
+        its rate is bounded by the round trip to the server, here on loopback. The fleet tail's \
+        latency includes the record (the publisher reads the rows the record writer has just \
+        committed), the acknowledged publish and the server's delivery to the tail.\n\
+        {END}\n",
+        date = date.trim(),
+        server = server.trim(),
+        quick = if args.quick { " --quick" } else { "" },
+        nd = latency.0.len(),
+        d50 = ms(&latency.0, 0.5),
+        d99 = ms(&latency.0, 0.99),
+        dmax = ms(&latency.0, 1.0),
+        f50 = ms(&latency.1, 0.5),
+        f99 = ms(&latency.1, 0.99),
+        fmax = ms(&latency.1, 1.0),
+        r_plain = n_plain as f64 / wall_plain,
+        r_pub = n_pub as f64 / wall_pub,
+        cpu_p = cpu_plain / wall_plain * 100.0,
+        cpu_n = cpu_pub / wall_pub * 100.0,
+        got = fleet.len(),
+        l50 = ms(&fleet, 0.5),
+        l99 = ms(&fleet, 0.99),
+        lmax = ms(&fleet, 1.0),
+    );
+    print!("{section}");
+    if !args.no_write {
+        let path = super::root().join("BENCHMARKS.md");
+        crate::bench::write_marked(&path, START, END, &section)?;
+        eprintln!("xtask: wrote the figures into {}", path.display());
+    }
+    Ok(0)
+}
