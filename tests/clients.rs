@@ -386,6 +386,11 @@ fn firewalld_nftables_backend_owns_its_table_and_leaves_others_alone() {
     obs.expect("kube-proxy's table", WAIT, |v| {
         here(v) && v["table"] == "kube-proxy" && v["op"] == "rule_add"
     });
+    obs.drain(500);
+    assert_actors(&obs, &ns, &["firewalld", "kube-proxy"]);
+    // observer restarts: both tables' owners come from the catalog.
+    obs.stop();
+    let mut obs = Observer::start(&[]);
     fw.must(&["--reload"]);
     fw.must(&["--reload"]);
     fw.must(&["--add-port=8080/tcp"]);
@@ -415,6 +420,13 @@ fn firewalld_nftables_backend_owns_its_table_and_leaves_others_alone() {
     );
     let i = incident(&mut obs, "a flush of firewalld's chain", WAIT, |v| here(v));
     assert_eq!(i["owner"], "firewalld", "{i}");
+    obs.drain(1000);
+    // Exactly that incident: one id, foreign_flush of that chain by the admin.
+    let mine: Vec<&Value> = obs.incidents().into_iter().filter(|v| here(v)).collect();
+    assert!(mine.iter().all(|v| v["id"] == i["id"]), "{mine:#?}");
+    assert_eq!(i["type"], "foreign_flush", "{i}");
+    assert_eq!(i["chains"], serde_json::json!([chain]), "{i}");
+    assert_eq!(i["actors"], serde_json::json!(["obs-admin"]), "{i}");
     drop(fw);
     obs.stop();
     assert_eq!(host_rulesets(), host_before, "the host's ruleset changed");
@@ -431,15 +443,31 @@ fn ufw_and_its_init_script_are_one_owner_and_never_a_conflict() {
     let etc = copy_dir("/etc/ufw", dir.path(), "etc");
     let lib = copy_dir("/lib/ufw", dir.path(), "lib");
     let setup = private_mounts(&[(&etc, "/etc/ufw"), (&lib, "/lib/ufw")], true);
-    let out = in_private_mounts(
-        &ns,
-        &setup,
-        "ufw --force enable && ufw allow 22/tcp && ufw reload && ufw disable",
-    )
-    .output()
-    .expect("run ufw");
-    assert!(out.status.success(), "ufw: {out:?}");
+    let ufw = |commands: &str| {
+        let out = in_private_mounts(&ns, &setup, commands)
+            .output()
+            .expect("run ufw");
+        assert!(out.status.success(), "ufw: {out:?}");
+    };
+    ufw("ufw --force enable && ufw allow 22/tcp");
     obs.expect("ufw's chains", WAIT, |v| {
+        here(v) && v["chain"] == "ufw-user-input" && v["op"] == "rule_add"
+    });
+    obs.drain(1000);
+    let before: Vec<Value> = obs
+        .incidents()
+        .into_iter()
+        .filter(|v| here(v))
+        .cloned()
+        .collect();
+    assert!(before.is_empty(), "{before:#?}");
+    assert_actors(&obs, &ns, &["ufw", "ufw-init"]);
+    // observer restarts: ufw's chains are known from the catalog; its reload and disable flush
+    // and delete them, which is ufw on its own chains.
+    obs.stop();
+    let mut obs = Observer::start(&[]);
+    ufw("ufw reload && ufw disable");
+    obs.expect("ufw's reload", WAIT, |v| {
         here(v) && v["chain"] == "ufw-user-input" && v["op"] == "rule_add"
     });
     obs.drain(1500);
@@ -544,6 +572,19 @@ fn fail2ban_scenario(tag: &str, banaction: &str, steps: Steps) {
     }
     assert!(client(&["set", "sshd", "banip", "192.0.2.7"]));
     obs.expect("the ban", WAIT, |v| here(v) && (steps.ban)(v));
+    // observer restarts between the ban and the unban: fail2ban's chains and tables are known
+    // from the catalog.
+    obs.drain(500);
+    assert_actors(&obs, &ns, &["fail2ban-server"]);
+    let before: Vec<Value> = obs
+        .incidents()
+        .into_iter()
+        .filter(|v| here(v))
+        .cloned()
+        .collect();
+    assert!(before.is_empty(), "{before:#?}");
+    obs.stop();
+    let mut obs = Observer::start(&[]);
     assert!(client(&["set", "sshd", "unbanip", "192.0.2.7"]));
     obs.expect("the unban", WAIT, |v| here(v) && (steps.unban)(v));
     // Stopping runs the jail's stop action on its action thread (`f2b/a.sshd`).
@@ -604,10 +645,11 @@ fn fail2ban_bans_through_its_nftables_action_are_fail2bans() {
                     && v["op"] == "element_add"
                     && v["rule"].as_str().is_some_and(|d| d.contains("192.0.2.7"))
             },
-            // Deleting a set's only element is reported as the set's flush for now: the request
-            // is not yet used for sets as it is for chains.
+            // The set's only element, deleted (not the set flushed: the request says which).
             unban: |v| {
-                v["table"] == "f2b-table" && (v["op"] == "element_delete" || v["op"] == "set_flush")
+                v["table"] == "f2b-table"
+                    && v["op"] == "element_delete"
+                    && v["rule"].as_str().is_some_and(|r| r.contains("192.0.2.7"))
             },
             stop: |v| {
                 v["table"] == "f2b-table"
@@ -700,6 +742,19 @@ fn dockerd_alone_and_through_firewalld_makes_no_false_incident() {
     obs.drain(1500);
     d.stop();
     assert_actors(&obs, &ns, &["dockerd"]);
+    let alone: Vec<Value> = obs
+        .incidents()
+        .into_iter()
+        .filter(|v| here(v))
+        .cloned()
+        .collect();
+    assert!(alone.is_empty(), "{alone:#?}");
+    // observer restarts with docker's chains in place: known from the catalog.
+    obs.stop();
+    let mut obs = Observer::start(&[]);
+    let d = Dockerd::start(&ns, None);
+    obs.drain(1500);
+    d.stop();
     // On a firewalld host docker hands its rules to firewalld, which writes docker's chains.
     let ns2 = Netns::new("docker-fwd");
     let here2 = in_ns(&ns2);

@@ -1133,9 +1133,15 @@ async fn read_notifications(
                     for mut t in builder.feed(&buf[..n]).transactions {
                         let process = nlattr::nft_writer(writers, inode, t.pid, &t.comm).await;
                         // The writer's request tells a flush from the delete of an only rule.
+                        // The same for a set's elements.
                         if let Some(w) = writers {
                             let evidence = w.flush_evidence(inode, t.pid, &t.comm);
                             ruleset::settle_flushes(&mut t.changes, &evidence);
+                            let evidence = w.set_flush_evidence(inode, t.pid, &t.comm);
+                            ruleset::settle_set_flushes(&mut t.changes, &evidence);
+                        } else {
+                            let unknown = ruleset::FlushEvidence::Unknown;
+                            ruleset::settle_set_flushes(&mut t.changes, &unknown);
                         }
                         let msg = NsMsg::Nft {
                             inode,

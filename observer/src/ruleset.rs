@@ -420,6 +420,34 @@ pub fn settle_flushes(changes: &mut [Change], evidence: &FlushEvidence) {
     }
 }
 
+/// Settle each `set_flush` that carries the element it emptied the set of (the nftables
+/// generation attaches a set's only element): a flush when the writer asked for one (`nft flush
+/// set`); the `element_delete` of that element when it asked to delete it (`nft delete
+/// element`) or when its request was not seen (saying so). Otherwise a flush, without it.
+pub fn settle_set_flushes(changes: &mut [Change], evidence: &FlushEvidence) {
+    for c in changes.iter_mut() {
+        if c.op != Op::SetFlush || c.rule.is_none() {
+            continue;
+        }
+        let one = c.detail.as_deref() == Some("1 element deleted");
+        match evidence {
+            FlushEvidence::Delete => {
+                c.op = Op::ElementDelete;
+                c.detail = c.detail.as_deref().map(|d| d.replace(" deleted", ""));
+            }
+            FlushEvidence::Unknown if one => {
+                c.op = Op::ElementDelete;
+                c.detail = Some(
+                    "1 element, the set's last; a flush of a one-element set looks the same to \
+                     the kernel, and the writer's request was not seen"
+                        .into(),
+                );
+            }
+            _ => c.rule = None,
+        }
+    }
+}
+
 /// Remove delete/add pairs of the same rule (same chain, same fingerprint): each delete takes the
 /// first remaining add of its twin. Indexed, so a 20,000-rule flush stays linear.
 fn cancel_unchanged(changes: &mut [Option<Change>]) {
@@ -580,6 +608,43 @@ mod tests {
             FlushEvidence::from_args(&args("iptables -F")),
             FlushEvidence::Flush(Vec::new())
         );
+    }
+
+    #[test]
+    fn an_emptied_set_is_a_flush_or_its_element_deleted_as_asked() {
+        let emptied = |n: usize, elements: &str| {
+            vec![Change {
+                op: Op::SetFlush,
+                rule: Some(elements.to_string()),
+                detail: Some(format!(
+                    "{n} element{} deleted",
+                    if n == 1 { "" } else { "s" }
+                )),
+                ..Change::new(Op::SetFlush, Family::Inet, "f2b-table").chain("addr-set-sshd")
+            }]
+        };
+        // `nft flush set`: a flush, without the elements.
+        let mut out = emptied(1, "192.0.2.7");
+        settle_set_flushes(
+            &mut out,
+            &FlushEvidence::Flush(vec!["addr-set-sshd".into()]),
+        );
+        assert_eq!((out[0].op, out[0].rule.as_deref()), (Op::SetFlush, None));
+        // `nft delete element` of the last element: its delete, by value.
+        let mut out = emptied(1, "192.0.2.7");
+        settle_set_flushes(&mut out, &FlushEvidence::Delete);
+        assert_eq!(out[0].op, Op::ElementDelete);
+        assert_eq!(out[0].rule.as_deref(), Some("192.0.2.7"));
+        assert_eq!(out[0].detail.as_deref(), Some("1 element"));
+        // No request seen: its delete, saying what is not known.
+        let mut out = emptied(1, "192.0.2.7");
+        settle_set_flushes(&mut out, &FlushEvidence::Unknown);
+        assert_eq!(out[0].op, Op::ElementDelete);
+        assert!(out[0].detail.as_deref().unwrap().contains("looks the same"));
+        // A flush of another set in the same batch: still a flush.
+        let mut out = emptied(1, "192.0.2.7");
+        settle_set_flushes(&mut out, &FlushEvidence::Flush(vec!["other".into()]));
+        assert_eq!((out[0].op, out[0].rule.as_deref()), (Op::SetFlush, None));
     }
 
     #[test]

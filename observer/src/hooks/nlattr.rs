@@ -81,16 +81,38 @@ impl NfnlSendEvent {
 const NFT_DELRULE: u16 = (NFNL_SUBSYS_NFTABLES << 8) | 8;
 const NFTA_RULE_CHAIN: u16 = 2;
 const NFTA_RULE_HANDLE: u16 = 3;
+/// `NFT_MSG_DELSETELEM` in the nftables subsystem.
+const NFT_DELSETELEM: u16 = (NFNL_SUBSYS_NFTABLES << 8) | 14;
+const NFTA_SET_ELEM_LIST_SET: u16 = 2;
+const NFTA_SET_ELEM_LIST_ELEMENTS: u16 = 3;
 
 /// What the rule deletes of an nftables batch asked for, from the start of the request: a
 /// `DELRULE` without a handle flushes its chain (`nft flush chain`), or every chain of its table
 /// without a chain (`nft flush table`); with a handle it deletes that one rule. `Unknown` when the
 /// captured start holds no `DELRULE` (a large batch's deletes may lie beyond it).
 pub fn flush_evidence(head: &[u8]) -> FlushEvidence {
+    delete_evidence(head, NFT_DELRULE, NFTA_RULE_CHAIN, NFTA_RULE_HANDLE)
+}
+
+/// The same for set elements: a `DELSETELEM` without elements flushes its set (`nft flush
+/// set`); with elements it deletes those (`nft delete element`), even when they were the last.
+pub fn set_flush_evidence(head: &[u8]) -> FlushEvidence {
+    delete_evidence(
+        head,
+        NFT_DELSETELEM,
+        NFTA_SET_ELEM_LIST_SET,
+        NFTA_SET_ELEM_LIST_ELEMENTS,
+    )
+}
+
+/// Messages of `msg_type` naming their container (chain, set) in `name_attr`: with `one_attr`
+/// (a rule handle, an element list) they delete single objects, without it they flush the
+/// container, or every container of the table when it is not named either.
+fn delete_evidence(head: &[u8], msg_type: u16, name_attr: u16, one_attr: u16) -> FlushEvidence {
     let mut flushed: Vec<String> = Vec::new();
     let (mut flush_all, mut deletes) = (false, false);
     for msg in nla::messages(head).map_while(Result::ok) {
-        if msg.msg_type != NFT_DELRULE {
+        if msg.msg_type != msg_type {
             continue;
         }
         let Some(list) = msg
@@ -100,10 +122,10 @@ pub fn flush_evidence(head: &[u8]) -> FlushEvidence {
         else {
             continue;
         };
-        if nla::find(&list, NFTA_RULE_HANDLE).is_some() {
+        if nla::find(&list, one_attr).is_some() {
             deletes = true;
         } else {
-            match nla::find(&list, NFTA_RULE_CHAIN) {
+            match nla::find(&list, name_attr) {
                 Some(c) => flushed.push(nla::string(c.value)),
                 None => flush_all = true,
             }
@@ -147,6 +169,8 @@ struct Entry {
     table: Option<(u8, String)>,
     /// Whether the batch asked for flushes or for deletes of single rules.
     evidence: FlushEvidence,
+    /// The same for set elements.
+    set_evidence: FlushEvidence,
     /// Not yet matched with a generation.
     fresh: bool,
     stamp: u64,
@@ -213,6 +237,7 @@ impl WriterCache {
                     process: send.process.clone(),
                     table: batch_table(&send.head),
                     evidence: flush_evidence(&send.head),
+                    set_evidence: set_flush_evidence(&send.head),
                     fresh: true,
                     stamp,
                 },
@@ -242,9 +267,24 @@ impl WriterCache {
     /// What the batch of thread `tid` in `netns` asked for: flushes, or deletes of single rules
     /// (its record stays after [`WriterCache::writer`] took the writer).
     pub fn flush_evidence(&self, netns: u32, tid: u32, comm: &str) -> FlushEvidence {
+        self.evidence_of(netns, tid, comm, |e| &e.evidence)
+    }
+
+    /// What the batch asked of set elements: set flushes, or deletes of elements.
+    pub fn set_flush_evidence(&self, netns: u32, tid: u32, comm: &str) -> FlushEvidence {
+        self.evidence_of(netns, tid, comm, |e| &e.set_evidence)
+    }
+
+    fn evidence_of(
+        &self,
+        netns: u32,
+        tid: u32,
+        comm: &str,
+        which: impl Fn(&Entry) -> &FlushEvidence,
+    ) -> FlushEvidence {
         let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         match inner.entries.get(&(netns, tid)) {
-            Some(e) if comm.is_empty() || e.process.comm == comm => e.evidence.clone(),
+            Some(e) if comm.is_empty() || e.process.comm == comm => which(e).clone(),
             _ => FlushEvidence::Unknown,
         }
     }
@@ -582,6 +622,40 @@ mod tests {
                 "cut at {n}"
             );
         }
+    }
+
+    #[test]
+    fn a_batch_says_whether_it_flushes_a_set_or_deletes_elements() {
+        use FlushEvidence::*;
+        let batch = |elements: bool| {
+            let mut v = Vec::new();
+            let mut attrs = Vec::new();
+            nla::push_attr(&mut attrs, 1, b"f2b-table\0");
+            nla::push_attr(&mut attrs, NFTA_SET_ELEM_LIST_SET, b"addr-set-sshd\0");
+            if elements {
+                let mut elem = Vec::new();
+                nla::push_attr(&mut elem, 1, &[192, 0, 2, 7]);
+                nla::push_attr(&mut attrs, NFTA_SET_ELEM_LIST_ELEMENTS, &elem);
+            }
+            let len = 16 + 4 + attrs.len();
+            v.extend_from_slice(&(len as u32).to_ne_bytes());
+            v.extend_from_slice(&NFT_DELSETELEM.to_ne_bytes());
+            v.extend_from_slice(&[0; 10]);
+            v.extend_from_slice(&[1, 0, 0, 10]);
+            v.extend_from_slice(&attrs);
+            v
+        };
+        assert_eq!(
+            set_flush_evidence(&batch(false)),
+            Flush(vec!["addr-set-sshd".into()])
+        );
+        assert_eq!(set_flush_evidence(&batch(true)), Delete);
+        // Rule deletes say nothing about sets, and the other way round.
+        assert_eq!(
+            set_flush_evidence(&delrules(&[(Some("input"), None)])),
+            Unknown
+        );
+        assert_eq!(flush_evidence(&batch(false)), Unknown);
     }
 
     #[test]

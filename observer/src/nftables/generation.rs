@@ -801,9 +801,14 @@ impl Txn {
             let base = Change::new(Op::ElementDelete, fam, table).chain(name);
             let slot = &mut self.slots[net.slot];
             if !removed.is_empty() && added.is_empty() && set.elements.is_empty() {
+                // A set's only element goes with it: the writer's request (see
+                // `ruleset::settle_set_flushes`) may say it was deleted, not flushed.
+                let rule = (net.count_before == 1)
+                    .then(|| render::elements_text(&set.set, &removed, &[], ELEMENTS_SHOWN));
                 slot.push(
                     Change {
                         op: Op::SetFlush,
+                        rule,
                         ..base
                     }
                     .detail(format!("{} deleted", plural(net.count_before, "element"))),
