@@ -661,6 +661,9 @@ fn fail2ban_bans_through_its_nftables_action_are_fail2bans() {
     );
 }
 
+/// Debian's docker client (docker.io); another `docker` may come first in PATH.
+const DOCKER: &str = "/usr/bin/docker";
+
 /// dockerd in `ns` with its own data and state directories (no bridge: the kernel's bridge
 /// module may be missing; docker sets up its chains anyway), on `bus` when given (it then hands
 /// its rules to firewalld).
@@ -671,15 +674,35 @@ struct Dockerd {
 
 impl Dockerd {
     fn start(ns: &Netns, bus: Option<&Bus>) -> Dockerd {
+        Dockerd::start_with(ns, bus, false)
+    }
+
+    /// With `bridge`, docker's default bridge network (docker0 in `ns`), for containers with
+    /// published ports; the host's cgroup hierarchy stays visible under the namespace's /sys,
+    /// where runc puts the containers.
+    fn start_with(ns: &Netns, bus: Option<&Bus>, bridge: bool) -> Dockerd {
         let dir = tempfile::tempdir().expect("tempdir");
         let d = dir.path();
-        let setup = private_mounts(&[], true);
+        let mut setup = private_mounts(&[], true);
+        if bridge {
+            let keep = d.join("cgroup");
+            std::fs::create_dir_all(&keep).expect("mkdir");
+            setup = setup.replace(
+                "mount -t sysfs sysfs /sys && ",
+                &format!(
+                    "mount --rbind /sys/fs/cgroup {k} && mount -t sysfs sysfs /sys && \
+                     mount --move {k} /sys/fs/cgroup && ip link set lo up && ",
+                    k = keep.display()
+                ),
+            );
+        }
         let mut c = in_private_mounts(
             ns,
             &setup,
             &format!(
                 "exec dockerd --data-root {d}/data --exec-root {d}/exec --pidfile {d}/pid \
-                 -H unix://{d}/sock --iptables=true --bridge=none",
+                 -H unix://{d}/sock --iptables=true{}",
+                if bridge { "" } else { " --bridge=none" },
                 d = d.display()
             ),
         );
@@ -698,6 +721,29 @@ impl Dockerd {
             std::thread::sleep(Duration::from_millis(200));
         }
         Dockerd { child, _dir: dir }
+    }
+
+    /// Debian's docker client on this daemon's socket.
+    fn client(&self, args: &[&str]) -> std::process::Output {
+        Command::new(DOCKER)
+            .arg("-H")
+            .arg(format!(
+                "unix://{}",
+                self._dir.path().join("sock").display()
+            ))
+            .args(args)
+            .output()
+            .expect("run docker")
+    }
+
+    fn must(&self, args: &[&str]) -> String {
+        let out = self.client(args);
+        assert!(
+            out.status.success(),
+            "docker {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     /// SIGTERM, as systemd stops it.
@@ -789,5 +835,101 @@ fn dockerd_alone_and_through_firewalld_makes_no_false_incident() {
         .collect();
     assert!(false_alarms.is_empty(), "{false_alarms:#?}");
     obs.stop();
+    assert_eq!(host_rulesets(), host_before, "the host's ruleset changed");
+}
+
+#[test]
+fn dockerd_publishes_a_containers_port_and_only_dockerd_writes() {
+    skip_unless!("ip", "iptables-legacy", "dockerd", "busybox");
+    if !Path::new(DOCKER).exists() {
+        observer::test_support::skip(format!("{DOCKER} (Debian's docker.io) is missing"));
+        return;
+    }
+    let host_before = host_rulesets();
+    let mut obs = Observer::start(&[]);
+    let ns = Netns::new("docker-port");
+    let here = in_ns(&ns);
+    let d = Dockerd::start_with(&ns, None, true);
+    obs.expect("docker's nat chain", WAIT, |v| {
+        here(v) && v["chain"] == "DOCKER" && v["table"] == "nat" && v["op"] == "chain_create"
+    });
+    // An image built here from Debian's busybox-static: nothing pulled.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rootfs = dir.path().join("rootfs");
+    std::fs::create_dir_all(rootfs.join("bin")).expect("mkdir");
+    let busybox = ["/bin/busybox", "/usr/bin/busybox"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("busybox");
+    std::fs::copy(busybox, rootfs.join("bin/busybox")).expect("copy busybox");
+    let tar = dir.path().join("busybox.tar");
+    common::run(
+        "tar",
+        &[
+            "-C",
+            rootfs.to_str().expect("utf-8"),
+            "-cf",
+            tar.to_str().expect("utf-8"),
+            ".",
+        ],
+    );
+    d.must(&["import", tar.to_str().expect("utf-8"), "obs-busybox:test"]);
+    // observer restarts with docker's chains in place: known from the catalog.
+    obs.drain(500);
+    obs.stop();
+    let mut obs = Observer::start(&[]);
+    let cgroup_parent = format!("/obs-docker-test-{}", std::process::id());
+    d.must(&[
+        "run",
+        "-d",
+        "--name",
+        "web",
+        "--cgroup-parent",
+        &cgroup_parent,
+        // runc may not raise the limits docker asks for by default where the test runs.
+        "--ulimit",
+        "nofile=1024:1024",
+        "-p",
+        "8080:80",
+        "obs-busybox:test",
+        "/bin/busybox",
+        "httpd",
+        "-f",
+        "-p",
+        "80",
+    ]);
+    let dnat = obs.expect("the published port's DNAT rule", WAIT, |v| {
+        here(v)
+            && v["chain"] == "DOCKER"
+            && v["op"] == "rule_add"
+            && v["rule"]
+                .as_str()
+                .is_some_and(|r| r.contains("--dport 8080") && r.contains("DNAT"))
+    });
+    assert_eq!(dnat["process"]["actor"], "dockerd", "{dnat}");
+    d.must(&["rm", "-f", "web"]);
+    obs.expect("the DNAT rule removed", WAIT, |v| {
+        here(v)
+            && v["chain"] == "DOCKER"
+            && v["op"] == "rule_delete"
+            && v["rule"]
+                .as_str()
+                .is_some_and(|r| r.contains("--dport 8080"))
+    });
+    obs.drain(1000);
+    d.stop();
+    obs.drain(1000);
+    assert_actors(&obs, &ns, &["dockerd"]);
+    // docker on its own chains: no incident, before or after the restart.
+    let mine: Vec<&Value> = obs.incidents().into_iter().filter(|v| here(v)).collect();
+    assert!(mine.is_empty(), "{mine:#?}");
+    obs.stop();
+    for c in std::fs::read_dir("/sys/fs/cgroup")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let _ = std::fs::remove_dir(c.path().join(cgroup_parent.trim_start_matches('/')));
+    }
     assert_eq!(host_rulesets(), host_before, "the host's ruleset changed");
 }

@@ -88,6 +88,12 @@ const DEB_PACKAGES: &[DebPackage] = &[
         binaries: &["dockerd"],
         optional: false,
     },
+    // The image of the container the docker test runs (built locally, nothing pulled).
+    DebPackage {
+        name: "busybox-static",
+        binaries: &["busybox"],
+        optional: false,
+    },
     DebPackage {
         name: "dbus-daemon",
         binaries: &["dbus-daemon"],
