@@ -258,6 +258,22 @@ fn assert_actors(obs: &Observer, ns: &Netns, actors: &[&str]) {
     }
 }
 
+/// The incident lines in `ns` are exactly one incident of type `ty`, owned by kube-proxy,
+/// written by firewalld, on `chains`, in these `states`.
+fn assert_incident_lines(obs: &Observer, ns: &Netns, states: &[&str], ty: &str, chains: &[&str]) {
+    let here = in_ns(ns);
+    let lines: Vec<&Value> = obs.incidents().into_iter().filter(|v| here(v)).collect();
+    let got: Vec<&str> = lines.iter().filter_map(|v| v["state"].as_str()).collect();
+    assert_eq!(got, states, "{lines:#?}");
+    for v in &lines {
+        assert_eq!(v["id"], lines[0]["id"], "{lines:#?}");
+        assert_eq!(v["type"], ty, "{v}");
+        assert_eq!(v["owner"], "kube-proxy", "{v}");
+        assert_eq!(v["actors"], serde_json::json!(["firewalld"]), "{v}");
+        assert_eq!(v["chains"], serde_json::json!(chains), "{v}");
+    }
+}
+
 #[test]
 fn firewalld_iptables_backend_reloads_are_firewallds_and_each_wipe_is_its_own_incident() {
     skip_unless!(
@@ -305,6 +321,14 @@ fn firewalld_iptables_backend_reloads_are_firewallds_and_each_wipe_is_its_own_in
     incident(&mut obs, "the first incident resolved", WAIT, |v| {
         v["id"] == first["id"] && v["state"] == "resolved"
     });
+    // Exactly these lines so far: one foreign_delete, opened and resolved.
+    assert_incident_lines(
+        &obs,
+        &ns,
+        &["open", "resolved"],
+        "foreign_delete",
+        &["KUBE-SERVICES", "KUBE-SVC-WEB"],
+    );
     // observer restarts in the middle: the owners come from the catalog and the rulesets.
     obs.stop();
     let mut obs = Observer::start(&[]);
@@ -360,6 +384,16 @@ fn firewalld_iptables_backend_reloads_are_firewallds_and_each_wipe_is_its_own_in
     for i in obs.incidents().into_iter().filter(|v| here(v)) {
         assert_ne!(i["owner"], "firewalld", "{i}");
     }
+    // Exactly these incident lines after the restart: the second reload's foreign_delete of
+    // kube-proxy's chains by firewalld, resolved by kube-proxy, opened again by the complete
+    // reload (its owner back to not repaired); nothing else.
+    assert_incident_lines(
+        &obs,
+        &ns,
+        &["open", "resolved", "open"],
+        "foreign_delete",
+        &["KUBE-SERVICES", "KUBE-SVC-WEB"],
+    );
     drop(fw);
     obs.stop();
     assert_eq!(host_rulesets(), host_before, "the host's ruleset changed");
