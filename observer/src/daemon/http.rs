@@ -238,6 +238,9 @@ struct Client {
     stream: Stream,
     filter: StreamFilter,
     backlog: VecDeque<Arc<Event>>,
+    /// More of the record waits after the backlog (a client far behind is caught up a page at a
+    /// time).
+    more: bool,
     rx: tokio::sync::broadcast::Receiver<Arc<Event>>,
     last: u64,
     shutdown: tokio::sync::watch::Receiver<bool>,
@@ -270,7 +273,8 @@ async fn stream(st: AppState, headers: HeaderMap, p: Params, s: Stream) -> Respo
         }
     }
     let (backlog, rx) = st.hub.attach(s, after).await;
-    let mut backlog: VecDeque<Arc<Event>> = backlog.into();
+    let more = backlog.more;
+    let mut backlog: VecDeque<Arc<Event>> = backlog.events.into();
     if s == Stream::Changes {
         if let Some(line) = st.hub.ready_line() {
             backlog.push_front(Arc::new(Event {
@@ -286,6 +290,7 @@ async fn stream(st: AppState, headers: HeaderMap, p: Params, s: Stream) -> Respo
         stream: s,
         filter,
         backlog,
+        more,
         rx,
         last: after.unwrap_or(0),
         shutdown: st.hub.on_shutdown(),
@@ -318,14 +323,21 @@ async fn next_event(mut c: Client) -> Option<(Result<SseEvent, Infallible>, Clie
         if *c.shutdown.borrow() {
             return None;
         }
+        if c.more {
+            let next = c.hub.since(c.stream, c.last).await;
+            c.more = next.more;
+            c.backlog.extend(next.events);
+            continue;
+        }
         tokio::select! {
             _ = c.shutdown.changed() => return None,
             r = c.rx.recv() => match r {
                 Ok(e) => c.backlog.push_back(e),
                 Err(RecvError::Lagged(_)) => {
                     // Fell behind the live stream: catch up from memory and the record.
-                    let more = c.hub.since(c.stream, c.last).await;
-                    c.backlog.extend(more);
+                    let next = c.hub.since(c.stream, c.last).await;
+                    c.more = next.more;
+                    c.backlog.extend(next.events);
                 }
                 Err(RecvError::Closed) => return None,
             },

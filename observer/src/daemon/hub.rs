@@ -219,11 +219,14 @@ impl Hub {
 
     /// Subscribe to a stream; with `after`, also return what came after that id (from memory,
     /// and from the record for what memory no longer holds).
+    ///
+    /// The backlog holds at most [`PAGE`] events from the record: when more wait there,
+    /// `Backlog::more` says so and [`Hub::since`] gives the next page.
     pub async fn attach(
         self: &Arc<Self>,
         s: Stream,
         after: Option<u64>,
-    ) -> (Vec<Arc<Event>>, broadcast::Receiver<Arc<Event>>) {
+    ) -> (Backlog, broadcast::Receiver<Arc<Event>>) {
         let (rx, ring, oldest) = {
             let inner = self.inner.lock().expect("hub lock");
             let rx = self.tx(s).subscribe();
@@ -232,7 +235,10 @@ impl Hub {
         };
         let backlog = match after {
             Some(a) => self.with_record(s, a, oldest, ring).await,
-            None => ring,
+            None => Backlog {
+                events: ring,
+                more: false,
+            },
         };
         (backlog, rx)
     }
@@ -294,8 +300,9 @@ impl Hub {
         }
     }
 
-    /// Everything after `after` (for a client that fell behind).
-    pub async fn since(self: &Arc<Self>, s: Stream, after: u64) -> Vec<Arc<Event>> {
+    /// What came after `after` (for a client that fell behind): at most [`PAGE`] events from
+    /// the record, then what memory holds.
+    pub async fn since(self: &Arc<Self>, s: Stream, after: u64) -> Backlog {
         let (ring, oldest) = {
             let inner = self.inner.lock().expect("hub lock");
             ring_after(&inner, s, after)
@@ -303,24 +310,30 @@ impl Hub {
         self.with_record(s, after, oldest, ring).await
     }
 
-    /// Put the record's events between `after` and the oldest one in memory before `ring`.
+    /// Put the record's events between `after` and the oldest one in memory before `ring`: at
+    /// most [`PAGE`] of them, and then not `ring` when more wait in the record (a client far
+    /// behind is caught up page by page, in bounded memory).
     async fn with_record(
         &self,
         s: Stream,
         after: u64,
         oldest: Option<u64>,
         ring: Vec<Arc<Event>>,
-    ) -> Vec<Arc<Event>> {
+    ) -> Backlog {
         let gap = match oldest {
             Some(o) => o > after.saturating_add(1),
             None => true,
         };
         let Some(path) = self.record.clone().filter(|_| gap) else {
-            return ring;
+            return Backlog {
+                events: ring,
+                more: false,
+            };
         };
         let sel = store::Selection {
             after: Some(after),
             before: oldest,
+            limit: Some(PAGE),
             ..Default::default()
         };
         let rows = tokio::task::spawn_blocking(move || -> Result<_, store::StoreError> {
@@ -354,8 +367,17 @@ impl Hub {
                 vec![]
             }
         };
+        if out.len() == PAGE {
+            return Backlog {
+                events: out,
+                more: true,
+            };
+        }
         out.extend(ring);
-        out
+        Backlog {
+            events: out,
+            more: false,
+        }
     }
 
     /// Incidents since a time, oldest first: from the record, then from memory.
@@ -412,6 +434,17 @@ fn ring_after(inner: &Inner, s: Stream, after: u64) -> (Vec<Arc<Event>>, Option<
         .cloned()
         .collect();
     (items, oldest)
+}
+
+/// The most events a client's catch-up takes from the record at a time.
+pub const PAGE: usize = 1024;
+
+/// Events for a client to send before the live stream.
+#[derive(Debug, Default)]
+pub struct Backlog {
+    pub events: Vec<Arc<Event>>,
+    /// More wait in the record after these: ask [`Hub::since`] again once they are sent.
+    pub more: bool,
 }
 
 /// The engine's output in `observer run`.
@@ -664,7 +697,8 @@ mod tests {
             hub.publish(Stream::Changes, ev(id));
         }
         let (backlog, mut rx) = hub.attach(Stream::Changes, Some(1)).await;
-        let ids: Vec<u64> = backlog.iter().filter_map(|e| e.id).collect();
+        assert!(!backlog.more);
+        let ids: Vec<u64> = backlog.events.iter().filter_map(|e| e.id).collect();
         assert_eq!(
             ids,
             vec![2, 3, 4, 5, 6],
@@ -674,15 +708,62 @@ mod tests {
         assert_eq!(rx.recv().await.unwrap().id, Some(7), "then live");
         // Without a Last-Event-ID: live only.
         let (backlog, _) = hub.attach(Stream::Changes, None).await;
-        assert!(backlog.is_empty());
+        assert!(backlog.events.is_empty());
         // A client that fell behind catches up.
         let ids: Vec<u64> = hub
             .since(Stream::Changes, 5)
             .await
+            .events
             .iter()
             .filter_map(|e| e.id)
             .collect();
         assert_eq!(ids, vec![6, 7]);
+    }
+
+    #[tokio::test]
+    async fn a_client_far_behind_is_caught_up_page_by_page() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.db");
+        let mut w = store::Writer::new(
+            store::open_rw(&path).unwrap(),
+            path.clone(),
+            store::Limits {
+                retain: std::time::Duration::from_secs(86400),
+                max_bytes: u64::MAX,
+            },
+            Arc::new(store::StoreStats::default()),
+        );
+        let total = 3 * PAGE as u64 + 10;
+        let rows: Vec<Row> = (1..=total)
+            .map(|seq| Row::Change {
+                seq,
+                time_ns: store::now_ns(),
+                netns: Some(1),
+                backend: None,
+                table: None,
+                chain: None,
+                op: None,
+                actor: None,
+                comm: None,
+                json: format!(r#"{{"kind":"change","seq":{seq}}}"#).into(),
+            })
+            .collect();
+        w.write_batch(&rows);
+        let hub = Arc::new(Hub::new(Metrics::new(None, None), Some(path)));
+        let live = total + 1;
+        hub.publish(Stream::Changes, ev(live));
+        // From the start of a long record: never more than a page at a time, all in order.
+        let (mut page, _rx) = hub.attach(Stream::Changes, Some(0)).await;
+        let mut seen = Vec::new();
+        loop {
+            assert!(page.events.len() <= PAGE + 1, "{}", page.events.len());
+            seen.extend(page.events.iter().filter_map(|e| e.id));
+            if !page.more {
+                break;
+            }
+            page = hub.since(Stream::Changes, *seen.last().unwrap()).await;
+        }
+        assert_eq!(seen, (1..=live).collect::<Vec<u64>>());
     }
 
     #[test]
