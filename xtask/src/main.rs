@@ -297,7 +297,8 @@ fn test(args: &[OsString]) -> Result<i32> {
         let bin = target.join("release").join("observer");
         cmd::phase("image", || image::build(&root(), &target, &bin))?;
     }
-    let mut c = cargo_test(&[]);
+    // Every test binary runs even when one fails: a CI log then shows every failure at once.
+    let mut c = cargo_test(&["--no-fail-fast"]);
     if !cmd::is_root() {
         eprintln!("xtask: note: not root, so the integration tests will skip");
     }
