@@ -246,6 +246,13 @@ const KUBE_PROXY_NAT: &str = "*nat\n:KUBE-SERVICES - [0:0]\n:KUBE-SVC-WEB - [0:0
 -A KUBE-SERVICES -d 10.96.0.10/32 -p tcp -m tcp --dport 80 -j KUBE-SVC-WEB\n\
 -A KUBE-SVC-WEB -p tcp -j DNAT --to-destination 10.244.1.5:80\nCOMMIT\n";
 
+/// No incident line in `ns`.
+fn assert_no_incidents(obs: &Observer, ns: &Netns) {
+    let here = in_ns(ns);
+    let mine: Vec<&Value> = obs.incidents().into_iter().filter(|v| here(v)).collect();
+    assert!(mine.is_empty(), "{mine:#?}");
+}
+
 /// Every change in the namespace is named after one of `actors`.
 fn assert_actors(obs: &Observer, ns: &Netns, actors: &[&str]) {
     let here = in_ns(ns);
@@ -436,8 +443,7 @@ fn firewalld_nftables_backend_owns_its_table_and_leaves_others_alone() {
     obs.drain(1000);
     assert_actors(&obs, &ns, &["firewalld", "kube-proxy"]);
     // The reloads rebuilt only firewalld's table: no incident at all.
-    let mine: Vec<&Value> = obs.incidents().into_iter().filter(|v| here(v)).collect();
-    assert!(mine.is_empty(), "{mine:#?}");
+    assert_no_incidents(&obs, &ns);
     // Someone else deleting a chain of firewalld's table is firewalld's problem, whatever its
     // name.
     let admin = Writer::new("obs-admin");
@@ -488,13 +494,7 @@ fn ufw_and_its_init_script_are_one_owner_and_never_a_conflict() {
         here(v) && v["chain"] == "ufw-user-input" && v["op"] == "rule_add"
     });
     obs.drain(1000);
-    let before: Vec<Value> = obs
-        .incidents()
-        .into_iter()
-        .filter(|v| here(v))
-        .cloned()
-        .collect();
-    assert!(before.is_empty(), "{before:#?}");
+    assert_no_incidents(&obs, &ns);
     assert_actors(&obs, &ns, &["ufw", "ufw-init"]);
     // observer restarts: ufw's chains are known from the catalog; its reload and disable flush
     // and delete them, which is ufw on its own chains.
@@ -516,8 +516,7 @@ fn ufw_and_its_init_script_are_one_owner_and_never_a_conflict() {
         );
     }
     // ufw-init flushing what ufw wrote is ufw on its own chains: no incident.
-    let mine: Vec<&Value> = obs.incidents().into_iter().filter(|v| here(v)).collect();
-    assert!(mine.is_empty(), "{mine:#?}");
+    assert_no_incidents(&obs, &ns);
     obs.stop();
     assert_eq!(host_rulesets(), host_before, "the host's ruleset changed");
 }
@@ -610,13 +609,7 @@ fn fail2ban_scenario(tag: &str, banaction: &str, steps: Steps) {
     // from the catalog.
     obs.drain(500);
     assert_actors(&obs, &ns, &["fail2ban-server"]);
-    let before: Vec<Value> = obs
-        .incidents()
-        .into_iter()
-        .filter(|v| here(v))
-        .cloned()
-        .collect();
-    assert!(before.is_empty(), "{before:#?}");
+    assert_no_incidents(&obs, &ns);
     obs.stop();
     let mut obs = Observer::start(&[]);
     assert!(client(&["set", "sshd", "unbanip", "192.0.2.7"]));
@@ -637,8 +630,7 @@ fn fail2ban_scenario(tag: &str, banaction: &str, steps: Steps) {
         .collect();
     assert_eq!(ancestry, ["sh", "fail2ban-server"], "{v}");
     // fail2ban removing its own chain is no incident.
-    let mine: Vec<&Value> = obs.incidents().into_iter().filter(|v| here(v)).collect();
-    assert!(mine.is_empty(), "{mine:#?}");
+    assert_no_incidents(&obs, &ns);
     obs.stop();
     assert_eq!(host_rulesets(), host_before, "the host's ruleset changed");
 }
@@ -822,13 +814,7 @@ fn dockerd_alone_and_through_firewalld_makes_no_false_incident() {
     obs.drain(1500);
     d.stop();
     assert_actors(&obs, &ns, &["dockerd"]);
-    let alone: Vec<Value> = obs
-        .incidents()
-        .into_iter()
-        .filter(|v| here(v))
-        .cloned()
-        .collect();
-    assert!(alone.is_empty(), "{alone:#?}");
+    assert_no_incidents(&obs, &ns);
     // observer restarts with docker's chains in place: known from the catalog.
     obs.stop();
     let mut obs = Observer::start(&[]);
@@ -955,8 +941,7 @@ fn dockerd_publishes_a_containers_port_and_only_dockerd_writes() {
     obs.drain(1000);
     assert_actors(&obs, &ns, &["dockerd"]);
     // docker on its own chains: no incident, before or after the restart.
-    let mine: Vec<&Value> = obs.incidents().into_iter().filter(|v| here(v)).collect();
-    assert!(mine.is_empty(), "{mine:#?}");
+    assert_no_incidents(&obs, &ns);
     obs.stop();
     for c in std::fs::read_dir("/sys/fs/cgroup")
         .into_iter()

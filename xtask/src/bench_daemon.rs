@@ -171,20 +171,7 @@ fn load(bin: &Path, dir: &Path, secs: u64) -> Result<Load> {
     let setup = dir.join("setup.nft");
     fs::write(&setup, "add table ip obsload\nadd chain ip obsload c\n")?;
     nft(&setup)?;
-    // Two different rule sets, alternated: rewriting a chain with the same rules is no change.
-    let mut batches = Vec::new();
-    for (k, base) in [(0, 1000), (1, 2000)] {
-        let mut batch = String::from("flush chain ip obsload c\n");
-        for i in 0..99 {
-            batch.push_str(&format!(
-                "add rule ip obsload c tcp dport {} accept\n",
-                base + i
-            ));
-        }
-        let file = dir.join(format!("batch{k}.nft"));
-        fs::write(&file, batch)?;
-        batches.push(file);
-    }
+    let batches = load_batches(dir)?;
 
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     let port = listener.local_addr()?.port();
@@ -259,6 +246,25 @@ fn load(bin: &Path, dir: &Path, secs: u64) -> Result<Load> {
         rss_after,
         dropped,
     })
+}
+
+/// The load's two `nft -f` files, each a flush of chain `ip obsload c` and 99 rules, alternated:
+/// rewriting a chain with the same rules is no change. 100 changes each.
+pub(crate) fn load_batches(dir: &Path) -> Result<Vec<std::path::PathBuf>> {
+    let mut batches = Vec::new();
+    for (k, base) in [(0, 1000), (1, 2000)] {
+        let mut batch = String::from("flush chain ip obsload c\n");
+        for i in 0..99 {
+            batch.push_str(&format!(
+                "add rule ip obsload c tcp dport {} accept\n",
+                base + i
+            ));
+        }
+        let file = dir.join(format!("batch{k}.nft"));
+        fs::write(&file, batch)?;
+        batches.push(file);
+    }
+    Ok(batches)
 }
 
 pub(crate) fn rss(pid: u32) -> u64 {

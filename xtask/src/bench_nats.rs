@@ -20,7 +20,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde_json::Value;
 
-use crate::bench_daemon::{clock_ticks, cpu_ticks, TempDir};
+use crate::bench_daemon::{clock_ticks, cpu_ticks, load_batches, TempDir};
 use crate::cmd;
 
 #[derive(Args)]
@@ -216,19 +216,7 @@ impl Session {
 /// wall seconds).
 fn load(ns: &Netns, dir: &Path, s: &Session, secs: u64) -> Result<(usize, f64, f64)> {
     ns.nft(&["add table ip obsload; add chain ip obsload c"])?;
-    let mut batches = Vec::new();
-    for (k, base) in [(0, 1000), (1, 2000)] {
-        let mut batch = String::from("flush chain ip obsload c\n");
-        for i in 0..99 {
-            batch.push_str(&format!(
-                "add rule ip obsload c tcp dport {} accept\n",
-                base + i
-            ));
-        }
-        let file = dir.join(format!("batch{k}.nft"));
-        std::fs::write(&file, batch)?;
-        batches.push(file);
-    }
+    let batches = load_batches(dir)?;
     let c0 = count(&s.daemon_lines);
     let cpu0 = cpu_ticks(s.pid());
     let t0 = Instant::now();

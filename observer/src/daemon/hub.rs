@@ -655,19 +655,10 @@ fn hook_backend(hooks: &str) -> String {
 mod tests {
     use super::*;
 
-    fn ev(id: u64) -> Event {
-        Event {
-            id: Some(id),
-            json: format!(r#"{{"kind":"change","seq":{id}}}"#).into(),
-            meta: Meta::default(),
-        }
-    }
-
-    #[tokio::test]
-    async fn a_client_resumes_from_memory_and_from_the_record() {
+    /// A record holding changes 1..=`n` (an earlier run's).
+    fn record_with(n: u64) -> (tempfile::TempDir, std::path::PathBuf) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r.db");
-        // Changes 1..=3 are in the record only (an earlier run).
         let mut w = store::Writer::new(
             store::open_rw(&path).unwrap(),
             path.clone(),
@@ -677,7 +668,7 @@ mod tests {
             },
             Arc::new(store::StoreStats::default()),
         );
-        let rows: Vec<Row> = (1..=3)
+        let rows: Vec<Row> = (1..=n)
             .map(|seq| Row::Change {
                 seq,
                 time_ns: store::now_ns(),
@@ -692,6 +683,21 @@ mod tests {
             })
             .collect();
         w.write_batch(&rows);
+        (dir, path)
+    }
+
+    fn ev(id: u64) -> Event {
+        Event {
+            id: Some(id),
+            json: format!(r#"{{"kind":"change","seq":{id}}}"#).into(),
+            meta: Meta::default(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_client_resumes_from_memory_and_from_the_record() {
+        // Changes 1..=3 are in the record only (an earlier run).
+        let (_dir, path) = record_with(3);
         let hub = Arc::new(Hub::new(Metrics::new(None, None), Some(path)));
         for id in 4..=6 {
             hub.publish(Stream::Changes, ev(id));
@@ -722,33 +728,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_client_far_behind_is_caught_up_page_by_page() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("r.db");
-        let mut w = store::Writer::new(
-            store::open_rw(&path).unwrap(),
-            path.clone(),
-            store::Limits {
-                retain: std::time::Duration::from_secs(86400),
-                max_bytes: u64::MAX,
-            },
-            Arc::new(store::StoreStats::default()),
-        );
         let total = 3 * PAGE as u64 + 10;
-        let rows: Vec<Row> = (1..=total)
-            .map(|seq| Row::Change {
-                seq,
-                time_ns: store::now_ns(),
-                netns: Some(1),
-                backend: None,
-                table: None,
-                chain: None,
-                op: None,
-                actor: None,
-                comm: None,
-                json: format!(r#"{{"kind":"change","seq":{seq}}}"#).into(),
-            })
-            .collect();
-        w.write_batch(&rows);
+        let (_dir, path) = record_with(total);
         let hub = Arc::new(Hub::new(Metrics::new(None, None), Some(path)));
         let live = total + 1;
         hub.publish(Stream::Changes, ev(live));
