@@ -327,7 +327,7 @@ pub async fn run(options: &SourceArgs, output: Box<dyn Output>) -> anyhow::Resul
             }
             Some(ev) = kernel_rx.recv() => {
                 engine.on_kernel(ev).await;
-                engine.report_losses();
+                engine.handle_losses().await;
             }
             Some(msg) = ns_rx.recv() => engine.on_ns(msg),
             else => break,
@@ -507,25 +507,32 @@ pub(crate) fn read_baseline(read_legacy: bool, subscribe: Option<usize>) -> Base
         }
     }
     if read_legacy {
-        for proto in [XtProto::Ipv4, XtProto::Ipv6, XtProto::Arp] {
-            let names = match xtables::table_names(proto) {
-                Ok(n) => n,
-                Err(e) => {
-                    tracing::debug!("{proto:?} table names: {e}");
-                    continue;
+        b.legacy = read_legacy_tables(&mut b.problems);
+    }
+    b
+}
+
+/// Every x_tables table of the current namespace (runs inside it).
+fn read_legacy_tables(problems: &mut Vec<String>) -> HashMap<(XtProto, String), XtTable> {
+    let mut tables = HashMap::new();
+    for proto in [XtProto::Ipv4, XtProto::Ipv6, XtProto::Arp] {
+        let names = match xtables::table_names(proto) {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::debug!("{proto:?} table names: {e}");
+                continue;
+            }
+        };
+        for name in names {
+            match xtables::read_table(proto, &name) {
+                Ok(t) => {
+                    tables.insert((proto, name), t);
                 }
-            };
-            for name in names {
-                match xtables::read_table(proto, &name) {
-                    Ok(t) => {
-                        b.legacy.insert((proto, name), t);
-                    }
-                    Err(e) => b.problems.push(format!("reading legacy table {name}: {e}")),
-                }
+                Err(e) => problems.push(format!("reading legacy table {name}: {e}")),
             }
         }
     }
-    b
+    tables
 }
 
 impl Engine {
@@ -543,11 +550,102 @@ impl Engine {
         }
     }
 
-    /// Say so, once per change of the counters, when kernel records were lost or unreadable.
-    /// Checked whenever a record arrives: a loss is noticed with the next record, no timer.
-    fn report_losses(&mut self) {
+    /// Say so, once per change of the counters, when kernel records were lost or unreadable,
+    /// then re-read every legacy table of every namespace: what the lost records would have
+    /// shown is reported as `recovered` changes. Checked whenever a record arrives: a loss is
+    /// noticed with the next record, no timer.
+    async fn handle_losses(&mut self) {
+        if self.report_losses() {
+            self.resync_legacy().await;
+        }
+    }
+
+    /// Re-read the legacy tables of every watched namespace and report how they differ from
+    /// what observer holds, as `recovered` changes of an unknown writer.
+    async fn resync_legacy(&mut self) {
+        let source = self
+            .hooks
+            .as_ref()
+            .and_then(|h| h.report.placement.x_tables)
+            .map_or(Source::Tracepoint, Source::from);
+        let inodes: Vec<u32> = self.watched.keys().copied().collect();
+        for inode in inodes {
+            let Some(file) = self
+                .watched
+                .get(&inode)
+                .and_then(|w| w.handle.file.try_clone().ok())
+            else {
+                continue;
+            };
+            let read = tokio::task::spawn_blocking(move || {
+                netns::run_in(&file, || {
+                    let mut problems = Vec::new();
+                    let tables = read_legacy_tables(&mut problems);
+                    (tables, problems)
+                })
+            })
+            .await;
+            let (tables, problems) = match read {
+                Ok(Ok(r)) => r,
+                Ok(Err(e)) => {
+                    self.warn(format!("re-reading namespace {inode}: {e}"));
+                    continue;
+                }
+                Err(e) => {
+                    self.warn(format!("re-reading namespace {inode}: {e}"));
+                    continue;
+                }
+            };
+            for p in problems {
+                tracing::warn!("namespace {inode}: {p}");
+            }
+            let Some(w) = self.watched.get_mut(&inode) else {
+                continue;
+            };
+            let mut keys: Vec<(XtProto, String)> = w.legacy.keys().cloned().collect();
+            keys.extend(
+                tables
+                    .keys()
+                    .filter(|k| !w.legacy.contains_key(*k))
+                    .cloned(),
+            );
+            let mut changes = Vec::new();
+            for key in keys {
+                let old = w.legacy.remove(&key);
+                let new = tables.get(&key);
+                changes.extend(xtables::diff(old.as_ref(), new));
+                if let Some(t) = new {
+                    w.legacy.insert(key, t.clone());
+                }
+            }
+            if changes.is_empty() {
+                continue;
+            }
+            let name = w.handle.name.clone();
+            let time = now();
+            let txn = format!("xt-{inode}-resync-{}", wall_ns());
+            self.emit_txn(
+                ChangeCtx {
+                    inode,
+                    name,
+                    backend: Backend::Legacy,
+                    time,
+                    txn,
+                    source,
+                    process: ProcessInfo::unknown(),
+                    replayed: false,
+                    recovered: true,
+                },
+                changes,
+            );
+        }
+    }
+
+    /// Say so when the loss counters moved; true when kernel records of table replaces were
+    /// lost (the legacy tables need a re-read).
+    fn report_losses(&mut self) -> bool {
         let Some(h) = self.hooks.as_ref() else {
-            return;
+            return false;
         };
         let (ring, pending) = h.drops();
         let malformed = self
@@ -556,7 +654,7 @@ impl Engine {
             .load(std::sync::atomic::Ordering::Relaxed);
         let now_losses = (ring, pending, malformed);
         if now_losses == self.losses {
-            return;
+            return false;
         }
         let (r0, p0, m0) = self.losses;
         self.losses = now_losses;
@@ -579,18 +677,28 @@ impl Engine {
                 malformed - m0
             ));
         }
+        let resync = ring > r0 || pending > p0;
         self.emit_status(StatusRecord {
             state: "gap".into(),
             time: now(),
-            message: format!(
-                "{}; legacy changes around this time may be missing",
-                parts.join("; ")
-            ),
+            message: if resync {
+                format!(
+                    "{}; every legacy table is re-read: what changed meanwhile follows as changes \
+                     marked `recovered`, of an unknown writer",
+                    parts.join("; ")
+                )
+            } else {
+                format!(
+                    "{}; legacy changes around this time may be missing",
+                    parts.join("; ")
+                )
+            },
             hooks: None,
             sources: vec![],
             netns_watched: None,
             lost: vec![],
         });
+        resync
     }
 
     fn warn(&mut self, message: String) {
