@@ -626,6 +626,56 @@ fn bad_input_gets_clear_errors_and_keeps_data() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a readable observer record"));
 
+    // A real record, then a copy from a future layout and a truncated copy: each refused with
+    // the cause and the fix, by `run` and by `query`, and left untouched.
+    let good = dir.path().join("good.db");
+    let made = Command::new(observer_bin())
+        .args(["bench-record", "--rows", "5000", "--days", "1", "--out"])
+        .arg(&good)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let future = dir.path().join("future.db");
+    std::fs::copy(&good, &future).unwrap();
+    rusqlite::Connection::open(&future)
+        .unwrap()
+        .pragma_update(None, "user_version", 7)
+        .unwrap();
+    let truncated = dir.path().join("truncated.db");
+    let bytes = std::fs::read(&good).unwrap();
+    std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
+    for (file, says) in [
+        (&future, "has record layout 7, this observer knows"),
+        (&truncated, "not a readable observer record"),
+    ] {
+        let before = std::fs::read(file).unwrap();
+        let port = free_port();
+        let err = refused(&[
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--record",
+            file.to_str().unwrap(),
+        ]);
+        assert!(
+            err.contains(says) && err.contains(file.to_str().unwrap()),
+            "{err}"
+        );
+        let out = Command::new(observer_bin())
+            .args(["query", "--since", "2d", "--record"])
+            .arg(file)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(says), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+        assert_eq!(
+            std::fs::read(file).unwrap(),
+            before,
+            "{} was changed",
+            file.display()
+        );
+    }
+
     // Config files: an unknown key, a wrong type.
     let cfg = dir.path().join("observer.toml");
     std::fs::write(&cfg, "listen = \"127.0.0.1:9\"\nretain_days = 7\n").unwrap();
