@@ -895,3 +895,45 @@ fn incidents_reach_the_stream_the_record_and_the_metrics() {
     );
     d.stop();
 }
+
+#[test]
+fn a_record_deleted_under_the_daemon_is_made_again_and_the_stream_goes_on() {
+    let _serial = serial();
+    skip_unless!("ip", "nft");
+    let (dir, record) = tmp_record();
+    let port = free_port();
+    let mut d = Daemon::start(port, &["--record", record.to_str().unwrap()]);
+    let ns = Netns::new("reopen");
+    let inode = ns.inode();
+    let w = Writer::new("reopenwriter");
+    ns.write(&w, &["nft", "add", "table", "inet", "before_delete"]);
+    d.expect("the first change", |v| {
+        v["netns"].as_u64() == Some(inode) && v["table"] == "before_delete"
+    });
+    query_until(&record, &["--netns", &inode.to_string()], |v| {
+        v["table"] == "before_delete"
+    });
+    // Removed by hand (with its write-ahead log), as a clean-up job might.
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(dir.path().join(format!("record.db{suffix}")));
+    }
+    ns.write(&w, &["nft", "add", "table", "inet", "after_delete"]);
+    d.expect("a change after the delete: the stream goes on", |v| {
+        v["netns"].as_u64() == Some(inode) && v["table"] == "after_delete"
+    });
+    // A new record at the path holds what came after, and the metric says it happened.
+    let rows = query_until(&record, &["--netns", &inode.to_string()], |v| {
+        v["table"] == "after_delete"
+    });
+    assert!(
+        rows.iter().all(|v| v["table"] != "before_delete"),
+        "{rows:?}"
+    );
+    let (_, m) = get(port, "/metrics", &[]);
+    assert_eq!(
+        metric(&m, "observer_record_reopened_total", &[]),
+        Some(1.0),
+        "{m}"
+    );
+    d.stop();
+}

@@ -129,6 +129,9 @@ pub struct StoreStats {
     /// Signalled after each batch the writer commits: a reader of the record (the NATS
     /// publisher) waits on it instead of polling.
     pub committed: tokio::sync::Notify,
+    /// Times the record's file was found deleted or replaced under the writer, which then made
+    /// a new record at its path.
+    pub reopened: Counter,
 }
 
 impl Default for StoreStats {
@@ -137,6 +140,7 @@ impl Default for StoreStats {
             rows: Family::default(),
             bytes: Gauge::default(),
             committed: tokio::sync::Notify::new(),
+            reopened: Counter::default(),
         };
         // Every series exists from the start, at 0.
         for o in ["written", "dropped", "failed", "expired"] {
@@ -349,6 +353,10 @@ const BATCH: usize = 2048;
 pub struct Writer {
     conn: Connection,
     path: PathBuf,
+    /// The inode of the file `conn` writes, to notice the file deleted or replaced.
+    ino: Option<u64>,
+    /// The path's trouble was reported (once until it changes).
+    path_trouble: bool,
     limits: Limits,
     stats: Arc<StoreStats>,
     last_check: Option<Instant>,
@@ -358,12 +366,54 @@ pub struct Writer {
 impl Writer {
     pub fn new(conn: Connection, path: PathBuf, limits: Limits, stats: Arc<StoreStats>) -> Writer {
         Writer {
+            ino: inode(&path),
+            path_trouble: false,
             conn,
             path,
             limits,
             stats,
             last_check: None,
             since_check: 0,
+        }
+    }
+
+    /// The record's file deleted or replaced under the daemon (removed by hand, a clean-up job):
+    /// rows written to the old file would reach no reader. Make a new record at the path and go
+    /// on there, saying so; when that fails, say why once and keep writing the old file.
+    fn check_file(&mut self) {
+        let now = inode(&self.path);
+        if now.is_some() && now == self.ino {
+            return;
+        }
+        let what = if now.is_none() {
+            "was deleted"
+        } else {
+            "was replaced by another file"
+        };
+        match open_rw(&self.path) {
+            Ok(conn) => {
+                self.conn = conn;
+                self.ino = inode(&self.path);
+                self.path_trouble = false;
+                self.stats.reopened.inc();
+                tracing::error!(
+                    "the record {} {what} while observer was writing it: a new record was made \
+                     at that path and rows go there from now on (the rows before are only in the \
+                     old file, if anything still holds it)",
+                    self.path.display()
+                );
+            }
+            Err(e) => {
+                if !self.path_trouble {
+                    tracing::error!(
+                        "the record {} {what} while observer was writing it, and no new record \
+                         can be made there ({e}); rows go on to the old file, which no reader \
+                         finds at that path",
+                        self.path.display()
+                    );
+                    self.path_trouble = true;
+                }
+            }
         }
     }
 
@@ -378,6 +428,7 @@ impl Writer {
                     Err(_) => break,
                 }
             }
+            self.check_file();
             self.write_batch(&batch);
             batch.clear();
             self.stats.committed.notify_waiters();
@@ -544,6 +595,12 @@ impl Writer {
         let bytes = size(&self.path) + size(Path::new(&wal));
         self.stats.bytes.set(bytes as i64);
     }
+}
+
+/// The inode of the file at `path` (to notice it replaced).
+pub fn inode(path: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata(path).ok().map(|m| m.ino())
 }
 
 pub fn now_ns() -> i64 {

@@ -124,6 +124,12 @@ impl Metrics {
                 stats.rows.clone(),
             );
             registry.register(
+                "record_reopened",
+                "Times the record's file was found deleted or replaced and a new one was made \
+                 at its path",
+                stats.reopened.clone(),
+            );
+            registry.register(
                 "record_size_bytes",
                 "Size of the record file and its write-ahead log",
                 stats.bytes.clone(),

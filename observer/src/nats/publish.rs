@@ -135,13 +135,8 @@ impl Publisher {
         // Rows older than the stream keeps are not sent again after the stream lost them.
         let since_ns =
             store::now_ns().saturating_sub(i64::try_from(s.max_age.as_nanos()).unwrap_or(i64::MAX));
-        let conn = {
-            let path = self.record.clone();
-            tokio::task::spawn_blocking(move || store::open_ro(&path))
-                .await
-                .context("opening the record")??
-        };
-        let conn = Arc::new(Mutex::new(conn));
+        let mut conn = self.open_record().await?;
+        let mut ino = store::inode(&self.record);
         self.stats.connected.set(1);
         if *failing {
             tracing::info!(
@@ -157,6 +152,12 @@ impl Publisher {
         loop {
             // Asked for before reading: a commit that lands during the read is not missed.
             let committed = self.store.committed.notified();
+            // The writer makes a new record when the file was deleted or replaced: follow it.
+            let now = store::inode(&self.record);
+            if now != ino {
+                conn = self.open_record().await?;
+                ino = now;
+            }
             let rows = read_after(&conn, cursor, since_ns).await?;
             if rows.is_empty() {
                 let _ = tokio::time::timeout(POLL, committed).await;
@@ -170,6 +171,14 @@ impl Publisher {
                 }
             }
         }
+    }
+
+    async fn open_record(&self) -> anyhow::Result<Arc<Mutex<rusqlite::Connection>>> {
+        let path = self.record.clone();
+        let conn = tokio::task::spawn_blocking(move || store::open_ro(&path))
+            .await
+            .context("opening the record")??;
+        Ok(Arc::new(Mutex::new(conn)))
     }
 
     /// The number of the last row of this record the stream holds on `kind`'s subject (0: none).
