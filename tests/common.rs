@@ -262,6 +262,11 @@ impl Observer {
         obs
     }
 
+    /// The observer process's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Stop (`true`) or continue (`false`) the observer process, as CPU starvation would: while
     /// it is stopped the kernel queues its notifications and drops what does not fit.
     pub fn freeze(&self, stopped: bool) {
