@@ -921,10 +921,29 @@ fn a_record_deleted_under_the_daemon_is_made_again_and_the_stream_goes_on() {
     d.expect("a change after the delete: the stream goes on", |v| {
         v["netns"].as_u64() == Some(inode) && v["table"] == "after_delete"
     });
-    // A new record at the path holds what came after, and the metric says it happened.
-    let rows = query_until(&record, &["--netns", &inode.to_string()], |v| {
-        v["table"] == "after_delete"
-    });
+    // A new record at the path holds what came after, and the metric says it happened. (While
+    // the writer makes it, a query may find no record or one without its tables yet: retried.)
+    let deadline = Instant::now() + WAIT;
+    let rows = loop {
+        let out = Command::new(observer_bin())
+            .args(["query", "--json", "--netns", &inode.to_string(), "--record"])
+            .arg(&record)
+            .output()
+            .expect("run observer query");
+        let rows: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("query line is JSON"))
+            .collect();
+        if out.status.success() && rows.iter().any(|v| v["table"] == "after_delete") {
+            break rows;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the new record never held the change: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
     assert!(
         rows.iter().all(|v| v["table"] != "before_delete"),
         "{rows:?}"
