@@ -156,6 +156,17 @@ fn fds(pid: u32) -> usize {
         .unwrap_or(0)
 }
 
+/// What a process's descriptors point at (for a failure message).
+fn fd_targets(pid: u32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .map(|t| t.display().to_string())
+        .collect()
+}
+
 #[test]
 fn namespace_churn_leaks_nothing_and_misattributes_nothing() {
     let _serial = serial();
@@ -178,7 +189,11 @@ fn namespace_churn_leaks_nothing_and_misattributes_nothing() {
         drop(ns);
     }
     let took = t0.elapsed();
-    obs.drain(3000);
+    obs.drain(2000);
+    // A namespace found after it was deleted (its writer's records came late) is let go at the
+    // next namespace's unmount, as on a node where pods come and go.
+    drop(Netns::new("churn-last"));
+    obs.drain(1000);
     // No change is attributed to another namespace than the one it was made in.
     let mut reported = 0;
     for v in obs.changes() {
@@ -205,11 +220,18 @@ fn namespace_churn_leaks_nothing_and_misattributes_nothing() {
         "only {reported} of {} changes reported",
         2 * rounds
     );
-    // Every namespace let go: no descriptor kept for a namespace that is gone.
-    let fds_after = fds(obs.pid());
+    // Every namespace let go: no descriptor kept for a namespace that is gone (observer may
+    // still be working through the last events: up to 10 s).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut fds_after = fds(obs.pid());
+    while fds_after > fds_before + 4 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        fds_after = fds(obs.pid());
+    }
     assert!(
         fds_after <= fds_before + 4,
-        "observer holds {fds_after} descriptors after the churn, {fds_before} before"
+        "observer holds {fds_after} descriptors after the churn, {fds_before} before: {:?}",
+        fd_targets(obs.pid())
     );
     eprintln!(
         "{rounds} namespaces created, written and deleted in {took:?}: {reported} of {} changes \

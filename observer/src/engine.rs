@@ -796,25 +796,44 @@ impl Engine {
             .collect();
     }
 
+    /// Let go of every watched namespace that nothing holds any more (no bind mount, no
+    /// process): its descriptor would keep it alive. Each check reads /proc once, and runs only
+    /// when a namespace's mount goes and some watched namespace is not mounted.
+    fn forget_gone(&mut self, path: &str) {
+        let mounted: std::collections::HashSet<u32> = self.mounts.values().copied().collect();
+        let candidates: Vec<u32> = self
+            .watched
+            .keys()
+            .filter(|i| !mounted.contains(i))
+            .copied()
+            .collect();
+        if candidates.is_empty() {
+            return;
+        }
+        let held = netns::held_by_processes();
+        for inode in candidates.into_iter().filter(|i| !held.contains(i)) {
+            tracing::debug!("namespace {inode} is gone ({path} unmounted)");
+            self.watched.remove(&inode);
+            self.correlator.forget_netns(inode);
+            self.ipsets.remove(&inode);
+            if let Some(h) = self.hooks.as_mut() {
+                h.forget_netns(inode);
+            }
+        }
+    }
+
     async fn on_kernel(&mut self, ev: KernelEvent) {
         match ev {
             KernelEvent::NetnsSeen { process } => {
                 self.ensure_namespace(&process).await;
             }
             KernelEvent::Umount { path, .. } => {
-                let Some(&inode) = self.mounts.get(&PathBuf::from(&path)) else {
-                    return;
-                };
-                self.refresh_mounts();
-                let mounted = self.mounts.values().any(|&i| i == inode);
-                if !mounted && !netns::held_by_process(inode) {
-                    tracing::debug!("namespace {inode} is gone ({path} unmounted)");
-                    self.watched.remove(&inode);
-                    self.correlator.forget_netns(inode);
-                    self.ipsets.remove(&inode);
-                    if let Some(h) = self.hooks.as_mut() {
-                        h.forget_netns(inode);
-                    }
+                // A namespace's bind mount (known, or where `ip netns` and CNI plugins put them:
+                // a namespace found after its mount was made may not be known yet).
+                let known = self.mounts.contains_key(&PathBuf::from(&path));
+                if known || path.starts_with("/run/netns/") || path.starts_with("/var/run/netns/") {
+                    self.refresh_mounts();
+                    self.forget_gone(&path);
                 }
             }
             KernelEvent::XtReplace(x) => self.on_replace(x).await,

@@ -185,6 +185,15 @@ pub fn held_by_process(inode: u32) -> bool {
     process_namespaces().any(|(pid, i)| pid != me && i == inode)
 }
 
+/// The network namespaces that some process other than observer is in.
+pub fn held_by_processes() -> std::collections::HashSet<u32> {
+    let me = std::process::id();
+    process_namespaces()
+        .filter(|(pid, _)| *pid != me)
+        .map(|(_, i)| i)
+        .collect()
+}
+
 /// Run `f` on a new thread that has joined the namespace. The caller's thread is untouched.
 pub fn run_in<T, F>(ns: &File, f: F) -> io::Result<T>
 where
