@@ -602,20 +602,16 @@ impl Engine {
             let Some(w) = self.watched.get_mut(&inode) else {
                 continue;
             };
-            let mut keys: Vec<(XtProto, String)> = w.legacy.keys().cloned().collect();
-            keys.extend(
-                tables
-                    .keys()
-                    .filter(|k| !w.legacy.contains_key(*k))
-                    .cloned(),
-            );
+            // What was read becomes what observer holds; each table is diffed against its old
+            // self, and the tables gone are diffed against nothing.
+            let old = std::mem::replace(&mut w.legacy, tables);
             let mut changes = Vec::new();
-            for key in keys {
-                let old = w.legacy.remove(&key);
-                let new = tables.get(&key);
-                changes.extend(xtables::diff(old.as_ref(), new));
-                if let Some(t) = new {
-                    w.legacy.insert(key, t.clone());
+            for (key, new) in &w.legacy {
+                changes.extend(xtables::diff(old.get(key), Some(new)));
+            }
+            for (key, gone) in &old {
+                if !w.legacy.contains_key(key) {
+                    changes.extend(xtables::diff(Some(gone), None));
                 }
             }
             if changes.is_empty() {
@@ -681,18 +677,16 @@ impl Engine {
         self.emit_status(StatusRecord {
             state: "gap".into(),
             time: now(),
-            message: if resync {
-                format!(
-                    "{}; every legacy table is re-read: what changed meanwhile follows as changes \
-                     marked `recovered`, of an unknown writer",
-                    parts.join("; ")
-                )
-            } else {
-                format!(
-                    "{}; legacy changes around this time may be missing",
-                    parts.join("; ")
-                )
-            },
+            message: format!(
+                "{}; {}",
+                parts.join("; "),
+                if resync {
+                    "every legacy table is re-read: what changed meanwhile follows as changes \
+                     marked `recovered`, of an unknown writer"
+                } else {
+                    "legacy changes around this time may be missing"
+                }
+            ),
             hooks: None,
             sources: vec![],
             netns_watched: None,
@@ -1011,8 +1005,10 @@ impl Engine {
 
     /// Number, print and correlate the changes of one transaction (all applied).
     fn emit_txn(&mut self, ctx: ChangeCtx, mut changes: Vec<Change>) {
-        // Whatever the reader could not settle (nft writers whose request was not captured).
+        // Whatever the reader could not settle (nft writers whose request was not captured,
+        // changes found by a re-read).
         ruleset::settle_flushes(&mut changes, &ruleset::FlushEvidence::Unknown);
+        ruleset::settle_set_flushes(&mut changes, &ruleset::FlushEvidence::Unknown);
         let with_results = changes.into_iter().map(|c| (c, "ok".to_string())).collect();
         self.emit_txn_results(ctx, with_results);
     }
@@ -1266,9 +1262,6 @@ async fn read_notifications(
                             ruleset::settle_flushes(&mut t.changes, &evidence);
                             let evidence = w.set_flush_evidence(inode, t.pid, &t.comm);
                             ruleset::settle_set_flushes(&mut t.changes, &evidence);
-                        } else {
-                            let unknown = ruleset::FlushEvidence::Unknown;
-                            ruleset::settle_set_flushes(&mut t.changes, &unknown);
                         }
                         let msg = NsMsg::Nft {
                             inode,

@@ -177,15 +177,8 @@ fn name_it(mut h: NetnsHandle) -> NetnsHandle {
     }
     h
 }
-
-/// True when a process other than observer is in the namespace (bind mounts are the caller's
-/// to check: it holds the list from [`nsfs_mounts`]).
-pub fn held_by_process(inode: u32) -> bool {
-    let me = std::process::id();
-    process_namespaces().any(|(pid, i)| pid != me && i == inode)
-}
-
-/// The network namespaces that some process other than observer is in.
+/// The network namespaces that some process other than observer is in (bind mounts are the
+/// caller's to check: it holds the list from [`nsfs_mounts`]).
 pub fn held_by_processes() -> std::collections::HashSet<u32> {
     let me = std::process::id();
     process_namespaces()

@@ -612,37 +612,35 @@ mod tests {
 
     #[test]
     fn an_emptied_set_is_a_flush_or_its_element_deleted_as_asked() {
-        let emptied = |n: usize, elements: &str| {
+        // A set emptied of its only element, as the nftables generation reports it.
+        let emptied = |element: &str| {
             vec![Change {
                 op: Op::SetFlush,
-                rule: Some(elements.to_string()),
-                detail: Some(format!(
-                    "{n} element{} deleted",
-                    if n == 1 { "" } else { "s" }
-                )),
+                rule: Some(element.to_string()),
+                detail: Some("1 element deleted".into()),
                 ..Change::new(Op::SetFlush, Family::Inet, "f2b-table").chain("addr-set-sshd")
             }]
         };
         // `nft flush set`: a flush, without the elements.
-        let mut out = emptied(1, "192.0.2.7");
+        let mut out = emptied("192.0.2.7");
         settle_set_flushes(
             &mut out,
             &FlushEvidence::Flush(vec!["addr-set-sshd".into()]),
         );
         assert_eq!((out[0].op, out[0].rule.as_deref()), (Op::SetFlush, None));
         // `nft delete element` of the last element: its delete, by value.
-        let mut out = emptied(1, "192.0.2.7");
+        let mut out = emptied("192.0.2.7");
         settle_set_flushes(&mut out, &FlushEvidence::Delete);
         assert_eq!(out[0].op, Op::ElementDelete);
         assert_eq!(out[0].rule.as_deref(), Some("192.0.2.7"));
         assert_eq!(out[0].detail.as_deref(), Some("1 element"));
         // No request seen: its delete, saying what is not known.
-        let mut out = emptied(1, "192.0.2.7");
+        let mut out = emptied("192.0.2.7");
         settle_set_flushes(&mut out, &FlushEvidence::Unknown);
         assert_eq!(out[0].op, Op::ElementDelete);
         assert!(out[0].detail.as_deref().unwrap().contains("looks the same"));
         // A flush of another set in the same batch: still a flush.
-        let mut out = emptied(1, "192.0.2.7");
+        let mut out = emptied("192.0.2.7");
         settle_set_flushes(&mut out, &FlushEvidence::Flush(vec!["other".into()]));
         assert_eq!((out[0].op, out[0].rule.as_deref()), (Op::SetFlush, None));
     }

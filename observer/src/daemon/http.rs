@@ -238,8 +238,8 @@ struct Client {
     stream: Stream,
     filter: StreamFilter,
     backlog: VecDeque<Arc<Event>>,
-    /// More of the record waits after the backlog (a client far behind is caught up a page at a
-    /// time).
+    /// More waits after the backlog, in the record or in memory (a client far behind is caught
+    /// up a page at a time).
     more: bool,
     rx: tokio::sync::broadcast::Receiver<Arc<Event>>,
     last: u64,
@@ -333,12 +333,9 @@ async fn next_event(mut c: Client) -> Option<(Result<SseEvent, Infallible>, Clie
             _ = c.shutdown.changed() => return None,
             r = c.rx.recv() => match r {
                 Ok(e) => c.backlog.push_back(e),
-                Err(RecvError::Lagged(_)) => {
-                    // Fell behind the live stream: catch up from memory and the record.
-                    let next = c.hub.since(c.stream, c.last).await;
-                    c.more = next.more;
-                    c.backlog.extend(next.events);
-                }
+                // Fell behind the live stream: catch up from memory and the record, a page
+                // at a time (above).
+                Err(RecvError::Lagged(_)) => c.more = true,
                 Err(RecvError::Closed) => return None,
             },
         }
