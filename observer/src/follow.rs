@@ -42,18 +42,10 @@ pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     let follow = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
-        let ready = crate::output::StatusRecord {
-            state: "ready".into(),
-            time: crate::output::record::now(),
-            message: format!(
-                "following the record {} (what its daemon records, as it records it)",
-                path.display()
-            ),
-            hooks: None,
-            sources: Vec::new(),
-            netns_watched: None,
-            lost: Vec::new(),
-        };
+        let ready = crate::output::StatusRecord::ready(format!(
+            "following the record {} (what its daemon records, as it records it)",
+            path.display()
+        ));
         output.emit(&Record::Status(ready)).or_else(quiet_pipe)?;
         let mut cursor = Cursor::new(since);
         while !flag.load(Ordering::Relaxed) {

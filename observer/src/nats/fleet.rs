@@ -142,18 +142,8 @@ struct Printer {
 
 impl Printer {
     fn status(&mut self, message: String) -> anyhow::Result<()> {
-        let ready = StatusRecord {
-            state: "ready".into(),
-            time: crate::output::record::now(),
-            message,
-            hooks: None,
-            sources: Vec::new(),
-            netns_watched: None,
-            lost: Vec::new(),
-        };
-        self.output
-            .emit(&Record::Status(ready))
-            .or_else(quiet_pipe)?;
+        let ready = Record::Status(StatusRecord::ready(message));
+        self.output.emit(&ready).or_else(quiet_pipe)?;
         Ok(())
     }
 

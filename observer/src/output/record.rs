@@ -49,6 +49,22 @@ pub struct StatusRecord {
     pub lost: Vec<String>,
 }
 
+impl StatusRecord {
+    /// A ready line that says only what is followed (views fed from a record or a stream
+    /// rather than from the kernel: no hooks, no namespaces of their own).
+    pub fn ready(message: String) -> StatusRecord {
+        StatusRecord {
+            state: "ready".into(),
+            time: now(),
+            message,
+            hooks: None,
+            sources: Vec::new(),
+            netns_watched: None,
+            lost: Vec::new(),
+        }
+    }
+}
+
 /// `{"kind":"change",...}`: one change to one object. Read back by `observer query`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ChangeRecord {
