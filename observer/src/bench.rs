@@ -119,6 +119,21 @@ pub fn record(args: crate::cli::BenchRecordArgs) -> anyhow::Result<()> {
         x
     };
     let svc = |i: u64| format!("KUBE-SVC-{:016X}", i.wrapping_mul(0x2545_f491_4f6c_dd1d));
+    // Endpoint chains: 4 endpoints per service; one rule_add in 20 is a new endpoint taking a
+    // slot's place (a pod replaced), so names come and go as on a node. `--chains unique`
+    // gives every such change a chain name never seen before (the worst case for the record).
+    let mut generation = vec![0u64; services as usize * 4];
+    let mut sep = |r: u64, s: u64, new_endpoint: bool| -> String {
+        if args.unique_chains {
+            return format!("KUBE-SEP-{:016X}", r >> 8);
+        }
+        let slot = (s * 4 + (r >> 20) % 4) as usize;
+        if new_endpoint {
+            generation[slot] += 1;
+        }
+        let id = (slot as u64) << 32 | generation[slot];
+        format!("KUBE-SEP-{:016X}", id.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+    };
     let t0 = Instant::now();
     let cpu0 = cpu_seconds();
     let mut batch = Vec::with_capacity(2048);
@@ -127,7 +142,7 @@ pub fn record(args: crate::cli::BenchRecordArgs) -> anyhow::Result<()> {
         let s = r % services;
         let (chain, op, rule) = match r >> 60 {
             0..=5 => (
-                format!("KUBE-SEP-{:016X}", r >> 8),
+                sep(r, s, r % 20 == 0),
                 Op::RuleAdd,
                 Some(format!(
                     "-p tcp -m comment --comment \"default/svc-{s}:http\" -m tcp -j DNAT --to-destination 10.{}.{}.{}:8080",
@@ -137,7 +152,7 @@ pub fn record(args: crate::cli::BenchRecordArgs) -> anyhow::Result<()> {
                 )),
             ),
             6..=11 => (
-                format!("KUBE-SEP-{:016X}", r >> 8),
+                sep(r, s, false),
                 Op::RuleDelete,
                 Some("-s 10.0.0.0/32 -m comment --comment \"default/svc:http\" -j KUBE-MARK-MASQ".into()),
             ),
@@ -150,7 +165,7 @@ pub fn record(args: crate::cli::BenchRecordArgs) -> anyhow::Result<()> {
                 )),
             ),
             14 => (svc(s), Op::ChainFlush, None),
-            _ => (format!("KUBE-SEP-{:016X}", r >> 8), Op::ChainDelete, None),
+            _ => (sep(r, s, false), Op::ChainDelete, None),
         };
         let time_ns = start_ns + seq as i64 * step;
         let t = time::OffsetDateTime::from_unix_timestamp_nanos(time_ns as i128)?;

@@ -61,6 +61,10 @@ pub struct BenchRecordArgs {
     /// Spread over this many days, ending now.
     #[arg(long, default_value_t = 7)]
     pub days: u64,
+    /// Give every endpoint change a chain name never seen before (the record's worst case),
+    /// instead of names from a set of endpoints that churns.
+    #[arg(long)]
+    pub unique_chains: bool,
 }
 
 #[derive(Debug, Args)]

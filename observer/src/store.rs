@@ -1,17 +1,26 @@
 //! The forensic record: every change and incident `observer run` saw, in an SQLite file, to
 //! answer "who deleted KUBE-SVC-X at 03:12?" after the fact.
 //!
-//! Writes happen on one dedicated thread fed by a bounded channel: the engine never waits for the
-//! disk. When the channel is full the record is counted as dropped and the loss is reported
-//! (log line and metric), never silently. Rows are written in batches, one transaction each, in
-//! WAL mode. The file is kept within an age (`--retain`) and a size (`--max-record`) by deleting
+//! Writes happen on one dedicated thread fed by a channel: the engine never waits for the disk.
+//! Each row comes with what streams it (stdout, the HTTP clients), run by that thread once the
+//! row's batch is committed: whatever was streamed is in the record, even after a `kill -9`.
+//! When more than the queue's capacity of rows wait for the disk, further rows are counted as
+//! dropped from the record and the loss is reported (log line and metric), never silently; they
+//! are still streamed, in order. Rows are written in batches, one transaction each, in WAL mode. The file is kept within an age (`--retain`) and a size (`--max-record`) by deleting
 //! the oldest rows; it is checked after writes, so an idle daemon does no work.
 //!
 //! Each row keeps the record's JSON line exactly as it was streamed, plus the columns that
 //! queries filter on (time, chain, actor, op, netns...), each indexed with the time.
+//!
+//! The file is kept small (layout 2): the text columns hold numbers standing for strings kept
+//! once in `strs`, and the JSON line is compressed with zstd and a dictionary trained on the
+//! record's own first rows (kept in `dicts`; rows written before it exist stay plain text).
+//! A kube-proxy-like change takes about a quarter of layout 1's 865 bytes. Layout 1 records
+//! are read as they are and converted the first time `observer run` opens them.
 
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,20 +29,23 @@ use prometheus_client::metrics::{counter::Counter, family::Family, gauge::Gauge}
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 
 /// Version of the file layout, kept in `PRAGMA user_version`.
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = 2;
 
 const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS strs (id INTEGER PRIMARY KEY, s TEXT NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS dicts (id INTEGER PRIMARY KEY, dict BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS changes (
     seq     INTEGER PRIMARY KEY,
     time_ns INTEGER NOT NULL,
     netns   INTEGER,
-    backend TEXT,
-    tbl     TEXT,
-    chain   TEXT,
-    op      TEXT,
-    actor   TEXT,
-    comm    TEXT,
-    json    TEXT NOT NULL
+    backend INTEGER,
+    tbl     INTEGER,
+    chain   INTEGER,
+    op      INTEGER,
+    actor   INTEGER,
+    comm    INTEGER,
+    dict    INTEGER,
+    body    BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS changes_time  ON changes(time_ns);
 CREATE INDEX IF NOT EXISTS changes_chain ON changes(chain, time_ns);
@@ -50,6 +62,15 @@ CREATE TABLE IF NOT EXISTS incidents (
 CREATE INDEX IF NOT EXISTS incidents_time ON incidents(time_ns);
 CREATE INDEX IF NOT EXISTS incidents_type ON incidents(type, time_ns);
 ";
+
+/// The string columns of `changes`, in the order of [`Row::Change`]'s fields.
+const STR_COLUMNS: [&str; 6] = ["backend", "tbl", "chain", "op", "actor", "comm"];
+
+/// Rows kept to train the record's dictionary, and its size.
+const DICT_SAMPLES: usize = 1000;
+const DICT_BYTES: usize = 16 * 1024;
+/// zstd's level for rows: 3 is its default; higher levels gain nothing on rows this short.
+const ZSTD_LEVEL: i32 = 3;
 
 /// What can go wrong with the record file.
 #[derive(Debug, thiserror::Error)]
@@ -80,6 +101,9 @@ pub enum StoreError {
     /// A query failed.
     #[error("reading the record: {0}")]
     Query(#[from] rusqlite::Error),
+    /// A stored row does not decode.
+    #[error("change {seq} of the record cannot be read ({cause}): the file is damaged at that row; rows before and after it still read with --until/--since around its time")]
+    Damaged { seq: u64, cause: String },
 }
 
 /// One row to write.
@@ -172,7 +196,7 @@ pub fn open_rw(path: &Path) -> Result<Connection, StoreError> {
             })?;
         }
     }
-    let conn = Connection::open(path).map_err(|source| StoreError::Open {
+    let mut conn = Connection::open(path).map_err(|source| StoreError::Open {
         path: path.into(),
         cause: source,
     })?;
@@ -194,11 +218,217 @@ pub fn open_rw(path: &Path) -> Result<Connection, StoreError> {
         "PRAGMA auto_vacuum = INCREMENTAL; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;",
     )
     .map_err(|source| classify(path, source))?;
+    if version == 1 {
+        migrate_v1(&mut conn, path)?;
+    }
     conn.execute_batch(SCHEMA)
         .map_err(|source| classify(path, source))?;
     conn.pragma_update(None, "user_version", SCHEMA_VERSION)
         .map_err(|source| classify(path, source))?;
     Ok(conn)
+}
+
+/// Convert a layout 1 record (text columns, plain JSON) to layout 2, in one transaction: a
+/// failure leaves the file as it was.
+fn migrate_v1(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
+    let n: i64 = conn.query_row("SELECT COUNT(*) FROM changes", [], |r| r.get(0))?;
+    tracing::info!(
+        "converting the record {} to layout 2 ({n} changes; once, the first time this version \
+         opens it)",
+        path.display()
+    );
+    let tx = conn.transaction()?;
+    tx.execute_batch(
+        "DROP INDEX IF EXISTS changes_time; DROP INDEX IF EXISTS changes_chain;
+         DROP INDEX IF EXISTS changes_actor; DROP INDEX IF EXISTS changes_op;
+         DROP INDEX IF EXISTS changes_netns; ALTER TABLE changes RENAME TO changes_v1;",
+    )?;
+    tx.execute_batch(SCHEMA)?;
+    let mut enc = Encoder::load(&tx)?;
+    {
+        let mut old = tx.prepare(
+            "SELECT seq, time_ns, netns, backend, tbl, chain, op, actor, comm, json \
+             FROM changes_v1 ORDER BY seq",
+        )?;
+        let mut insert = tx.prepare(INSERT_CHANGE)?;
+        let mut rows = old.query([])?;
+        while let Some(r) = rows.next()? {
+            let row = Row::Change {
+                seq: r.get::<_, i64>(0)? as u64,
+                time_ns: r.get(1)?,
+                netns: r.get(2)?,
+                backend: r.get(3)?,
+                table: r.get(4)?,
+                chain: r.get(5)?,
+                op: r.get(6)?,
+                actor: r.get(7)?,
+                comm: r.get(8)?,
+                json: r.get::<_, String>(9)?.into(),
+            };
+            enc.insert_change(&tx, &mut insert, &row)?;
+        }
+    }
+    tx.execute_batch("DROP TABLE changes_v1;")?;
+    tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+    tx.commit()?;
+    conn.execute_batch("PRAGMA incremental_vacuum;")?;
+    Ok(())
+}
+
+const INSERT_CHANGE: &str = "INSERT OR REPLACE INTO changes (seq, time_ns, netns, backend, tbl, \
+     chain, op, actor, comm, dict, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
+
+/// Turns rows into layout 2: strings to their numbers in `strs`, JSON lines compressed with
+/// the record's dictionary (trained on its first [`DICT_SAMPLES`] rows, plain text before).
+#[derive(Default)]
+struct Encoder {
+    /// Numbers of strings already in `strs` (cleared when large or when `strs` is swept).
+    ids: std::collections::HashMap<String, i64>,
+    dict: Option<(i64, zstd::bulk::Compressor<'static>)>,
+    samples: Vec<Vec<u8>>,
+}
+
+fn compressor(dict: &[u8]) -> std::io::Result<zstd::bulk::Compressor<'static>> {
+    let mut c = zstd::bulk::Compressor::with_dictionary(ZSTD_LEVEL, dict)?;
+    // The row knows its dictionary; the frame keeps its size (to decompress in one step).
+    c.include_checksum(false)?;
+    c.include_dictid(false)?;
+    c.include_contentsize(true)?;
+    Ok(c)
+}
+
+impl Encoder {
+    /// The encoder for a record: its newest dictionary, if it has one.
+    fn load(conn: &Connection) -> rusqlite::Result<Encoder> {
+        let newest: Option<(i64, Vec<u8>)> = conn
+            .query_row(
+                "SELECT id, dict FROM dicts ORDER BY id DESC LIMIT 1",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?;
+        let dict = newest.and_then(|(id, bytes)| match compressor(&bytes) {
+            Ok(c) => Some((id, c)),
+            Err(e) => {
+                tracing::warn!(
+                    "the record's dictionary {id} does not load ({e}); a new one will be trained"
+                );
+                None
+            }
+        });
+        Ok(Encoder {
+            dict,
+            ..Encoder::default()
+        })
+    }
+
+    /// The number standing for `s` in `strs`, added when new.
+    fn id(&mut self, conn: &Connection, s: &str) -> rusqlite::Result<i64> {
+        if let Some(&id) = self.ids.get(s) {
+            return Ok(id);
+        }
+        if self.ids.len() >= 100_000 {
+            self.ids.clear();
+        }
+        let found: Option<i64> = conn
+            .query_row("SELECT id FROM strs WHERE s = ?1", [s], |r| r.get(0))
+            .optional()?;
+        let id = match found {
+            Some(id) => id,
+            None => {
+                conn.execute("INSERT INTO strs (s) VALUES (?1)", [s])?;
+                conn.last_insert_rowid()
+            }
+        };
+        self.ids.insert(s.to_string(), id);
+        Ok(id)
+    }
+
+    /// The stored form of a JSON line: (dictionary, bytes), or (None, the text itself).
+    fn body(
+        &mut self,
+        conn: &Connection,
+        json: &str,
+    ) -> rusqlite::Result<(Option<i64>, rusqlite::types::Value)> {
+        use rusqlite::types::Value;
+        if let Some((id, c)) = &mut self.dict {
+            match c.compress(json.as_bytes()) {
+                Ok(b) => return Ok((Some(*id), Value::Blob(b))),
+                Err(e) => tracing::debug!("compressing a record row: {e}; kept as text"),
+            }
+        } else {
+            self.samples.push(json.as_bytes().to_vec());
+            if self.samples.len() >= DICT_SAMPLES {
+                self.train(conn)?;
+            }
+        }
+        Ok((None, Value::Text(json.to_string())))
+    }
+
+    /// Train the dictionary on the rows seen so far and keep it in the record.
+    fn train(&mut self, conn: &Connection) -> rusqlite::Result<()> {
+        let samples = std::mem::take(&mut self.samples);
+        let dict = zstd::dict::from_samples(&samples, DICT_BYTES).unwrap_or_else(|e| {
+            // Too uniform to train on (zstd's trainer refuses some inputs): the rows
+            // themselves serve as a raw dictionary, newest last.
+            tracing::debug!("training the record's dictionary: {e}; using raw rows");
+            let mut raw: Vec<u8> = samples.concat();
+            let cut = raw.len().saturating_sub(DICT_BYTES);
+            raw.drain(..cut);
+            raw
+        });
+        conn.execute("INSERT INTO dicts (dict) VALUES (?1)", [&dict])?;
+        let id = conn.last_insert_rowid();
+        match compressor(&dict) {
+            Ok(c) => self.dict = Some((id, c)),
+            Err(e) => tracing::warn!(
+                "the record's new dictionary does not load ({e}); rows stay plain text"
+            ),
+        }
+        Ok(())
+    }
+
+    fn insert_change(
+        &mut self,
+        conn: &Connection,
+        insert: &mut rusqlite::Statement<'_>,
+        row: &Row,
+    ) -> rusqlite::Result<()> {
+        let Row::Change {
+            seq,
+            time_ns,
+            netns,
+            backend,
+            table,
+            chain,
+            op,
+            actor,
+            comm,
+            json,
+        } = row
+        else {
+            return Ok(());
+        };
+        let mut ids = [None; STR_COLUMNS.len()];
+        for (slot, v) in ids.iter_mut().zip([backend, table, chain, op, actor, comm]) {
+            *slot = v.as_deref().map(|s| self.id(conn, s)).transpose()?;
+        }
+        let (dict, body) = self.body(conn, json)?;
+        insert.execute(params![
+            *seq as i64,
+            time_ns,
+            netns,
+            ids[0],
+            ids[1],
+            ids[2],
+            ids[3],
+            ids[4],
+            ids[5],
+            dict,
+            body
+        ])?;
+        Ok(())
+    }
 }
 
 /// A damaged file reads as "not a database"; anything else is a problem opening it.
@@ -304,28 +534,61 @@ pub fn last_numbers(conn: &Connection) -> Result<(u64, u64), StoreError> {
     Ok((seq as u64, no as u64))
 }
 
+/// What streams a row, run once the row is committed (or known not to be recorded).
+pub type Then = Box<dyn FnOnce() + Send>;
+
+/// A row to write (if any) and what to do once it is written.
+type Item = (Option<Row>, Option<Then>);
+
 /// The sending side: never blocks.
 #[derive(Clone)]
 pub struct StoreSender {
-    tx: SyncSender<Row>,
+    tx: Sender<Item>,
+    /// Rows queued and not yet written.
+    pending: Arc<AtomicUsize>,
+    capacity: usize,
     stats: Arc<StoreStats>,
 }
 
 impl StoreSender {
     /// Queue a row; when the writer is behind, count it as dropped and return false.
     pub fn send(&self, row: Row) -> bool {
-        match self.tx.try_send(row) {
-            Ok(()) => true,
-            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
-                let n = self.stats.count("dropped", 1);
-                if n == 1 || n.is_power_of_two() {
-                    tracing::error!(
-                        "the record writer is behind: {n} records not written to the record \
-                         (the disk is too slow or full); they were still streamed"
-                    );
-                }
-                false
+        self.send_then(Some(row), None)
+    }
+
+    /// Queue a row (if any), then `then`, which the writer runs once the row is committed, in
+    /// the order sent. When more than the capacity of rows are waiting for the disk, the row is
+    /// dropped from the record (counted, reported) and `then` still runs in its turn; false is
+    /// returned. When the writer is gone, `then` runs here and now.
+    pub fn send_then(&self, mut row: Option<Row>, then: Option<Then>) -> bool {
+        let mut recorded = true;
+        if row.is_some() && self.pending.fetch_add(1, Ordering::AcqRel) >= self.capacity {
+            self.pending.fetch_sub(1, Ordering::AcqRel);
+            row = None;
+            recorded = false;
+            self.dropped();
+        }
+        if let Err(e) = self.tx.send((row, then)) {
+            let (row, then) = e.0;
+            if row.is_some() {
+                self.pending.fetch_sub(1, Ordering::AcqRel);
+                recorded = false;
+                self.dropped();
             }
+            if let Some(then) = then {
+                then();
+            }
+        }
+        recorded
+    }
+
+    fn dropped(&self) {
+        let n = self.stats.count("dropped", 1);
+        if n == 1 || n.is_power_of_two() {
+            tracing::error!(
+                "the record writer is behind: {n} records not written to the record (the disk \
+                 is too slow or full); they were still streamed"
+            );
         }
     }
 }
@@ -339,12 +602,22 @@ pub fn spawn_writer(
     capacity: usize,
     stats: Arc<StoreStats>,
 ) -> std::io::Result<(StoreSender, std::thread::JoinHandle<()>)> {
-    let (tx, rx) = sync_channel(capacity);
+    let (tx, rx) = channel();
+    let pending = Arc::new(AtomicUsize::new(0));
     let s = stats.clone();
+    let p = pending.clone();
     let handle = std::thread::Builder::new()
         .name("record-writer".into())
-        .spawn(move || Writer::new(conn, path, limits, s).run(rx))?;
-    Ok((StoreSender { tx, stats }, handle))
+        .spawn(move || Writer::new(conn, path, limits, s).run(rx, &p))?;
+    Ok((
+        StoreSender {
+            tx,
+            pending,
+            capacity,
+            stats,
+        },
+        handle,
+    ))
 }
 
 /// The most rows in one transaction.
@@ -361,11 +634,14 @@ pub struct Writer {
     stats: Arc<StoreStats>,
     last_check: Option<Instant>,
     since_check: u64,
+    enc: Encoder,
 }
 
 impl Writer {
     pub fn new(conn: Connection, path: PathBuf, limits: Limits, stats: Arc<StoreStats>) -> Writer {
+        let enc = load_encoder(&conn, &path);
         Writer {
+            enc,
             ino: inode(&path),
             path_trouble: false,
             conn,
@@ -392,6 +668,7 @@ impl Writer {
         };
         match open_rw(&self.path) {
             Ok(conn) => {
+                self.enc = load_encoder(&conn, &self.path);
                 self.conn = conn;
                 self.ino = inode(&self.path);
                 self.path_trouble = false;
@@ -417,21 +694,30 @@ impl Writer {
         }
     }
 
-    fn run(mut self, rx: Receiver<Row>) {
+    fn run(mut self, rx: Receiver<Item>, pending: &AtomicUsize) {
         self.enforce_limits();
-        let mut batch = Vec::with_capacity(BATCH);
-        while let Ok(row) = rx.recv() {
-            batch.push(row);
-            while batch.len() < BATCH {
-                match rx.try_recv() {
-                    Ok(r) => batch.push(r),
-                    Err(_) => break,
+        let mut rows = Vec::with_capacity(BATCH);
+        let mut thens = Vec::with_capacity(BATCH);
+        while let Ok(first) = rx.recv() {
+            let mut next = Some(first);
+            while let Some((row, then)) = next.take() {
+                rows.extend(row);
+                thens.extend(then);
+                if rows.len() < BATCH {
+                    next = rx.try_recv().ok();
                 }
             }
-            self.check_file();
-            self.write_batch(&batch);
-            batch.clear();
-            self.stats.committed.notify_waiters();
+            if !rows.is_empty() {
+                self.check_file();
+                self.write_batch(&rows);
+                pending.fetch_sub(rows.len(), Ordering::AcqRel);
+                rows.clear();
+                self.stats.committed.notify_waiters();
+            }
+            // Committed (or counted as failed): stream, in order.
+            for then in thens.drain(..) {
+                then();
+            }
             let due = self
                 .last_check
                 .is_none_or(|t| t.elapsed() > Duration::from_secs(30));
@@ -455,6 +741,8 @@ impl Writer {
                 self.since_check += rows.len() as u64;
             }
             Err(e) => {
+                // Strings and a dictionary the rolled-back transaction added are not there.
+                self.enc = load_encoder(&self.conn, &self.path);
                 let n = self.stats.count("failed", rows.len() as u64);
                 tracing::error!(
                     "could not write {} records to the record {} ({e}); {n} lost so far. Free \
@@ -469,41 +757,14 @@ impl Writer {
     fn try_write(&mut self, rows: &[Row]) -> rusqlite::Result<()> {
         let tx = self.conn.transaction()?;
         {
-            let mut change = tx.prepare_cached(
-                "INSERT OR REPLACE INTO changes (seq, time_ns, netns, backend, tbl, chain, op, \
-                 actor, comm, json) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-            )?;
+            let mut change = tx.prepare_cached(INSERT_CHANGE)?;
             let mut incident = tx.prepare_cached(
                 "INSERT OR REPLACE INTO incidents (no, time_ns, type, netns, json) \
                  VALUES (?1, ?2, ?3, ?4, ?5)",
             )?;
             for row in rows {
                 match row {
-                    Row::Change {
-                        seq,
-                        time_ns,
-                        netns,
-                        backend,
-                        table,
-                        chain,
-                        op,
-                        actor,
-                        comm,
-                        json,
-                    } => {
-                        change.execute(params![
-                            *seq as i64,
-                            time_ns,
-                            netns,
-                            backend,
-                            table,
-                            chain,
-                            op,
-                            actor,
-                            comm,
-                            &**json
-                        ])?;
-                    }
+                    Row::Change { .. } => self.enc.insert_change(&tx, &mut change, row)?,
                     Row::Incident {
                         no,
                         time_ns,
@@ -578,6 +839,7 @@ impl Writer {
         }
         if deleted > 0 {
             self.stats.count("expired", deleted as u64);
+            self.sweep_strings()?;
             self.conn
                 .execute_batch("PRAGMA incremental_vacuum; PRAGMA wal_checkpoint(TRUNCATE);")?;
             tracing::info!(
@@ -588,6 +850,26 @@ impl Writer {
         Ok(())
     }
 
+    /// Strings no row uses any more (their rows expired) go, once there are many of them: a
+    /// node's chain names come and go (kube-proxy's per-endpoint chains).
+    fn sweep_strings(&mut self) -> rusqlite::Result<()> {
+        let n: i64 = self
+            .conn
+            .query_row("SELECT COUNT(*) FROM strs", [], |r| r.get(0))?;
+        if n < STRS_SWEPT_FROM {
+            return Ok(());
+        }
+        let used = STR_COLUMNS
+            .iter()
+            .map(|c| format!("SELECT {c} FROM changes WHERE {c} IS NOT NULL"))
+            .collect::<Vec<_>>()
+            .join(" UNION ");
+        self.conn
+            .execute(&format!("DELETE FROM strs WHERE id NOT IN ({used})"), [])?;
+        self.enc.ids.clear();
+        Ok(())
+    }
+
     fn update_size(&self) {
         let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
         let mut wal = self.path.clone().into_os_string();
@@ -595,6 +877,18 @@ impl Writer {
         let bytes = size(&self.path) + size(Path::new(&wal));
         self.stats.bytes.set(bytes as i64);
     }
+}
+
+/// `strs` is swept of unused strings once it holds this many.
+const STRS_SWEPT_FROM: i64 = 10_000;
+
+/// The encoder for a record's connection; a record whose tables cannot be read yet gets a fresh
+/// one (its errors show at the first write).
+fn load_encoder(conn: &Connection, path: &Path) -> Encoder {
+    Encoder::load(conn).unwrap_or_else(|e| {
+        tracing::debug!("record {}: {e}", path.display());
+        Encoder::default()
+    })
 }
 
 /// The inode of the file at `path` (to notice it replaced).
@@ -643,14 +937,24 @@ pub struct Stored {
     pub json: String,
 }
 
-/// A WHERE clause with numbered parameters.
+/// A WHERE clause with numbered parameters, for a record of layout 1 (text columns) or 2
+/// (string numbers).
 #[derive(Default)]
 struct Where {
     sql: String,
     args: Vec<rusqlite::types::Value>,
+    numbered_strings: bool,
 }
 
 impl Where {
+    fn for_record(conn: &Connection) -> Result<Where, StoreError> {
+        let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        Ok(Where {
+            numbered_strings: version >= 2,
+            ..Where::default()
+        })
+    }
+
     fn arg(&mut self, v: rusqlite::types::Value) -> String {
         self.args.push(v);
         format!("?{}", self.args.len())
@@ -661,6 +965,22 @@ impl Where {
         self.sql.push_str(&format!(" AND {cond} {mark}"));
     }
 
+    /// `column` holds a string matching `test` (e.g. `= ?1`, `GLOB ?1`, `IN (?1,?2)`).
+    fn string_is(&self, column: &str, test: &str) -> String {
+        if self.numbered_strings {
+            format!("{column} IN (SELECT id FROM strs WHERE s {test})")
+        } else {
+            format!("{column} {test}")
+        }
+    }
+
+    /// A string column compared with one value.
+    fn string_cond(&mut self, column: &str, op: &str, value: &str) {
+        let mark = self.arg(rusqlite::types::Value::Text(value.into()));
+        let c = self.string_is(column, &format!("{op} {mark}"));
+        self.sql.push_str(&format!(" AND {c}"));
+    }
+
     fn any_of(&mut self, column: &str, values: &[String]) {
         if values.is_empty() {
             return;
@@ -669,8 +989,8 @@ impl Where {
             .iter()
             .map(|v| self.arg(rusqlite::types::Value::Text(v.clone())))
             .collect();
-        self.sql
-            .push_str(&format!(" AND {column} IN ({})", marks.join(",")));
+        let c = self.string_is(column, &format!("IN ({})", marks.join(",")));
+        self.sql.push_str(&format!(" AND {c}"));
     }
 
     fn common(&mut self, s: &Selection, number: &str) {
@@ -698,6 +1018,7 @@ impl Where {
         }
     }
 
+    /// Run `select` (number, time, dictionary, body) with this clause and decode the rows.
     fn run(
         mut self,
         conn: &Connection,
@@ -710,56 +1031,116 @@ impl Where {
             self.sql.push_str(&format!(" LIMIT {l}"));
         }
         let mut stmt = conn.prepare(&format!("{select} WHERE 1{}", self.sql))?;
-        let rows = stmt.query_map(rusqlite::params_from_iter(self.args), |r| {
-            Ok(Stored {
-                number: r.get::<_, i64>(0)? as u64,
+        let mut rows = stmt.query(rusqlite::params_from_iter(self.args))?;
+        let mut dec = Decoder::default();
+        let mut out = Vec::new();
+        while let Some(r) = rows.next()? {
+            let number = r.get::<_, i64>(0)? as u64;
+            out.push(Stored {
+                number,
                 time_ns: r.get(1)?,
-                json: r.get(2)?,
-            })
-        })?;
-        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+                json: dec.decode(conn, number, r.get(2)?, r.get_ref(3)?)?,
+            });
+        }
+        Ok(out)
     }
 }
 
+/// Turns stored bodies back into the JSON lines that were streamed.
+#[derive(Default)]
+struct Decoder {
+    dicts: std::collections::HashMap<i64, zstd::bulk::Decompressor<'static>>,
+}
+
+impl Decoder {
+    fn decode(
+        &mut self,
+        conn: &Connection,
+        seq: u64,
+        dict: Option<i64>,
+        body: rusqlite::types::ValueRef<'_>,
+    ) -> Result<String, StoreError> {
+        use rusqlite::types::ValueRef;
+        let damaged = |cause: String| StoreError::Damaged { seq, cause };
+        let bytes = match (dict, body) {
+            (None, ValueRef::Text(t)) | (None, ValueRef::Blob(t)) => t.to_vec(),
+            (Some(id), ValueRef::Blob(b)) => {
+                let d = match self.dicts.entry(id) {
+                    std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                    std::collections::hash_map::Entry::Vacant(e) => {
+                        let raw: Option<Vec<u8>> = conn
+                            .query_row("SELECT dict FROM dicts WHERE id = ?1", [id], |r| r.get(0))
+                            .optional()?;
+                        let raw =
+                            raw.ok_or_else(|| damaged(format!("its dictionary {id} is missing")))?;
+                        e.insert(
+                            zstd::bulk::Decompressor::with_dictionary(&raw)
+                                .map_err(|e| damaged(format!("dictionary {id}: {e}")))?,
+                        )
+                    }
+                };
+                let size = zstd::zstd_safe::get_frame_content_size(b)
+                    .ok()
+                    .flatten()
+                    .filter(|&n| n <= MAX_ROW_BYTES)
+                    .ok_or_else(|| damaged("no usable size in its compressed frame".into()))?;
+                d.decompress(b, size as usize)
+                    .map_err(|e| damaged(format!("decompressing: {e}")))?
+            }
+            (_, other) => return Err(damaged(format!("a body of type {:?}", other.data_type()))),
+        };
+        String::from_utf8(bytes).map_err(|e| damaged(format!("not UTF-8: {e}")))
+    }
+}
+
+/// The largest JSON line a row may decode to (a guard against a damaged size).
+const MAX_ROW_BYTES: u64 = 64 << 20;
+
 /// Changes matching the selection, oldest first.
 pub fn select_changes(conn: &Connection, s: &Selection) -> Result<Vec<Stored>, StoreError> {
-    use rusqlite::types::Value as V;
-    let mut w = Where::default();
+    let mut w = Where::for_record(conn)?;
     w.common(s, "seq");
     if let Some(g) = &s.chain_glob {
-        w.cond("chain GLOB", V::Text(g.clone()));
+        w.string_cond("chain", "GLOB", g);
     }
     if let Some(a) = &s.actor {
         // The actor, or the command itself (as `tail --actor`).
-        let mark = w.arg(V::Text(a.clone()));
-        w.sql
-            .push_str(&format!(" AND (actor = {mark} OR comm = {mark})"));
+        let mark = w.arg(rusqlite::types::Value::Text(a.clone()));
+        let test = format!("= {mark}");
+        let c = format!(
+            " AND ({} OR {})",
+            w.string_is("actor", &test),
+            w.string_is("comm", &test)
+        );
+        w.sql.push_str(&c);
     }
     if let Some(b) = &s.backend {
-        w.cond("backend =", V::Text(b.clone()));
+        w.string_cond("backend", "=", b);
     }
     if let Some(t) = &s.table {
-        w.cond("tbl =", V::Text(t.clone()));
+        w.string_cond("tbl", "=", t);
     }
     w.any_of("op", &s.ops);
-    w.run(
-        conn,
-        "SELECT seq, time_ns, json FROM changes",
-        "seq",
-        s.limit,
-    )
+    let select = if w.numbered_strings {
+        "SELECT seq, time_ns, dict, body FROM changes"
+    } else {
+        "SELECT seq, time_ns, NULL, json FROM changes"
+    };
+    w.run(conn, select, "seq", s.limit)
 }
 
 /// Incidents in the time and number range and of the types asked for, oldest first. Chain,
 /// actor and backend filters are applied by the caller on the JSON (an incident names several
 /// chains and actors).
 pub fn select_incidents(conn: &Connection, s: &Selection) -> Result<Vec<Stored>, StoreError> {
-    let mut w = Where::default();
+    let mut w = Where::for_record(conn)?;
+    // Incidents keep plain columns in every layout.
+    w.numbered_strings = false;
     w.common(s, "no");
     w.any_of("type", &s.types);
     w.run(
         conn,
-        "SELECT no, time_ns, json FROM incidents",
+        "SELECT no, time_ns, NULL, json FROM incidents",
         "no",
         s.limit,
     )
@@ -883,16 +1264,364 @@ mod tests {
     }
 
     #[test]
-    fn a_full_queue_drops_and_counts_instead_of_blocking() {
-        let (tx, _rx) = sync_channel(2);
+    fn a_full_queue_drops_from_the_record_and_still_streams_in_order() {
+        let (tx, rx) = channel();
         let stats = Arc::new(StoreStats::default());
         let s = StoreSender {
             tx,
+            pending: Arc::new(AtomicUsize::new(0)),
+            capacity: 2,
             stats: stats.clone(),
         };
-        let sent: Vec<bool> = (1..=5).map(|i| s.send(change(i, 0, "C"))).collect();
+        let streamed = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sent: Vec<bool> = (1..=5)
+            .map(|i| {
+                let streamed = streamed.clone();
+                s.send_then(
+                    Some(change(i, 0, "C")),
+                    Some(Box::new(move || streamed.lock().unwrap().push(i))),
+                )
+            })
+            .collect();
         assert_eq!(sent, vec![true, true, false, false, false]);
         assert_eq!(stats.count("dropped", 0), 3);
+        // Every item is queued, rows only for the first two; nothing streamed before the writer.
+        let items: Vec<Item> = rx.try_iter().collect();
+        assert_eq!(items.len(), 5);
+        assert_eq!(items.iter().filter(|(r, _)| r.is_some()).count(), 2);
+        assert!(streamed.lock().unwrap().is_empty());
+        // The writer gone: the stream goes on at once.
+        drop(rx);
+        let streamed2 = streamed.clone();
+        assert!(!s.send_then(
+            Some(change(6, 0, "C")),
+            Some(Box::new(move || streamed2.lock().unwrap().push(6)))
+        ));
+        assert_eq!(*streamed.lock().unwrap(), vec![6]);
+        assert_eq!(stats.count("dropped", 0), 4);
+    }
+
+    #[test]
+    fn rows_are_streamed_after_their_commit_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.db");
+        let stats = Arc::new(StoreStats::default());
+        let (s, join) =
+            spawn_writer(open_rw(&path).unwrap(), path.clone(), WIDE, 1 << 16, stats).unwrap();
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let now = now_ns();
+        for i in 1..=500u64 {
+            let (seen, path) = (seen.clone(), path.clone());
+            // Each row, when streamed, is already in the record (read by another connection).
+            s.send_then(
+                Some(realistic(i, now + i as i64)),
+                Some(Box::new(move || {
+                    let ro = open_ro(&path).unwrap();
+                    let last = last_numbers(&ro).unwrap().0;
+                    seen.lock().unwrap().push((i, last >= i));
+                })),
+            );
+        }
+        drop(s);
+        join.join().unwrap();
+        let seen = seen.lock().unwrap();
+        assert_eq!(
+            seen.iter().map(|x| x.0).collect::<Vec<_>>(),
+            (1..=500).collect::<Vec<_>>()
+        );
+        assert!(
+            seen.iter().all(|x| x.1),
+            "a row streamed before it was committed"
+        );
+    }
+
+    /// A change line like kube-proxy's, different per row.
+    fn realistic(seq: u64, time_ns: i64) -> Row {
+        let chain = format!("KUBE-SEP-{:016X}", seq.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let json = format!(
+            r#"{{"kind":"change","seq":{seq},"time":"t{time_ns}","netns":4026531840,"backend":"legacy","family":"ip","table":"nat","chain":"{chain}","op":"rule_add","rule":"-p tcp -m comment --comment \"default/svc-{}:http\" -j DNAT --to-destination 10.1.{}.{}:8080","process":{{"pid":{},"comm":"iptables-restor","actor":"kube-proxy"}}}}"#,
+            seq % 97,
+            seq % 251,
+            seq % 13,
+            1000 + seq % 7
+        );
+        Row::Change {
+            seq,
+            time_ns,
+            netns: Some(4026531840),
+            backend: Some("legacy".into()),
+            table: Some("nat".into()),
+            chain: Some(chain),
+            op: Some(
+                if seq.is_multiple_of(5) {
+                    "chain_flush"
+                } else {
+                    "rule_add"
+                }
+                .into(),
+            ),
+            actor: Some("kube-proxy".into()),
+            comm: Some("iptables-restor".into()),
+            json: json.into(),
+        }
+    }
+
+    fn json_of(rows: &[Row]) -> Vec<(u64, String)> {
+        rows.iter()
+            .filter_map(|r| match r {
+                Row::Change { seq, json, .. } => Some((*seq, json.to_string())),
+                Row::Incident { .. } => None,
+            })
+            .collect()
+    }
+
+    fn read_all(conn: &Connection, sel: &Selection) -> Vec<(u64, String)> {
+        select_changes(conn, sel)
+            .unwrap()
+            .into_iter()
+            .map(|r| (r.number, r.json))
+            .collect()
+    }
+
+    #[test]
+    fn rows_are_compressed_after_the_dictionary_and_read_back_exactly() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.db");
+        let now = now_ns();
+        let rows: Vec<Row> = (1..=3000).map(|i| realistic(i, now + i as i64)).collect();
+        let mut w = writer(&path, WIDE);
+        for batch in rows.chunks(700) {
+            w.write_batch(batch);
+        }
+        drop(w);
+        let ro = open_ro(&path).unwrap();
+        assert_eq!(read_all(&ro, &Selection::default()), json_of(&rows));
+        let (plain, packed, packed_bytes): (i64, i64, i64) = ro
+            .query_row(
+                "SELECT SUM(dict IS NULL), SUM(dict IS NOT NULL), \
+                 SUM(CASE WHEN dict IS NULL THEN 0 ELSE length(body) END) FROM changes",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .unwrap();
+        assert_eq!((plain, packed), (DICT_SAMPLES as i64, 2000));
+        let plain_bytes: usize = rows[DICT_SAMPLES..]
+            .iter()
+            .map(|r| match r {
+                Row::Change { json, .. } => json.len(),
+                Row::Incident { .. } => 0,
+            })
+            .sum();
+        assert!(
+            packed_bytes * 3 < plain_bytes as i64,
+            "{packed_bytes} compressed bytes for {plain_bytes}"
+        );
+        // Each string is kept once.
+        let strs: i64 = ro
+            .query_row("SELECT COUNT(*) FROM strs", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(
+            strs,
+            3000 + 6,
+            "3000 chains, legacy, nat, 2 ops, actor, comm"
+        );
+        // Every filter works on numbered strings.
+        let one = |sel: Selection| -> Vec<u64> {
+            select_changes(&ro, &sel)
+                .unwrap()
+                .iter()
+                .map(|r| r.number)
+                .collect()
+        };
+        let chain_of_7 = format!("KUBE-SEP-{:016X}", 7u64.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        assert_eq!(
+            one(Selection {
+                chain_glob: Some(chain_of_7),
+                ..Default::default()
+            }),
+            [7]
+        );
+        let flushes = one(Selection {
+            ops: vec!["chain_flush".into()],
+            actor: Some("iptables-restor".into()),
+            backend: Some("legacy".into()),
+            table: Some("nat".into()),
+            after: Some(2990),
+            ..Default::default()
+        });
+        assert_eq!(flushes, [2995, 3000]);
+        assert!(one(Selection {
+            table: Some("filter".into()),
+            ..Default::default()
+        })
+        .is_empty());
+        assert_eq!(
+            one(Selection {
+                actor: Some("kube-proxy".into()),
+                limit: Some(2),
+                ..Default::default()
+            }),
+            [1, 2]
+        );
+    }
+
+    #[test]
+    fn a_layout_1_record_is_read_then_converted_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.db");
+        let now = now_ns();
+        let rows: Vec<Row> = (1..=1500).map(|i| realistic(i, now + i as i64)).collect();
+        {
+            let c = Connection::open(&path).unwrap();
+            c.execute_batch(
+                "CREATE TABLE changes (seq INTEGER PRIMARY KEY, time_ns INTEGER NOT NULL, netns INTEGER,
+                   backend TEXT, tbl TEXT, chain TEXT, op TEXT, actor TEXT, comm TEXT, json TEXT NOT NULL);
+                 CREATE INDEX changes_time ON changes(time_ns);
+                 CREATE INDEX changes_chain ON changes(chain, time_ns);
+                 CREATE TABLE incidents (no INTEGER PRIMARY KEY, time_ns INTEGER NOT NULL, type TEXT,
+                   netns INTEGER, json TEXT NOT NULL);
+                 INSERT INTO incidents VALUES (1, 5, 'foreign_delete', 7, '{\"kind\":\"incident\"}');
+                 PRAGMA user_version = 1;",
+            )
+            .unwrap();
+            for r in &rows {
+                if let Row::Change {
+                    seq,
+                    time_ns,
+                    netns,
+                    backend,
+                    table,
+                    chain,
+                    op,
+                    actor,
+                    comm,
+                    json,
+                } = r
+                {
+                    c.execute(
+                        "INSERT INTO changes VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                        params![
+                            *seq as i64,
+                            time_ns,
+                            netns,
+                            backend,
+                            table,
+                            chain,
+                            op,
+                            actor,
+                            comm,
+                            &**json
+                        ],
+                    )
+                    .unwrap();
+                }
+            }
+        }
+        let flushes = Selection {
+            ops: vec!["chain_flush".into()],
+            chain_glob: Some("KUBE-SEP-*".into()),
+            ..Default::default()
+        };
+        let want_flushes: Vec<(u64, String)> = json_of(&rows)
+            .into_iter()
+            .filter(|(seq, _)| seq.is_multiple_of(5))
+            .collect();
+        // Read as it is.
+        let ro = open_ro(&path).unwrap();
+        assert_eq!(read_all(&ro, &Selection::default()), json_of(&rows));
+        assert_eq!(read_all(&ro, &flushes), want_flushes);
+        drop(ro);
+        // Converted by the writer, then written to.
+        let mut w = writer(&path, WIDE);
+        w.write_batch(&[realistic(1501, now + 1501)]);
+        drop(w);
+        let ro = open_ro(&path).unwrap();
+        let version: i64 = ro
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, SCHEMA_VERSION);
+        let mut want = json_of(&rows);
+        want.extend(json_of(&[realistic(1501, now + 1501)]));
+        assert_eq!(read_all(&ro, &Selection::default()), want);
+        assert_eq!(read_all(&ro, &flushes), want_flushes);
+        assert_eq!(last_numbers(&ro).unwrap(), (1501, 1));
+        let packed: i64 = ro
+            .query_row(
+                "SELECT COUNT(*) FROM changes WHERE dict IS NOT NULL",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(
+            packed, 501,
+            "rows after the first {DICT_SAMPLES} are compressed"
+        );
+    }
+
+    #[test]
+    fn unused_strings_go_with_their_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.db");
+        let now = now_ns();
+        let hour = 3_600_000_000_000;
+        let mut w = writer(
+            &path,
+            Limits {
+                retain: Duration::from_secs(3600),
+                max_bytes: u64::MAX,
+            },
+        );
+        let old: Vec<Row> = (1..=STRS_SWEPT_FROM as u64)
+            .map(|i| realistic(i, now - 2 * hour))
+            .collect();
+        w.write_batch(&old);
+        w.write_batch(&[realistic(100_000, now)]);
+        w.enforce_limits();
+        // The expired rows' chain names are gone; the new row still has its strings.
+        w.write_batch(&[realistic(100_001, now)]);
+        drop(w);
+        let ro = open_ro(&path).unwrap();
+        let strs: i64 = ro
+            .query_row("SELECT COUNT(*) FROM strs", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(
+            strs,
+            2 + 6,
+            "two chains, legacy, nat, rule_add, actor, comm"
+        );
+        assert_eq!(
+            read_all(&ro, &Selection::default()),
+            json_of(&[realistic(100_000, now), realistic(100_001, now)])
+        );
+    }
+
+    #[test]
+    fn a_damaged_row_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.db");
+        let now = now_ns();
+        let rows: Vec<Row> = (1..=1200).map(|i| realistic(i, now + i as i64)).collect();
+        let mut w = writer(&path, WIDE);
+        w.write_batch(&rows);
+        drop(w);
+        let c = Connection::open(&path).unwrap();
+        c.execute(
+            "UPDATE changes SET body = substr(body, 1, 5) || x'00ff00ff' WHERE seq = 1100",
+            [],
+        )
+        .unwrap();
+        drop(c);
+        let ro = open_ro(&path).unwrap();
+        let err = select_changes(&ro, &Selection::default()).unwrap_err();
+        assert!(
+            matches!(err, StoreError::Damaged { seq: 1100, .. }),
+            "{err}"
+        );
+        let before = Selection {
+            before: Some(1100),
+            ..Default::default()
+        };
+        assert_eq!(read_all(&ro, &before).len(), 1099);
     }
 
     #[test]

@@ -451,25 +451,29 @@ pub struct Backlog {
 pub struct DaemonOutput {
     hub: Arc<Hub>,
     store: Option<StoreSender>,
+    streamer: Arc<Streamer>,
     /// The record number of the last incident.
     incident_no: u64,
-    stdout_failed: bool,
     /// Incidents open now, by id, with their metric labels.
     open: HashMap<String, IncidentLabels>,
 }
 
-impl DaemonOutput {
-    pub fn new(hub: Arc<Hub>, store: Option<StoreSender>, last_incident: u64) -> DaemonOutput {
-        DaemonOutput {
-            hub,
-            store,
-            incident_no: last_incident,
-            stdout_failed: false,
-            open: HashMap::new(),
+/// Streams a line: stdout, then the HTTP clients. With a record, the record's writer runs it
+/// once the line's row is committed, so that nothing is streamed that the record lacks.
+struct Streamer {
+    hub: Arc<Hub>,
+    stdout_failed: AtomicBool,
+}
+
+impl Streamer {
+    fn stream(&self, json: &str, publish: Option<(Stream, Event)>) {
+        self.print(json);
+        if let Some((s, ev)) = publish {
+            self.hub.publish(s, ev);
         }
     }
 
-    fn print(&mut self, json: &str) {
+    fn print(&self, json: &str) {
         let mut out = std::io::stdout().lock();
         let res = out
             .write_all(json.as_bytes())
@@ -477,10 +481,37 @@ impl DaemonOutput {
             .and_then(|_| out.flush());
         if let Err(e) = res {
             // The stream, the record and the metrics go on without stdout.
-            if !self.stdout_failed {
+            if !self.stdout_failed.swap(true, Ordering::Relaxed) {
                 tracing::error!("cannot write to stdout ({e}); going on without it");
-                self.stdout_failed = true;
             }
+        }
+    }
+}
+
+impl DaemonOutput {
+    pub fn new(hub: Arc<Hub>, store: Option<StoreSender>, last_incident: u64) -> DaemonOutput {
+        DaemonOutput {
+            streamer: Arc::new(Streamer {
+                hub: hub.clone(),
+                stdout_failed: AtomicBool::new(false),
+            }),
+            hub,
+            store,
+            incident_no: last_incident,
+            open: HashMap::new(),
+        }
+    }
+
+    /// Record `row` (if any), then stream `json` and publish it: at once without a record,
+    /// after the row's commit with one.
+    fn out(&self, row: Option<Row>, json: Arc<str>, publish: Option<(Stream, Event)>) {
+        let streamer = self.streamer.clone();
+        let then = move || streamer.stream(&json, publish);
+        match &self.store {
+            Some(st) => {
+                st.send_then(row, Some(Box::new(then)));
+            }
+            None => then(),
         }
     }
 
@@ -537,7 +568,6 @@ impl Output for DaemonOutput {
             // Before stdout: whoever reads the ready line there may ask /readyz at once.
             self.on_status(s, &json);
         }
-        self.print(&json);
         if let Record::Change(c) = record {
             let meta = Meta::from_change(c);
             self.hub
@@ -552,38 +582,32 @@ impl Output for DaemonOutput {
                         .unwrap_or_default(),
                 })
                 .inc();
-            if let Some(st) = &self.store {
-                st.send(Row::Change {
-                    seq: c.seq,
-                    time_ns: meta.time_ns,
-                    netns: Some(c.netns),
-                    backend: meta.backend.clone(),
-                    table: meta.table.clone(),
-                    chain: c.chain.clone(),
-                    op: meta.op.clone(),
-                    actor: Some(c.process.actor.clone()),
-                    comm: Some(c.process.comm.clone()),
-                    json: json.clone(),
-                });
-            }
-            self.hub.publish(
-                Stream::Changes,
-                Event {
-                    id: Some(c.seq),
-                    json,
-                    meta,
-                },
-            );
+            let row = self.store.as_ref().map(|_| Row::Change {
+                seq: c.seq,
+                time_ns: meta.time_ns,
+                netns: Some(c.netns),
+                backend: meta.backend.clone(),
+                table: meta.table.clone(),
+                chain: c.chain.clone(),
+                op: meta.op.clone(),
+                actor: Some(c.process.actor.clone()),
+                comm: Some(c.process.comm.clone()),
+                json: json.clone(),
+            });
+            let ev = Event {
+                id: Some(c.seq),
+                json: json.clone(),
+                meta,
+            };
+            self.out(row, json, Some((Stream::Changes, ev)));
         } else if let Record::Status(_) = record {
             // Status lines go to live clients, unnumbered.
-            self.hub.publish(
-                Stream::Changes,
-                Event {
-                    id: None,
-                    json,
-                    meta: Meta::default(),
-                },
-            );
+            let ev = Event {
+                id: None,
+                json: json.clone(),
+                meta: Meta::default(),
+            };
+            self.out(None, json, Some((Stream::Changes, ev)));
         } else {
             // Any other kind (incidents) is handled through its JSON.
             let v: Value = serde_json::from_str(&json)?;
@@ -617,23 +641,21 @@ impl Output for DaemonOutput {
                         }
                     }
                 }
-                if let Some(st) = &self.store {
-                    st.send(Row::Incident {
-                        no,
-                        time_ns: meta.time_ns,
-                        kind: meta.kind.clone(),
-                        netns: meta.netns,
-                        json: json.clone(),
-                    });
-                }
-                self.hub.publish(
-                    Stream::Incidents,
-                    Event {
-                        id: Some(no),
-                        json,
-                        meta,
-                    },
-                );
+                let row = self.store.as_ref().map(|_| Row::Incident {
+                    no,
+                    time_ns: meta.time_ns,
+                    kind: meta.kind.clone(),
+                    netns: meta.netns,
+                    json: json.clone(),
+                });
+                let ev = Event {
+                    id: Some(no),
+                    json: json.clone(),
+                    meta,
+                };
+                self.out(row, json, Some((Stream::Incidents, ev)));
+            } else {
+                self.out(None, json, None);
             }
         }
         Ok(())

@@ -147,15 +147,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     // finishes what is queued.
     let result = crate::engine::run(&settings.source, Box::new(output)).await;
 
+    // The writer writes and streams what is queued, then the clients are let go.
+    if let Some(j) = join {
+        let _ = tokio::task::spawn_blocking(move || j.join()).await;
+    }
     hub.shut_down();
     if tokio::time::timeout(Duration::from_secs(5), server)
         .await
         .is_err()
     {
         tracing::warn!("HTTP clients did not disconnect within 5 s; closing");
-    }
-    if let Some(j) = join {
-        let _ = tokio::task::spawn_blocking(move || j.join()).await;
     }
     if let Some(p) = publisher {
         // It stops at the shutdown signal; what it had not published waits in the record.
