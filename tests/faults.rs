@@ -64,7 +64,18 @@ fn a_ring_buffer_overrun_is_reported_and_the_tables_re_read() {
         });
     }
     obs.freeze(true);
-    // The burst fills the ring buffer; the quiet namespace's changes come after it.
+    // The burst fills the ring buffer (a 10,000-rule restore, then single appends); the quiet
+    // namespace's changes come after it.
+    let mut restore = String::from("*filter\n");
+    for i in 0..10_000 {
+        restore.push_str(&format!(
+            "-A FORWARD -s 10.{}.{}.0/24 -j ACCEPT\n",
+            i / 256,
+            i % 256
+        ));
+    }
+    restore.push_str("COMMIT\n");
+    busy.write_stdin(&writer, &["iptables-legacy-restore", "--noflush"], &restore);
     for i in 0..40 {
         busy.write(
             &writer,
@@ -145,7 +156,136 @@ fn a_ring_buffer_overrun_is_reported_and_the_tables_re_read() {
                 && v["chain"] == "INPUT"
         })
         .count();
-    assert_eq!(busy_rules, saved_rules(&busy, "filter").len());
+    let busy_saved = saved_rules(&busy, "filter");
+    assert_eq!(
+        busy_rules,
+        busy_saved.iter().filter(|(c, _)| c == "INPUT").count()
+    );
+    // The 10,000-rule restore: every rule reported once.
+    let forward = obs
+        .changes()
+        .iter()
+        .filter(|v| {
+            v["netns"].as_u64() == Some(busy_inode)
+                && v["op"] == "rule_add"
+                && v["chain"] == "FORWARD"
+        })
+        .count();
+    assert_eq!(forward, 10_000);
+    assert_eq!(
+        forward,
+        busy_saved.iter().filter(|(c, _)| c == "FORWARD").count()
+    );
+    obs.stop();
+}
+
+/// The rules of an nft chain in `ns` as `nft list chain` prints them (handles aside).
+fn nft_rules(ns: &Netns, family: &str, table: &str, chain: &str) -> Vec<String> {
+    let out = Command::new("ip")
+        .args([
+            "netns", "exec", &ns.name, "nft", "list", "chain", family, table, chain,
+        ])
+        .output()
+        .expect("nft list chain");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("table") && !l.starts_with("chain"))
+        .filter(|l| *l != "}" && !l.starts_with("type "))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn a_netlink_overrun_is_reported_and_the_namespace_re_read() {
+    let _serial = serial();
+    skip_unless!("ip", "nft");
+    // The smallest receive buffer: a 10,000-rule transaction's notifications cannot fit.
+    let mut obs = Observer::start(&["--netlink-rcvbuf", "4KiB"]);
+    let ns = Netns::new("nl-burst");
+    let writer = Writer::new("nlwriter");
+    ns.write(&writer, &["nft", "add", "table", "ip", "burst"]);
+    let inode = ns.inode();
+    obs.expect("the table", 20, |v| {
+        v["netns"].as_u64() == Some(inode) && v["op"] == "table_create"
+    });
+    let mut script = String::from("add chain ip burst c\n");
+    for i in 0..10_000 {
+        script.push_str(&format!("add rule ip burst c tcp dport {} accept\n", i + 1));
+    }
+    obs.freeze(true);
+    ns.write_stdin(&writer, &["nft", "-f", "-"], &script);
+    obs.freeze(false);
+    let gap = obs.wait_line("the gap line", 30, |v| {
+        v["kind"] == "status" && v["state"] == "gap"
+    });
+    let message = gap["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&format!("namespace {inode}")) && message.contains("re-reading"),
+        "{gap}"
+    );
+    let last = obs.expect("the burst's last rule", 60, |v| {
+        v["netns"].as_u64() == Some(inode)
+            && v["op"] == "rule_add"
+            && v["rule"]
+                .as_str()
+                .is_some_and(|r| r.contains("dport 10000 "))
+    });
+    assert_eq!(last["recovered"], true, "{last}");
+    // Live again: the next change is seen as it happens, with its writer.
+    ns.write(
+        &writer,
+        &[
+            "nft", "add", "rule", "ip", "burst", "c", "tcp", "dport", "1", "drop",
+        ],
+    );
+    let live = obs.expect("a change after the re-read", 20, |v| {
+        v["netns"].as_u64() == Some(inode)
+            && v["op"] == "rule_add"
+            && v["rule"].as_str().is_some_and(|r| r.ends_with("drop"))
+    });
+    assert_ne!(live["recovered"], true, "{live}");
+    assert_eq!(live["process"]["actor"], "nlwriter", "{live}");
+    obs.drain(500);
+    // observer's view of the chain is nft's: every rule once, in order.
+    let seen: Vec<String> = obs
+        .changes()
+        .iter()
+        .filter(|v| v["netns"].as_u64() == Some(inode) && v["chain"] == "c")
+        .filter(|v| v["op"] == "rule_add")
+        .map(|v| v["rule"].as_str().unwrap_or_default().to_string())
+        .collect();
+    let listed = nft_rules(&ns, "ip", "burst", "c");
+    let mut twice: Vec<String> = Vec::new();
+    let mut once = std::collections::HashSet::new();
+    for r in &seen {
+        if !once.insert(r) {
+            twice.push(r.clone());
+        }
+    }
+    let lines = |rule: &str| -> Vec<String> {
+        obs.changes()
+            .iter()
+            .filter(|v| v["netns"].as_u64() == Some(inode) && v["rule"] == rule)
+            .map(|v| format!("{} recovered={} txn={}", v["seq"], v["recovered"], v["txn"]))
+            .collect()
+    };
+    assert!(
+        twice.is_empty(),
+        "rules reported twice: {:?}",
+        twice
+            .iter()
+            .take(3)
+            .map(|r| (r, lines(r)))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(seen.len(), 10_001);
+    assert_eq!(seen, listed);
     obs.stop();
 }
 
@@ -167,12 +307,61 @@ fn fd_targets(pid: u32) -> Vec<String> {
         .collect()
 }
 
+/// The entries of each hash map a process holds (found through its descriptors' fdinfo), by map
+/// name, read with bpftool.
+fn map_entries(pid: u32) -> std::collections::BTreeMap<String, usize> {
+    let mut out = std::collections::BTreeMap::new();
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return out;
+    };
+    for e in dir.flatten() {
+        let info = std::fs::read_to_string(e.path()).unwrap_or_default();
+        let Some(id) = info
+            .lines()
+            .find_map(|l| l.strip_prefix("map_id:"))
+            .map(|v| v.trim().to_string())
+        else {
+            continue;
+        };
+        let bpftool = |args: &[&str]| -> Value {
+            let o = Command::new("bpftool")
+                .arg("-j")
+                .args(args)
+                .output()
+                .expect("bpftool");
+            serde_json::from_slice(&o.stdout).unwrap_or(Value::Null)
+        };
+        let show = bpftool(&["map", "show", "id", &id]);
+        let kind = show["type"].as_str().unwrap_or_default();
+        if !kind.contains("hash") {
+            continue;
+        }
+        // LRU maps the kernel bounds itself (AWAIT_ACK: tasks that wrote a ruleset, until evicted)
+        // are left out, but for the namespaces seen, which observer removes when they go.
+        let name = show["name"].as_str().unwrap_or_default().to_string();
+        if kind.contains("lru") && name != "SEEN_NETNS" {
+            continue;
+        }
+        let n = bpftool(&["map", "dump", "id", &id])
+            .as_array()
+            .map_or(0, Vec::len);
+        *out.entry(name).or_default() += n;
+    }
+    out
+}
+
 #[test]
 fn namespace_churn_leaks_nothing_and_misattributes_nothing() {
     let _serial = serial();
     skip_unless!("ip", "nft", "iptables-legacy");
+    skip_unless!("bpftool");
     let mut obs = Observer::start(&[]);
     let fds_before = fds(obs.pid());
+    let maps_before = map_entries(obs.pid());
+    assert!(
+        maps_before.contains_key("SEEN_NETNS"),
+        "observer's maps not found: {maps_before:?}"
+    );
     let writer = Writer::new("churnwriter");
     let rounds = 150;
     let mut inodes = Vec::new();
@@ -233,9 +422,19 @@ fn namespace_churn_leaks_nothing_and_misattributes_nothing() {
         "observer holds {fds_after} descriptors after the churn, {fds_before} before: {:?}",
         fd_targets(obs.pid())
     );
+    // No map entry kept for a namespace that is gone, and no call left half-seen.
+    let maps_after = map_entries(obs.pid());
+    for (name, &n) in &maps_after {
+        let before = maps_before.get(name).copied().unwrap_or(0);
+        assert!(
+            n <= before + 2,
+            "map {name} holds {n} entries after the churn, {before} before: {maps_after:?}"
+        );
+    }
     eprintln!(
         "{rounds} namespaces created, written and deleted in {took:?}: {reported} of {} changes \
-         reported, descriptors {fds_before} -> {fds_after}",
+         reported, descriptors {fds_before} -> {fds_after}, map entries {maps_before:?} -> \
+         {maps_after:?}",
         2 * rounds
     );
     obs.stop();

@@ -1294,6 +1294,12 @@ async fn read_notifications(
                     if tx.send(gap).await.is_err() {
                         return "the engine stopped".into();
                     }
+                    // What is still queued predates the loss: the dump holds it.
+                    let stale =
+                        nftables::discard_queued(guard.get_inner(), &mut buf, STALE_DATAGRAMS);
+                    tracing::debug!(
+                        "namespace {inode}: {stale} queued datagrams left for the dump"
+                    );
                     // Re-read the ruleset: report the difference, then diff what follows
                     // against the truth.
                     let dump = match resync(ns).await {
@@ -1328,6 +1334,10 @@ async fn read_notifications(
         }
     }
 }
+
+/// The most queued datagrams dropped before a re-read (a writer that never pauses keeps the
+/// queue full; the rest are fed after the dump, their generations being older are ignored).
+const STALE_DATAGRAMS: usize = 65_536;
 
 /// Dump a namespace's ruleset again after lost notifications.
 async fn resync(ns: &std::fs::File) -> Result<nftables::socket::Dump, String> {

@@ -43,7 +43,7 @@ mod values;
 #[cfg(test)]
 mod tests;
 
-pub use socket::{dump, recv, subscribe};
+pub use socket::{discard_queued, dump, recv, subscribe};
 
 /// What can go wrong talking to nf_tables.
 #[derive(Debug, thiserror::Error)]

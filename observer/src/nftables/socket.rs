@@ -80,6 +80,23 @@ pub fn recv(sock: &Socket, buf: &mut [u8]) -> Result<Option<usize>, NftError> {
     }
 }
 
+/// Discard what is queued on a notification socket after ENOBUFS: those notifications
+/// predate the loss, and the dump taken next holds what they described (fed after it, a
+/// generation whose NEWGEN was lost would wait and be reported with the next one). Stops at
+/// an empty queue, or after `max` datagrams under a writer that never pauses. Returns how many
+/// were discarded.
+pub fn discard_queued(sock: &Socket, buf: &mut [u8], max: usize) -> usize {
+    let mut n = 0;
+    while n < max {
+        match recv(sock, buf) {
+            Ok(Some(_)) | Err(NftError::Truncated { .. }) => n += 1,
+            Err(NftError::Overrun) => continue,
+            Ok(None) | Err(_) => break,
+        }
+    }
+    n
+}
+
 /// A socket for requests (dump, generation id) in the calling thread's network namespace:
 /// blocking, with a receive timeout so a silent kernel cannot hang the caller.
 pub fn request_socket() -> Result<Socket, NftError> {
