@@ -1165,6 +1165,12 @@ mod tests {
         }
     }
 
+    fn tmp_record() -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.db");
+        (dir, path)
+    }
+
     fn writer(path: &Path, limits: Limits) -> Writer {
         Writer::new(
             open_rw(path).unwrap(),
@@ -1174,6 +1180,12 @@ mod tests {
         )
     }
 
+    /// Rows older than an hour go.
+    const HOURLY: Limits = Limits {
+        retain: Duration::from_secs(3600),
+        max_bytes: u64::MAX,
+    };
+
     const WIDE: Limits = Limits {
         retain: Duration::from_secs(3600 * 24 * 365 * 100),
         max_bytes: u64::MAX,
@@ -1181,8 +1193,7 @@ mod tests {
 
     #[test]
     fn rows_survive_reopening_and_numbers_continue() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("r.db");
+        let (_dir, path) = tmp_record();
         let now = now_ns();
         let mut w = writer(&path, WIDE);
         w.write_batch(&[
@@ -1205,17 +1216,10 @@ mod tests {
 
     #[test]
     fn old_rows_are_deleted_by_age() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("r.db");
+        let (_dir, path) = tmp_record();
         let now = now_ns();
-        let hour = 3_600_000_000_000;
-        let mut w = writer(
-            &path,
-            Limits {
-                retain: Duration::from_secs(3600),
-                max_bytes: u64::MAX,
-            },
-        );
+        let hour = HOURLY.retain.as_nanos() as i64;
+        let mut w = writer(&path, HOURLY);
         w.write_batch(&[change(1, now - 2 * hour, "A"), change(2, now, "B")]);
         w.enforce_limits();
         let ro = open_ro(&path).unwrap();
@@ -1225,8 +1229,7 @@ mod tests {
 
     #[test]
     fn the_record_id_is_made_once_and_kept() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("r.db");
+        let (dir, path) = tmp_record();
         let first = record_id(&open_rw(&path).unwrap()).unwrap();
         assert!(first.len() >= 16, "{first}");
         assert_eq!(record_id(&open_rw(&path).unwrap()).unwrap(), first);
@@ -1236,8 +1239,7 @@ mod tests {
 
     #[test]
     fn the_oldest_rows_go_when_the_file_is_too_big() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("r.db");
+        let (_dir, path) = tmp_record();
         let now = now_ns();
         let mut w = writer(
             &path,
@@ -1303,8 +1305,7 @@ mod tests {
 
     #[test]
     fn rows_are_streamed_after_their_commit_in_order() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("r.db");
+        let (_dir, path) = tmp_record();
         let stats = Arc::new(StoreStats::default());
         let (s, join) =
             spawn_writer(open_rw(&path).unwrap(), path.clone(), WIDE, 1 << 16, stats).unwrap();
@@ -1385,8 +1386,7 @@ mod tests {
 
     #[test]
     fn rows_are_compressed_after_the_dictionary_and_read_back_exactly() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("r.db");
+        let (_dir, path) = tmp_record();
         let now = now_ns();
         let rows: Vec<Row> = (1..=3000).map(|i| realistic(i, now + i as i64)).collect();
         let mut w = writer(&path, WIDE);
@@ -1467,8 +1467,7 @@ mod tests {
 
     #[test]
     fn a_layout_1_record_is_read_then_converted_unchanged() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("r.db");
+        let (_dir, path) = tmp_record();
         let now = now_ns();
         let rows: Vec<Row> = (1..=1500).map(|i| realistic(i, now + i as i64)).collect();
         {
@@ -1560,17 +1559,10 @@ mod tests {
 
     #[test]
     fn unused_strings_go_with_their_rows() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("r.db");
+        let (_dir, path) = tmp_record();
         let now = now_ns();
-        let hour = 3_600_000_000_000;
-        let mut w = writer(
-            &path,
-            Limits {
-                retain: Duration::from_secs(3600),
-                max_bytes: u64::MAX,
-            },
-        );
+        let hour = HOURLY.retain.as_nanos() as i64;
+        let mut w = writer(&path, HOURLY);
         let old: Vec<Row> = (1..=STRS_SWEPT_FROM as u64)
             .map(|i| realistic(i, now - 2 * hour))
             .collect();
@@ -1597,8 +1589,7 @@ mod tests {
 
     #[test]
     fn a_damaged_row_is_an_error_naming_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("r.db");
+        let (_dir, path) = tmp_record();
         let now = now_ns();
         let rows: Vec<Row> = (1..=1200).map(|i| realistic(i, now + i as i64)).collect();
         let mut w = writer(&path, WIDE);
@@ -1626,8 +1617,7 @@ mod tests {
 
     #[test]
     fn a_file_that_is_not_a_record_is_refused_and_kept() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("r.db");
+        let (_dir, path) = tmp_record();
         let junk = vec![0x5au8; 8192];
         std::fs::write(&path, &junk).unwrap();
         let err = open_rw(&path).expect_err("junk must be refused");
