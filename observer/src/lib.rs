@@ -15,6 +15,8 @@ pub mod daemon;
 pub mod doctor;
 pub mod engine;
 pub mod follow;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod hooks;
 pub mod incidents;
 pub mod ipset;

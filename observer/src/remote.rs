@@ -28,53 +28,68 @@ pub struct SseEvent {
 }
 
 /// Incremental Server-Sent Events parser (the subset the daemon sends: `id`, `data`, comments).
+///
+/// Linear in what it is fed however the stream is cut: a line arriving a few bytes at a time is
+/// not searched again from its start, and the lines of a large chunk are not moved one by one.
 #[derive(Debug, Default)]
 pub struct SseParser {
     buf: Vec<u8>,
+    /// How many bytes at the start of `buf` are known to hold no newline.
+    scanned: usize,
     current: SseEvent,
     has_data: bool,
 }
 
 impl SseParser {
     pub fn feed(&mut self, bytes: &[u8]) -> Vec<SseEvent> {
-        self.buf.extend_from_slice(bytes);
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.extend_from_slice(bytes);
         let mut out = Vec::new();
-        while let Some(nl) = self.buf.iter().position(|&b| b == b'\n') {
-            let mut line: Vec<u8> = self.buf.drain(..=nl).collect();
-            line.pop();
-            if line.last() == Some(&b'\r') {
-                line.pop();
-            }
-            let line = String::from_utf8_lossy(&line);
-            if line.is_empty() {
-                if self.has_data {
-                    out.push(std::mem::take(&mut self.current));
-                } else {
-                    self.current = SseEvent::default();
-                }
-                self.has_data = false;
-                continue;
-            }
-            if line.starts_with(':') {
-                continue;
-            }
-            let (field, value) = match line.split_once(':') {
-                Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
-                None => (&*line, ""),
-            };
-            match field {
-                "data" => {
-                    if self.has_data {
-                        self.current.data.push('\n');
-                    }
-                    self.current.data.push_str(value);
-                    self.has_data = true;
-                }
-                "id" => self.current.id = Some(value.to_string()),
-                _ => {}
-            }
+        let mut start = 0;
+        let mut from = self.scanned;
+        while let Some(off) = buf[from..].iter().position(|&b| b == b'\n') {
+            let nl = from + off;
+            let line = &buf[start..nl];
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            self.line(&String::from_utf8_lossy(line), &mut out);
+            start = nl + 1;
+            from = start;
         }
+        buf.drain(..start);
+        self.scanned = buf.len();
+        self.buf = buf;
         out
+    }
+
+    /// One line, without its end.
+    fn line(&mut self, line: &str, out: &mut Vec<SseEvent>) {
+        if line.is_empty() {
+            if self.has_data {
+                out.push(std::mem::take(&mut self.current));
+            } else {
+                self.current = SseEvent::default();
+            }
+            self.has_data = false;
+            return;
+        }
+        if line.starts_with(':') {
+            return;
+        }
+        let (field, value) = match line.split_once(':') {
+            Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
+            None => (line, ""),
+        };
+        match field {
+            "data" => {
+                if self.has_data {
+                    self.current.data.push('\n');
+                }
+                self.current.data.push_str(value);
+                self.has_data = true;
+            }
+            "id" => self.current.id = Some(value.to_string()),
+            _ => {}
+        }
     }
 }
 
@@ -401,6 +416,32 @@ mod tests {
                 }
             ]
         );
+    }
+
+    /// The same events however the stream is cut, a CR before its LF included; a long line fed
+    /// a byte at a time (the `sse` fuzz target's property).
+    #[test]
+    fn sse_events_do_not_depend_on_chunking() {
+        let stream = b"id: 1\r\ndata: {\"a\":1}\r\n\r\n: c\ndata: x\ndata: y\n\nid: 2\ndata\n\n";
+        let whole = SseParser::default().feed(stream);
+        assert_eq!(whole.len(), 3);
+        assert_eq!(
+            whole[2],
+            SseEvent {
+                id: Some("2".into()),
+                data: String::new()
+            }
+        );
+        for n in 1..stream.len() {
+            let mut p = SseParser::default();
+            let got: Vec<SseEvent> = stream.chunks(n).flat_map(|c| p.feed(c)).collect();
+            assert_eq!(got, whole, "chunks of {n}");
+        }
+        let long = format!("data: {}\n\n", "x".repeat(200_000));
+        let mut p = SseParser::default();
+        let got: Vec<SseEvent> = long.as_bytes().iter().flat_map(|b| p.feed(&[*b])).collect();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].data.len(), 200_000);
     }
 
     #[test]

@@ -7,7 +7,11 @@ use crate::ruleset::{Change, Family, Op};
 
 /// The errno of a failed syscall as `NAME: message` (`EBUSY: Device or resource busy`).
 pub fn errno_text(ret: i64) -> String {
-    let code = i32::try_from(-ret).unwrap_or(i32::MAX);
+    // Any i64 may come from a ring-buffer record: -i64::MIN does not exist.
+    let code = ret
+        .checked_neg()
+        .and_then(|n| i32::try_from(n).ok())
+        .unwrap_or(i32::MAX);
     let e = nix::errno::Errno::from_raw(code);
     if e == nix::errno::Errno::UnknownErrno {
         format!("error {code}")
@@ -65,6 +69,32 @@ mod tests {
             "ELOOP: Too many symbolic links encountered"
         );
         assert_eq!(errno_text(-100000), "error 100000");
+    }
+
+    /// Found by the `kernel_event` fuzz target: a replace record whose `ret` is i64::MIN (its
+    /// header's length made right, as the target does) overflowed the negation.
+    #[test]
+    fn fuzz_replace_record_with_the_smallest_ret() {
+        let mut record = include_bytes!("testdata/fuzz/kernel_event-ret-min.bin").to_vec();
+        let len = record.len() as u32;
+        record[4..8].copy_from_slice(&len.to_ne_bytes());
+        let ev = crate::hooks::decode::KernelEvent::parse(&record).expect("a replace record");
+        let crate::hooks::decode::KernelEvent::XtReplace(x) = ev else {
+            panic!("not a replace: {ev:?}")
+        };
+        assert_eq!(x.ret, i64::MIN);
+        let (c, result) = replace_attempt(x.kind, &x.table, x.num_entries, x.ret);
+        assert_eq!(result, "error 2147483647");
+        assert_eq!(c.table, "nat");
+    }
+
+    #[test]
+    fn any_return_value_has_a_text() {
+        assert_eq!(errno_text(i64::MIN), "error 2147483647");
+        assert_eq!(errno_text(i64::MAX), "error 2147483647");
+        assert_eq!(errno_text(1), "error -1");
+        let (_, result) = replace_attempt(XtKind::Ipv4, "nat", 9, i64::MIN);
+        assert_eq!(result, "error 2147483647");
     }
 
     #[test]

@@ -71,24 +71,23 @@ pub(crate) fn raw_changes(old: Option<&XtTable>, new: Option<&XtTable>) -> Vec<C
             }
         }
         (Some(o), Some(n)) => {
-            let old_by_name: HashMap<&str, &XtChain> =
-                o.chains.iter().map(|c| (c.name.as_str(), c)).collect();
-            let new_names: HashMap<&str, ()> =
-                n.chains.iter().map(|c| (c.name.as_str(), ())).collect();
+            let (old_keyed, new_keyed) = (keyed(o), keyed(n));
+            let old_by_key: HashMap<ChainKey, &XtChain> = old_keyed.iter().copied().collect();
+            let new_keys: HashMap<ChainKey, ()> = new_keyed.iter().map(|(k, _)| (*k, ())).collect();
             // In the order the kernel could have applied them: a chain exists before rules
             // jump to it, and is deleted after the jumps to it are gone.
-            for c in &n.chains {
-                if !old_by_name.contains_key(c.name.as_str()) {
+            for (k, c) in &new_keyed {
+                if !old_by_key.contains_key(k) {
                     chain_created(&mut out, n, c);
                 }
             }
-            for c in &n.chains {
-                if let Some(oc) = old_by_name.get(c.name.as_str()) {
+            for (k, c) in &new_keyed {
+                if let Some(oc) = old_by_key.get(k) {
                     chain_changed(&mut out, o, oc, n, c);
                 }
             }
-            for c in &o.chains {
-                if !new_names.contains_key(c.name.as_str()) {
+            for (k, c) in &old_keyed {
+                if !new_keys.contains_key(k) {
                     let mut ch =
                         Change::new(Op::ChainDelete, o.proto.family(), &o.name).chain(&c.name);
                     if !c.rules.is_empty() {
@@ -100,6 +99,24 @@ pub(crate) fn raw_changes(old: Option<&XtTable>, new: Option<&XtTable>) -> Vec<C
         }
     }
     out
+}
+
+/// A chain's name and how many chains of the table before it have that name: the kernel does not
+/// make names unique (a writer of raw `SET_REPLACE` blobs can repeat one), and the k-th chain of
+/// a name is matched with the k-th of the other copy, so that a table never differs from itself.
+type ChainKey<'t> = (&'t str, usize);
+
+fn keyed(t: &XtTable) -> Vec<(ChainKey<'_>, &XtChain)> {
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    t.chains
+        .iter()
+        .map(|c| {
+            let nth = seen.entry(c.name.as_str()).or_insert(0);
+            let key = (c.name.as_str(), *nth);
+            *nth += 1;
+            (key, c)
+        })
+        .collect()
 }
 
 fn chain_created(out: &mut Vec<Change>, t: &XtTable, c: &XtChain) {

@@ -209,6 +209,43 @@ fn diff_same_table_is_empty() {
     assert!(diff(None, None).is_empty());
 }
 
+/// The kernel does not make chain names unique: the k-th chain of a name is compared with the
+/// k-th of the other copy (by name alone, a table differed from itself).
+#[test]
+fn diff_pairs_chains_of_the_same_name_in_order() {
+    let a = filter(-2, vec![], &[("A", &[1]), ("B", &[]), ("A", &[2])]);
+    assert!(diff(Some(&a), Some(&a)).is_empty());
+    let b = filter(-2, vec![], &[("A", &[1]), ("B", &[]), ("A", &[2, 3])]);
+    let a_names: Vec<&str> = a.chains.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(a_names, ["INPUT", "FORWARD", "OUTPUT", "A", "B", "A"]);
+    let d = diff(Some(&a), Some(&b));
+    assert_eq!(
+        d,
+        vec![ch(Op::RuleAdd, "A").rule(rule_text_of(3), Some(1), b.chains[5].rules[1].fingerprint)]
+    );
+}
+
+/// Found by the `xt_blob` fuzz target (the ip_filter_basic fixture with a user chain's name
+/// repeated): `diff` of the table with itself reported two rule replaces.
+#[test]
+fn fuzz_repeated_chain_name_is_no_change() {
+    let input = include_bytes!("../testdata/fuzz/xt_blob-repeated-chain.bin");
+    let (selector, bytes) = input.split_first().expect("selector byte");
+    assert_eq!(*selector % 3, 0, "ip_tables");
+    let mut decoded = 0;
+    for fix_size in [false, true] {
+        let Ok(t) = crate::fuzzing::xt_table(XtProto::Ipv4, bytes, fix_size) else {
+            continue;
+        };
+        decoded += 1;
+        let names: std::collections::HashSet<&str> =
+            t.chains.iter().map(|c| c.name.as_str()).collect();
+        assert!(names.len() < t.chains.len(), "a chain name is repeated");
+        assert!(diff(Some(&t), Some(&t)).is_empty());
+    }
+    assert!(decoded > 0, "the input decodes");
+}
+
 #[test]
 fn diff_table_appears_and_goes() {
     let t = filter(-2, vec![drop_rule(1)], &[("A", &[])]);
