@@ -114,8 +114,8 @@ pub fn run(args: &BenchDaemonArgs) -> Result<i32> {
         | `observer run` RSS: before the load / peak during it / after | {rss0:.1} / {rssmax:.1} / {rss1:.1} MiB | < 64 MiB |\n\
         | records dropped by the record writer during the load | {dropped} | 0 |\n\n\
         The load is real: every 100 ms one `nft -f` transaction in a namespace of the bench's own \
-        flushes a chain and adds 99 rules other than those it held (100 changes: one \
-        `chain_flush`, 99 `rule_add`), for {secs} s; the daemon's stdout is read through a pipe and its record is on the same disk \
+        flushes a chain and adds 99 rules other than those it held (99 changes: each rule \
+        `rule_replace`d by the new one at its position), for {secs} s; the daemon's stdout is read through a pipe and its record is on the same disk \
         as the bench. The nft processes' own CPU is not counted. The synthetic week: 1,000 services \
         with 4 endpoint chains each, one endpoint replaced in 20 rule adds (about 24,000 chain \
         names in the week). The record's rows keep the JSON line compressed with zstd and a \

@@ -8,9 +8,11 @@ mod bench_incidents;
 mod bench_nats;
 mod cmd;
 mod deploy;
+mod fuzz;
 mod image;
 mod kstats;
 mod setup;
+mod soak;
 mod vm;
 mod vmbench;
 
@@ -54,6 +56,8 @@ enum Verb {
         - bpf-linker, built with `cargo install` against nightly rustc's own libLLVM \
           (prefix $CARGO_HOME/bpf-linker-llvm), when the installed one does not run or links \
           another LLVM major version.\n\
+        - cargo-fuzz (for the fuzz targets), `cargo install --locked` of a pinned release when \
+          none runs.\n\
         - tracefs and kernel BTF: reported only (observer mounts tracefs itself)."
     )]
     Setup(SetupArgs),
@@ -77,7 +81,10 @@ enum Verb {
         `cargo xtask test -- -p observer nft -- --nocapture`.\n\n\
         Without ARGS, as root, and when the host tests pass, `vm-test` follows: the integration \
         tests in a QEMU guest on the kprobe and fentry backends (skipped with the reason when \
-        no guest can be had; OBSERVER_SKIP_VM=1 skips it)."
+        no guest can be had; OBSERVER_SKIP_VM=1 skips it).\n\n\
+        Without ARGS, between the two, every fuzz target of fuzz/ runs for 18 s after one \
+        build (`cargo xtask fuzz --seconds 18`); a crash, timeout or OOM fails the run \
+        (OBSERVER_SKIP_FUZZ=1 skips it)."
     )]
     Test(PassThrough),
 
@@ -154,6 +161,26 @@ enum Verb {
     )]
     BenchNats(bench_nats::BenchNatsArgs),
 
+    /// Build observer, then run `observer run` for N minutes under mixed churn and check it stays flat
+    #[command(
+        long_about = "Run setup's checks, build observer (release), copy the binary to a \
+        directory of the soak's own and run `observer run` from there (fresh record, HTTP \
+        endpoint on a free loopback port, stdout read through a pipe) for --minutes (default 60) \
+        under about 1,000 changes per second in network namespaces the soak makes and deletes \
+        (`obs-soak-PID-*`; the host's ruleset is never touched): `nft -f` transactions and \
+        `iptables-legacy-restore --noflush` into a 3,000-rule table, a namespace made, written \
+        and deleted every 5 s, and an SSE client on /events that reconnects every 20-30 s with \
+        Last-Event-ID or ?after=. Prints one line a minute (RSS, open fds, CPU, record size, \
+        dropped rows, gaps, lost records, changes/s, SSE gaps/duplicates), then checks the aims: \
+        flat memory (the last 10 minutes' mean RSS within 5 % of minutes 10-20; under 30 minutes \
+        the last third against the middle third), nothing dropped or lost, no fd growth (end \
+        against minute 1), every seq exactly once over SSE. Exits 1 when an aim is missed. \
+        With --bench (only then) the per-minute table (every 5th minute and min/max for longer \
+        runs) and the summary go into BENCHMARKS.md between its soak markers, also when an aim \
+        is missed. Ctrl-C stops early, cleans up and exits 130 without writing. Needs root."
+    )]
+    Soak(soak::SoakArgs),
+
     /// Validate deploy/'s Kubernetes manifests offline and check its Containerfile
     #[command(
         long_about = "Validate the Kubernetes manifests in deploy/ against the API schemas \
@@ -166,15 +193,36 @@ enum Verb {
 
     /// Build observer, then its container image with podman, from scratch (nothing pulled)
     #[command(
-        long_about = "Run setup's checks, build observer (release), then make the image \
+        long_about = "Run setup's checks, build observer with the `dist` profile (fat LTO, one \
+        codegen unit, stripped: the binary to ship; a few minutes), then make the image \
         `localhost/observer:latest` from deploy/Containerfile with podman: the build context \
         (target/image) holds a root filesystem with the stripped binary and the shared \
         libraries ldd names for it, and the Containerfile starts FROM scratch, so no base image \
         is pulled from a registry. The image is labelled with the binary's SHA-256 (tests/image.rs \
-        checks it runs this build). Prints the image's size and writes it into BENCHMARKS.md \
-        between its image markers. Needs root. `cargo xtask test` builds it too."
+        checks it runs this build). Prints the image's and the binary's sizes and writes them \
+        into BENCHMARKS.md between its image markers. Needs root. `cargo xtask test` makes the \
+        image of the release binary it tests."
     )]
     Image(image::ImageArgs),
+
+    /// Run the cargo-fuzz targets of fuzz/ (observer's decoders) for N seconds each
+    #[command(
+        long_about = "Run setup's checks (which install cargo-fuzz when missing), build the fuzz \
+        targets of fuzz/ once (`cargo +nightly fuzz build`, AYA_BUILD_SKIP=1, into fuzz/target), \
+        then run each TARGET (default: all) for N seconds, one at a time: `cargo +nightly fuzz \
+        run --sanitizer none --codegen-units 16 TARGET fuzz/corpus/TARGET fuzz/seeds/TARGET -- \
+        -max_total_time=N -rss_limit_mb=2048 -timeout=10` (no sanitizer: the decoders are safe \
+        Rust, and without ASan the build is shorter and the runs faster). The committed seeds (fuzz/seeds, made from the tests' fixtures by \
+        fuzz/examples/make_seeds.rs) are read; new inputs go to the git-ignored working corpus \
+        fuzz/corpus. Prints per target the inputs run, libFuzzer's coverage (cov, ft) and \
+        corpus at the end, and crash or not; libFuzzer's own output is in \
+        fuzz/target/logs/TARGET.log. Exits non-zero on a crash, a timeout (an input over 10 s), \
+        an out-of-memory or a hang, naming the input it left in fuzz/artifacts/TARGET/. With \
+        --bench (only then) the table is also written into BENCHMARKS.md between its fuzz \
+        markers. Targets: nft_netlink, nft_expr, xt_blob, kernel_event, sse, owners, config, \
+        record."
+    )]
+    Fuzz(fuzz::FuzzArgs),
 }
 
 #[derive(Args)]
@@ -208,8 +256,12 @@ fn main() -> ExitCode {
         Verb::BenchDaemon(a) => bench_daemon::run(&a),
         Verb::BenchIncidents(a) => bench_incidents::run(&a),
         Verb::BenchNats(a) => bench_nats::run(&a),
+        Verb::Soak(a) => soak::run(&a),
         Verb::DeployCheck => deploy_check().map(|()| 0),
-        Verb::Image(a) => build().and_then(|_| image::run(&a, &root(), &target_dir()?)),
+        Verb::Image(a) => {
+            build_profile(image::PROFILE).and_then(|_| image::run(&a, &root(), &target_dir()?))
+        }
+        Verb::Fuzz(a) => setup_lenient().and_then(|()| fuzz::run(&a, &root())),
     };
     match result {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
@@ -250,22 +302,39 @@ fn deploy_check() -> Result<()> {
     cmd::phase("deploy-check", || deploy::check(&root(), &target))
 }
 
+/// Setup's checks, lenient about Debian packages when not root (they are not needed to build).
+fn setup_lenient() -> Result<()> {
+    let opts = setup::Options {
+        force_bpf_linker: false,
+        lenient_packages: true,
+    };
+    cmd::phase("setup", || setup::run(opts)).map(|_| ())
+}
+
 /// Setup (lenient about Debian packages when not root), then the release build of observer.
 fn build() -> Result<setup::Ready> {
+    build_profile("release")
+}
+
+/// Setup's checks, then `cargo build --profile PROFILE -p observer`.
+fn build_profile(profile: &str) -> Result<setup::Ready> {
     let opts = setup::Options {
         force_bpf_linker: false,
         lenient_packages: true,
     };
     let ready = cmd::phase("setup", || setup::run(opts))?;
-    cmd::phase("cargo build --release -p observer", || {
-        let mut c = cargo();
-        c.args(["build", "--release", "-p", "observer"]);
-        ready.apply(&mut c);
-        cmd::run(&mut c).context(
+    cmd::phase(
+        &format!("cargo build --profile {profile} -p observer"),
+        || {
+            let mut c = cargo();
+            c.args(["build", "--profile", profile, "-p", "observer"]);
+            ready.apply(&mut c);
+            cmd::run(&mut c).context(
             "building observer failed (see cargo's output above); `cargo xtask setup` checks the \
              toolchain, and AYA_BUILD_SKIP=1 builds userspace only",
         )
-    })?;
+        },
+    )?;
     Ok(ready)
 }
 
@@ -306,6 +375,12 @@ fn test(args: &[OsString]) -> Result<i32> {
     let host = cmd::run_status(&mut c)?;
     if host != 0 {
         return Ok(host);
+    }
+    // Every fuzz target for a short while (a crash fails the run).
+    if !args.is_empty() || std::env::var_os("OBSERVER_SKIP_FUZZ").is_some_and(|v| v == "1") {
+        println!("fuzz: skipped: it runs after the whole test suite (no ARGS), unless OBSERVER_SKIP_FUZZ=1");
+    } else {
+        cmd::phase("fuzz", || fuzz::test_step(&root()))?;
     }
     // Then the kprobe and fentry backends, in a guest (the host's kernel has neither). The
     // guest's `test result:` lines come last.

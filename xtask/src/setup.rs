@@ -16,6 +16,10 @@ use crate::cmd::{self, describe};
 /// needs a newer rustc or another LLVM does not break a fresh machine.
 const BPF_LINKER_VERSION: &str = "0.13.0";
 
+/// The cargo-fuzz release that `setup` installs when none runs (`cargo xtask fuzz`), pinned the
+/// same way.
+const CARGO_FUZZ_VERSION: &str = "0.13.2";
+
 /// A Debian package and the binaries that show it is installed.
 struct DebPackage {
     name: &'static str,
@@ -188,6 +192,7 @@ pub fn run(opts: Options) -> Result<Ready> {
     debian_packages(opts)?;
     let nightly = nightly_toolchain()?;
     let ready = bpf_linker(&nightly, opts.force_bpf_linker)?;
+    cargo_fuzz()?;
     kernel_report();
     Ok(ready)
 }
@@ -568,6 +573,42 @@ fn ready_for(good: &Path, in_path: Option<&Path>) -> Ready {
         println!("note {} is not first in PATH; xtask puts it first for its builds (add it to PATH for plain cargo)", d.display());
     }
     Ready { path_prepend: dir }
+}
+
+// ---------------------------------------------------------------------------------------------
+// cargo-fuzz
+
+/// cargo-fuzz (the fuzz targets of fuzz/, run by `cargo xtask fuzz` and `cargo xtask test`):
+/// any one that runs will do; otherwise the pinned release is installed (about a minute).
+fn cargo_fuzz() -> Result<()> {
+    let installed = install_root()?.join("bin").join("cargo-fuzz");
+    for candidate in cmd::which_in_path("cargo-fuzz").iter().chain([&installed]) {
+        if let Ok(v) = cmd::output(Command::new(candidate).arg("--version")) {
+            println!("ok {} ({})", v.trim(), candidate.display());
+            return Ok(());
+        }
+    }
+    println!("installing cargo-fuzz {CARGO_FUZZ_VERSION} (cargo install, about a minute)");
+    let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut c = Command::new(cargo);
+    c.args([
+        "install",
+        "cargo-fuzz",
+        "--locked",
+        "--version",
+        CARGO_FUZZ_VERSION,
+    ])
+    .env_remove("CARGO_TARGET_DIR");
+    cmd::run(&mut c).with_context(|| {
+        format!(
+            "installing cargo-fuzz failed; check that crates.io is reachable; the command was `{}`",
+            describe(&c)
+        )
+    })?;
+    let v = cmd::output(Command::new(&installed).arg("--version"))
+        .with_context(|| format!("the freshly installed {} does not run", installed.display()))?;
+    println!("ok {} ({})", v.trim(), installed.display());
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------
