@@ -325,8 +325,12 @@ impl Hub {
             None => true,
         };
         let Some(path) = self.record.clone().filter(|_| gap) else {
+            let mut events = ring;
+            if let Some(o) = oldest.filter(|&o| self.record.is_none() && o > after + 1) {
+                events.insert(0, missed(s, o - after - 1));
+            }
             return Backlog {
-                events: ring,
+                events,
                 more: false,
             };
         };
@@ -434,6 +438,30 @@ fn ring_after(inner: &Inner, s: Stream, after: u64) -> (Vec<Arc<Event>>, Option<
         .cloned()
         .collect();
     (items, oldest)
+}
+
+/// The gap line a client gets when events it asked for are gone from memory and there is no
+/// record to read them from: said, never silent.
+fn missed(s: Stream, n: u64) -> Arc<Event> {
+    let what = match s {
+        Stream::Changes => "changes",
+        Stream::Incidents => "incidents",
+    };
+    let line = crate::output::Record::Status(crate::output::record::StatusRecord::new(
+        "gap",
+        format!(
+            "{n} {what} were not sent to this client: they are older than the last {RING} this \
+             observer keeps in memory (the client fell behind, or asked for them) and it keeps \
+             no record (--no-record); run it with a record to catch clients up"
+        ),
+    ));
+    Arc::new(Event {
+        id: None,
+        json: serde_json::to_string(&line)
+            .unwrap_or_else(|e| format!(r#"{{"kind":"status","state":"gap","message":"{e}"}}"#))
+            .into(),
+        meta: Meta::default(),
+    })
 }
 
 /// The most events a client's catch-up takes from the record at a time.
@@ -746,6 +774,33 @@ mod tests {
             .filter_map(|e| e.id)
             .collect();
         assert_eq!(ids, vec![6, 7]);
+    }
+
+    #[tokio::test]
+    async fn without_a_record_a_client_is_told_what_it_missed() {
+        let hub = Arc::new(Hub::new(Metrics::new(None, None), None));
+        let last = RING as u64 + 100;
+        for id in 1..=last {
+            hub.publish(Stream::Changes, ev(id));
+        }
+        let back = hub.since(Stream::Changes, 40).await;
+        assert!(!back.more);
+        let first = &back.events[0];
+        assert_eq!(first.id, None);
+        let v: Value = serde_json::from_str(&first.json).unwrap();
+        assert_eq!(v["state"], "gap", "{v}");
+        assert!(
+            v["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("60 changes were not sent"),
+            "{v}"
+        );
+        let ids: Vec<u64> = back.events.iter().filter_map(|e| e.id).collect();
+        assert_eq!(ids, (101..=last).collect::<Vec<_>>());
+        // Nothing missed, nothing said.
+        let back = hub.since(Stream::Changes, last - 5).await;
+        assert!(back.events.iter().all(|e| e.id.is_some()));
     }
 
     #[tokio::test]

@@ -53,8 +53,13 @@ impl StatusRecord {
     /// A ready line that says only what is followed (views fed from a record or a stream
     /// rather than from the kernel: no hooks, no namespaces of their own).
     pub fn ready(message: String) -> StatusRecord {
+        StatusRecord::new("ready", message)
+    }
+
+    /// A status line of `state` with only a message.
+    pub fn new(state: &str, message: String) -> StatusRecord {
         StatusRecord {
-            state: "ready".into(),
+            state: state.into(),
             time: now(),
             message,
             hooks: None,
