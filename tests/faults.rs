@@ -340,12 +340,7 @@ fn map_entries(pid: u32) -> std::collections::BTreeMap<String, usize> {
         if !kind.contains("hash") {
             continue;
         }
-        // LRU maps the kernel bounds itself (AWAIT_ACK: tasks that wrote a ruleset, until evicted)
-        // are left out, but for the namespaces seen, which observer removes when they go.
         let name = show["name"].as_str().unwrap_or_default().to_string();
-        if kind.contains("lru") && name != "SEEN_NETNS" {
-            continue;
-        }
         let n = bpftool(&["map", "dump", "id", &id])
             .as_array()
             .map_or(0, Vec::len);
@@ -434,8 +429,16 @@ fn namespace_churn_leaks_nothing_and_misattributes_nothing() {
         "observer holds {fds_after} descriptors after the churn, {fds_before} before: {:?}",
         fd_targets(obs.pid())
     );
-    // No map entry kept for a namespace that is gone, and no call left half-seen.
-    let maps_after = map_entries(obs.pid());
+    // No map entry kept for a namespace that is gone, no call left half-seen, no task that
+    // exited (swept every 10 s).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let mut maps_after = map_entries(obs.pid());
+    while maps_after.get("AWAIT_ACK").is_some_and(|&n| n > 2)
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        maps_after = map_entries(obs.pid());
+    }
     for (name, &n) in &maps_after {
         let before = maps_before.get(name).copied().unwrap_or(0);
         assert!(

@@ -308,6 +308,9 @@ pub async fn run(options: &SourceArgs, output: Box<dyn Output>) -> anyhow::Resul
     use tokio::signal::unix::{signal, SignalKind};
     let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    // Kernel map entries of tasks that exited go now and then.
+    let mut sweep = tokio::time::interval(SWEEP_EVERY);
+    sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         // Incident windows (flapping, mass flush repair) end on a timer of their own.
         let deadline = engine.correlator.next_deadline();
@@ -330,6 +333,14 @@ pub async fn run(options: &SourceArgs, output: Box<dyn Output>) -> anyhow::Resul
                 engine.handle_losses().await;
             }
             Some(msg) = ns_rx.recv() => engine.on_ns(msg),
+            _ = sweep.tick() => {
+                if let Some(h) = engine.hooks.as_mut() {
+                    let n = h.sweep_exited();
+                    if n > 0 {
+                        tracing::debug!("{n} kernel entries of exited tasks removed");
+                    }
+                }
+            }
             else => break,
         }
     }
@@ -1334,6 +1345,9 @@ async fn read_notifications(
         }
     }
 }
+
+/// How often the kernel maps are swept of tasks that exited.
+const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The most queued datagrams dropped before a re-read (a writer that never pauses keeps the
 /// queue full; the rest are fed after the dump, their generations being older are ignored).

@@ -116,6 +116,8 @@ pub struct KernelHooks {
     _ebpf: Ebpf,
     ring: Option<RingBuf<MapData>>,
     seen: BpfHashMap<MapData, u32, u8>,
+    /// Tasks that sent a ruleset request, until their replies are read (kernel LRU).
+    await_ack: Option<BpfHashMap<MapData, u64, u32>>,
     drops: PerCpuArray<MapData, u64>,
     pub report: HookReport,
     /// nfnetlink writers captured in the kernel, for attributing nftables generations.
@@ -207,10 +209,14 @@ impl KernelHooks {
         .map_err(|e| HookError::Load(error_chain(&e)))?;
         let drops = PerCpuArray::try_from(ebpf.take_map("DROPS").ok_or(HookError::Map("DROPS"))?)
             .map_err(|e| HookError::Load(error_chain(&e)))?;
+        let await_ack = ebpf
+            .take_map("AWAIT_ACK")
+            .and_then(|m| BpfHashMap::try_from(m).ok());
         Ok(KernelHooks {
             _ebpf: ebpf,
             ring: Some(ring),
             seen,
+            await_ack,
             drops,
             report,
             writers: Arc::new(nlattr::WriterCache::default()),
@@ -227,6 +233,23 @@ impl KernelHooks {
     /// Forget a namespace that went away (its inode may be reused).
     pub fn forget_netns(&mut self, inode: u32) {
         let _ = self.seen.remove(&inode);
+    }
+
+    /// Remove the kernel's entries of tasks that exited (their pid may be reused): the kernel
+    /// side drops a task's entry only when its LRU map is full. Returns how many went.
+    pub fn sweep_exited(&mut self) -> usize {
+        let Some(map) = self.await_ack.as_mut() else {
+            return 0;
+        };
+        let gone: Vec<u64> = map
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|k| {
+                !std::path::Path::new(&format!("/proc/{}/task/{}", k >> 32, k & 0xffff_ffff))
+                    .exists()
+            })
+            .collect();
+        gone.iter().filter(|k| map.remove(k).is_ok()).count()
     }
 
     /// Events the kernel side could not report: (ring buffer full, pending map full).
