@@ -75,6 +75,23 @@ impl Netns {
         run("ip", &full);
     }
 
+    /// Run a command inside the namespace (not through a writer) that must succeed; returns
+    /// its stdout.
+    pub fn read(&self, args: &[&str]) -> String {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.name])
+            .args(args)
+            .output()
+            .expect("spawn ip netns exec");
+        assert!(
+            out.status.success(),
+            "{args:?} in {} failed: {}",
+            self.name,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// Run a command that must fail inside the namespace through the writer script; returns
     /// its stderr.
     pub fn write_refused(&self, writer: &Writer, args: &[&str]) -> String {

@@ -982,14 +982,8 @@ impl Load {
 
 impl Drop for Load {
     fn drop(&mut self) {
-        let _ = self.child_kill();
-    }
-}
-
-impl Load {
-    fn child_kill(&mut self) -> std::io::Result<()> {
-        self.0.kill()?;
-        self.0.wait().map(|_| ())
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 

@@ -32,18 +32,7 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 
 /// The `-A` lines of `iptables-legacy-save -t TABLE` in `ns`, as (chain, rule).
 fn saved_rules(ns: &Netns, table: &str) -> Vec<(String, String)> {
-    let out = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &ns.name,
-            "iptables-legacy-save",
-            "-t",
-            table,
-        ])
-        .output()
-        .expect("iptables-legacy-save");
-    String::from_utf8_lossy(&out.stdout)
+    ns.read(&["iptables-legacy-save", "-t", table])
         .lines()
         .filter_map(|l| l.strip_prefix("-A "))
         .filter_map(|l| l.split_once(' '))
@@ -185,19 +174,8 @@ fn a_ring_buffer_overrun_is_reported_and_the_tables_re_read() {
 
 /// The rules of an nft chain in `ns` as `nft list chain` prints them (handles aside).
 fn nft_rules(ns: &Netns, family: &str, table: &str, chain: &str) -> Vec<String> {
-    let out = Command::new("ip")
-        .args([
-            "netns", "exec", &ns.name, "nft", "list", "chain", family, table, chain,
-        ])
-        .output()
-        .expect("nft list chain");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    text.lines()
+    ns.read(&["nft", "list", "chain", family, table, chain])
+        .lines()
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with("table") && !l.starts_with("chain"))
         .filter(|l| *l != "}" && !l.starts_with("type "))

@@ -276,13 +276,8 @@ fn nft_changes_in_a_namespace_created_after_start() {
         here(v) && change("rule_add", Some("one"))(v)
     });
     let _ = added;
-    let listing = std::process::Command::new("ip")
-        .args([
-            "netns", "exec", &ns.name, "nft", "-a", "list", "chain", "inet", "obst", "one",
-        ])
-        .output()
-        .expect("nft list");
-    let handle = String::from_utf8_lossy(&listing.stdout)
+    let handle = ns
+        .read(&["nft", "-a", "list", "chain", "inet", "obst", "one"])
         .lines()
         .filter(|l| l.contains("counter"))
         .find_map(|l| {

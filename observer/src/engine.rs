@@ -595,13 +595,11 @@ impl Engine {
                     (tables, problems)
                 })
             })
-            .await;
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|r| r.map_err(|e| e.to_string()));
             let (tables, problems) = match read {
-                Ok(Ok(r)) => r,
-                Ok(Err(e)) => {
-                    self.warn(format!("re-reading namespace {inode}: {e}"));
-                    continue;
-                }
+                Ok(r) => r,
                 Err(e) => {
                     self.warn(format!("re-reading namespace {inode}: {e}"));
                     continue;
@@ -685,24 +683,16 @@ impl Engine {
             ));
         }
         let resync = ring > r0 || pending > p0;
-        self.emit_status(StatusRecord {
-            state: "gap".into(),
-            time: now(),
-            message: format!(
-                "{}; {}",
-                parts.join("; "),
-                if resync {
-                    "every legacy table is re-read: what changed meanwhile follows as changes \
-                     marked `recovered`, of an unknown writer"
-                } else {
-                    "legacy changes around this time may be missing"
-                }
-            ),
-            hooks: None,
-            sources: vec![],
-            netns_watched: None,
-            lost: vec![],
-        });
+        self.emit_status(StatusRecord::gap(format!(
+            "{}; {}",
+            parts.join("; "),
+            if resync {
+                "every legacy table is re-read: what changed meanwhile follows as changes \
+                 marked `recovered`, of an unknown writer"
+            } else {
+                "legacy changes around this time may be missing"
+            }
+        )));
         resync
     }
 
@@ -1001,15 +991,7 @@ impl Engine {
                 );
             }
             NsMsg::Trouble { inode, message } => {
-                self.emit_status(StatusRecord {
-                    state: "gap".into(),
-                    time: now(),
-                    message: format!("namespace {inode}: {message}"),
-                    hooks: None,
-                    sources: vec![],
-                    netns_watched: None,
-                    lost: vec![],
-                });
+                self.emit_status(StatusRecord::gap(format!("namespace {inode}: {message}")));
             }
         }
     }

@@ -551,11 +551,6 @@ pub struct StoreSender {
 }
 
 impl StoreSender {
-    /// Queue a row; when the writer is behind, count it as dropped and return false.
-    pub fn send(&self, row: Row) -> bool {
-        self.send_then(Some(row), None)
-    }
-
     /// Queue a row (if any), then `then`, which the writer runs once the row is committed, in
     /// the order sent. When more than the capacity of rows are waiting for the disk, the row is
     /// dropped from the record (counted, reported) and `then` still runs in its turn; false is
@@ -1133,9 +1128,8 @@ pub fn select_changes(conn: &Connection, s: &Selection) -> Result<Vec<Stored>, S
 /// actor and backend filters are applied by the caller on the JSON (an incident names several
 /// chains and actors).
 pub fn select_incidents(conn: &Connection, s: &Selection) -> Result<Vec<Stored>, StoreError> {
-    let mut w = Where::for_record(conn)?;
     // Incidents keep plain columns in every layout.
-    w.numbered_strings = false;
+    let mut w = Where::default();
     w.common(s, "no");
     w.any_of("type", &s.types);
     w.run(

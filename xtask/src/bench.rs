@@ -120,7 +120,7 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
     }
     let plan = Plan::new(args.quick);
     let env = Environment::collect();
-    remove_stale_namespaces();
+    remove_stale_namespaces("obs-bench-");
 
     let tag = process::id();
     let small = Netns::add(format!("obs-bench-{tag}-events"))?;
@@ -231,14 +231,15 @@ impl Drop for Netns {
     }
 }
 
-/// Deletes `obs-bench-PID-*` namespaces left by a bench that was killed (its PID is gone).
-fn remove_stale_namespaces() {
+/// Deletes `PREFIXPID-*` namespaces left by a bench or soak that was killed (SIGKILL leaves no
+/// time to clean up): those named for a process that no longer exists.
+pub(crate) fn remove_stale_namespaces(prefix: &str) {
     let Ok(list) = cmd::output(Command::new("ip").args(["netns", "list"])) else {
         return;
     };
     for name in list.lines().filter_map(|l| l.split_whitespace().next()) {
         let Some(pid) = name
-            .strip_prefix("obs-bench-")
+            .strip_prefix(prefix)
             .and_then(|rest| rest.split('-').next())
             .and_then(|p| p.parse::<u32>().ok())
         else {
@@ -247,7 +248,7 @@ fn remove_stale_namespaces() {
         if Path::new(&format!("/proc/{pid}")).exists() {
             continue; // a bench that is still running
         }
-        eprintln!("xtask: deleting network namespace {name}, left by an interrupted bench");
+        eprintln!("xtask: deleting network namespace {name}, left by process {pid}, gone");
         if let Err(e) = cmd::output(Command::new("ip").args(["netns", "del", name])) {
             eprintln!("xtask: warning: {e:#}");
         }

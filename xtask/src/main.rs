@@ -261,7 +261,7 @@ fn main() -> ExitCode {
         Verb::Image(a) => {
             build_profile(image::PROFILE).and_then(|_| image::run(&a, &root(), &target_dir()?))
         }
-        Verb::Fuzz(a) => setup_lenient().and_then(|()| fuzz::run(&a, &root())),
+        Verb::Fuzz(a) => setup_lenient().and_then(|_| fuzz::run(&a, &root())),
     };
     match result {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
@@ -303,12 +303,12 @@ fn deploy_check() -> Result<()> {
 }
 
 /// Setup's checks, lenient about Debian packages when not root (they are not needed to build).
-fn setup_lenient() -> Result<()> {
+fn setup_lenient() -> Result<setup::Ready> {
     let opts = setup::Options {
         force_bpf_linker: false,
         lenient_packages: true,
     };
-    cmd::phase("setup", || setup::run(opts)).map(|_| ())
+    cmd::phase("setup", || setup::run(opts))
 }
 
 /// Setup (lenient about Debian packages when not root), then the release build of observer.
@@ -318,11 +318,7 @@ fn build() -> Result<setup::Ready> {
 
 /// Setup's checks, then `cargo build --profile PROFILE -p observer`.
 fn build_profile(profile: &str) -> Result<setup::Ready> {
-    let opts = setup::Options {
-        force_bpf_linker: false,
-        lenient_packages: true,
-    };
-    let ready = cmd::phase("setup", || setup::run(opts))?;
+    let ready = setup_lenient()?;
     cmd::phase(
         &format!("cargo build --profile {profile} -p observer"),
         || {

@@ -160,27 +160,6 @@ impl Drop for Ns {
     }
 }
 
-/// Namespaces left by a soak that was killed (SIGKILL leaves no time to clean up): those named
-/// for a process that no longer exists.
-fn remove_stale_namespaces() {
-    let Ok(list) = cmd::output(Command::new("ip").args(["netns", "list"])) else {
-        return;
-    };
-    for name in list.lines().filter_map(|l| l.split_whitespace().next()) {
-        let Some(pid) = name
-            .strip_prefix(NS_PREFIX)
-            .and_then(|r| r.split('-').next())
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if pid != process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
-            eprintln!("xtask: soak: deleting namespace {name}, left by soak process {pid}");
-            let _ = Command::new("ip").args(["netns", "del", name]).output();
-        }
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // observer run
 
@@ -816,7 +795,7 @@ pub fn run(args: &SoakArgs) -> Result<i32> {
         }
     }
     catch_signals();
-    remove_stale_namespaces();
+    crate::bench::remove_stale_namespaces(NS_PREFIX);
     super::build()?;
     if interrupted() {
         bail!("interrupted");

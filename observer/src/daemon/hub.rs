@@ -326,7 +326,7 @@ impl Hub {
         };
         let Some(path) = self.record.clone().filter(|_| gap) else {
             let mut events = ring;
-            if let Some(o) = oldest.filter(|&o| self.record.is_none() && o > after + 1) {
+            if let (true, None, Some(o)) = (gap, &self.record, oldest) {
                 events.insert(0, missed(s, o - after - 1));
             }
             return Backlog {
@@ -447,14 +447,11 @@ fn missed(s: Stream, n: u64) -> Arc<Event> {
         Stream::Changes => "changes",
         Stream::Incidents => "incidents",
     };
-    let line = crate::output::Record::Status(crate::output::record::StatusRecord::new(
-        "gap",
-        format!(
-            "{n} {what} were not sent to this client: they are older than the last {RING} this \
-             observer keeps in memory (the client fell behind, or asked for them) and it keeps \
-             no record (--no-record); run it with a record to catch clients up"
-        ),
-    ));
+    let line = crate::output::Record::Status(crate::output::record::StatusRecord::gap(format!(
+        "{n} {what} were not sent to this client: they are older than the last {RING} this \
+         observer keeps in memory (the client fell behind, or asked for them) and it keeps no \
+         record (--no-record); run it with a record to catch clients up"
+    )));
     Arc::new(Event {
         id: None,
         json: serde_json::to_string(&line)

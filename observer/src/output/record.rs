@@ -56,8 +56,13 @@ impl StatusRecord {
         StatusRecord::new("ready", message)
     }
 
+    /// A gap line: something was not seen or not sent, and the message says what.
+    pub fn gap(message: String) -> StatusRecord {
+        StatusRecord::new("gap", message)
+    }
+
     /// A status line of `state` with only a message.
-    pub fn new(state: &str, message: String) -> StatusRecord {
+    fn new(state: &str, message: String) -> StatusRecord {
         StatusRecord {
             state: state.into(),
             time: now(),
