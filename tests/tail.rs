@@ -554,6 +554,41 @@ fn a_forced_backend_attaches_or_fails_with_the_kernels_error() {
                 hooks.starts_with(&format!("x_tables={backend} ")),
                 "{backend} forced, but: {hooks}"
             );
+            // Every hook is on that backend: no syscall tracepoint is attached at all.
+            for hook in [
+                "namespaces",
+                "umount",
+                "nf_writers",
+                "nft_gens",
+                "nf_refusals",
+            ] {
+                assert!(
+                    hooks.contains(&format!(" {hook}={backend}")),
+                    "{backend} forced, but {hook} is elsewhere: {hooks}"
+                );
+            }
+            // doctor lists exactly what is attached: kernel functions only.
+            let out = std::process::Command::new(common::observer_bin())
+                .args(["doctor", "--json"])
+                .output()
+                .expect("run observer doctor");
+            let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+                panic!(
+                    "doctor --json: {e}: {}",
+                    String::from_utf8_lossy(&out.stdout)
+                )
+            });
+            let attached: Vec<&str> = report["attached"]
+                .as_array()
+                .map(|a| a.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            assert!(
+                attached.len() >= 7
+                    && attached.iter().all(|a| !a.starts_with("syscalls:"))
+                    && attached.iter().any(|a| a.ends_with(":netlink_unicast"))
+                    && attached.iter().any(|a| a.ends_with(":copy_net_ns")),
+                "doctor on a {backend} kernel: {attached:?}"
+            );
         }
     }
 }
@@ -674,4 +709,77 @@ fn a_refused_nft_batch_is_a_failed_attempt_not_a_change() {
         }
     }
     obs.stop();
+}
+
+/// Each nftables generation is joined to the writer that committed it: on kprobe and fentry
+/// kernels by its generation id (the kernel reports who committed which generation), on the
+/// tracepoint backend by the writer's thread id. observer says at exit how many went which way.
+#[test]
+fn nft_generations_are_joined_to_their_writer() {
+    skip_unless!("ip", "nft");
+    let ns = Netns::new("genjoin");
+    let forced = common::forced_hooks();
+    let mut child = std::process::Command::new(common::observer_bin())
+        .args(["tail", "--json", "--netns", &ns.name])
+        .args(forced.iter().flat_map(|h| ["--hooks", h.as_str()]))
+        .env("OBSERVER_LOG", "info")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start observer");
+    let lines = common::json_lines(child.stdout.take().expect("stdout"));
+    let mut stderr = child.stderr.take().expect("stderr");
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut s);
+        s
+    });
+    let wait = std::time::Duration::from_secs(60 * common::slowdown());
+    let ready = lines.recv_timeout(wait).expect("no ready line");
+    assert_eq!(ready["state"], "ready", "{ready}");
+    for rule in [
+        "add table ip obsgen",
+        "add chain ip obsgen c",
+        "add rule ip obsgen c accept",
+    ] {
+        let mut args = vec!["netns", "exec", ns.name.as_str(), "nft"];
+        args.extend(rule.split(' '));
+        common::run("ip", &args);
+    }
+    let mut seen = 0;
+    let deadline = std::time::Instant::now() + wait;
+    while seen < 3 {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let v = lines
+            .recv_timeout(left)
+            .expect("the three nft changes were not reported");
+        if common::is_change(&v) && v["table"] == "obsgen" {
+            assert_eq!(v["process"]["comm"], "nft", "{v}");
+            seen += 1;
+        }
+    }
+    common::run("kill", &["-INT", &child.id().to_string()]);
+    let _ = child.wait();
+    let err = err_reader.join().unwrap_or_default();
+    let counts: Vec<u64> = err
+        .lines()
+        .find_map(|l| l.split_once("nftables generations:").map(|(_, rest)| rest))
+        .unwrap_or_else(|| panic!("no join summary at exit: {err}"))
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    let [by_id, by_thread, from_proc] = counts[..] else {
+        panic!("unexpected summary: {err}");
+    };
+    match common::legacy_source().as_str() {
+        "fentry" | "kprobe" => assert!(
+            by_id >= 3 && by_thread == 0 && from_proc == 0,
+            "generations not joined by id: {by_id} by id, {by_thread} by thread, {from_proc} \
+             from /proc"
+        ),
+        _ => assert!(
+            by_id == 0 && by_thread >= 3 && from_proc == 0,
+            "tracepoint backend: {by_id} by id, {by_thread} by thread, {from_proc} from /proc"
+        ),
+    }
 }

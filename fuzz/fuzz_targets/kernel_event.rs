@@ -36,7 +36,7 @@ fn derived(ev: &KernelEvent) {
                 x.ret,
             ));
         }
-        KernelEvent::NetnsSeen { .. } | KernelEvent::Umount { .. } => {}
+        KernelEvent::NetnsSeen { .. } | KernelEvent::Umount { .. } | KernelEvent::NftGen { .. } => {}
     }
 }
 

@@ -37,6 +37,8 @@ pub const KIND_NFNL_SEND: u32 = 4;
 pub const KIND_NFNL_ACK: u32 = 5;
 /// An nfnetlink request the kernel refused, seen in the kernel (kprobe, fentry).
 pub const KIND_NFNL_REFUSED: u32 = 6;
+/// An nftables generation committed, with its writer (kprobe, fentry).
+pub const KIND_NFT_GEN: u32 = 7;
 
 /// The record kinds, for userspace. Built only through [`EventKind::try_from`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,6 +49,7 @@ pub enum EventKind {
     NfnlSend,
     NfnlAck,
     NfnlRefused,
+    NftGen,
 }
 
 impl TryFrom<u32> for EventKind {
@@ -60,6 +63,7 @@ impl TryFrom<u32> for EventKind {
             KIND_NFNL_SEND => Ok(EventKind::NfnlSend),
             KIND_NFNL_ACK => Ok(EventKind::NfnlAck),
             KIND_NFNL_REFUSED => Ok(EventKind::NfnlRefused),
+            KIND_NFT_GEN => Ok(EventKind::NftGen),
             other => Err(other),
         }
     }
@@ -77,8 +81,14 @@ pub struct Event<T> {
 pub const DROP_RINGBUF: u32 = 0;
 /// Index of the per-CPU counter of pending-call map insertions that failed.
 pub const DROP_PENDING: u32 = 1;
+/// Index of the per-CPU counter of kernel or user memory reads that failed where a record needed
+/// them (the record is then not written, or written without that part).
+pub const DROP_READ: u32 = 2;
+/// Index of the per-CPU counter of other map updates that failed (a namespace not marked as
+/// seen, a writer not remembered for its replies).
+pub const DROP_MAP: u32 = 3;
 /// Number of per-CPU drop counters.
-pub const DROP_COUNTERS: u32 = 2;
+pub const DROP_COUNTERS: u32 = 4;
 
 #[cfg(feature = "user")]
 mod user {
@@ -110,6 +120,7 @@ mod tests {
             EventKind::try_from(KIND_NFNL_REFUSED),
             Ok(EventKind::NfnlRefused)
         );
+        assert_eq!(EventKind::try_from(KIND_NFT_GEN), Ok(EventKind::NftGen));
         assert_eq!(EventKind::try_from(99), Err(99));
     }
 
@@ -134,7 +145,11 @@ mod tests {
             size_of::<process::Process>() + ns::UMOUNT_PATH_LEN
         );
         assert_eq!(size_of::<offsets::Offsets>(), 4 * 12);
-        assert_eq!(size_of::<nfnl::NlOffsets>(), 4 * 13);
+        assert_eq!(size_of::<nfnl::NlOffsets>(), 4 * 19);
+        assert_eq!(
+            size_of::<nfnl::NftGen>(),
+            size_of::<process::Process>() + 4 * 2
+        );
         assert_eq!(
             size_of::<nfnl::NfnlRefused>(),
             size_of::<process::Process>() + 4 * 4 + nfnl::NFNL_REFUSED_LEN

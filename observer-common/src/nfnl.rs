@@ -76,6 +76,28 @@ pub struct NfnlSend {
     pub head: [u8; NFNL_HEAD_LEN],
 }
 
+/// `NFNLGRP_NFTABLES`: the multicast group of nftables notifications.
+pub const NFNLGRP_NFTABLES: u32 = 7;
+/// `NFT_MSG_NEWGEN`: the notification that ends a committed nftables batch.
+pub const NFT_MSG_NEWGEN: u16 = 15;
+/// `NFTA_GEN_ID`: the generation id attribute of `NFT_MSG_NEWGEN`.
+pub const NFTA_GEN_ID: u16 = 1;
+/// `NSFS_MAGIC`: the file system of namespace files (what `ip netns add` bind-mounts).
+pub const NSFS_MAGIC: u64 = 0x6e73_6673;
+
+/// An nftables batch committed: the generation it made, and who made it. Written where the
+/// kernel sends the batch's `NFT_MSG_NEWGEN` notification (`nlmsg_notify`), inside the commit, in
+/// the writer's context: userspace joins it to that notification by `(netns, genid)`, exactly.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NftGen {
+    pub process: Process,
+    /// Network namespace inode of the ruleset; 0 when unknown.
+    pub netns: u32,
+    /// `NFTA_GEN_ID` of the notification (host order).
+    pub genid: u32,
+}
+
 /// Kernel struct offsets for finding the socket behind a file descriptor. Separate from
 /// [`crate::offsets::Offsets`]: when one of these is missing only this hook is disabled.
 #[repr(C)]
@@ -108,6 +130,17 @@ pub struct NlOffsets {
     /// `sk_buff.sk`: the refusal hook on `netlink_ack` checks the protocol of the socket a request
     /// came in on. Not covered by `valid` (only that hook needs it).
     pub skb_sk: u32,
+    /// `sk_buff.data` (a pointer) and `sk_buff.len` (u32): the kprobe and fentry writer hooks read
+    /// the request, and the generation hook the notification, from the socket buffer. Not
+    /// covered by `valid`: without them those hooks stay on the tracepoint backend.
+    pub skb_data: u32,
+    pub skb_len: u32,
+    /// `path.dentry`, `dentry.d_sb` and `super_block.s_magic` (unsigned long): the kprobe and
+    /// fentry unmount hook keeps only namespace (nsfs) mounts. Not covered by `valid`.
+    pub path_dentry: u32,
+    pub dentry_sb: u32,
+    pub sb_magic: u32,
+    pub _pad: u32,
 }
 
 impl NlOffsets {
@@ -126,6 +159,12 @@ impl NlOffsets {
             sk_net: u32::MAX,
             valid: 0,
             skb_sk: u32::MAX,
+            skb_data: u32::MAX,
+            skb_len: u32::MAX,
+            path_dentry: u32::MAX,
+            dentry_sb: u32::MAX,
+            sb_magic: u32::MAX,
+            _pad: 0,
         }
     }
 }

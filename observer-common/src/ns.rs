@@ -18,11 +18,15 @@ pub const VIA_UNSHARE: u32 = 1;
 pub const VIA_SETNS: u32 = 2;
 pub const VIA_CLONE: u32 = 3;
 pub const VIA_WRITE: u32 = 4;
+/// Created (`copy_net_ns`, kprobe and fentry backends): the record's task is the creator, which
+/// may not be in the namespace yet; its `netns` field is the new namespace.
+pub const VIA_CREATE: u32 = 5;
 
 /// Bytes of the unmounted path that are copied.
 pub const UMOUNT_PATH_LEN: usize = 128;
 
-/// A successful umount2(); userspace checks whether a namespace bind mount went with it.
+/// A successful umount2(); userspace checks whether a namespace bind mount went with it. The
+/// kprobe and fentry hook reports only namespace (nsfs) mounts, with an empty path.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Umount {

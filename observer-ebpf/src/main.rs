@@ -13,12 +13,17 @@
 //! - `sys_enter/exit_{sendmsg,sendto}` (module `netlink`): nftables batches and ipset commands on
 //!   a `NETLINK_NETFILTER` socket, with their writer.
 //!
+//! On kernels with kprobes or fentry none of these syscall tracepoints is used: the x_tables hook
+//! is on `nf_setsockopt` (modules `kprobe`, `fentry`), and the nfnetlink and namespace hooks on
+//! kernel functions that run only for that work (module `kfunc`).
+//!
 //! Kernel struct offsets come from userspace (see `observer_common::offsets`); with none, the
 //! parent chain and the namespace are left empty rather than guessed.
 #![no_std]
 #![no_main]
 
 mod fentry;
+mod kfunc;
 mod kprobe;
 mod xt_hook;
 
@@ -39,7 +44,8 @@ use observer_common::{
     offsets::Offsets,
     process::{Process, ANCESTORS, COMM_LEN},
     xt::{is_replace, Pending, ARGS_LEN, TABLE_NAME_LEN},
-    Event, Header, DROP_COUNTERS, DROP_PENDING, DROP_RINGBUF, KIND_NETNS_SEEN, KIND_UMOUNT,
+    Event, Header, DROP_COUNTERS, DROP_MAP, DROP_PENDING, DROP_RINGBUF, KIND_NETNS_SEEN,
+    KIND_UMOUNT,
 };
 
 mod netlink;
@@ -79,6 +85,8 @@ const ARG0: usize = 16;
 const ARG1: usize = 24;
 const ARG2: usize = 32;
 const ARG3: usize = 40;
+const ARG4: usize = 48;
+const ARG5: usize = 56;
 const RET: usize = 16;
 
 fn count_drop(index: u32) {
@@ -276,12 +284,22 @@ fn netns_seen(via: u32) {
     if off.valid == 0 {
         return;
     }
-    let netns = current_netns(&off);
+    netns_report(current_netns(&off), via);
+}
+
+/// Report namespace `netns` (with the current task, which is in it or made it) if it has not
+/// been reported yet.
+fn netns_report(netns: u32, via: u32) {
+    if offsets().valid == 0 {
+        return;
+    }
     // SAFETY: a plain lookup; the value is not dereferenced.
     if netns == 0 || unsafe { SEEN_NETNS.get(netns) }.is_some() {
         return;
     }
-    let _ = SEEN_NETNS.insert(netns, 1, 0);
+    if SEEN_NETNS.insert(netns, 1, 0).is_err() {
+        count_drop(DROP_MAP);
+    }
     let mut event = Event {
         header: header(KIND_NETNS_SEEN, core::mem::size_of::<Event<NetnsSeen>>()),
         data: NetnsSeen {
@@ -291,6 +309,8 @@ fn netns_seen(via: u32) {
         },
     };
     fill_process(&mut event.data.process);
+    // The creator of a namespace is not in it yet.
+    event.data.process.netns = netns;
     output(&event);
 }
 

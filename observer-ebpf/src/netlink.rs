@@ -35,12 +35,12 @@ use observer_common::{
         PHASE_ENTER, PHASE_EXIT,
     },
     process::Process,
-    Event, DROP_PENDING, KIND_NFNL_ACK, KIND_NFNL_SEND,
+    Event, DROP_MAP, DROP_PENDING, DROP_READ, KIND_NFNL_ACK, KIND_NFNL_SEND,
 };
 
 use crate::{
     count_drop, fill_process, header, offsets, output, read_at, verifier_bound, ARG0, ARG1, ARG2,
-    RET,
+    ARG4, ARG5, RET,
 };
 
 /// Filled in by userspace from the running kernel's BTF before load.
@@ -89,7 +89,7 @@ pub(crate) fn nl_offsets() -> NlOffsets {
 }
 
 /// The subsystem of a ruleset-changing request, from its first netlink message, or `None`.
-fn subsystem(first: &[u8; 20]) -> Option<u16> {
+pub(crate) fn subsystem(first: &[u8; 20]) -> Option<u16> {
     // struct nlmsghdr { u32 len; u16 type; u16 flags; u32 seq; u32 pid } then
     // struct nfgenmsg { u8 family; u8 version; __be16 res_id }.
     let ty = u16::from_ne_bytes([first[4], first[5]]);
@@ -151,9 +151,30 @@ fn on_send(fd: i64, buf: u64, len: u64) -> Result<(), i32> {
         return Ok(());
     };
     // Its replies are worth reading: they say whether the kernel took the request.
-    let _ = AWAIT_ACK.insert(bpf_get_current_pid_tgid(), sock_netns, 0);
+    if AWAIT_ACK
+        .insert(bpf_get_current_pid_tgid(), sock_netns, 0)
+        .is_err()
+    {
+        count_drop(DROP_MAP);
+    }
+    report_request(subsys, sock_netns, len, buf, Memory::User);
+    Ok(())
+}
+
+/// Where a request's bytes are: in the writer's memory (syscall tracepoints) or in a kernel
+/// socket buffer (kprobe and fentry hooks).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Memory {
+    User,
+    Kernel,
+}
+
+/// Report a ruleset-changing request of subsystem `subsys` (`len` bytes at `src`) on a socket of
+/// namespace `sock_netns`, with its writer: nftables batches now, ipset commands when the call
+/// returns (kept in `PENDING_NFNL` until then).
+pub(crate) fn report_request(subsys: u16, sock_netns: u32, len: u64, src: u64, memory: Memory) {
     let Some(ev) = NFNL_SCRATCH.get_ptr_mut(0) else {
-        return Ok(());
+        return;
     };
     let captured = if len < NFNL_HEAD_LEN as u64 {
         len as u32
@@ -171,8 +192,20 @@ fn on_send(fd: i64, buf: u64, len: u64) -> Result<(), i32> {
         d.len = len as u32;
         d._pad = 0;
         let n = verifier_bound(captured, NFNL_HEAD_LEN as u32);
-        let ok = gen::bpf_probe_read_user(d.head.as_mut_ptr().cast(), n, buf as *const _) == 0;
-        d.captured = if ok { n } else { 0 };
+        let rc = match memory {
+            Memory::User => {
+                gen::bpf_probe_read_user(d.head.as_mut_ptr().cast(), n, src as *const _)
+            }
+            Memory::Kernel => {
+                gen::bpf_probe_read_kernel(d.head.as_mut_ptr().cast(), n, src as *const _)
+            }
+        };
+        d.captured = if rc == 0 {
+            n
+        } else {
+            count_drop(DROP_READ);
+            0
+        };
         if subsys == NFNL_SUBSYS_NFTABLES {
             d.phase = PHASE_ENTER;
             fill_process(&mut d.process);
@@ -190,7 +223,22 @@ fn on_send(fd: i64, buf: u64, len: u64) -> Result<(), i32> {
             }
         }
     }
-    Ok(())
+}
+
+/// The request of the current task that waits for its call to return (ipset), if any: fill in
+/// the call's result and the writer, and report it.
+pub(crate) fn finish_request(ret: i64) {
+    let key = bpf_get_current_pid_tgid();
+    let Some(ev) = PENDING_NFNL.get_ptr_mut(key) else {
+        return;
+    };
+    // SAFETY: `ev` is this task's own entry (keyed by its pid_tgid), written only by it.
+    unsafe {
+        (*ev).data.ret = ret;
+        fill_process(&mut (*ev).data.process);
+        output(&*ev);
+    }
+    let _ = PENDING_NFNL.remove(key);
 }
 
 // match-proto: syscall tracepoint `syscalls:sys_enter_sendmsg`
@@ -208,24 +256,51 @@ fn try_sendmsg_enter(ctx: &TracePointContext) -> Result<(), i32> {
     if msg == 0 {
         return Ok(());
     }
-    // The first iovec holds the batch head.
-    let Some(iov) = first_iovec(msg)? else {
+    // struct user_msghdr: msg_name (8), msg_namelen (4 + 4 padding), msg_iov (8) at 16,
+    // msg_iovlen (8) at 24. One read for the address and the first iovec's pointer.
+    // SAFETY: a user pointer read through the checked helper.
+    let head: [u64; 3] = unsafe { aya_ebpf::helpers::bpf_probe_read_user(msg as *const [u64; 3]) }?;
+    if !maybe_netlink(fd, head[0], head[1] as u32) {
         return Ok(());
-    };
+    }
+    if head[2] == 0 {
+        return Ok(());
+    }
+    // struct iovec { void __user *iov_base; size_t iov_len }: the first holds the batch head.
+    // SAFETY: as above.
+    let iov: [u64; 2] =
+        unsafe { aya_ebpf::helpers::bpf_probe_read_user(head[2] as *const [u64; 2]) }?;
     on_send(fd, iov[0], iov[1])
+}
+
+/// The first check of every send on the machine, before the message is read: whether the
+/// destination address (`name`, `namelen` bytes of user memory) can be a netlink one. A send
+/// with an address of another family (UDP, a Unix socket) stops here; one without an address (a
+/// connected socket) is checked in the kernel (the descriptor's socket family), which costs no
+/// copy of user memory.
+fn maybe_netlink(fd: i64, name: u64, namelen: u32) -> bool {
+    if namelen == 0 || name == 0 {
+        let off = nl_offsets();
+        return off.valid != 0 && netfilter_socket(fd, &off).is_some();
+    }
+    // netlink_sendmsg refuses anything shorter than a struct sockaddr_nl (12 bytes); every
+    // address starts with its family.
+    if namelen < 12 {
+        return false;
+    }
+    // SAFETY: a user pointer read through the checked helper.
+    let family = unsafe { aya_ebpf::helpers::bpf_probe_read_user(name as *const u16) };
+    family == Ok(AF_NETLINK)
 }
 
 /// `(iov_base, iov_len)` of the first iovec of a `struct user_msghdr` in user memory, or `None`
 /// when it has none.
 fn first_iovec(msg: u64) -> Result<Option<[u64; 2]>, i32> {
-    // struct user_msghdr: msg_name (8), msg_namelen (4 + 4 padding), msg_iov (8) at 16,
-    // msg_iovlen (8) at 24.
-    // SAFETY: a user pointer read through the checked helper.
+    // SAFETY: a user pointer read through the checked helper (msg_iov is at 16).
     let iov_ptr: u64 = unsafe { aya_ebpf::helpers::bpf_probe_read_user((msg + 16) as *const u64) }?;
     if iov_ptr == 0 {
         return Ok(None);
     }
-    // struct iovec { void __user *iov_base; size_t iov_len }.
     // SAFETY: as above.
     let iov: [u64; 2] =
         unsafe { aya_ebpf::helpers::bpf_probe_read_user(iov_ptr as *const [u64; 2]) }?;
@@ -244,6 +319,12 @@ pub fn sendto_enter(ctx: TracePointContext) -> u32 {
 fn try_sendto_enter(ctx: &TracePointContext) -> Result<(), i32> {
     // SAFETY: offsets of the tracepoint's format.
     let fd: i64 = unsafe { ctx.read_at(ARG0)? };
+    let addr: u64 = unsafe { ctx.read_at(ARG4)? };
+    let addr_len: u64 = unsafe { ctx.read_at(ARG5)? };
+    if !maybe_netlink(fd, addr, addr_len as u32) {
+        return Ok(());
+    }
+    // SAFETY: as above.
     let buf: u64 = unsafe { ctx.read_at(ARG1)? };
     let len: u64 = unsafe { ctx.read_at(ARG2)? };
     on_send(fd, buf, len)
@@ -253,17 +334,8 @@ fn try_sendto_enter(ctx: &TracePointContext) -> Result<(), i32> {
 // net/socket.c
 #[tracepoint]
 pub fn send_exit(ctx: TracePointContext) -> u32 {
-    let key = bpf_get_current_pid_tgid();
-    let Some(ev) = PENDING_NFNL.get_ptr_mut(key) else {
-        return 0;
-    };
-    // SAFETY: `ev` is this task's own entry (keyed by its pid_tgid), written only by it.
-    unsafe {
-        (*ev).data.ret = ctx.read_at::<i64>(RET).unwrap_or(0);
-        fill_process(&mut (*ev).data.process);
-        output(&*ev);
-    }
-    let _ = PENDING_NFNL.remove(key);
+    // SAFETY: offset of `ret` in the exit tracepoint's format.
+    finish_request(unsafe { ctx.read_at::<i64>(RET) }.unwrap_or(0));
     0
 }
 

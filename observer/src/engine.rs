@@ -53,6 +53,8 @@ enum NsMsg {
     },
     /// The reader stopped or lost notifications.
     Trouble { inode: u32, message: String },
+    /// A namespace made a moment ago, found after its creator entered it (or handed it on).
+    Found(NetnsHandle),
 }
 
 /// One watched namespace.
@@ -80,7 +82,7 @@ struct Engine {
     ns_tx: mpsc::Sender<NsMsg>,
     reader_stats: Arc<ReaderStats>,
     /// Losses already reported: (ring buffer full, pending map full, malformed records).
-    losses: (u64, u64, u64),
+    losses: (crate::hooks::KernelErrors, u64),
     /// Turns the changes into incidents.
     correlator: Correlator,
     /// The last ipset listing of each namespace (see `ipset`).
@@ -102,6 +104,9 @@ pub trait Output: Send {
     fn end_txn(&mut self) -> std::io::Result<()> {
         Ok(())
     }
+
+    /// The kernel side's error counters moved (for a sink that exports them, such as metrics).
+    fn kernel_errors(&mut self, _errors: &crate::hooks::KernelErrors) {}
 }
 
 /// `observer tail`: the filtered stream on stdout, as JSON lines or as the screen a person reads.
@@ -236,7 +241,7 @@ pub async fn run(options: &SourceArgs, output: Box<dyn Output>) -> anyhow::Resul
         hooks,
         ns_tx,
         reader_stats: Arc::new(ReaderStats::default()),
-        losses: (0, 0, 0),
+        losses: (crate::hooks::KernelErrors::default(), 0),
         correlator,
         ipsets: HashMap::new(),
         netlink_rcvbuf: options.netlink_rcvbuf,
@@ -332,8 +337,17 @@ pub async fn run(options: &SourceArgs, output: Box<dyn Output>) -> anyhow::Resul
                 engine.on_kernel(ev).await;
                 engine.handle_losses().await;
             }
-            Some(msg) = ns_rx.recv() => engine.on_ns(msg),
+            Some(msg) = ns_rx.recv() => match msg {
+                NsMsg::Found(handle) => {
+                    engine.watch(handle, true).await;
+                    engine.refresh_mounts();
+                }
+                msg => engine.on_ns(msg),
+            },
             _ = sweep.tick() => {
+                // Losses that no later record brought to light (the ring buffer filled, then
+                // all went quiet) are reported here at the latest.
+                engine.handle_losses().await;
                 if let Some(h) = engine.hooks.as_mut() {
                     let n = h.sweep_exited();
                     if n > 0 {
@@ -343,6 +357,17 @@ pub async fn run(options: &SourceArgs, output: Box<dyn Output>) -> anyhow::Resul
             }
             else => break,
         }
+    }
+    if let Some(h) = engine.hooks.as_ref() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let st = &h.writers.stats;
+        tracing::info!(
+            "nftables generations: {} joined to their writer by generation id, {} by thread id, \
+             {} named from /proc",
+            st.exact.load(Relaxed),
+            st.hits.load(Relaxed) + st.waited.load(Relaxed),
+            st.misses.load(Relaxed)
+        );
     }
     // Dropping the engine aborts the readers and detaches the programs.
     engine.watched.clear();
@@ -652,17 +677,24 @@ impl Engine {
         let Some(h) = self.hooks.as_ref() else {
             return false;
         };
-        let (ring, pending) = h.drops();
+        let errors = h.errors();
         let malformed = self
             .reader_stats
             .malformed
             .load(std::sync::atomic::Ordering::Relaxed);
-        let now_losses = (ring, pending, malformed);
+        let now_losses = (errors, malformed);
         if now_losses == self.losses {
             return false;
         }
-        let (r0, p0, m0) = self.losses;
+        let (e0, m0) = self.losses;
         self.losses = now_losses;
+        self.output.kernel_errors(&errors);
+        let (ring, pending, r0, p0) = (
+            errors.ringbuf_full,
+            errors.pending_full,
+            e0.ringbuf_full,
+            e0.pending_full,
+        );
         let mut parts = Vec::new();
         if ring > r0 {
             parts.push(format!(
@@ -680,6 +712,18 @@ impl Engine {
             parts.push(format!(
                 "{} kernel records could not be decoded",
                 malformed - m0
+            ));
+        }
+        if errors.read_failed > e0.read_failed {
+            parts.push(format!(
+                "{} kernel reads failed (a writer's record may be missing or incomplete)",
+                errors.read_failed - e0.read_failed
+            ));
+        }
+        if errors.map_full > e0.map_full {
+            parts.push(format!(
+                "{} kernel map updates failed (a namespace or a refused batch may go unseen)",
+                errors.map_full - e0.map_full
             ));
         }
         let resync = ring > r0 || pending > p0;
@@ -819,14 +863,24 @@ impl Engine {
 
     async fn on_kernel(&mut self, ev: KernelEvent) {
         match ev {
-            KernelEvent::NetnsSeen { process } => {
-                self.ensure_namespace(&process).await;
+            KernelEvent::NetnsSeen { process, created } => {
+                if created {
+                    self.ensure_created(&process).await;
+                } else {
+                    self.ensure_namespace(&process).await;
+                }
             }
+            KernelEvent::NftGen { .. } => {}
             KernelEvent::Umount { path, .. } => {
                 // A namespace's bind mount (known, or where `ip netns` and CNI plugins put them:
-                // a namespace found after its mount was made may not be known yet).
+                // a namespace found after its mount was made may not be known yet). The kprobe
+                // and fentry hook reports only namespace mounts, without a path.
                 let known = self.mounts.contains_key(&PathBuf::from(&path));
-                if known || path.starts_with("/run/netns/") || path.starts_with("/var/run/netns/") {
+                if path.is_empty()
+                    || known
+                    || path.starts_with("/run/netns/")
+                    || path.starts_with("/var/run/netns/")
+                {
                     self.refresh_mounts();
                     self.forget_gone(&path);
                 }
@@ -854,6 +908,47 @@ impl Engine {
                 self.on_refused(netns, &r.process, r.ktime_ns, r.source.into(), refused);
             }
         }
+    }
+
+    /// A namespace just made (kprobe, fentry): its creator enters it (unshare) or hands it to a
+    /// child (clone) a moment after the kernel reports it. Looked for at once; when it is not
+    /// found yet, a task looks again a few times over about 100 ms (the engine goes on) and
+    /// hands it back. A namespace nothing holds by then is gone, or is found when it is first
+    /// written.
+    async fn ensure_created(&mut self, p: &KernelProcess) {
+        if p.netns == 0 || self.watched.contains_key(&p.netns) {
+            return;
+        }
+        let pids: Vec<u32> = std::iter::once(p.tgid)
+            .chain(p.ancestors.iter().map(|a| a.tgid))
+            .collect();
+        let inode = p.netns;
+        let look = {
+            let pids = pids.clone();
+            move || netns::find(inode, &pids)
+        };
+        if let Ok(Some(h)) = tokio::task::spawn_blocking(look).await {
+            self.watch(h, true).await;
+            self.refresh_mounts();
+            return;
+        }
+        let tx = self.ns_tx.clone();
+        let creator = format!("{} {}", p.comm, p.tgid);
+        tokio::spawn(async move {
+            for delay_ms in [1u64, 2, 5, 10, 20, 60] {
+                tokio::time::sleep(std::time::Duration::from_millis(delay_ms)).await;
+                let pids = pids.clone();
+                let found = tokio::task::spawn_blocking(move || netns::find(inode, &pids)).await;
+                if let Ok(Some(h)) = found {
+                    let _ = tx.send(NsMsg::Found(h)).await;
+                    return;
+                }
+            }
+            tracing::debug!(
+                "namespace {inode} (made by {creator}) was not found: it is gone, or will be \
+                 found when it is written"
+            );
+        });
     }
 
     /// Make sure the writer's namespace is watched; returns false when it cannot be opened.
@@ -993,6 +1088,8 @@ impl Engine {
             NsMsg::Trouble { inode, message } => {
                 self.emit_status(StatusRecord::gap(format!("namespace {inode}: {message}")));
             }
+            // Handled by the run loop, which can wait for the namespace's first read.
+            NsMsg::Found(_) => {}
         }
     }
 
@@ -1247,7 +1344,8 @@ async fn read_notifications(
             match nftables::recv(guard.get_inner(), &mut buf) {
                 Ok(Some(n)) => {
                     for mut t in builder.feed(&buf[..n]).transactions {
-                        let process = nlattr::nft_writer(writers, inode, t.pid, &t.comm).await;
+                        let process =
+                            nlattr::nft_writer(writers, inode, t.gen_id, t.pid, &t.comm).await;
                         // The writer's request tells a flush from the delete of an only rule.
                         // The same for a set's elements.
                         if let Some(w) = writers {

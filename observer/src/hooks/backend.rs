@@ -5,10 +5,14 @@
 //! - **kprobe** (kprobe/kretprobe): any kernel with CONFIG_KPROBES.
 //! - **tracepoint** (syscall tracepoints): every kernel with BPF and tracepoints.
 //!
-//! The x_tables replace hook is placed on the first backend that attaches (`--hooks auto`), or on
-//! the one asked for, failing with the kernel's own error when it cannot attach. The namespace
-//! hooks (unshare, setns, clone, umount) are syscall tracepoints on every backend. What was
-//! refused, and why, is kept for the ready line and `observer doctor`.
+//! Each hook ([`Hook`]) has programs for every backend. The x_tables replace hook is placed on
+//! the first backend that attaches (`--hooks auto`), or on the one asked for, failing with the
+//! kernel's own error when it cannot attach. The others (nftables and ipset writers, nftables
+//! generations, namespaces, unmounts, refused batches) follow the same order and fall back to the
+//! syscall tracepoints when a better backend is refused, since losing them is worse than paying
+//! for them. On a kprobe or fentry kernel no syscall tracepoint is attached at all: the hooks sit
+//! on kernel functions that run only for netfilter and namespace work. What was refused, and why,
+//! is kept for the ready line and `observer doctor`.
 
 use aya::programs::{FEntry, FExit, KProbe, TracePoint};
 use aya::{Btf, Ebpf};
@@ -63,28 +67,161 @@ impl From<HookBackend> for Source {
     }
 }
 
+/// One program of a hook, and where it attaches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attach {
+    Fentry(&'static str, &'static str),
+    Fexit(&'static str, &'static str),
+    Kprobe(&'static str, &'static str),
+    Kretprobe(&'static str, &'static str),
+    /// (program, category, name)
+    Tracepoint(&'static str, &'static str, &'static str),
+}
+
+impl Attach {
+    fn program(self) -> &'static str {
+        match self {
+            Attach::Fentry(p, _)
+            | Attach::Fexit(p, _)
+            | Attach::Kprobe(p, _)
+            | Attach::Kretprobe(p, _)
+            | Attach::Tracepoint(p, _, _) => p,
+        }
+    }
+
+    /// How `doctor` and the ready status name it: `fexit:nf_setsockopt`,
+    /// `syscalls:sys_enter_sendmsg`.
+    pub fn name(self) -> String {
+        match self {
+            Attach::Fentry(_, f) => format!("fentry:{f}"),
+            Attach::Fexit(_, f) => format!("fexit:{f}"),
+            Attach::Kprobe(_, f) => format!("kprobe:{f}"),
+            Attach::Kretprobe(_, f) => format!("kretprobe:{f}"),
+            Attach::Tracepoint(_, c, n) => format!("{c}:{n}"),
+        }
+    }
+}
+
+/// A job of the kernel side, with its programs on each backend (best first).
+#[derive(Debug)]
+pub struct Hook {
+    /// The name in the ready status and `doctor` (`x_tables=kprobe`).
+    pub name: &'static str,
+    pub fentry: &'static [Attach],
+    pub kprobe: &'static [Attach],
+    /// Empty when the tracepoint backend does this job another way.
+    pub tracepoint: &'static [Attach],
+}
+
+impl Hook {
+    fn on(&self, backend: HookBackend) -> &'static [Attach] {
+        match backend {
+            HookBackend::Fentry => self.fentry,
+            HookBackend::Kprobe => self.kprobe,
+            HookBackend::Tracepoint => self.tracepoint,
+        }
+    }
+}
+
 /// The kernel function the kprobe and fentry x_tables hooks attach to (see observer-ebpf's
 /// xt_hook module for why this one).
 pub const XT_FUNCTION: &str = "nf_setsockopt";
 
+/// x_tables table replaces (iptables-legacy, ip6tables-legacy, arptables-legacy, ebtables).
+pub const X_TABLES: Hook = Hook {
+    name: "x_tables",
+    fentry: &[Attach::Fexit("xt_fexit", XT_FUNCTION)],
+    kprobe: &[
+        Attach::Kprobe("xt_kprobe", XT_FUNCTION),
+        Attach::Kretprobe("xt_kretprobe", XT_FUNCTION),
+    ],
+    tracepoint: &[
+        Attach::Tracepoint("setsockopt_enter", "syscalls", "sys_enter_setsockopt"),
+        Attach::Tracepoint("setsockopt_exit", "syscalls", "sys_exit_setsockopt"),
+    ],
+};
+
+/// New network namespaces: their creation on kprobe and fentry kernels, the syscalls that enter
+/// one on the tracepoint backend.
+pub const NAMESPACES: Hook = Hook {
+    name: "namespaces",
+    fentry: &[Attach::Fexit("netns_new_fexit", "copy_net_ns")],
+    kprobe: &[Attach::Kretprobe("netns_new_kretprobe", "copy_net_ns")],
+    tracepoint: &[
+        Attach::Tracepoint("unshare_exit", "syscalls", "sys_exit_unshare"),
+        Attach::Tracepoint("setns_exit", "syscalls", "sys_exit_setns"),
+        Attach::Tracepoint("clone_exit", "syscalls", "sys_exit_clone"),
+        Attach::Tracepoint("clone_exit", "syscalls", "sys_exit_clone3"),
+    ],
+};
+
+/// Unmounts (a namespace's bind mount going: `ip netns del`).
+pub const UNMOUNTS: Hook = Hook {
+    name: "umount",
+    fentry: &[Attach::Fexit("umount_fexit", "path_umount")],
+    kprobe: &[
+        Attach::Kprobe("umount_kprobe", "path_umount"),
+        Attach::Kretprobe("umount_kretprobe", "path_umount"),
+    ],
+    tracepoint: &[
+        Attach::Tracepoint("umount_enter", "syscalls", "sys_enter_umount"),
+        Attach::Tracepoint("umount_exit", "syscalls", "sys_exit_umount"),
+    ],
+};
+
+/// The kernel function the kprobe and fentry writer hooks attach to: every netlink request a
+/// task sends to the kernel goes through it, in the sender's context.
+pub const WRITER_FUNCTION: &str = "netlink_unicast";
+
+/// nftables batches and ipset commands with their writer.
+pub const NF_WRITERS: Hook = Hook {
+    name: "nf_writers",
+    fentry: &[
+        Attach::Fentry("nl_unicast_fentry", WRITER_FUNCTION),
+        Attach::Fexit("nl_unicast_fexit", WRITER_FUNCTION),
+    ],
+    kprobe: &[
+        Attach::Kprobe("nl_unicast_kprobe", WRITER_FUNCTION),
+        Attach::Kretprobe("nl_unicast_kretprobe", WRITER_FUNCTION),
+    ],
+    tracepoint: &[
+        Attach::Tracepoint("sendmsg_enter", "syscalls", "sys_enter_sendmsg"),
+        Attach::Tracepoint("sendto_enter", "syscalls", "sys_enter_sendto"),
+        Attach::Tracepoint("send_exit", "syscalls", "sys_exit_sendmsg"),
+        Attach::Tracepoint("send_exit", "syscalls", "sys_exit_sendto"),
+    ],
+};
+
+/// The kernel function that multicasts a committed batch's `NFT_MSG_NEWGEN`.
+pub const GEN_FUNCTION: &str = "nlmsg_notify";
+
+/// nftables generations and who committed them, joined to `NEWGEN` by generation id. The
+/// tracepoint backend has none: it joins by the writer's thread id.
+pub const NFT_GENS: Hook = Hook {
+    name: "nft_gens",
+    fentry: &[Attach::Fentry("nft_gen_fentry", GEN_FUNCTION)],
+    kprobe: &[Attach::Kprobe("nft_gen_kprobe", GEN_FUNCTION)],
+    tracepoint: &[],
+};
+
+/// The kernel function the kprobe and fentry refusal hooks attach to (see observer-ebpf's
+/// nl_ack module).
+pub const REFUSAL_FUNCTION: &str = "netlink_ack";
+
+/// Refused nftables batches: where the kernel acknowledges them with an error, or (tracepoint)
+/// the writer's replies read at `recvmsg` exit.
+pub const NF_REFUSALS: Hook = Hook {
+    name: "nf_refusals",
+    fentry: &[Attach::Fentry("nl_ack_fentry", REFUSAL_FUNCTION)],
+    kprobe: &[Attach::Kprobe("nl_ack_kprobe", REFUSAL_FUNCTION)],
+    tracepoint: &[
+        Attach::Tracepoint("recvmsg_enter", "syscalls", "sys_enter_recvmsg"),
+        Attach::Tracepoint("recvmsg_exit", "syscalls", "sys_exit_recvmsg"),
+    ],
+};
+
 /// Present when the kernel can create kprobes through perf events.
 const KPROBE_PMU: &str = "/sys/bus/event_source/devices/kprobe/type";
-
-/// (program, tracepoint category, tracepoint name): the x_tables hook on the tracepoint backend.
-const XT_TRACEPOINTS: &[(&str, &str, &str)] = &[
-    ("setsockopt_enter", "syscalls", "sys_enter_setsockopt"),
-    ("setsockopt_exit", "syscalls", "sys_exit_setsockopt"),
-];
-
-/// The namespace hooks: syscall tracepoints whatever the backend.
-pub const NS_TRACEPOINTS: &[(&str, &str, &str)] = &[
-    ("unshare_exit", "syscalls", "sys_exit_unshare"),
-    ("setns_exit", "syscalls", "sys_exit_setns"),
-    ("clone_exit", "syscalls", "sys_exit_clone"),
-    ("clone_exit", "syscalls", "sys_exit_clone3"),
-    ("umount_enter", "syscalls", "sys_enter_umount"),
-    ("umount_exit", "syscalls", "sys_exit_umount"),
-];
 
 /// A better backend that was not used for a hook, and the kernel's reason.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -99,34 +236,52 @@ pub struct Refusal {
 pub struct Placement {
     /// The backend of the x_tables replace hook.
     pub x_tables: Option<HookBackend>,
-    /// Better backends that were tried and refused, with the kernel's error.
-    pub refused: Vec<Refusal>,
-    /// The nfnetlink writer hooks (sendmsg/sendto tracepoints) are attached: nftables and ipset
-    /// writers are named by the kernel.
-    pub nfnl_writers: bool,
+    /// The backend of the namespace discovery hook.
+    pub namespaces: Option<HookBackend>,
+    /// The backend of the unmount hook.
+    pub umount: Option<HookBackend>,
+    /// The backend of the nftables and ipset writer hook; `None`: nftables writers are named
+    /// from `/proc` and ipset changes are not seen.
+    pub nf_writers: Option<HookBackend>,
+    /// The backend of the nftables generation hook; `None`: generations are joined to their
+    /// writer by thread id.
+    pub nft_gens: Option<HookBackend>,
     /// The backend of the hook that sees refused nftables writes.
     pub refusals: Option<HookBackend>,
+    /// Better backends that were tried and refused, with the kernel's error.
+    pub refused: Vec<Refusal>,
 }
 
 impl Placement {
     /// One line for the ready status and `doctor`, e.g.
-    /// `x_tables=kprobe namespaces=tracepoint nf_tables=netlink nf_writers=tracepoint
-    /// (x_tables: fentry refused: ...)`.
+    /// `x_tables=kprobe namespaces=kprobe umount=kprobe nf_tables=netlink nf_writers=kprobe
+    /// nft_gens=kprobe nf_refusals=kprobe (x_tables: fentry refused: ...)`.
     pub fn summary(&self) -> String {
+        let name = |b: Option<HookBackend>, none: &'static str| b.map_or(none, HookBackend::as_str);
         let mut s = format!(
-            "x_tables={} namespaces=tracepoint nf_tables=netlink nf_writers={}",
-            self.x_tables.map_or("none", HookBackend::as_str),
-            if self.nfnl_writers {
-                "tracepoint"
-            } else {
-                "proc"
-            }
+            "x_tables={} namespaces={} umount={} nf_tables=netlink nf_writers={} nft_gens={} \
+             nf_refusals={}",
+            name(self.x_tables, "none"),
+            name(self.namespaces, "none"),
+            name(self.umount, "none"),
+            name(self.nf_writers, "proc"),
+            name(self.nft_gens, "thread"),
+            name(self.refusals, "none"),
         );
-        s.push_str(&format!(
-            " nf_refusals={}",
-            self.refusals.map_or("none", HookBackend::as_str)
-        ));
+        // A backend the kernel refuses for x_tables it refuses for every hook, for the same
+        // reason (no kprobes, no trampolines): said once.
+        let kernel_wide: Vec<HookBackend> = self
+            .refused
+            .iter()
+            .filter(|r| r.hook == "x_tables")
+            .map(|r| r.backend)
+            .collect();
+        let mut others_too = false;
         for r in &self.refused {
+            if r.hook != "x_tables" && kernel_wide.contains(&r.backend) {
+                others_too = true;
+                continue;
+            }
             s.push_str(&format!(
                 " ({}: {} refused: {})",
                 r.hook,
@@ -134,24 +289,68 @@ impl Placement {
                 r.reason
             ));
         }
+        if others_too {
+            s.push_str(" (the other hooks: refused there for the same reason)");
+        }
         s
     }
 
-    /// The sources that feed the stream: the x_tables backend, the namespace tracepoints, netlink.
+    /// Whether the nftables and ipset writers are captured in the kernel.
+    pub fn nfnl_writers(&self) -> bool {
+        self.nf_writers.is_some()
+    }
+
+    /// The sources that feed the stream: the hooks' backends, netlink.
     pub fn sources(&self) -> Vec<Source> {
-        let mut v: Vec<Source> = self.x_tables.map(Source::from).into_iter().collect();
-        if !v.contains(&Source::Tracepoint) {
-            v.push(Source::Tracepoint);
+        let mut v: Vec<Source> = Vec::new();
+        for b in [self.x_tables, self.namespaces, self.nf_writers]
+            .into_iter()
+            .flatten()
+        {
+            if !v.contains(&b.into()) {
+                v.push(b.into());
+            }
         }
         v.push(Source::Netlink);
         v
     }
+
+    fn slot(&mut self, hook: &Hook) -> &mut Option<HookBackend> {
+        match hook.name {
+            "x_tables" => &mut self.x_tables,
+            "namespaces" => &mut self.namespaces,
+            "umount" => &mut self.umount,
+            "nf_writers" => &mut self.nf_writers,
+            "nft_gens" => &mut self.nft_gens,
+            _ => &mut self.refusals,
+        }
+    }
 }
 
-/// What the kprobe and fentry hooks need beyond the programs themselves.
+/// What the hooks need beyond the programs themselves: why a backend cannot carry a hook on this
+/// kernel before anything is tried (a struct field its programs read is not in the BTF).
 pub struct Needs<'a> {
-    /// Why the socket's namespace offset is unknown, if it is.
+    /// Why the socket's namespace offset is unknown, if it is (x_tables on kprobe and fentry).
     pub sock_net_missing: Option<&'a str>,
+    /// Why the socket buffer cannot be read, if it cannot (writers and generations on kprobe
+    /// and fentry).
+    pub skb_missing: Option<&'a str>,
+    /// Why a mount's file system cannot be told, if it cannot (unmounts on kprobe and fentry).
+    pub mount_missing: Option<&'a str>,
+    /// Why `sk_buff.sk` is unknown (refusals on kprobe and fentry).
+    pub skb_sk_missing: Option<&'a str>,
+}
+
+impl Needs<'_> {
+    fn blocker(&self, hook: &Hook) -> Option<&str> {
+        match hook.name {
+            "x_tables" => self.sock_net_missing,
+            "nf_writers" | "nft_gens" => self.skb_missing.or(self.sock_net_missing),
+            "umount" => self.mount_missing,
+            "nf_refusals" => self.skb_sk_missing,
+            _ => None,
+        }
+    }
 }
 
 /// Attach one tracepoint program (loading it first if needed).
@@ -181,211 +380,156 @@ pub fn attach_tracepoint(
     Ok(())
 }
 
-/// Put the x_tables hook on `backend`. On failure returns the kernel's (or the loader's) reason.
-fn attach_xt_on(
+/// The kernel's BTF, parsed once for every trampoline program (the caller puts it back).
+fn take_btf(btf: &mut Option<Btf>) -> Result<Btf, String> {
+    match btf.take() {
+        Some(b) => Ok(b),
+        None => {
+            Btf::from_sys_fs().map_err(|e| format!("kernel BTF unavailable: {}", error_chain(&e)))
+        }
+    }
+}
+
+/// Attach one program; on failure the loader's or the kernel's reason.
+fn attach_one(ebpf: &mut Ebpf, a: Attach, btf: &mut Option<Btf>) -> Result<(), String> {
+    match a {
+        Attach::Fentry(prog, function) => {
+            let b = take_btf(btf)?;
+            let program: &mut FEntry = typed(ebpf, prog)
+                .ok_or_else(|| format!("program {prog} missing from the object"))?;
+            let loaded = program
+                .load(function, &b)
+                .map_err(|e| format!("loading fentry on {function}: {}", error_chain(&e)));
+            *btf = Some(b);
+            loaded?;
+            program
+                .attach()
+                .map_err(|e| format!("attaching fentry to {function}: {}", error_chain(&e)))?;
+        }
+        Attach::Fexit(prog, function) => {
+            let b = take_btf(btf)?;
+            let program: &mut FExit = typed(ebpf, prog)
+                .ok_or_else(|| format!("program {prog} missing from the object"))?;
+            let loaded = program
+                .load(function, &b)
+                .map_err(|e| format!("loading fexit on {function}: {}", error_chain(&e)));
+            *btf = Some(b);
+            loaded?;
+            program
+                .attach()
+                .map_err(|e| format!("attaching fexit to {function}: {}", error_chain(&e)))?;
+        }
+        Attach::Kprobe(prog, function) => attach_kprobe(ebpf, prog, "kprobe", function)?,
+        Attach::Kretprobe(prog, function) => attach_kprobe(ebpf, prog, "kretprobe", function)?,
+        Attach::Tracepoint(prog, category, name) => {
+            attach_tracepoint(ebpf, prog, category, name).map_err(|e| e.to_string())?
+        }
+    }
+    Ok(())
+}
+
+/// Put every program of `hook` on `backend`; on failure unload what was attached (so nothing
+/// is reported twice) and return the reason.
+fn attach_on(
     ebpf: &mut Ebpf,
+    hook: &Hook,
     backend: HookBackend,
     needs: &Needs,
+    btf: &mut Option<Btf>,
     attached: &mut Vec<String>,
 ) -> Result<(), String> {
     if backend != HookBackend::Tracepoint {
-        if let Some(why) = needs.sock_net_missing {
-            return Err(format!("the socket's namespace cannot be read ({why})"));
+        if let Some(why) = needs.blocker(hook) {
+            return Err(format!("a field its programs read is unknown ({why})"));
         }
     }
-    match backend {
-        HookBackend::Fentry => {
-            let btf = Btf::from_sys_fs()
-                .map_err(|e| format!("kernel BTF unavailable: {}", error_chain(&e)))?;
-            let program: &mut FExit = ebpf
-                .program_mut("xt_fexit")
-                .ok_or("program xt_fexit missing from the object")?
-                .try_into()
-                .map_err(|e: aya::programs::ProgramError| error_chain(&e))?;
-            program
-                .load(XT_FUNCTION, &btf)
-                .map_err(|e| format!("loading fexit on {XT_FUNCTION}: {}", error_chain(&e)))?;
-            program
-                .attach()
-                .map_err(|e| format!("attaching fexit to {XT_FUNCTION}: {}", error_chain(&e)))?;
-            attached.push(format!("fexit:{XT_FUNCTION}"));
-        }
-        HookBackend::Kprobe => {
-            for (prog, kind) in [("xt_kprobe", "kprobe"), ("xt_kretprobe", "kretprobe")] {
-                attach_kprobe(ebpf, prog, kind, XT_FUNCTION)?;
-                attached.push(format!("{kind}:{XT_FUNCTION}"));
-            }
-        }
-        HookBackend::Tracepoint => {
-            for (prog, category, name) in XT_TRACEPOINTS {
-                attach_tracepoint(ebpf, prog, category, name).map_err(|e| e.to_string())?;
-                attached.push(format!("{category}:{name}"));
-            }
-        }
+    let programs = hook.on(backend);
+    if programs.is_empty() {
+        return Err("no program for this backend".into());
     }
+    let mut mine = Vec::new();
+    for &a in programs {
+        if let Err(reason) = attach_one(ebpf, a, btf) {
+            unload(ebpf, programs);
+            return Err(reason);
+        }
+        mine.push(a.name());
+    }
+    attached.extend(mine);
     Ok(())
 }
 
-/// Place the x_tables hook: on `only` when given (its error is returned as is), else on the best
-/// backend that attaches. A backend that fails part way leaves nothing attached: its programs are
-/// unloaded before the next one is tried, so no replace is reported twice.
-pub fn place_xt(
-    ebpf: &mut Ebpf,
-    only: Option<HookBackend>,
-    needs: &Needs,
-    placement: &mut Placement,
-    attached: &mut Vec<String>,
-) -> Result<(), HookError> {
-    let candidates: &[HookBackend] = match &only {
-        Some(b) => std::slice::from_ref(b),
-        None => &HookBackend::BEST_FIRST,
-    };
-    for &backend in candidates {
-        let mut mine = Vec::new();
-        match attach_xt_on(ebpf, backend, needs, &mut mine) {
-            Ok(()) => {
-                placement.x_tables = Some(backend);
-                attached.extend(mine);
-                return Ok(());
+/// Places hooks on one loaded object: the backend asked for, what blocks a backend on this
+/// kernel, the kernel's BTF (parsed once), and where the results go.
+pub struct Placer<'a> {
+    pub ebpf: &'a mut Ebpf,
+    /// The backend asked for (`--hooks kprobe`); `None` tries the best first.
+    pub only: Option<HookBackend>,
+    pub needs: Needs<'a>,
+    pub btf: Option<Btf>,
+    pub placement: &'a mut Placement,
+    pub attached: &'a mut Vec<String>,
+}
+
+impl Placer<'_> {
+    /// Place `hook`: on `only` when given, else on the best backend that attaches. With
+    /// `strict` nothing else is tried and the failure is returned (the x_tables hook: asking for
+    /// a backend means proving it); otherwise the tracepoint backend is the fallback, and a hook
+    /// that attaches nowhere is left off with its reasons in the placement.
+    pub fn place(&mut self, hook: &Hook, strict: bool) -> Result<(), HookError> {
+        let only = self.only;
+        let mut candidates: Vec<HookBackend> = match only {
+            Some(b) => vec![b],
+            None => HookBackend::BEST_FIRST.to_vec(),
+        };
+        if !strict && !candidates.contains(&HookBackend::Tracepoint) {
+            candidates.push(HookBackend::Tracepoint);
+        }
+        for backend in candidates {
+            if backend == HookBackend::Tracepoint && hook.tracepoint.is_empty() {
+                continue;
             }
-            Err(reason) => {
-                unload(ebpf, backend);
-                if only.is_some() {
-                    return Err(HookError::Backend {
-                        backend: backend.as_str(),
+            match attach_on(
+                self.ebpf,
+                hook,
+                backend,
+                &self.needs,
+                &mut self.btf,
+                self.attached,
+            ) {
+                Ok(()) => {
+                    *self.placement.slot(hook) = Some(backend);
+                    return Ok(());
+                }
+                Err(reason) => {
+                    if strict && only.is_some() {
+                        return Err(HookError::Backend {
+                            backend: backend.as_str(),
+                            reason,
+                        });
+                    }
+                    tracing::info!("{} hook: {} refused: {reason}", hook.name, backend.as_str());
+                    self.placement.refused.push(Refusal {
+                        hook: hook.name,
+                        backend,
                         reason,
                     });
                 }
-                tracing::info!("x_tables hook: {} refused: {reason}", backend.as_str());
-                placement.refused.push(Refusal {
-                    hook: "x_tables",
-                    backend,
-                    reason,
-                });
             }
         }
-    }
-    let last = placement
-        .refused
-        .last()
-        .map(|r| r.reason.clone())
-        .unwrap_or_default();
-    Err(HookError::Backend {
-        backend: "any",
-        reason: last,
-    })
-}
-
-/// The kernel function the kprobe and fentry refusal hooks attach to (see observer-ebpf's
-/// nl_ack module).
-pub const REFUSAL_FUNCTION: &str = "netlink_ack";
-
-/// The refusal hook on the tracepoint backend: the writer's replies, read at `recvmsg` exit.
-pub const RECV_TRACEPOINTS: &[(&str, &str, &str)] = &[
-    ("recvmsg_enter", "syscalls", "sys_enter_recvmsg"),
-    ("recvmsg_exit", "syscalls", "sys_exit_recvmsg"),
-];
-
-fn attach_refusals_on(
-    ebpf: &mut Ebpf,
-    backend: HookBackend,
-    skb_sk_known: bool,
-    attached: &mut Vec<String>,
-) -> Result<(), String> {
-    if backend != HookBackend::Tracepoint && !skb_sk_known {
-        return Err("sk_buff.sk is not in this kernel's BTF".into());
-    }
-    match backend {
-        HookBackend::Fentry => {
-            let btf = Btf::from_sys_fs()
-                .map_err(|e| format!("kernel BTF unavailable: {}", error_chain(&e)))?;
-            let program: &mut FEntry = ebpf
-                .program_mut("nl_ack_fentry")
-                .ok_or("program nl_ack_fentry missing from the object")?
-                .try_into()
-                .map_err(|e: aya::programs::ProgramError| error_chain(&e))?;
-            program.load(REFUSAL_FUNCTION, &btf).map_err(|e| {
-                format!("loading fentry on {REFUSAL_FUNCTION}: {}", error_chain(&e))
-            })?;
-            program.attach().map_err(|e| {
-                format!(
-                    "attaching fentry to {REFUSAL_FUNCTION}: {}",
-                    error_chain(&e)
-                )
-            })?;
-            attached.push(format!("fentry:{REFUSAL_FUNCTION}"));
+        if strict {
+            let last = self
+                .placement
+                .refused
+                .last()
+                .map(|r| r.reason.clone())
+                .unwrap_or_default();
+            return Err(HookError::Backend {
+                backend: "any",
+                reason: last,
+            });
         }
-        HookBackend::Kprobe => {
-            attach_kprobe(ebpf, "nl_ack_kprobe", "kprobe", REFUSAL_FUNCTION)?;
-            attached.push(format!("kprobe:{REFUSAL_FUNCTION}"));
-        }
-        HookBackend::Tracepoint => {
-            for (prog, category, name) in RECV_TRACEPOINTS {
-                attach_tracepoint(ebpf, prog, category, name).map_err(|e| e.to_string())?;
-                attached.push(format!("{category}:{name}"));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Place the hook that sees refused nftables writes: on `only` when given, else the best
-/// backend that attaches; the tracepoint backend (the writer's replies) is the fallback either
-/// way, since this hook is not worth failing the start for. Needs the writer hooks' offsets.
-pub fn place_refusals(
-    ebpf: &mut Ebpf,
-    only: Option<HookBackend>,
-    skb_sk_known: bool,
-    placement: &mut Placement,
-    attached: &mut Vec<String>,
-) {
-    let mut candidates: Vec<HookBackend> = match only {
-        Some(b) => vec![b],
-        None => HookBackend::BEST_FIRST.to_vec(),
-    };
-    if !candidates.contains(&HookBackend::Tracepoint) {
-        candidates.push(HookBackend::Tracepoint);
-    }
-    for backend in candidates {
-        let mut mine = Vec::new();
-        match attach_refusals_on(ebpf, backend, skb_sk_known, &mut mine) {
-            Ok(()) => {
-                placement.refusals = Some(backend);
-                attached.extend(mine);
-                return;
-            }
-            Err(reason) => {
-                unload_refusals(ebpf, backend);
-                tracing::info!("refusal hook: {} refused: {reason}", backend.as_str());
-                placement.refused.push(Refusal {
-                    hook: "nf_refusals",
-                    backend,
-                    reason,
-                });
-            }
-        }
-    }
-}
-
-fn unload_refusals(ebpf: &mut Ebpf, backend: HookBackend) {
-    match backend {
-        HookBackend::Fentry => {
-            if let Some(p) = typed::<FEntry>(ebpf, "nl_ack_fentry") {
-                let _ = p.unload();
-            }
-        }
-        HookBackend::Kprobe => {
-            if let Some(p) = typed::<KProbe>(ebpf, "nl_ack_kprobe") {
-                let _ = p.unload();
-            }
-        }
-        HookBackend::Tracepoint => {
-            for (prog, _, _) in RECV_TRACEPOINTS {
-                if let Some(p) = typed::<TracePoint>(ebpf, prog) {
-                    let _ = p.unload();
-                }
-            }
-        }
+        Ok(())
     }
 }
 
@@ -400,11 +544,8 @@ where
 /// Load the kprobe (or kretprobe) program `prog` and attach it to `function`; on failure the
 /// loader's or kernel's reason, with a hint when the kernel has no kprobes at all.
 fn attach_kprobe(ebpf: &mut Ebpf, prog: &str, kind: &str, function: &str) -> Result<(), String> {
-    let program: &mut KProbe = ebpf
-        .program_mut(prog)
-        .ok_or_else(|| format!("program {prog} missing from the object"))?
-        .try_into()
-        .map_err(|e: aya::programs::ProgramError| error_chain(&e))?;
+    let program: &mut KProbe =
+        typed(ebpf, prog).ok_or_else(|| format!("program {prog} missing from the object"))?;
     program
         .load()
         .map_err(|e| format!("loading {kind} on {function}: {}", error_chain(&e)))?;
@@ -420,27 +561,17 @@ fn attach_kprobe(ebpf: &mut Ebpf, prog: &str, kind: &str, function: &str) -> Res
 }
 
 /// Unload (and so detach) the programs of a backend that failed part way.
-fn unload(ebpf: &mut Ebpf, backend: HookBackend) {
-    match backend {
-        HookBackend::Fentry => {
-            if let Some(p) = typed::<FExit>(ebpf, "xt_fexit") {
-                let _ = p.unload();
+fn unload(ebpf: &mut Ebpf, programs: &[Attach]) {
+    for a in programs {
+        let prog = a.program();
+        let _ = match a {
+            Attach::Fentry(..) => typed::<FEntry>(ebpf, prog).map(|p| p.unload()),
+            Attach::Fexit(..) => typed::<FExit>(ebpf, prog).map(|p| p.unload()),
+            Attach::Kprobe(..) | Attach::Kretprobe(..) => {
+                typed::<KProbe>(ebpf, prog).map(|p| p.unload())
             }
-        }
-        HookBackend::Kprobe => {
-            for prog in ["xt_kprobe", "xt_kretprobe"] {
-                if let Some(p) = typed::<KProbe>(ebpf, prog) {
-                    let _ = p.unload();
-                }
-            }
-        }
-        HookBackend::Tracepoint => {
-            for (prog, _, _) in XT_TRACEPOINTS {
-                if let Some(p) = typed::<TracePoint>(ebpf, prog) {
-                    let _ = p.unload();
-                }
-            }
-        }
+            Attach::Tracepoint(..) => typed::<TracePoint>(ebpf, prog).map(|p| p.unload()),
+        };
     }
 }
 
@@ -452,19 +583,67 @@ mod tests {
     fn summary_names_each_hook_and_every_refusal() {
         let p = Placement {
             x_tables: Some(HookBackend::Kprobe),
-            refused: vec![Refusal {
-                hook: "x_tables",
-                backend: HookBackend::Fentry,
-                reason: "Operation not permitted (os error 1)".into(),
-            }],
-            nfnl_writers: true,
+            namespaces: Some(HookBackend::Kprobe),
+            umount: Some(HookBackend::Kprobe),
+            nf_writers: Some(HookBackend::Kprobe),
+            nft_gens: None,
             refusals: Some(HookBackend::Kprobe),
+            refused: vec![
+                Refusal {
+                    hook: "x_tables",
+                    backend: HookBackend::Fentry,
+                    reason: "Operation not permitted (os error 1)".into(),
+                },
+                Refusal {
+                    hook: "namespaces",
+                    backend: HookBackend::Fentry,
+                    reason: "Operation not permitted (os error 1)".into(),
+                },
+            ],
         };
         assert_eq!(
             p.summary(),
-            "x_tables=kprobe namespaces=tracepoint nf_tables=netlink nf_writers=tracepoint \
-             nf_refusals=kprobe (x_tables: fentry refused: Operation not permitted (os error 1))"
+            "x_tables=kprobe namespaces=kprobe umount=kprobe nf_tables=netlink nf_writers=kprobe \
+             nft_gens=thread nf_refusals=kprobe (x_tables: fentry refused: Operation not \
+             permitted (os error 1)) (the other hooks: refused there for the same reason)"
         );
+        // A refusal of a hook alone is said.
+        let mut alone = p.clone();
+        alone.refused.push(Refusal {
+            hook: "umount",
+            backend: HookBackend::Kprobe,
+            reason: "no such field".into(),
+        });
+        assert!(alone
+            .summary()
+            .contains("(umount: kprobe refused: no such field)"));
+        assert_eq!(p.sources(), vec![Source::Kprobe, Source::Netlink]);
+    }
+
+    #[test]
+    fn no_syscall_tracepoint_on_the_kernel_backends() {
+        for hook in [
+            &X_TABLES,
+            &NAMESPACES,
+            &UNMOUNTS,
+            &NF_WRITERS,
+            &NFT_GENS,
+            &NF_REFUSALS,
+        ] {
+            for a in hook.fentry.iter().chain(hook.kprobe) {
+                assert!(
+                    !matches!(a, Attach::Tracepoint(..)),
+                    "{}: {a:?} on a kernel backend",
+                    hook.name
+                );
+            }
+            for a in hook.fentry {
+                assert!(matches!(a, Attach::Fentry(..) | Attach::Fexit(..)));
+            }
+            for a in hook.kprobe {
+                assert!(matches!(a, Attach::Kprobe(..) | Attach::Kretprobe(..)));
+            }
+        }
     }
 
     #[test]

@@ -227,14 +227,24 @@ pub fn resolve_nl_offsets(btf: &KernelBtf) -> ResolvedNl {
         sk_protocol: get("sock", "sk_protocol"),
         sk_net: get("sock", "__sk_common.skc_net.net"),
         valid: 0,
-        skb_sk: u32::MAX,
+        ..NlOffsets::unset()
     };
     offsets.valid = u32::from(missing.is_empty());
-    // Only the refusal hook needs it: its absence disables that hook alone.
-    match btf.offset_of("sk_buff", "sk") {
-        Ok(off) => offsets.skb_sk = off,
-        Err(e) => tracing::debug!("refusal hook: {e}"),
-    }
+    // Each of these is needed by one kprobe/fentry hook only: its absence keeps that hook on the
+    // tracepoint backend (the placement says why).
+    let optional = |strukt: &str, path: &str, what: &str| match btf.offset_of(strukt, path) {
+        Ok(off) => off,
+        Err(e) => {
+            tracing::debug!("{what}: {e}");
+            u32::MAX
+        }
+    };
+    offsets.skb_sk = optional("sk_buff", "sk", "refusal hook");
+    offsets.skb_data = optional("sk_buff", "data", "nfnetlink hooks");
+    offsets.skb_len = optional("sk_buff", "len", "nfnetlink hooks");
+    offsets.path_dentry = optional("path", "dentry", "unmount hook");
+    offsets.dentry_sb = optional("dentry", "d_sb", "unmount hook");
+    offsets.sb_magic = optional("super_block", "s_magic", "unmount hook");
     ResolvedNl { offsets, missing }
 }
 
@@ -302,6 +312,18 @@ mod tests {
         // sk_buff starts with its list pointers and the socket follows them (a union with
         // the rbnode and list head: 24 bytes on 64-bit kernels).
         assert_eq!(nl.offsets.skb_sk, 24, "{name}: sk_buff.sk");
+        // struct path is { struct vfsmount *mnt; struct dentry *dentry; }.
+        assert_eq!(nl.offsets.path_dentry, 8, "{name}: path.dentry");
+        // sk_buff.len (with the control block before it) comes before the data pointers at
+        // its end on every kernel.
+        assert_ne!(nl.offsets.skb_data, u32::MAX, "{name}: sk_buff.data");
+        assert_ne!(nl.offsets.skb_len, u32::MAX, "{name}: sk_buff.len");
+        assert!(
+            nl.offsets.skb_len < nl.offsets.skb_data,
+            "{name}: sk_buff.len"
+        );
+        assert_ne!(nl.offsets.dentry_sb, u32::MAX, "{name}: dentry.d_sb");
+        assert_ne!(nl.offsets.sb_magic, u32::MAX, "{name}: super_block.s_magic");
         println!("{name}: {:?} {:?}", r.offsets, nl.offsets);
     }
 

@@ -83,7 +83,11 @@ pub struct XtReplaceEvent {
 pub enum KernelEvent {
     XtReplace(XtReplaceEvent),
     NetnsSeen {
+        /// The task in the namespace, or its creator (`created`); `process.netns` is the
+        /// namespace either way.
         process: KernelProcess,
+        /// Made just now (`copy_net_ns`): the creator may not be in it yet.
+        created: bool,
     },
     Umount {
         process: KernelProcess,
@@ -95,6 +99,12 @@ pub enum KernelEvent {
     NfnlAck(super::refused::NfnlAckEvent),
     /// A request the kernel refused, seen where it sent the error.
     NfnlRefused(super::refused::RefusedEvent),
+    /// An nftables batch committed generation `genid` in `netns` (kprobe, fentry).
+    NftGen {
+        process: KernelProcess,
+        netns: u32,
+        genid: u32,
+    },
 }
 
 /// Cut a NUL-padded byte string at its first NUL.
@@ -188,6 +198,7 @@ impl KernelEvent {
                 let n: NetnsSeen = read(bytes, body)?;
                 KernelEvent::NetnsSeen {
                     process: process(&n.process),
+                    created: n.via == observer_common::ns::VIA_CREATE,
                 }
             }
             EventKind::Umount => {
@@ -220,6 +231,14 @@ impl KernelEvent {
                     process(&n.process),
                     header.ktime_ns,
                 ))
+            }
+            EventKind::NftGen => {
+                let g: observer_common::nfnl::NftGen = read(bytes, body)?;
+                KernelEvent::NftGen {
+                    process: process(&g.process),
+                    netns: g.netns,
+                    genid: g.genid,
+                }
             }
         })
     }

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 use aya::{Ebpf, EbpfLoader};
-use observer_common::{DROP_PENDING, DROP_RINGBUF};
+use observer_common::{DROP_MAP, DROP_PENDING, DROP_READ, DROP_RINGBUF};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
 
@@ -25,15 +25,6 @@ use self::decode::KernelEvent;
 
 /// The eBPF object built by build.rs (empty when built with AYA_BUILD_SKIP=1).
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/observer"));
-
-/// nftables and ipset writers (`NETLINK_NETFILTER` requests); attached only when the socket
-/// offsets resolve.
-const NETLINK_TRACEPOINTS: &[(&str, &str, &str)] = &[
-    ("sendmsg_enter", "syscalls", "sys_enter_sendmsg"),
-    ("sendto_enter", "syscalls", "sys_enter_sendto"),
-    ("send_exit", "syscalls", "sys_exit_sendmsg"),
-    ("send_exit", "syscalls", "sys_exit_sendto"),
-];
 
 /// Why the kernel hooks could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -152,7 +143,7 @@ impl KernelHooks {
                 "in-kernel attribution of nftables and ipset writers ({m}); nftables writers are \
                  resolved through /proc and ipset changes are not seen"
             );
-            tracing::warn!("sendmsg/sendto hooks disabled: {lost}");
+            tracing::warn!("nfnetlink writer hooks disabled: {lost}");
             report.netlink_lost = Some(lost);
         }
         for m in &resolved.missing {
@@ -172,32 +163,46 @@ impl KernelHooks {
             .map_max_entries("EVENTS", opts.ringbuf_bytes)
             .load(EBPF_OBJECT)
             .map_err(|e| HookError::Load(error_chain(&e)))?;
-        let netlink: &[(&str, &str, &str)] = if report.netlink_lost.is_none() {
-            NETLINK_TRACEPOINTS
-        } else {
-            &[]
+        let o = &resolved_nl.offsets;
+        let skb_missing = (o.skb_data == u32::MAX || o.skb_len == u32::MAX)
+            .then_some("sk_buff.data or sk_buff.len is not in this kernel's BTF");
+        let mount_missing = [o.path_dentry, o.dentry_sb, o.sb_magic]
+            .contains(&u32::MAX)
+            .then_some(
+                "path.dentry, dentry.d_sb or super_block.s_magic is not in this kernel's BTF",
+            );
+        let needs = backend::Needs {
+            sock_net_missing: resolved.sock_net_missing.as_deref(),
+            skb_missing,
+            mount_missing,
+            skb_sk_missing: (o.skb_sk == u32::MAX)
+                .then_some("sk_buff.sk is not in this kernel's BTF"),
         };
-        for (prog, category, name) in backend::NS_TRACEPOINTS.iter().chain(netlink) {
-            backend::attach_tracepoint(&mut ebpf, prog, category, name)?;
-            report.attached.push(format!("{category}:{name}"));
+        let writers_ok = report.netlink_lost.is_none();
+        let mut placer = backend::Placer {
+            ebpf: &mut ebpf,
+            only: opts.backend,
+            needs,
+            btf: None,
+            placement: &mut report.placement,
+            attached: &mut report.attached,
+        };
+        placer.place(&backend::X_TABLES, true)?;
+        placer.place(&backend::NAMESPACES, false)?;
+        placer.place(&backend::UNMOUNTS, false)?;
+        // The writer hooks read the socket behind a descriptor (tracepoint) or the socket buffer
+        // (kprobe, fentry); the generation and refusal hooks are worth nothing without them.
+        if writers_ok {
+            placer.place(&backend::NF_WRITERS, false)?;
+            placer.place(&backend::NFT_GENS, false)?;
+            placer.place(&backend::NF_REFUSALS, false)?;
         }
-        report.placement.nfnl_writers = !netlink.is_empty();
-        backend::place_xt(
-            &mut ebpf,
-            opts.backend,
-            &backend::Needs {
-                sock_net_missing: resolved.sock_net_missing.as_deref(),
-            },
-            &mut report.placement,
-            &mut report.attached,
-        )?;
-        if report.placement.nfnl_writers {
-            backend::place_refusals(
-                &mut ebpf,
-                opts.backend,
-                resolved_nl.offsets.skb_sk != u32::MAX,
-                &mut report.placement,
-                &mut report.attached,
+        let placement = &report.placement;
+        if placement.nf_writers.is_none() && report.netlink_lost.is_none() {
+            report.netlink_lost = Some(
+                "in-kernel attribution of nftables and ipset writers (no backend attached their \
+                 hook); nftables writers are resolved through /proc and ipset changes are not seen"
+                    .into(),
             );
         }
         let ring = RingBuf::try_from(ebpf.take_map("EVENTS").ok_or(HookError::Map("EVENTS"))?)
@@ -212,6 +217,8 @@ impl KernelHooks {
         let await_ack = ebpf
             .take_map("AWAIT_ACK")
             .and_then(|m| BpfHashMap::try_from(m).ok());
+        let writers = Arc::new(nlattr::WriterCache::default());
+        writers.set_gens_hooked(report.placement.nft_gens.is_some());
         Ok(KernelHooks {
             _ebpf: ebpf,
             ring: Some(ring),
@@ -219,7 +226,7 @@ impl KernelHooks {
             await_ack,
             drops,
             report,
-            writers: Arc::new(nlattr::WriterCache::default()),
+            writers,
         })
     }
 
@@ -252,15 +259,20 @@ impl KernelHooks {
         gone.iter().filter(|k| map.remove(k).is_ok()).count()
     }
 
-    /// Events the kernel side could not report: (ring buffer full, pending map full).
-    pub fn drops(&self) -> (u64, u64) {
+    /// The kernel side's error counters, summed over the CPUs.
+    pub fn errors(&self) -> KernelErrors {
         let sum = |i: u32| {
             self.drops
                 .get(&i, 0)
                 .map(|v| v.iter().sum::<u64>())
                 .unwrap_or(0)
         };
-        (sum(DROP_RINGBUF), sum(DROP_PENDING))
+        KernelErrors {
+            ringbuf_full: sum(DROP_RINGBUF),
+            pending_full: sum(DROP_PENDING),
+            read_failed: sum(DROP_READ),
+            map_full: sum(DROP_MAP),
+        }
     }
 
     /// Start reading the ring buffer into `tx`. Call once.
@@ -278,6 +290,65 @@ impl KernelHooks {
         let fd = unsafe { AsyncFd::register(ring) }.map_err(std::io::Error::from)?;
         Ok(tokio::spawn(read_ring(fd, tx, stats, self.writers.clone())))
     }
+}
+
+/// What went wrong in the eBPF programs since they were loaded (per-CPU counters, summed).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct KernelErrors {
+    /// Records lost: the ring buffer was full.
+    pub ringbuf_full: u64,
+    /// Calls not followed to their return (a table replace, an ipset command, an unmount): the
+    /// map of calls in flight was full.
+    pub pending_full: u64,
+    /// Kernel or user memory reads that failed where a record needed them.
+    pub read_failed: u64,
+    /// Other map updates that failed.
+    pub map_full: u64,
+}
+
+impl KernelErrors {
+    /// `(metric label, count)` of each counter.
+    pub fn by_kind(&self) -> [(&'static str, u64); 4] {
+        [
+            ("ringbuf_full", self.ringbuf_full),
+            ("pending_full", self.pending_full),
+            ("read_failed", self.read_failed),
+            ("map_full", self.map_full),
+        ]
+    }
+}
+
+/// The error counters of every observer running on this kernel (each one's `DROPS` map, found
+/// among the kernel's maps), for `observer doctor`. Needs the privilege to enumerate maps.
+pub fn running_errors() -> Result<Vec<(u32, KernelErrors)>, String> {
+    use aya::maps::{loaded_maps, Map, MapData, MapType};
+    let mut found = Vec::new();
+    for info in loaded_maps() {
+        let info = info.map_err(|e| error_chain(&e))?;
+        if info.name_as_str() != Some("DROPS")
+            || !matches!(info.map_type(), Ok(MapType::PerCpuArray))
+        {
+            continue;
+        }
+        let id = info.id();
+        let Ok(map) = MapData::from_id(id).and_then(Map::from_map_data) else {
+            continue;
+        };
+        let Ok(array) = PerCpuArray::<MapData, u64>::try_from(map) else {
+            continue;
+        };
+        let sum = |i: u32| array.get(&i, 0).map(|v| v.iter().sum::<u64>()).unwrap_or(0);
+        found.push((
+            id,
+            KernelErrors {
+                ringbuf_full: sum(DROP_RINGBUF),
+                pending_full: sum(DROP_PENDING),
+                read_failed: sum(DROP_READ),
+                map_full: sum(DROP_MAP),
+            },
+        ));
+    }
+    Ok(found)
 }
 
 /// Counters of the userspace side of the ring buffer.
@@ -308,6 +379,11 @@ async fn read_ring(
                 // nftables writers go straight to the cache the netlink readers consult: no
                 // engine work stands between a batch and its attribution.
                 Ok(KernelEvent::NfnlSend(send)) if send.is_nftables() => writers.insert(&send),
+                Ok(KernelEvent::NftGen {
+                    process,
+                    netns,
+                    genid,
+                }) => writers.insert_gen(netns, genid, process),
                 Ok(ev) => {
                     if let Err(mpsc::error::TrySendError::Full(ev)) = tx.try_send(ev) {
                         // Back-pressure rather than loss: wait for room.

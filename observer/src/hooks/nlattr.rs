@@ -7,6 +7,11 @@
 //! thread up there instead of in `/proc`, where a short-lived `iptables-nft-restore` is usually
 //! gone. A NEWGEN that overtakes its record waits for it, a few milliseconds at most; after that
 //! the reader falls back to `/proc`.
+//!
+//! On kprobe and fentry kernels the join is exact: the kernel also reports each committed
+//! generation (`(netns, generation id) → writer`, from inside the commit), and the netlink reader
+//! looks the NEWGEN's own generation id up first. The thread id join stays for the tracepoint
+//! backend and for a generation whose record was lost.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -176,13 +181,27 @@ struct Entry {
     stamp: u64,
 }
 
-#[derive(Default)]
 struct Inner {
     entries: HashMap<(u32, u32), Entry>,
+    /// `(netns, generation id) → writer`, from the kernel's generation hook.
+    gens: lru::LruCache<(u32, u32), KernelProcess>,
     next_stamp: u64,
     /// Per namespace, the stamp of the newest writer matched with a generation: writers older
     /// than it that never matched sent batches that changed nothing (or failed).
     matched: HashMap<u32, u64>,
+}
+
+impl Default for Inner {
+    fn default() -> Inner {
+        Inner {
+            entries: HashMap::new(),
+            gens: lru::LruCache::new(
+                std::num::NonZeroUsize::new(CACHE_ENTRIES).unwrap_or(std::num::NonZeroUsize::MIN),
+            ),
+            next_stamp: 0,
+            matched: HashMap::new(),
+        }
+    }
 }
 
 /// A writer whose generation's notifications were lost.
@@ -196,6 +215,8 @@ pub struct Unmatched {
 /// Counters of how nftables generations were attributed.
 #[derive(Debug, Default)]
 pub struct CacheStats {
+    /// Joined by generation id (kprobe, fentry).
+    pub exact: AtomicU64,
     /// The writer's record was there when NEWGEN was read.
     pub hits: AtomicU64,
     /// NEWGEN arrived first and its record came within the wait.
@@ -211,9 +232,41 @@ pub struct WriterCache {
     inner: Mutex<Inner>,
     arrived: Notify,
     pub stats: CacheStats,
+    /// The kernel reports generations: a NEWGEN waits for its own record.
+    gens_hooked: std::sync::atomic::AtomicBool,
 }
 
 impl WriterCache {
+    /// Say that the kernel reports each committed generation (the generation hook is attached).
+    pub fn set_gens_hooked(&self, on: bool) {
+        self.gens_hooked.store(on, Ordering::Relaxed);
+    }
+
+    /// Remember who committed generation `genid` in `netns`.
+    pub fn insert_gen(&self, netns: u32, genid: u32, process: KernelProcess) {
+        {
+            let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            inner.gens.put((netns, genid), process);
+        }
+        self.arrived.notify_waiters();
+    }
+
+    /// The committer of generation `genid` in `netns`, if the kernel reported it; its batch's
+    /// record (same thread) counts as matched.
+    fn take_gen(&self, netns: u32, genid: u32) -> Option<KernelProcess> {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let p = inner.gens.pop(&(netns, genid))?;
+        if let Some(e) = inner.entries.get_mut(&(netns, p.tid)) {
+            if e.fresh && e.process.tgid == p.tgid {
+                e.fresh = false;
+                let stamp = e.stamp;
+                let m = inner.matched.entry(netns).or_default();
+                *m = (*m).max(stamp);
+            }
+        }
+        Some(p)
+    }
+
     /// Remember the writer of an nftables batch.
     pub fn insert(&self, send: &NfnlSendEvent) {
         let key = (send.netns(), send.process.tid);
@@ -325,22 +378,46 @@ impl WriterCache {
         found.into_iter().map(|(_, u)| u).collect()
     }
 
-    /// The writer of the nftables generation written by thread `tid` in namespace `netns`,
-    /// waiting up to `wait` for a record that has not arrived yet. A record already matched with an
-    /// earlier generation of the same thread is used only when no newer one comes.
+    /// The writer of nftables generation `genid`, written by thread `tid` in namespace `netns`,
+    /// waiting up to `wait` for a record that has not arrived yet: the generation's own record
+    /// when the kernel reports generations, else the thread's batch. A batch record already
+    /// matched with an earlier generation of the same thread is used only when no newer one
+    /// comes.
     pub async fn writer(
         &self,
         netns: u32,
+        genid: u32,
         tid: u32,
         comm: &str,
         wait: Duration,
     ) -> Option<KernelProcess> {
         let deadline = tokio::time::Instant::now() + wait;
         let mut waited = false;
+        let exact = self.gens_hooked.load(Ordering::Relaxed);
         loop {
             let notified = self.arrived.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
+            if exact {
+                if let Some(p) = self.take_gen(netns, genid) {
+                    self.stats.exact.fetch_add(1, Ordering::Relaxed);
+                    return Some(p);
+                }
+                if tokio::time::timeout_at(deadline, notified).await.is_ok() {
+                    continue;
+                }
+                // The generation's record was lost: the thread's batch, if any.
+                return match self.take(netns, tid, comm) {
+                    Some((p, _)) => {
+                        self.stats.hits.fetch_add(1, Ordering::Relaxed);
+                        Some(p)
+                    }
+                    None => {
+                        self.stats.misses.fetch_add(1, Ordering::Relaxed);
+                        None
+                    }
+                };
+            }
             let found = self.take(netns, tid, comm);
             if let Some((p, true)) = found {
                 let counter = if waited {
@@ -420,12 +497,13 @@ pub fn attribute_recovered(
 pub async fn nft_writer(
     writers: Option<&WriterCache>,
     netns: u32,
+    genid: u32,
     tid: u32,
     comm: &str,
 ) -> ProcessInfo {
     if let Some(w) = writers {
         if tid != 0 {
-            if let Some(p) = w.writer(netns, tid, comm, NEWGEN_WAIT).await {
+            if let Some(p) = w.writer(netns, genid, tid, comm, NEWGEN_WAIT).await {
                 return attribution::from_kernel(&p);
             }
         }
@@ -465,13 +543,13 @@ mod tests {
     async fn a_record_that_came_first_is_used() {
         let c = WriterCache::default();
         c.insert(&send(5, 100, "nft", "kube-proxy"));
-        let p = c.writer(5, 100, "nft", NEWGEN_WAIT).await.unwrap();
+        let p = c.writer(5, 1, 100, "nft", NEWGEN_WAIT).await.unwrap();
         assert_eq!(p.ancestors[0].comm, "kube-proxy");
         assert_eq!(c.stats.hits.load(Ordering::Relaxed), 1);
         // Another namespace, another thread, another command: not this writer.
-        assert!(c.writer(6, 100, "nft", Duration::ZERO).await.is_none());
-        assert!(c.writer(5, 101, "nft", Duration::ZERO).await.is_none());
-        assert!(c.writer(5, 100, "bash", Duration::ZERO).await.is_none());
+        assert!(c.writer(6, 1, 100, "nft", Duration::ZERO).await.is_none());
+        assert!(c.writer(5, 1, 101, "nft", Duration::ZERO).await.is_none());
+        assert!(c.writer(5, 1, 100, "bash", Duration::ZERO).await.is_none());
     }
 
     #[tokio::test]
@@ -483,7 +561,7 @@ mod tests {
             c2.insert(&send(5, 100, "nft", "kube-proxy"));
         });
         let p = c
-            .writer(5, 100, "nft", Duration::from_secs(5))
+            .writer(5, 1, 100, "nft", Duration::from_secs(5))
             .await
             .unwrap();
         late.await.unwrap();
@@ -496,7 +574,7 @@ mod tests {
         let c = std::sync::Arc::new(WriterCache::default());
         c.insert(&send(5, 100, "nft", "first"));
         assert_eq!(
-            c.writer(5, 100, "nft", NEWGEN_WAIT)
+            c.writer(5, 1, 100, "nft", NEWGEN_WAIT)
                 .await
                 .unwrap()
                 .ancestors[0]
@@ -510,13 +588,13 @@ mod tests {
             c2.insert(&send(5, 100, "nft", "second"));
         });
         let p = c
-            .writer(5, 100, "nft", Duration::from_secs(5))
+            .writer(5, 1, 100, "nft", Duration::from_secs(5))
             .await
             .unwrap();
         late.await.unwrap();
         assert_eq!(p.ancestors[0].comm, "second");
         // With no newer record, the used one is the best there is.
-        let p = c.writer(5, 100, "nft", Duration::ZERO).await.unwrap();
+        let p = c.writer(5, 1, 100, "nft", Duration::ZERO).await.unwrap();
         assert_eq!(p.ancestors[0].comm, "second");
     }
 
@@ -528,11 +606,47 @@ mod tests {
         }
         assert_eq!(c.inner.lock().unwrap().entries.len(), CACHE_ENTRIES);
         // The oldest went first.
-        assert!(c.writer(1, 0, "nft", Duration::ZERO).await.is_none());
+        assert!(c.writer(1, 1, 0, "nft", Duration::ZERO).await.is_none());
         assert!(c
-            .writer(1, CACHE_ENTRIES as u32 + 9, "nft", Duration::ZERO)
+            .writer(1, 1, CACHE_ENTRIES as u32 + 9, "nft", Duration::ZERO)
             .await
             .is_some());
+    }
+
+    #[tokio::test]
+    async fn a_generation_record_joins_exactly_by_its_id() {
+        let c = std::sync::Arc::new(WriterCache::default());
+        c.set_gens_hooked(true);
+        // Two generations of the same thread: a thread id join would give both to the newest
+        // batch record; the generation records say which writer made which.
+        c.insert(&send(5, 100, "nft", "first"));
+        c.insert_gen(5, 41, send(5, 100, "nft", "first").process);
+        c.insert(&send(5, 100, "nft", "second"));
+        c.insert_gen(5, 42, send(5, 100, "nft", "second").process);
+        let p = c.writer(5, 41, 100, "nft", Duration::ZERO).await.unwrap();
+        assert_eq!(p.ancestors[0].comm, "first");
+        let p = c.writer(5, 42, 100, "nft", Duration::ZERO).await.unwrap();
+        assert_eq!(p.ancestors[0].comm, "second");
+        assert_eq!(c.stats.exact.load(Ordering::Relaxed), 2);
+        // Another namespace's generation 42 is not this one.
+        assert!(c.writer(6, 42, 100, "nft", Duration::ZERO).await.is_none());
+        // Its batch counts as matched: nothing is left for a recovery to credit.
+        assert!(c.take_unmatched(5).is_empty());
+        // A generation record that comes late is waited for, and wins over the thread's batch.
+        let c2 = c.clone();
+        let late = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            c2.insert_gen(5, 43, send(5, 100, "nft", "third").process);
+        });
+        let p = c
+            .writer(5, 43, 100, "nft", Duration::from_secs(5))
+            .await
+            .unwrap();
+        late.await.unwrap();
+        assert_eq!(p.ancestors[0].comm, "third");
+        // A lost generation record: the thread's batch, after the wait.
+        let p = c.writer(5, 44, 100, "nft", Duration::from_millis(2)).await;
+        assert_eq!(p.unwrap().ancestors[0].comm, "second");
     }
 
     #[tokio::test]
@@ -540,7 +654,7 @@ mod tests {
         let c = WriterCache::default();
         let start = std::time::Instant::now();
         assert!(c
-            .writer(1, 1, "nft", Duration::from_millis(5))
+            .writer(1, 1, 1, "nft", Duration::from_millis(5))
             .await
             .is_none());
         assert!(start.elapsed() < Duration::from_secs(1));
