@@ -28,8 +28,41 @@ struct Report {
     checks: Vec<Check>,
     /// Which backend each hook of `tail --hooks auto` would be on, and what was refused and why.
     hooks: String,
+    /// Every program `tail --hooks auto` would attach, and where (`kprobe:netlink_unicast`).
+    attached: Vec<String>,
+    /// What the hooks cost the rest of the node on the backend they are on.
+    cost: String,
+    /// The eBPF error counters of each observer running now, by the id of its counter map.
+    running: Vec<Running>,
     /// What `tail` would not see.
     lost: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct Running {
+    map_id: u32,
+    errors: hooks::KernelErrors,
+}
+
+/// What the hooks on `placement` cost processes that have nothing to do with netfilter.
+fn cost_of(placement: Option<&hooks::backend::Placement>) -> String {
+    let Some(p) = placement else {
+        return "nothing: no hook is attached".into();
+    };
+    let syscall_tracepoints = [p.x_tables, p.namespaces, p.umount, p.nf_writers, p.refusals]
+        .contains(&Some(hooks::backend::HookBackend::Tracepoint));
+    if syscall_tracepoints {
+        "syscall tracepoints: a program runs on every setsockopt, sendmsg, sendto, recvmsg, \
+         clone, unshare, setns and umount of every process on the node, and returns at its first \
+         check unless the call is netfilter or namespace work (figures: README, \"What it costs\")"
+            .into()
+    } else {
+        "kernel functions only: programs run when a netlink message is sent or multicast \
+         (netlink_unicast, nlmsg_notify, netlink_ack), a table is replaced (nf_setsockopt), a \
+         network namespace is made (copy_net_ns) or a file system unmounted (path_umount); \
+         other work (UDP, fork, exec, file I/O) runs none"
+            .into()
+    }
 }
 
 /// Effective capabilities from /proc/self/status.
@@ -139,16 +172,29 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<()> {
         fix: None,
     });
 
+    // Observers running now, before this one loads its own programs.
+    let running: Vec<Running> = match hooks::running_errors() {
+        Ok(v) => v
+            .into_iter()
+            .map(|(map_id, errors)| Running { map_id, errors })
+            .collect(),
+        Err(e) => {
+            tracing::debug!("listing the kernel's maps: {e}");
+            Vec::new()
+        }
+    };
     // The definitive BPF test: load and attach the real programs, then detach.
-    let (bpf_ok, bpf_detail, placement, writers_lost) =
+    let (bpf_ok, bpf_detail, placement, writers_lost, attached, cost) =
         match hooks::KernelHooks::load(&hooks::HookOptions::default()) {
             Ok(h) => (
                 true,
                 format!("loaded and attached {}", h.report.attached.join(", ")),
                 Some(h.report.placement.summary()),
                 h.report.netlink_lost.clone(),
+                h.report.attached.clone(),
+                cost_of(Some(&h.report.placement)),
             ),
-            Err(e) => (false, e.to_string(), None, None),
+            Err(e) => (false, e.to_string(), None, None, Vec::new(), cost_of(None)),
         };
     checks.push(check(
         "bpf",
@@ -199,6 +245,9 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<()> {
         hooks: placement.unwrap_or_else(|| {
             "x_tables=none namespaces=none nf_tables=netlink nf_writers=proc".into()
         }),
+        attached,
+        cost,
+        running,
         checks,
         lost,
     };
@@ -218,6 +267,16 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<()> {
         }
     }
     println!("\nhooks: tail would use {}", report.hooks);
+    println!("attached: {}", report.attached.join(", "));
+    println!("cost: {}", report.cost);
+    for r in &report.running {
+        let e = &r.errors;
+        println!(
+            "running observer (counter map {}): kernel errors: ring buffer full {}, calls in \
+             flight not followed {}, failed reads {}, failed map updates {}",
+            r.map_id, e.ringbuf_full, e.pending_full, e.read_failed, e.map_full
+        );
+    }
     if report.lost.is_empty() {
         println!("nothing is lost: every iptables-legacy and nftables change is seen");
     } else {

@@ -587,6 +587,20 @@ impl DaemonOutput {
 }
 
 impl Output for DaemonOutput {
+    fn kernel_errors(&mut self, errors: &crate::hooks::KernelErrors) {
+        for (kind, total) in errors.by_kind() {
+            let c = self
+                .hub
+                .metrics
+                .kernel_errors
+                .get_or_create(&super::metrics::KernelErrorLabels { kind: kind.into() });
+            let seen = c.get();
+            if total > seen {
+                c.inc_by(total - seen);
+            }
+        }
+    }
+
     fn emit(&mut self, record: &Record) -> std::io::Result<()> {
         let json: Arc<str> = serde_json::to_string(record)?.into();
         if let Record::Status(s) = record {

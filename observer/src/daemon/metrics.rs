@@ -31,6 +31,11 @@ pub struct GapLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KernelErrorLabels {
+    pub kind: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HookLabels {
     pub backend: String,
 }
@@ -43,6 +48,8 @@ pub struct Metrics {
     pub incidents_open: Family<IncidentLabels, Gauge>,
     pub gaps: Family<GapLabels, Counter>,
     pub kernel_records_lost: Counter,
+    /// The eBPF programs' own error counters, by kind.
+    pub kernel_errors: Family<KernelErrorLabels, Counter>,
     pub hooks: Family<HookLabels, Gauge>,
     pub netns_watched: Gauge,
     pub sse_clients: Gauge,
@@ -91,6 +98,16 @@ impl Metrics {
             "kernel_records_lost",
             "Kernel records lost (ring buffer full, too many replaces in flight, undecodable)",
             kernel_records_lost.clone(),
+        );
+        let kernel_errors = Family::<KernelErrorLabels, Counter>::default();
+        for (kind, _) in crate::hooks::KernelErrors::default().by_kind() {
+            let _ = kernel_errors.get_or_create(&KernelErrorLabels { kind: kind.into() });
+        }
+        registry.register(
+            "kernel_errors",
+            "Errors counted by the eBPF programs: ring buffer full (records lost), calls in \
+             flight not followed (map full), failed memory reads, other failed map updates",
+            kernel_errors.clone(),
         );
         let hooks = Family::<HookLabels, Gauge>::default();
         registry.register(
@@ -154,6 +171,7 @@ impl Metrics {
             incidents_open,
             gaps,
             kernel_records_lost,
+            kernel_errors,
             hooks,
             netns_watched,
             sse_clients,
