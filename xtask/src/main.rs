@@ -11,6 +11,7 @@ mod deploy;
 mod fuzz;
 mod image;
 mod kstats;
+mod overhead;
 mod setup;
 mod soak;
 mod vm;
@@ -135,6 +136,24 @@ enum Verb {
     )]
     VmBench(vmbench::VmBenchArgs),
 
+    /// What observer's hooks cost unrelated work and netfilter writers, per backend
+    #[command(
+        long_about = "Run workloads that have nothing to do with netfilter (UDP loopback \
+        ping-pong, fork and exit, a network namespace made, a mount and unmount, a netlink link \
+        dump) and two netfilter writers (single-rule nft transactions, `iptables-legacy -A` on a \
+        2,000-rule table) with no observer and with `observer tail --hooks B`, interleaved over \
+        rounds: on the host (tracepoint) and in a QEMU guest of each VM kernel (fentry, kprobe, \
+        tracepoint). Reports medians, the difference to no observer, and each eBPF program's \
+        runs and nanoseconds per run from the kernel's BPF statistics; writes the tables into \
+        BENCHMARKS.md between its bench-overhead markers. Needs root; about 40 minutes with the \
+        default rounds (the guests run under software emulation)."
+    )]
+    BenchOverhead(overhead::OverheadArgs),
+
+    /// One workload of bench-overhead (run by its scripts); prints nanoseconds per operation
+    #[command(hide = true)]
+    OverheadWorkload(overhead::WorkloadArgs),
+
     /// Build observer, then measure the record (size, query time) and `observer run` under load
     #[command(
         long_about = "Run setup's checks, build observer (release), then: fill a record with a \
@@ -252,6 +271,8 @@ fn main() -> ExitCode {
         Verb::Tail(a) => tail(&a.args),
         Verb::Bench(a) => bench::run(&a),
         Verb::VmBench(a) => vmbench::run(&a),
+        Verb::BenchOverhead(a) => overhead::run(&a),
+        Verb::OverheadWorkload(a) => overhead::workload(&a),
         Verb::VmTest => build().and_then(|ready| vm::vm_test(&ready).map(|r| r.unwrap_or(0))),
         Verb::BenchDaemon(a) => bench_daemon::run(&a),
         Verb::BenchIncidents(a) => bench_incidents::run(&a),

@@ -206,7 +206,7 @@ pub fn ensure_tools() -> Result<std::result::Result<VmTools, String>> {
 }
 
 /// The integration test binary, built (release) on the host.
-fn build_test_binary(ready: &crate::setup::Ready) -> Result<PathBuf> {
+fn build_test_binary(ready: &crate::setup::Ready) -> Result<(PathBuf, Option<PathBuf>)> {
     let mut c = crate::cargo();
     // The same packages and flags as `cargo xtask test`'s host run, so nothing is rebuilt.
     c.args([
@@ -220,18 +220,29 @@ fn build_test_binary(ready: &crate::setup::Ready) -> Result<PathBuf> {
     ]);
     ready.apply(&mut c);
     let out = cmd::output(&mut c).context("building the integration test binary")?;
-    out.lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|v| v["reason"] == "compiler-artifact" && v["target"]["name"] == "tail")
-        .find_map(|v| v["executable"].as_str().map(PathBuf::from))
-        .context("cargo built no `tail` test executable")
+    let executable = |name: &str| {
+        out.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["reason"] == "compiler-artifact" && v["target"]["name"] == name)
+            .find_map(|v| v["executable"].as_str().map(PathBuf::from))
+    };
+    let tail = executable("tail").context("cargo built no `tail` test executable")?;
+    Ok((tail, executable("attribution")))
 }
 
 /// The script the guest runs: load the modules, run the tests once per backend, and leave each
 /// run's output and exit status in `dir`. Waits are 5 times longer (software emulation); the
 /// Ctrl-C-under-load test is left to the host (it tests the engine, not a hook, and its 40
 /// replaces of a 4,000-rule table take minutes under emulation).
-fn guest_script(test_bin: &Path, dir: &Path) -> String {
+fn guest_script(test_bin: &Path, attribution: Option<&Path>, dir: &Path) -> String {
+    // The ipset writers' tests too (an ipset command is seen only through the writer hook).
+    let ipset = attribution.map_or(String::new(), |a| {
+        format!(
+            "[ $rc = 0 ] && {{ OBSERVER_TEST_HOOKS=$b OBSERVER_TEST_SLOWDOWN=5 timeout -k 10 \
+             {RUN_TIMEOUT_SECS} {a} --test-threads=1 ipset >> $out 2>&1; rc=$?; }}\n",
+            a = a.display()
+        )
+    });
     let mut s = String::from("#!/bin/sh\n");
     s.push_str(&format!(
         "for m in {}; do modprobe $m 2>/dev/null || echo \"vm: note: module $m not loaded\"; \
@@ -253,6 +264,7 @@ fn guest_script(test_bin: &Path, dir: &Path) -> String {
          OBSERVER_TEST_HOOKS=$b OBSERVER_TEST_SLOWDOWN=5 timeout -k 10 {RUN_TIMEOUT_SECS} {bin} \
          --test-threads=1 --skip ctrl_c_while_busy > $out 2>&1\n\
          rc=$?\n\
+         {ipset}\
          if [ $rc = 124 ] || [ $rc = 137 ]; then\n\
          echo \"vm: $b: no end after {RUN_TIMEOUT_SECS}s; still running:\" >> $out\n\
          ps -eo pid,stat,wchan:24,etime,args | grep -E 'observer|iptables|nft|ip netns|tail-' >> $out\n\
@@ -315,17 +327,27 @@ pub fn boot_niced(
     // The guest's console goes through a pipe, copied to our stdout: given our stdout itself
     // (a file, with `cargo xtask test > log`), the emulator reopens it with truncation and
     // everything written before the boot is lost.
+    // Its stderr too: `cargo xtask test > log 2>&1` gives both the same file.
     c.stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped());
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
     let mut child = c
         .spawn()
         .with_context(|| format!("could not start `{}`", cmd::describe(&c)))?;
+    let errors = child.stderr.take().map(|mut e| {
+        std::thread::spawn(move || {
+            let _ = std::io::copy(&mut e, &mut std::io::stderr());
+        })
+    });
     if let Some(mut console) = child.stdout.take() {
         let mut out = std::io::stdout();
         // A closed stdout of ours ends the copy, not the guest.
         let _ = std::io::copy(&mut console, &mut out);
     }
     let status = child.wait().context("waiting for the guest")?;
+    if let Some(t) = errors {
+        let _ = t.join();
+    }
     use std::os::unix::process::ExitStatusExt as _;
     Ok(status
         .code()
@@ -346,13 +368,14 @@ pub fn run_in_vm(
     kernel: &Path,
     observer_bin: &Path,
     test_bin: &Path,
+    attribution: Option<&Path>,
     keep: &Path,
 ) -> Result<GuestResult> {
     let dir = std::env::temp_dir().join(format!("observer-vm-{}", std::process::id()));
     let _ = fs::remove_dir_all(&dir);
     fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let script = dir.join("run.sh");
-    fs::write(&script, guest_script(test_bin, &dir))?;
+    fs::write(&script, guest_script(test_bin, attribution, &dir))?;
     if !cmd::is_executable(observer_bin) {
         bail!(
             "{} is missing; the release build failed",
@@ -425,7 +448,8 @@ pub fn vm_test(ready: &crate::setup::Ready) -> Result<Option<i32>> {
             tools.vng.display()
         );
     }
-    let test_bin = cmd::phase("build the integration tests", || build_test_binary(ready))?;
+    let (test_bin, attribution) =
+        cmd::phase("build the integration tests", || build_test_binary(ready))?;
     let observer_bin = crate::target_dir()?.join("release").join("observer");
     let keep = crate::target_dir()?.join("vm");
     let mut failed = 0;
@@ -433,7 +457,16 @@ pub fn vm_test(ready: &crate::setup::Ready) -> Result<Option<i32>> {
     for kernel in &tools.kernels {
         let guest = cmd::phase(
             &format!("integration tests in the guest {}", kernel.display()),
-            || run_in_vm(&tools, kernel, &observer_bin, &test_bin, &keep),
+            || {
+                run_in_vm(
+                    &tools,
+                    kernel,
+                    &observer_bin,
+                    &test_bin,
+                    attribution.as_deref(),
+                    &keep,
+                )
+            },
         )?;
         failed += guest.failed;
         runs += BACKENDS.len() + 1;
@@ -491,7 +524,15 @@ mod tests {
 
     #[test]
     fn the_guest_script_runs_every_backend_and_keeps_its_status() {
-        let s = guest_script(Path::new("/t/tail-1"), Path::new("/r"));
+        let s = guest_script(
+            Path::new("/t/tail-1"),
+            Some(Path::new("/t/attribution-1")),
+            Path::new("/r"),
+        );
+        assert!(
+            s.contains("/t/attribution-1 --test-threads=1 ipset >> $out"),
+            "{s}"
+        );
         for b in BACKENDS {
             assert!(s.contains(&format!("run {b} /r/{b}.out")), "{s}");
             assert!(s.contains(&format!("echo $rc > /r/{b}.rc")), "{s}");
