@@ -181,6 +181,7 @@ pub fn record(args: crate::cli::BenchRecordArgs) -> anyhow::Result<()> {
             chain: Some(chain),
             op,
             rule,
+            position: None,
             detail: None,
             txn: format!("xt-4026531840-{time_ns}"),
             result: "ok".into(),

@@ -24,7 +24,7 @@ pub enum Command {
     /// incident streams, metrics, health) and the forensic record (needs root).
     Run(Box<crate::daemon::config::RunArgs>),
     /// Search the forensic record that `observer run` keeps (a copied file works).
-    Query(crate::query::QueryArgs),
+    Query(Box<crate::query::QueryArgs>),
     /// Print every ruleset change, and the ownership incidents they make, as they happen (needs
     /// root).
     ///
