@@ -13,8 +13,15 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{free_port, observer_bin, Daemon, Netns, Writer};
+use common::{free_port, get, observer_bin, Daemon, Netns, Writer};
 use serde_json::Value;
+
+/// One daemon at a time: each watches every namespace and could take the other's port.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// `observer query --json ARGS`, as lines.
 fn query(record: &Path, args: &[&str]) -> Vec<Value> {
@@ -439,4 +446,98 @@ fn the_ruleset_at_each_moment_and_the_diff_between_two_are_rebuilt_from_the_reco
         "retention deleted nothing (first seq {first_seq})"
     );
     check(&record, &moments[2..], &spaces);
+}
+
+#[test]
+fn the_http_endpoints_rebuild_and_diff_with_the_token() {
+    skip_unless!("iptables-legacy", "ip");
+    let _serial = serial();
+    let ns = Netns::new("fx-http");
+    let kp = Writer::new("kube-proxy");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let record = dir.path().join("record.db");
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "s3cret\n").unwrap();
+    let port = free_port();
+    let mut d = Daemon::start(
+        port,
+        &[
+            "--record",
+            record.to_str().unwrap(),
+            "--token-file",
+            token_file.to_str().unwrap(),
+        ],
+    );
+    let before = now();
+    std::thread::sleep(Duration::from_millis(50));
+    ns.write(&kp, &["iptables-legacy", "-N", "OBS-HTTP"]);
+    ns.write(&kp, &["iptables-legacy", "-A", "OBS-HTTP", "-j", "RETURN"]);
+    d.expect("the rule", |v| {
+        v["chain"] == "OBS-HTTP" && v["op"] == "rule_add"
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let auth = [("Authorization", "Bearer s3cret")];
+    let inode = ns.inode().to_string();
+
+    let (code, _) = get(port, "/ruleset?at=now", &[]);
+    assert_eq!(code, 401, "no token, no ruleset");
+    let (code, body) = get(port, &format!("/ruleset?at=now&netns={inode}"), &auth);
+    assert_eq!(code, 200, "{body}");
+    let list: Vec<Value> = serde_json::from_str(&body).expect("a JSON list");
+    let legacy = list
+        .iter()
+        .find(|v| v["backend"] == "legacy")
+        .unwrap_or_else(|| panic!("no legacy ruleset in {body}"));
+    let text = legacy["text"].as_str().unwrap();
+    assert!(
+        text.contains(":OBS-HTTP - [0:0]") && text.contains("-A OBS-HTTP -j RETURN"),
+        "{text}"
+    );
+    let chain = legacy["tables"][0]["chains"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "OBS-HTTP")
+        .expect("the chain");
+    assert_eq!(chain["last"]["actor"], "kube-proxy", "{chain}");
+
+    // Before the writes, the chain did not exist; the diff says who added it.
+    let (code, body) = get(port, &format!("/ruleset?at={before}&netns={inode}"), &auth);
+    assert_eq!(code, 200, "{body}");
+    assert!(!body.contains("OBS-HTTP"), "{body}");
+    let (code, body) = get(
+        port,
+        &format!("/diff?from={before}&to=now&netns={inode}"),
+        &auth,
+    );
+    assert_eq!(code, 200, "{body}");
+    let diffs: Vec<Value> = serde_json::from_str(&body).expect("a JSON list");
+    let added = diffs
+        .iter()
+        .find(|v| v["chain"] == "OBS-HTTP")
+        .unwrap_or_else(|| panic!("no OBS-HTTP in {body}"));
+    assert_eq!(added["change"], "chain_added");
+    assert_eq!(added["rules_added"][0], "-j RETURN");
+    assert_eq!(added["by"]["actor"], "kube-proxy");
+    let (code, body) = get(port, "/diff?from=now&to=now&format=text", &auth);
+    assert_eq!(code, 200, "{body}");
+    assert!(body.starts_with("# what changed between"), "{body}");
+
+    // Bad input: a clear 400 naming the parameter and the forms it takes.
+    let (code, body) = get(port, "/ruleset?at=yesterday-ish", &auth);
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("at:") && body.contains("RFC 3339"), "{body}");
+    let (code, body) = get(port, "/ruleset?when=now", &auth);
+    assert_eq!(code, 400, "{body}");
+    d.stop();
+
+    // The same bad time on the command line: an error naming the flag, no panic.
+    let out = Command::new(observer_bin())
+        .args(["query", "--at", "yesterday-ish", "--record"])
+        .arg(&record)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--at") && err.contains("RFC 3339"), "{err}");
 }

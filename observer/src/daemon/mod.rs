@@ -9,6 +9,7 @@ pub mod config;
 mod http;
 mod hub;
 mod metrics;
+mod ruleset;
 pub mod tls;
 
 use std::net::SocketAddr;
