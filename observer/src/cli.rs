@@ -65,6 +65,10 @@ pub struct BenchRecordArgs {
     /// instead of names from a set of endpoints that churns.
     #[arg(long)]
     pub unique_chains: bool,
+    /// Also keep a 21,000-rule nat table that the churn is replayed onto, snapshot it at the
+    /// daemon's default policy, and time `query --at` at the end.
+    #[arg(long)]
+    pub snapshots: bool,
 }
 
 #[derive(Debug, Args)]

@@ -7,6 +7,7 @@
 //! before it with the recorded changes after it replayed on top ([`replay`]). Needs nothing of
 //! the kernel: it reads the record only.
 
+pub mod bench;
 pub mod model;
 pub mod query;
 pub mod record;
