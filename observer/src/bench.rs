@@ -134,9 +134,21 @@ pub fn record(args: crate::cli::BenchRecordArgs) -> anyhow::Result<()> {
         let id = (slot as u64) << 32 | generation[slot];
         format!("KUBE-SEP-{:016X}", id.wrapping_mul(0x9e37_79b9_7f4a_7c15))
     };
+    let mut sim = args.snapshots.then(|| {
+        let sep0 = |slot: u64| {
+            format!(
+                "KUBE-SEP-{:016X}",
+                (slot << 32).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            )
+        };
+        crate::forensics::bench::Sim::new(services, svc, sep0, start_ns)
+    });
     let t0 = Instant::now();
     let cpu0 = cpu_seconds();
     let mut batch = Vec::with_capacity(2048);
+    if let Some(sim) = sim.as_mut() {
+        batch.push(sim.snapshot(0, start_ns));
+    }
     for seq in 1..=args.rows {
         let r = next();
         let s = r % services;
@@ -181,6 +193,7 @@ pub fn record(args: crate::cli::BenchRecordArgs) -> anyhow::Result<()> {
             chain: Some(chain),
             op,
             rule,
+            position: None,
             detail: None,
             txn: format!("xt-4026531840-{time_ns}"),
             result: "ok".into(),
@@ -214,8 +227,11 @@ pub fn record(args: crate::cli::BenchRecordArgs) -> anyhow::Result<()> {
             op: Some(c.op.as_str().into()),
             actor: Some(c.process.actor),
             comm: Some(c.process.comm),
-            json,
+            json: json.clone(),
         });
+        if let Some(row) = sim.as_mut().and_then(|s| s.change(seq, time_ns, &json)) {
+            batch.push(row);
+        }
         if batch.len() == 2048 {
             w.write_batch(&batch);
             batch.clear();
@@ -250,7 +266,13 @@ pub fn record(args: crate::cli::BenchRecordArgs) -> anyhow::Result<()> {
         chain_rows: rows.len(),
         query_ms,
     };
-    println!("{}", serde_json::to_string(&fill)?);
+    let mut out = serde_json::to_value(&fill)?;
+    if let Some(sim) = &sim {
+        out["snapshots"] = sim.snapshots.into();
+        out["model_rules"] = sim.rules().into();
+        out["at"] = crate::forensics::bench::measure(&args.out, store::now_ns())?;
+    }
+    println!("{out}");
     Ok(())
 }
 

@@ -24,7 +24,7 @@ pub enum Command {
     /// incident streams, metrics, health) and the forensic record (needs root).
     Run(Box<crate::daemon::config::RunArgs>),
     /// Search the forensic record that `observer run` keeps (a copied file works).
-    Query(crate::query::QueryArgs),
+    Query(Box<crate::query::QueryArgs>),
     /// Print every ruleset change, and the ownership incidents they make, as they happen (needs
     /// root).
     ///
@@ -65,6 +65,10 @@ pub struct BenchRecordArgs {
     /// instead of names from a set of endpoints that churns.
     #[arg(long)]
     pub unique_chains: bool,
+    /// Also keep a 21,000-rule nat table that the churn is replayed onto, snapshot it at the
+    /// daemon's default policy, and time `query --at` at the end.
+    #[arg(long)]
+    pub snapshots: bool,
 }
 
 #[derive(Debug, Args)]

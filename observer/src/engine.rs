@@ -13,6 +13,7 @@
 use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::Context as _;
@@ -23,6 +24,7 @@ use tokio::task::JoinHandle;
 
 use crate::attribution::{self, ProcessInfo};
 use crate::cli::{ColorWhen, HooksMode, SourceArgs, TailArgs};
+use crate::forensics::model::Tables;
 use crate::hooks::decode::{KernelEvent, KernelProcess, XtKind, XtReplaceEvent};
 use crate::hooks::nlattr::{self, WriterCache};
 use crate::hooks::{HookOptions, KernelHooks, ReaderStats};
@@ -50,6 +52,8 @@ enum NsMsg {
         replayed: bool,
         /// Found by re-reading the namespace after notifications were lost.
         recovered: bool,
+        /// The namespace's nft tables after this transaction, when a snapshot was asked for.
+        snapshot: Option<Box<Tables>>,
     },
     /// The reader stopped or lost notifications.
     Trouble { inode: u32, message: String },
@@ -62,6 +66,8 @@ struct Watched {
     handle: Arc<NetnsHandle>,
     legacy: HashMap<(XtProto, String), XtTable>,
     nft_reader: Option<JoinHandle<()>>,
+    /// Set to ask the nft reader for a snapshot with its next transaction.
+    nft_snapshot: Option<Arc<AtomicBool>>,
 }
 
 impl Drop for Watched {
@@ -91,6 +97,8 @@ struct Engine {
     netlink_rcvbuf: usize,
     /// Transactions recovered by re-reads so far (numbers their `txn`).
     recovered_txns: u64,
+    /// When the output keeps snapshots (the record): which are due.
+    snapshots: Option<crate::forensics::Due>,
 }
 
 /// Where the engine's records go: every record, in order, unfiltered. `tail` filters and prints;
@@ -107,6 +115,14 @@ pub trait Output: Send {
 
     /// The kernel side's error counters moved (for a sink that exports them, such as metrics).
     fn kernel_errors(&mut self, _errors: &crate::hooks::KernelErrors) {}
+
+    /// When this output keeps snapshots of the rulesets (the daemon's record), how often.
+    fn snapshot_policy(&self) -> Option<crate::forensics::SnapshotPolicy> {
+        None
+    }
+
+    /// Take a snapshot, after the changes given so far.
+    fn snapshot(&mut self, _snapshot: crate::forensics::Snapshot) {}
 }
 
 /// `observer tail`: the filtered stream on stdout, as JSON lines or as the screen a person reads.
@@ -233,7 +249,9 @@ pub async fn run(options: &SourceArgs, output: Box<dyn Output>) -> anyhow::Resul
             Err(e) => return Err(e).context("attaching the kernel hooks"),
         },
     };
+    let snapshots = output.snapshot_policy().map(crate::forensics::Due::new);
     let mut engine = Engine {
+        snapshots,
         output,
         seq: options.first_seq,
         watched: HashMap::new(),
@@ -668,6 +686,34 @@ impl Engine {
                 },
                 changes,
             );
+            self.legacy_snapshot(inode);
+        }
+    }
+
+    /// Hand the output a snapshot of a namespace's tables, after the changes emitted so far.
+    fn emit_snapshot(&mut self, inode: u32, backend: Backend, tables: Tables) {
+        let Some(due) = self.snapshots.as_mut() else {
+            return;
+        };
+        due.taken(inode, backend);
+        let netns_name = self.watched.get(&inode).and_then(|w| w.handle.name.clone());
+        self.output.snapshot(crate::forensics::Snapshot {
+            seq: self.seq,
+            time_ns: crate::store::now_ns(),
+            netns: inode,
+            netns_name,
+            backend,
+            tables: Arc::new(tables),
+        });
+    }
+
+    fn legacy_snapshot(&mut self, inode: u32) {
+        if self.snapshots.is_none() {
+            return;
+        }
+        if let Some(w) = self.watched.get(&inode) {
+            let tables = Tables::from_legacy(w.legacy.values());
+            self.emit_snapshot(inode, Backend::Legacy, tables);
         }
     }
 
@@ -782,10 +828,18 @@ impl Engine {
         if let Some(sets) = baseline.ipsets {
             self.ipsets.insert(inode, sets);
         }
+        let wants = self.snapshots.is_some();
+        let legacy_snapshot = wants.then(|| Tables::from_legacy(baseline.legacy.values()));
+        let nft_snapshot = baseline
+            .nft
+            .as_ref()
+            .filter(|_| wants && baseline.socket.is_some())
+            .map(|(state, _)| Tables::from_nft(state));
         let mut watched = Watched {
             handle: handle.clone(),
             legacy: baseline.legacy,
             nft_reader: None,
+            nft_snapshot: wants.then(|| Arc::new(AtomicBool::new(false))),
         };
         if let (Some(sock), Some((state, gen))) = (baseline.socket, baseline.nft) {
             if new && !state.tables.is_empty() {
@@ -799,13 +853,16 @@ impl Engine {
                     time: now(),
                     replayed: true,
                     recovered: false,
+                    snapshot: None,
                 };
                 self.on_ns(msg);
             }
             let reader = handle.file.try_clone().and_then(|ns| {
                 let writers = self.nft_writers();
                 let builder = GenerationBuilder::new(state).with_ifnames(baseline.ifnames);
-                spawn_nft_reader(inode, ns, sock, builder, self.ns_tx.clone(), writers)
+                let snap = watched.nft_snapshot.clone();
+                let tx = self.ns_tx.clone();
+                spawn_nft_reader(inode, ns, sock, builder, tx, writers, snap)
             });
             match reader {
                 Ok(task) => watched.nft_reader = Some(task),
@@ -820,6 +877,12 @@ impl Engine {
                 .unwrap_or(&handle.origin.display().to_string())
         );
         self.watched.insert(inode, watched);
+        if let Some(t) = legacy_snapshot {
+            self.emit_snapshot(inode, Backend::Legacy, t);
+        }
+        if let Some(t) = nft_snapshot {
+            self.emit_snapshot(inode, Backend::Nft, t);
+        }
     }
 
     /// The kernel's record of nftables writers, when the netlink hook is attached.
@@ -852,6 +915,14 @@ impl Engine {
         let held = netns::held_by_processes();
         for inode in candidates.into_iter().filter(|i| !held.contains(i)) {
             tracing::debug!("namespace {inode} is gone ({path} unmounted)");
+            if self.snapshots.is_some() {
+                // Gone: the record shows it empty from now on.
+                self.emit_snapshot(inode, Backend::Legacy, Tables::default());
+                self.emit_snapshot(inode, Backend::Nft, Tables::default());
+                if let Some(d) = self.snapshots.as_mut() {
+                    d.forget(inode);
+                }
+            }
             self.watched.remove(&inode);
             self.correlator.forget_netns(inode);
             self.ipsets.remove(&inode);
@@ -1062,6 +1133,7 @@ impl Engine {
                 time,
                 replayed,
                 recovered,
+                snapshot,
             } => {
                 let name = self.watched.get(&inode).and_then(|w| w.handle.name.clone());
                 let txn = if recovered {
@@ -1084,6 +1156,9 @@ impl Engine {
                     },
                     changes,
                 );
+                if let Some(t) = snapshot {
+                    self.emit_snapshot(inode, Backend::Nft, *t);
+                }
             }
             NsMsg::Trouble { inode, message } => {
                 self.emit_status(StatusRecord::gap(format!("namespace {inode}: {message}")));
@@ -1106,6 +1181,7 @@ impl Engine {
     /// Number, print and correlate the changes of one transaction; each has its `result`: `ok`
     /// or what went wrong (`EBUSY: Device or resource busy`).
     fn emit_txn_results(&mut self, ctx: ChangeCtx, changes: Vec<(Change, String)>) {
+        let (inode, backend, n) = (ctx.inode, ctx.backend, changes.len() as u64);
         let mut records = Vec::with_capacity(changes.len());
         for (c, result) in changes {
             self.seq += 1;
@@ -1121,6 +1197,7 @@ impl Engine {
                 chain: c.chain,
                 op: c.op,
                 rule: c.rule,
+                position: c.position,
                 detail: c.detail,
                 txn: ctx.txn.clone(),
                 result,
@@ -1142,6 +1219,26 @@ impl Engine {
         }
         let incidents = self.correlator.observe(&records);
         self.emit_incidents(incidents);
+        if self
+            .snapshots
+            .as_mut()
+            .is_some_and(|d| d.changed(inode, backend, n))
+        {
+            match backend {
+                Backend::Legacy => self.legacy_snapshot(inode),
+                Backend::Nft => {
+                    // Taken by the reader with its next transaction.
+                    if let Some(f) = self
+                        .watched
+                        .get(&inode)
+                        .and_then(|w| w.nft_snapshot.as_ref())
+                    {
+                        f.store(true, Ordering::Relaxed);
+                    }
+                }
+                Backend::Ipset => {}
+            }
+        }
     }
 
     fn emit_incidents(&mut self, incidents: Vec<IncidentRecord>) {
@@ -1299,12 +1396,13 @@ fn spawn_nft_reader(
     builder: GenerationBuilder,
     tx: mpsc::Sender<NsMsg>,
     writers: Option<Arc<WriterCache>>,
+    snap: Option<Arc<AtomicBool>>,
 ) -> std::io::Result<JoinHandle<()>> {
     // SAFETY: the socket owns its fd and is moved into the AsyncFd, which keeps it open until the
     // task ends.
     let fd = unsafe { AsyncFd::register(sock) }.map_err(std::io::Error::from)?;
     Ok(tokio::spawn(nft_reader(
-        inode, ns, fd, builder, tx, writers,
+        inode, ns, fd, builder, tx, writers, snap,
     )))
 }
 
@@ -1315,8 +1413,9 @@ async fn nft_reader(
     builder: GenerationBuilder,
     tx: mpsc::Sender<NsMsg>,
     writers: Option<Arc<WriterCache>>,
+    snap: Option<Arc<AtomicBool>>,
 ) {
-    let why = read_notifications(inode, &ns, fd, builder, &tx, writers.as_deref()).await;
+    let why = read_notifications(inode, &ns, fd, builder, &tx, writers.as_deref(), snap).await;
     let _ = tx
         .send(NsMsg::Trouble {
             inode,
@@ -1333,6 +1432,7 @@ async fn read_notifications(
     mut builder: GenerationBuilder,
     tx: &mpsc::Sender<NsMsg>,
     writers: Option<&WriterCache>,
+    snap: Option<Arc<AtomicBool>>,
 ) -> String {
     let mut buf = vec![0u8; nftables::socket::RECV_BUF_BYTES];
     loop {
@@ -1343,7 +1443,9 @@ async fn read_notifications(
         loop {
             match nftables::recv(guard.get_inner(), &mut buf) {
                 Ok(Some(n)) => {
-                    for mut t in builder.feed(&buf[..n]).transactions {
+                    let txns = builder.feed(&buf[..n]).transactions;
+                    let count = txns.len();
+                    for (i, mut t) in txns.into_iter().enumerate() {
                         let process =
                             nlattr::nft_writer(writers, inode, t.gen_id, t.pid, &t.comm).await;
                         // The writer's request tells a flush from the delete of an only rule.
@@ -1362,6 +1464,8 @@ async fn read_notifications(
                             time: now(),
                             replayed: false,
                             recovered: false,
+                            // The state is the one after the last transaction of the datagram.
+                            snapshot: nft_snapshot(&snap, i + 1 == count, &builder),
                         };
                         if tx.send(msg).await.is_err() {
                             return "the engine stopped".into();
@@ -1402,7 +1506,12 @@ async fn read_notifications(
                         continue;
                     }
                     let lost = writers.map(|w| w.take_unmatched(inode)).unwrap_or_default();
-                    for (process, changes) in nlattr::attribute_recovered(t.changes, &lost) {
+                    let parts = nlattr::attribute_recovered(t.changes, &lost);
+                    let count = parts.len();
+                    if let Some(f) = &snap {
+                        f.store(true, Ordering::Relaxed);
+                    }
+                    for (i, (process, changes)) in parts.into_iter().enumerate() {
                         let process = process
                             .map(|p| crate::attribution::from_kernel(&p))
                             .unwrap_or_else(ProcessInfo::unknown);
@@ -1414,6 +1523,7 @@ async fn read_notifications(
                             time: now(),
                             replayed: false,
                             recovered: true,
+                            snapshot: nft_snapshot(&snap, i + 1 == count, &builder),
                         };
                         if tx.send(msg).await.is_err() {
                             return "the engine stopped".into();
@@ -1424,6 +1534,18 @@ async fn read_notifications(
             }
         }
     }
+}
+
+/// The reader's tables for a snapshot, when one was asked for and `last` is the transaction
+/// the state is after.
+fn nft_snapshot(
+    snap: &Option<Arc<AtomicBool>>,
+    last: bool,
+    builder: &GenerationBuilder,
+) -> Option<Box<Tables>> {
+    let asked = snap.as_ref()?;
+    (last && asked.swap(false, Ordering::Relaxed))
+        .then(|| Box::new(Tables::from_nft(builder.state())))
 }
 
 /// How often the kernel maps are swept of tasks that exited.

@@ -15,6 +15,7 @@ pub mod daemon;
 pub mod doctor;
 pub mod engine;
 pub mod follow;
+pub mod forensics;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod hooks;

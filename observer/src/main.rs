@@ -32,7 +32,7 @@ fn main() -> ExitCode {
             cli::Command::Tail(t) if t.record.is_some() => follow::tail(*t).await,
             cli::Command::Tail(t) => engine::tail(*t).await,
             cli::Command::Run(r) => daemon::run(*r).await,
-            cli::Command::Query(q) => query::run(q),
+            cli::Command::Query(q) => query::run(*q),
             cli::Command::Doctor(d) => doctor::run(d),
             cli::Command::BenchXt(b) => bench::run(b),
             cli::Command::BenchRecord(b) => bench::record(b),

@@ -76,6 +76,21 @@ pub struct QueryArgs {
     /// No colour (also: NO_COLOR set, or output not a terminal).
     #[arg(long)]
     pub no_color: bool,
+
+    /// Print the ruleset as it was at this time (relative like `2h`, or RFC 3339), rebuilt
+    /// from the record's newest snapshot before it and the changes after that: legacy tables in
+    /// `iptables-save` syntax, nft tables in `nft list ruleset` syntax, each chain's last writer
+    /// and time in `#` comments. Narrow it with --netns, --table, --backend; --json gives one
+    /// object per namespace and backend.
+    #[arg(long, value_name = "TIME", conflicts_with_all = ["since", "until", "diff"])]
+    pub at: Option<String>,
+
+    /// Print what differs between the rulesets at two times, `FROM..TO` (e.g. `2h..1h`,
+    /// `2026-11-21T03:00:00Z..now`; TO defaults to now): tables and chains added, removed or
+    /// changed, the rules added and removed, and who changed each last and when. Narrow it with
+    /// --netns, --table, --backend; --json gives one object per difference.
+    #[arg(long, value_name = "FROM..TO", conflicts_with_all = ["since", "until"])]
+    pub diff: Option<String>,
 }
 
 fn parse_op(s: &str) -> Result<Op, String> {
@@ -98,6 +113,9 @@ pub fn parse_time(s: &str) -> Result<i64, String> {
 }
 
 pub fn run(a: QueryArgs) -> anyhow::Result<()> {
+    if a.at.is_some() || a.diff.is_some() {
+        return forensic(&a);
+    }
     let since = a
         .since
         .as_deref()
@@ -198,6 +216,70 @@ pub fn run(a: QueryArgs) -> anyhow::Result<()> {
     }
     if rows.is_empty() && !a.json {
         eprintln!("observer: nothing in {} matches", record.display());
+    }
+    Ok(())
+}
+
+fn record_path(a: &QueryArgs) -> PathBuf {
+    if a.record.is_dir() {
+        a.record.join("record.db")
+    } else {
+        a.record.clone()
+    }
+}
+
+/// `--at` and `--diff`: the record's rulesets rebuilt (see `crate::forensics`).
+fn forensic(a: &QueryArgs) -> anyhow::Result<()> {
+    use crate::forensics::query as fq;
+    let scope = fq::Scope {
+        netns: a
+            .netns
+            .as_deref()
+            .map(crate::netns::resolve_arg)
+            .transpose()
+            .map_err(|e| anyhow::anyhow!("--netns: {e}"))?,
+        table: a.table.clone(),
+        backend: a.backend.map(crate::ruleset::Backend::from),
+    };
+    let conn = store::open_ro(&record_path(a))?;
+    let mut lines = Vec::new();
+    if let Some(t) = &a.at {
+        let at_ns = fq::parse_time("--at", t)?;
+        let (seq, states) = fq::at(&conn, at_ns, &scope)?;
+        if a.json {
+            for v in fq::at_json(at_ns, seq, &states) {
+                lines.push(v.to_string());
+            }
+        } else {
+            lines.push(fq::at_text(at_ns, seq, &states));
+            if states.is_empty() {
+                eprintln!("observer: the record holds no ruleset at that time in that scope");
+            }
+        }
+    } else if let Some(r) = &a.diff {
+        let (from, to) = fq::parse_range(r)?;
+        let diffs = fq::diff(&conn, from, to, &scope)?;
+        if a.json {
+            for d in &diffs {
+                lines.push(serde_json::to_string(d)?);
+            }
+        } else {
+            lines.push(fq::diff_text(from, to, &diffs));
+        }
+    }
+    let mut out = std::io::stdout().lock();
+    for l in lines {
+        let res = if a.json {
+            writeln!(out, "{l}")
+        } else {
+            write!(out, "{l}")
+        };
+        if let Err(e) = res {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                return Ok(());
+            }
+            return Err(e.into());
+        }
     }
     Ok(())
 }

@@ -128,6 +128,8 @@ pub enum Row {
         netns: Option<u32>,
         json: Arc<str>,
     },
+    /// A namespace's tables of one backend after change `seq` (see `crate::forensics`).
+    Snapshot(crate::forensics::Snapshot),
 }
 
 /// Limits on the record's size.
@@ -222,6 +224,9 @@ pub fn open_rw(path: &Path) -> Result<Connection, StoreError> {
         migrate_v1(&mut conn, path)?;
     }
     conn.execute_batch(SCHEMA)
+        .map_err(|source| classify(path, source))?;
+    // Snapshots: tables an older observer ignores, so the layout stays 2.
+    conn.execute_batch(crate::forensics::record::SCHEMA)
         .map_err(|source| classify(path, source))?;
     conn.pragma_update(None, "user_version", SCHEMA_VERSION)
         .map_err(|source| classify(path, source))?;
@@ -630,13 +635,17 @@ pub struct Writer {
     last_check: Option<Instant>,
     since_check: u64,
     enc: Encoder,
+    /// Each chain's last writer, stamped on the snapshots.
+    last: crate::forensics::record::LastWriters,
 }
 
 impl Writer {
     pub fn new(conn: Connection, path: PathBuf, limits: Limits, stats: Arc<StoreStats>) -> Writer {
         let enc = load_encoder(&conn, &path);
+        let last = load_last_writers(&conn, &path);
         Writer {
             enc,
+            last,
             ino: inode(&path),
             path_trouble: false,
             conn,
@@ -664,6 +673,7 @@ impl Writer {
         match open_rw(&self.path) {
             Ok(conn) => {
                 self.enc = load_encoder(&conn, &self.path);
+                self.last = load_last_writers(&conn, &self.path);
                 self.conn = conn;
                 self.ino = inode(&self.path);
                 self.path_trouble = false;
@@ -759,7 +769,23 @@ impl Writer {
             )?;
             for row in rows {
                 match row {
-                    Row::Change { .. } => self.enc.insert_change(&tx, &mut change, row)?,
+                    Row::Change { json, .. } => {
+                        self.enc.insert_change(&tx, &mut change, row)?;
+                        self.last.note(json);
+                    }
+                    Row::Snapshot(s) => {
+                        let mut tables = (*s.tables).clone();
+                        self.last.stamp(s.netns, s.backend, &mut tables);
+                        crate::forensics::record::insert(
+                            &tx,
+                            s.seq,
+                            s.time_ns,
+                            s.netns,
+                            s.netns_name.as_deref(),
+                            s.backend,
+                            &tables,
+                        )?;
+                    }
                     Row::Incident {
                         no,
                         time_ns,
@@ -791,6 +817,15 @@ impl Writer {
 
     fn try_enforce(&mut self) -> rusqlite::Result<()> {
         let cutoff = now_ns() - self.limits.retain.as_nanos().min(i64::MAX as u128) as i64;
+        // The state after the last change to go becomes the snapshot the rest replays on.
+        let last_gone: Option<i64> = self.conn.query_row(
+            "SELECT MAX(seq) FROM changes WHERE time_ns < ?1",
+            [cutoff],
+            |r| r.get(0),
+        )?;
+        if let Some(k) = last_gone {
+            self.roll_forward(k as u64);
+        }
         let mut deleted = self
             .conn
             .execute("DELETE FROM changes WHERE time_ns < ?1", [cutoff])?;
@@ -819,6 +854,17 @@ impl Writer {
             // Delete the share of rows that is over the target (at least 1,000).
             let share = 1.0 - target as f64 / now_used as f64;
             let n = ((total as f64 * share) as i64).max(1000);
+            let last_gone: Option<i64> = self
+                .conn
+                .query_row(
+                    "SELECT seq FROM changes ORDER BY seq LIMIT 1 OFFSET ?1",
+                    [n - 1],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            if let Some(k) = last_gone {
+                self.roll_forward(k as u64);
+            }
             deleted += self.conn.execute(
                 "DELETE FROM changes WHERE seq IN (SELECT seq FROM changes ORDER BY seq LIMIT ?1)",
                 [n],
@@ -843,6 +889,26 @@ impl Writer {
             );
         }
         Ok(())
+    }
+
+    /// Make the state after change `seq` a snapshot before the changes up to it go. A failure
+    /// is logged: the changes still go (the size limit wins), and `query --at` says what it lacks.
+    fn roll_forward(&mut self, seq: u64) {
+        let res = self
+            .conn
+            .execute_batch("BEGIN")
+            .map_err(crate::forensics::ForensicsError::from)
+            .and_then(|_| crate::forensics::record::roll_forward(&self.conn, seq));
+        let end = if res.is_ok() { "COMMIT" } else { "ROLLBACK" };
+        if let Err(e) = self.conn.execute_batch(end) {
+            tracing::warn!("record {}: {end}: {e}", self.path.display());
+        }
+        if let Err(e) = res {
+            tracing::warn!(
+                "record {}: keeping the ruleset's state before deleting old changes: {e}",
+                self.path.display()
+            );
+        }
     }
 
     /// Strings no row uses any more (their rows expired) go, once there are many of them: a
@@ -883,6 +949,15 @@ fn load_encoder(conn: &Connection, path: &Path) -> Encoder {
     Encoder::load(conn).unwrap_or_else(|e| {
         tracing::debug!("record {}: {e}", path.display());
         Encoder::default()
+    })
+}
+
+/// The last writers of a record's chains; a record whose snapshots cannot be read starts
+/// without them (its chains then say they were not written since).
+fn load_last_writers(conn: &Connection, path: &Path) -> crate::forensics::record::LastWriters {
+    crate::forensics::record::LastWriters::load(conn).unwrap_or_else(|e| {
+        tracing::warn!("record {}: last writers of chains: {e}", path.display());
+        Default::default()
     })
 }
 
@@ -1365,7 +1440,7 @@ mod tests {
         rows.iter()
             .filter_map(|r| match r {
                 Row::Change { seq, json, .. } => Some((*seq, json.to_string())),
-                Row::Incident { .. } => None,
+                Row::Incident { .. } | Row::Snapshot(_) => None,
             })
             .collect()
     }
@@ -1403,7 +1478,7 @@ mod tests {
             .iter()
             .map(|r| match r {
                 Row::Change { json, .. } => json.len(),
-                Row::Incident { .. } => 0,
+                Row::Incident { .. } | Row::Snapshot(_) => 0,
             })
             .sum();
         assert!(

@@ -90,6 +90,16 @@ pub struct RunArgs {
     #[arg(long, env = "OBSERVER_MAX_RECORD", value_name = "SIZE", value_parser = parse_size)]
     pub max_record: Option<u64>,
 
+    /// Snapshot every namespace's rulesets into the record after this long (with the first
+    /// change after it), so that `observer query --at` replays few changes [default: 1h].
+    /// Snapshots are also taken when a namespace is first watched and after every re-read.
+    #[arg(long, env = "OBSERVER_SNAPSHOT_EVERY", value_name = "DURATION", value_parser = parse_duration)]
+    pub snapshot_every: Option<Duration>,
+
+    /// Snapshot a namespace's backend after this many changes to it [default: 10000].
+    #[arg(long, env = "OBSERVER_SNAPSHOT_CHANGES", value_name = "N")]
+    pub snapshot_changes: Option<u64>,
+
     /// Kernel hooks to use [default: auto].
     #[arg(long, env = "OBSERVER_HOOKS", value_enum)]
     pub hooks: Option<HooksMode>,
@@ -177,6 +187,8 @@ struct FileConfig {
     no_record: Option<bool>,
     retain: Option<String>,
     max_record: Option<String>,
+    snapshot_every: Option<String>,
+    snapshot_changes: Option<u64>,
     hooks: Option<String>,
     ringbuf_size: Option<u32>,
     netlink_rcvbuf: Option<String>,
@@ -206,6 +218,8 @@ pub struct Settings {
     pub record: Option<PathBuf>,
     pub retain: Duration,
     pub max_record: u64,
+    /// When snapshots go into the record.
+    pub snapshots: crate::forensics::SnapshotPolicy,
     pub source: SourceArgs,
     /// Publishing to NATS JetStream, when asked for.
     pub nats: Option<crate::nats::NatsSettings>,
@@ -234,6 +248,21 @@ impl RunArgs {
                 parse_size(s).map_err(|e| format!("{}: {e}", in_file("max_record")))?
             }
             (None, None) => parse_size(DEFAULT_MAX_RECORD)?,
+        };
+        let defaults = crate::forensics::SnapshotPolicy::default();
+        let snapshots = crate::forensics::SnapshotPolicy {
+            every: match (self.snapshot_every, &file.snapshot_every) {
+                (Some(d), _) => d,
+                (None, Some(s)) => {
+                    parse_duration(s).map_err(|e| format!("{}: {e}", in_file("snapshot_every")))?
+                }
+                (None, None) => defaults.every,
+            },
+            changes: self
+                .snapshot_changes
+                .or(file.snapshot_changes)
+                .unwrap_or(defaults.changes)
+                .max(1),
         };
         let hooks = match (self.hooks, &file.hooks) {
             (Some(h), _) => h,
@@ -389,6 +418,7 @@ impl RunArgs {
             record,
             retain,
             max_record,
+            snapshots,
             source: SourceArgs {
                 owners: self.owners.or(file.owners),
                 flap_cycles,

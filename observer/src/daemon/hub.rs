@@ -481,6 +481,8 @@ pub struct DaemonOutput {
     incident_no: u64,
     /// Incidents open now, by id, with their metric labels.
     open: HashMap<String, IncidentLabels>,
+    /// When snapshots go into the record.
+    snapshots: crate::forensics::SnapshotPolicy,
 }
 
 /// Streams a line: stdout, then the HTTP clients. With a record, the record's writer runs it
@@ -514,7 +516,12 @@ impl Streamer {
 }
 
 impl DaemonOutput {
-    pub fn new(hub: Arc<Hub>, store: Option<StoreSender>, last_incident: u64) -> DaemonOutput {
+    pub fn new(
+        hub: Arc<Hub>,
+        store: Option<StoreSender>,
+        last_incident: u64,
+        snapshots: crate::forensics::SnapshotPolicy,
+    ) -> DaemonOutput {
         DaemonOutput {
             streamer: Arc::new(Streamer {
                 hub: hub.clone(),
@@ -524,6 +531,7 @@ impl DaemonOutput {
             store,
             incident_no: last_incident,
             open: HashMap::new(),
+            snapshots,
         }
     }
 
@@ -598,6 +606,16 @@ impl Output for DaemonOutput {
             if total > seen {
                 c.inc_by(total - seen);
             }
+        }
+    }
+
+    fn snapshot_policy(&self) -> Option<crate::forensics::SnapshotPolicy> {
+        self.store.as_ref().map(|_| self.snapshots)
+    }
+
+    fn snapshot(&mut self, snapshot: crate::forensics::Snapshot) {
+        if let Some(st) = &self.store {
+            st.send_then(Some(Row::Snapshot(snapshot)), None);
         }
     }
 

@@ -9,6 +9,7 @@ pub mod config;
 mod http;
 mod hub;
 mod metrics;
+mod ruleset;
 pub mod tls;
 
 use std::net::SocketAddr;
@@ -142,7 +143,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         Some((s, j)) => (Some(s), Some(j)),
         None => (None, None),
     };
-    let output = DaemonOutput::new(hub.clone(), sender, last_incident);
+    let output = DaemonOutput::new(hub.clone(), sender, last_incident, settings.snapshots);
     // The engine owns the output: when it returns, the record's sender is gone and the writer
     // finishes what is queued.
     let result = crate::engine::run(&settings.source, Box::new(output)).await;

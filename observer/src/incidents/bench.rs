@@ -80,6 +80,7 @@ impl Gen {
                     chain: Some(chain),
                     op,
                     rule,
+                    position: None,
                     detail: None,
                     txn: txn.clone(),
                     result: "ok".into(),

@@ -183,6 +183,7 @@ mod tests {
             chain: Some("c".into()),
             op: Op::ChainFlush,
             rule: None,
+            position: None,
             detail: Some("3 rules deleted".into()),
             txn: "x".into(),
             result: "ok".into(),

@@ -96,6 +96,10 @@ pub struct ChangeRecord {
     pub op: Op,
     /// The rule, for rule ops (backend syntax); the elements, for element ops.
     pub rule: Option<String>,
+    /// The rule's position in its chain, from 0: before the transaction for a delete, after it
+    /// for an add or a replace. What `observer query --at` replays rules at.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position: Option<usize>,
     /// What else a person needs: the old rule of a replace, a chain's hook and policy, how many
     /// rules a flush removed.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -322,6 +326,7 @@ mod tests {
             chain: Some("KUBE-FIREWALL".into()),
             op: Op::RuleAdd,
             rule: Some("-j DROP".into()),
+            position: None,
             detail: None,
             txn: "xt-1".into(),
             result: "ok".into(),

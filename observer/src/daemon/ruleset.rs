@@ -1,0 +1,122 @@
+//! `GET /ruleset?at=TIME` and `GET /diff?from=TIME&to=TIME`: `observer query --at` and `--diff`
+//! over HTTP, from the daemon's own record (same token and TLS as the other endpoints).
+//! JSON by default (a list of the objects `--json` prints); `format=text` for what a person reads.
+
+use axum::extract::{Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+
+use super::http::AppState;
+use crate::forensics::query as fq;
+use crate::forensics::ForensicsError;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Params {
+    at: Option<String>,
+    from: Option<String>,
+    to: Option<String>,
+    netns: Option<String>,
+    table: Option<String>,
+    backend: Option<String>,
+    format: Option<String>,
+}
+
+fn reply(status: StatusCode, msg: String) -> Response {
+    (status, format!("{msg}\n")).into_response()
+}
+
+impl Params {
+    fn scope(&self) -> Result<fq::Scope, String> {
+        let backend = match self.backend.as_deref() {
+            None => None,
+            Some("legacy") => Some(crate::ruleset::Backend::Legacy),
+            Some("nft") => Some(crate::ruleset::Backend::Nft),
+            Some(b) => return Err(format!("backend: `{b}` is neither legacy nor nft")),
+        };
+        let netns = self
+            .netns
+            .as_deref()
+            .map(|n| n.parse::<u32>())
+            .transpose()
+            .map_err(|_| "netns: give the namespace's inode number".to_string())?;
+        Ok(fq::Scope {
+            netns,
+            table: self.table.clone(),
+            backend,
+        })
+    }
+}
+
+async fn answer(
+    st: AppState,
+    params: Result<Query<Params>, axum::extract::rejection::QueryRejection>,
+    diff: bool,
+) -> Response {
+    let Query(p) = match params {
+        Ok(p) => p,
+        Err(e) => return reply(StatusCode::BAD_REQUEST, e.body_text()),
+    };
+    let scope = match p.scope() {
+        Ok(s) => s,
+        Err(e) => return reply(StatusCode::BAD_REQUEST, e),
+    };
+    let Some(path) = st.hub.record.clone() else {
+        return reply(
+            StatusCode::NOT_FOUND,
+            "this daemon keeps no record (--no-record): there is no history to rebuild".into(),
+        );
+    };
+    let text = p.format.as_deref() == Some("text");
+    let job = move || -> Result<String, ForensicsError> {
+        let conn = crate::store::open_ro(&path)?;
+        if diff {
+            let from = fq::parse_time("from", p.from.as_deref().unwrap_or(""))?;
+            let to = fq::parse_time("to", p.to.as_deref().unwrap_or("now"))?;
+            let diffs = fq::diff(&conn, from, to, &scope)?;
+            Ok(if text {
+                fq::diff_text(from, to, &diffs)
+            } else {
+                serde_json::to_string(&diffs).unwrap_or_default()
+            })
+        } else {
+            let at = fq::parse_time("at", p.at.as_deref().unwrap_or("now"))?;
+            let (seq, states) = fq::at(&conn, at, &scope)?;
+            Ok(if text {
+                fq::at_text(at, seq, &states)
+            } else {
+                serde_json::Value::Array(fq::at_json(at, seq, &states)).to_string()
+            })
+        }
+    };
+    match tokio::task::spawn_blocking(job).await {
+        Ok(Ok(body)) => {
+            let kind = if text {
+                "text/plain; charset=utf-8"
+            } else {
+                "application/json"
+            };
+            ([(header::CONTENT_TYPE, kind)], body).into_response()
+        }
+        Ok(Err(e @ ForensicsError::BadTime { .. })) => {
+            reply(StatusCode::BAD_REQUEST, e.to_string())
+        }
+        Ok(Err(e)) => reply(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Err(e) => reply(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+pub async fn ruleset(
+    State(st): State<AppState>,
+    params: Result<Query<Params>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    answer(st, params, false).await
+}
+
+pub async fn diff(
+    State(st): State<AppState>,
+    params: Result<Query<Params>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    answer(st, params, true).await
+}

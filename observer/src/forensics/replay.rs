@@ -1,0 +1,378 @@
+//! Replaying recorded changes onto a snapshot: the ruleset at any moment is the newest snapshot
+//! before it plus the changes after that snapshot, applied one transaction at a time.
+//!
+//! A change line carries what replay needs: the rule text, the rule's `position` in its chain
+//! (before the transaction for a delete, after it for an add, as the readers compute them), a
+//! chain's header in `detail`, and `txn`, which groups one replace or one generation. Within a
+//! transaction the deletes are applied first (highest position first), then the adds (lowest
+//! first): every position then means what the reader meant.
+
+use serde::Deserialize;
+
+use super::model::{insert_legacy_chain, Chain, Last, Set, Tables};
+use crate::ruleset::{Backend, Family, Op};
+
+/// The fields of a change line that replay reads.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Recorded {
+    pub seq: u64,
+    pub time: String,
+    pub netns: u32,
+    pub backend: Backend,
+    pub family: Family,
+    pub table: String,
+    #[serde(default)]
+    pub chain: Option<String>,
+    pub op: Op,
+    #[serde(default)]
+    pub rule: Option<String>,
+    #[serde(default)]
+    pub detail: Option<String>,
+    #[serde(default)]
+    pub position: Option<usize>,
+    #[serde(default)]
+    pub txn: String,
+    #[serde(default)]
+    pub result: String,
+    #[serde(default)]
+    pub process: Process,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Process {
+    #[serde(default)]
+    pub pid: u32,
+    #[serde(default)]
+    pub comm: String,
+    #[serde(default)]
+    pub actor: String,
+}
+
+impl Recorded {
+    pub fn last(&self) -> Last {
+        Last {
+            seq: self.seq,
+            time: self.time.clone(),
+            actor: self.process.actor.clone(),
+            comm: self.process.comm.clone(),
+            pid: self.process.pid,
+            op: self.op.as_str().to_string(),
+        }
+    }
+
+    /// Whether the change altered the ruleset (a refused write or an undecoded replace did not).
+    pub fn applied(&self) -> bool {
+        self.result == "ok" && self.op != Op::TableReplace && self.backend != Backend::Ipset
+    }
+}
+
+/// Apply the changes of one transaction (all of one namespace and backend) to `tables`.
+pub fn apply_txn(tables: &mut Tables, txn: &[Recorded]) {
+    let legacy = txn.first().is_some_and(|c| c.backend == Backend::Legacy);
+    let applied: Vec<&Recorded> = txn.iter().filter(|c| c.applied()).collect();
+    // Objects first: a rule's chain exists before the rule is added.
+    for c in &applied {
+        match c.op {
+            Op::TableCreate => {
+                tables.table_entry(c.family, &c.table);
+            }
+            Op::ChainCreate => {
+                let Some(name) = &c.chain else { continue };
+                let t = tables.table_entry(c.family, &c.table);
+                if t.chain_mut(name).is_some() {
+                    continue;
+                }
+                let chain = Chain {
+                    name: name.clone(),
+                    head: chain_head(legacy, c.detail.as_deref()),
+                    rules: Vec::new(),
+                    last: Some(c.last()),
+                };
+                if legacy {
+                    insert_legacy_chain(t, chain);
+                } else {
+                    t.chains.push(chain);
+                }
+            }
+            Op::SetCreate => {
+                let Some(name) = &c.chain else { continue };
+                let t = tables.table_entry(c.family, &c.table);
+                if t.set_mut(name).is_none() {
+                    t.sets.push(Set {
+                        name: name.clone(),
+                        decl: c.detail.clone().unwrap_or_default(),
+                        elements: Vec::new(),
+                        incomplete: false,
+                        last: Some(c.last()),
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    // Deletes and flushes, at positions from before the transaction: the highest first.
+    let mut deletes: Vec<(&Recorded, String)> = Vec::new();
+    for c in &applied {
+        match c.op {
+            Op::RuleDelete => deletes.push((c, c.rule.clone().unwrap_or_default())),
+            Op::RuleReplace => {
+                let was = c.detail.as_deref().and_then(|d| d.strip_prefix("was: "));
+                deletes.push((c, was.unwrap_or_default().to_string()));
+            }
+            Op::ChainFlush => {
+                if let Some(ch) = chain_of(tables, c) {
+                    ch.rules.clear();
+                    ch.last = Some(c.last());
+                }
+            }
+            Op::TableFlush => {
+                if let Some(t) = tables.table_mut(c.family, &c.table) {
+                    for ch in &mut t.chains {
+                        if !ch.rules.is_empty() {
+                            ch.rules.clear();
+                            ch.last = Some(c.last());
+                        }
+                    }
+                }
+            }
+            Op::SetFlush => {
+                if let Some(s) = set_of(tables, c) {
+                    s.elements.clear();
+                    s.incomplete = false;
+                    s.last = Some(c.last());
+                }
+            }
+            _ => {}
+        }
+    }
+    deletes.sort_by_key(|(c, _)| std::cmp::Reverse(c.position.unwrap_or(0)));
+    for (c, text) in deletes {
+        let Some(ch) = chain_of(tables, c) else {
+            continue;
+        };
+        // The rule at its position when the text agrees; else the first rule with that text.
+        let at = c
+            .position
+            .filter(|&p| ch.rules.get(p).is_some_and(|r| *r == text))
+            .or_else(|| ch.rules.iter().position(|r| *r == text));
+        if let Some(i) = at {
+            ch.rules.remove(i);
+        }
+        ch.last = Some(c.last());
+    }
+    // Adds at positions from after the transaction: the lowest first.
+    let mut adds: Vec<&Recorded> = applied
+        .iter()
+        .copied()
+        .filter(|c| matches!(c.op, Op::RuleAdd | Op::RuleReplace))
+        .collect();
+    adds.sort_by_key(|c| c.position.unwrap_or(usize::MAX));
+    for c in adds {
+        let Some(ch) = chain_of(tables, c) else {
+            continue;
+        };
+        let at = c.position.unwrap_or(usize::MAX).min(ch.rules.len());
+        ch.rules.insert(at, c.rule.clone().unwrap_or_default());
+        ch.last = Some(c.last());
+    }
+    // Updates, elements, then what goes away.
+    for c in &applied {
+        match c.op {
+            Op::ChainUpdate => {
+                if let Some(ch) = chain_of(tables, c) {
+                    if let Some(d) = c.detail.as_deref() {
+                        ch.head = updated_head(legacy, d).or(ch.head.take());
+                    }
+                    ch.last = Some(c.last());
+                }
+            }
+            Op::ElementAdd | Op::ElementDelete => {
+                let Some(s) = set_of(tables, c) else { continue };
+                let (items, cut) = element_items(c.rule.as_deref().unwrap_or(""));
+                if c.op == Op::ElementAdd {
+                    for i in items {
+                        if !s.elements.contains(&i) {
+                            s.elements.push(i);
+                        }
+                    }
+                } else {
+                    s.elements.retain(|e| !items.contains(e));
+                }
+                s.incomplete |= cut;
+                s.last = Some(c.last());
+            }
+            Op::ChainDelete => {
+                if let (Some(t), Some(name)) = (tables.table_mut(c.family, &c.table), &c.chain) {
+                    t.chains.retain(|ch| ch.name != *name);
+                }
+            }
+            Op::SetDelete => {
+                if let (Some(t), Some(name)) = (tables.table_mut(c.family, &c.table), &c.chain) {
+                    t.sets.retain(|s| s.name != *name);
+                }
+            }
+            _ => {}
+        }
+    }
+    for c in &applied {
+        if c.op == Op::TableDelete {
+            tables
+                .tables
+                .retain(|t| !(t.family == c.family && t.name == c.table));
+        }
+    }
+}
+
+fn chain_of<'t>(tables: &'t mut Tables, c: &Recorded) -> Option<&'t mut Chain> {
+    tables
+        .table_mut(c.family, &c.table)?
+        .chain_mut(c.chain.as_deref()?)
+}
+
+fn set_of<'t>(tables: &'t mut Tables, c: &Recorded) -> Option<&'t mut Set> {
+    tables
+        .table_mut(c.family, &c.table)?
+        .set_mut(c.chain.as_deref()?)
+}
+
+/// A created chain's header from its change's `detail`: `builtin, policy ACCEPT` (legacy), the
+/// nft base chain's `type ... hook ...; policy accept`.
+fn chain_head(legacy: bool, detail: Option<&str>) -> Option<String> {
+    let d = detail?;
+    if legacy {
+        d.strip_prefix("builtin, policy ").map(str::to_string)
+    } else {
+        d.starts_with("type ").then(|| d.to_string())
+    }
+}
+
+/// The new header in a `chain_update`'s detail: `policy ACCEPT -> DROP` (legacy), `type ...;
+/// policy drop (was: ...)` or `regular chain (was: ...)` (nft).
+fn updated_head(legacy: bool, detail: &str) -> Option<String> {
+    if legacy {
+        let (_, new) = detail.strip_prefix("policy ")?.split_once(" -> ")?;
+        return (new != "-").then(|| new.to_string());
+    }
+    let now = detail.split(" (was: ").next()?;
+    now.starts_with("type ").then(|| now.to_string())
+}
+
+/// The items of an element change's text `{ a, b : c }`; true when the list was cut short.
+fn element_items(text: &str) -> (Vec<String>, bool) {
+    let inner = text
+        .trim()
+        .strip_prefix('{')
+        .and_then(|t| t.strip_suffix('}'))
+        .unwrap_or(text)
+        .trim();
+    let mut cut = false;
+    let items = inner
+        .split(", ")
+        .map(str::trim)
+        .filter(|i| !i.is_empty())
+        .filter(|i| {
+            let more = i.starts_with('…');
+            cut |= more;
+            !more
+        })
+        .map(str::to_string)
+        .collect();
+    (items, cut)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(seq: u64, op: Op, chain: &str, rule: Option<&str>, pos: Option<usize>) -> Recorded {
+        Recorded {
+            seq,
+            time: "2026-01-01T00:00:00Z".into(),
+            netns: 1,
+            backend: Backend::Legacy,
+            family: Family::Ip,
+            table: "filter".into(),
+            chain: Some(chain.into()),
+            op,
+            rule: rule.map(str::to_string),
+            detail: None,
+            position: pos,
+            txn: "t".into(),
+            result: "ok".into(),
+            process: Process {
+                pid: 7,
+                comm: "iptables".into(),
+                actor: "kube-proxy".into(),
+            },
+        }
+    }
+
+    #[test]
+    fn deletes_then_adds_keep_positions_meaningful() {
+        let mut t = Tables::default();
+        let mut c = rec(1, Op::ChainCreate, "INPUT", None, None);
+        c.detail = Some("builtin, policy ACCEPT".into());
+        apply_txn(&mut t, &[rec(0, Op::TableCreate, "", None, None), c]);
+        let rules = ["-j A", "-j B", "-j C", "-j D"];
+        let adds: Vec<_> = rules
+            .iter()
+            .enumerate()
+            .map(|(i, r)| rec(2 + i as u64, Op::RuleAdd, "INPUT", Some(r), Some(i)))
+            .collect();
+        apply_txn(&mut t, &adds);
+        // [A B C D] -> [B X D Y]: delete A@0, C@2; add X@1, Y@3.
+        apply_txn(
+            &mut t,
+            &[
+                rec(10, Op::RuleDelete, "INPUT", Some("-j A"), Some(0)),
+                rec(11, Op::RuleDelete, "INPUT", Some("-j C"), Some(2)),
+                rec(12, Op::RuleAdd, "INPUT", Some("-j X"), Some(1)),
+                rec(13, Op::RuleAdd, "INPUT", Some("-j Y"), Some(3)),
+            ],
+        );
+        let ch = &t.tables[0].chains[0];
+        assert_eq!(ch.head.as_deref(), Some("ACCEPT"));
+        assert_eq!(ch.rules, ["-j B", "-j X", "-j D", "-j Y"]);
+        assert_eq!(ch.last.as_ref().unwrap().seq, 13);
+    }
+
+    #[test]
+    fn user_chains_go_in_name_order_and_updates_change_policy() {
+        let mut t = Tables::default();
+        let mut input = rec(1, Op::ChainCreate, "INPUT", None, None);
+        input.detail = Some("builtin, policy ACCEPT".into());
+        apply_txn(
+            &mut t,
+            &[
+                input,
+                rec(2, Op::ChainCreate, "ZED", None, None),
+                rec(3, Op::ChainCreate, "ALPHA", None, None),
+            ],
+        );
+        let mut upd = rec(4, Op::ChainUpdate, "INPUT", None, None);
+        upd.detail = Some("policy ACCEPT -> DROP".into());
+        apply_txn(&mut t, &[upd, rec(5, Op::ChainDelete, "ZED", None, None)]);
+        let names: Vec<_> = t.tables[0].chains.iter().map(|c| &c.name).collect();
+        assert_eq!(names, ["INPUT", "ALPHA"]);
+        assert_eq!(t.tables[0].chains[0].head.as_deref(), Some("DROP"));
+    }
+
+    #[test]
+    fn refused_changes_are_not_applied_and_elements_are_tracked() {
+        let mut t = Tables::default();
+        let mut refused = rec(1, Op::ChainCreate, "X", None, None);
+        refused.result = "EBUSY: Device or resource busy".into();
+        apply_txn(&mut t, &[refused]);
+        assert!(t.tables.is_empty());
+        let mut set = rec(2, Op::SetCreate, "s", None, None);
+        set.backend = Backend::Nft;
+        set.detail = Some("type ipv4_addr".into());
+        let mut add = rec(3, Op::ElementAdd, "s", Some("{ 10.0.0.1, 10.0.0.2 }"), None);
+        add.backend = Backend::Nft;
+        let mut del = rec(4, Op::ElementDelete, "s", Some("{ 10.0.0.1 }"), None);
+        del.backend = Backend::Nft;
+        apply_txn(&mut t, &[set, add]);
+        apply_txn(&mut t, &[del]);
+        assert_eq!(t.tables[0].sets[0].elements, ["10.0.0.2"]);
+    }
+}
