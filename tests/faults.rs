@@ -432,3 +432,48 @@ fn namespace_churn_leaks_nothing_and_misattributes_nothing() {
     );
     obs.stop();
 }
+
+/// A namespace that only a process held (`unshare -n`, no bind mount) is let go once that
+/// process has exited: observer's descriptor would otherwise keep it, and its memory, alive.
+#[test]
+fn a_namespace_only_a_process_held_is_let_go_when_it_exits() {
+    let _serial = serial();
+    skip_unless!("unshare", "nft");
+    let mut obs = Observer::start(&[]);
+    // The process writes a table (so observer watches its namespace), says its namespace, and
+    // lives 3 s more.
+    let out = std::process::Command::new("unshare")
+        .args([
+            "-n",
+            "sh",
+            "-c",
+            "nft add table ip heldonly && readlink /proc/self/ns/net && sleep 3",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start unshare");
+    let mut reader = std::io::BufReader::new(out.stdout.expect("stdout"));
+    let mut link = String::new();
+    std::io::BufRead::read_line(&mut reader, &mut link).expect("read the namespace");
+    let target = link.trim().to_string();
+    assert!(target.starts_with("net:["), "{target}");
+    obs.expect("the table made in the unshared namespace", 30, |v| {
+        v["table"] == "heldonly" && v["op"] == "table_create"
+    });
+    let holds = |pid: u32| fd_targets(pid).iter().any(|t| *t == target);
+    assert!(
+        holds(obs.pid()),
+        "observer does not hold {target} while watching it: {:?}",
+        fd_targets(obs.pid())
+    );
+    // The process exits after its 3 s; observer looks every 10 s.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while holds(obs.pid()) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    assert!(
+        !holds(obs.pid()),
+        "observer still holds {target} 30 s after its last process exited"
+    );
+    obs.stop();
+}

@@ -362,6 +362,12 @@ fn try_umount_enter(ctx: &TracePointContext) -> Result<(), i32> {
     };
     // SAFETY: a user pointer read through the checked helper.
     unsafe { bpf_probe_read_user_str_bytes(name as *const u8, &mut pending.path)? };
+    // Only namespace mounts matter (`/run/netns/NAME`, docker's `/var/run/docker/netns/ID`):
+    // other unmounts end here, with no record for userspace to wake up for. A namespace bind
+    // mount elsewhere is let go by userspace's periodic check instead.
+    if !mentions_netns(&pending.path) {
+        return Ok(());
+    }
     if PENDING_UMOUNT
         .insert(bpf_get_current_pid_tgid(), pending, 0)
         .is_err()
@@ -369,6 +375,25 @@ fn try_umount_enter(ctx: &TracePointContext) -> Result<(), i32> {
         count_drop(DROP_PENDING);
     }
     Ok(())
+}
+
+/// True when `path` (NUL-terminated) contains `netns`.
+fn mentions_netns(path: &[u8; UMOUNT_PATH_LEN]) -> bool {
+    const WORD: &[u8; 5] = b"netns";
+    for i in 0..UMOUNT_PATH_LEN - WORD.len() {
+        if path[i] == 0 {
+            return false;
+        }
+        if path[i] == WORD[0]
+            && path[i + 1] == WORD[1]
+            && path[i + 2] == WORD[2]
+            && path[i + 3] == WORD[3]
+            && path[i + 4] == WORD[4]
+        {
+            return true;
+        }
+    }
+    false
 }
 
 // match-proto: `syscalls:sys_exit_umount` (long ret), fs/namespace.c

@@ -366,6 +366,8 @@ pub async fn run(options: &SourceArgs, output: Box<dyn Output>) -> anyhow::Resul
                 // Losses that no later record brought to light (the ring buffer filled, then
                 // all went quiet) are reported here at the latest.
                 engine.handle_losses().await;
+                engine.refresh_mounts();
+                engine.forget_gone("nothing holds it any more");
                 if let Some(h) = engine.hooks.as_mut() {
                     let n = h.sweep_exited();
                     if n > 0 {
@@ -900,13 +902,17 @@ impl Engine {
 
     /// Let go of every watched namespace that nothing holds any more (no bind mount, no
     /// process): its descriptor would keep it alive. Each check reads /proc once, and runs only
-    /// when a namespace's mount goes and some watched namespace is not mounted.
-    fn forget_gone(&mut self, path: &str) {
+    /// when some watched namespace is not mounted: when a namespace's mount goes, and every
+    /// 10 s for namespaces that only processes held (an `unshare -n` whose last process
+    /// exited).
+    fn forget_gone(&mut self, why: &str) {
         let mounted: std::collections::HashSet<u32> = self.mounts.values().copied().collect();
+        // observer's own namespace (the node's, usually) lives as long as observer does.
+        let own = netns::inode_of(std::path::Path::new("/proc/self/ns/net")).ok();
         let candidates: Vec<u32> = self
             .watched
             .keys()
-            .filter(|i| !mounted.contains(i))
+            .filter(|i| !mounted.contains(i) && Some(**i) != own)
             .copied()
             .collect();
         if candidates.is_empty() {
@@ -914,7 +920,7 @@ impl Engine {
         }
         let held = netns::held_by_processes();
         for inode in candidates.into_iter().filter(|i| !held.contains(i)) {
-            tracing::debug!("namespace {inode} is gone ({path} unmounted)");
+            tracing::debug!("namespace {inode} is gone ({why})");
             if self.snapshots.is_some() {
                 // Gone: the record shows it empty from now on.
                 self.emit_snapshot(inode, Backend::Legacy, Tables::default());
@@ -938,7 +944,9 @@ impl Engine {
                 if created {
                     self.ensure_created(&process).await;
                 } else {
-                    self.ensure_namespace(&process).await;
+                    // A task that entered a namespace and left (or exited) before this was
+                    // read leaves nothing to watch: not worth a warning.
+                    self.find_namespace(&process, false).await;
                 }
             }
             KernelEvent::NftGen { .. } => {}
@@ -953,7 +961,12 @@ impl Engine {
                     || path.starts_with("/var/run/netns/")
                 {
                     self.refresh_mounts();
-                    self.forget_gone(&path);
+                    let what = if path.is_empty() {
+                        "a namespace file"
+                    } else {
+                        &path
+                    };
+                    self.forget_gone(&format!("{what} unmounted"));
                 }
             }
             KernelEvent::XtReplace(x) => self.on_replace(x).await,
@@ -1024,6 +1037,12 @@ impl Engine {
 
     /// Make sure the writer's namespace is watched; returns false when it cannot be opened.
     async fn ensure_namespace(&mut self, p: &KernelProcess) -> bool {
+        self.find_namespace(p, true).await
+    }
+
+    /// Watch the namespace of `p` (`p.netns`) if it is not watched yet; `warn` when it cannot be
+    /// opened any more. Returns whether it is watched.
+    async fn find_namespace(&mut self, p: &KernelProcess, warn: bool) -> bool {
         if p.netns == 0 {
             return false;
         }
@@ -1045,11 +1064,16 @@ impl Engine {
                 self.watched.contains_key(&inode)
             }
             None => {
-                self.warn(format!(
+                let message = format!(
                     "namespace {inode} (written by {} {}) could not be opened: nothing holds it any \
                      more",
                     p.comm, p.tgid
-                ));
+                );
+                if warn {
+                    self.warn(message);
+                } else {
+                    tracing::debug!("{message}");
+                }
                 false
             }
         }
