@@ -655,3 +655,22 @@ pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
         all.then(|| value.parse().ok()).flatten()
     })
 }
+
+/// `observer query --json --record RECORD ARGS`, as lines; fails the test when the query fails.
+pub fn query(record: &Path, args: &[&str]) -> Vec<Value> {
+    let out = Command::new(observer_bin())
+        .args(["query", "--json", "--record"])
+        .arg(record)
+        .args(args)
+        .output()
+        .expect("run observer query");
+    assert!(
+        out.status.success(),
+        "observer query {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("query line is JSON"))
+        .collect()
+}

@@ -13,7 +13,9 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{free_port, get, json_lines, metric, observer_bin, wait_for, Daemon, Netns, Writer};
+use common::{
+    free_port, get, json_lines, metric, observer_bin, query, wait_for, Daemon, Netns, Writer,
+};
 use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -98,25 +100,6 @@ impl Drop for SseClient {
     fn drop(&mut self) {
         let _ = self.socket.shutdown(std::net::Shutdown::Both);
     }
-}
-
-/// `observer query --json ARGS`, as lines.
-fn query(record: &Path, args: &[&str]) -> Vec<Value> {
-    let out = Command::new(observer_bin())
-        .args(["query", "--json", "--record"])
-        .arg(record)
-        .args(args)
-        .output()
-        .expect("run observer query");
-    assert!(
-        out.status.success(),
-        "observer query failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("query line is JSON"))
-        .collect()
 }
 
 /// Wait until `observer query` returns a line matching `pred` (the record is written in batches).

@@ -442,7 +442,7 @@ fn a_namespace_only_a_process_held_is_let_go_when_it_exits() {
     let mut obs = Observer::start(&[]);
     // The process writes a table (so observer watches its namespace), says its namespace, and
     // lives 3 s more.
-    let out = std::process::Command::new("unshare")
+    let mut child = std::process::Command::new("unshare")
         .args([
             "-n",
             "sh",
@@ -452,7 +452,7 @@ fn a_namespace_only_a_process_held_is_let_go_when_it_exits() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("start unshare");
-    let mut reader = std::io::BufReader::new(out.stdout.expect("stdout"));
+    let mut reader = std::io::BufReader::new(child.stdout.take().expect("stdout"));
     let mut link = String::new();
     std::io::BufRead::read_line(&mut reader, &mut link).expect("read the namespace");
     let target = link.trim().to_string();
@@ -460,13 +460,14 @@ fn a_namespace_only_a_process_held_is_let_go_when_it_exits() {
     obs.expect("the table made in the unshared namespace", 30, |v| {
         v["table"] == "heldonly" && v["op"] == "table_create"
     });
-    let holds = |pid: u32| fd_targets(pid).iter().any(|t| *t == target);
+    let holds = |pid: u32| fd_targets(pid).contains(&target);
     assert!(
         holds(obs.pid()),
         "observer does not hold {target} while watching it: {:?}",
         fd_targets(obs.pid())
     );
     // The process exits after its 3 s; observer looks every 10 s.
+    let _ = child.wait();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while holds(obs.pid()) && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(500));

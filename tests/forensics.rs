@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{free_port, get, observer_bin, Daemon, Netns, Writer};
+use common::{free_port, get, observer_bin, query, Daemon, Netns, Writer};
 use serde_json::Value;
 
 /// One daemon at a time: each watches every namespace and could take the other's port.
@@ -21,25 +21,6 @@ static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// `observer query --json ARGS`, as lines.
-fn query(record: &Path, args: &[&str]) -> Vec<Value> {
-    let out = Command::new(observer_bin())
-        .args(["query", "--json", "--record"])
-        .arg(record)
-        .args(args)
-        .output()
-        .expect("run observer query");
-    assert!(
-        out.status.success(),
-        "observer query {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("query line is JSON"))
-        .collect()
 }
 
 fn now() -> String {

@@ -378,6 +378,17 @@ impl WriterCache {
         found.into_iter().map(|(_, u)| u).collect()
     }
 
+    /// After the wait: a batch record already used (counted as a hit), or none (a miss).
+    fn last_resort(&self, found: Option<(KernelProcess, bool)>) -> Option<KernelProcess> {
+        let counter = if found.is_some() {
+            &self.stats.hits
+        } else {
+            &self.stats.misses
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        found.map(|(p, _)| p)
+    }
+
     /// The writer of nftables generation `genid`, written by thread `tid` in namespace `netns`,
     /// waiting up to `wait` for a record that has not arrived yet: the generation's own record
     /// when the kernel reports generations, else the thread's batch. A batch record already
@@ -407,16 +418,7 @@ impl WriterCache {
                     continue;
                 }
                 // The generation's record was lost: the thread's batch, if any.
-                return match self.take(netns, tid, comm) {
-                    Some((p, _)) => {
-                        self.stats.hits.fetch_add(1, Ordering::Relaxed);
-                        Some(p)
-                    }
-                    None => {
-                        self.stats.misses.fetch_add(1, Ordering::Relaxed);
-                        None
-                    }
-                };
+                return self.last_resort(self.take(netns, tid, comm));
             }
             let found = self.take(netns, tid, comm);
             if let Some((p, true)) = found {
@@ -429,16 +431,7 @@ impl WriterCache {
                 return Some(p);
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return match found {
-                    Some((p, _)) => {
-                        self.stats.hits.fetch_add(1, Ordering::Relaxed);
-                        Some(p)
-                    }
-                    None => {
-                        self.stats.misses.fetch_add(1, Ordering::Relaxed);
-                        None
-                    }
-                };
+                return self.last_resort(found);
             }
             waited = true;
         }
