@@ -952,3 +952,223 @@ fn dockerd_publishes_a_containers_port_and_only_dockerd_writes() {
     }
     assert_eq!(host_rulesets(), host_before, "the host's ruleset changed");
 }
+
+/// The seed's firewall reload against kubelet and kube-proxy, told from the record: the reload
+/// wipes both owners' chains (one `mass_flush`), both repair, and `observer query --incident`
+/// (and `GET /incidents/ID`) names every change and its writer, each owner's repair with its time
+/// and change, and the chains before, after firewalld's changes and at the end.
+#[test]
+fn a_firewalld_reload_incident_tells_its_story_from_the_record() {
+    skip_unless!(
+        "ip",
+        "iptables-legacy",
+        "iptables-legacy-restore",
+        "firewalld",
+        "firewall-cmd",
+        "dbus-daemon"
+    );
+    let host_before = host_rulesets();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let record = dir.path().join("record.db");
+    let port = common::free_port();
+    let mut d = common::Daemon::start(port, &["--record", record.to_str().expect("utf-8")]);
+    let ns = Netns::new("fwd-story");
+    let here = in_ns(&ns);
+    let fw = Firewalld::start(&ns, "iptables", true);
+    d.expect("firewalld's chains", |v| {
+        here(v) && v["chain"] == "INPUT_direct"
+    });
+    let kp = Writer::new("kube-proxy");
+    let kubelet = Writer::new("kubelet");
+    let kubelet_filter = "*filter\n:KUBE-FIREWALL - [0:0]\n\
+        -A INPUT -j KUBE-FIREWALL\n\
+        -A KUBE-FIREWALL ! -s 127.0.0.0/8 -d 127.0.0.0/8 -j DROP\nCOMMIT\n";
+    let write_all = || {
+        ns.write_stdin(
+            &kubelet,
+            &["iptables-legacy-restore", "--noflush"],
+            kubelet_filter,
+        );
+        ns.write_stdin(
+            &kp,
+            &["iptables-legacy-restore", "--noflush"],
+            KUBE_PROXY_NAT,
+        );
+    };
+    write_all();
+    for (who, chain) in [("kubelet", "KUBE-FIREWALL"), ("kube-proxy", "KUBE-SVC-WEB")] {
+        d.expect(&format!("{who}'s chain"), |v| {
+            here(v) && v["chain"] == chain && v["op"] == "rule_add"
+        });
+    }
+    let before_reload = d.seen.iter().filter_map(|v| v["seq"].as_u64()).max();
+    fw.must(&["--reload"]);
+    let mass = common::wait_for(&d.lines, &mut d.seen, "the reload's mass_flush", |v| {
+        v["kind"] == "incident" && here(v) && v["type"] == "mass_flush"
+    });
+    let id = mass["id"].as_str().expect("id").to_string();
+    // Both repair: the mass_flush resolves.
+    write_all();
+    common::wait_for(&d.lines, &mut d.seen, "the mass_flush resolved", |v| {
+        v["kind"] == "incident" && v["id"] == id.as_str() && v["state"] == "resolved"
+    });
+
+    // What the stream said of it: its lines and the changes they name.
+    let lines: Vec<Value> = d
+        .seen
+        .iter()
+        .filter(|v| v["kind"] == "incident" && v["id"] == id.as_str())
+        .cloned()
+        .collect();
+    let mut events: Vec<u64> = lines
+        .iter()
+        .flat_map(|v| v["events"].as_array().cloned().unwrap_or_default())
+        .filter_map(|s| s.as_u64())
+        .collect();
+    events.sort();
+    events.dedup();
+    assert!(!events.is_empty(), "{lines:#?}");
+    assert!(events.first().copied() > before_reload, "{lines:#?}");
+
+    let stories = common::query(&record, &["--incident", &id]);
+    assert_eq!(stories.len(), 1, "{stories:#?}");
+    let story = &stories[0];
+    assert_eq!(story["kind"], "incident_story", "{story}");
+    assert_eq!(story["id"], id.as_str());
+    assert_eq!(story["incident"]["type"], "mass_flush", "{story}");
+    // Every line, in order.
+    let states: Vec<&str> = story["states"]
+        .as_array()
+        .expect("states")
+        .iter()
+        .filter_map(|s| s["state"].as_str())
+        .collect();
+    let streamed: Vec<&str> = lines.iter().filter_map(|v| v["state"].as_str()).collect();
+    assert_eq!(states, streamed, "{story}");
+    assert_eq!(states.first(), Some(&"open"));
+    assert_eq!(states.last(), Some(&"resolved"));
+    // Every change, each as the stream printed it: firewalld's, then the owners' repairs.
+    let changes = story["changes"].as_array().expect("changes");
+    let seqs: Vec<u64> = changes.iter().filter_map(|c| c["seq"].as_u64()).collect();
+    assert_eq!(seqs, events, "{story}");
+    assert!(story.get("missing").is_none(), "{story}");
+    for c in changes {
+        let printed = d
+            .seen
+            .iter()
+            .find(|v| v["kind"] == "change" && v["seq"] == c["seq"])
+            .unwrap_or_else(|| panic!("change {} was not printed", c["seq"]));
+        assert_eq!(c["op"], printed["op"], "{c}");
+        assert_eq!(c["chain"], printed["chain"], "{c}");
+        assert_eq!(c["process"], printed["process"], "{c}");
+    }
+    let actor = |c: &Value| c["process"]["actor"].as_str().unwrap_or("").to_string();
+    assert_eq!(actor(&changes[0]), "firewalld", "{story}");
+    let ns_of = |v: &Value| {
+        time::OffsetDateTime::parse(
+            v.as_str().expect("time"),
+            &time::format_description::well_known::Rfc3339,
+        )
+        .expect("RFC 3339")
+        .unix_timestamp_nanos()
+    };
+    // Each owner's repair: by itself, with the change that made it and when.
+    let repairs = story["repairs"].as_array().expect("repairs");
+    for owner in ["kubelet", "kube-proxy"] {
+        let r = repairs
+            .iter()
+            .find(|r| r["owner"] == owner)
+            .unwrap_or_else(|| panic!("no repair of {owner}: {story}"));
+        assert_eq!(r["repaired"], true, "{r}");
+        assert_eq!(r["repaired_by"], owner, "{r}");
+        let fix = &r["change"];
+        assert_eq!(actor(fix), owner, "{r}");
+        assert!(
+            seqs.contains(&fix["seq"].as_u64().expect("seq")),
+            "the repair is one of the incident's changes: {r}"
+        );
+        let took_ms = (ns_of(&fix["time"]) - ns_of(&changes[0]["time"])) as f64 / 1e6;
+        let said = r["repair_ms"].as_f64().expect("repair_ms");
+        assert!(
+            (took_ms - said).abs() <= 2.0,
+            "repair_ms {said}, but the repair came {took_ms} ms after the first change: {r}"
+        );
+        // Nothing of the owner's before its repair: the wipe is firewalld's alone.
+        for c in changes
+            .iter()
+            .filter(|c| c["seq"].as_u64() < fix["seq"].as_u64())
+        {
+            assert_ne!(actor(c), owner, "{c}");
+        }
+    }
+    // The chains: there before, gone after firewalld's changes, back (kube-proxy's) at the end.
+    let chain = |table: &str, name: &str| {
+        story["chains"]
+            .as_array()
+            .expect("chains")
+            .iter()
+            .find(|c| c["chain"] == name && c["table"] == table)
+            .unwrap_or_else(|| panic!("no chain {table} {name} in {story}"))
+            .clone()
+    };
+    let rules = |v: &Value| v["rules"].as_array().cloned().unwrap_or_default();
+    for (table, name, owner, rule) in [
+        ("nat", "KUBE-SERVICES", "kube-proxy", "KUBE-SVC-WEB"),
+        ("filter", "KUBE-FIREWALL", "kubelet", "DROP"),
+    ] {
+        let c = chain(table, name);
+        assert!(
+            rules(&c["before"])
+                .iter()
+                .any(|r| r.as_str().is_some_and(|r| r.contains(rule))),
+            "{c}"
+        );
+        assert!(c["after"].is_null(), "deleted by the reload: {c}");
+        assert_eq!(rules(&c["end"]), rules(&c["before"]), "{c}");
+        assert_eq!(c["end"]["last"]["actor"], owner, "{c}");
+    }
+
+    // The same story for people, and over HTTP.
+    let text = Command::new(common::observer_bin())
+        .args(["query", "--record"])
+        .arg(&record)
+        .args(["--incident", &id])
+        .output()
+        .expect("observer query");
+    assert!(text.status.success(), "{text:?}");
+    let text = String::from_utf8_lossy(&text.stdout);
+    for want in [
+        "timeline",
+        id.as_str(),
+        "firewalld",
+        "repair",
+        "kube-proxy",
+        "kubelet",
+        "resolved",
+        "KUBE-SERVICES",
+    ] {
+        assert!(text.contains(want), "`{want}` missing from:\n{text}");
+    }
+    let (status, body) = common::get(port, &format!("/incidents/{id}"), &[]);
+    assert_eq!(status, 200, "{body}");
+    let over_http: Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(over_http["changes"], story["changes"]);
+    assert_eq!(over_http["repairs"], story["repairs"]);
+    let (status, body) = common::get(port, "/incidents/foreign_delete-1-1", &[]);
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("no incident"), "{body}");
+    let unknown = Command::new(common::observer_bin())
+        .args(["query", "--record"])
+        .arg(&record)
+        .args(["--incident", "foreign_delete-1-1"])
+        .output()
+        .expect("observer query");
+    assert!(!unknown.status.success());
+    assert!(
+        String::from_utf8_lossy(&unknown.stderr).contains("--incidents"),
+        "{unknown:?}"
+    );
+    drop(fw);
+    d.stop();
+    assert_eq!(host_rulesets(), host_before, "the host's ruleset changed");
+}

@@ -91,6 +91,13 @@ pub struct QueryArgs {
     /// --netns, --table, --backend; --json gives one object per difference.
     #[arg(long, value_name = "FROM..TO", conflicts_with_all = ["since", "until"])]
     pub diff: Option<String>,
+
+    /// Tell one incident's story (its id, e.g. `foreign_delete-4026532177-17`; `--incidents`
+    /// lists them): a timeline of its lines, every change that made it with the writer's
+    /// ancestry, unit or pod, the owners' repairs and when, and each affected chain before the
+    /// incident, after its actors' changes and at its end. --json gives the same as one object.
+    #[arg(long, value_name = "ID", conflicts_with_all = ["since", "until", "at", "diff"])]
+    pub incident: Option<String>,
 }
 
 fn parse_op(s: &str) -> Result<Op, String> {
@@ -113,7 +120,7 @@ pub fn parse_time(s: &str) -> Result<i64, String> {
 }
 
 pub fn run(a: QueryArgs) -> anyhow::Result<()> {
-    if a.at.is_some() || a.diff.is_some() {
+    if a.at.is_some() || a.diff.is_some() || a.incident.is_some() {
         return forensic(&a);
     }
     let since = a
@@ -228,7 +235,7 @@ fn record_path(a: &QueryArgs) -> PathBuf {
     }
 }
 
-/// `--at` and `--diff`: the record's rulesets rebuilt (see `crate::forensics`).
+/// `--at`, `--diff` and `--incident`: the record's rulesets rebuilt (see `crate::forensics`).
 fn forensic(a: &QueryArgs) -> anyhow::Result<()> {
     use crate::forensics::query as fq;
     let scope = fq::Scope {
@@ -255,6 +262,13 @@ fn forensic(a: &QueryArgs) -> anyhow::Result<()> {
             if states.is_empty() {
                 eprintln!("observer: the record holds no ruleset at that time in that scope");
             }
+        }
+    } else if let Some(id) = &a.incident {
+        let story = crate::forensics::story::story(&conn, id)?;
+        if a.json {
+            lines.push(serde_json::to_string(&story)?);
+        } else {
+            lines.push(crate::forensics::story::story_text(&story));
         }
     } else if let Some(r) = &a.diff {
         let (from, to) = fq::parse_range(r)?;

@@ -8,8 +8,8 @@
 //!   A new client may start in the past instead with `?since=10m` (or an RFC 3339 time, read on
 //!   the daemon's clock): history first, then live, with no gap and no duplicate.
 //! - `GET /incidents?format=json` (or `Accept: application/json`), with `since`: a JSON list.
-//! - `GET /ruleset?at=TIME`, `GET /diff?from=TIME&to=TIME`: the record's rulesets rebuilt
-//!   (see `super::ruleset`).
+//! - `GET /ruleset?at=TIME`, `GET /diff?from=TIME&to=TIME`: the record's rulesets rebuilt;
+//!   `GET /incidents/ID`: one incident's story (see `super::ruleset`).
 //! - `GET /metrics` (Prometheus text), `GET /healthz` (alive), `GET /readyz` (200 once ready).
 //!
 //! With a token, every endpoint but `/healthz` needs `Authorization: Bearer TOKEN`.
@@ -47,6 +47,7 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(readyz))
         .route("/ruleset", get(super::ruleset::ruleset))
         .route("/diff", get(super::ruleset::diff))
+        .route("/incidents/{id}", get(super::ruleset::incident))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth));
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))

@@ -1,8 +1,9 @@
-//! `GET /ruleset?at=TIME` and `GET /diff?from=TIME&to=TIME`: `observer query --at` and `--diff`
-//! over HTTP, from the daemon's own record (same token and TLS as the other endpoints).
-//! JSON by default (a list of the objects `--json` prints); `format=text` for what a person reads.
+//! `GET /ruleset?at=TIME`, `GET /diff?from=TIME&to=TIME` and `GET /incidents/ID`: `observer
+//! query --at`, `--diff` and `--incident` over HTTP, from the daemon's own record (same token
+//! and TLS as the other endpoints). JSON by default (what `--json` prints: a list for the first
+//! two, one object for a story); `format=text` for what a person reads.
 
-use axum::extract::{Query, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -49,10 +50,17 @@ impl Params {
     }
 }
 
+/// What to answer.
+enum Ask {
+    Ruleset,
+    Diff,
+    Incident(String),
+}
+
 async fn answer(
     st: AppState,
     params: Result<Query<Params>, axum::extract::rejection::QueryRejection>,
-    diff: bool,
+    ask: Ask,
 ) -> Response {
     let Query(p) = match params {
         Ok(p) => p,
@@ -71,7 +79,15 @@ async fn answer(
     let text = p.format.as_deref() == Some("text");
     let job = move || -> Result<String, ForensicsError> {
         let conn = crate::store::open_ro(&path)?;
-        if diff {
+        if let Ask::Incident(id) = &ask {
+            let story = crate::forensics::story::story(&conn, id)?;
+            return Ok(if text {
+                crate::forensics::story::story_text(&story)
+            } else {
+                serde_json::to_string(&story).unwrap_or_default()
+            });
+        }
+        if matches!(ask, Ask::Diff) {
             let from = fq::parse_time("from", p.from.as_deref().unwrap_or(""))?;
             let to = fq::parse_time("to", p.to.as_deref().unwrap_or("now"))?;
             let diffs = fq::diff(&conn, from, to, &scope)?;
@@ -102,6 +118,9 @@ async fn answer(
         Ok(Err(e @ ForensicsError::BadTime { .. })) => {
             reply(StatusCode::BAD_REQUEST, e.to_string())
         }
+        Ok(Err(e @ ForensicsError::UnknownIncident(_))) => {
+            reply(StatusCode::NOT_FOUND, e.to_string())
+        }
         Ok(Err(e)) => reply(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
         Err(e) => reply(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
@@ -111,12 +130,21 @@ pub async fn ruleset(
     State(st): State<AppState>,
     params: Result<Query<Params>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
-    answer(st, params, false).await
+    answer(st, params, Ask::Ruleset).await
 }
 
 pub async fn diff(
     State(st): State<AppState>,
     params: Result<Query<Params>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
-    answer(st, params, true).await
+    answer(st, params, Ask::Diff).await
+}
+
+/// `GET /incidents/ID`: the story `observer query --incident ID` tells.
+pub async fn incident(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    params: Result<Query<Params>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    answer(st, params, Ask::Incident(id)).await
 }

@@ -12,6 +12,7 @@ pub mod model;
 pub mod query;
 pub mod record;
 pub mod replay;
+pub mod story;
 
 use std::collections::HashMap;
 use std::sync::Arc;
