@@ -96,10 +96,17 @@ fn count_drop(index: u32) {
     }
 }
 
-fn offsets() -> Offsets {
-    // SAFETY: read of a global that userspace wrote before load; volatile so the compiler does
-    // not fold the `unset()` initial value into the code.
-    unsafe { core::ptr::read_volatile(&OFFSETS) }
+fn offsets() -> &'static Offsets {
+    opaque(&OFFSETS)
+}
+
+/// A global that userspace writes before load, by reference: its address goes through a
+/// volatile read, so the compiler neither folds the initial value into the code nor copies the
+/// whole struct onto the 512-byte stack (each field is loaded where it is used).
+fn opaque<T>(global: &'static T) -> &'static T {
+    let p: *const T = global;
+    // SAFETY: `p` is a local, read back as the same valid pointer to a `'static` global.
+    unsafe { &*core::ptr::read_volatile(&p) }
 }
 
 /// Read a kernel value at `base + off`, or `None` when the offset is unknown or the read fails.
@@ -134,7 +141,7 @@ fn fill_process(p: &mut Process) {
     if off.valid == 0 {
         return;
     }
-    p.netns = current_netns(&off);
+    p.netns = current_netns(off);
     // SAFETY: as above.
     let mut task = unsafe { bpf_get_current_task() };
     for i in 0..ANCESTORS {
@@ -284,7 +291,7 @@ fn netns_seen(via: u32) {
     if off.valid == 0 {
         return;
     }
-    netns_report(current_netns(&off), via);
+    netns_report(current_netns(off), via);
 }
 
 /// Report namespace `netns` (with the current task, which is in it or made it) if it has not

@@ -82,10 +82,8 @@ const NLMSG_ERROR: u16 = 2;
 const S_IFMT: u16 = 0o170000;
 const S_IFSOCK: u16 = 0o140000;
 
-pub(crate) fn nl_offsets() -> NlOffsets {
-    // SAFETY: read of a global that userspace wrote before load; volatile so that the initial
-    // value is not folded into the code.
-    unsafe { core::ptr::read_volatile(&NL_OFFSETS) }
+pub(crate) fn nl_offsets() -> &'static NlOffsets {
+    crate::opaque(&NL_OFFSETS)
 }
 
 /// The subsystem of a ruleset-changing request, from its first netlink message, or `None`.
@@ -147,7 +145,7 @@ fn on_send(fd: i64, buf: u64, len: u64) -> Result<(), i32> {
     let Some(subsys) = subsystem(&first) else {
         return Ok(());
     };
-    let Some(sock_netns) = netfilter_socket(fd, &off) else {
+    let Some(sock_netns) = netfilter_socket(fd, off) else {
         return Ok(());
     };
     // Its replies are worth reading: they say whether the kernel took the request.
@@ -281,7 +279,7 @@ fn try_sendmsg_enter(ctx: &TracePointContext) -> Result<(), i32> {
 fn maybe_netlink(fd: i64, name: u64, namelen: u32) -> bool {
     if namelen == 0 || name == 0 {
         let off = nl_offsets();
-        return off.valid != 0 && netfilter_socket(fd, &off).is_some();
+        return off.valid != 0 && netfilter_socket(fd, off).is_some();
     }
     // netlink_sendmsg refuses anything shorter than a struct sockaddr_nl (12 bytes); every
     // address starts with its family.
@@ -361,7 +359,7 @@ fn try_recvmsg_enter(ctx: &TracePointContext) -> Result<(), i32> {
     // SAFETY: offsets of the tracepoint's format.
     let fd: i64 = unsafe { ctx.read_at(ARG0)? };
     let msg: u64 = unsafe { ctx.read_at(ARG1)? };
-    let Some(netns) = netfilter_socket(fd, &off) else {
+    let Some(netns) = netfilter_socket(fd, off) else {
         return Ok(());
     };
     if msg == 0 {

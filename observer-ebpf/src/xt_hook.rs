@@ -130,7 +130,7 @@ pub fn remember(args: &SetsockoptArgs) {
     };
     let value = SockPending {
         pending,
-        netns: sock_netns(&offsets(), args.sk),
+        netns: sock_netns(offsets(), args.sk),
         _pad: 0,
     };
     if PENDING_XT_SOCK
@@ -155,6 +155,6 @@ pub fn finish(ret: i64, source: u32) {
 /// One call seen whole (fexit: arguments and result at once).
 pub fn report_call(args: &SetsockoptArgs, ret: i64, source: u32) {
     if let Some(pending) = read_head(args) {
-        report(&pending, sock_netns(&offsets(), args.sk), ret, source);
+        report(&pending, sock_netns(offsets(), args.sk), ret, source);
     }
 }

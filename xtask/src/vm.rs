@@ -234,7 +234,12 @@ fn build_test_binary(ready: &crate::setup::Ready) -> Result<(PathBuf, Option<Pat
 /// run's output and exit status in `dir`. Waits are 5 times longer (software emulation); the
 /// Ctrl-C-under-load test is left to the host (it tests the engine, not a hook, and its 40
 /// replaces of a 4,000-rule table take minutes under emulation).
-fn guest_script(test_bin: &Path, attribution: Option<&Path>, dir: &Path) -> String {
+fn guest_script(
+    test_bin: &Path,
+    attribution: Option<&Path>,
+    observer: &Path,
+    dir: &Path,
+) -> String {
     // The ipset writers' tests too (an ipset command is seen only through the writer hook).
     let ipset = attribution.map_or(String::new(), |a| {
         format!(
@@ -273,6 +278,16 @@ fn guest_script(test_bin: &Path, attribution: Option<&Path>, dir: &Path) -> Stri
          return $rc\n\
          }}\n",
         bin = test_bin.display(),
+    ));
+    // The fallback backend must load on these kernels too (their verifiers are older than the
+    // host's): its ready line names where each hook went and why a backend was refused.
+    s.push_str(&format!(
+        "timeout -k 5 180 {obs} tail --json --hooks tracepoint > {dir}/{TRACEPOINT_OUT} 2>&1 &\n\
+         tp=$!; i=0\n\
+         while [ $i -lt 1200 ] && ! grep -q '\"state\"' {dir}/{TRACEPOINT_OUT}; do sleep 0.1; i=$((i+1)); done\n\
+         kill $tp 2>/dev/null; wait $tp\n",
+        obs = observer.display(),
+        dir = dir.display(),
     ));
     for b in BACKENDS {
         s.push_str(&format!(
@@ -375,7 +390,10 @@ pub fn run_in_vm(
     let _ = fs::remove_dir_all(&dir);
     fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let script = dir.join("run.sh");
-    fs::write(&script, guest_script(test_bin, attribution, &dir))?;
+    fs::write(
+        &script,
+        guest_script(test_bin, attribution, observer_bin, &dir),
+    )?;
     if !cmd::is_executable(observer_bin) {
         bail!(
             "{} is missing; the release build failed",
@@ -414,6 +432,16 @@ pub fn run_in_vm(
             }
         }
     }
+    let tp = fs::read_to_string(dir.join(TRACEPOINT_OUT)).unwrap_or_default();
+    println!("---- observer tail --hooks tracepoint in the guest {k} ----");
+    print!("{tp}");
+    match tracepoint_loads(&tp) {
+        Ok(hooks) => println!("vm-test: {k} --hooks tracepoint loads: {hooks}"),
+        Err(why) => {
+            println!("vm-test: {k} --hooks tracepoint: FAILED: {why}");
+            failed += 1;
+        }
+    }
     let btf = keep.join(format!(
         "{}.btf",
         kernel
@@ -427,6 +455,31 @@ pub fn run_in_vm(
         .map(|_| btf);
     let _ = fs::remove_dir_all(&dir);
     Ok(GuestResult { failed, btf })
+}
+
+/// Where the guest's `observer tail --hooks tracepoint` writes.
+const TRACEPOINT_OUT: &str = "tracepoint.out";
+
+/// Whether `observer tail --hooks tracepoint` put every hook on the tracepoints (its first line,
+/// the ready line, says where each went); the hooks field, or what went wrong.
+fn tracepoint_loads(out: &str) -> std::result::Result<String, String> {
+    let ready = out
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["kind"] == "status")
+        .ok_or_else(|| "no status line".to_string())?;
+    let hooks = ready["hooks"].as_str().unwrap_or_default().to_string();
+    let want = [
+        "x_tables=tracepoint",
+        "namespaces=tracepoint",
+        "umount=tracepoint",
+        "nf_writers=tracepoint",
+        "nf_refusals=tracepoint",
+    ];
+    if hooks.contains("refused") || want.iter().any(|w| !hooks.contains(w)) {
+        return Err(format!("not every hook on the tracepoints: {ready}"));
+    }
+    Ok(hooks)
 }
 
 /// `cargo xtask vm-test`. `Ok(None)`: skipped (the reason was printed).
@@ -523,11 +576,26 @@ mod tests {
     }
 
     #[test]
+    fn a_refused_tracepoint_program_fails_the_guest_check() {
+        let ok = r#"{"kind":"status","state":"ready","hooks":"x_tables=tracepoint namespaces=tracepoint umount=tracepoint nf_tables=netlink nf_writers=tracepoint nft_gens=thread nf_refusals=tracepoint"}"#;
+        assert!(tracepoint_loads(ok).is_ok());
+        let refused = r#"{"kind":"status","state":"warning","hooks":"x_tables=tracepoint namespaces=tracepoint umount=tracepoint nf_tables=netlink nf_writers=proc nft_gens=thread nf_refusals=tracepoint (nf_writers: tracepoint refused: combined stack size of 3 calls is 576. Too large)"}"#;
+        let e = tracepoint_loads(refused).unwrap_err();
+        assert!(e.contains("576"), "{e}");
+        assert!(tracepoint_loads("observer: error").is_err());
+    }
+
+    #[test]
     fn the_guest_script_runs_every_backend_and_keeps_its_status() {
         let s = guest_script(
             Path::new("/t/tail-1"),
             Some(Path::new("/t/attribution-1")),
+            Path::new("/o/observer"),
             Path::new("/r"),
+        );
+        assert!(
+            s.contains("/o/observer tail --json --hooks tracepoint > /r/tracepoint.out"),
+            "{s}"
         );
         assert!(
             s.contains("/t/attribution-1 --test-threads=1 ipset >> $out"),
