@@ -134,107 +134,130 @@ pub fn record(args: crate::cli::BenchRecordArgs) -> anyhow::Result<()> {
         let id = (slot as u64) << 32 | generation[slot];
         format!("KUBE-SEP-{:016X}", id.wrapping_mul(0x9e37_79b9_7f4a_7c15))
     };
-    let mut sim = args.snapshots.then(|| {
-        let sep0 = |slot: u64| {
-            format!(
-                "KUBE-SEP-{:016X}",
-                (slot << 32).wrapping_mul(0x9e37_79b9_7f4a_7c15)
-            )
-        };
-        crate::forensics::bench::Sim::new(services, svc, sep0, start_ns)
-    });
+    let mut sim = args
+        .snapshots
+        .then(|| crate::forensics::bench::Sim::new(services, svc, start_ns));
+    let start_rules = sim.as_ref().map(|s| s.rules());
+    let keep_snapshots = !args.no_snapshot_rows;
     let t0 = Instant::now();
     let cpu0 = cpu_seconds();
     let mut batch = Vec::with_capacity(2048);
     if let Some(sim) = sim.as_mut() {
-        batch.push(sim.snapshot(0, start_ns));
-    }
-    for seq in 1..=args.rows {
-        let r = next();
-        let s = r % services;
-        let (chain, op, rule) = match r >> 60 {
-            0..=5 => (
-                sep(r, s, r % 20 == 0),
-                Op::RuleAdd,
-                Some(format!(
-                    "-p tcp -m comment --comment \"default/svc-{s}:http\" -m tcp -j DNAT --to-destination 10.{}.{}.{}:8080",
-                    (r >> 16) & 255,
-                    (r >> 24) & 255,
-                    (r >> 32) & 255
-                )),
-            ),
-            6..=11 => (
-                sep(r, s, false),
-                Op::RuleDelete,
-                Some("-s 10.0.0.0/32 -m comment --comment \"default/svc:http\" -j KUBE-MARK-MASQ".into()),
-            ),
-            12 | 13 => (
-                svc(s),
-                Op::RuleReplace,
-                Some(format!(
-                    "-m comment --comment \"default/svc-{s}:http -> 10.1.2.3:8080\" -m statistic --mode random --probability 0.50000000000 -j KUBE-SEP-{:016X}",
-                    r >> 8
-                )),
-            ),
-            14 => (svc(s), Op::ChainFlush, None),
-            _ => (sep(r, s, false), Op::ChainDelete, None),
-        };
-        let time_ns = start_ns + seq as i64 * step;
-        let t = time::OffsetDateTime::from_unix_timestamp_nanos(time_ns as i128)?;
-        let c = ChangeRecord {
-            seq,
-            time: crate::output::record::rfc3339(t),
-            netns: 4026531840,
-            netns_name: None,
-            node: None,
-            backend: Backend::Legacy,
-            family: Family::Ip,
-            table: "nat".into(),
-            chain: Some(chain),
-            op,
-            rule,
-            position: None,
-            detail: None,
-            txn: format!("xt-4026531840-{time_ns}"),
-            result: "ok".into(),
-            source: Source::Tracepoint,
-            process: ProcessInfo {
-                pid: 1000 + (r % 30000) as u32,
-                tid: 1000 + (r % 30000) as u32,
-                comm: "iptables-restor".into(),
-                ppid: Some(812),
-                parent_comm: Some("kube-proxy".into()),
-                actor: "kube-proxy".into(),
-                cgroup: Some(7421),
-                unit: None,
-                container_id: Some(
-                    "3f9c2a7d81e4b05c6d1f8e2a9b7c4d3e5f6a1b2c3d4e5f6a7b8c9d0e1f2a3b4c".into(),
-                ),
-                pod: None,
-                ancestry: Vec::new(),
-            },
-            replayed: false,
-            recovered: false,
-        };
-        let json: Arc<str> = serde_json::to_string(&Record::Change(c.clone()))?.into();
-        batch.push(Row::Change {
-            seq,
-            time_ns,
-            netns: Some(c.netns),
-            backend: Some("legacy".into()),
-            table: Some(c.table),
-            chain: c.chain,
-            op: Some(c.op.as_str().into()),
-            actor: Some(c.process.actor),
-            comm: Some(c.process.comm),
-            json: json.clone(),
-        });
-        if let Some(row) = sim.as_mut().and_then(|s| s.change(seq, time_ns, &json)) {
+        let row = sim.snapshot(0, start_ns);
+        if keep_snapshots {
             batch.push(row);
         }
-        if batch.len() == 2048 {
-            w.write_batch(&batch);
-            batch.clear();
+    }
+    let mut seq = 0;
+    let mut lines = std::collections::VecDeque::new();
+    while seq < args.rows {
+        let r = next();
+        if let Some(sim) = sim.as_mut() {
+            // Churn generated against the snapshotted table: every change applies to it.
+            lines.extend(sim.next_txn(r));
+        } else {
+            let s = r % services;
+            let (chain, op, rule) = match r >> 60 {
+                0..=5 => (
+                    sep(r, s, r % 20 == 0),
+                    Op::RuleAdd,
+                    Some(format!(
+                        "-p tcp -m comment --comment \"default/svc-{s}:http\" -m tcp -j DNAT --to-destination 10.{}.{}.{}:8080",
+                        (r >> 16) & 255,
+                        (r >> 24) & 255,
+                        (r >> 32) & 255
+                    )),
+                ),
+                6..=11 => (
+                    sep(r, s, false),
+                    Op::RuleDelete,
+                    Some("-s 10.0.0.0/32 -m comment --comment \"default/svc:http\" -j KUBE-MARK-MASQ".into()),
+                ),
+                12 | 13 => (
+                    svc(s),
+                    Op::RuleReplace,
+                    Some(format!(
+                        "-m comment --comment \"default/svc-{s}:http -> 10.1.2.3:8080\" -m statistic --mode random --probability 0.50000000000 -j KUBE-SEP-{:016X}",
+                        r >> 8
+                    )),
+                ),
+                14 => (svc(s), Op::ChainFlush, None),
+                _ => (sep(r, s, false), Op::ChainDelete, None),
+            };
+            lines.push_back(crate::forensics::bench::Line {
+                chain,
+                op,
+                rule,
+                position: None,
+                detail: None,
+            });
+        }
+        // One transaction: one time, one txn.
+        let time_ns = start_ns + (seq + 1) as i64 * step;
+        while let Some(line) = lines.pop_front() {
+            if seq >= args.rows {
+                lines.clear();
+                break;
+            }
+            seq += 1;
+            let t = time::OffsetDateTime::from_unix_timestamp_nanos(time_ns as i128)?;
+            let c = ChangeRecord {
+                seq,
+                time: crate::output::record::rfc3339(t),
+                netns: 4026531840,
+                netns_name: None,
+                node: None,
+                backend: Backend::Legacy,
+                family: Family::Ip,
+                table: "nat".into(),
+                chain: Some(line.chain),
+                op: line.op,
+                rule: line.rule,
+                position: line.position,
+                detail: line.detail,
+                txn: format!("xt-4026531840-{time_ns}"),
+                result: "ok".into(),
+                source: Source::Tracepoint,
+                process: ProcessInfo {
+                    pid: 1000 + (r % 30000) as u32,
+                    tid: 1000 + (r % 30000) as u32,
+                    comm: "iptables-restor".into(),
+                    ppid: Some(812),
+                    parent_comm: Some("kube-proxy".into()),
+                    actor: "kube-proxy".into(),
+                    cgroup: Some(7421),
+                    unit: None,
+                    container_id: Some(
+                        "3f9c2a7d81e4b05c6d1f8e2a9b7c4d3e5f6a1b2c3d4e5f6a7b8c9d0e1f2a3b4c".into(),
+                    ),
+                    pod: None,
+                    ancestry: Vec::new(),
+                },
+                replayed: false,
+                recovered: false,
+            };
+            let json: Arc<str> = serde_json::to_string(&Record::Change(c.clone()))?.into();
+            batch.push(Row::Change {
+                seq,
+                time_ns,
+                netns: Some(c.netns),
+                backend: Some("legacy".into()),
+                table: Some(c.table),
+                chain: c.chain,
+                op: Some(c.op.as_str().into()),
+                actor: Some(c.process.actor),
+                comm: Some(c.process.comm),
+                json: json.clone(),
+            });
+            if let Some(row) = sim.as_mut().and_then(|s| s.change(seq, time_ns, &json)) {
+                if keep_snapshots {
+                    batch.push(row);
+                }
+            }
+            if batch.len() >= 2048 {
+                w.write_batch(&batch);
+                batch.clear();
+            }
         }
     }
     w.write_batch(&batch);
@@ -268,9 +291,12 @@ pub fn record(args: crate::cli::BenchRecordArgs) -> anyhow::Result<()> {
     };
     let mut out = serde_json::to_value(&fill)?;
     if let Some(sim) = &sim {
-        out["snapshots"] = sim.snapshots.into();
+        out["snapshots"] = if keep_snapshots { sim.snapshots } else { 0 }.into();
+        out["start_rules"] = start_rules.into();
         out["model_rules"] = sim.rules().into();
-        out["at"] = crate::forensics::bench::measure(&args.out, store::now_ns())?;
+        if keep_snapshots {
+            out["at"] = crate::forensics::bench::measure(&args.out, store::now_ns())?;
+        }
     }
     println!("{out}");
     Ok(())

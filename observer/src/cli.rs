@@ -65,10 +65,13 @@ pub struct BenchRecordArgs {
     /// instead of names from a set of endpoints that churns.
     #[arg(long)]
     pub unique_chains: bool,
-    /// Also keep a 21,000-rule nat table that the churn is replayed onto, snapshot it at the
-    /// daemon's default policy, and time `query --at` at the end.
+    /// Generate the churn against a 21,000-rule nat table (every change applies to it), snapshot
+    /// it at the daemon's default policy, and time `query --at` at the end.
     #[arg(long)]
     pub snapshots: bool,
+    /// With --snapshots: the same churn, but write no snapshot (the record's size without them).
+    #[arg(long, requires = "snapshots")]
+    pub no_snapshot_rows: bool,
 }
 
 #[derive(Debug, Args)]

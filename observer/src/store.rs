@@ -227,6 +227,7 @@ pub fn open_rw(path: &Path) -> Result<Connection, StoreError> {
         .map_err(|source| classify(path, source))?;
     // Snapshots: tables an older observer ignores, so the layout stays 2.
     conn.execute_batch(crate::forensics::record::SCHEMA)
+        .and_then(|()| crate::forensics::record::upgrade(&conn))
         .map_err(|source| classify(path, source))?;
     conn.pragma_update(None, "user_version", SCHEMA_VERSION)
         .map_err(|source| classify(path, source))?;

@@ -4,6 +4,7 @@
 
 mod bench;
 mod bench_daemon;
+mod bench_forensics;
 mod bench_incidents;
 mod bench_nats;
 mod cmd;
@@ -164,6 +165,16 @@ enum Verb {
         between its bench-daemon markers. Needs root. About 3 minutes; `--quick` is shorter."
     )]
     BenchDaemon(bench_daemon::BenchDaemonArgs),
+    /// Build observer, then measure snapshots in the record and `observer query --at`
+    #[command(
+        long_about = "Run setup's checks, build observer (release), then write a week of \
+        kube-proxy-like churn on a 21,000-rule nat table through the record's own writer twice, \
+        with the snapshots of the daemon's default policy and without them: the record's growth \
+        from snapshots, and `query --at` at the end of the week and just before a snapshot (the \
+        most changes to replay). Writes the figures into BENCHMARKS.md between its \
+        bench-forensics markers. Needs no root. About 3 minutes."
+    )]
+    BenchForensics(bench_forensics::BenchForensicsArgs),
     /// Measure the incident engine (per-transaction cost, incident latency, memory under churn)
     /// and write the figures into BENCHMARKS.md
     BenchIncidents(bench_incidents::BenchIncidentsArgs),
@@ -275,6 +286,7 @@ fn main() -> ExitCode {
         Verb::OverheadWorkload(a) => overhead::workload(&a),
         Verb::VmTest => build().and_then(|ready| vm::vm_test(&ready).map(|r| r.unwrap_or(0))),
         Verb::BenchDaemon(a) => bench_daemon::run(&a),
+        Verb::BenchForensics(a) => bench_forensics::run(&a),
         Verb::BenchIncidents(a) => bench_incidents::run(&a),
         Verb::BenchNats(a) => bench_nats::run(&a),
         Verb::Soak(a) => soak::run(&a),

@@ -3,8 +3,11 @@
 //! A snapshot is one namespace's tables of one backend after change `seq`. Its row holds the
 //! tables with each chain named by the hash of its content; the chains themselves are kept once
 //! in `snap_chains`, zstd-compressed, so a snapshot whose chains did not change since the last
-//! one costs a few bytes per chain. The tables are added to a layout 2 record when missing; an
-//! older observer reading the record ignores them.
+//! one costs a few bytes per chain. A chain is a few hundred bytes, too short for zstd to find
+//! much in it alone: the first snapshot with enough chains trains a dictionary on them (kept in
+//! `snap_dicts`, its id in each chain's row), and every chain stored after it is compressed
+//! with it. The tables are added to a layout 2 record when missing; an older
+//! observer reading the record ignores them.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -27,8 +30,16 @@ CREATE TABLE IF NOT EXISTS snapshots (
     body    BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS snapshots_at ON snapshots(netns, backend, seq);
-CREATE TABLE IF NOT EXISTS snap_chains (hash INTEGER PRIMARY KEY, body BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS snap_chains (hash INTEGER PRIMARY KEY, body BLOB NOT NULL, dict INTEGER);
+CREATE TABLE IF NOT EXISTS snap_dicts (id INTEGER PRIMARY KEY, dict BLOB NOT NULL);
 ";
+
+/// A snapshot with at least this many chains to store trains the record's chain dictionary,
+/// when it has none yet.
+const DICT_MIN_CHAINS: usize = 64;
+
+/// The chain dictionary's size.
+const DICT_BYTES: usize = 32 * 1024;
 
 /// zstd's level, as for the record's rows.
 const LEVEL: i32 = 3;
@@ -65,9 +76,12 @@ fn hash(bytes: &[u8]) -> i64 {
     h as i64
 }
 
+fn to_sql_err(e: impl std::error::Error + Send + Sync + 'static) -> rusqlite::Error {
+    rusqlite::Error::ToSqlConversionFailure(Box::new(e))
+}
+
 fn compress(bytes: &[u8]) -> rusqlite::Result<Vec<u8>> {
-    zstd::bulk::compress(bytes, LEVEL)
-        .map_err(|e| rusqlite::Error::ToSqlConversionFailure(e.into()))
+    zstd::bulk::compress(bytes, LEVEL).map_err(to_sql_err)
 }
 
 fn decompress(what: &str, bytes: &[u8]) -> Result<Vec<u8>, ForensicsError> {
@@ -75,6 +89,104 @@ fn decompress(what: &str, bytes: &[u8]) -> Result<Vec<u8>, ForensicsError> {
         what: what.to_string(),
         cause: e.to_string(),
     })
+}
+
+/// Add the `dict` column to a `snap_chains` table made without it.
+pub fn upgrade(conn: &Connection) -> rusqlite::Result<()> {
+    let has: i64 = conn.query_row(
+        "SELECT COUNT(*) FROM pragma_table_info('snap_chains') WHERE name = 'dict'",
+        [],
+        |r| r.get(0),
+    )?;
+    if has == 0 {
+        conn.execute_batch("ALTER TABLE snap_chains ADD COLUMN dict INTEGER")?;
+    }
+    Ok(())
+}
+
+/// The record's chain dictionary: its id in `snap_dicts` and a compressor, trained on `samples` (the
+/// chains of the snapshot being written) when the record has none and they are enough.
+fn chain_dict(
+    conn: &Connection,
+    samples: &[Vec<u8>],
+) -> rusqlite::Result<Option<(i64, zstd::bulk::Compressor<'static>)>> {
+    let newest: Option<(i64, Vec<u8>)> = conn
+        .query_row(
+            "SELECT id, dict FROM snap_dicts ORDER BY id DESC LIMIT 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    let dict = match newest {
+        Some(d) => Some(d),
+        None if samples.len() >= DICT_MIN_CHAINS => {
+            match zstd::dict::from_samples(samples, DICT_BYTES) {
+                Ok(d) => {
+                    conn.execute("INSERT INTO snap_dicts (dict) VALUES (?1)", [&d])?;
+                    Some((conn.last_insert_rowid(), d))
+                }
+                Err(e) => {
+                    tracing::debug!("training the snapshots' chain dictionary: {e}");
+                    None
+                }
+            }
+        }
+        None => None,
+    };
+    let Some((id, d)) = dict else {
+        return Ok(None);
+    };
+    let mut c = zstd::bulk::Compressor::with_dictionary(LEVEL, &d).map_err(to_sql_err)?;
+    // The row knows its dictionary; the frame keeps its size (to decompress in one step).
+    c.include_checksum(false).map_err(to_sql_err)?;
+    c.include_dictid(false).map_err(to_sql_err)?;
+    Ok(Some((id, c)))
+}
+
+/// Decompresses chains, each with the dictionary its row names.
+#[derive(Default)]
+struct ChainReader {
+    dicts: HashMap<i64, zstd::bulk::Decompressor<'static>>,
+}
+
+impl ChainReader {
+    fn read(
+        &mut self,
+        conn: &Connection,
+        what: &str,
+        body: &[u8],
+        dict: Option<i64>,
+    ) -> Result<Vec<u8>, ForensicsError> {
+        let damaged = |cause: String| ForensicsError::Damaged {
+            what: what.to_string(),
+            cause,
+        };
+        let Some(id) = dict else {
+            return decompress(what, body);
+        };
+        let d = match self.dicts.entry(id) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let raw: Option<Vec<u8>> = conn
+                    .query_row("SELECT dict FROM snap_dicts WHERE id = ?1", [id], |r| {
+                        r.get(0)
+                    })
+                    .optional()?;
+                let raw = raw.ok_or_else(|| damaged(format!("its dictionary {id} is missing")))?;
+                e.insert(
+                    zstd::bulk::Decompressor::with_dictionary(&raw)
+                        .map_err(|e| damaged(format!("dictionary {id}: {e}")))?,
+                )
+            }
+        };
+        let size = zstd::zstd_safe::get_frame_content_size(body)
+            .ok()
+            .flatten()
+            .filter(|&n| n <= 64 << 20)
+            .ok_or_else(|| damaged("no usable size in a chain's compressed frame".into()))?;
+        d.decompress(body, size as usize)
+            .map_err(|e| damaged(format!("decompressing a chain: {e}")))
+    }
 }
 
 /// Whether the record has snapshot tables (a record written before them has none).
@@ -101,17 +213,20 @@ pub fn insert(
         netns_name: netns_name.map(str::to_string),
         tables: Vec::new(),
     };
-    let mut put =
-        conn.prepare_cached("INSERT OR IGNORE INTO snap_chains (hash, body) VALUES (?1, ?2)")?;
+    let mut put = conn.prepare_cached(
+        "INSERT OR IGNORE INTO snap_chains (hash, body, dict) VALUES (?1, ?2, ?3)",
+    )?;
     let mut known = conn.prepare_cached("SELECT 1 FROM snap_chains WHERE hash = ?1")?;
+    // The chains the record does not hold yet, each once.
+    let mut new: Vec<(i64, Vec<u8>)> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     for t in &tables.tables {
         let mut chains = Vec::with_capacity(t.chains.len());
         for c in &t.chains {
-            let json = serde_json::to_vec(c)
-                .map_err(|e| rusqlite::Error::ToSqlConversionFailure(e.into()))?;
+            let json = serde_json::to_vec(c).map_err(to_sql_err)?;
             let h = hash(&json);
-            if !known.exists([h])? {
-                put.execute(params![h, compress(&json)?])?;
+            if seen.insert(h) && !known.exists([h])? {
+                new.push((h, json));
             }
             chains.push(h);
         }
@@ -121,6 +236,18 @@ pub fn insert(
             sets: t.sets.clone(),
             chains,
         });
+    }
+    if !new.is_empty() {
+        let samples: Vec<Vec<u8>> = new.iter().map(|(_, j)| j.clone()).collect();
+        let mut dict = chain_dict(conn, &samples)?;
+        for (h, json) in &new {
+            match dict.as_mut() {
+                Some((id, c)) => {
+                    put.execute(params![h, c.compress(json).map_err(to_sql_err)?, *id])?
+                }
+                None => put.execute(params![h, compress(json)?, None::<i64>])?,
+            };
+        }
     }
     let json =
         serde_json::to_vec(&body).map_err(|e| rusqlite::Error::ToSqlConversionFailure(e.into()))?;
@@ -158,21 +285,23 @@ fn load(conn: &Connection, id: i64) -> Result<Base, ForensicsError> {
             cause: e.to_string(),
         }
     })?;
-    let mut get = conn.prepare_cached("SELECT body FROM snap_chains WHERE hash = ?1")?;
+    let mut get = conn.prepare_cached("SELECT body, dict FROM snap_chains WHERE hash = ?1")?;
+    let mut reader = ChainReader::default();
     let mut tables = Tables::default();
     for t in body.tables {
         let mut chains = Vec::with_capacity(t.chains.len());
         for h in t.chains {
-            let blob: Option<Vec<u8>> = get.query_row([h], |r| r.get(0)).optional()?;
-            let blob = blob.ok_or_else(|| ForensicsError::Damaged {
+            let row: Option<(Vec<u8>, Option<i64>)> = get
+                .query_row([h], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()?;
+            let (blob, dict) = row.ok_or_else(|| ForensicsError::Damaged {
                 what: what.clone(),
                 cause: format!("its chain {h:x} is missing"),
             })?;
-            let c: Chain = serde_json::from_slice(&decompress(&what, &blob)?).map_err(|e| {
-                ForensicsError::Damaged {
-                    what: what.clone(),
-                    cause: e.to_string(),
-                }
+            let json = reader.read(conn, &what, &blob, dict)?;
+            let c: Chain = serde_json::from_slice(&json).map_err(|e| ForensicsError::Damaged {
+                what: what.clone(),
+                cause: e.to_string(),
             })?;
             chains.push(c);
         }
