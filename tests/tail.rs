@@ -772,8 +772,14 @@ fn nft_generations_are_joined_to_their_writer() {
         panic!("unexpected summary: {err}");
     };
     match common::legacy_source().as_str() {
+        // Under emulation (a slowdown over 1) a generation's record can reach userspace after
+        // the 10 ms the reader waits for it; the thread's batch then names the writer. Natively
+        // every generation is joined by its id.
         "fentry" | "kprobe" => assert!(
-            by_id >= 3 && by_thread == 0 && from_proc == 0,
+            by_id >= 1
+                && from_proc == 0
+                && by_id + by_thread >= 3
+                && (common::slowdown() > 1 || by_thread == 0),
             "generations not joined by id: {by_id} by id, {by_thread} by thread, {from_proc} \
              from /proc"
         ),
