@@ -294,7 +294,8 @@ struct Encoder {
     samples: Vec<Vec<u8>>,
 }
 
-fn compressor(dict: &[u8]) -> std::io::Result<zstd::bulk::Compressor<'static>> {
+/// A compressor with `dict` for frames that [`DictFrames`] reads back.
+pub(crate) fn compressor(dict: &[u8]) -> std::io::Result<zstd::bulk::Compressor<'static>> {
     let mut c = zstd::bulk::Compressor::with_dictionary(ZSTD_LEVEL, dict)?;
     // The row knows its dictionary; the frame keeps its size (to decompress in one step).
     c.include_checksum(false)?;
@@ -1117,10 +1118,58 @@ impl Where {
     }
 }
 
+/// Frames compressed with a dictionary of the record (the rows' `dicts`, the snapshots'
+/// `snap_dicts`), each dictionary loaded once.
+#[derive(Default)]
+pub(crate) struct DictFrames {
+    dicts: std::collections::HashMap<i64, zstd::bulk::Decompressor<'static>>,
+}
+
+impl DictFrames {
+    /// `frame` decompressed with dictionary `id` of `table`; the inner error says why the frame
+    /// or its dictionary is damaged (for the caller's error, which names what it was reading).
+    pub(crate) fn decompress(
+        &mut self,
+        conn: &Connection,
+        table: &'static str,
+        id: i64,
+        frame: &[u8],
+    ) -> rusqlite::Result<Result<Vec<u8>, String>> {
+        let d = match self.dicts.entry(id) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let raw: Option<Vec<u8>> = conn
+                    .query_row(
+                        &format!("SELECT dict FROM {table} WHERE id = ?1"),
+                        [id],
+                        |r| r.get(0),
+                    )
+                    .optional()?;
+                let Some(raw) = raw else {
+                    return Ok(Err(format!("its dictionary {id} is missing")));
+                };
+                match zstd::bulk::Decompressor::with_dictionary(&raw) {
+                    Ok(d) => e.insert(d),
+                    Err(err) => return Ok(Err(format!("dictionary {id}: {err}"))),
+                }
+            }
+        };
+        let Some(size) = zstd::zstd_safe::get_frame_content_size(frame)
+            .ok()
+            .flatten()
+            .filter(|&n| n <= MAX_ROW_BYTES)
+        else {
+            return Ok(Err("no usable size in its compressed frame".into()));
+        };
+        Ok(d.decompress(frame, size as usize)
+            .map_err(|e| format!("decompressing: {e}")))
+    }
+}
+
 /// Turns stored bodies back into the JSON lines that were streamed.
 #[derive(Default)]
 struct Decoder {
-    dicts: std::collections::HashMap<i64, zstd::bulk::Decompressor<'static>>,
+    frames: DictFrames,
 }
 
 impl Decoder {
@@ -1135,29 +1184,10 @@ impl Decoder {
         let damaged = |cause: String| StoreError::Damaged { seq, cause };
         let bytes = match (dict, body) {
             (None, ValueRef::Text(t)) | (None, ValueRef::Blob(t)) => t.to_vec(),
-            (Some(id), ValueRef::Blob(b)) => {
-                let d = match self.dicts.entry(id) {
-                    std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-                    std::collections::hash_map::Entry::Vacant(e) => {
-                        let raw: Option<Vec<u8>> = conn
-                            .query_row("SELECT dict FROM dicts WHERE id = ?1", [id], |r| r.get(0))
-                            .optional()?;
-                        let raw =
-                            raw.ok_or_else(|| damaged(format!("its dictionary {id} is missing")))?;
-                        e.insert(
-                            zstd::bulk::Decompressor::with_dictionary(&raw)
-                                .map_err(|e| damaged(format!("dictionary {id}: {e}")))?,
-                        )
-                    }
-                };
-                let size = zstd::zstd_safe::get_frame_content_size(b)
-                    .ok()
-                    .flatten()
-                    .filter(|&n| n <= MAX_ROW_BYTES)
-                    .ok_or_else(|| damaged("no usable size in its compressed frame".into()))?;
-                d.decompress(b, size as usize)
-                    .map_err(|e| damaged(format!("decompressing: {e}")))?
-            }
+            (Some(id), ValueRef::Blob(b)) => self
+                .frames
+                .decompress(conn, "dicts", id, b)?
+                .map_err(damaged)?,
             (_, other) => return Err(damaged(format!("a body of type {:?}", other.data_type()))),
         };
         String::from_utf8(bytes).map_err(|e| damaged(format!("not UTF-8: {e}")))

@@ -104,11 +104,11 @@ pub fn upgrade(conn: &Connection) -> rusqlite::Result<()> {
     Ok(())
 }
 
-/// The record's chain dictionary: its id in `snap_dicts` and a compressor, trained on `samples` (the
-/// chains of the snapshot being written) when the record has none and they are enough.
+/// The record's chain dictionary: its id in `snap_dicts` and a compressor, trained on the chains
+/// of the snapshot being written (`new`) when the record has none and they are enough.
 fn chain_dict(
     conn: &Connection,
-    samples: &[Vec<u8>],
+    new: &[(i64, Vec<u8>)],
 ) -> rusqlite::Result<Option<(i64, zstd::bulk::Compressor<'static>)>> {
     let newest: Option<(i64, Vec<u8>)> = conn
         .query_row(
@@ -119,8 +119,9 @@ fn chain_dict(
         .optional()?;
     let dict = match newest {
         Some(d) => Some(d),
-        None if samples.len() >= DICT_MIN_CHAINS => {
-            match zstd::dict::from_samples(samples, DICT_BYTES) {
+        None if new.len() >= DICT_MIN_CHAINS => {
+            let samples: Vec<&[u8]> = new.iter().map(|(_, json)| json.as_slice()).collect();
+            match zstd::dict::from_samples(&samples, DICT_BYTES) {
                 Ok(d) => {
                     conn.execute("INSERT INTO snap_dicts (dict) VALUES (?1)", [&d])?;
                     Some((conn.last_insert_rowid(), d))
@@ -136,57 +137,27 @@ fn chain_dict(
     let Some((id, d)) = dict else {
         return Ok(None);
     };
-    let mut c = zstd::bulk::Compressor::with_dictionary(LEVEL, &d).map_err(to_sql_err)?;
-    // The row knows its dictionary; the frame keeps its size (to decompress in one step).
-    c.include_checksum(false).map_err(to_sql_err)?;
-    c.include_dictid(false).map_err(to_sql_err)?;
+    let c = store::compressor(&d).map_err(to_sql_err)?;
     Ok(Some((id, c)))
 }
 
-/// Decompresses chains, each with the dictionary its row names.
-#[derive(Default)]
-struct ChainReader {
-    dicts: HashMap<i64, zstd::bulk::Decompressor<'static>>,
-}
-
-impl ChainReader {
-    fn read(
-        &mut self,
-        conn: &Connection,
-        what: &str,
-        body: &[u8],
-        dict: Option<i64>,
-    ) -> Result<Vec<u8>, ForensicsError> {
-        let damaged = |cause: String| ForensicsError::Damaged {
-            what: what.to_string(),
+/// A stored chain's JSON: its frame decompressed, with the dictionary its row names if any.
+fn read_chain(
+    frames: &mut store::DictFrames,
+    conn: &Connection,
+    what: &str,
+    body: &[u8],
+    dict: Option<i64>,
+) -> Result<Vec<u8>, ForensicsError> {
+    let Some(id) = dict else {
+        return decompress(what, body);
+    };
+    frames
+        .decompress(conn, "snap_dicts", id, body)?
+        .map_err(|cause| ForensicsError::Damaged {
+            what: format!("{what}, a chain"),
             cause,
-        };
-        let Some(id) = dict else {
-            return decompress(what, body);
-        };
-        let d = match self.dicts.entry(id) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => {
-                let raw: Option<Vec<u8>> = conn
-                    .query_row("SELECT dict FROM snap_dicts WHERE id = ?1", [id], |r| {
-                        r.get(0)
-                    })
-                    .optional()?;
-                let raw = raw.ok_or_else(|| damaged(format!("its dictionary {id} is missing")))?;
-                e.insert(
-                    zstd::bulk::Decompressor::with_dictionary(&raw)
-                        .map_err(|e| damaged(format!("dictionary {id}: {e}")))?,
-                )
-            }
-        };
-        let size = zstd::zstd_safe::get_frame_content_size(body)
-            .ok()
-            .flatten()
-            .filter(|&n| n <= 64 << 20)
-            .ok_or_else(|| damaged("no usable size in a chain's compressed frame".into()))?;
-        d.decompress(body, size as usize)
-            .map_err(|e| damaged(format!("decompressing a chain: {e}")))
-    }
+        })
 }
 
 /// Whether the record has snapshot tables (a record written before them has none).
@@ -238,8 +209,7 @@ pub fn insert(
         });
     }
     if !new.is_empty() {
-        let samples: Vec<Vec<u8>> = new.iter().map(|(_, j)| j.clone()).collect();
-        let mut dict = chain_dict(conn, &samples)?;
+        let mut dict = chain_dict(conn, &new)?;
         for (h, json) in &new {
             match dict.as_mut() {
                 Some((id, c)) => {
@@ -249,8 +219,7 @@ pub fn insert(
             };
         }
     }
-    let json =
-        serde_json::to_vec(&body).map_err(|e| rusqlite::Error::ToSqlConversionFailure(e.into()))?;
+    let json = serde_json::to_vec(&body).map_err(to_sql_err)?;
     conn.prepare_cached(
         "INSERT INTO snapshots (seq, time_ns, netns, backend, body) VALUES (?1, ?2, ?3, ?4, ?5)",
     )?
@@ -286,7 +255,7 @@ fn load(conn: &Connection, id: i64) -> Result<Base, ForensicsError> {
         }
     })?;
     let mut get = conn.prepare_cached("SELECT body, dict FROM snap_chains WHERE hash = ?1")?;
-    let mut reader = ChainReader::default();
+    let mut frames = store::DictFrames::default();
     let mut tables = Tables::default();
     for t in body.tables {
         let mut chains = Vec::with_capacity(t.chains.len());
@@ -298,7 +267,7 @@ fn load(conn: &Connection, id: i64) -> Result<Base, ForensicsError> {
                 what: what.clone(),
                 cause: format!("its chain {h:x} is missing"),
             })?;
-            let json = reader.read(conn, &what, &blob, dict)?;
+            let json = read_chain(&mut frames, conn, &what, &blob, dict)?;
             let c: Chain = serde_json::from_slice(&json).map_err(|e| ForensicsError::Damaged {
                 what: what.clone(),
                 cause: e.to_string(),
