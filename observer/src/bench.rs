@@ -149,12 +149,11 @@ pub fn record(args: crate::cli::BenchRecordArgs) -> anyhow::Result<()> {
         }
     }
     let mut seq = 0;
-    let mut lines = std::collections::VecDeque::new();
     while seq < args.rows {
         let r = next();
-        if let Some(sim) = sim.as_mut() {
+        let lines = if let Some(sim) = sim.as_mut() {
             // Churn generated against the snapshotted table: every change applies to it.
-            lines.extend(sim.next_txn(r));
+            sim.next_txn(r)
         } else {
             let s = r % services;
             let (chain, op, rule) = match r >> 60 {
@@ -184,19 +183,18 @@ pub fn record(args: crate::cli::BenchRecordArgs) -> anyhow::Result<()> {
                 14 => (svc(s), Op::ChainFlush, None),
                 _ => (sep(r, s, false), Op::ChainDelete, None),
             };
-            lines.push_back(crate::forensics::bench::Line {
+            vec![crate::forensics::bench::Line {
                 chain,
                 op,
                 rule,
                 position: None,
                 detail: None,
-            });
-        }
+            }]
+        };
         // One transaction: one time, one txn.
         let time_ns = start_ns + (seq + 1) as i64 * step;
-        while let Some(line) = lines.pop_front() {
+        for line in lines {
             if seq >= args.rows {
-                lines.clear();
                 break;
             }
             seq += 1;
