@@ -59,6 +59,8 @@ enum NsMsg {
     Trouble { inode: u32, message: String },
     /// A namespace made a moment ago, found after its creator entered it (or handed it on).
     Found(NetnsHandle),
+    /// A namespace made a moment ago that nothing held any more when it was looked for.
+    Unfound(u32),
 }
 
 /// One watched namespace.
@@ -217,6 +219,12 @@ pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
 
 /// Watch every namespace and send every record to `output` until SIGINT or SIGTERM.
 pub async fn run(options: &SourceArgs, output: Box<dyn Output>) -> anyhow::Result<()> {
+    // Streams created first, before anything can print `ready`: a signal that arrives during
+    // start-up, or while the engine is busy, is kept until the loop comes back to it (and the
+    // exit stays clean) instead of killing the process.
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let correlator = build_correlator(options)?;
     crate::pods::configure(crate::pods::PodDirs {
         pods: options.pod_logs.clone(),
@@ -326,11 +334,6 @@ pub async fn run(options: &SourceArgs, output: Box<dyn Output>) -> anyhow::Resul
     let found = engine.correlator.check_all(wall_ns());
     engine.emit_incidents(found);
 
-    // Streams created once: a signal that arrives while the engine is busy is kept until the
-    // loop comes back to it.
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
-    let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     // Kernel map entries of tasks that exited go now and then.
     let mut sweep = tokio::time::interval(SWEEP_EVERY);
     sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -1032,7 +1035,20 @@ impl Engine {
                 "namespace {inode} (made by {creator}) was not found: it is gone, or will be \
                  found when it is written"
             );
+            let _ = tx.send(NsMsg::Unfound(inode)).await;
         });
+    }
+
+    /// Namespace `inode` could not be opened (it is gone): the kernel side reports it again
+    /// when a task is seen in it, since the kernel reuses a freed namespace's inode number for
+    /// the next one made, which must not pass as already reported.
+    fn unseen(&mut self, inode: u32) {
+        if self.watched.contains_key(&inode) {
+            return;
+        }
+        if let Some(h) = self.hooks.as_mut() {
+            h.forget_netns(inode);
+        }
     }
 
     /// Make sure the writer's namespace is watched; returns false when it cannot be opened.
@@ -1064,6 +1080,7 @@ impl Engine {
                 self.watched.contains_key(&inode)
             }
             None => {
+                self.unseen(inode);
                 let message = format!(
                     "namespace {inode} (written by {} {}) could not be opened: nothing holds it any \
                      more",
@@ -1187,6 +1204,7 @@ impl Engine {
             NsMsg::Trouble { inode, message } => {
                 self.emit_status(StatusRecord::gap(format!("namespace {inode}: {message}")));
             }
+            NsMsg::Unfound(inode) => self.unseen(inode),
             // Handled by the run loop, which can wait for the namespace's first read.
             NsMsg::Found(_) => {}
         }
