@@ -365,42 +365,68 @@ async fn read_ring(
     stats: Arc<ReaderStats>,
     writers: Arc<nlattr::WriterCache>,
 ) {
+    writers.set_reader_live(true);
     loop {
-        let mut guard = match fd.readable_mut().await {
-            Ok(g) => g,
-            Err(e) => {
-                tracing::error!("ring buffer poll failed: {e}");
-                return;
-            }
+        // Woken by the kernel, or by a NEWGEN that waits for its writer's record (the kernel
+        // wakes the reader only now and then, so the ring may hold it unannounced).
+        let ready = tokio::select! {
+            r = fd.readable_mut() => Some(r),
+            () = writers.drain_wanted() => None,
         };
-        let ring = guard.get_inner_mut();
-        while let Some(item) = ring.next() {
-            match KernelEvent::parse(&item) {
-                // nftables writers go straight to the cache the netlink readers consult: no
-                // engine work stands between a batch and its attribution.
-                Ok(KernelEvent::NfnlSend(send)) if send.is_nftables() => writers.insert(&send),
-                Ok(KernelEvent::NftGen {
-                    process,
-                    netns,
-                    genid,
-                }) => writers.insert_gen(netns, genid, process),
-                Ok(ev) => {
-                    if let Err(mpsc::error::TrySendError::Full(ev)) = tx.try_send(ev) {
-                        // Back-pressure rather than loss: wait for room.
-                        if tx.send(ev).await.is_err() {
-                            return;
-                        }
+        let open = match ready {
+            Some(Ok(mut guard)) => {
+                let open = drain(guard.get_inner_mut(), &tx, &stats, &writers).await;
+                guard.clear_ready();
+                open
+            }
+            Some(Err(e)) => {
+                tracing::error!("ring buffer poll failed: {e}");
+                false
+            }
+            None => drain(fd.get_mut(), &tx, &stats, &writers).await,
+        };
+        if !open || tx.is_closed() {
+            break;
+        }
+    }
+    writers.set_reader_live(false);
+}
+
+/// Read every record in the ring; `false` when the engine is gone.
+async fn drain(
+    ring: &mut RingBuf<MapData>,
+    tx: &mpsc::Sender<KernelEvent>,
+    stats: &ReaderStats,
+    writers: &nlattr::WriterCache,
+) -> bool {
+    loop {
+        let began = std::time::Instant::now();
+        let Some(item) = ring.next() else {
+            writers.drained(began);
+            return true;
+        };
+        match KernelEvent::parse(&item) {
+            // nftables writers go straight to the cache the netlink readers consult: no
+            // engine work stands between a batch and its attribution.
+            Ok(KernelEvent::NfnlSend(send)) if send.is_nftables() => writers.insert(&send),
+            Ok(KernelEvent::NftGen {
+                process,
+                netns,
+                genid,
+            }) => writers.insert_gen(netns, genid, process),
+            Ok(ev) => {
+                drop(item);
+                if let Err(mpsc::error::TrySendError::Full(ev)) = tx.try_send(ev) {
+                    // Back-pressure rather than loss: wait for room.
+                    if tx.send(ev).await.is_err() {
+                        return false;
                     }
                 }
-                Err(e) => {
-                    stats.malformed.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!("skipping a kernel record: {e}");
-                }
             }
-        }
-        guard.clear_ready();
-        if tx.is_closed() {
-            return;
+            Err(e) => {
+                stats.malformed.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!("skipping a kernel record: {e}");
+            }
         }
     }
 }

@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use observer_common::nfnl::{NfnlSend, NFNL_SUBSYS_IPSET, NFNL_SUBSYS_NFTABLES, PHASE_EXIT};
 use tokio::sync::Notify;
@@ -26,8 +26,12 @@ use crate::attribution::{self, ProcessInfo};
 use crate::nftables::nla;
 use crate::ruleset::FlushEvidence;
 
-/// How long a NEWGEN waits for its writer's record when it arrives first.
-pub const NEWGEN_WAIT: Duration = Duration::from_millis(10);
+/// The longest a NEWGEN waits for its writer's record when it arrives first. The wait
+/// normally ends much sooner, exactly: the writer's record enters the ring buffer before the
+/// kernel sends the NEWGEN, so once the ring buffer's reader has found the ring empty after the
+/// NEWGEN came, a record not found does not exist. This bound only matters while that reader
+/// cannot run (it waits for room in a busy engine's queue).
+pub const NEWGEN_WAIT: Duration = Duration::from_secs(1);
 /// Writers remembered (per thread and namespace); the oldest go first.
 pub const CACHE_ENTRIES: usize = 4096;
 
@@ -189,6 +193,8 @@ struct Inner {
     /// Per namespace, the stamp of the newest writer matched with a generation: writers older
     /// than it that never matched sent batches that changed nothing (or failed).
     matched: HashMap<u32, u64>,
+    /// When the ring buffer's reader last began a read that found the ring empty.
+    drained_at: Option<Instant>,
 }
 
 impl Default for Inner {
@@ -200,6 +206,7 @@ impl Default for Inner {
             ),
             next_stamp: 0,
             matched: HashMap::new(),
+            drained_at: None,
         }
     }
 }
@@ -231,6 +238,11 @@ pub struct CacheStats {
 pub struct WriterCache {
     inner: Mutex<Inner>,
     arrived: Notify,
+    /// A NEWGEN waits: the ring buffer's reader should read the ring now, even if the kernel
+    /// has not woken it.
+    drain_wanted: Notify,
+    /// A ring buffer reader runs and says when it found the ring empty.
+    reader_live: std::sync::atomic::AtomicBool,
     pub stats: CacheStats,
     /// The kernel reports generations: a NEWGEN waits for its own record.
     gens_hooked: std::sync::atomic::AtomicBool,
@@ -240,6 +252,41 @@ impl WriterCache {
     /// Say that the kernel reports each committed generation (the generation hook is attached).
     pub fn set_gens_hooked(&self, on: bool) {
         self.gens_hooked.store(on, Ordering::Relaxed);
+    }
+
+    /// Say whether a ring buffer reader runs (and reports [`WriterCache::drained`]).
+    pub fn set_reader_live(&self, on: bool) {
+        self.reader_live.store(on, Ordering::Relaxed);
+        self.arrived.notify_waiters();
+    }
+
+    /// The ring buffer's reader found the ring empty in a read that began at `began`: every
+    /// record the kernel wrote before then is in this cache.
+    pub fn drained(&self, began: Instant) {
+        {
+            let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            if inner.drained_at.is_none_or(|d| d < began) {
+                inner.drained_at = Some(began);
+            }
+        }
+        self.arrived.notify_waiters();
+    }
+
+    /// Resolves when a NEWGEN waits for a record and the ring should be read now.
+    pub async fn drain_wanted(&self) {
+        self.drain_wanted.notified().await;
+    }
+
+    /// The ring buffer was read empty after `since`: nothing more is coming for what happened
+    /// before it.
+    fn drained_since(&self, since: Instant) -> bool {
+        self.reader_live.load(Ordering::Relaxed)
+            && self
+                .inner
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .drained_at
+                .is_some_and(|d| d >= since)
     }
 
     /// Remember who committed generation `genid` in `netns`.
@@ -390,10 +437,13 @@ impl WriterCache {
     }
 
     /// The writer of nftables generation `genid`, written by thread `tid` in namespace `netns`,
-    /// waiting up to `wait` for a record that has not arrived yet: the generation's own record
-    /// when the kernel reports generations, else the thread's batch. A batch record already
-    /// matched with an earlier generation of the same thread is used only when no newer one
-    /// comes.
+    /// waiting for a record that has not arrived yet: the generation's own record when the
+    /// kernel reports generations, else the thread's batch. A batch record already matched
+    /// with an earlier generation of the same thread is used only when no newer one comes.
+    ///
+    /// The wait ends when the record comes, when the ring buffer's reader has read the ring
+    /// empty since this call began (the record does not exist: it was lost or never written),
+    /// or after `wait`.
     pub async fn writer(
         &self,
         netns: u32,
@@ -402,6 +452,7 @@ impl WriterCache {
         comm: &str,
         wait: Duration,
     ) -> Option<KernelProcess> {
+        let since = Instant::now();
         let deadline = tokio::time::Instant::now() + wait;
         let mut waited = false;
         let exact = self.gens_hooked.load(Ordering::Relaxed);
@@ -409,19 +460,15 @@ impl WriterCache {
             let notified = self.arrived.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
+            // Checked before the record: a drain that began after `since` and found nothing
+            // means the record, if it exists, is already in the cache.
+            let drained = self.drained_since(since);
             if exact {
                 if let Some(p) = self.take_gen(netns, genid) {
                     self.stats.exact.fetch_add(1, Ordering::Relaxed);
                     return Some(p);
                 }
-                if tokio::time::timeout_at(deadline, notified).await.is_ok() {
-                    continue;
-                }
-                // The generation's record was lost: the thread's batch, if any.
-                return self.last_resort(self.take(netns, tid, comm));
-            }
-            let found = self.take(netns, tid, comm);
-            if let Some((p, true)) = found {
+            } else if let Some((p, true)) = self.take(netns, tid, comm) {
                 let counter = if waited {
                     &self.stats.waited
                 } else {
@@ -430,11 +477,18 @@ impl WriterCache {
                 counter.fetch_add(1, Ordering::Relaxed);
                 return Some(p);
             }
+            if drained {
+                break;
+            }
+            self.drain_wanted.notify_one();
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return self.last_resort(found);
+                break;
             }
             waited = true;
         }
+        // No record of its own: for a generation, the thread's batch; for a batch, one already
+        // matched with an earlier generation of the thread.
+        self.last_resort(self.take(netns, tid, comm))
     }
 }
 
@@ -652,6 +706,41 @@ mod tests {
             .is_none());
         assert!(start.elapsed() < Duration::from_secs(1));
         assert_eq!(c.stats.misses.load(Ordering::Relaxed), 1);
+    }
+
+    #[tokio::test]
+    async fn a_ring_read_empty_after_the_generation_ends_the_wait() {
+        let c = std::sync::Arc::new(WriterCache::default());
+        c.set_reader_live(true);
+        // The reader, asked to read, finds the ring empty: the record does not exist.
+        let c2 = c.clone();
+        let reader = tokio::spawn(async move {
+            c2.drain_wanted().await;
+            c2.drained(Instant::now());
+        });
+        let start = Instant::now();
+        assert!(c
+            .writer(5, 1, 100, "nft", Duration::from_secs(60))
+            .await
+            .is_none());
+        reader.await.unwrap();
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the wait ran to its bound: {:?}",
+            start.elapsed()
+        );
+        assert_eq!(c.stats.misses.load(Ordering::Relaxed), 1);
+        // A drain from before the generation came says nothing about its record: it is waited
+        // for, and found when it comes.
+        c.drained(Instant::now());
+        let c3 = c.clone();
+        let late = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            c3.insert(&send(5, 101, "nft", "late"));
+        });
+        let p = c.writer(5, 2, 101, "nft", Duration::from_secs(60)).await;
+        late.await.unwrap();
+        assert_eq!(p.unwrap().ancestors[0].comm, "late");
     }
 
     /// A batch as nft sends it: batch begin, then one NEWCHAIN in `table` (family ip).
