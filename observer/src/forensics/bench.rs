@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::model::{Chain, Table, Tables};
-use super::replay::{apply_txn, Recorded};
+use super::replay::{Recorded, Replay};
 use super::{Snapshot, SnapshotPolicy};
 use crate::ruleset::{Backend, Family, Op};
 use crate::store::Row;
@@ -19,7 +19,7 @@ const ENDPOINTS: usize = 4;
 
 /// The churn's model and when its next snapshot is due.
 pub struct Sim {
-    tables: Tables,
+    tables: Replay,
     policy: SnapshotPolicy,
     since: (u64, i64),
     pub snapshots: u64,
@@ -113,7 +113,7 @@ impl Sim {
         t.chains[4..].sort_by(|a, b| a.name.cmp(&b.name));
         let made = seps.len() as u64;
         Sim {
-            tables: Tables { tables: vec![t] },
+            tables: Replay::new(Tables { tables: vec![t] }),
             policy: SnapshotPolicy::default(),
             since: (0, start_ns),
             snapshots: 0,
@@ -125,18 +125,12 @@ impl Sim {
 
     /// How many rules the model holds.
     pub fn rules(&self) -> usize {
-        self.tables.tables[0]
-            .chains
-            .iter()
-            .map(|c| c.rules.len())
-            .sum()
+        self.tables.rule_count()
     }
 
     fn chain_rules(&self, name: &str) -> &[String] {
-        self.tables.tables[0]
-            .chains
-            .iter()
-            .find(|c| c.name == name)
+        self.tables
+            .chain(Family::Ip, "nat", name)
             .map_or(&[], |c| &c.rules)
     }
 
@@ -233,14 +227,14 @@ impl Sim {
             netns: 4026531840,
             netns_name: None,
             backend: Backend::Legacy,
-            tables: Arc::new(self.tables.clone()),
+            tables: Arc::new(self.tables.snapshot(true)),
         })
     }
 
     /// Replay one change line; a snapshot row when one is due after it.
     pub fn change(&mut self, seq: u64, time_ns: i64, json: &str) -> Option<Row> {
         if let Ok(c) = serde_json::from_str::<Recorded>(json) {
-            apply_txn(&mut self.tables, &[c]);
+            self.tables.apply_txn(&[c]);
         }
         self.since.0 += 1;
         let due = self.since.0 >= self.policy.changes

@@ -187,22 +187,6 @@ impl Tables {
     }
 }
 
-/// A user-defined legacy chain goes among the user chains in name order (libiptc's order, which
-/// `iptables-save` prints); built-in chains keep the order of the table's hooks.
-pub fn insert_legacy_chain(t: &mut Table, c: Chain) {
-    if c.head.is_some() {
-        let at = t.chains.iter().take_while(|x| x.head.is_some()).count();
-        t.chains.insert(at, c);
-        return;
-    }
-    let at = t
-        .chains
-        .iter()
-        .position(|x| x.head.is_none() && x.name.as_bytes() > c.name.as_bytes())
-        .unwrap_or(t.chains.len());
-    t.chains.insert(at, c);
-}
-
 fn last_comment(what: &str, name: &str, last: &Option<Last>) -> String {
     match last {
         Some(l) => format!(

@@ -38,8 +38,12 @@ pub fn at(
     at_ns: i64,
     scope: &Scope,
 ) -> Result<(u64, Vec<State>), ForensicsError> {
-    let seq = record::seq_at(conn, at_ns)?;
-    let mut states = record::states(conn, seq, at_ns, scope.netns)?;
+    // One read transaction: the snapshot and the changes after it come from one state of a
+    // record the daemon may be writing, and thousands of reads take the file's lock once.
+    let read = conn.unchecked_transaction()?;
+    let seq = record::seq_at(&read, at_ns)?;
+    let mut states = record::states(&read, seq, at_ns, scope.netns)?;
+    drop(read);
     for st in &mut states {
         let keep: Vec<Table> = std::mem::take(&mut st.tables.tables)
             .into_iter()

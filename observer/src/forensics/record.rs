@@ -15,7 +15,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 
 use super::model::{Chain, Set, Table, Tables};
-use super::replay::{apply_txn, Recorded};
+use super::replay::{replay, Recorded};
 use super::ForensicsError;
 use crate::ruleset::{Backend, Family, Op};
 use crate::store::{self, Selection};
@@ -254,26 +254,50 @@ fn load(conn: &Connection, id: i64) -> Result<Base, ForensicsError> {
             cause: e.to_string(),
         }
     })?;
+    // Each chain read once, in the order of the table's key: a snapshot's chains (thousands,
+    // scattered among every snapshot's) are then met in one pass over the file, not in a jump
+    // per chain.
+    let mut uses: HashMap<i64, usize> = HashMap::new();
+    for h in body.tables.iter().flat_map(|t| &t.chains) {
+        *uses.entry(*h).or_default() += 1;
+    }
+    let mut wanted: Vec<i64> = uses.keys().copied().collect();
+    wanted.sort_unstable();
     let mut get = conn.prepare_cached("SELECT body, dict FROM snap_chains WHERE hash = ?1")?;
     let mut frames = store::DictFrames::default();
+    let mut read: HashMap<i64, Chain> = HashMap::with_capacity(wanted.len());
+    for h in wanted {
+        let row: Option<(Vec<u8>, Option<i64>)> = get
+            .query_row([h], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?;
+        let (blob, dict) = row.ok_or_else(|| ForensicsError::Damaged {
+            what: what.clone(),
+            cause: format!("its chain {h:x} is missing"),
+        })?;
+        let json = read_chain(&mut frames, conn, &what, &blob, dict)?;
+        let c: Chain = serde_json::from_slice(&json).map_err(|e| ForensicsError::Damaged {
+            what: what.clone(),
+            cause: e.to_string(),
+        })?;
+        read.insert(h, c);
+    }
     let mut tables = Tables::default();
     for t in body.tables {
-        let mut chains = Vec::with_capacity(t.chains.len());
-        for h in t.chains {
-            let row: Option<(Vec<u8>, Option<i64>)> = get
-                .query_row([h], |r| Ok((r.get(0)?, r.get(1)?)))
-                .optional()?;
-            let (blob, dict) = row.ok_or_else(|| ForensicsError::Damaged {
-                what: what.clone(),
-                cause: format!("its chain {h:x} is missing"),
-            })?;
-            let json = read_chain(&mut frames, conn, &what, &blob, dict)?;
-            let c: Chain = serde_json::from_slice(&json).map_err(|e| ForensicsError::Damaged {
-                what: what.clone(),
-                cause: e.to_string(),
-            })?;
-            chains.push(c);
-        }
+        let chains = t
+            .chains
+            .iter()
+            // The same chain in two places (an empty chain of one name in two tables): the
+            // last use takes it, the others get a copy.
+            .filter_map(|h| {
+                let left = uses.get_mut(h)?;
+                *left -= 1;
+                if *left == 0 {
+                    read.remove(h)
+                } else {
+                    read.get(h).cloned()
+                }
+            })
+            .collect();
         tables.tables.push(Table {
             family: t.family,
             name: t.name,
@@ -422,26 +446,12 @@ pub fn states(
 
 /// A stored change line, and its namespace's name.
 fn decode(seq: u64, json: &str) -> Result<(Recorded, Option<String>), ForensicsError> {
-    let c: Recorded = serde_json::from_str(json).map_err(|e| ForensicsError::Damaged {
+    let mut c: Recorded = serde_json::from_str(json).map_err(|e| ForensicsError::Damaged {
         what: format!("change {seq}"),
         cause: e.to_string(),
     })?;
-    let name = serde_json::from_str::<serde_json::Value>(json)
-        .ok()
-        .and_then(|v| v.get("netns_name")?.as_str().map(str::to_string));
+    let name = c.netns_name.take();
     Ok((c, name))
-}
-
-/// Apply changes (oldest first) one transaction at a time; returns how many there were.
-pub fn replay(tables: &mut Tables, changes: &[Recorded]) -> usize {
-    let mut start = 0;
-    for i in 1..=changes.len() {
-        if i == changes.len() || changes[i].txn != changes[start].txn {
-            apply_txn(tables, &changes[start..i]);
-            start = i;
-        }
-    }
-    changes.len()
 }
 
 /// Before changes up to `seq` are deleted (retention, `--max-record`): each namespace's state

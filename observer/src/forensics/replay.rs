@@ -9,7 +9,9 @@
 
 use serde::Deserialize;
 
-use super::model::{insert_legacy_chain, Chain, Last, Set, Tables};
+use indexmap::IndexMap;
+
+use super::model::{Chain, Last, Set, Table, Tables};
 use crate::ruleset::{Backend, Family, Op};
 
 /// The fields of a change line that replay reads.
@@ -36,6 +38,9 @@ pub struct Recorded {
     pub result: String,
     #[serde(default)]
     pub process: Process,
+    /// The namespace's name, when it has one.
+    #[serde(default)]
+    pub netns_name: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -66,173 +71,310 @@ impl Recorded {
     }
 }
 
-/// Apply the changes of one transaction (all of one namespace and backend) to `tables`.
-pub fn apply_txn(tables: &mut Tables, txn: &[Recorded]) {
-    let legacy = txn.first().is_some_and(|c| c.backend == Backend::Legacy);
-    let applied: Vec<&Recorded> = txn.iter().filter(|c| c.applied()).collect();
-    // Objects first: a rule's chain exists before the rule is added.
-    for c in &applied {
-        match c.op {
-            Op::TableCreate => {
-                tables.table_entry(c.family, &c.table);
-            }
-            Op::ChainCreate => {
-                let Some(name) = &c.chain else { continue };
-                let t = tables.table_entry(c.family, &c.table);
-                if t.chain_mut(name).is_some() {
-                    continue;
-                }
-                let chain = Chain {
-                    name: name.clone(),
-                    head: chain_head(legacy, c.detail.as_deref()),
-                    rules: Vec::new(),
-                    last: Some(c.last()),
-                };
-                if legacy {
-                    insert_legacy_chain(t, chain);
-                } else {
-                    t.chains.push(chain);
-                }
-            }
-            Op::SetCreate => {
-                let Some(name) = &c.chain else { continue };
-                let t = tables.table_entry(c.family, &c.table);
-                if t.set_mut(name).is_none() {
-                    t.sets.push(Set {
-                        name: name.clone(),
-                        decl: c.detail.clone().unwrap_or_default(),
-                        elements: Vec::new(),
-                        incomplete: false,
-                        last: Some(c.last()),
-                    });
-                }
-            }
-            _ => {}
+/// A table being replayed: its chains found by name at once, in their order.
+#[derive(Clone)]
+struct WorkTable {
+    family: Family,
+    name: String,
+    sets: Vec<Set>,
+    chains: IndexMap<String, Chain>,
+}
+
+/// Tables being replayed. Finding a chain by name was a search of the table's chains for every
+/// change (kube-proxy's nat table holds thousands); here it is a hash lookup. A table with two
+/// chains of one name (only a hand-made table blob can hold that) keeps the last.
+#[derive(Clone)]
+pub struct Replay {
+    tables: Vec<WorkTable>,
+}
+
+impl Replay {
+    pub fn new(tables: Tables) -> Replay {
+        Replay {
+            tables: tables
+                .tables
+                .into_iter()
+                .map(|t| WorkTable {
+                    family: t.family,
+                    name: t.name,
+                    sets: t.sets,
+                    chains: t.chains.into_iter().map(|c| (c.name.clone(), c)).collect(),
+                })
+                .collect(),
         }
     }
-    // Deletes and flushes, at positions from before the transaction: the highest first.
-    let mut deletes: Vec<(&Recorded, String)> = Vec::new();
-    for c in &applied {
-        match c.op {
-            Op::RuleDelete => deletes.push((c, c.rule.clone().unwrap_or_default())),
-            Op::RuleReplace => {
-                let was = c.detail.as_deref().and_then(|d| d.strip_prefix("was: "));
-                deletes.push((c, was.unwrap_or_default().to_string()));
+
+    /// The tables. `legacy`: user chains in name order after the built-in ones, as
+    /// `iptables-save` prints them (a replay appends the chains it creates); nft chains keep
+    /// the order they were made in.
+    pub fn finish(self, legacy: bool) -> Tables {
+        Tables {
+            tables: self
+                .tables
+                .into_iter()
+                .map(|t| {
+                    let mut chains: Vec<Chain> = t.chains.into_values().collect();
+                    if legacy {
+                        // Stable: the built-in chains keep their order (the table's hooks').
+                        chains.sort_by(|a, b| match (&a.head, &b.head) {
+                            (Some(_), Some(_)) => std::cmp::Ordering::Equal,
+                            (Some(_), None) => std::cmp::Ordering::Less,
+                            (None, Some(_)) => std::cmp::Ordering::Greater,
+                            (None, None) => a.name.as_bytes().cmp(b.name.as_bytes()),
+                        });
+                    }
+                    Table {
+                        family: t.family,
+                        name: t.name,
+                        sets: t.sets,
+                        chains,
+                    }
+                })
+                .collect(),
+        }
+    }
+
+    /// The tables as they are now (see [`Replay::finish`]), leaving the replay as it is.
+    pub fn snapshot(&self, legacy: bool) -> Tables {
+        self.clone().finish(legacy)
+    }
+
+    /// A chain as it is now.
+    pub fn chain(&self, family: Family, table: &str, name: &str) -> Option<&Chain> {
+        self.tables
+            .iter()
+            .find(|t| t.family == family && t.name == table)?
+            .chains
+            .get(name)
+    }
+
+    /// How many rules the tables hold.
+    pub fn rule_count(&self) -> usize {
+        self.tables
+            .iter()
+            .flat_map(|t| t.chains.values())
+            .map(|c| c.rules.len())
+            .sum()
+    }
+
+    fn table_mut(&mut self, family: Family, name: &str) -> Option<&mut WorkTable> {
+        self.tables
+            .iter_mut()
+            .find(|t| t.family == family && t.name == name)
+    }
+
+    /// The table, made empty when missing.
+    fn table_entry(&mut self, family: Family, name: &str) -> &mut WorkTable {
+        let i = match self
+            .tables
+            .iter()
+            .position(|t| t.family == family && t.name == name)
+        {
+            Some(i) => i,
+            None => {
+                self.tables.push(WorkTable {
+                    family,
+                    name: name.to_string(),
+                    sets: Vec::new(),
+                    chains: IndexMap::new(),
+                });
+                self.tables.len() - 1
             }
-            Op::ChainFlush => {
-                if let Some(ch) = chain_of(tables, c) {
-                    ch.rules.clear();
-                    ch.last = Some(c.last());
+        };
+        &mut self.tables[i]
+    }
+
+    fn chain_of(&mut self, c: &Recorded) -> Option<&mut Chain> {
+        self.table_mut(c.family, &c.table)?
+            .chains
+            .get_mut(c.chain.as_deref()?)
+    }
+
+    fn set_of(&mut self, c: &Recorded) -> Option<&mut Set> {
+        let name = c.chain.as_deref()?;
+        self.table_mut(c.family, &c.table)?
+            .sets
+            .iter_mut()
+            .find(|s| s.name == name)
+    }
+
+    /// Apply changes (oldest first) one transaction at a time; returns how many there were.
+    pub fn replay(&mut self, changes: &[Recorded]) -> usize {
+        let mut start = 0;
+        for i in 1..=changes.len() {
+            if i == changes.len() || changes[i].txn != changes[start].txn {
+                self.apply_txn(&changes[start..i]);
+                start = i;
+            }
+        }
+        changes.len()
+    }
+
+    /// Apply the changes of one transaction (all of one namespace and backend).
+    pub fn apply_txn(&mut self, txn: &[Recorded]) {
+        let legacy = txn.first().is_some_and(|c| c.backend == Backend::Legacy);
+        let applied: Vec<&Recorded> = txn.iter().filter(|c| c.applied()).collect();
+        // Objects first: a rule's chain exists before the rule is added.
+        for c in &applied {
+            match c.op {
+                Op::TableCreate => {
+                    self.table_entry(c.family, &c.table);
                 }
+                Op::ChainCreate => {
+                    let Some(name) = &c.chain else { continue };
+                    let t = self.table_entry(c.family, &c.table);
+                    if t.chains.contains_key(name) {
+                        continue;
+                    }
+                    let chain = Chain {
+                        name: name.clone(),
+                        head: chain_head(legacy, c.detail.as_deref()),
+                        rules: Vec::new(),
+                        last: Some(c.last()),
+                    };
+                    t.chains.insert(name.clone(), chain);
+                }
+                Op::SetCreate => {
+                    let Some(name) = &c.chain else { continue };
+                    let t = self.table_entry(c.family, &c.table);
+                    if !t.sets.iter().any(|s| s.name == *name) {
+                        t.sets.push(Set {
+                            name: name.clone(),
+                            decl: c.detail.clone().unwrap_or_default(),
+                            elements: Vec::new(),
+                            incomplete: false,
+                            last: Some(c.last()),
+                        });
+                    }
+                }
+                _ => {}
             }
-            Op::TableFlush => {
-                if let Some(t) = tables.table_mut(c.family, &c.table) {
-                    for ch in &mut t.chains {
-                        if !ch.rules.is_empty() {
-                            ch.rules.clear();
-                            ch.last = Some(c.last());
+        }
+        // Deletes and flushes, at positions from before the transaction: the highest first.
+        let mut deletes: Vec<(&Recorded, &str)> = Vec::new();
+        for c in &applied {
+            match c.op {
+                Op::RuleDelete => deletes.push((c, c.rule.as_deref().unwrap_or_default())),
+                Op::RuleReplace => {
+                    let was = c.detail.as_deref().and_then(|d| d.strip_prefix("was: "));
+                    deletes.push((c, was.unwrap_or_default()));
+                }
+                Op::ChainFlush => {
+                    if let Some(ch) = self.chain_of(c) {
+                        ch.rules.clear();
+                        ch.last = Some(c.last());
+                    }
+                }
+                Op::TableFlush => {
+                    if let Some(t) = self.table_mut(c.family, &c.table) {
+                        for ch in t.chains.values_mut() {
+                            if !ch.rules.is_empty() {
+                                ch.rules.clear();
+                                ch.last = Some(c.last());
+                            }
                         }
                     }
                 }
+                Op::SetFlush => {
+                    if let Some(s) = self.set_of(c) {
+                        s.elements.clear();
+                        s.incomplete = false;
+                        s.last = Some(c.last());
+                    }
+                }
+                _ => {}
             }
-            Op::SetFlush => {
-                if let Some(s) = set_of(tables, c) {
-                    s.elements.clear();
-                    s.incomplete = false;
+        }
+        deletes.sort_by_key(|(c, _)| std::cmp::Reverse(c.position.unwrap_or(0)));
+        for (c, text) in deletes {
+            let Some(ch) = self.chain_of(c) else {
+                continue;
+            };
+            // The rule at its position when the text agrees; else the first rule with that text.
+            let at = c
+                .position
+                .filter(|&p| ch.rules.get(p).is_some_and(|r| r == text))
+                .or_else(|| ch.rules.iter().position(|r| r == text));
+            if let Some(i) = at {
+                ch.rules.remove(i);
+            }
+            ch.last = Some(c.last());
+        }
+        // Adds at positions from after the transaction: the lowest first.
+        let mut adds: Vec<&Recorded> = applied
+            .iter()
+            .copied()
+            .filter(|c| matches!(c.op, Op::RuleAdd | Op::RuleReplace))
+            .collect();
+        adds.sort_by_key(|c| c.position.unwrap_or(usize::MAX));
+        for c in adds {
+            let Some(ch) = self.chain_of(c) else {
+                continue;
+            };
+            let at = c.position.unwrap_or(usize::MAX).min(ch.rules.len());
+            ch.rules.insert(at, c.rule.clone().unwrap_or_default());
+            ch.last = Some(c.last());
+        }
+        // Updates, elements, then what goes away.
+        for c in &applied {
+            match c.op {
+                Op::ChainUpdate => {
+                    if let Some(ch) = self.chain_of(c) {
+                        if let Some(d) = c.detail.as_deref() {
+                            ch.head = updated_head(legacy, d).or(ch.head.take());
+                        }
+                        ch.last = Some(c.last());
+                    }
+                }
+                Op::ElementAdd | Op::ElementDelete => {
+                    let Some(s) = self.set_of(c) else { continue };
+                    let (items, cut) = element_items(c.rule.as_deref().unwrap_or(""));
+                    if c.op == Op::ElementAdd {
+                        for i in items {
+                            if !s.elements.contains(&i) {
+                                s.elements.push(i);
+                            }
+                        }
+                    } else {
+                        s.elements.retain(|e| !items.contains(e));
+                    }
+                    s.incomplete |= cut;
                     s.last = Some(c.last());
                 }
-            }
-            _ => {}
-        }
-    }
-    deletes.sort_by_key(|(c, _)| std::cmp::Reverse(c.position.unwrap_or(0)));
-    for (c, text) in deletes {
-        let Some(ch) = chain_of(tables, c) else {
-            continue;
-        };
-        // The rule at its position when the text agrees; else the first rule with that text.
-        let at = c
-            .position
-            .filter(|&p| ch.rules.get(p).is_some_and(|r| *r == text))
-            .or_else(|| ch.rules.iter().position(|r| *r == text));
-        if let Some(i) = at {
-            ch.rules.remove(i);
-        }
-        ch.last = Some(c.last());
-    }
-    // Adds at positions from after the transaction: the lowest first.
-    let mut adds: Vec<&Recorded> = applied
-        .iter()
-        .copied()
-        .filter(|c| matches!(c.op, Op::RuleAdd | Op::RuleReplace))
-        .collect();
-    adds.sort_by_key(|c| c.position.unwrap_or(usize::MAX));
-    for c in adds {
-        let Some(ch) = chain_of(tables, c) else {
-            continue;
-        };
-        let at = c.position.unwrap_or(usize::MAX).min(ch.rules.len());
-        ch.rules.insert(at, c.rule.clone().unwrap_or_default());
-        ch.last = Some(c.last());
-    }
-    // Updates, elements, then what goes away.
-    for c in &applied {
-        match c.op {
-            Op::ChainUpdate => {
-                if let Some(ch) = chain_of(tables, c) {
-                    if let Some(d) = c.detail.as_deref() {
-                        ch.head = updated_head(legacy, d).or(ch.head.take());
+                Op::ChainDelete => {
+                    if let (Some(t), Some(name)) = (self.table_mut(c.family, &c.table), &c.chain) {
+                        // Order kept: the chains after it move up.
+                        t.chains.shift_remove(name);
                     }
-                    ch.last = Some(c.last());
                 }
-            }
-            Op::ElementAdd | Op::ElementDelete => {
-                let Some(s) = set_of(tables, c) else { continue };
-                let (items, cut) = element_items(c.rule.as_deref().unwrap_or(""));
-                if c.op == Op::ElementAdd {
-                    for i in items {
-                        if !s.elements.contains(&i) {
-                            s.elements.push(i);
-                        }
+                Op::SetDelete => {
+                    if let (Some(t), Some(name)) = (self.table_mut(c.family, &c.table), &c.chain) {
+                        t.sets.retain(|s| s.name != *name);
                     }
-                } else {
-                    s.elements.retain(|e| !items.contains(e));
                 }
-                s.incomplete |= cut;
-                s.last = Some(c.last());
+                _ => {}
             }
-            Op::ChainDelete => {
-                if let (Some(t), Some(name)) = (tables.table_mut(c.family, &c.table), &c.chain) {
-                    t.chains.retain(|ch| ch.name != *name);
-                }
-            }
-            Op::SetDelete => {
-                if let (Some(t), Some(name)) = (tables.table_mut(c.family, &c.table), &c.chain) {
-                    t.sets.retain(|s| s.name != *name);
-                }
-            }
-            _ => {}
         }
-    }
-    for c in &applied {
-        if c.op == Op::TableDelete {
-            tables
-                .tables
-                .retain(|t| !(t.family == c.family && t.name == c.table));
+        for c in &applied {
+            if c.op == Op::TableDelete {
+                self.tables
+                    .retain(|t| !(t.family == c.family && t.name == c.table));
+            }
         }
     }
 }
 
-fn chain_of<'t>(tables: &'t mut Tables, c: &Recorded) -> Option<&'t mut Chain> {
-    tables
-        .table_mut(c.family, &c.table)?
-        .chain_mut(c.chain.as_deref()?)
-}
-
-fn set_of<'t>(tables: &'t mut Tables, c: &Recorded) -> Option<&'t mut Set> {
-    tables
-        .table_mut(c.family, &c.table)?
-        .set_mut(c.chain.as_deref()?)
+/// Apply changes (oldest first, all of one namespace and backend) to `tables`, one transaction
+/// at a time; returns how many there were.
+pub fn replay(tables: &mut Tables, changes: &[Recorded]) -> usize {
+    if changes.is_empty() {
+        return 0;
+    }
+    let legacy = changes[0].backend == Backend::Legacy;
+    let mut r = Replay::new(std::mem::take(tables));
+    let n = r.replay(changes);
+    *tables = r.finish(legacy);
+    n
 }
 
 /// A created chain's header from its change's `detail`: `builtin, policy ACCEPT` (legacy), the
@@ -304,6 +446,7 @@ mod tests {
                 comm: "iptables".into(),
                 actor: "kube-proxy".into(),
             },
+            netns_name: None,
         }
     }
 
@@ -312,16 +455,16 @@ mod tests {
         let mut t = Tables::default();
         let mut c = rec(1, Op::ChainCreate, "INPUT", None, None);
         c.detail = Some("builtin, policy ACCEPT".into());
-        apply_txn(&mut t, &[rec(0, Op::TableCreate, "", None, None), c]);
+        replay(&mut t, &[rec(0, Op::TableCreate, "", None, None), c]);
         let rules = ["-j A", "-j B", "-j C", "-j D"];
         let adds: Vec<_> = rules
             .iter()
             .enumerate()
             .map(|(i, r)| rec(2 + i as u64, Op::RuleAdd, "INPUT", Some(r), Some(i)))
             .collect();
-        apply_txn(&mut t, &adds);
+        replay(&mut t, &adds);
         // [A B C D] -> [B X D Y]: delete A@0, C@2; add X@1, Y@3.
-        apply_txn(
+        replay(
             &mut t,
             &[
                 rec(10, Op::RuleDelete, "INPUT", Some("-j A"), Some(0)),
@@ -341,7 +484,7 @@ mod tests {
         let mut t = Tables::default();
         let mut input = rec(1, Op::ChainCreate, "INPUT", None, None);
         input.detail = Some("builtin, policy ACCEPT".into());
-        apply_txn(
+        replay(
             &mut t,
             &[
                 input,
@@ -351,7 +494,7 @@ mod tests {
         );
         let mut upd = rec(4, Op::ChainUpdate, "INPUT", None, None);
         upd.detail = Some("policy ACCEPT -> DROP".into());
-        apply_txn(&mut t, &[upd, rec(5, Op::ChainDelete, "ZED", None, None)]);
+        replay(&mut t, &[upd, rec(5, Op::ChainDelete, "ZED", None, None)]);
         let names: Vec<_> = t.tables[0].chains.iter().map(|c| &c.name).collect();
         assert_eq!(names, ["INPUT", "ALPHA"]);
         assert_eq!(t.tables[0].chains[0].head.as_deref(), Some("DROP"));
@@ -362,7 +505,7 @@ mod tests {
         let mut t = Tables::default();
         let mut refused = rec(1, Op::ChainCreate, "X", None, None);
         refused.result = "EBUSY: Device or resource busy".into();
-        apply_txn(&mut t, &[refused]);
+        replay(&mut t, &[refused]);
         assert!(t.tables.is_empty());
         let mut set = rec(2, Op::SetCreate, "s", None, None);
         set.backend = Backend::Nft;
@@ -371,8 +514,8 @@ mod tests {
         add.backend = Backend::Nft;
         let mut del = rec(4, Op::ElementDelete, "s", Some("{ 10.0.0.1 }"), None);
         del.backend = Backend::Nft;
-        apply_txn(&mut t, &[set, add]);
-        apply_txn(&mut t, &[del]);
+        replay(&mut t, &[set, add]);
+        replay(&mut t, &[del]);
         assert_eq!(t.tables[0].sets[0].elements, ["10.0.0.2"]);
     }
 }
