@@ -63,14 +63,6 @@ impl Table {
             chains: Vec::new(),
         }
     }
-
-    pub fn chain_mut(&mut self, name: &str) -> Option<&mut Chain> {
-        self.chains.iter_mut().find(|c| c.name == name)
-    }
-
-    pub fn set_mut(&mut self, name: &str) -> Option<&mut Set> {
-        self.sets.iter_mut().find(|s| s.name == name)
-    }
 }
 
 /// The tables of one backend in one namespace.
@@ -80,28 +72,6 @@ pub struct Tables {
 }
 
 impl Tables {
-    pub fn table_mut(&mut self, family: Family, name: &str) -> Option<&mut Table> {
-        self.tables
-            .iter_mut()
-            .find(|t| t.family == family && t.name == name)
-    }
-
-    /// The table, made empty when missing.
-    pub fn table_entry(&mut self, family: Family, name: &str) -> &mut Table {
-        let i = match self
-            .tables
-            .iter()
-            .position(|t| t.family == family && t.name == name)
-        {
-            Some(i) => i,
-            None => {
-                self.tables.push(Table::new(family, name));
-                self.tables.len() - 1
-            }
-        };
-        &mut self.tables[i]
-    }
-
     /// Legacy tables from the engine's copies, in a stable order (family, name).
     pub fn from_legacy<'t>(tables: impl IntoIterator<Item = &'t XtTable>) -> Tables {
         let mut out: Vec<Table> = tables
