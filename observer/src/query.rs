@@ -255,7 +255,7 @@ fn forensic(a: &QueryArgs) -> anyhow::Result<()> {
         let (seq, states) = fq::at(&conn, at_ns, &scope)?;
         if a.json {
             for v in fq::at_json(at_ns, seq, &states) {
-                lines.push(v.to_string());
+                lines.push(serde_json::to_string(&v)?);
             }
         } else {
             lines.push(fq::at_text(at_ns, seq, &states));

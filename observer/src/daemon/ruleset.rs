@@ -102,7 +102,7 @@ async fn answer(
             Ok(if text {
                 fq::at_text(at, seq, &states)
             } else {
-                serde_json::Value::Array(fq::at_json(at, seq, &states)).to_string()
+                serde_json::to_string(&fq::at_json(at, seq, &states)).unwrap_or_default()
             })
         }
     };

@@ -4,7 +4,6 @@
 use std::collections::{BTreeMap, HashMap};
 
 use rusqlite::Connection;
-use serde_json::{json, Value};
 
 use super::model::{self, Last, Table};
 use super::record::{self, State};
@@ -99,23 +98,33 @@ pub fn at_text(at_ns: i64, seq: u64, states: &[State]) -> String {
     out
 }
 
+/// One line of `observer query --at --json`: a namespace's ruleset of one backend, as data and
+/// as the text `--at` prints. Serialized straight from the rebuilt tables.
+#[derive(Debug, serde::Serialize)]
+pub struct RulesetLine<'a> {
+    pub kind: &'static str,
+    pub at: String,
+    pub seq: u64,
+    #[serde(flatten)]
+    pub state: &'a State,
+    pub text: String,
+}
+
 /// `observer query --at --json`: one object per namespace and backend.
-pub fn at_json(at_ns: i64, seq: u64, states: &[State]) -> Vec<Value> {
+pub fn at_json(at_ns: i64, seq: u64, states: &[State]) -> Vec<RulesetLine<'_>> {
     states
         .iter()
-        .map(|st| {
-            let text: String = st
+        .map(|st| RulesetLine {
+            kind: "ruleset",
+            at: rfc3339(at_ns),
+            seq,
+            state: st,
+            text: st
                 .tables
                 .tables
                 .iter()
                 .map(|t| model::render(st.backend, t, false))
-                .collect();
-            let mut v = serde_json::to_value(st).unwrap_or(Value::Null);
-            v["kind"] = json!("ruleset");
-            v["at"] = json!(rfc3339(at_ns));
-            v["seq"] = json!(seq);
-            v["text"] = json!(text);
-            v
+                .collect(),
         })
         .collect()
 }
