@@ -415,6 +415,8 @@ async fn drain(
                 genid,
             }) => writers.insert_gen(netns, genid, process),
             Ok(ev) => {
+                // The event is decoded: give its space back to the kernel before waiting for
+                // room in the engine's queue.
                 drop(item);
                 if let Err(mpsc::error::TrySendError::Full(ev)) = tx.try_send(ev) {
                     // Back-pressure rather than loss: wait for room.
