@@ -837,7 +837,15 @@ impl Correlator {
                 let hits = sweep.hits.clone();
                 let existing = sweep.incident.clone();
                 let since = sweep.first_ns;
-                let id = self.mass_flush(netns, actor, first, &hits, existing.clone(), now_ns, out);
+                let id = self.mass_flush(
+                    netns,
+                    actor,
+                    first,
+                    &hits,
+                    existing.clone(),
+                    (since, now_ns),
+                    out,
+                );
                 if let Some(s) = self.sweeps.get_mut(&sweep_key) {
                     s.incident = Some(id.clone());
                 }
@@ -941,7 +949,7 @@ impl Correlator {
         first: &ChangeRecord,
         hits: &[Hit],
         existing: Option<String>,
-        now_ns: i128,
+        (since_ns, now_ns): (i128, i128),
         out: &mut Vec<IncidentRecord>,
     ) -> String {
         let mut per_owner: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
@@ -998,9 +1006,10 @@ impl Correlator {
         r.chains = all_chains(&r.owners);
         r.summary = mass_summary(&r);
         // The hits were already reported as foreign_* incidents? They become part of this one.
+        // Repairs count from the sweep's first wipe, not from the one that made it a mass flush.
         let id = r.id.clone();
         self.incidents
-            .insert(id.clone(), Tracked::new(r.clone(), now_ns, now_ns));
+            .insert(id.clone(), Tracked::new(r.clone(), since_ns, now_ns));
         out.push(r);
         id
     }
@@ -1257,7 +1266,7 @@ impl Correlator {
                     c.flapping = Some(r.id.clone());
                 }
                 self.incidents
-                    .insert(r.id.clone(), Tracked::new(r.clone(), since_ns, now_ns));
+                    .insert(r.id.clone(), Tracked::new(r.clone(), now_ns, now_ns));
                 // The conflict's incidents still open end here, pointing at the loop.
                 for mut a in absorbed {
                     a.state = IncidentState::Resolved;

@@ -442,6 +442,48 @@ fn a_firewall_restart_is_one_mass_flush_with_repair_times() {
 }
 
 #[test]
+fn a_wipe_spread_over_transactions_counts_repairs_from_its_first_change() {
+    let mut s = Stream::new(vec![
+        chain("filter", "KUBE-FIREWALL", 1, &[]),
+        chain("filter", "KUBE-SERVICES", 2, &[]),
+    ]);
+    s.table = "filter".into();
+    // firewalld's reload flushes kube-proxy's chain first, kubelet's a second later: only the
+    // second transaction makes it a mass flush.
+    let one = s.txn(0, "firewalld", &[(Op::ChainFlush, "KUBE-SERVICES", "", "")]);
+    assert!(
+        one.iter().all(|r| r.kind != IncidentKind::MassFlush),
+        "{one:#?}"
+    );
+    let two = s.txn(1, "firewalld", &[(Op::ChainFlush, "KUBE-FIREWALL", "", "")]);
+    assert!(
+        two.iter().any(|r| r.kind == IncidentKind::MassFlush),
+        "{two:#?}"
+    );
+    s.txn(
+        4,
+        "kube-proxy",
+        &[(Op::RuleAdd, "KUBE-SERVICES", "-j ACCEPT", "")],
+    );
+    let kp = s
+        .out
+        .iter()
+        .rev()
+        .filter(|r| r.kind == IncidentKind::MassFlush)
+        .find_map(|r| {
+            r.owners
+                .iter()
+                .find(|o| o.owner == "kube-proxy" && o.repaired)
+        })
+        .unwrap_or_else(|| panic!("kube-proxy's repair: {:#?}", s.out));
+    assert_eq!(
+        kp.repair_ms,
+        Some(4000),
+        "from the wipe at 0 s to the repair at 4 s"
+    );
+}
+
+#[test]
 fn a_refused_recreation_during_a_mass_flush_is_named() {
     let mut s = Stream::new(vec![
         chain("filter", "KUBE-FIREWALL", 1, &[]),
