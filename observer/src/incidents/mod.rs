@@ -1266,7 +1266,7 @@ impl Correlator {
                     c.flapping = Some(r.id.clone());
                 }
                 self.incidents
-                    .insert(r.id.clone(), Tracked::new(r.clone(), now_ns, now_ns));
+                    .insert(r.id.clone(), Tracked::new(r.clone(), since_ns, now_ns));
                 // The conflict's incidents still open end here, pointing at the loop.
                 for mut a in absorbed {
                     a.state = IncidentState::Resolved;
