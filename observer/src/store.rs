@@ -639,6 +639,8 @@ pub struct Writer {
     enc: Encoder,
     /// Each chain's last writer, stamped on the snapshots.
     last: crate::forensics::record::LastWriters,
+    /// What each chain's next version in a snapshot is a delta of.
+    bases: crate::forensics::record::ChainBases,
 }
 
 impl Writer {
@@ -648,6 +650,7 @@ impl Writer {
         Writer {
             enc,
             last,
+            bases: Default::default(),
             ino: inode(&path),
             path_trouble: false,
             conn,
@@ -780,6 +783,7 @@ impl Writer {
                         self.last.stamp(s.netns, s.backend, &mut tables);
                         crate::forensics::record::insert(
                             &tx,
+                            &mut self.bases,
                             s.seq,
                             s.time_ns,
                             s.netns,
@@ -900,7 +904,7 @@ impl Writer {
             .conn
             .execute_batch("BEGIN")
             .map_err(crate::forensics::ForensicsError::from)
-            .and_then(|_| crate::forensics::record::roll_forward(&self.conn, seq));
+            .and_then(|_| crate::forensics::record::roll_forward(&self.conn, &mut self.bases, seq));
         let end = if res.is_ok() { "COMMIT" } else { "ROLLBACK" };
         if let Err(e) = self.conn.execute_batch(end) {
             tracing::warn!("record {}: {end}: {e}", self.path.display());
@@ -1195,7 +1199,7 @@ impl Decoder {
 }
 
 /// The largest JSON line a row may decode to (a guard against a damaged size).
-const MAX_ROW_BYTES: u64 = 64 << 20;
+pub(crate) const MAX_ROW_BYTES: u64 = 64 << 20;
 
 /// Changes matching the selection, oldest first.
 pub fn select_changes(conn: &Connection, s: &Selection) -> Result<Vec<Stored>, StoreError> {

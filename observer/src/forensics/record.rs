@@ -6,7 +6,12 @@
 //! one costs a few bytes per chain. A chain is a few hundred bytes, too short for zstd to find
 //! much in it alone: the first snapshot with enough chains trains a dictionary on them (kept in
 //! `snap_dicts`, its id in each chain's row), and every chain stored after it is compressed
-//! with it. The tables are added to a layout 2 record when missing; an older
+//! with it. A new version of a chain the record already holds is stored as a delta: compressed
+//! with the chain's full version (its `base`) as the dictionary: on a week of kube-proxy churn a
+//! version costs about 90 bytes so, against about 180 full. A delta's base is always a full
+//! version (never another delta), so a chain is read with at most two frames; when a chain has
+//! drifted so far that its delta is no longer small, the new version is stored full and becomes
+//! the base of the next ones. The tables are added to a layout 2 record when missing; an older
 //! observer reading the record ignores them.
 
 use std::collections::{BTreeMap, HashMap};
@@ -30,7 +35,12 @@ CREATE TABLE IF NOT EXISTS snapshots (
     body    BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS snapshots_at ON snapshots(netns, backend, seq);
-CREATE TABLE IF NOT EXISTS snap_chains (hash INTEGER PRIMARY KEY, body BLOB NOT NULL, dict INTEGER);
+CREATE TABLE IF NOT EXISTS snap_chains (
+    hash INTEGER PRIMARY KEY,
+    body BLOB NOT NULL,
+    dict INTEGER,
+    base INTEGER
+);
 CREATE TABLE IF NOT EXISTS snap_dicts (id INTEGER PRIMARY KEY, dict BLOB NOT NULL);
 ";
 
@@ -43,6 +53,11 @@ const DICT_BYTES: usize = 32 * 1024;
 
 /// zstd's level, as for the record's rows.
 const LEVEL: i32 = 3;
+
+/// A chain version is stored as a delta of its base only when that takes at most this share
+/// (in percent) of its full frame; otherwise it is stored full and based on nothing. (Half is
+/// the best of 25, 35, 50 and 70 % on `bench-record`'s week.)
+const DELTA_MAX_PERCENT: usize = 50;
 
 /// Change times may run a little behind the snapshot taken after them (a legacy change's time is
 /// the kernel's, its snapshot's the engine's): changes after a snapshot are looked for from this
@@ -91,15 +106,19 @@ fn decompress(what: &str, bytes: &[u8]) -> Result<Vec<u8>, ForensicsError> {
     })
 }
 
-/// Add the `dict` column to a `snap_chains` table made without it.
+/// Add the `dict` and `base` columns to a `snap_chains` table made without them.
 pub fn upgrade(conn: &Connection) -> rusqlite::Result<()> {
-    let has: i64 = conn.query_row(
-        "SELECT COUNT(*) FROM pragma_table_info('snap_chains') WHERE name = 'dict'",
-        [],
-        |r| r.get(0),
-    )?;
-    if has == 0 {
-        conn.execute_batch("ALTER TABLE snap_chains ADD COLUMN dict INTEGER")?;
+    for column in ["dict", "base"] {
+        let has: i64 = conn.query_row(
+            "SELECT COUNT(*) FROM pragma_table_info('snap_chains') WHERE name = ?1",
+            [column],
+            |r| r.get(0),
+        )?;
+        if has == 0 {
+            conn.execute_batch(&format!(
+                "ALTER TABLE snap_chains ADD COLUMN {column} INTEGER"
+            ))?;
+        }
     }
     Ok(())
 }
@@ -108,7 +127,7 @@ pub fn upgrade(conn: &Connection) -> rusqlite::Result<()> {
 /// of the snapshot being written (`new`) when the record has none and they are enough.
 fn chain_dict(
     conn: &Connection,
-    new: &[(i64, Vec<u8>)],
+    new: &[&[u8]],
 ) -> rusqlite::Result<Option<(i64, zstd::bulk::Compressor<'static>)>> {
     let newest: Option<(i64, Vec<u8>)> = conn
         .query_row(
@@ -119,19 +138,16 @@ fn chain_dict(
         .optional()?;
     let dict = match newest {
         Some(d) => Some(d),
-        None if new.len() >= DICT_MIN_CHAINS => {
-            let samples: Vec<&[u8]> = new.iter().map(|(_, json)| json.as_slice()).collect();
-            match zstd::dict::from_samples(&samples, DICT_BYTES) {
-                Ok(d) => {
-                    conn.execute("INSERT INTO snap_dicts (dict) VALUES (?1)", [&d])?;
-                    Some((conn.last_insert_rowid(), d))
-                }
-                Err(e) => {
-                    tracing::debug!("training the snapshots' chain dictionary: {e}");
-                    None
-                }
+        None if new.len() >= DICT_MIN_CHAINS => match zstd::dict::from_samples(new, DICT_BYTES) {
+            Ok(d) => {
+                conn.execute("INSERT INTO snap_dicts (dict) VALUES (?1)", [&d])?;
+                Some((conn.last_insert_rowid(), d))
             }
-        }
+            Err(e) => {
+                tracing::debug!("training the snapshots' chain dictionary: {e}");
+                None
+            }
+        },
         None => None,
     };
     let Some((id, d)) = dict else {
@@ -160,6 +176,105 @@ fn read_chain(
         })
 }
 
+/// Reads stored chain versions: the record's dictionaries and one decompressor for deltas, each
+/// loaded once; the rows through one prepared statement.
+struct ChainReader<'c> {
+    conn: &'c Connection,
+    get: rusqlite::CachedStatement<'c>,
+    frames: store::DictFrames,
+    deltas: zstd::zstd_safe::DCtx<'static>,
+}
+
+/// A `snap_chains` row: its frame, its dictionary, its base.
+type ChainRow = (Vec<u8>, Option<i64>, Option<i64>);
+
+impl<'c> ChainReader<'c> {
+    fn new(conn: &'c Connection) -> rusqlite::Result<ChainReader<'c>> {
+        Ok(ChainReader {
+            conn,
+            get: conn.prepare_cached("SELECT body, dict, base FROM snap_chains WHERE hash = ?1")?,
+            frames: store::DictFrames::default(),
+            deltas: zstd::zstd_safe::DCtx::create(),
+        })
+    }
+
+    fn row(&mut self, h: i64) -> rusqlite::Result<Option<ChainRow>> {
+        self.get
+            .query_row([h], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .optional()
+    }
+
+    /// A chain version's JSON, by its hash: its row's frame, or, for a delta, its base's JSON
+    /// and the delta decompressed with it. `None`: no such row.
+    fn json(&mut self, what: &str, h: i64) -> Result<Option<Vec<u8>>, ForensicsError> {
+        let Some((body, dict, base)) = self.row(h)? else {
+            return Ok(None);
+        };
+        let Some(b) = base else {
+            return read_chain(&mut self.frames, self.conn, what, &body, dict).map(Some);
+        };
+        let damaged = |cause: String| ForensicsError::Damaged {
+            what: format!("{what}, chain {h:x}"),
+            cause,
+        };
+        let (base_body, base_dict, base_base) = self
+            .row(b)?
+            .ok_or_else(|| damaged(format!("its base {b:x} is missing")))?;
+        if base_base.is_some() {
+            return Err(damaged(format!("its base {b:x} is itself a delta")));
+        }
+        let base_json = read_chain(&mut self.frames, self.conn, what, &base_body, base_dict)?;
+        let size = zstd::zstd_safe::get_frame_content_size(&body)
+            .ok()
+            .flatten()
+            .filter(|&n| n <= store::MAX_ROW_BYTES)
+            .ok_or_else(|| damaged("no usable size in its compressed frame".into()))?;
+        // The base is loaded into the context for this one frame (no prepared dictionary:
+        // each base serves one delta here).
+        let mut out = Vec::with_capacity(size as usize);
+        self.deltas
+            .decompress_using_dict(&mut out, &body, &base_json)
+            .map_err(|code| {
+                damaged(format!(
+                    "decompressing its delta: {}",
+                    zstd::zstd_safe::get_error_name(code)
+                ))
+            })?;
+        Ok(Some(out))
+    }
+}
+
+/// Which stored version of each chain the next version of it is a delta of, per namespace and
+/// backend: what the record's writer remembers between the snapshots it writes. Empty after a
+/// restart (the first new version of each chain is then stored full). The namespaces seen last
+/// are kept; a namespace long gone falls out.
+pub struct ChainBases {
+    pairs: lru::LruCache<(u32, Backend), HashMap<TableChain, Stored>>,
+}
+
+/// A chain in a namespace's backend: its table's family and name, and its name.
+type TableChain = (Family, String, String);
+
+/// A chain version as stored: its hash, and its base if it is a delta.
+#[derive(Clone, Copy)]
+struct Stored {
+    hash: i64,
+    base: Option<i64>,
+}
+
+/// Namespaces whose chains' bases the writer keeps.
+const BASES_NETNS: usize = 1024;
+
+impl Default for ChainBases {
+    fn default() -> Self {
+        ChainBases {
+            pairs: lru::LruCache::new(
+                std::num::NonZeroUsize::new(BASES_NETNS).expect("a non-zero constant"),
+            ),
+        }
+    }
+}
+
 /// Whether the record has snapshot tables (a record written before them has none).
 pub fn has_snapshots(conn: &Connection) -> rusqlite::Result<bool> {
     conn.query_row(
@@ -170,9 +285,12 @@ pub fn has_snapshots(conn: &Connection) -> rusqlite::Result<bool> {
     .map(|n| n > 0)
 }
 
-/// Write one snapshot (inside the writer's transaction).
+/// Write one snapshot (inside the writer's transaction). New chain versions are stored as deltas
+/// of the chain's base where `bases` knows one and the delta is small.
+#[allow(clippy::too_many_arguments)]
 pub fn insert(
     conn: &Connection,
+    bases: &mut ChainBases,
     seq: u64,
     time_ns: i64,
     netns: u32,
@@ -185,19 +303,30 @@ pub fn insert(
         tables: Vec::new(),
     };
     let mut put = conn.prepare_cached(
-        "INSERT OR IGNORE INTO snap_chains (hash, body, dict) VALUES (?1, ?2, ?3)",
+        "INSERT OR IGNORE INTO snap_chains (hash, body, dict, base) VALUES (?1, ?2, ?3, ?4)",
     )?;
-    let mut known = conn.prepare_cached("SELECT 1 FROM snap_chains WHERE hash = ?1")?;
+    let mut known = conn.prepare_cached("SELECT base FROM snap_chains WHERE hash = ?1")?;
+    let before = bases.pairs.pop(&(netns, backend)).unwrap_or_default();
+    let mut after: HashMap<TableChain, Stored> = HashMap::new();
     // The chains the record does not hold yet, each once.
-    let mut new: Vec<(i64, Vec<u8>)> = Vec::new();
+    let mut new: Vec<(TableChain, i64, Vec<u8>)> = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for t in &tables.tables {
         let mut chains = Vec::with_capacity(t.chains.len());
         for c in &t.chains {
             let json = serde_json::to_vec(c).map_err(to_sql_err)?;
             let h = hash(&json);
-            if seen.insert(h) && !known.exists([h])? {
-                new.push((h, json));
+            let key = (t.family, t.name.clone(), c.name.clone());
+            if seen.insert(h) {
+                match known
+                    .query_row([h], |r| r.get::<_, Option<i64>>(0))
+                    .optional()?
+                {
+                    Some(base) => {
+                        after.insert(key, Stored { hash: h, base });
+                    }
+                    None => new.push((key, h, json)),
+                }
             }
             chains.push(h);
         }
@@ -209,16 +338,56 @@ pub fn insert(
         });
     }
     if !new.is_empty() {
-        let mut dict = chain_dict(conn, &new)?;
-        for (h, json) in &new {
-            match dict.as_mut() {
-                Some((id, c)) => {
-                    put.execute(params![h, c.compress(json).map_err(to_sql_err)?, *id])?
-                }
-                None => put.execute(params![h, compress(json)?, None::<i64>])?,
+        let jsons: Vec<&[u8]> = new.iter().map(|(_, _, json)| json.as_slice()).collect();
+        let mut dict = chain_dict(conn, &jsons)?;
+        let mut reader = ChainReader::new(conn)?;
+        let mut deltas = zstd::zstd_safe::CCtx::create();
+        for (key, h, json) in new {
+            let (full, dict_id) = match dict.as_mut() {
+                Some((id, c)) => (c.compress(&json).map_err(to_sql_err)?, Some(*id)),
+                None => (compress(&json)?, None),
             };
+            // The base: the full version the chain's newest version is, or is a delta of.
+            let base = before.get(&key).map(|s| s.base.unwrap_or(s.hash));
+            let base_json = match base {
+                Some(b) => reader.json("a chain's base", b).unwrap_or_else(|e| {
+                    tracing::debug!("snapshot: chain {h:x} stored full: {e}");
+                    None
+                }),
+                None => None,
+            };
+            let small = match (base, base_json) {
+                (Some(b), Some(base_json)) => {
+                    let mut d = Vec::with_capacity(zstd::zstd_safe::compress_bound(json.len()));
+                    deltas
+                        .compress_using_dict(&mut d, &json, &base_json, LEVEL)
+                        .map_err(|code| {
+                            to_sql_err(std::io::Error::other(zstd::zstd_safe::get_error_name(code)))
+                        })?;
+                    (d.len() * 100 <= full.len() * DELTA_MAX_PERCENT).then_some((b, d))
+                }
+                _ => None,
+            };
+            let stored = match small {
+                Some((b, d)) => {
+                    put.execute(params![h, d, None::<i64>, b])?;
+                    Stored {
+                        hash: h,
+                        base: Some(b),
+                    }
+                }
+                None => {
+                    put.execute(params![h, full, dict_id, None::<i64>])?;
+                    Stored {
+                        hash: h,
+                        base: None,
+                    }
+                }
+            };
+            after.insert(key, stored);
         }
     }
+    bases.pairs.put((netns, backend), after);
     let json = serde_json::to_vec(&body).map_err(to_sql_err)?;
     conn.prepare_cached(
         "INSERT INTO snapshots (seq, time_ns, netns, backend, body) VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -263,18 +432,15 @@ fn load(conn: &Connection, id: i64) -> Result<Base, ForensicsError> {
     }
     let mut wanted: Vec<i64> = uses.keys().copied().collect();
     wanted.sort_unstable();
-    let mut get = conn.prepare_cached("SELECT body, dict FROM snap_chains WHERE hash = ?1")?;
-    let mut frames = store::DictFrames::default();
+    let mut reader = ChainReader::new(conn)?;
     let mut read: HashMap<i64, Chain> = HashMap::with_capacity(wanted.len());
     for h in wanted {
-        let row: Option<(Vec<u8>, Option<i64>)> = get
-            .query_row([h], |r| Ok((r.get(0)?, r.get(1)?)))
-            .optional()?;
-        let (blob, dict) = row.ok_or_else(|| ForensicsError::Damaged {
-            what: what.clone(),
-            cause: format!("its chain {h:x} is missing"),
-        })?;
-        let json = read_chain(&mut frames, conn, &what, &blob, dict)?;
+        let json = reader
+            .json(&what, h)?
+            .ok_or_else(|| ForensicsError::Damaged {
+                what: what.clone(),
+                cause: format!("its chain {h:x} is missing"),
+            })?;
         let c: Chain = serde_json::from_slice(&json).map_err(|e| ForensicsError::Damaged {
             what: what.clone(),
             cause: e.to_string(),
@@ -456,7 +622,11 @@ fn decode(seq: u64, json: &str) -> Result<(Recorded, Option<String>), ForensicsE
 
 /// Before changes up to `seq` are deleted (retention, `--max-record`): each namespace's state
 /// after `seq` becomes a snapshot, the older snapshots go, and chains no snapshot uses go.
-pub fn roll_forward(conn: &Connection, seq: u64) -> Result<(), ForensicsError> {
+pub fn roll_forward(
+    conn: &Connection,
+    bases: &mut ChainBases,
+    seq: u64,
+) -> Result<(), ForensicsError> {
     if seq == 0 || !has_snapshots(conn)? {
         return Ok(());
     }
@@ -474,6 +644,7 @@ pub fn roll_forward(conn: &Connection, seq: u64) -> Result<(), ForensicsError> {
         if st.replayed > 0 {
             insert(
                 conn,
+                bases,
                 seq,
                 time_ns,
                 st.netns,
@@ -494,7 +665,7 @@ pub fn roll_forward(conn: &Connection, seq: u64) -> Result<(), ForensicsError> {
     Ok(())
 }
 
-/// Chains that no snapshot names any more go.
+/// Chains that no snapshot names any more, and that no delta in use is based on, go.
 fn sweep_chains(conn: &Connection) -> Result<(), ForensicsError> {
     let mut used = std::collections::HashSet::new();
     let mut stmt = conn.prepare("SELECT id FROM snapshots")?;
@@ -514,12 +685,19 @@ fn sweep_chains(conn: &Connection) -> Result<(), ForensicsError> {
         })?;
         used.extend(body.tables.into_iter().flat_map(|t| t.chains));
     }
-    let all: Vec<i64> = conn
-        .prepare("SELECT hash FROM snap_chains")?
-        .query_map([], |r| r.get(0))?
+    let all: Vec<(i64, Option<i64>)> = conn
+        .prepare("SELECT hash, base FROM snap_chains")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
         .collect::<rusqlite::Result<_>>()?;
+    // A delta in use keeps its base.
+    let bases: Vec<i64> = all
+        .iter()
+        .filter(|(h, _)| used.contains(h))
+        .filter_map(|(_, b)| *b)
+        .collect();
+    used.extend(bases);
     let mut del = conn.prepare("DELETE FROM snap_chains WHERE hash = ?1")?;
-    for h in all.into_iter().filter(|h| !used.contains(h)) {
+    for (h, _) in all.into_iter().filter(|(h, _)| !used.contains(h)) {
         del.execute([h])?;
     }
     Ok(())
@@ -615,5 +793,158 @@ impl LastWriters {
                 s.last = self.last.get(&key).cloned();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nat(rules: impl Fn(usize) -> Vec<String>) -> Tables {
+        let mut t = Table::new(Family::Ip, "nat");
+        t.chains = (0..DICT_MIN_CHAINS * 2)
+            .map(|i| Chain {
+                name: format!("KUBE-SEP-{i:016X}"),
+                head: None,
+                rules: rules(i),
+                last: None,
+            })
+            .collect();
+        Tables { tables: vec![t] }
+    }
+
+    /// Four rules of an endpoint chain, with addresses that differ from chain to chain as a real
+    /// node's do (a dictionary learns the words, not the addresses).
+    fn sep_rules(i: usize, seed: usize) -> Vec<String> {
+        (0..4)
+            .map(|r| {
+                let x = (i * 7919 + r * 104_729 + seed).wrapping_mul(2_654_435_761) >> 7;
+                format!(
+                    "-s 10.{}.{}.{}/32 -m comment --comment \"ns-{}/svc-{}:port-{}\" -j KUBE-MARK-MASQ",
+                    x % 251,
+                    (x >> 8) % 251,
+                    (x >> 16) % 251,
+                    x % 97,
+                    i,
+                    (x >> 24) % 9000
+                )
+            })
+            .collect()
+    }
+
+    /// A record whose chain dictionary was trained on another namespace's chains, as a real
+    /// record's is by the time a chain changes (the first large snapshot trains it).
+    fn record() -> Connection {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(SCHEMA).unwrap();
+        let other = nat(|i| sep_rules(i, 1_000_000));
+        let mut bases = ChainBases::default();
+        insert(&conn, &mut bases, 0, 0, 99, None, Backend::Legacy, &other).unwrap();
+        conn
+    }
+
+    /// Chain `c`'s rule `r` with another source address: an endpoint's pod replaced.
+    fn readdress(t: &mut Tables, c: usize, r: usize) {
+        let rule = &mut t.tables[0].chains[c].rules[r];
+        *rule = rule.replacen("-s 10.", "-s 172.16.", 1);
+    }
+
+    fn row(conn: &Connection, c: &Chain) -> (usize, Option<i64>) {
+        let h = hash(&serde_json::to_vec(c).unwrap());
+        conn.query_row(
+            "SELECT length(body), base FROM snap_chains WHERE hash = ?1",
+            [h],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap()
+    }
+
+    fn last_id(conn: &Connection) -> i64 {
+        conn.query_row("SELECT MAX(id) FROM snapshots", [], |r| r.get(0))
+            .unwrap()
+    }
+
+    #[test]
+    fn a_changed_chain_is_stored_as_a_delta_of_its_full_version_and_read_back_whole() {
+        let conn = record();
+        let mut bases = ChainBases::default();
+        let put = |bases: &mut ChainBases, seq: u64, t: &Tables| {
+            insert(&conn, bases, seq, seq as i64, 7, None, Backend::Legacy, t).unwrap();
+        };
+        let first = nat(|i| sep_rules(i, 1));
+        put(&mut bases, 1, &first);
+        // One rule of one chain rewritten: a delta of the first version, much smaller than it.
+        let mut second = first.clone();
+        readdress(&mut second, 3, 2);
+        put(&mut bases, 2, &second);
+        let (full_len, none) = row(&conn, &first.tables[0].chains[3]);
+        assert_eq!(none, None, "the first version is stored full");
+        let (delta_len, base) = row(&conn, &second.tables[0].chains[3]);
+        let first_hash = hash(&serde_json::to_vec(&first.tables[0].chains[3]).unwrap());
+        assert_eq!(base, Some(first_hash), "the second is a delta of the first");
+        assert!(
+            delta_len * 2 <= full_len,
+            "delta {delta_len} B, full {full_len} B"
+        );
+        // A third version is a delta of the same full one (never of a delta).
+        let mut third = second.clone();
+        readdress(&mut third, 3, 0);
+        put(&mut bases, 3, &third);
+        assert_eq!(row(&conn, &third.tables[0].chains[3]).1, Some(first_hash));
+        assert_eq!(load(&conn, last_id(&conn)).unwrap().tables, third);
+        // A chain rewritten whole: its delta would not be small, so it is stored full.
+        let mut fourth = third.clone();
+        fourth.tables[0].chains[3].rules = vec!["-j RETURN".into()];
+        put(&mut bases, 4, &fourth);
+        assert_eq!(row(&conn, &fourth.tables[0].chains[3]).1, None);
+        assert_eq!(load(&conn, last_id(&conn)).unwrap().tables, fourth);
+    }
+
+    #[test]
+    fn the_sweep_keeps_the_base_of_a_delta_in_use() {
+        let conn = record();
+        let mut bases = ChainBases::default();
+        let first = nat(|i| sep_rules(i, 1));
+        insert(&conn, &mut bases, 1, 1, 7, None, Backend::Legacy, &first).unwrap();
+        let mut second = first.clone();
+        readdress(&mut second, 5, 1);
+        insert(&conn, &mut bases, 2, 2, 7, None, Backend::Legacy, &second).unwrap();
+        let second_id = last_id(&conn);
+        // The first snapshot goes (retention); its version of chain 5 is the base of the
+        // second's, so it stays, and the second snapshot still reads back.
+        conn.execute("DELETE FROM snapshots WHERE id <> ?1", [second_id])
+            .unwrap();
+        sweep_chains(&conn).unwrap();
+        assert_eq!(load(&conn, second_id).unwrap().tables, second);
+        let kept: i64 = conn
+            .query_row("SELECT COUNT(*) FROM snap_chains", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(
+            kept as usize,
+            DICT_MIN_CHAINS * 2 + 1,
+            "every chain and one base"
+        );
+    }
+
+    #[test]
+    fn a_delta_whose_base_is_gone_is_a_clear_error() {
+        let conn = record();
+        let mut bases = ChainBases::default();
+        let first = nat(|i| sep_rules(i, 1));
+        insert(&conn, &mut bases, 1, 1, 7, None, Backend::Legacy, &first).unwrap();
+        let mut second = first.clone();
+        readdress(&mut second, 0, 3);
+        insert(&conn, &mut bases, 2, 2, 7, None, Backend::Legacy, &second).unwrap();
+        let base = hash(&serde_json::to_vec(&first.tables[0].chains[0]).unwrap());
+        conn.execute("DELETE FROM snap_chains WHERE hash = ?1", [base])
+            .unwrap();
+        let Err(err) = load(&conn, last_id(&conn)) else {
+            panic!("a snapshot whose chain's base is gone was read");
+        };
+        let err = err.to_string();
+        assert!(
+            err.contains("is missing") && err.contains("damaged"),
+            "{err}"
+        );
     }
 }
