@@ -849,6 +849,17 @@ mod tests {
         *rule = rule.replacen("-s 10.", "-s 172.16.", 1);
     }
 
+    /// Two snapshots of namespace 7: the nat table, then the same with one rule readdressed.
+    fn two_snapshots(conn: &Connection, chain: usize, rule: usize) -> (Tables, Tables) {
+        let mut bases = ChainBases::default();
+        let first = nat(|i| sep_rules(i, 1));
+        insert(conn, &mut bases, 1, 1, 7, None, Backend::Legacy, &first).unwrap();
+        let mut second = first.clone();
+        readdress(&mut second, chain, rule);
+        insert(conn, &mut bases, 2, 2, 7, None, Backend::Legacy, &second).unwrap();
+        (first, second)
+    }
+
     fn row(conn: &Connection, c: &Chain) -> (usize, Option<i64>) {
         let h = hash(&serde_json::to_vec(c).unwrap());
         conn.query_row(
@@ -903,12 +914,7 @@ mod tests {
     #[test]
     fn the_sweep_keeps_the_base_of_a_delta_in_use() {
         let conn = record();
-        let mut bases = ChainBases::default();
-        let first = nat(|i| sep_rules(i, 1));
-        insert(&conn, &mut bases, 1, 1, 7, None, Backend::Legacy, &first).unwrap();
-        let mut second = first.clone();
-        readdress(&mut second, 5, 1);
-        insert(&conn, &mut bases, 2, 2, 7, None, Backend::Legacy, &second).unwrap();
+        let (_, second) = two_snapshots(&conn, 5, 1);
         let second_id = last_id(&conn);
         // The first snapshot goes (retention); its version of chain 5 is the base of the
         // second's, so it stays, and the second snapshot still reads back.
@@ -929,12 +935,7 @@ mod tests {
     #[test]
     fn a_delta_whose_base_is_gone_is_a_clear_error() {
         let conn = record();
-        let mut bases = ChainBases::default();
-        let first = nat(|i| sep_rules(i, 1));
-        insert(&conn, &mut bases, 1, 1, 7, None, Backend::Legacy, &first).unwrap();
-        let mut second = first.clone();
-        readdress(&mut second, 0, 3);
-        insert(&conn, &mut bases, 2, 2, 7, None, Backend::Legacy, &second).unwrap();
+        let (first, _) = two_snapshots(&conn, 0, 3);
         let base = hash(&serde_json::to_vec(&first.tables[0].chains[0]).unwrap());
         conn.execute("DELETE FROM snap_chains WHERE hash = ?1", [base])
             .unwrap();
