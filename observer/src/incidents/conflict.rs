@@ -1,0 +1,220 @@
+//! Hits become incidents: one conflict per owner and writer, a mass flush when one writer wipes
+//! several owners, and the attempts the kernel refused.
+
+use super::*;
+
+impl Correlator {
+    pub(super) fn handle_hits(
+        &mut self,
+        netns: u32,
+        actor: &str,
+        first: &ChangeRecord,
+        hits: Vec<Hit>,
+        now_ns: i128,
+        out: &mut Vec<IncidentRecord>,
+    ) {
+        if hits.is_empty() {
+            return;
+        }
+        // Mass flush: flushes and deletes of several owners by this actor within the window.
+        let sweep_key = (netns, actor.to_string());
+        let sweeping: Vec<Hit> = hits
+            .iter()
+            .filter(|h| {
+                matches!(
+                    h.kind,
+                    IncidentKind::ForeignDelete | IncidentKind::ForeignFlush
+                )
+            })
+            .cloned()
+            .collect();
+        let mut consumed_by_sweep = false;
+        if !sweeping.is_empty() {
+            let window = self.cfg.mass_window_ns;
+            let sweep = self.sweeps.entry(sweep_key.clone()).or_default();
+            // A wipe that hits an owner who already repaired is a new wipe (a firewall reloaded
+            // twice): the earlier incident ends and a new one starts; nothing inherits "repaired".
+            if let Some(old) = sweep.incident.clone() {
+                let rewipe = self.incidents.get(&old).is_none_or(|t| {
+                    t.record.state.is_final()
+                        || sweeping.iter().any(|h| {
+                            t.record
+                                .owners
+                                .iter()
+                                .any(|o| o.owner == h.owner && o.repaired)
+                        })
+                });
+                if rewipe {
+                    *sweep = Sweep {
+                        first_ns: now_ns,
+                        ..Sweep::default()
+                    };
+                    if let Some(mut t) = self.incidents.remove(&old) {
+                        if !t.record.state.is_final() {
+                            let all = t.record.owners.iter().all(|o| o.repaired);
+                            t.record.state = if all {
+                                IncidentState::Resolved
+                            } else {
+                                IncidentState::Expired
+                            };
+                            t.record.time = rfc3339_ns(now_ns);
+                            t.record.summary = format!(
+                                "{} A new wipe by {actor} started a new incident.",
+                                mass_summary(&t.record)
+                            );
+                            out.push(t.record);
+                        }
+                    }
+                }
+            }
+            if sweep.incident.is_none() && now_ns - sweep.first_ns > window {
+                *sweep = Sweep {
+                    first_ns: now_ns,
+                    ..Sweep::default()
+                };
+            }
+            sweep.hits.extend(sweeping);
+            let owners: BTreeSet<&str> = sweep.hits.iter().map(|h| h.owner.as_str()).collect();
+            if owners.len() >= 2 || sweep.incident.is_some() {
+                consumed_by_sweep = true;
+                let hits = sweep.hits.clone();
+                let existing = sweep.incident.clone();
+                let since = sweep.first_ns;
+                let id = self.mass_flush(
+                    netns,
+                    actor,
+                    first,
+                    &hits,
+                    existing.clone(),
+                    (since, now_ns),
+                    out,
+                );
+                if let Some(s) = self.sweeps.get_mut(&sweep_key) {
+                    s.incident = Some(id.clone());
+                }
+                if existing.is_none() {
+                    self.merge_into_mass(netns, actor, &hits, since, &id, now_ns, out);
+                }
+            }
+        }
+        // Everything else, per owner: one conflict each.
+        let mut by_owner: BTreeMap<String, Vec<Hit>> = BTreeMap::new();
+        for h in hits {
+            let swept = consumed_by_sweep
+                && matches!(
+                    h.kind,
+                    IncidentKind::ForeignDelete
+                        | IncidentKind::ForeignFlush
+                        | IncidentKind::Unhooked
+                );
+            if !swept {
+                by_owner.entry(h.owner.clone()).or_default().push(h);
+            }
+        }
+        for (owner, hits) in by_owner {
+            let key = ConflictKey {
+                netns,
+                owner: owner.clone(),
+                actor: actor.to_string(),
+            };
+            let window = self.cfg.flap_window_ns;
+            let conflict = self.conflicts.entry(key.clone()).or_default();
+            conflict.pending = true;
+            conflict.last_ns = now_ns;
+            let open_ids = conflict.open.clone();
+            if let Some(id) = conflict.flapping.clone() {
+                let seqs: Vec<u64> = hits.iter().map(|h| h.seq).collect();
+                if let Some(t) = self.incidents.get_mut(&id) {
+                    add_events(&mut t.record, &seqs);
+                    t.last_ns = now_ns;
+                }
+                continue;
+            }
+            let mut kinds: BTreeMap<IncidentKind, Vec<Hit>> = BTreeMap::new();
+            for h in hits {
+                kinds.entry(h.kind).or_default().push(h);
+            }
+            for (kind, hits) in kinds {
+                let open = open_ids.get(&kind).cloned().filter(|id| {
+                    self.incidents
+                        .get(id)
+                        .is_some_and(|t| now_ns - t.last_ns <= window)
+                });
+                let record = match open.and_then(|id| self.incidents.get_mut(&id)) {
+                    Some(t) => {
+                        let reopened = t.record.state.is_final();
+                        update_with_hits(&mut t.record, &hits, actor, first);
+                        if reopened {
+                            // Undone again after a repair: open again, nothing repaired.
+                            t.record.state = IncidentState::Open;
+                            t.undone_ns = now_ns;
+                            for o in &mut t.record.owners {
+                                o.repaired = false;
+                                o.repair_ms = None;
+                                o.repaired_by = None;
+                            }
+                        }
+                        t.add_targets(&hits);
+                        t.record.summary = summary(&t.record, &hits);
+                        t.last_ns = now_ns;
+                        t.record.clone()
+                    }
+                    None => {
+                        let mut r = new_incident(kind, netns, &hits, actor, first);
+                        if let Some(d) = &hits[0].drift {
+                            r.rule = Some(d.rule.clone());
+                            r.was = Some(d.was.clone());
+                            r.lost = d.lost.clone();
+                            if d.critical {
+                                r.severity = Severity::Critical;
+                            }
+                        }
+                        r.summary = summary(&r, &hits);
+                        let mut t = Tracked::new(r.clone(), now_ns, now_ns);
+                        t.add_targets(&hits);
+                        self.incidents.insert(r.id.clone(), t);
+                        if let Some(c) = self.conflicts.get_mut(&key) {
+                            c.open.insert(kind, r.id.clone());
+                        }
+                        r
+                    }
+                };
+                out.push(record);
+            }
+        }
+    }
+
+    /// Writes the kernel refused: named in an open mass flush of the writer's own chains.
+    pub(super) fn note_failures(
+        &mut self,
+        netns: u32,
+        actor: &str,
+        failed: &[&ChangeRecord],
+        now_ns: i128,
+        out: &mut Vec<IncidentRecord>,
+    ) {
+        for t in self.incidents.values_mut() {
+            let Some(o) = unrepaired_owner(t, netns, actor) else {
+                continue;
+            };
+            let f = failed[0];
+            o.failed = Some(format!(
+                "{} {} {} at {}: {}",
+                f.op,
+                f.table,
+                f.chain.as_deref().unwrap_or_default(),
+                f.time,
+                f.result
+            ));
+            t.record.state = IncidentState::Update;
+            t.record.time = f.time.clone();
+            t.record.summary = mass_summary(&t.record);
+            add_events(
+                &mut t.record,
+                &failed.iter().map(|c| c.seq).collect::<Vec<_>>(),
+            );
+            t.last_ns = now_ns;
+            out.push(t.record.clone());
+        }
+    }
+}

@@ -1,0 +1,84 @@
+//! `split_brain`: one owner's chains in both the legacy and the nft backend.
+
+use super::*;
+
+impl Correlator {
+    pub(super) fn check_split(
+        &mut self,
+        netns: u32,
+        owner: &str,
+        now_ns: i128,
+        seqs: &[u64],
+        out: &mut Vec<IncidentRecord>,
+    ) {
+        let Some(net) = self.nets.get(&netns) else {
+            return;
+        };
+        let mut legacy = BTreeSet::new();
+        let mut nft = BTreeSet::new();
+        let mut sample: Option<(Family, String)> = None;
+        for (k, info) in &net.objs {
+            if info.is_set {
+                continue;
+            }
+            if self.owned_by(&k.3, info, owner) {
+                if k.0 == Backend::Legacy {
+                    legacy.insert(k.3.clone());
+                    sample.get_or_insert((k.1, k.2.clone()));
+                } else if k.0 == Backend::Nft && is_iptables_nft_table(k.1, &k.2) {
+                    nft.insert(k.3.clone());
+                }
+            }
+        }
+        let key = (netns, owner.to_string());
+        let split = !legacy.is_empty() && !nft.is_empty();
+        match (split, self.splits.get(&key).cloned()) {
+            (true, None) => {
+                let (family, table) = sample.unwrap_or((Family::Ip, String::new()));
+                let last_backend = self.last_backend.get(&key).copied();
+                let first_seq = seqs.first().copied().unwrap_or_default();
+                let mut chains: Vec<String> = legacy.union(&nft).cloned().collect();
+                chains.sort();
+                let time = rfc3339_ns(now_ns);
+                let mut r = IncidentRecord {
+                    id: format!("split_brain-{netns}-{first_seq}-{owner}"),
+                    time: time.clone(),
+                    since: time,
+                    netns_name: net.name.clone(),
+                    backend: last_backend.unwrap_or(Backend::Nft),
+                    family,
+                    table,
+                    chains,
+                    owner: owner.to_string(),
+                    actors: vec![owner.to_string()],
+                    events: seqs.to_vec(),
+                    backends: Some(SplitBackends {
+                        legacy: legacy.into_iter().collect(),
+                        nft: nft.into_iter().collect(),
+                    }),
+                    last_backend,
+                    ..blank(IncidentKind::SplitBrain, netns)
+                };
+                trim_events(&mut r);
+                r.summary = split_summary(&r);
+                self.splits.insert(key, r.id.clone());
+                self.incidents
+                    .insert(r.id.clone(), Tracked::new(r.clone(), now_ns, now_ns));
+                out.push(r);
+            }
+            (false, Some(id)) => {
+                self.splits.remove(&key);
+                if let Some(mut t) = self.incidents.remove(&id) {
+                    t.record.state = IncidentState::Resolved;
+                    t.record.time = rfc3339_ns(now_ns);
+                    add_events(&mut t.record, seqs);
+                    t.record.summary = format!(
+                        "{owner}'s chains now live in one backend only; the split brain is over."
+                    );
+                    out.push(t.record);
+                }
+            }
+            _ => {}
+        }
+    }
+}
