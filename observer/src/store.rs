@@ -1158,16 +1158,24 @@ impl DictFrames {
                 }
             }
         };
-        let Some(size) = zstd::zstd_safe::get_frame_content_size(frame)
-            .ok()
-            .flatten()
-            .filter(|&n| n <= MAX_ROW_BYTES)
-        else {
-            return Ok(Err("no usable size in its compressed frame".into()));
+        let size = match frame_size(frame) {
+            Ok(n) => n,
+            Err(e) => return Ok(Err(e.into())),
         };
-        Ok(d.decompress(frame, size as usize)
+        Ok(d.decompress(frame, size)
             .map_err(|e| format!("decompressing: {e}")))
     }
+}
+
+/// The size a zstd frame of the record decompresses to, as its header says; no size, or one
+/// larger than a row may be, is damage.
+pub(crate) fn frame_size(frame: &[u8]) -> Result<usize, &'static str> {
+    zstd::zstd_safe::get_frame_content_size(frame)
+        .ok()
+        .flatten()
+        .filter(|&n| n <= MAX_ROW_BYTES)
+        .map(|n| n as usize)
+        .ok_or("no usable size in its compressed frame")
 }
 
 /// Turns stored bodies back into the JSON lines that were streamed.
@@ -1199,7 +1207,7 @@ impl Decoder {
 }
 
 /// The largest JSON line a row may decode to (a guard against a damaged size).
-pub(crate) const MAX_ROW_BYTES: u64 = 64 << 20;
+const MAX_ROW_BYTES: u64 = 64 << 20;
 
 /// Changes matching the selection, oldest first.
 pub fn select_changes(conn: &Connection, s: &Selection) -> Result<Vec<Stored>, StoreError> {

@@ -8,7 +8,7 @@
 //! `snap_dicts`, its id in each chain's row), and every chain stored after it is compressed
 //! with it. A new version of a chain the record already holds is stored as a delta: compressed
 //! with the chain's full version (its `base`) as the dictionary: on a week of kube-proxy churn a
-//! version costs about 90 bytes so, against about 180 full. A delta's base is always a full
+//! delta costs about 90 bytes, a full version about 180. A delta's base is always a full
 //! version (never another delta), so a chain is read with at most two frames; when a chain has
 //! drifted so far that its delta is no longer small, the new version is stored full and becomes
 //! the base of the next ones. The tables are added to a layout 2 record when missing; an older
@@ -224,14 +224,10 @@ impl<'c> ChainReader<'c> {
             return Err(damaged(format!("its base {b:x} is itself a delta")));
         }
         let base_json = read_chain(&mut self.frames, self.conn, what, &base_body, base_dict)?;
-        let size = zstd::zstd_safe::get_frame_content_size(&body)
-            .ok()
-            .flatten()
-            .filter(|&n| n <= store::MAX_ROW_BYTES)
-            .ok_or_else(|| damaged("no usable size in its compressed frame".into()))?;
+        let size = store::frame_size(&body).map_err(|e| damaged(e.into()))?;
         // The base is loaded into the context for this one frame (no prepared dictionary:
         // each base serves one delta here).
-        let mut out = Vec::with_capacity(size as usize);
+        let mut out = Vec::with_capacity(size);
         self.deltas
             .decompress_using_dict(&mut out, &body, &base_json)
             .map_err(|code| {
@@ -368,23 +364,12 @@ pub fn insert(
                 }
                 _ => None,
             };
-            let stored = match small {
-                Some((b, d)) => {
-                    put.execute(params![h, d, None::<i64>, b])?;
-                    Stored {
-                        hash: h,
-                        base: Some(b),
-                    }
-                }
-                None => {
-                    put.execute(params![h, full, dict_id, None::<i64>])?;
-                    Stored {
-                        hash: h,
-                        base: None,
-                    }
-                }
+            let (body, dict_id, base) = match small {
+                Some((b, d)) => (d, None, Some(b)),
+                None => (full, dict_id, None),
             };
-            after.insert(key, stored);
+            put.execute(params![h, body, dict_id, base])?;
+            after.insert(key, Stored { hash: h, base });
         }
     }
     bases.pairs.put((netns, backend), after);
