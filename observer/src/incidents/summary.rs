@@ -125,12 +125,7 @@ pub(super) fn mass_summary(r: &IncidentRecord) -> String {
             }
         ));
     }
-    let never: Vec<&str> = r
-        .owners
-        .iter()
-        .filter(|o| !o.repaired)
-        .map(|o| o.owner.as_str())
-        .collect();
+    let never = r.unrepaired_owners();
     let fix = if r.state.is_final() && !never.is_empty() {
         format!(
             " Restart {} to re-create its chains, and make {} keep other components' chains \

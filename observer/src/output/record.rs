@@ -192,6 +192,17 @@ pub struct IncidentRecord {
     pub last_backend: Option<Backend>,
 }
 
+impl IncidentRecord {
+    /// The owners (of a `mass_flush`) that have not repaired what was undone.
+    pub fn unrepaired_owners(&self) -> Vec<&str> {
+        self.owners
+            .iter()
+            .filter(|o| !o.repaired)
+            .map(|o| o.owner.as_str())
+            .collect()
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum IncidentState {

@@ -465,12 +465,7 @@ impl<W: Write> Screen<W> {
                 }
             }
             IncidentState::Expired => {
-                let never: Vec<&str> = i
-                    .owners
-                    .iter()
-                    .filter(|o| !o.repaired)
-                    .map(|o| o.owner.as_str())
-                    .collect();
+                let never = i.unrepaired_owners();
                 if never.is_empty() {
                     String::new()
                 } else {
