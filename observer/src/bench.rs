@@ -18,6 +18,13 @@ struct Timing {
     rounds: usize,
     /// Median wall time of one read (getsockopt + decode), ms.
     read_ms: f64,
+    /// Of which the kernel's copy (`GET_INFO`, `GET_ENTRIES`, `GET_INFO`), ms (median).
+    kernel_ms: f64,
+    /// Of which decoding, fingerprinting and packing the entries, ms (median).
+    decode_ms: f64,
+    /// The entries as the kernel returns them, and as observer keeps them, bytes.
+    entries_bytes: usize,
+    kept_bytes: usize,
     /// Median wall time of one structural diff against the previous copy, ms.
     diff_ms: f64,
     /// Changes the last diff found.
@@ -38,15 +45,25 @@ pub fn run(args: BenchXtArgs) -> anyhow::Result<()> {
     let timing = netns::run_in(&handle.file, move || -> anyhow::Result<Timing> {
         let mut last = xtables::read_table(XtProto::Ipv4, &table)?;
         let (mut reads, mut diffs, mut changes) = (Vec::new(), Vec::new(), 0);
+        let (mut kernel, mut decode, mut entries_bytes) = (Vec::new(), Vec::new(), 0);
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
         for _ in 0..rounds {
             let t0 = Instant::now();
             let next = xtables::read_table(XtProto::Ipv4, &table)?;
             let t1 = Instant::now();
             changes = xtables::diff(Some(&last), Some(&next)).len();
             let t2 = Instant::now();
-            reads.push((t1 - t0).as_secs_f64() * 1e3);
-            diffs.push((t2 - t1).as_secs_f64() * 1e3);
+            reads.push(ms(t1 - t0));
+            diffs.push(ms(t2 - t1));
             last = next;
+            // The same read in its two halves, apart.
+            let t3 = Instant::now();
+            let raw = xtables::sockopt::read_raw(XtProto::Ipv4, &table)?;
+            let t4 = Instant::now();
+            entries_bytes = raw.info.size as usize;
+            let _ = xtables::decode::decode_raw(XtProto::Ipv4, raw)?;
+            kernel.push(ms(t4 - t3));
+            decode.push(ms(t4.elapsed()));
         }
         Ok(Timing {
             rules: last.rule_count(),
@@ -54,6 +71,10 @@ pub fn run(args: BenchXtArgs) -> anyhow::Result<()> {
             table,
             rounds,
             read_ms: median(reads),
+            kernel_ms: median(kernel),
+            decode_ms: median(decode),
+            entries_bytes,
+            kept_bytes: last.kept_bytes(),
             diff_ms: median(diffs),
             changes,
         })

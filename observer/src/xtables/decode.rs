@@ -9,6 +9,8 @@
 
 use std::collections::HashMap;
 
+use super::packed::Packed;
+use super::sockopt::RawTable;
 use super::{Verdict, XtChain, XtError, XtProto, XtRule, XtTable};
 
 /// Size of the `xt_entry_match` / `xt_entry_target` header (`u16 size; char name[29]; u8 rev`).
@@ -406,9 +408,14 @@ pub fn decode_table(proto: XtProto, info: &TableInfo, blob: Vec<u8>) -> Result<X
     decode_table_at(proto, info, blob, 0)
 }
 
+/// Decode a table as [`read_raw`](super::sockopt::read_raw) returned it.
+pub(crate) fn decode_raw(proto: XtProto, raw: RawTable) -> Result<XtTable, XtError> {
+    decode_table_at(proto, &raw.info, raw.buf, GET_ENTRIES_HEADER)
+}
+
 /// Decode the entries that start at `base` in `buf` (after the `ipt_get_entries` header, which
-/// is kept rather than moved away: the blob can be megabytes) with the hook offsets of their
-/// `GET_INFO`.
+/// is not moved away: the blob can be megabytes) with the hook offsets of their `GET_INFO`. The
+/// rules' entries are kept packed ([`Packed`]); `buf` is freed on return.
 pub(crate) fn decode_table_at(
     proto: XtProto,
     info: &TableInfo,
@@ -509,6 +516,7 @@ pub(crate) fn decode_table_at(
 
     // Pass 2: rules, policies, fingerprints.
     let mut set_refs = Vec::new();
+    let mut packed = Packed::default();
     let mut chains = Vec::with_capacity(builds.len());
     for b in &builds {
         let mut policy = None;
@@ -525,9 +533,12 @@ pub(crate) fn decode_table_at(
             }
             let verdict = classify(&e, off, &landing);
             let fingerprint = fingerprint(l, &e, verdict, &builds, &mut set_refs);
+            let packed_at = packed
+                .push(e.bytes)
+                .ok_or_else(|| malformed(off as usize, "table too large to keep"))?;
             rules.push(XtRule {
                 fingerprint,
-                offset: off,
+                packed_at,
                 verdict,
             });
         }
@@ -546,12 +557,12 @@ pub(crate) fn decode_table_at(
     }
     set_refs.sort_unstable();
     set_refs.dedup();
+    packed.shrink_to_fit();
     Ok(XtTable {
         proto,
         name: info.name.clone(),
         chains,
-        blob: buf,
-        base,
+        entries: packed,
         set_refs,
         set_names: HashMap::new(),
     })

@@ -22,6 +22,7 @@ pub(crate) mod attempt;
 pub mod decode;
 pub mod diff;
 mod ext;
+mod packed;
 mod render;
 pub mod sockopt;
 
@@ -116,11 +117,9 @@ pub struct XtTable {
     pub name: String,
     /// Chains in kernel order: built-in chains in hook order, then user chains.
     pub chains: Vec<XtChain>,
-    /// The `GET_ENTRIES` entries, which the rules point into; kept so that a rule's text is
+    /// The rules' entries as the kernel returned them, packed; kept so that a rule's text is
     /// rendered only when a change needs it.
-    blob: Vec<u8>,
-    /// Where the entries start in `blob` (after the `ipt_get_entries` header, if kept).
-    base: usize,
+    entries: packed::Packed,
     /// ipset indices that `-m set` matches and `-j SET` targets refer to, sorted.
     set_refs: Vec<u16>,
     /// ipset index -> name, resolved when the table was read (for `-m set`).
@@ -128,13 +127,13 @@ pub struct XtTable {
 }
 
 impl fmt::Debug for XtTable {
-    // The blob can be megabytes: show its size, not its bytes.
+    // The entries can be megabytes: show their size, not their bytes.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("XtTable")
             .field("proto", &self.proto)
             .field("name", &self.name)
             .field("chains", &self.chains)
-            .field("blob_len", &self.blob.len())
+            .field("entries_packed", &self.entries.len())
             .field("set_names", &self.set_names)
             .finish()
     }
@@ -157,8 +156,8 @@ pub struct XtRule {
     /// A hash of the rule's structure (addresses, interfaces, matches, target; for a jump the
     /// target chain's name), not of its counters. Comparable within one process run only.
     pub fingerprint: u64,
-    /// Byte offset of the entry in the table's blob.
-    offset: u32,
+    /// Where the rule's entry is in the table's packed entries.
+    packed_at: u32,
     /// What the standard target of the entry means, resolved at decode time.
     verdict: Verdict,
 }
@@ -179,9 +178,14 @@ pub(crate) enum Verdict {
 }
 
 impl XtTable {
-    /// The entries, which rule offsets and jump verdicts are relative to.
-    pub(crate) fn entries(&self) -> &[u8] {
-        self.blob.get(self.base..).unwrap_or(&[])
+    /// Bytes kept for the rules' entries (packed).
+    pub fn kept_bytes(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// The rule's entry as the kernel returned it (`None` only for a rule of another table).
+    pub(crate) fn entry_bytes(&self, rule: &XtRule) -> Option<Vec<u8>> {
+        self.entries.unpack(rule.packed_at)
     }
 
     /// The rule in `iptables-save` syntax without the `-A CHAIN ` prefix.

@@ -17,8 +17,9 @@ use super::{Verdict, XtProto, XtRule, XtTable};
 /// Render `rule` of `table`.
 pub(crate) fn rule_text(table: &XtTable, rule: &XtRule) -> String {
     let layout = decode::layout(table.proto);
-    let Ok(e) = Entry::at(layout, table.entries(), rule.offset as usize) else {
-        return format!("[unreadable entry at byte {}]", rule.offset);
+    let bytes = table.entry_bytes(rule).unwrap_or_default();
+    let Ok(e) = Entry::at(layout, &bytes, 0) else {
+        return format!("[unreadable entry {}]", rule.packed_at);
     };
     let mut out = String::with_capacity(128);
     let header = e.header();

@@ -71,7 +71,7 @@ pub fn table_names(proto: XtProto) -> Result<Vec<String>, XtError> {
 /// same namespace, so that the table can be rendered later from any thread.
 pub fn read_table(proto: XtProto, name: &str) -> Result<XtTable, XtError> {
     let raw = read_raw(proto, name)?;
-    let mut table = decode::decode_table_at(proto, &raw.info, raw.buf, GET_ENTRIES_HEADER)?;
+    let mut table = decode::decode_raw(proto, raw)?;
     table.name = name.to_string();
     if !table.set_indices().is_empty() {
         for (index, set) in ipset_names(table.set_indices()) {
