@@ -8,7 +8,7 @@
 
 use std::path::Path;
 
-use btf_rs::{Btf, Type};
+use btf_rs::{Backend, Btf, Type};
 use observer_common::{nfnl::NlOffsets, offsets::Offsets};
 
 /// Where the running kernel publishes its BTF.
@@ -46,11 +46,20 @@ impl KernelBtf {
         KernelBtf::from_file(Path::new(VMLINUX_BTF))
     }
 
+    /// The file is mapped when the kernel allows it (its BTF in sysfs can be mapped since 6.16):
+    /// types are then read in place, and the 5 MB of a distribution kernel's BTF cost an index of
+    /// their offsets instead of some 30 MB of parsed types, which were the agent's peak memory.
+    /// Otherwise it is read and parsed whole.
     pub fn from_file(path: &Path) -> Result<KernelBtf, BtfError> {
-        let btf = Btf::from_file(path).map_err(|source| BtfError::Load {
-            path: path.display().to_string(),
-            source,
-        })?;
+        let btf = Btf::from_file_with_backend(path, Backend::Mmap)
+            .or_else(|e| {
+                tracing::debug!("{}: not mapped ({e}); reading it whole", path.display());
+                Btf::from_file(path)
+            })
+            .map_err(|source| BtfError::Load {
+                path: path.display().to_string(),
+                source,
+            })?;
         Ok(KernelBtf { btf })
     }
 

@@ -157,7 +157,11 @@ impl KernelHooks {
             tracing::info!("mounted tracefs at {}", tracefs::TRACEFS);
         }
 
+        // The programs read kernel structs at offsets resolved above, not through CO-RE
+        // relocations (the object has none), so the loader need not parse the kernel's BTF
+        // again: only fentry attachment needs it, and parses it when it is tried.
         let mut ebpf = EbpfLoader::new()
+            .btf(None)
             .override_global("OFFSETS", &resolved.offsets, true)
             .override_global("NL_OFFSETS", &resolved_nl.offsets, true)
             .map_max_entries("EVENTS", opts.ringbuf_bytes)
