@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    release_large_buffers();
     let args = cli::Cli::parse();
     init_logging(args.log_level.as_deref());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -60,4 +61,22 @@ fn init_logging(level: Option<&str>) {
         .with_writer(std::io::stderr)
         .with_target(false)
         .init();
+}
+
+/// Buffers of 256 KiB and more (a legacy table's entries, several MB, read at every change of
+/// it; a record's pages) are mapped for themselves and unmapped when freed. glibc would
+/// otherwise raise that threshold to the largest buffer freed so far, serve the next ones from
+/// its heaps and keep the memory after they are freed: on a node with a 20,000-rule table that
+/// left some 8 MiB resident for nothing, and the peak 12 MiB higher.
+fn release_large_buffers() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        const THRESHOLD: libc::c_int = 256 * 1024;
+        // SAFETY: mallopt only sets a tunable of the allocator; called before any thread starts.
+        if unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, THRESHOLD) } != 1 {
+            eprintln!(
+                "observer: warning: mallopt(M_MMAP_THRESHOLD) refused; memory use may be higher"
+            );
+        }
+    }
 }
