@@ -445,14 +445,21 @@ pub fn workload_of_proc_cgroup(text: &str) -> Workload {
 /// the id says nothing (a v1-only container on a hybrid host) and the writer still lives as
 /// `comm`.
 pub fn from_kernel(cgroup_id: u64, tgid: u32, comm: &str) -> Workload {
-    let from_id = resolver()
-        .resolve(cgroup_id)
+    let resolved = resolver().resolve(cgroup_id);
+    let from_id = resolved
+        .as_ref()
         .map(|r| r.workload.clone())
         .unwrap_or_default();
     if !from_id.is_empty() {
         let mut w = from_id;
         crate::pods::complete(&mut w);
         return w;
+    }
+    // The cgroup was found and its path names no unit, container or pod (the root cgroup, a
+    // user session). Where cgroup2 is the only hierarchy, `/proc/PID/cgroup` holds that same
+    // path: reading it would say the same, two file reads later, for every change.
+    if resolved.is_some() && unified() {
+        return from_id;
     }
     let live = fs::read_to_string(format!("/proc/{tgid}/comm")).is_ok_and(|c| c.trim_end() == comm);
     if live {
@@ -462,9 +469,33 @@ pub fn from_kernel(cgroup_id: u64, tgid: u32, comm: &str) -> Workload {
     }
 }
 
+/// True when this process sees cgroup2 only (`/proc/self/cgroup` is one `0::` line), read once.
+fn unified() -> bool {
+    static UNIFIED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *UNIFIED.get_or_init(|| fs::read_to_string("/proc/self/cgroup").is_ok_and(|t| only_cgroup2(&t)))
+}
+
+/// [`unified`] on the file's text.
+fn only_cgroup2(proc_cgroup: &str) -> bool {
+    let mut lines = proc_cgroup
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .peekable();
+    lines.peek().is_some() && lines.all(|l| l.starts_with("0::"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_host_with_cgroup2_only_is_told_from_one_with_v1_hierarchies() {
+        assert!(only_cgroup2("0::/system.slice/kubelet.service\n"));
+        assert!(!only_cgroup2(
+            "12:memory:/kubepods/pod1\n1:name=systemd:/kubepods/pod1\n0::/\n"
+        ));
+        assert!(!only_cgroup2(""));
+    }
 
     const CID: &str = "4f6c2b5a8e1d0c9b7a6f5e4d3c2b1a09f8e7d6c5b4a39281706f5e4d3c2b1a09";
     const UID: &str = "8d1c6f3e-2b7a-4c9d-9e1f-0a2b3c4d5e6f";
