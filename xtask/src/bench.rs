@@ -9,7 +9,10 @@
 //! 3. idle CPU and context switches of `observer tail` while nothing happens;
 //! 4. RSS of `observer tail` tracking that 20,000-rule table after one change;
 //! 5. the kernel's own count of runs and nanoseconds of each of observer's eBPF programs
-//!    while iptables-legacy and nft changes are made (`kernel.bpf_stats_enabled`).
+//!    while iptables-legacy and nft changes are made (`kernel.bpf_stats_enabled`);
+//! 6. side by side with the tools already on a node, on the same changes: `nft monitor` and
+//!    `xtables-monitor` for nft and iptables-nft changes, a poller of `iptables-legacy-save` for
+//!    legacy changes on the 20,000-rule table ([`anchors`]).
 //!
 //! There are no pass/fail thresholds: the machines are shared and noisy. Every namespace is
 //! deleted on the way out (also when a part fails or panics); the host's own ruleset is never
@@ -20,7 +23,7 @@ use std::{
     env,
     fmt::Write as _,
     fs,
-    io::{ErrorKind, Read as _, Write as _},
+    io::{self, ErrorKind, Write as _},
     path::{Path, PathBuf},
     process::{self, Child, Command, ExitStatus, Stdio},
     sync::mpsc::{self, RecvTimeoutError},
@@ -34,6 +37,8 @@ use serde_json::Value;
 
 use crate::{cmd, kstats};
 
+mod anchors;
+
 #[derive(Args)]
 pub struct BenchArgs {
     /// Fewer events (30 instead of 200), fewer save runs and a 3 s idle window (instead of 10 s)
@@ -42,6 +47,10 @@ pub struct BenchArgs {
     /// Print the figures only; leave BENCHMARKS.md as it is
     #[arg(long)]
     no_write: bool,
+    /// Measure only these parts (1 to 6, repeatable; the 20,000-rule table is built when 2, 4 or
+    /// 6 is asked for). Implies --no-write: BENCHMARKS.md keeps one whole run
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=6))]
+    part: Vec<u8>,
 }
 
 /// How much to measure.
@@ -119,6 +128,7 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
         );
     }
     let plan = Plan::new(args.quick);
+    let wanted = |n: u8| skipped::<()>(&args.part, n).is_none();
     let env = Environment::collect();
     remove_stale_namespaces("obs-bench-");
 
@@ -127,30 +137,49 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
     let big = Netns::add(format!("obs-bench-{tag}-big"))?;
     let mut notes = Vec::new();
 
-    let latency = part("bench: 1. event latency", || {
-        latency(&bin, &small, plan.events, &mut notes)
+    let latency = skipped(&args.part, 1).unwrap_or_else(|| {
+        part("bench: 1. event latency", || {
+            latency(&bin, &small, plan.events, &mut notes)
+        })
     });
-    let table = part("bench: build the 20,000-rule table", || {
-        build_big_table(&big)
-    });
-    let xt = match &table {
+    let table = if wanted(2) || wanted(4) || wanted(6) {
+        part("bench: build the 20,000-rule table", || {
+            build_big_table(&big)
+        })
+    } else {
+        Err("not built in this run (--part)".to_owned())
+    };
+    let xt = skipped(&args.part, 2).unwrap_or_else(|| match &table {
         Ok(t) => part(
             "bench: 2. x_tables read+diff vs iptables-legacy-save",
             || xt_cost(&bin, &big, t, &plan),
         ),
         Err(e) => Err(format!("the big table could not be built: {e}")),
-    };
-    let idle = part("bench: 3. idle CPU and wake-ups", || {
-        idle(&bin, &small, plan.idle, &mut notes)
     });
-    let rss = match &table {
+    let idle = skipped(&args.part, 3).unwrap_or_else(|| {
+        part("bench: 3. idle CPU and wake-ups", || {
+            idle(&bin, &small, plan.idle, &mut notes)
+        })
+    });
+    let rss = skipped(&args.part, 4).unwrap_or_else(|| match &table {
         Ok(t) => part("bench: 4. RSS on the 20,000-rule table", || {
             rss(&bin, &big, t, &mut notes)
         }),
         Err(e) => Err(format!("the big table could not be built: {e}")),
-    };
-    let kcost = part("bench: 5. kernel cost per eBPF program", || {
-        kernel_cost(&bin, &small, plan.kcost_events, &mut notes)
+    });
+    let kcost = skipped(&args.part, 5).unwrap_or_else(|| {
+        part("bench: 5. kernel cost per eBPF program", || {
+            kernel_cost(&bin, &small, plan.kcost_events, &mut notes)
+        })
+    });
+    let anchors = skipped(&args.part, 6).unwrap_or_else(|| {
+        part(
+            "bench: 6. side by side with nft monitor, xtables-monitor, a poller",
+            || {
+                let big = table.as_ref().ok().map(|t| (&big, t));
+                anchors::run(&bin, big, plan.events, &mut notes)
+            },
+        )
     });
     drop(big);
     drop(small);
@@ -164,17 +193,24 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
         idle,
         rss,
         kcost,
+        anchors,
         notes,
     };
     print!("{}", results.text());
-    if args.no_write {
-        eprintln!("xtask: --no-write: BENCHMARKS.md left as it is");
+    if args.no_write || !args.part.is_empty() {
+        eprintln!("xtask: --no-write or --part: BENCHMARKS.md left as it is");
     } else {
         let path = super::root().join("BENCHMARKS.md");
         write_section(&path, &results.markdown())?;
         eprintln!("xtask: wrote the figures into {}", path.display());
     }
     Ok(if results.all_ok() { 0 } else { 1 })
+}
+
+/// In place of a part's figures, when `--part` left it out.
+fn skipped<T>(parts: &[u8], n: u8) -> Option<Result<T, String>> {
+    (!parts.is_empty() && !parts.contains(&n))
+        .then(|| Err(format!("not measured in this run (--part {parts:?})")))
 }
 
 /// Runs one part as a phase; a failure is kept (as text) for the report, not propagated.
@@ -357,34 +393,11 @@ impl Observer {
             .spawn()
             .with_context(|| format!("could not start `{desc}`"))?;
         let pid = child.id();
-        let mut out = child.stdout.take().context("observer has no stdout")?;
-        let (tx, rx) = mpsc::channel();
-        thread::spawn(move || {
-            let mut buf = vec![0u8; 1 << 16];
-            let mut pending = Vec::new();
-            loop {
-                let n = match out.read(&mut buf) {
-                    Ok(0) => return,
-                    Ok(n) => n,
-                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                    Err(_) => return,
-                };
-                // One timestamp per read: every line of this chunk arrived now.
-                let at = Instant::now();
-                pending.extend_from_slice(&buf[..n]);
-                while let Some(nl) = pending.iter().position(|&b| b == b'\n') {
-                    let line: Vec<u8> = pending.drain(..=nl).collect();
-                    let line = String::from_utf8_lossy(&line).trim_end().to_owned();
-                    if tx.send((at, line)).is_err() {
-                        return;
-                    }
-                }
-            }
-        });
+        let out = child.stdout.take().context("observer has no stdout")?;
         let mut obs = Observer {
             child: Some(child),
             pid,
-            lines: rx,
+            lines: timed_lines(out),
             skipped: Vec::new(),
             stderr,
             desc,
@@ -513,6 +526,34 @@ impl Observer {
             Err(e) => notes.push(format!("{part}: {e:#}")),
         }
     }
+}
+
+/// Reads `out` on a thread of its own and sends each line (without its line end) with the
+/// instant it arrived: one timestamp per read, so every line of one chunk arrived then.
+fn timed_lines(mut out: impl io::Read + Send + 'static) -> mpsc::Receiver<(Instant, String)> {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let mut buf = vec![0u8; 1 << 16];
+        let mut pending = Vec::new();
+        loop {
+            let n = match out.read(&mut buf) {
+                Ok(0) => return,
+                Ok(n) => n,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(_) => return,
+            };
+            let at = Instant::now();
+            pending.extend_from_slice(&buf[..n]);
+            while let Some(nl) = pending.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = pending.drain(..=nl).collect();
+                let line = String::from_utf8_lossy(&line).trim_end().to_owned();
+                if tx.send((at, line)).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    rx
 }
 
 impl Drop for Observer {
@@ -1012,6 +1053,12 @@ struct XtCost {
     runs: usize,
     /// `observer bench-xt`'s own line.
     read_ms: f64,
+    /// The read in its halves: the kernel's copy, then decoding and packing.
+    kernel_ms: f64,
+    decode_ms: f64,
+    /// The entries as the kernel returns them, and as observer keeps them.
+    entries_bytes: u64,
+    kept_bytes: u64,
     diff_ms: f64,
     rounds: u64,
     rules: u64,
@@ -1071,6 +1118,10 @@ fn xt_cost(bin: &Path, ns: &Netns, table: &BigTable, plan: &Plan) -> Result<XtCo
         true_ms: median(&trues),
         runs: plan.save_runs,
         read_ms: num("read_ms")?,
+        kernel_ms: num("kernel_ms")?,
+        decode_ms: num("decode_ms")?,
+        entries_bytes: int("entries_bytes")?,
+        kept_bytes: int("kept_bytes")?,
         diff_ms: num("diff_ms")?,
         rounds: int("rounds")?,
         rules: int("rules")?,
@@ -1451,6 +1502,7 @@ struct Results {
     idle: Result<Idle, String>,
     rss: Result<Rss, String>,
     kcost: Result<KernelCost, String>,
+    anchors: Result<anchors::Anchors, String>,
     notes: Vec<String>,
 }
 
@@ -1491,6 +1543,7 @@ impl Results {
             && self.idle.is_ok()
             && self.rss.is_ok()
             && self.kcost.is_ok()
+            && self.anchors.as_ref().is_ok_and(|a| a.poller.is_ok())
     }
 
     fn rows(&self) -> Vec<Row> {
@@ -1500,11 +1553,7 @@ impl Results {
             Ok(ops) => {
                 for o in ops {
                     let what = format!("1. latency, {} {}", o.backend, o.op);
-                    let aim = if o.op == "chain_create" {
-                        "p99 < 5 ms"
-                    } else {
-                        ""
-                    };
+                    let aim = "p99 ≤ 0.3 ms";
                     let mut f = match &o.dist {
                         Some(d) => format!(
                             "n={} min {:.2} / median {:.2} / p99 {:.2} / max {:.2} ms",
@@ -1519,7 +1568,7 @@ impl Results {
                     rows.push(row(what, f, aim));
                 }
             }
-            Err(e) => rows.push(row("1. event latency", failed(e), "p99 < 5 ms")),
+            Err(e) => rows.push(row("1. event latency", failed(e), "p99 ≤ 0.3 ms")),
         }
         match (&self.table, &self.xt) {
             (Ok(t), Ok(x)) => {
@@ -1550,6 +1599,18 @@ impl Results {
                     "",
                 ));
                 rows.push(row(
+                    "2. the read, apart",
+                    format!(
+                        "kernel's copy (GET_INFO, GET_ENTRIES, GET_INFO) {:.2} ms + decode {:.2} ms \
+                         (medians); entries {:.1} MB from the kernel, kept packed in {:.1} MB",
+                        x.kernel_ms,
+                        x.decode_ms,
+                        x.entries_bytes as f64 / 1e6,
+                        x.kept_bytes as f64 / 1e6
+                    ),
+                    "",
+                ));
+                rows.push(row(
                     "2. iptables-legacy-save -t filter",
                     format!(
                         "{:.2} ms (median of {}, min {:.2}); `ip netns exec NS true`: {:.2} ms",
@@ -1560,19 +1621,19 @@ impl Results {
                 rows.push(row(
                     "2. ratio (read+diff) / save",
                     format!("{:.3}", x.ratio()),
-                    "< 0.5",
+                    "≤ 0.1",
                 ));
                 rows.push(row(
                     "2. ratio (read+diff) / (save - exec true)",
                     format!("{:.3}", x.strict_ratio()),
-                    "< 0.5",
+                    "≤ 0.1",
                 ));
             }
             (Ok(_), Err(e)) | (Err(e), _) => {
                 rows.push(row(
                     "2. x_tables read+diff vs save",
                     failed(e),
-                    "ratio < 0.5",
+                    "ratio ≤ 0.1",
                 ));
             }
         }
@@ -1626,7 +1687,7 @@ impl Results {
                         mib(r.hwm_kib),
                         mib(r.ready_kib)
                     ),
-                    "< 64 MiB",
+                    "RSS < 32 MiB, HWM < 48 MiB",
                 ));
                 rows.push(row(
                     "4. latency of that change",
@@ -1637,7 +1698,11 @@ impl Results {
                     "",
                 ));
             }
-            Err(e) => rows.push(row("4. RSS on the big table", failed(e), "< 64 MiB")),
+            Err(e) => rows.push(row(
+                "4. RSS on the big table",
+                failed(e),
+                "RSS < 32 MiB, HWM < 48 MiB",
+            )),
         }
         match &self.kcost {
             Ok(k) => {
@@ -1665,6 +1730,14 @@ impl Results {
                 }
             }
             Err(e) => rows.push(row("5. kernel cost per eBPF program", failed(e), "")),
+        }
+        match &self.anchors {
+            Ok(a) => rows.push(row(
+                "6. side by side",
+                format!("see the table below ({})", a.versions),
+                "observer − nft monitor ≤ 0 at p50 and p99",
+            )),
+            Err(e) => rows.push(row("6. side by side", failed(e), "")),
         }
         rows
     }
@@ -1726,6 +1799,9 @@ impl Results {
         if let Some(t) = self.kcost_table() {
             let _ = write!(out, "\n{t}");
         }
+        if let Ok(a) = &self.anchors {
+            let _ = write!(out, "\n{}", a.table());
+        }
         out
     }
 
@@ -1764,6 +1840,9 @@ impl Results {
         }
         if let Some(t) = self.kcost_table() {
             let _ = write!(md, "\n{t}");
+        }
+        if let Ok(a) = &self.anchors {
+            let _ = write!(md, "\n{}", a.table());
         }
         let _ = writeln!(md, "{END}");
         md
