@@ -70,6 +70,9 @@ struct Watched {
     nft_reader: Option<JoinHandle<()>>,
     /// Set to ask the nft reader for a snapshot with its next transaction.
     nft_snapshot: Option<Arc<AtomicBool>>,
+    /// Sockets of the namespace for reading its legacy tables without entering it, opened at
+    /// its first legacy replace (they keep it alive: dropped with this entry).
+    xt_socks: Option<Arc<xtables::XtSockets>>,
 }
 
 impl Drop for Watched {
@@ -845,6 +848,7 @@ impl Engine {
             legacy: baseline.legacy,
             nft_reader: None,
             nft_snapshot: wants.then(|| Arc::new(AtomicBool::new(false))),
+            xt_socks: None,
         };
         if let (Some(sock), Some((state, gen))) = (baseline.socket, baseline.nft) {
             if new && !state.tables.is_empty() {
@@ -1113,30 +1117,52 @@ impl Engine {
         let Some(w) = self.watched.get(&inode) else {
             return;
         };
-        let file = match w.handle.file.try_clone() {
-            Ok(f) => f,
+        let table = x.table.clone();
+        let read = match w.xt_socks.clone() {
+            // The table was just replaced, so it exists: read it through the namespace's
+            // sockets, from a pooled thread.
+            Some(socks) => tokio::task::spawn_blocking(move || {
+                (None, xtables::read_existing_table(&socks, proto, &table))
+            })
+            .await
+            .map_err(|e| e.to_string()),
+            // The first time: enter the namespace, open its sockets there, and read.
+            None => {
+                let file = match w.handle.file.try_clone() {
+                    Ok(f) => f,
+                    Err(e) => return self.warn(format!("namespace {inode}: {e}")),
+                };
+                tokio::task::spawn_blocking(move || {
+                    netns::run_in(&file, move || {
+                        let socks = xtables::XtSockets::open().ok();
+                        (socks, xtables::read_table(proto, &table))
+                    })
+                })
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| format!("entering the namespace: {e}")))
+            }
+        };
+        let (socks, read) = match read {
+            Ok(r) => r,
             Err(e) => return self.warn(format!("namespace {inode}: {e}")),
         };
-        let table = x.table.clone();
-        let read = tokio::task::spawn_blocking(move || {
-            netns::run_in(&file, move || xtables::read_table(proto, &table))
-        })
-        .await;
         let new = match read {
-            Ok(Ok(Ok(t))) => Some(t),
-            Ok(Ok(Err(XtError::NoSuchTable { .. }))) => None,
-            Ok(Ok(Err(e))) => {
+            Ok(t) => Some(t),
+            Err(XtError::NoSuchTable { .. }) => None,
+            Err(e) => {
                 return self.warn(format!(
                     "reading legacy table {} in namespace {inode}: {e}",
                     x.table
                 ))
             }
-            Ok(Err(e)) => return self.warn(format!("entering namespace {inode}: {e}")),
-            Err(e) => return self.warn(format!("namespace {inode}: {e}")),
         };
         let Some(w) = self.watched.get_mut(&inode) else {
             return;
         };
+        if let Some(s) = socks {
+            w.xt_socks = Some(Arc::new(s));
+        }
         let key = (proto, x.table.clone());
         let old = w.legacy.remove(&key);
         let mut changes = xtables::diff(old.as_ref(), new.as_ref());

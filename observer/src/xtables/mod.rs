@@ -33,7 +33,7 @@ mod tests;
 
 pub use attempt::replace_attempt;
 pub use diff::diff;
-pub use sockopt::{read_table, table_names};
+pub use sockopt::{read_existing_table, read_table, table_names, XtSockets};
 
 /// Which x_tables family a table belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -71,10 +71,67 @@ pub fn table_names(proto: XtProto) -> Result<Vec<String>, XtError> {
 /// same namespace, so that the table can be rendered later from any thread.
 pub fn read_table(proto: XtProto, name: &str) -> Result<XtTable, XtError> {
     let raw = read_raw(proto, name)?;
+    finish(proto, name, raw, None)
+}
+
+/// Sockets opened in one network namespace, through which its tables are read from any thread:
+/// the kernel answers a socket option in the namespace of the socket, not of the caller. Entering
+/// the namespace for every read costs a thread and a `setns` (0.1 to 5 ms here); this costs two
+/// descriptors, and keeps the namespace alive while it is held (drop it with the namespace).
+#[derive(Debug)]
+pub struct XtSockets {
+    inet: OwnedFd,
+    /// `None` where the kernel has no IPv6.
+    inet6: Option<OwnedFd>,
+}
+
+impl XtSockets {
+    /// Open them in the calling thread's network namespace.
+    pub fn open() -> Result<XtSockets, XtError> {
+        Ok(XtSockets {
+            inet: raw_socket(libc::AF_INET)?,
+            inet6: raw_socket(libc::AF_INET6).ok(),
+        })
+    }
+
+    fn for_proto(&self, proto: XtProto) -> Result<&OwnedFd, XtError> {
+        match proto {
+            XtProto::Ipv4 | XtProto::Arp => Ok(&self.inet),
+            XtProto::Ipv6 => self.inet6.as_ref().ok_or_else(|| XtError::Io {
+                op: "opening an IPv6 raw socket",
+                source: io::Error::from_raw_os_error(libc::EAFNOSUPPORT),
+            }),
+        }
+    }
+}
+
+/// Read and decode a table that exists, through sockets of its namespace, from any thread.
+///
+/// Unlike [`read_table`], the table's existence is not checked against `*_tables_names` (that
+/// file shows the reading thread's namespace): call it for a table the kernel has just replaced,
+/// which therefore exists. Asked for a built-in table that a namespace does not have yet, the
+/// kernel would create it.
+pub fn read_existing_table(
+    socks: &XtSockets,
+    proto: XtProto,
+    name: &str,
+) -> Result<XtTable, XtError> {
+    let raw = read_raw_on(socks.for_proto(proto)?, proto, name)?;
+    finish(proto, name, raw, Some(&socks.inet))
+}
+
+/// Decode, name, and resolve the ipset names (through `sock`, or a socket of the calling
+/// thread's namespace).
+fn finish(
+    proto: XtProto,
+    name: &str,
+    raw: RawTable,
+    sock: Option<&OwnedFd>,
+) -> Result<XtTable, XtError> {
     let mut table = decode::decode_raw(proto, raw)?;
     table.name = name.to_string();
     if !table.set_indices().is_empty() {
-        for (index, set) in ipset_names(table.set_indices()) {
+        for (index, set) in ipset_names(sock, table.set_indices()) {
             table.set_name(index, set);
         }
     }
@@ -106,11 +163,9 @@ impl RawTable {
     }
 }
 
-/// `GET_INFO` then `GET_ENTRIES`, retried while the table changes in between.
+/// `GET_INFO` then `GET_ENTRIES` in the calling thread's namespace, for a table listed there.
 pub(crate) fn read_raw(proto: XtProto, name: &str) -> Result<RawTable, XtError> {
-    if name.is_empty() || name.len() >= TABLE_NAME_LEN || name.contains('\0') {
-        return Err(XtError::BadName(name.to_string()));
-    }
+    check_name(name)?;
     if !table_names(proto)?.iter().any(|n| n == name) {
         return Err(no_such(proto, name));
     }
@@ -118,7 +173,20 @@ pub(crate) fn read_raw(proto: XtProto, name: &str) -> Result<RawTable, XtError> 
         XtProto::Ipv6 => libc::AF_INET6,
         XtProto::Ipv4 | XtProto::Arp => libc::AF_INET,
     };
-    let sock = raw_socket(family)?;
+    read_raw_on(&raw_socket(family)?, proto, name)
+}
+
+fn check_name(name: &str) -> Result<(), XtError> {
+    if name.is_empty() || name.len() >= TABLE_NAME_LEN || name.contains('\0') {
+        return Err(XtError::BadName(name.to_string()));
+    }
+    Ok(())
+}
+
+/// `GET_INFO` then `GET_ENTRIES` on `sock` (of the table's family and namespace), retried while
+/// the table changes in between.
+fn read_raw_on(sock: &OwnedFd, proto: XtProto, name: &str) -> Result<RawTable, XtError> {
+    check_name(name)?;
     let (level, info_opt, entries_opt) = match proto {
         XtProto::Ipv4 => (SOL_IP, IPT_SO_GET_INFO, IPT_SO_GET_ENTRIES),
         XtProto::Ipv6 => (SOL_IPV6, IPT_SO_GET_INFO, IPT_SO_GET_ENTRIES),
@@ -128,7 +196,7 @@ pub(crate) fn read_raw(proto: XtProto, name: &str) -> Result<RawTable, XtError> 
     let get_info = || -> Result<(Vec<u8>, TableInfo), XtError> {
         let mut buf = vec![0u8; info_size];
         buf[..name.len()].copy_from_slice(name.as_bytes());
-        getsockopt(&sock, level, info_opt, &mut buf)
+        getsockopt(sock, level, info_opt, &mut buf)
             .map_err(|e| map_err(e, proto, name, "GET_INFO"))?;
         let info = decode::parse_info(proto, &buf)?;
         Ok((buf, info))
@@ -138,7 +206,7 @@ pub(crate) fn read_raw(proto: XtProto, name: &str) -> Result<RawTable, XtError> 
         let mut buf = vec![0u8; GET_ENTRIES_HEADER + info.size as usize];
         buf[..name.len()].copy_from_slice(name.as_bytes());
         buf[TABLE_NAME_LEN..TABLE_NAME_LEN + 4].copy_from_slice(&info.size.to_ne_bytes());
-        match getsockopt(&sock, level, entries_opt, &mut buf) {
+        match getsockopt(sock, level, entries_opt, &mut buf) {
             Ok(n) if n == buf.len() => {}
             // A short answer or EAGAIN: the table was replaced in between.
             Ok(_) => continue,
@@ -228,16 +296,26 @@ fn getsockopt(
     Ok(len as usize)
 }
 
-/// Resolve ipset indices to names through `SO_IP_SET` (what `iptables-save` does). Indices that
-/// cannot be resolved are left out; the renderer then prints `#<index>`.
-fn ipset_names(indices: &[u16]) -> HashMap<u16, String> {
+/// Resolve ipset indices to names through `SO_IP_SET` (what `iptables-save` does) on `sock` (an
+/// AF_INET socket of the table's namespace; one is opened in the calling thread's namespace
+/// when `None`). Indices that cannot be resolved are left out; the renderer then prints
+/// `#<index>`.
+fn ipset_names(sock: Option<&OwnedFd>, indices: &[u16]) -> HashMap<u16, String> {
     let mut out = HashMap::new();
-    let Ok(sock) = raw_socket(libc::AF_INET) else {
-        return out;
+    let opened;
+    let sock = match sock {
+        Some(s) => s,
+        None => match raw_socket(libc::AF_INET) {
+            Ok(s) => {
+                opened = s;
+                &opened
+            }
+            Err(_) => return out,
+        },
     };
     let mut req = [0u8; 8];
     req[..4].copy_from_slice(&IP_SET_OP_VERSION.to_ne_bytes());
-    if let Err(e) = getsockopt(&sock, SOL_IP, SO_IP_SET, &mut req) {
+    if let Err(e) = getsockopt(sock, SOL_IP, SO_IP_SET, &mut req) {
         tracing::debug!("ipset version query failed: {e}");
         return out;
     }
@@ -247,7 +325,7 @@ fn ipset_names(indices: &[u16]) -> HashMap<u16, String> {
         req[..4].copy_from_slice(&IP_SET_OP_GET_BYINDEX.to_ne_bytes());
         req[4..8].copy_from_slice(&version.to_ne_bytes());
         req[8..10].copy_from_slice(&index.to_ne_bytes());
-        match getsockopt(&sock, SOL_IP, SO_IP_SET, &mut req) {
+        match getsockopt(sock, SOL_IP, SO_IP_SET, &mut req) {
             Ok(_) => {
                 let name = decode::cstr(&req[8..]);
                 if !name.is_empty() {
