@@ -14,26 +14,26 @@ impl Correlator {
         let Some(net) = self.nets.get(&netns) else {
             return;
         };
-        let mut legacy = BTreeSet::new();
-        let mut nft = BTreeSet::new();
-        let mut sample: Option<(Family, String)> = None;
-        for (k, info) in &net.objs {
-            if info.is_set {
-                continue;
-            }
-            if self.owned_by(&k.3, info, owner) {
-                if k.0 == Backend::Legacy {
-                    legacy.insert(k.3.clone());
-                    sample.get_or_insert((k.1, k.2.clone()));
-                } else if k.0 == Backend::Nft && is_iptables_nft_table(k.1, &k.2) {
-                    nft.insert(k.3.clone());
-                }
-            }
-        }
         let key = (netns, owner.to_string());
-        let split = !legacy.is_empty() && !nft.is_empty();
+        // Called for every transaction of an owner: whether it has chains in both backends is
+        // found without collecting them (the chains are listed only when an incident opens).
+        let split = self.has_chains_in_both(net, owner);
         match (split, self.splits.get(&key).cloned()) {
             (true, None) => {
+                let mut legacy = BTreeSet::new();
+                let mut nft = BTreeSet::new();
+                let mut sample: Option<(Family, String)> = None;
+                for (k, info) in &net.objs {
+                    if info.is_set || !self.owned_by(&k.3, info, owner) {
+                        continue;
+                    }
+                    if k.0 == Backend::Legacy {
+                        legacy.insert(k.3.clone());
+                        sample.get_or_insert((k.1, k.2.clone()));
+                    } else if k.0 == Backend::Nft && is_iptables_nft_table(k.1, &k.2) {
+                        nft.insert(k.3.clone());
+                    }
+                }
                 let (family, table) = sample.unwrap_or((Family::Ip, String::new()));
                 let last_backend = self.last_backend.get(&key).copied();
                 let first_seq = seqs.first().copied().unwrap_or_default();
@@ -80,5 +80,32 @@ impl Correlator {
             }
             _ => {}
         }
+    }
+
+    /// Does `owner` have a chain in the legacy backend and one in an iptables-nft table? Stops
+    /// at the first of each; once one backend is found its objects cost a comparison each.
+    fn has_chains_in_both(&self, net: &Net, owner: &str) -> bool {
+        let (mut legacy, mut nft) = (false, false);
+        for (k, info) in &net.objs {
+            if info.is_set {
+                continue;
+            }
+            let wanted = match k.0 {
+                Backend::Legacy => !legacy,
+                Backend::Nft => !nft && is_iptables_nft_table(k.1, &k.2),
+                Backend::Ipset => false,
+            };
+            if wanted && self.owned_by(&k.3, info, owner) {
+                if k.0 == Backend::Legacy {
+                    legacy = true;
+                } else {
+                    nft = true;
+                }
+                if legacy && nft {
+                    return true;
+                }
+            }
+        }
+        false
     }
 }
