@@ -587,6 +587,40 @@ fn bench_big_table() {
 
 /// Without CAP_NET_ADMIN the error says what is missing. As root, a thread inside a throw-away
 /// netns drops to `nobody` (setresuid on one thread only) to see it.
+/// A table read through sockets opened in its namespace, from a thread that never entered it,
+/// is that namespace's table (the thread's own namespace has no such chain).
+#[test]
+fn a_table_is_read_through_its_namespace_sockets_from_outside() {
+    if let Some(why) = skip_reason() {
+        crate::test_support::skip(format_args!("{why}"));
+        return;
+    }
+    let ns = Netns::new(&format!("obs-xt-socks-{}", std::process::id())).expect("netns");
+    let chain = format!("OBS-SOCKS-{}", std::process::id());
+    ns.exec("iptables-legacy", &["-w", "5", "-N", &chain])
+        .expect("iptables");
+    ns.exec(
+        "iptables-legacy",
+        &[
+            "-w", "5", "-A", &chain, "-p", "tcp", "--dport", "4242", "-j", "ACCEPT",
+        ],
+    )
+    .expect("iptables");
+    let socks = ns
+        .run_in(XtSockets::open)
+        .expect("thread")
+        .expect("sockets");
+    let t = read_existing_table(&socks, XtProto::Ipv4, "filter").expect("read");
+    let c = t.chain(&chain).expect("the namespace's chain");
+    let rules: Vec<String> = c.rules.iter().map(|r| t.rule_text(r)).collect();
+    assert_eq!(rules, ["-p tcp -m tcp --dport 4242 -j ACCEPT"]);
+    // A table the namespace does not have (not built in, so never created by asking).
+    assert!(matches!(
+        read_existing_table(&socks, XtProto::Ipv4, "obs-none"),
+        Err(XtError::NoSuchTable { .. })
+    ));
+}
+
 #[test]
 fn unprivileged_read_says_root_is_needed() {
     let check = || match read_table(XtProto::Ipv4, "filter") {
