@@ -1161,19 +1161,25 @@ struct Sample {
 /// observer runs on).
 const USER_HZ: u64 = 100;
 
-fn sample(pid: u32) -> Result<Sample> {
+/// The sum of fields `fields` (numbered as in proc(5): utime 14, stime 15, cutime 16, cstime
+/// 17) of `/proc/PID/stat`, in clock ticks.
+fn stat_ticks(pid: u32, fields: [usize; 2]) -> Result<u64> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat"))
-        .with_context(|| format!("reading /proc/{pid}/stat (did observer exit?)"))?;
-    // Fields after "(comm)": state is field 3, utime 14 and stime 15.
+        .with_context(|| format!("reading /proc/{pid}/stat (did the process exit?)"))?;
+    // Fields after "(comm)", which may hold spaces: state is field 3.
     let after = stat.rsplit_once(')').map_or("", |(_, a)| a);
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let field = |n: usize| -> Result<u64> {
-        fields
+    let values: Vec<&str> = after.split_whitespace().collect();
+    fields.iter().try_fold(0, |sum, &n| {
+        values
             .get(n - 3)
-            .and_then(|f| f.parse().ok())
+            .and_then(|f| f.parse::<u64>().ok())
+            .map(|v| sum + v)
             .with_context(|| format!("/proc/{pid}/stat has no field {n}: {stat}"))
-    };
-    let ticks = field(14)? + field(15)?;
+    })
+}
+
+fn sample(pid: u32) -> Result<Sample> {
+    let ticks = stat_ticks(pid, [14, 15])?;
     let mut threads = BTreeMap::new();
     for task in fs::read_dir(format!("/proc/{pid}/task"))? {
         let task = task?;
@@ -1900,6 +1906,18 @@ mod tests {
         let d = Dist::of(&[3.0, -1.0, 2.0]).unwrap();
         assert_eq!((d.min, d.median, d.p99, d.max), (-1.0, 2.0, 3.0, 3.0));
         assert!(Dist::of(&[]).is_none());
+    }
+
+    #[test]
+    fn stat_fields_are_read_by_their_proc5_numbers() {
+        let me = process::id();
+        // utime + stime of this process, and of its reaped children: both present.
+        assert!(stat_ticks(me, [14, 15]).is_ok());
+        assert!(stat_ticks(me, [16, 17]).is_ok());
+        // Field 4 is the parent's pid.
+        let ppid = u64::from(std::os::unix::process::parent_id());
+        assert_eq!(stat_ticks(me, [4, 3 + 100]).ok(), None);
+        assert_eq!(stat_ticks(me, [4, 4]).unwrap(), 2 * ppid);
     }
 
     #[test]

@@ -408,23 +408,7 @@ fn nft_side(
 
 /// utime + stime (`own`) or cutime + cstime (`children`, those reaped) of a process, in ms.
 fn cpu_ms(pid: u32, children: bool) -> Result<f64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // Fields after the command (which may hold spaces) and its closing parenthesis.
-    let rest = stat
-        .rsplit_once(')')
-        .map(|(_, r)| r)
-        .with_context(|| format!("/proc/{pid}/stat: {stat:?}"))?;
-    let f: Vec<u64> = rest
-        .split_whitespace()
-        .skip(11)
-        .take(4)
-        .map(|x| x.parse().unwrap_or(0))
-        .collect();
-    let ticks = if children {
-        f.get(2).copied().unwrap_or(0) + f.get(3).copied().unwrap_or(0)
-    } else {
-        f.first().copied().unwrap_or(0) + f.get(1).copied().unwrap_or(0)
-    };
+    let ticks = stat_ticks(pid, if children { [16, 17] } else { [14, 15] })?;
     Ok((ticks * 1000 / USER_HZ) as f64)
 }
 
