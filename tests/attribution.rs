@@ -147,6 +147,122 @@ fn short_lived_nftables_writers_are_named_every_time() {
 }
 
 #[test]
+fn legacy_writers_that_follow_each_other_unread_each_get_their_own_change() {
+    skip_unless!("ip", "iptables-legacy");
+    let mut obs = Observer::start(&[]);
+    let ns = Netns::new("attr-burst");
+    let here = in_ns(&ns);
+    let writers: Vec<Writer> = (0..8)
+        .map(|i| Writer::new(&format!("writer-{i}"), None))
+        .collect();
+    // The first change makes the table, so the burst below only adds chains.
+    assert!(writers[0].run(&ns, &["iptables-legacy", "-N", "BURST-BASE"], None));
+    obs.expect("chain_create BURST-BASE", WAIT, |v| {
+        here(v) && v["op"] == "chain_create" && v["chain"] == "BURST-BASE"
+    });
+    // Observer is stopped while eight writers replace the table one after another (`-w` waits
+    // for the xtables lock): any read of the table after they are done shows all eight chains,
+    // so only the table each writer installed tells whose chain is whose.
+    obs.freeze(true);
+    std::thread::scope(|s| {
+        for (i, w) in writers.iter().enumerate() {
+            let ns = &ns;
+            s.spawn(move || {
+                let chain = format!("BURST-{i}");
+                assert!(w.run(ns, &["iptables-legacy", "-w", "-N", &chain], None));
+            });
+        }
+    });
+    obs.freeze(false);
+    for (i, w) in writers.iter().enumerate() {
+        let chain = format!("BURST-{i}");
+        let v = obs.expect(&format!("chain_create {chain}"), WAIT, |v| {
+            here(v) && v["op"] == "chain_create" && v["chain"] == chain.as_str()
+        });
+        assert_writer(&v, "iptables-legacy", w, None);
+    }
+    let txns: std::collections::HashSet<&str> = obs
+        .changes()
+        .into_iter()
+        .filter(|v| here(v) && v["chain"].as_str().is_some_and(|c| c.starts_with("BURST-")))
+        .filter(|v| v["op"] == "chain_create" && v["chain"] != "BURST-BASE")
+        .filter_map(|v| v["txn"].as_str())
+        .collect();
+    assert_eq!(txns.len(), 8, "one transaction per writer: {txns:?}");
+    obs.stop();
+}
+
+#[test]
+fn a_legacy_table_too_large_to_copy_is_read_back() {
+    skip_unless!("ip", "iptables-legacy-restore", "iptables-legacy");
+    // A 64 KiB ring buffer copies tables of up to 16 KiB; this one is about 60 KiB.
+    let mut obs = Observer::start(&["--ringbuf-size", "65536"]);
+    let ns = Netns::new("attr-big");
+    let here = in_ns(&ns);
+    let w = Writer::new("big-writer", None);
+    let mut restore = String::from("*filter\n:BIG - [0:0]\n");
+    for i in 0..400 {
+        restore.push_str(&format!(
+            "-A BIG -s 10.1.{}.{}/32 -j ACCEPT\n",
+            i / 250,
+            i % 250
+        ));
+    }
+    restore.push_str("COMMIT\n");
+    assert!(w.run(
+        &ns,
+        &["iptables-legacy-restore", "--noflush"],
+        Some(&restore)
+    ));
+    obs.expect("chain_create BIG", WAIT, |v| {
+        here(v) && v["op"] == "chain_create" && v["chain"] == "BIG"
+    });
+    assert!(w.run(
+        &ns,
+        &[
+            "iptables-legacy",
+            "-I",
+            "BIG",
+            "7",
+            "-s",
+            "192.0.2.9/32",
+            "-j",
+            "DROP"
+        ],
+        None
+    ));
+    let v = obs.expect("rule_add in BIG", WAIT, |v| {
+        here(v) && v["op"] == "rule_add" && v["rule"] == "-s 192.0.2.9/32 -j DROP"
+    });
+    assert_eq!(v["position"], 6, "{v}");
+    assert_writer(&v, "iptables-legacy", &w, None);
+    // The insert is the only change of its replace.
+    let txn = v["txn"].clone();
+    let same: Vec<_> = obs
+        .changes()
+        .into_iter()
+        .filter(|c| c["txn"] == txn)
+        .collect();
+    assert_eq!(same.len(), 1, "{same:?}");
+    // Two writers while observer cannot read: the first read finds the second's table too,
+    // and says so rather than passing both changes off as the first writer's alone.
+    obs.freeze(true);
+    assert!(w.run(&ns, &["iptables-legacy", "-N", "BIG-2"], None));
+    assert!(w.run(&ns, &["iptables-legacy", "-N", "BIG-3"], None));
+    obs.freeze(false);
+    let gap = obs.wait_line("the mixed-up read", WAIT, |v| {
+        v["kind"] == "status" && v["state"] == "gap"
+    });
+    let message = gap["message"].as_str().unwrap_or("");
+    assert!(
+        message.contains("replaced again before it could be read back"),
+        "{gap}"
+    );
+    assert!(message.contains("--ringbuf-size"), "{gap}");
+    obs.stop();
+}
+
+#[test]
 fn a_replace_the_kernel_refused_is_a_change_line_naming_its_writer() {
     skip_unless!("ip", "iptables-legacy");
     let mut obs = Observer::start(&[]);

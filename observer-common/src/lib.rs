@@ -39,6 +39,8 @@ pub const KIND_NFNL_ACK: u32 = 5;
 pub const KIND_NFNL_REFUSED: u32 = 6;
 /// An nftables generation committed, with its writer (kprobe, fentry).
 pub const KIND_NFT_GEN: u32 = 7;
+/// A piece of the table an x_tables writer installed (before its replace record).
+pub const KIND_XT_BLOB: u32 = 8;
 
 /// The record kinds, for userspace. Built only through [`EventKind::try_from`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,6 +52,7 @@ pub enum EventKind {
     NfnlAck,
     NfnlRefused,
     NftGen,
+    XtBlob,
 }
 
 impl TryFrom<u32> for EventKind {
@@ -64,6 +67,7 @@ impl TryFrom<u32> for EventKind {
             KIND_NFNL_ACK => Ok(EventKind::NfnlAck),
             KIND_NFNL_REFUSED => Ok(EventKind::NfnlRefused),
             KIND_NFT_GEN => Ok(EventKind::NftGen),
+            KIND_XT_BLOB => Ok(EventKind::XtBlob),
             other => Err(other),
         }
     }
@@ -121,6 +125,7 @@ mod tests {
             Ok(EventKind::NfnlRefused)
         );
         assert_eq!(EventKind::try_from(KIND_NFT_GEN), Ok(EventKind::NftGen));
+        assert_eq!(EventKind::try_from(KIND_XT_BLOB), Ok(EventKind::XtBlob));
         assert_eq!(EventKind::try_from(99), Err(99));
     }
 
@@ -134,8 +139,10 @@ mod tests {
         );
         assert_eq!(
             size_of::<xt::XtReplace>(),
-            size_of::<process::Process>() + 16 + 32 + 16 + 8 + 8 + xt::ARGS_LEN
+            size_of::<process::Process>() + 16 + 32 + 16 + 8 + 8 + xt::ARGS_LEN + 16
         );
+        assert_eq!(size_of::<xt::XtBlob>(), 8 + 4 * 4 + xt::BLOB_CHUNK);
+        assert_eq!(size_of::<xt::Pending>(), 4 * 4 + xt::TABLE_NAME_LEN + 8);
         assert_eq!(
             size_of::<ns::NetnsSeen>(),
             size_of::<process::Process>() + 8

@@ -39,6 +39,8 @@ pub struct Pending {
     /// `size` of the replace struct (ebtables: `entries_size`).
     pub size: u32,
     pub table: [u8; TABLE_NAME_LEN],
+    /// The writer's replace struct: a user address (0 when it is a kernel one, or unknown).
+    pub optval: u64,
 }
 
 /// `PF_INET`, as `nf_setsockopt` gets it for `SOL_IP` options.
@@ -79,4 +81,54 @@ pub struct XtReplace {
     /// It tells a flush (`-F`) from the delete of a chain's only rule, which the kernel's
     /// table replace alone cannot.
     pub args: [u8; ARGS_LEN],
+    /// Ties the [`XtBlob`] records of this replace to it (with the writer's pid and tid); 0
+    /// when no blob was copied.
+    pub blob_cookie: u64,
+    /// Size of the writer's replace struct when it was copied into [`XtBlob`] records before
+    /// this record, 0 when it was not (too large, a failed call, ebtables).
+    pub blob_len: u32,
+    /// One of the `BLOB_*` constants.
+    pub blob_state: u32,
+}
+
+/// No blob was copied for this replace.
+pub const BLOB_NONE: u32 = 0;
+/// Every byte of the blob was written into the ring buffer, in order, before the replace.
+pub const BLOB_WHOLE: u32 = 1;
+/// A chunk could not be reserved or read: the blob is incomplete and must not be used.
+pub const BLOB_LOST: u32 = 2;
+
+/// Bytes of the writer's table one [`XtBlob`] record carries.
+pub const BLOB_CHUNK: usize = 4096;
+/// The most chunks one replace is copied in (the programs' loop bound): 1 MiB.
+pub const BLOB_MAX_CHUNKS: u32 = 256;
+
+/// A piece of the replace struct a writer handed to the kernel (`struct ipt_replace` and its
+/// entries, as `setsockopt` got them), copied once the kernel accepted it. A replace's pieces
+/// come before its [`XtReplace`] record, in order; userspace decodes the table from them rather
+/// than reading it back, so each writer's change is the table it installed, even when the next
+/// writer replaced it before userspace could have read it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct XtBlob {
+    /// [`XtReplace::blob_cookie`] of the replace it belongs to.
+    pub cookie: u64,
+    pub tgid: u32,
+    pub tid: u32,
+    /// Where in the replace struct this piece starts.
+    pub offset: u32,
+    /// Bytes of `data` that are the blob's (the rest is undefined).
+    pub len: u32,
+    pub data: [u8; BLOB_CHUNK],
+}
+
+/// Size of the replace struct before its entries, or None for a replace whose table userspace
+/// does not decode (ebtables): `ipt_replace` and `ip6t_replace` have five hooks, `arpt_replace`
+/// three; then the counter count and a pointer, 8-byte aligned.
+pub const fn replace_head_len(level: u32, optname: u32) -> Option<u32> {
+    match (level, optname) {
+        (SOL_IP, IPT_SO_SET_REPLACE) | (SOL_IPV6, IPT_SO_SET_REPLACE) => Some(96),
+        (SOL_IP, ARPT_SO_SET_REPLACE) => Some(80),
+        _ => None,
+    }
 }

@@ -59,6 +59,11 @@ static OFFSETS: Offsets = Offsets::unset();
 #[map]
 static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 
+/// The largest replace struct copied into the ring buffer for userspace (`XtBlob` records),
+/// in bytes; 0 copies none. Set by userspace before load from the ring buffer's size.
+#[no_mangle]
+static XT_BLOB_MAX: u32 = 0;
+
 /// setsockopt calls in flight that are table replaces, by pid_tgid.
 #[map]
 static PENDING_XT: HashMap<u64, Pending> = HashMap::with_max_entries(4096, 0);
@@ -253,6 +258,7 @@ fn try_setsockopt_enter(ctx: &TracePointContext) -> Result<(), i32> {
         num_entries: head[9],
         size: head[10],
         table,
+        optval,
     };
     if PENDING_XT
         .insert(bpf_get_current_pid_tgid(), pending, 0)

@@ -10,18 +10,24 @@
 //! `PF_INET6` for ip6tables.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel, bpf_probe_read_user},
+    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel, bpf_probe_read_user, generated},
     macros::map,
     maps::{HashMap, PerCpuArray},
 };
 use observer_common::{
     offsets::Offsets,
     process::Process,
-    xt::{is_replace, level_of_pf, Pending, XtReplace, ARGS_LEN, TABLE_NAME_LEN},
-    Event, DROP_PENDING, KIND_XT_REPLACE,
+    xt::{
+        is_replace, level_of_pf, replace_head_len, Pending, XtBlob, XtReplace, ARGS_LEN,
+        BLOB_CHUNK, BLOB_LOST, BLOB_MAX_CHUNKS, BLOB_NONE, BLOB_WHOLE, TABLE_NAME_LEN,
+    },
+    Event, DROP_PENDING, DROP_READ, DROP_RINGBUF, KIND_XT_BLOB, KIND_XT_REPLACE,
 };
 
-use crate::{count_drop, fill_args, fill_process, header, offsets, output, read_at, SEEN_NETNS};
+use crate::{
+    count_drop, fill_args, fill_process, header, offsets, opaque, output, read_at, verifier_bound,
+    EVENTS, SEEN_NETNS, XT_BLOB_MAX,
+};
 
 /// A replace seen at function entry (kprobe), until the function returns (kretprobe).
 #[repr(C)]
@@ -85,6 +91,8 @@ fn read_head(args: &SetsockoptArgs) -> Option<Pending> {
         num_entries: head[9],
         size: head[10],
         table,
+        // A kernel caller's struct is not copied (userspace reads the table back instead).
+        optval: if args.is_kernel { 0 } else { args.optval },
     })
 }
 
@@ -109,9 +117,20 @@ pub fn report(pending: &Pending, sock_netns: u32, ret: i64, source: u32) {
         args_len: 0,
         _pad2: 0,
         args: [0; ARGS_LEN],
+        blob_cookie: 0,
+        blob_len: 0,
+        blob_state: BLOB_NONE,
     };
     fill_process(&mut event.data.process);
     event.data.args_len = fill_args(&mut event.data.args);
+    if ret == 0 {
+        // The blob goes first: userspace has it whole when the replace record arrives.
+        let cookie = event.header.ktime_ns;
+        let (len, state) = copy_blob(pending, cookie);
+        event.data.blob_cookie = cookie;
+        event.data.blob_len = len;
+        event.data.blob_state = state;
+    }
     // The table lives in the socket's namespace, which is the writer's own except when a
     // socket opened in one namespace is used from another.
     if sock_netns != 0 {
@@ -121,6 +140,81 @@ pub fn report(pending: &Pending, sock_netns: u32, ret: i64, source: u32) {
         let _ = SEEN_NETNS.insert(event.data.process.netns, 1, 0);
     }
     output(event);
+}
+
+/// Copy the replace struct the writer handed to the kernel into `XtBlob` records, in order,
+/// when it is at most [`XT_BLOB_MAX`] bytes. Returns its size (0 when not copied) and a
+/// `BLOB_*` state. Called once the kernel accepted the table: the writer's memory still holds
+/// it (the syscall has not returned).
+fn copy_blob(pending: &Pending, cookie: u64) -> (u32, u32) {
+    let Some(head) = replace_head_len(pending.level, pending.optname) else {
+        return (0, BLOB_NONE);
+    };
+    let max = *opaque(&XT_BLOB_MAX);
+    let Some(total) = head.checked_add(pending.size) else {
+        return (0, BLOB_NONE);
+    };
+    if pending.optval == 0 || total > max || total > BLOB_MAX_CHUNKS * BLOB_CHUNK as u32 {
+        return (0, BLOB_NONE);
+    }
+    let pid_tgid = bpf_get_current_pid_tgid();
+    // One path through each round: full pieces advance by a constant (so the verifier knows
+    // `off` exactly and follows the loop once), and the last piece returns.
+    for i in 0..BLOB_MAX_CHUNKS {
+        let off = i * BLOB_CHUNK as u32;
+        if off >= total {
+            return (total, BLOB_WHOLE);
+        }
+        let left = total - off;
+        let last = left <= BLOB_CHUNK as u32;
+        let len = if last {
+            verifier_bound(left, BLOB_CHUNK as u32)
+        } else {
+            BLOB_CHUNK as u32
+        };
+        if !copy_piece(pending.optval, cookie, pid_tgid, off, len) {
+            return (total, BLOB_LOST);
+        }
+        if last {
+            return (total, BLOB_WHOLE);
+        }
+    }
+    (total, BLOB_LOST)
+}
+
+/// Write bytes `off..off + len` (`len` at most [`BLOB_CHUNK`]) of the writer's struct at `optval`
+/// into one `XtBlob` record; false when the ring buffer is full or the read fails.
+#[inline(never)]
+fn copy_piece(optval: u64, cookie: u64, pid_tgid: u64, off: u32, len: u32) -> bool {
+    let Some(mut entry) = EVENTS.reserve::<Event<XtBlob>>(0) else {
+        count_drop(DROP_RINGBUF);
+        return false;
+    };
+    let len = verifier_bound(len, BLOB_CHUNK as u32);
+    let rec = entry.as_mut_ptr();
+    // SAFETY: `rec` points at the reserved record, which this program owns until it is
+    // submitted or discarded; the fields are written in place (the record is 4 KiB, too large
+    // for the stack), and the read is bounded by the piece's size.
+    let read = unsafe {
+        (*rec).header = header(KIND_XT_BLOB, core::mem::size_of::<Event<XtBlob>>());
+        (*rec).data.cookie = cookie;
+        (*rec).data.tgid = (pid_tgid >> 32) as u32;
+        (*rec).data.tid = pid_tgid as u32;
+        (*rec).data.offset = off;
+        (*rec).data.len = len;
+        generated::bpf_probe_read_user(
+            (&raw mut (*rec).data.data).cast(),
+            len,
+            (optval + u64::from(off)) as *const core::ffi::c_void,
+        )
+    };
+    if read != 0 {
+        entry.discard(0);
+        count_drop(DROP_READ);
+        return false;
+    }
+    entry.submit(0);
+    true
 }
 
 /// Entry of a kprobe'd call: remember a replace until the call returns.

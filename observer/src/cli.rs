@@ -297,7 +297,9 @@ pub struct SourceArgs {
     #[arg(long, value_enum, default_value = "auto")]
     pub hooks: HooksMode,
 
-    /// Size of the kernel ring buffer in bytes (a power of two, at least one page).
+    /// Size of the kernel ring buffer in bytes (a power of two, at least one page). Legacy
+    /// tables up to a quarter of it (1 MiB at most; none below 64 KiB) are copied as each writer
+    /// installs them; larger ones are read back after the change.
     #[arg(long, default_value_t = 1 << 22, value_parser = parse_ringbuf_size)]
     pub ringbuf_size: u32,
 

@@ -512,6 +512,34 @@ fn xt_proto(kind: XtKind) -> Option<XtProto> {
 }
 
 /// Wall-clock time of a `bpf_ktime_get_boot_ns()` stamp.
+/// The table a writer installed, decoded from the copy the kernel side made of its replace
+/// struct; None (and the table is read back) when the copy does not decode as table `name`.
+fn installed_table(proto: XtProto, name: &str, blob: Vec<u8>) -> Option<xtables::XtTable> {
+    match xtables::decode_replace(proto, blob) {
+        Ok(t) if t.name == name => Some(t),
+        Ok(t) => {
+            tracing::debug!("the copy of table {name} names {}: reading it back", t.name);
+            None
+        }
+        Err(e) => {
+            tracing::debug!("the copy of table {name} does not decode ({e}): reading it back");
+            None
+        }
+    }
+}
+
+/// Why the changes of a table read back after a replace may not all be the writer's: the table
+/// the read found is not the one the writer installed (`entries` against its `num_entries`).
+fn replaced_before_read(x: &XtReplaceEvent, inode: u32, entries: usize) -> String {
+    format!(
+        "legacy table {} in namespace {inode} was replaced again before it could be read back \
+         after {} {}'s change ({} entries installed, {entries} read): the changes reported for \
+         it may include the next writer's. Tables up to a quarter of --ringbuf-size (1 MiB at \
+         most) are copied as each writer installs them and never mixed up this way",
+        x.table, x.process.comm, x.process.tgid, x.num_entries
+    )
+}
+
 fn boot_ns_to_time(ktime_ns: u64) -> String {
     use nix::time::{clock_gettime, ClockId};
     let (Ok(boot), Ok(real)) = (
@@ -956,7 +984,9 @@ impl Engine {
                     self.find_namespace(&process, false).await;
                 }
             }
-            KernelEvent::NftGen { .. } => {}
+            // Both go to the ring reader's caches (a piece of a table is joined to its replace
+            // there).
+            KernelEvent::NftGen { .. } | KernelEvent::XtBlob(_) => {}
             KernelEvent::Umount { path, .. } => {
                 // A namespace's bind mount (known, or where `ip netns` and CNI plugins put them:
                 // a namespace found after its mount was made may not be known yet). The kprobe
@@ -1100,7 +1130,7 @@ impl Engine {
         }
     }
 
-    async fn on_replace(&mut self, x: XtReplaceEvent) {
+    async fn on_replace(&mut self, mut x: XtReplaceEvent) {
         let process = attribution::from_kernel(&x.process);
         let proto = xt_proto(x.kind);
         if x.ret != 0 || proto.is_none() {
@@ -1118,29 +1148,40 @@ impl Engine {
             return;
         };
         let table = x.table.clone();
-        let read = match w.xt_socks.clone() {
-            // The table was just replaced, so it exists: read it through the namespace's
-            // sockets, from a pooled thread.
-            Some(socks) => tokio::task::spawn_blocking(move || {
-                (None, xtables::read_existing_table(&socks, proto, &table))
-            })
-            .await
-            .map_err(|e| e.to_string()),
-            // The first time: enter the namespace, open its sockets there, and read.
-            None => {
-                let file = match w.handle.file.try_clone() {
-                    Ok(f) => f,
-                    Err(e) => return self.warn(format!("namespace {inode}: {e}")),
-                };
-                tokio::task::spawn_blocking(move || {
-                    netns::run_in(&file, move || {
-                        let socks = xtables::XtSockets::open().ok();
-                        (socks, xtables::read_table(proto, &table))
-                    })
+        // The table the writer installed, as the kernel side copied it: exactly this writer's
+        // change, whatever was installed after it.
+        let installed = x
+            .blob
+            .take()
+            .and_then(|b| installed_table(proto, &table, b));
+        let read_back = installed.is_none();
+        let read = if let Some(t) = installed {
+            Ok((None, Ok(t)))
+        } else {
+            match w.xt_socks.clone() {
+                // The table was just replaced, so it exists: read it through the namespace's
+                // sockets, from a pooled thread.
+                Some(socks) => tokio::task::spawn_blocking(move || {
+                    (None, xtables::read_existing_table(&socks, proto, &table))
                 })
                 .await
-                .map_err(|e| e.to_string())
-                .and_then(|r| r.map_err(|e| format!("entering the namespace: {e}")))
+                .map_err(|e| e.to_string()),
+                // The first time: enter the namespace, open its sockets there, and read.
+                None => {
+                    let file = match w.handle.file.try_clone() {
+                        Ok(f) => f,
+                        Err(e) => return self.warn(format!("namespace {inode}: {e}")),
+                    };
+                    tokio::task::spawn_blocking(move || {
+                        netns::run_in(&file, move || {
+                            let socks = xtables::XtSockets::open().ok();
+                            (socks, xtables::read_table(proto, &table))
+                        })
+                    })
+                    .await
+                    .map_err(|e| e.to_string())
+                    .and_then(|r| r.map_err(|e| format!("entering the namespace: {e}")))
+                }
             }
         };
         let (socks, read) = match read {
@@ -1157,6 +1198,16 @@ impl Engine {
                 ))
             }
         };
+        if read_back {
+            if let Some(t) = new
+                .as_ref()
+                .filter(|t| t.entry_count() != x.num_entries as usize)
+            {
+                let message = replaced_before_read(&x, inode, t.entry_count());
+                tracing::warn!("{message}");
+                self.emit_status(StatusRecord::gap(message));
+            }
+        }
         let Some(w) = self.watched.get_mut(&inode) else {
             return;
         };

@@ -12,7 +12,7 @@ use observer_common::{
     nfnl::{NfnlAck, NfnlRefused, NfnlSend},
     ns::{NetnsSeen, Umount},
     process::{Process, ANCESTORS},
-    xt::{XtReplace, SOL_IPV6},
+    xt::{XtBlob, XtReplace, BLOB_CHUNK, BLOB_WHOLE, SOL_IPV6},
     EventKind, Header,
 };
 
@@ -77,11 +77,38 @@ pub struct XtReplaceEvent {
     /// The writer's command line as the kernel hook read it (the first
     /// [`observer_common::xt::ARGS_LEN`] bytes); empty when it could not be read.
     pub args: Vec<String>,
+    /// What the kernel side copied of the writer's table ([`super::blob`]).
+    pub blob_copy: BlobCopy,
+    /// The writer's replace struct, whole, when it was copied and every piece arrived (set by
+    /// the ring reader from the pieces before this record).
+    pub blob: Option<Vec<u8>>,
+}
+
+/// How the kernel side says it copied a replace's table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlobCopy {
+    pub cookie: u64,
+    /// Size of the replace struct when it was copied, 0 when not.
+    pub len: u32,
+    /// Every piece was written (`false`: none was, or one was lost).
+    pub whole: bool,
+}
+
+/// A piece of a writer's replace struct ([`observer_common::xt::XtBlob`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlobChunk {
+    pub cookie: u64,
+    pub tgid: u32,
+    pub tid: u32,
+    pub offset: u32,
+    pub data: Vec<u8>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KernelEvent {
     XtReplace(XtReplaceEvent),
+    /// A piece of the table an x_tables writer installed; its replace follows.
+    XtBlob(BlobChunk),
     NetnsSeen {
         /// The task in the namespace, or its creator (`created`); `process.netns` is the
         /// namespace either way.
@@ -192,6 +219,24 @@ impl KernelEvent {
                     source: HookBackend::from_raw(x.source)
                         .ok_or(DecodeError::UnknownHook(x.source))?,
                     args: args(&x.args, x.args_len),
+                    blob_copy: BlobCopy {
+                        cookie: x.blob_cookie,
+                        len: x.blob_len,
+                        whole: x.blob_state == BLOB_WHOLE,
+                    },
+                    blob: None,
+                })
+            }
+            EventKind::XtBlob => {
+                let x: XtBlob = read(bytes, body)?;
+                // Only the first `len` bytes are the blob's.
+                let len = (x.len as usize).min(BLOB_CHUNK);
+                KernelEvent::XtBlob(BlobChunk {
+                    cookie: x.cookie,
+                    tgid: x.tgid,
+                    tid: x.tid,
+                    offset: x.offset,
+                    data: x.data[..len].to_vec(),
                 })
             }
             EventKind::NetnsSeen => {
@@ -288,8 +333,50 @@ mod tests {
                 args_len: line.len() as u32,
                 _pad2: 0,
                 args,
+                blob_cookie: 7,
+                blob_len: 4100,
+                blob_state: BLOB_WHOLE,
             },
         }
+    }
+
+    #[test]
+    fn decodes_a_piece_of_a_writers_table() {
+        let mut data = [0xeeu8; BLOB_CHUNK];
+        data[..3].copy_from_slice(b"abc");
+        let ev = Event {
+            header: Header {
+                kind: observer_common::KIND_XT_BLOB,
+                len: size_of::<Event<XtBlob>>() as u32,
+                ktime_ns: 7,
+            },
+            data: XtBlob {
+                cookie: 7,
+                tgid: 10,
+                tid: 11,
+                offset: 4096,
+                len: 3,
+                data,
+            },
+        };
+        let got = KernelEvent::parse(&bytes_of(&ev)).unwrap();
+        assert_eq!(
+            got,
+            KernelEvent::XtBlob(BlobChunk {
+                cookie: 7,
+                tgid: 10,
+                tid: 11,
+                offset: 4096,
+                data: b"abc".to_vec()
+            })
+        );
+        // A length past the piece is cut at the piece.
+        let mut long = ev;
+        long.data.len = 99_999;
+        let KernelEvent::XtBlob(c) = KernelEvent::parse(&bytes_of(&long)).unwrap() else {
+            panic!("wrong kind")
+        };
+        assert_eq!(c.data.len(), BLOB_CHUNK);
     }
 
     #[test]
@@ -307,6 +394,15 @@ mod tests {
         assert_eq!(x.process.ancestors[0].comm, "kube-proxy");
         assert_eq!(x.process.ancestors[1].tgid, 1);
         assert_eq!(x.args, vec!["ip6tables-legacy", "-F", "KUBE-FW"]);
+        assert_eq!(
+            x.blob_copy,
+            BlobCopy {
+                cookie: 7,
+                len: 4100,
+                whole: true
+            }
+        );
+        assert_eq!(x.blob, None, "joined by the ring reader, not here");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! changes are not, and the ready line says so.
 
 pub mod backend;
+pub mod blob;
 pub mod btf;
 pub mod decode;
 pub mod nlattr;
@@ -164,6 +165,7 @@ impl KernelHooks {
             .btf(None)
             .override_global("OFFSETS", &resolved.offsets, true)
             .override_global("NL_OFFSETS", &resolved_nl.offsets, true)
+            .override_global("XT_BLOB_MAX", &blob::max_bytes(opts.ringbuf_bytes), true)
             .map_max_entries("EVENTS", opts.ringbuf_bytes)
             .load(EBPF_OBJECT)
             .map_err(|e| HookError::Load(error_chain(&e)))?;
@@ -370,6 +372,7 @@ async fn read_ring(
     writers: Arc<nlattr::WriterCache>,
 ) {
     writers.set_reader_live(true);
+    let mut blobs = blob::Blobs::default();
     loop {
         // Woken by the kernel, or by a NEWGEN that waits for its writer's record (the kernel
         // wakes the reader only now and then, so the ring may hold it unannounced).
@@ -379,7 +382,7 @@ async fn read_ring(
         };
         let open = match ready {
             Some(Ok(mut guard)) => {
-                let open = drain(guard.get_inner_mut(), &tx, &stats, &writers).await;
+                let open = drain(guard.get_inner_mut(), &tx, &stats, &writers, &mut blobs).await;
                 guard.clear_ready();
                 open
             }
@@ -387,7 +390,7 @@ async fn read_ring(
                 tracing::error!("ring buffer poll failed: {e}");
                 false
             }
-            None => drain(fd.get_mut(), &tx, &stats, &writers).await,
+            None => drain(fd.get_mut(), &tx, &stats, &writers, &mut blobs).await,
         };
         if !open || tx.is_closed() {
             break;
@@ -402,6 +405,7 @@ async fn drain(
     tx: &mpsc::Sender<KernelEvent>,
     stats: &ReaderStats,
     writers: &nlattr::WriterCache,
+    blobs: &mut blob::Blobs,
 ) -> bool {
     loop {
         let began = std::time::Instant::now();
@@ -418,7 +422,12 @@ async fn drain(
                 netns,
                 genid,
             }) => writers.insert_gen(netns, genid, process),
-            Ok(ev) => {
+            // Pieces of a writer's table: kept until their replace record comes.
+            Ok(KernelEvent::XtBlob(chunk)) => blobs.add(chunk),
+            Ok(mut ev) => {
+                if let KernelEvent::XtReplace(x) = &mut ev {
+                    x.blob = blobs.take(x);
+                }
                 // The event is decoded: give its space back to the kernel before waiting for
                 // room in the engine's queue.
                 drop(item);

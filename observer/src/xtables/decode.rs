@@ -413,6 +413,38 @@ pub(crate) fn decode_raw(proto: XtProto, raw: RawTable) -> Result<XtTable, XtErr
     decode_table_at(proto, &raw.info, raw.buf, GET_ENTRIES_HEADER)
 }
 
+/// Decode the table a writer handed to the kernel: a whole `ipt_replace` (`ip6t_replace`,
+/// `arpt_replace`) with its entries, as `setsockopt(..._SO_SET_REPLACE)` got it. The header
+/// gives what `GET_INFO` would (name, hooks, entry count, size) in another order: name, valid
+/// hooks, entry count, size, hook entries, underflows, then the counter count and a pointer.
+pub fn decode_replace(proto: XtProto, buf: Vec<u8>) -> Result<XtTable, XtError> {
+    let l = layout(proto);
+    let field = |at: usize| u32_at(&buf, at).ok_or_else(|| malformed(at, "replace header"));
+    let hooks_at = TABLE_NAME_LEN + 12;
+    let under_at = hooks_at + 4 * l.hooks;
+    // The counter count, then the counters pointer 8-byte aligned.
+    let head = (under_at + 4 * l.hooks + 4).next_multiple_of(8) + 8;
+    if buf.len() < head {
+        return Err(malformed(
+            buf.len(),
+            "replace struct is shorter than its header",
+        ));
+    }
+    let mut info = TableInfo {
+        name: String::from_utf8_lossy(cstr(&buf[..TABLE_NAME_LEN])).into_owned(),
+        valid_hooks: field(TABLE_NAME_LEN)?,
+        hook_entry: [0; 5],
+        underflow: [0; 5],
+        num_entries: field(TABLE_NAME_LEN + 4)?,
+        size: field(TABLE_NAME_LEN + 8)?,
+    };
+    for h in 0..l.hooks {
+        info.hook_entry[h] = field(hooks_at + 4 * h)?;
+        info.underflow[h] = field(under_at + 4 * h)?;
+    }
+    decode_table_at(proto, &info, buf, head)
+}
+
 /// Decode the entries that start at `base` in `buf` (after the `ipt_get_entries` header, which
 /// is not moved away: the blob can be megabytes) with the hook offsets of their `GET_INFO`. The
 /// rules' entries are kept packed ([`Packed`]); `buf` is freed on return.

@@ -32,6 +32,7 @@ mod testblob;
 mod tests;
 
 pub use attempt::replace_attempt;
+pub use decode::decode_replace;
 pub use diff::diff;
 pub use sockopt::{read_existing_table, read_table, table_names, XtSockets};
 
@@ -216,6 +217,14 @@ impl XtTable {
     /// How many rules the whole table holds.
     pub fn rule_count(&self) -> usize {
         self.chains.iter().map(|c| c.rules.len()).sum()
+    }
+
+    /// How many entries the kernel holds for it (`num_entries` of `GET_INFO` and of the
+    /// replace struct): every rule, each chain's policy or closing `RETURN`, each user chain's
+    /// head, and the table's final entry.
+    pub fn entry_count(&self) -> usize {
+        let heads = self.chains.iter().filter(|c| !c.builtin).count();
+        self.rule_count() + self.chains.len() + heads + 1
     }
 
     /// The table in `iptables-save` format, without counters or the comment lines.

@@ -2,7 +2,7 @@
 //! (compared with `iptables-legacy-save`), hand-built and malformed blobs, the diff, and root
 //! tests that read live tables in throw-away network namespaces.
 
-use super::decode::{self, decode_table, layout, parse_info};
+use super::decode::{self, decode_table, layout, parse_info, TABLE_NAME_LEN};
 use super::testblob::{self, C, R, T};
 use super::*;
 use crate::ruleset::{Change, Family, Op};
@@ -87,6 +87,73 @@ fn fixtures_render_like_iptables_save() {
         }
     }
     assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+/// A writer's replace struct for the table of a `GET_INFO` + entries capture: the header in
+/// `ipt_replace` order, then the same entries.
+fn replace_struct(proto: XtProto, bin: &[u8]) -> Vec<u8> {
+    let l = layout(proto);
+    let info = parse_info(proto, &bin[..l.info_size]).expect("info");
+    let mut out = bin[..TABLE_NAME_LEN].to_vec();
+    for v in [info.valid_hooks, info.num_entries, info.size] {
+        out.extend_from_slice(&v.to_ne_bytes());
+    }
+    for v in info.hook_entry[..l.hooks]
+        .iter()
+        .chain(&info.underflow[..l.hooks])
+    {
+        out.extend_from_slice(&v.to_ne_bytes());
+    }
+    // num_counters, padding to the pointer, the counters pointer.
+    out.extend_from_slice(&info.num_entries.to_ne_bytes());
+    out.resize(out.len().next_multiple_of(8) + 8, 0);
+    out.extend_from_slice(&bin[l.info_size..]);
+    out
+}
+
+#[test]
+fn a_writers_replace_struct_decodes_to_the_table_the_kernel_gives_back() {
+    for f in fixtures() {
+        let read = fixture_table(&f);
+        let mut installed = decode::decode_replace(f.proto, replace_struct(f.proto, f.bin))
+            .unwrap_or_else(|e| panic!("{}: {e}", f.name));
+        if f.name == "ip_filter_ext" {
+            installed.set_name(0, "kube-test".into());
+            installed.set_name(1, "kube-ipport".into());
+        }
+        assert_eq!(installed.name, read.name, "{}", f.name);
+        let info = parse_info(f.proto, &f.bin[..layout(f.proto).info_size]).expect("info");
+        assert_eq!(
+            installed.entry_count(),
+            info.num_entries as usize,
+            "{}",
+            f.name
+        );
+        assert_eq!(installed.save_text(), read.save_text(), "{}", f.name);
+        assert!(diff(Some(&read), Some(&installed)).is_empty(), "{}", f.name);
+    }
+    // An arptables table: three hooks, a shorter header.
+    let built = testblob::build(
+        XtProto::Arp,
+        "filter",
+        &[
+            C::builtin("INPUT", 0, -2, vec![]),
+            C::builtin("OUTPUT", 1, -2, vec![]),
+            C::builtin("FORWARD", 2, -2, vec![]),
+        ],
+    );
+    let mut bin = built.info.clone();
+    bin.extend_from_slice(&built.entries);
+    let installed = decode::decode_replace(XtProto::Arp, replace_struct(XtProto::Arp, &bin))
+        .expect("arp replace");
+    assert_eq!(installed.chains.len(), 3);
+    // Cut short, or with a hook that points nowhere: an error, not a table.
+    let mut whole = replace_struct(XtProto::Ipv4, fixtures()[0].bin);
+    assert!(decode::decode_replace(XtProto::Ipv4, whole[..whole.len() - 1].to_vec()).is_err());
+    assert!(decode::decode_replace(XtProto::Ipv4, whole[..50].to_vec()).is_err());
+    // INPUT (hook 1) at offset 3.
+    whole[TABLE_NAME_LEN + 16..TABLE_NAME_LEN + 20].copy_from_slice(&3u32.to_ne_bytes());
+    assert!(decode::decode_replace(XtProto::Ipv4, whole).is_err());
 }
 
 #[test]
