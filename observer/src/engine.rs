@@ -73,6 +73,11 @@ struct Watched {
     /// Sockets of the namespace for reading its legacy tables without entering it, opened at
     /// its first legacy replace (they keep it alive: dropped with this entry).
     xt_socks: Option<Arc<xtables::XtSockets>>,
+    /// When (boot clock) each legacy table in `legacy` was last read back from the kernel
+    /// rather than taken from a writer's copy. A read holds every replace made before it
+    /// began: the copy of such a replace, still queued, must not be diffed against it (the
+    /// read may also hold later replaces, which the diff would show undone).
+    read_at: HashMap<(XtProto, String), u64>,
 }
 
 impl Drop for Watched {
@@ -337,9 +342,11 @@ pub async fn run(options: &SourceArgs, output: Box<dyn Output>) -> anyhow::Resul
     let found = engine.correlator.check_all(wall_ns());
     engine.emit_incidents(found);
 
-    // Kernel map entries of tasks that exited go now and then.
-    let mut sweep = tokio::time::interval(SWEEP_EVERY);
-    sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    // Kernel map entries of tasks that exited, namespaces nothing holds any more and losses no
+    // later record brought to light are looked for SWEEP_EVERY after something happened, and
+    // then only while a namespace that no mount holds is watched (a process exit sends
+    // nothing): an idle node with mounted namespaces wakes observer for nothing.
+    let mut sweep_at = Some(tokio::time::Instant::now() + SWEEP_EVERY);
     loop {
         // Incident windows (flapping, mass flush repair) end on a timer of their own.
         let deadline = engine.correlator.next_deadline();
@@ -358,17 +365,24 @@ pub async fn run(options: &SourceArgs, output: Box<dyn Output>) -> anyhow::Resul
                 engine.emit_incidents(closed);
             }
             Some(ev) = kernel_rx.recv() => {
-                engine.on_kernel(ev).await;
+                // Records lost before this one are re-read first: the re-read holds what they
+                // did (as recovered changes of an unknown writer), and the changes still queued
+                // that it holds are not passed off as this writer's.
                 engine.handle_losses().await;
+                engine.on_kernel(ev).await;
+                sweep_at.get_or_insert_with(|| tokio::time::Instant::now() + SWEEP_EVERY);
             }
-            Some(msg) = ns_rx.recv() => match msg {
-                NsMsg::Found(handle) => {
-                    engine.watch(handle, true).await;
-                    engine.refresh_mounts();
+            Some(msg) = ns_rx.recv() => {
+                match msg {
+                    NsMsg::Found(handle) => {
+                        engine.watch(handle, true).await;
+                        engine.refresh_mounts();
+                    }
+                    msg => engine.on_ns(msg),
                 }
-                msg => engine.on_ns(msg),
-            },
-            _ = sweep.tick() => {
+                sweep_at.get_or_insert_with(|| tokio::time::Instant::now() + SWEEP_EVERY);
+            }
+            () = sleep_until_some(sweep_at), if sweep_at.is_some() => {
                 // Losses that no later record brought to light (the ring buffer filled, then
                 // all went quiet) are reported here at the latest.
                 engine.handle_losses().await;
@@ -380,6 +394,9 @@ pub async fn run(options: &SourceArgs, output: Box<dyn Output>) -> anyhow::Resul
                         tracing::debug!("{n} kernel entries of exited tasks removed");
                     }
                 }
+                sweep_at = engine
+                    .held_by_processes_only()
+                    .then(|| tokio::time::Instant::now() + SWEEP_EVERY);
             }
             else => break,
         }
@@ -540,6 +557,14 @@ fn replaced_before_read(x: &XtReplaceEvent, inode: u32, entries: usize) -> Strin
     )
 }
 
+/// Now on the boot clock, the clock of the kernel records' times.
+fn boot_ns() -> u64 {
+    use nix::time::{clock_gettime, ClockId};
+    clock_gettime(ClockId::CLOCK_BOOTTIME)
+        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+        .unwrap_or(0)
+}
+
 fn boot_ns_to_time(ktime_ns: u64) -> String {
     use nix::time::{clock_gettime, ClockId};
     let (Ok(boot), Ok(real)) = (
@@ -667,6 +692,7 @@ impl Engine {
             else {
                 continue;
             };
+            let began = boot_ns();
             let read = tokio::task::spawn_blocking(move || {
                 netns::run_in(&file, || {
                     let mut problems = Vec::new();
@@ -693,6 +719,7 @@ impl Engine {
             // What was read becomes what observer holds; each table is diffed against its old
             // self, and the tables gone are diffed against nothing.
             let old = std::mem::replace(&mut w.legacy, tables);
+            w.read_at = w.legacy.keys().map(|k| (k.clone(), began)).collect();
             let mut changes = Vec::new();
             for (key, new) in &w.legacy {
                 changes.extend(xtables::diff(old.get(key), Some(new)));
@@ -841,6 +868,7 @@ impl Engine {
         // A namespace found late has no legacy baseline: its tables appear as created on their
         // first replace.
         let rcvbuf = self.netlink_rcvbuf;
+        let began = boot_ns();
         let baseline = tokio::task::spawn_blocking(move || {
             netns::run_in(&file, move || read_baseline(!new, Some(rcvbuf)))
         })
@@ -873,6 +901,7 @@ impl Engine {
             .map(|(state, _)| Tables::from_nft(state));
         let mut watched = Watched {
             handle: handle.clone(),
+            read_at: baseline.legacy.keys().map(|k| (k.clone(), began)).collect(),
             legacy: baseline.legacy,
             nft_reader: None,
             nft_snapshot: wants.then(|| Arc::new(AtomicBool::new(false))),
@@ -935,21 +964,31 @@ impl Engine {
             .collect();
     }
 
+    /// Watched namespaces that no bind mount holds, observer's own aside (it lives as long as
+    /// observer does): only processes keep them, and their exit is not reported.
+    fn unmounted(&self) -> Vec<u32> {
+        let mounted: std::collections::HashSet<u32> = self.mounts.values().copied().collect();
+        let own = netns::inode_of(std::path::Path::new("/proc/self/ns/net")).ok();
+        self.watched
+            .keys()
+            .filter(|i| !mounted.contains(i) && Some(**i) != own)
+            .copied()
+            .collect()
+    }
+
+    /// Whether some watched namespace is held only by processes, so that the sweep must look
+    /// again later for it to go.
+    fn held_by_processes_only(&self) -> bool {
+        !self.unmounted().is_empty()
+    }
+
     /// Let go of every watched namespace that nothing holds any more (no bind mount, no
     /// process): its descriptor would keep it alive. Each check reads /proc once, and runs only
     /// when some watched namespace is not mounted: when a namespace's mount goes, and every
     /// 10 s for namespaces that only processes held (an `unshare -n` whose last process
     /// exited).
     fn forget_gone(&mut self, why: &str) {
-        let mounted: std::collections::HashSet<u32> = self.mounts.values().copied().collect();
-        // observer's own namespace (the node's, usually) lives as long as observer does.
-        let own = netns::inode_of(std::path::Path::new("/proc/self/ns/net")).ok();
-        let candidates: Vec<u32> = self
-            .watched
-            .keys()
-            .filter(|i| !mounted.contains(i) && Some(**i) != own)
-            .copied()
-            .collect();
+        let candidates = self.unmounted();
         if candidates.is_empty() {
             return;
         }
@@ -1148,6 +1187,12 @@ impl Engine {
             return;
         };
         let table = x.table.clone();
+        let key = (proto, x.table.clone());
+        if w.read_at.get(&key).is_some_and(|&at| x.ktime_ns < at) {
+            // Replaced before the table was last read back (a re-read after lost records, the
+            // namespace's first read): what observer holds already has this change.
+            return;
+        }
         // The table the writer installed, as the kernel side copied it: exactly this writer's
         // change, whatever was installed after it.
         let installed = x
@@ -1155,6 +1200,7 @@ impl Engine {
             .take()
             .and_then(|b| installed_table(proto, &table, b));
         let read_back = installed.is_none();
+        let began = boot_ns();
         let read = if let Some(t) = installed {
             Ok((None, Ok(t)))
         } else {
@@ -1214,7 +1260,9 @@ impl Engine {
         if let Some(s) = socks {
             w.xt_socks = Some(Arc::new(s));
         }
-        let key = (proto, x.table.clone());
+        if read_back {
+            w.read_at.insert(key.clone(), began);
+        }
         let old = w.legacy.remove(&key);
         let mut changes = xtables::diff(old.as_ref(), new.as_ref());
         // The command line the kernel hook captured tells `-F` from `-D` of a one-rule chain.
@@ -1669,6 +1717,14 @@ fn nft_snapshot(
 
 /// How often the kernel maps are swept of tasks that exited.
 const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Sleep until `at` (never returns for `None`; the caller's `select!` guards on it).
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
 
 /// The most queued datagrams dropped before a re-read (a writer that never pauses keeps the
 /// queue full; the rest are fed after the dump, their generations being older are ignored).
