@@ -3,11 +3,13 @@
 //! every kind get past that check), then what the daemon decodes from each event: nftables batch
 //! heads (`nlattr::batch_table`, `flush_evidence`, `set_flush_evidence`), ipset commands
 //! (`ipset::Command::parse`), the replies of refused batches (`refused::refusals`) and refused
-//! requests (`RefusedEvent::refusal`).
+//! requests (`RefusedEvent::refusal`); the pieces of a writer's table are put together with the
+//! replace that follows them (`hooks::blob::Blobs`).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use observer::hooks::decode::KernelEvent;
+use observer::hooks::blob::Blobs;
 use observer::hooks::{nlattr, refused};
 
 fn derived(ev: &KernelEvent) {
@@ -36,19 +38,38 @@ fn derived(ev: &KernelEvent) {
                 x.ret,
             ));
         }
+        KernelEvent::XtBlob(c) => {
+            assert!(c.data.len() <= observer_common::xt::BLOB_CHUNK);
+        }
         KernelEvent::NetnsSeen { .. } | KernelEvent::Umount { .. } | KernelEvent::NftGen { .. } => {}
     }
 }
 
+/// Pieces go to the assembler; a replace takes what it has.
+fn assemble(blobs: &mut Blobs, ev: KernelEvent) {
+    match ev {
+        KernelEvent::XtBlob(c) => blobs.add(c),
+        KernelEvent::XtReplace(x) => {
+            if let Some(b) = blobs.take(&x) {
+                assert_eq!(b.len(), x.blob_copy.len as usize);
+            }
+        }
+        _ => {}
+    }
+}
+
 fuzz_target!(|data: &[u8]| {
+    let mut blobs = Blobs::default();
     if let Ok(ev) = KernelEvent::parse(data) {
         derived(&ev);
+        assemble(&mut blobs, ev);
     }
     if data.len() >= 8 {
         let mut fixed = data.to_vec();
         fixed[4..8].copy_from_slice(&(data.len() as u32).to_ne_bytes());
         if let Ok(ev) = KernelEvent::parse(&fixed) {
             derived(&ev);
+            assemble(&mut blobs, ev);
         }
     }
 });

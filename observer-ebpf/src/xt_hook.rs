@@ -158,39 +158,51 @@ fn copy_blob(pending: &Pending, cookie: u64) -> (u32, u32) {
         return (0, BLOB_NONE);
     }
     let pid_tgid = bpf_get_current_pid_tgid();
-    // One path through each round: full pieces advance by a constant (so the verifier knows
-    // `off` exactly and follows the loop once), and the last piece returns.
+    // Every round ends at the same place, with nothing but `whole` to tell rounds apart: the
+    // verifier follows the loop once per round and the way out once, on every kernel (older
+    // verifiers otherwise walk the rest of the program from each round's exit).
+    // Bounded where the verifier sees it (the compiler would drop a bound it can prove).
+    let pieces = verifier_bound(total.div_ceil(BLOB_CHUNK as u32), BLOB_MAX_CHUNKS);
+    let mut whole = true;
     for i in 0..BLOB_MAX_CHUNKS {
-        let off = i * BLOB_CHUNK as u32;
-        if off >= total {
-            return (total, BLOB_WHOLE);
+        // Read afresh each round: the compiler would otherwise turn this test into an equality
+        // on the offset, past which the verifier goes on walking.
+        // SAFETY: a read of a local.
+        if i >= unsafe { core::ptr::read_volatile(&pieces) } {
+            break;
         }
-        let left = total - off;
-        let last = left <= BLOB_CHUNK as u32;
-        let len = if last {
-            verifier_bound(left, BLOB_CHUNK as u32)
-        } else {
-            BLOB_CHUNK as u32
-        };
-        if !copy_piece(pending.optval, cookie, pid_tgid, off, len) {
-            return (total, BLOB_LOST);
-        }
-        if last {
-            return (total, BLOB_WHOLE);
+        if !copy_piece(
+            pending.optval,
+            cookie,
+            pid_tgid,
+            i * BLOB_CHUNK as u32,
+            total,
+        ) {
+            whole = false;
+            break;
         }
     }
-    (total, BLOB_LOST)
+    (total, if whole { BLOB_WHOLE } else { BLOB_LOST })
 }
 
-/// Write bytes `off..off + len` (`len` at most [`BLOB_CHUNK`]) of the writer's struct at `optval`
-/// into one `XtBlob` record; false when the ring buffer is full or the read fails.
+/// Write the piece of the writer's struct at `optval` that starts at `off` (at most
+/// [`BLOB_CHUNK`] bytes, fewer at its end `total`) into one `XtBlob` record; false when the
+/// ring buffer is full or the read fails.
 #[inline(never)]
-fn copy_piece(optval: u64, cookie: u64, pid_tgid: u64, off: u32, len: u32) -> bool {
+fn copy_piece(optval: u64, cookie: u64, pid_tgid: u64, off: u32, total: u32) -> bool {
+    let left = total.saturating_sub(off);
+    let len = verifier_bound(
+        if left > BLOB_CHUNK as u32 {
+            BLOB_CHUNK as u32
+        } else {
+            left
+        },
+        BLOB_CHUNK as u32,
+    );
     let Some(mut entry) = EVENTS.reserve::<Event<XtBlob>>(0) else {
         count_drop(DROP_RINGBUF);
         return false;
     };
-    let len = verifier_bound(len, BLOB_CHUNK as u32);
     let rec = entry.as_mut_ptr();
     // SAFETY: `rec` points at the reserved record, which this program owns until it is
     // submitted or discarded; the fields are written in place (the record is 4 KiB, too large
