@@ -528,7 +528,6 @@ fn xt_proto(kind: XtKind) -> Option<XtProto> {
     }
 }
 
-/// Wall-clock time of a `bpf_ktime_get_boot_ns()` stamp.
 /// The table a writer installed, decoded from the copy the kernel side made of its replace
 /// struct; None (and the table is read back) when the copy does not decode as table `name`.
 fn installed_table(proto: XtProto, name: &str, blob: Vec<u8>) -> Option<xtables::XtTable> {
@@ -565,6 +564,7 @@ fn boot_ns() -> u64 {
         .unwrap_or(0)
 }
 
+/// Wall-clock time of a `bpf_ktime_get_boot_ns()` stamp.
 fn boot_ns_to_time(ktime_ns: u64) -> String {
     use nix::time::{clock_gettime, ClockId};
     let (Ok(boot), Ok(real)) = (
