@@ -295,3 +295,53 @@ fn an_incident_block_shows_its_resolution() {
     assert!(line.contains("by kube-proxy"), "{line}");
     assert!(done.contains("open incidents: 0"), "{done}");
 }
+
+/// A log line written while the footer is drawn goes on a line of its own above the footer,
+/// cut to the width, and the footer is drawn again under it: it neither lands on the footer's
+/// line nor runs past 80 columns.
+#[test]
+fn a_log_line_goes_above_the_footer_cut_to_the_width() {
+    if !runnable() {
+        return;
+    }
+    let ns = Netns::new("tuilog");
+    let w = Writer::new("kube-proxy");
+    let term = Term::start(
+        "log",
+        80,
+        &[("NO_COLOR", "1"), ("OBSERVER_LOG", "observer=debug")],
+        &["--no-group"],
+    );
+    ns.write(&w, &["iptables-legacy", "-N", "OBS-LOG"]);
+    term.wait_for("the chain create", 30, |s| {
+        lines_of(s, "OBS-LOG")
+            .iter()
+            .any(|l| l.contains("chain_create"))
+    });
+    let inode = ns.inode();
+    // `ip netns del`: the mount goes, and the engine's debug line says the namespace is gone.
+    drop(ns);
+    let gone = format!("namespace {inode} is gone");
+    let screen = term.wait_for("the namespace's log line", 30, |s| s.contains(&gone));
+    // Start-up's log lines come before the screen is drawn, whole; from `ready` on, every
+    // line fits.
+    let lines: Vec<&str> = screen
+        .lines()
+        .skip_while(|l| !l.starts_with("-- ready"))
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    for l in &lines {
+        assert!(l.chars().count() <= 80, "wider than 80: {l:?}\n{screen}");
+    }
+    let log = lines.iter().position(|l| l.contains(&gone)).unwrap();
+    assert!(
+        !lines[log].contains("open incidents"),
+        "the log line is on the footer's line: {screen}"
+    );
+    assert!(
+        lines
+            .last()
+            .is_some_and(|l| l.starts_with(" open incidents:")),
+        "the footer is drawn again under the log: {screen}"
+    );
+}

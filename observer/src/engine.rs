@@ -197,6 +197,7 @@ pub(crate) fn tail_screen(args: &TailArgs) -> Screen<std::io::Stdout> {
             incidents_only: args.incidents_only,
         },
     )
+    .sharing_the_terminal()
 }
 
 /// `observer tail`'s filtered output on stdout (JSON lines, or the screen), whatever feeds it.

@@ -5,6 +5,7 @@ pub mod filter;
 pub mod human;
 pub mod record;
 pub mod screen;
+pub mod terminal;
 
 use std::io::{self, Write};
 

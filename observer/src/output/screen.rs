@@ -84,6 +84,9 @@ pub struct Screen<W: Write> {
     /// The changes of the transaction being received.
     pending: Vec<ChangeRecord>,
     footer_drawn: bool,
+    /// The footer is published to the terminal's shared state, for the log to keep
+    /// ([`Screen::sharing_the_terminal`]).
+    shared: bool,
     /// Incidents whose last line left them open: id → severity.
     open: BTreeMap<String, Severity>,
     /// Event times (ns) of the changes of the last 10 s, for the rate in the footer.
@@ -127,11 +130,19 @@ impl<W: Write> Screen<W> {
             opt,
             pending: Vec::new(),
             footer_drawn: false,
+            shared: false,
             open: BTreeMap::new(),
             recent: VecDeque::new(),
             gaps: 0,
             writers: VecDeque::new(),
         }
+    }
+
+    /// This screen is the process's stdout: warnings logged while its footer is drawn go above
+    /// the footer, cut to the width ([`super::terminal`]), not onto it.
+    pub fn sharing_the_terminal(mut self) -> Self {
+        self.shared = true;
+        self
     }
 
     /// Take one record. Changes wait for the end of their transaction when grouping.
@@ -207,6 +218,7 @@ impl<W: Write> Screen<W> {
         if lines.is_empty() {
             return Ok(());
         }
+        let mut shared = self.shared.then(super::terminal::lock);
         if self.footer_drawn {
             self.out.write_all(b"\r\x1b[2K")?;
         }
@@ -218,6 +230,11 @@ impl<W: Write> Screen<W> {
             let f = self.footer();
             self.out.write_all(f.as_bytes())?;
             self.footer_drawn = true;
+            if let Some(shared) = shared.as_mut() {
+                shared.width = self.opt.width;
+                shared.colour = self.opt.colour;
+                shared.footer = Some(f);
+            }
         }
         self.out.flush()
     }
@@ -681,7 +698,7 @@ fn fold_builtin_chains(txn: &mut Vec<ChangeRecord>) {
 }
 
 /// `s` without its colour escape sequences.
-fn strip_escapes(s: &str) -> String {
+pub(crate) fn strip_escapes(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     let mut esc = false;
     for ch in s.chars() {

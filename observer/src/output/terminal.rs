@@ -1,0 +1,127 @@
+//! One terminal shared by the live tail and the log. While the tail's footer is drawn, a
+//! warning written to the same terminal would land on the footer's line and run past the
+//! terminal's width; instead it is put above the footer, cut to the width like every other
+//! line, and the footer is drawn again under it.
+//!
+//! The tail's screen publishes its footer here ([`Shared::footer`]) while it holds the lock;
+//! the log's writer ([`LogWriter`]) takes the same lock, so the two never interleave.
+
+use std::io::{self, IsTerminal, Write};
+use std::sync::{Mutex, MutexGuard};
+
+/// What the screen has drawn that a log line must keep.
+#[derive(Debug, Default)]
+pub struct Shared {
+    /// The footer as drawn (with its escapes), when a screen draws one on stdout.
+    pub footer: Option<String>,
+    /// The terminal's width, when lines are cut to it.
+    pub width: Option<usize>,
+    /// Whether lines may be coloured.
+    pub colour: bool,
+}
+
+static SHARED: Mutex<Shared> = Mutex::new(Shared {
+    footer: None,
+    width: None,
+    colour: false,
+});
+
+/// The terminal's shared state, locked (a panicked holder leaves it usable).
+pub fn lock() -> MutexGuard<'static, Shared> {
+    SHARED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The log's writer: one per log event (`tracing_subscriber`'s `MakeWriter` for a closure),
+/// written out when dropped.
+#[derive(Debug, Default)]
+pub struct LogWriter {
+    buf: Vec<u8>,
+}
+
+impl Write for LogWriter {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        self.buf.extend_from_slice(b);
+        Ok(b.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for LogWriter {
+    fn drop(&mut self) {
+        if self.buf.is_empty() {
+            return;
+        }
+        let text = String::from_utf8_lossy(&self.buf).into_owned();
+        let shared = lock();
+        // A footer is only drawn on a terminal; the log goes above it only when it would go
+        // to that same terminal (stderr not sent elsewhere).
+        match &shared.footer {
+            Some(footer) if io::stderr().is_terminal() => {
+                let mut out = io::stdout().lock();
+                let _ = out.write_all(above_footer(&text, footer, &shared).as_bytes());
+                let _ = out.flush();
+            }
+            _ => {
+                let _ = io::stderr().lock().write_all(&self.buf);
+            }
+        }
+    }
+}
+
+/// The bytes that put the log `text` on lines of its own above `footer`: the footer's line
+/// cleared, each log line cut to the width (plain, or yellow with colour), the footer again.
+fn above_footer(text: &str, footer: &str, shared: &Shared) -> String {
+    let mut out = String::from("\r\x1b[2K");
+    for line in text.lines() {
+        let plain = super::screen::strip_escapes(line);
+        let line = match shared.width {
+            Some(w) => super::screen::cut(&plain, w),
+            None => plain,
+        };
+        if shared.colour {
+            out.push_str(&format!("\x1b[33m{line}\x1b[0m\n"));
+        } else {
+            out.push_str(&line);
+            out.push('\n');
+        }
+    }
+    out.push_str(footer);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_log_line_goes_above_the_footer_cut_to_the_width() {
+        let shared = Shared {
+            footer: Some(" open incidents: 0 ".into()),
+            width: Some(20),
+            colour: false,
+        };
+        let out = above_footer(
+            "\x1b[33m WARN\x1b[0m namespace 4026532245 could not be opened\nsecond\n",
+            " open incidents: 0 ",
+            &shared,
+        );
+        assert_eq!(
+            out,
+            "\r\x1b[2K WARN namespace 402…\nsecond\n open incidents: 0 "
+        );
+    }
+
+    #[test]
+    fn colour_paints_the_log_line_only() {
+        let shared = Shared {
+            footer: Some("F".into()),
+            width: None,
+            colour: true,
+        };
+        let out = above_footer("a warning", "F", &shared);
+        assert_eq!(out, "\r\x1b[2K\x1b[33ma warning\x1b[0m\nF");
+    }
+}
