@@ -11,6 +11,7 @@ use std::io::{self, Write};
 use super::record::{
     parse_rfc3339_ns, ChangeRecord, IncidentRecord, IncidentState, Record, Severity, StatusRecord,
 };
+use super::terminal::{cut, strip_escapes};
 use crate::ruleset::{Backend, Op};
 
 const RESET: &str = "\x1b[0m";
@@ -697,24 +698,6 @@ fn fold_builtin_chains(txn: &mut Vec<ChangeRecord>) {
     }
 }
 
-/// `s` without its colour escape sequences.
-pub(crate) fn strip_escapes(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut esc = false;
-    for ch in s.chars() {
-        if esc {
-            if ch.is_ascii_alphabetic() {
-                esc = false;
-            }
-        } else if ch == '\x1b' {
-            esc = true;
-        } else {
-            out.push(ch);
-        }
-    }
-    out
-}
-
 /// Printable width of a string (escape sequences do not count).
 fn visible_len(s: &str) -> usize {
     let mut n = 0;
@@ -738,19 +721,6 @@ fn pad(s: &str, width: usize) -> String {
     let cut = cut(s, width);
     let n = cut.chars().count();
     format!("{cut}{}", " ".repeat(width.saturating_sub(n)))
-}
-
-/// `s` in at most `width` columns, cut with `…` when longer.
-pub fn cut(s: &str, width: usize) -> String {
-    if s.chars().count() <= width {
-        return s.to_string();
-    }
-    if width == 0 {
-        return String::new();
-    }
-    let mut out: String = s.chars().take(width - 1).collect();
-    out.push('…');
-    out
 }
 
 /// Words of `s` in lines of at most `width` columns (a longer word is cut).

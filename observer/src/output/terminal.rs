@@ -3,6 +3,8 @@
 //! terminal's width; instead it is put above the footer, cut to the width like every other
 //! line, and the footer is drawn again under it.
 //!
+//! Lines are fitted to the terminal here too ([`cut`], [`strip_escapes`]).
+//!
 //! The tail's screen publishes its footer here ([`Shared::footer`]) while it holds the lock;
 //! the log's writer ([`LogWriter`]) takes the same lock, so the two never interleave.
 
@@ -76,9 +78,9 @@ impl Drop for LogWriter {
 fn above_footer(text: &str, footer: &str, shared: &Shared) -> String {
     let mut out = String::from("\r\x1b[2K");
     for line in text.lines() {
-        let plain = super::screen::strip_escapes(line);
+        let plain = strip_escapes(line);
         let line = match shared.width {
-            Some(w) => super::screen::cut(&plain, w),
+            Some(w) => cut(&plain, w),
             None => plain,
         };
         if shared.colour {
@@ -89,6 +91,37 @@ fn above_footer(text: &str, footer: &str, shared: &Shared) -> String {
         }
     }
     out.push_str(footer);
+    out
+}
+
+/// `s` in at most `width` columns, cut with `…` when longer.
+pub fn cut(s: &str, width: usize) -> String {
+    if s.chars().count() <= width {
+        return s.to_string();
+    }
+    if width == 0 {
+        return String::new();
+    }
+    let mut out: String = s.chars().take(width - 1).collect();
+    out.push('…');
+    out
+}
+
+/// `s` without its colour escape sequences.
+pub fn strip_escapes(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut esc = false;
+    for ch in s.chars() {
+        if esc {
+            if ch.is_ascii_alphabetic() {
+                esc = false;
+            }
+        } else if ch == '\x1b' {
+            esc = true;
+        } else {
+            out.push(ch);
+        }
+    }
     out
 }
 
