@@ -16,7 +16,10 @@
 //! once in `strs`, and the JSON line is compressed with zstd and a dictionary trained on the
 //! record's own first rows (kept in `dicts`; rows written before it exist stay plain text).
 //! A kube-proxy-like change takes about a quarter of layout 1's 865 bytes. Layout 1 records
-//! are read as they are and converted the first time `observer run` opens them.
+//! are read as they are and converted the first time `observer run` opens them. Layout 3 is
+//! layout 2 with snapshots stored as frames, deltas of the snapshot before ([`crate::forensics::frames`]), which an
+//! observer of layout 2 cannot read: it refuses the record instead of misreading it. A layout 2
+//! record becomes layout 3 when `observer run` opens it (its snapshots stay as they are).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -29,7 +32,7 @@ use prometheus_client::metrics::{counter::Counter, family::Family, gauge::Gauge}
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 
 /// Version of the file layout, kept in `PRAGMA user_version`.
-const SCHEMA_VERSION: i64 = 2;
+const SCHEMA_VERSION: i64 = 3;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS strs (id INTEGER PRIMARY KEY, s TEXT NOT NULL UNIQUE);
@@ -225,7 +228,7 @@ pub fn open_rw(path: &Path) -> Result<Connection, StoreError> {
     }
     conn.execute_batch(SCHEMA)
         .map_err(|source| classify(path, source))?;
-    // Snapshots: tables an older observer ignores, so the layout stays 2.
+    // Snapshots (layout 3 adds frames to a layout 2 record's snapshot tables).
     conn.execute_batch(crate::forensics::record::SCHEMA)
         .and_then(|()| crate::forensics::record::upgrade(&conn))
         .map_err(|source| classify(path, source))?;
@@ -639,8 +642,6 @@ pub struct Writer {
     enc: Encoder,
     /// Each chain's last writer, stamped on the snapshots.
     last: crate::forensics::record::LastWriters,
-    /// What each chain's next version in a snapshot is a delta of.
-    bases: crate::forensics::record::ChainBases,
 }
 
 impl Writer {
@@ -650,7 +651,6 @@ impl Writer {
         Writer {
             enc,
             last,
-            bases: Default::default(),
             ino: inode(&path),
             path_trouble: false,
             conn,
@@ -783,7 +783,6 @@ impl Writer {
                         self.last.stamp(s.netns, s.backend, &mut tables);
                         crate::forensics::record::insert(
                             &tx,
-                            &mut self.bases,
                             s.seq,
                             s.time_ns,
                             s.netns,
@@ -904,7 +903,7 @@ impl Writer {
             .conn
             .execute_batch("BEGIN")
             .map_err(crate::forensics::ForensicsError::from)
-            .and_then(|_| crate::forensics::record::roll_forward(&self.conn, &mut self.bases, seq));
+            .and_then(|_| crate::forensics::record::roll_forward(&self.conn, seq));
         let end = if res.is_ok() { "COMMIT" } else { "ROLLBACK" };
         if let Err(e) = self.conn.execute_batch(end) {
             tracing::warn!("record {}: {end}: {e}", self.path.display());

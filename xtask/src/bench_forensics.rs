@@ -88,7 +88,7 @@ the daemon's default policy (10,000 changes or an hour) and without them (the sa
 | snapshots in the week | {snaps} |\n\
 | rules in the table at the end of the week | {rules} |\n\
 | record size without / with snapshots | {a:.1} MB / {b:.1} MB (**+{growth:.1} %**; aim: under 10 %) |\n\
-| snapshot bytes (chains, tables, dictionary) / change bytes | {sb:.1} MB / {cb:.1} MB |\n\
+| snapshot bytes (frames, and a layout 2 record's chains, tables and dictionary) / change bytes | {sb:.1} MB / {cb:.1} MB |\n\
 | `query --at` the end of the week, in process | {now:.0} ms ({now_n} changes replayed) |\n\
 | `query --at` just before a snapshot (the most to replay), in process | **{worst:.0} ms** ({worst_n} changes replayed; aim: under 200 ms) |\n\
 | `observer query --at now --json` as a user runs it (process start to exit, median of 5) | {user_ms:.0} ms |\n",

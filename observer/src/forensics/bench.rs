@@ -271,7 +271,8 @@ pub fn measure(path: &std::path::Path, at_ns: i64) -> anyhow::Result<serde_json:
         (
             size("SELECT COALESCE(SUM(length(body)), 0) FROM snapshots")?
                 + size("SELECT COALESCE(SUM(length(body)), 0) FROM snap_chains")?
-                + size("SELECT COALESCE(SUM(length(dict)), 0) FROM snap_dicts")?,
+                + size("SELECT COALESCE(SUM(length(dict)), 0) FROM snap_dicts")?
+                + size("SELECT COALESCE(SUM(length(body)), 0) FROM snap_frames")?,
             size("SELECT COALESCE(MAX(time_ns), 0) FROM snapshots")?,
         )
     } else {

@@ -8,6 +8,7 @@
 //! the kernel: it reads the record only.
 
 pub mod bench;
+pub mod frames;
 pub mod model;
 pub mod query;
 pub mod record;
