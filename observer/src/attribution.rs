@@ -125,7 +125,10 @@ impl ProcessInfo {
         }
     }
 
-    fn with_workload(mut self, w: Workload) -> ProcessInfo {
+    /// The writer's unit, container and pod, the pod's names completed from the node's logs
+    /// ([`crate::pods`]).
+    fn with_workload(mut self, mut w: Workload) -> ProcessInfo {
+        crate::pods::complete(&mut w);
         self.unit = w.unit;
         self.container_id = w.container_id;
         self.pod = w.pod;

@@ -402,9 +402,7 @@ fn relative(mount: &Path, full: &Path) -> Option<String> {
 /// line (hybrid hosts keep containers in v1 hierarchies). None when the process is gone.
 pub fn from_proc(pid: u32) -> Option<Workload> {
     let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-    let mut w = workload_of_proc_cgroup(&text);
-    crate::pods::complete(&mut w);
-    Some(w)
+    Some(workload_of_proc_cgroup(&text))
 }
 
 /// [`from_proc`] on the file's text.
@@ -451,9 +449,7 @@ pub fn from_kernel(cgroup_id: u64, tgid: u32, comm: &str) -> Workload {
         .map(|r| r.workload.clone())
         .unwrap_or_default();
     if !from_id.is_empty() {
-        let mut w = from_id;
-        crate::pods::complete(&mut w);
-        return w;
+        return from_id;
     }
     // The cgroup was found and its path names no unit, container or pod (the root cgroup, a
     // user session). Where cgroup2 is the only hierarchy, `/proc/PID/cgroup` holds that same
