@@ -781,7 +781,7 @@ impl Writer {
                     Row::Snapshot(s) => {
                         let mut tables = (*s.tables).clone();
                         self.last.stamp(s.netns, s.backend, &mut tables);
-                        crate::forensics::record::insert(
+                        crate::forensics::frames::insert(
                             &tx,
                             s.seq,
                             s.time_ns,

@@ -187,19 +187,6 @@ pub fn has_snapshots(conn: &Connection) -> rusqlite::Result<bool> {
     .map(|n| n > 0)
 }
 
-/// Write one snapshot (inside the writer's transaction), as a frame ([`super::frames`]).
-pub fn insert(
-    conn: &Connection,
-    seq: u64,
-    time_ns: i64,
-    netns: u32,
-    netns_name: Option<&str>,
-    backend: Backend,
-    tables: &Tables,
-) -> rusqlite::Result<()> {
-    super::frames::insert(conn, seq, time_ns, netns, netns_name, backend, tables)
-}
-
 /// A snapshot read back.
 struct Base {
     seq: u64,
@@ -460,7 +447,7 @@ pub fn roll_forward(conn: &Connection, seq: u64) -> Result<(), ForensicsError> {
     };
     for st in states(conn, seq, time_ns, None)? {
         if st.replayed > 0 {
-            insert(
+            super::frames::insert(
                 conn,
                 seq,
                 time_ns,

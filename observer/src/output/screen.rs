@@ -700,20 +700,7 @@ fn fold_builtin_chains(txn: &mut Vec<ChangeRecord>) {
 
 /// Printable width of a string (escape sequences do not count).
 fn visible_len(s: &str) -> usize {
-    let mut n = 0;
-    let mut esc = false;
-    for ch in s.chars() {
-        if esc {
-            if ch.is_ascii_alphabetic() {
-                esc = false;
-            }
-        } else if ch == '\x1b' {
-            esc = true;
-        } else {
-            n += 1;
-        }
-    }
-    n
+    strip_escapes(s).chars().count()
 }
 
 /// `s` in exactly `width` columns: cut with `…` or padded with spaces.

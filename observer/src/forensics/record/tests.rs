@@ -370,7 +370,7 @@ fn a_layout_2_record_goes_on_with_frames_and_both_kinds_read_back() {
     let old = last_id(&conn);
     let mut second = first.clone();
     readdress(&mut second, 3, 2);
-    insert(&conn, 2, 2, 7, None, Backend::Legacy, &second).unwrap();
+    super::super::frames::insert(&conn, 2, 2, 7, None, Backend::Legacy, &second).unwrap();
     let new = last_id(&conn);
     assert_eq!(load(&conn, old).unwrap().tables, first);
     assert_eq!(load(&conn, new).unwrap().tables, second);
