@@ -1,5 +1,6 @@
 //! The `observer run --config FILE` TOML file: written to a file of this process and read by
-//! `RunArgs::resolve` (daemon/config.rs), as `observer run --config FILE` does.
+//! `RunArgs::resolve` (daemon/config.rs; the flags are in cli/run.rs), as `observer run --config
+//! FILE` does.
 #![no_main]
 
 use std::path::PathBuf;

@@ -33,7 +33,7 @@ fn record_path(arg: &Path) -> PathBuf {
 pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
     let path = record_path(args.record.as_deref().unwrap_or(Path::new(".")));
     let since = match &args.since {
-        Some(s) => crate::query::parse_time(s).map_err(|e| anyhow::anyhow!("--since: {e}"))?,
+        Some(s) => crate::store::parse_time(s).map_err(|e| anyhow::anyhow!("--since: {e}"))?,
         None => store::now_ns(),
     };
     let conn = store::open_ro(&path)

@@ -6,118 +6,11 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use clap::Args;
 use serde_json::Value;
 
+use crate::cli::query::QueryArgs;
 use crate::output::{human, ChangeRecord, Record};
-use crate::ruleset::Op;
 use crate::store::{self, Selection, Stored};
-
-#[derive(Debug, Args)]
-pub struct QueryArgs {
-    /// From this time: relative (`2h`, `30m`, `7d`: that long ago) or RFC 3339
-    /// (`2026-11-21T03:00:00Z`). Default: the start of the record.
-    #[arg(long, value_name = "TIME")]
-    pub since: Option<String>,
-
-    /// Until this time (same forms). Default: now.
-    #[arg(long, value_name = "TIME")]
-    pub until: Option<String>,
-
-    /// Only chains (or sets) whose name matches this glob (e.g. `KUBE-SVC-*`).
-    #[arg(long, value_name = "GLOB")]
-    pub chain: Option<String>,
-
-    /// Only changes made by this actor (or this command); incidents naming it.
-    #[arg(long)]
-    pub actor: Option<String>,
-
-    /// Only these ops (repeat, or separate with commas); only changes are shown then.
-    #[arg(long, value_name = "OP", value_delimiter = ',', value_parser = parse_op)]
-    pub op: Vec<Op>,
-
-    /// Only this network namespace: an inode number, a /run/netns/NAME path or an `ip netns` name.
-    #[arg(long)]
-    pub netns: Option<String>,
-
-    /// Only this backend (`legacy` or `nft`).
-    #[arg(long, value_enum)]
-    pub backend: Option<crate::cli::BackendArg>,
-
-    /// Only this table.
-    #[arg(long)]
-    pub table: Option<String>,
-
-    /// Only incidents of these types (e.g. `foreign_delete,flapping`); only incidents are shown then.
-    #[arg(long = "type", value_name = "TYPE", value_delimiter = ',')]
-    pub types: Vec<String>,
-
-    /// Only incidents (no change lines).
-    #[arg(long)]
-    pub incidents: bool,
-
-    /// Only incidents still open: for each incident, its latest line, shown only when that line
-    /// is `open` or `update` (not `resolved` or `expired`). Implies `--incidents`.
-    #[arg(long)]
-    pub open: bool,
-
-    /// Print JSON lines (as `tail --json` and `run` print them) instead of human lines.
-    #[arg(long)]
-    pub json: bool,
-
-    /// The record file.
-    #[arg(long, env = "OBSERVER_RECORD", default_value = crate::daemon::config::DEFAULT_RECORD)]
-    pub record: PathBuf,
-
-    /// At most this many lines (the oldest first).
-    #[arg(long)]
-    pub limit: Option<usize>,
-
-    /// No colour (also: NO_COLOR set, or output not a terminal).
-    #[arg(long)]
-    pub no_color: bool,
-
-    /// Print the ruleset as it was at this time (relative like `2h`, or RFC 3339), rebuilt
-    /// from the record's newest snapshot before it and the changes after that: legacy tables in
-    /// `iptables-save` syntax, nft tables in `nft list ruleset` syntax, each chain's last writer
-    /// and time in `#` comments. Narrow it with --netns, --table, --backend; --json gives one
-    /// object per namespace and backend.
-    #[arg(long, value_name = "TIME", conflicts_with_all = ["since", "until", "diff"])]
-    pub at: Option<String>,
-
-    /// Print what differs between the rulesets at two times, `FROM..TO` (e.g. `2h..1h`,
-    /// `2026-11-21T03:00:00Z..now`; TO defaults to now): tables and chains added, removed or
-    /// changed, the rules added and removed, and who changed each last and when. Narrow it with
-    /// --netns, --table, --backend; --json gives one object per difference.
-    #[arg(long, value_name = "FROM..TO", conflicts_with_all = ["since", "until"])]
-    pub diff: Option<String>,
-
-    /// Tell one incident's story (its id, e.g. `foreign_delete-4026532177-17`; `--incidents`
-    /// lists them): a timeline of its lines, every change that made it with the writer's
-    /// ancestry, unit or pod, the owners' repairs and when, and each affected chain before the
-    /// incident, after its actors' changes and at its end. --json gives the same as one object.
-    #[arg(long, value_name = "ID", conflicts_with_all = ["since", "until", "at", "diff"])]
-    pub incident: Option<String>,
-}
-
-fn parse_op(s: &str) -> Result<Op, String> {
-    Op::parse(s).ok_or_else(|| format!("unknown op `{s}`"))
-}
-
-/// A relative (`2h`: that long ago) or RFC 3339 time, as nanoseconds since the epoch.
-pub fn parse_time(s: &str) -> Result<i64, String> {
-    let s = s.trim();
-    if s == "now" {
-        return Ok(store::now_ns());
-    }
-    if let Some(t) = store::parse_time_ns(s) {
-        return Ok(t);
-    }
-    let ago = humantime::parse_duration(s.trim_end_matches(" ago")).map_err(|_| {
-        format!("`{s}` is neither a duration like 2h or 7d nor an RFC 3339 time like 2026-11-21T03:12:00Z")
-    })?;
-    Ok(store::now_ns() - ago.as_nanos().min(i64::MAX as u128) as i64)
-}
 
 pub fn run(a: QueryArgs) -> anyhow::Result<()> {
     if a.at.is_some() || a.diff.is_some() || a.incident.is_some() {
@@ -126,13 +19,13 @@ pub fn run(a: QueryArgs) -> anyhow::Result<()> {
     let since = a
         .since
         .as_deref()
-        .map(parse_time)
+        .map(store::parse_time)
         .transpose()
         .map_err(|e| anyhow::anyhow!("--since: {e}"))?;
     let until = a
         .until
         .as_deref()
-        .map(parse_time)
+        .map(store::parse_time)
         .transpose()
         .map_err(|e| anyhow::anyhow!("--until: {e}"))?;
     let netns = a

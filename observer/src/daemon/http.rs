@@ -29,15 +29,9 @@ use axum::Router;
 use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
 
-use super::hub::{Event, Hub, Stream, StreamFilter};
+use super::hub::{AppState, Event, Hub, Stream, StreamFilter};
 use crate::output::filter::Filter;
 use crate::ruleset::{Backend, Op};
-
-#[derive(Clone)]
-pub struct AppState {
-    pub hub: Arc<Hub>,
-    pub token: Option<Arc<str>>,
-}
 
 pub fn router(state: AppState) -> Router {
     let guarded = Router::new()
@@ -210,7 +204,7 @@ async fn incidents(
         Ok(f) => f,
         Err(e) => return bad(e),
     };
-    let since = match p.since.as_deref().map(crate::query::parse_time).transpose() {
+    let since = match p.since.as_deref().map(crate::store::parse_time).transpose() {
         Ok(s) => s,
         Err(e) => return bad(format!("since: {e}")),
     };
@@ -272,7 +266,7 @@ async fn stream(st: AppState, headers: HeaderMap, p: Params, s: Stream) -> Respo
     };
     // `since` starts a new client at a moment in the past; a reconnecting one resumes by id.
     if let (None, Some(since)) = (after, p.since.as_deref()) {
-        match crate::query::parse_time(since) {
+        match crate::store::parse_time(since) {
             Ok(t) => after = Some(st.hub.after_time(s, t).await),
             Err(e) => return bad(format!("since: {e}")),
         }

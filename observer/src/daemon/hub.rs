@@ -730,6 +730,13 @@ fn hook_backend(hooks: &str) -> String {
         .to_string()
 }
 
+/// What every HTTP handler shares: the hub, and the bearer token that guards the endpoints.
+#[derive(Clone)]
+pub struct AppState {
+    pub hub: Arc<Hub>,
+    pub token: Option<Arc<str>>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,8 +19,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 
+use crate::cli::run::RunArgs;
 use crate::store;
-use config::{RunArgs, Settings};
+use config::Settings;
 use hub::{DaemonOutput, Hub};
 
 /// How many records may wait for the record writer before new ones are dropped (and counted).
@@ -104,7 +105,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(settings.listen)
         .await
         .map_err(|e| listen_error(settings.listen, e))?;
-    let app = http::router(http::AppState {
+    let app = http::router(hub::AppState {
         hub: hub.clone(),
         token: token.map(Into::into),
     });

@@ -8,7 +8,7 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-use super::http::AppState;
+use super::hub::AppState;
 use crate::forensics::query as fq;
 use crate::forensics::ForensicsError;
 

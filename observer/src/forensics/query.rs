@@ -28,7 +28,7 @@ impl Scope {
 
 /// A time argument: relative (`2h`: that long ago), RFC 3339, or `now`.
 pub fn parse_time(flag: &'static str, s: &str) -> Result<i64, ForensicsError> {
-    crate::query::parse_time(s).map_err(|cause| ForensicsError::BadTime { flag, cause })
+    crate::store::parse_time(s).map_err(|cause| ForensicsError::BadTime { flag, cause })
 }
 
 /// The rulesets at `at_ns`, one entry per namespace and backend, tables filtered by `scope`.

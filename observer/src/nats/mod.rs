@@ -21,9 +21,11 @@ pub const HEADER_NODE: &str = "Observer-Node";
 pub const HEADER_SEQ: &str = "Observer-Seq";
 pub const HEADER_RECORD: &str = "Observer-Record";
 
-pub const DEFAULT_STREAM: &str = "OBSERVER";
-pub const DEFAULT_MAX_AGE: &str = "7d";
-pub const DEFAULT_MAX_BYTES: &str = "1GiB";
+/// The stream's defaults (the flags' defaults).
+pub use crate::cli::run::{
+    DEFAULT_NATS_MAX_AGE as DEFAULT_MAX_AGE, DEFAULT_NATS_MAX_BYTES as DEFAULT_MAX_BYTES,
+    DEFAULT_NATS_STREAM as DEFAULT_STREAM,
+};
 
 /// What `observer run --nats` needs.
 #[derive(Debug, Clone)]

@@ -10,7 +10,6 @@
 use std::collections::HashMap;
 
 use super::packed::Packed;
-use super::sockopt::RawTable;
 use super::{Verdict, XtChain, XtError, XtProto, XtRule, XtTable};
 
 /// Size of the `xt_entry_match` / `xt_entry_target` header (`u16 size; char name[29]; u8 rev`).
@@ -408,7 +407,32 @@ pub fn decode_table(proto: XtProto, info: &TableInfo, blob: Vec<u8>) -> Result<X
     decode_table_at(proto, info, blob, 0)
 }
 
-/// Decode a table as [`read_raw`](super::sockopt::read_raw) returned it.
+/// A table as the kernel returned it, before decoding.
+#[derive(Debug, Clone)]
+pub(crate) struct RawTable {
+    /// The `GET_INFO` reply as bytes.
+    #[cfg_attr(
+        not(test),
+        expect(dead_code, reason = "only the fixture capture stores the raw reply")
+    )]
+    pub info_bytes: Vec<u8>,
+    pub info: TableInfo,
+    /// The `GET_ENTRIES` answer: the `ipt_get_entries` header, then the entries.
+    pub buf: Vec<u8>,
+}
+
+impl RawTable {
+    /// The entries without the `ipt_get_entries` header.
+    #[cfg_attr(
+        not(test),
+        expect(dead_code, reason = "only the fixture capture stores the raw entries")
+    )]
+    pub fn entries(&self) -> &[u8] {
+        self.buf.get(GET_ENTRIES_HEADER..).unwrap_or(&[])
+    }
+}
+
+/// Decode a table as the kernel's `GET_INFO` and `GET_ENTRIES` returned it.
 pub(crate) fn decode_raw(proto: XtProto, raw: RawTable) -> Result<XtTable, XtError> {
     decode_table_at(proto, &raw.info, raw.buf, GET_ENTRIES_HEADER)
 }

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-use super::decode::{self, TableInfo, GET_ENTRIES_HEADER, TABLE_NAME_LEN};
+use super::decode::{self, RawTable, TableInfo, GET_ENTRIES_HEADER, TABLE_NAME_LEN};
 use super::{XtError, XtProto, XtTable};
 
 /// How often to retry when the table is replaced between `GET_INFO` and `GET_ENTRIES`.
@@ -136,31 +136,6 @@ fn finish(
         }
     }
     Ok(table)
-}
-
-/// A table as the kernel returned it, before decoding.
-#[derive(Debug, Clone)]
-pub(crate) struct RawTable {
-    /// The `GET_INFO` reply as bytes.
-    #[cfg_attr(
-        not(test),
-        expect(dead_code, reason = "only the fixture capture stores the raw reply")
-    )]
-    pub info_bytes: Vec<u8>,
-    pub info: TableInfo,
-    /// The `GET_ENTRIES` answer: the `ipt_get_entries` header, then the entries.
-    pub buf: Vec<u8>,
-}
-
-impl RawTable {
-    /// The entries without the `ipt_get_entries` header.
-    #[cfg_attr(
-        not(test),
-        expect(dead_code, reason = "only the fixture capture stores the raw entries")
-    )]
-    pub fn entries(&self) -> &[u8] {
-        self.buf.get(GET_ENTRIES_HEADER..).unwrap_or(&[])
-    }
 }
 
 /// `GET_INFO` then `GET_ENTRIES` in the calling thread's namespace, for a table listed there.

@@ -2,6 +2,9 @@
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+pub mod query;
+pub mod run;
+
 use crate::hooks::backend::HookBackend;
 use crate::ruleset::{Backend, Op};
 
@@ -22,9 +25,9 @@ pub struct Cli {
 pub enum Command {
     /// Run as a node agent: JSON lines of every record on stdout, an HTTP endpoint (event and
     /// incident streams, metrics, health) and the forensic record (needs root).
-    Run(Box<crate::daemon::config::RunArgs>),
+    Run(Box<run::RunArgs>),
     /// Search the forensic record that `observer run` keeps (a copied file works).
-    Query(Box<crate::query::QueryArgs>),
+    Query(Box<query::QueryArgs>),
     /// Print every ruleset change, and the ownership incidents they make, as they happen (needs
     /// root).
     ///
@@ -262,7 +265,7 @@ pub struct TailArgs {
     pub durable: Option<String>,
 
     /// With `--nats`: the JetStream stream the nodes publish to.
-    #[arg(long, value_name = "NAME", default_value = crate::nats::DEFAULT_STREAM)]
+    #[arg(long, value_name = "NAME", default_value = run::DEFAULT_NATS_STREAM)]
     pub nats_stream: String,
 }
 
@@ -280,17 +283,17 @@ pub struct SourceArgs {
 
     /// The window those cycles must fall in (also: how long a loop must stop before its
     /// incident closes), e.g. `60s`, `2m`.
-    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    #[arg(long, default_value = "60s", value_parser = parse_window)]
     pub flap_window: std::time::Duration,
 
     /// Flushes and deletes of several owners' chains by one actor within this window are one
     /// `mass_flush`.
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, default_value = "5s", value_parser = parse_window)]
     pub mass_window: std::time::Duration,
 
     /// How long a `mass_flush` waits for each owner to re-create its chains before it closes and
     /// names those that never did.
-    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    #[arg(long, default_value = "60s", value_parser = parse_window)]
     pub repair_within: std::time::Duration,
 
     /// Kernel hooks to use.
@@ -347,14 +350,15 @@ pub struct DoctorArgs {
     pub json: bool,
 }
 
-fn parse_op(s: &str) -> Result<Op, String> {
+pub(crate) fn parse_op(s: &str) -> Result<Op, String> {
     Op::parse(s).ok_or_else(|| {
         let all: Vec<&str> = Op::ALL.iter().map(|o| o.as_str()).collect();
         format!("unknown op `{s}`; one of: {}", all.join(", "))
     })
 }
 
-pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+/// A window of the incident engine: a duration longer than zero.
+pub fn parse_window(s: &str) -> Result<std::time::Duration, String> {
     let d =
         humantime::parse_duration(s).map_err(|e| format!("`{s}`: {e} (e.g. 500ms, 30s, 2m)"))?;
     if d.is_zero() {
