@@ -1184,10 +1184,15 @@ impl DictFrames {
 /// The size a zstd frame of the record decompresses to, as its header says; no size, or one
 /// larger than a row may be, is damage.
 pub(crate) fn frame_size(frame: &[u8]) -> Result<usize, &'static str> {
+    frame_size_at_most(frame, MAX_ROW_BYTES)
+}
+
+/// [`frame_size`] with another bound (a snapshot's whole ruleset may be larger than a row).
+pub(crate) fn frame_size_at_most(frame: &[u8], max: u64) -> Result<usize, &'static str> {
     zstd::zstd_safe::get_frame_content_size(frame)
         .ok()
         .flatten()
-        .filter(|&n| n <= MAX_ROW_BYTES)
+        .filter(|&n| n <= max)
         .map(|n| n as usize)
         .ok_or("no usable size in its compressed frame")
 }

@@ -59,7 +59,7 @@ pub struct Stored {
     pub tables: Tables,
 }
 
-fn sql_err(e: impl std::error::Error + Send + Sync + 'static) -> rusqlite::Error {
+pub(super) fn sql_err(e: impl std::error::Error + Send + Sync + 'static) -> rusqlite::Error {
     rusqlite::Error::ToSqlConversionFailure(Box::new(e))
 }
 
@@ -90,16 +90,6 @@ fn delta(content: &[u8], base: &[u8]) -> Result<Vec<u8>, String> {
     Ok(out)
 }
 
-/// A frame's content size, bounded.
-fn size_of(frame: &[u8]) -> Result<usize, String> {
-    zstd::zstd_safe::get_frame_content_size(frame)
-        .ok()
-        .flatten()
-        .filter(|&n| n <= MAX_BYTES)
-        .map(|n| n as usize)
-        .ok_or_else(|| "no usable size in its compressed frame".to_string())
-}
-
 /// A frame decompressed, with its base's content as prefix when it is a delta.
 fn decompress(frame: &[u8], base: Option<&[u8]>) -> Result<Vec<u8>, String> {
     let mut d = DCtx::create();
@@ -108,7 +98,8 @@ fn decompress(frame: &[u8], base: Option<&[u8]>) -> Result<Vec<u8>, String> {
     if let Some(b) = base {
         d.ref_prefix(b).map_err(zstd_err)?;
     }
-    let mut out = Vec::with_capacity(size_of(frame)?);
+    let size = crate::store::frame_size_at_most(frame, MAX_BYTES)?;
+    let mut out = Vec::with_capacity(size);
     d.decompress(&mut out, frame).map_err(zstd_err)?;
     Ok(out)
 }

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::*;
+use crate::forensics::frames::sql_err as to_sql_err;
 use crate::forensics::model::Chain;
 
 /// FNV-1a: a content hash that stays the same across builds.
@@ -16,10 +17,6 @@ fn hash(bytes: &[u8]) -> i64 {
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
     h as i64
-}
-
-fn to_sql_err(e: impl std::error::Error + Send + Sync + 'static) -> rusqlite::Error {
-    rusqlite::Error::ToSqlConversionFailure(Box::new(e))
 }
 
 fn compress(bytes: &[u8]) -> rusqlite::Result<Vec<u8>> {
