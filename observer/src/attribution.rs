@@ -16,7 +16,27 @@ use std::sync::OnceLock;
 use serde::{Deserialize, Serialize};
 
 use crate::cgroup::{self, Pod, Workload};
-use crate::hooks::decode::KernelProcess;
+
+/// One ancestor of the writer, as the kernel hook saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelAncestor {
+    pub tgid: u32,
+    pub comm: String,
+}
+
+/// The writer as the kernel saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelProcess {
+    pub tgid: u32,
+    pub tid: u32,
+    pub uid: u32,
+    pub comm: String,
+    /// Parent first; stops at the first unknown one.
+    pub ancestors: Vec<KernelAncestor>,
+    /// 0 when unknown.
+    pub netns: u32,
+    pub cgroup_id: u64,
+}
 
 /// The process fields of an output line.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -372,7 +392,6 @@ fn cgroup_id_of(pid: u32) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hooks::decode::Ancestor;
 
     #[test]
     fn front_ends_are_recognised() {
@@ -463,7 +482,7 @@ mod tests {
             ancestors: ["sh", "timeout", "kube-proxy", "containerd-shim", "systemd"]
                 .iter()
                 .enumerate()
-                .map(|(i, c)| Ancestor {
+                .map(|(i, c)| KernelAncestor {
                     tgid: 20 + i as u32,
                     comm: c.to_string(),
                 })
@@ -491,11 +510,11 @@ mod tests {
             uid: 0,
             comm: "iptables-legacy".into(),
             ancestors: vec![
-                Ancestor {
+                KernelAncestor {
                     tgid: 9,
                     comm: "kube-proxy".into(),
                 },
-                Ancestor {
+                KernelAncestor {
                     tgid: 1,
                     comm: "systemd".into(),
                 },

@@ -22,10 +22,11 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use crate::attribution::KernelProcess;
 use crate::attribution::{self, ProcessInfo};
 use crate::cli::{ColorWhen, HooksMode, SourceArgs, TailArgs};
 use crate::forensics::model::Tables;
-use crate::hooks::decode::{KernelEvent, KernelProcess, XtKind, XtReplaceEvent};
+use crate::hooks::decode::{KernelEvent, XtKind, XtReplaceEvent};
 use crate::hooks::nlattr::{self, WriterCache};
 use crate::hooks::{HookOptions, KernelHooks, ReaderStats};
 use crate::incidents::{self, owners::Owners, Correlator, InventoryChain};
@@ -1462,7 +1463,7 @@ impl Engine {
     fn on_refused(
         &mut self,
         inode: u32,
-        process: &crate::hooks::decode::KernelProcess,
+        process: &KernelProcess,
         ktime_ns: u64,
         source: Source,
         refused: Vec<crate::hooks::refused::Refusal>,

@@ -108,8 +108,9 @@ impl Blobs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::attribution::KernelProcess;
     use crate::hooks::backend::HookBackend;
-    use crate::hooks::decode::{BlobCopy, KernelProcess, XtKind};
+    use crate::hooks::decode::{BlobCopy, XtKind};
 
     fn chunk(tid: u32, cookie: u64, offset: u32, data: &[u8]) -> BlobChunk {
         BlobChunk {

@@ -7,6 +7,7 @@
 use std::mem::size_of;
 
 use super::backend::HookBackend;
+use crate::attribution::{KernelAncestor, KernelProcess};
 
 use observer_common::{
     nfnl::{NfnlAck, NfnlRefused, NfnlSend},
@@ -31,27 +32,6 @@ pub enum DecodeError {
     /// The header's length field disagrees with the record.
     #[error("record says {said} bytes but is {got}")]
     Length { said: u32, got: usize },
-}
-
-/// One ancestor of the writer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Ancestor {
-    pub tgid: u32,
-    pub comm: String,
-}
-
-/// The writer as the kernel saw it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KernelProcess {
-    pub tgid: u32,
-    pub tid: u32,
-    pub uid: u32,
-    pub comm: String,
-    /// Parent first; stops at the first unknown one.
-    pub ancestors: Vec<Ancestor>,
-    /// 0 when unknown.
-    pub netns: u32,
-    pub cgroup_id: u64,
 }
 
 /// Which x_tables front end a replace came from.
@@ -172,7 +152,7 @@ fn process(p: &Process) -> KernelProcess {
         if p.ancestor_tgid[i] == 0 {
             break;
         }
-        ancestors.push(Ancestor {
+        ancestors.push(KernelAncestor {
             tgid: p.ancestor_tgid[i],
             comm: c_str(&p.ancestor_comm[i]),
         });

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use observer_common::nfnl::{NfnlSend, NFNL_SUBSYS_IPSET, NFNL_SUBSYS_NFTABLES, PHASE_EXIT};
 use tokio::sync::Notify;
 
-use super::decode::KernelProcess;
+use crate::attribution::KernelProcess;
 use crate::attribution::{self, ProcessInfo};
 use crate::nftables::nla;
 use crate::ruleset::FlushEvidence;
@@ -569,7 +569,7 @@ mod tests {
                 tid,
                 uid: 0,
                 comm: comm.into(),
-                ancestors: vec![super::super::decode::Ancestor {
+                ancestors: vec![crate::attribution::KernelAncestor {
                     tgid: 1,
                     comm: parent.into(),
                 }],
