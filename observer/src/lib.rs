@@ -28,6 +28,7 @@ pub mod output;
 pub mod ownership;
 pub mod pods;
 pub mod query;
+pub mod recorder;
 pub mod remote;
 pub mod ruleset;
 pub mod store;

@@ -20,7 +20,8 @@ use super::metrics::{ChangeLabels, GapLabels, HookLabels, IncidentLabels, Metric
 use crate::engine::Output;
 use crate::output::filter::Filter;
 use crate::output::{ChangeRecord, Record, StatusRecord};
-use crate::store::{self, Row, StoreSender};
+use crate::recorder::{Row, StoreSender};
+use crate::store::{self, ChangeRow};
 
 /// Events kept in memory per stream for clients that fall behind or reconnect.
 const RING: usize = 8192;
@@ -639,17 +640,19 @@ impl Output for DaemonOutput {
                         .unwrap_or_default(),
                 })
                 .inc();
-            let row = self.store.as_ref().map(|_| Row::Change {
-                seq: c.seq,
-                time_ns: meta.time_ns,
-                netns: Some(c.netns),
-                backend: meta.backend.clone(),
-                table: meta.table.clone(),
-                chain: c.chain.clone(),
-                op: meta.op.clone(),
-                actor: Some(c.process.actor.clone()),
-                comm: Some(c.process.comm.clone()),
-                json: json.clone(),
+            let row = self.store.as_ref().map(|_| {
+                Row::Change(ChangeRow {
+                    seq: c.seq,
+                    time_ns: meta.time_ns,
+                    netns: Some(c.netns),
+                    backend: meta.backend.clone(),
+                    table: meta.table.clone(),
+                    chain: c.chain.clone(),
+                    op: meta.op.clone(),
+                    actor: Some(c.process.actor.clone()),
+                    comm: Some(c.process.comm.clone()),
+                    json: json.clone(),
+                })
             });
             let ev = Event {
                 id: Some(c.seq),
@@ -745,27 +748,29 @@ mod tests {
     fn record_with(n: u64) -> (tempfile::TempDir, std::path::PathBuf) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r.db");
-        let mut w = store::Writer::new(
+        let mut w = crate::recorder::Writer::new(
             store::open_rw(&path).unwrap(),
             path.clone(),
-            store::Limits {
+            crate::recorder::Limits {
                 retain: std::time::Duration::from_secs(86400),
                 max_bytes: u64::MAX,
             },
-            Arc::new(store::StoreStats::default()),
+            Arc::new(crate::recorder::StoreStats::default()),
         );
         let rows: Vec<Row> = (1..=n)
-            .map(|seq| Row::Change {
-                seq,
-                time_ns: store::now_ns(),
-                netns: Some(1),
-                backend: None,
-                table: None,
-                chain: None,
-                op: None,
-                actor: None,
-                comm: None,
-                json: format!(r#"{{"kind":"change","seq":{seq}}}"#).into(),
+            .map(|seq| {
+                Row::Change(ChangeRow {
+                    seq,
+                    time_ns: store::now_ns(),
+                    netns: Some(1),
+                    backend: None,
+                    table: None,
+                    chain: None,
+                    op: None,
+                    actor: None,
+                    comm: None,
+                    json: format!(r#"{{"kind":"change","seq":{seq}}}"#).into(),
+                })
             })
             .collect();
         w.write_batch(&rows);

@@ -20,6 +20,7 @@ use std::time::Duration;
 use anyhow::{bail, Context as _};
 
 use crate::cli::run::RunArgs;
+use crate::recorder;
 use crate::store;
 use config::Settings;
 use hub::{DaemonOutput, Hub};
@@ -42,7 +43,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut writer = None;
     let mut last_incident = 0;
     let mut record_id = None;
-    let store_stats = Arc::new(store::StoreStats::default());
+    let store_stats = Arc::new(recorder::StoreStats::default());
     if let Some(path) = &settings.record {
         let conn = store::open_rw(path)?;
         let (last_seq, last_no) = store::last_numbers(&conn)?;
@@ -51,12 +52,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
         settings.source.first_seq = last_seq;
         last_incident = last_no;
-        let limits = store::Limits {
+        let limits = recorder::Limits {
             retain: settings.retain,
             max_bytes: settings.max_record,
         };
-        let w = store::spawn_writer(conn, path.clone(), limits, STORE_QUEUE, store_stats.clone())
-            .context("starting the record writer thread")?;
+        let w =
+            recorder::spawn_writer(conn, path.clone(), limits, STORE_QUEUE, store_stats.clone())
+                .context("starting the record writer thread")?;
         tracing::info!(
             "record {}: numbering goes on after seq {last_seq}",
             path.display()

@@ -275,7 +275,7 @@ mod tests {
 
     fn record() -> Connection {
         let conn = Connection::open_in_memory().unwrap();
-        conn.execute_batch(super::super::record::SCHEMA).unwrap();
+        conn.execute_batch(crate::store::SNAPSHOT_SCHEMA).unwrap();
         conn
     }
 

@@ -7,7 +7,6 @@
 //! before it with the recorded changes after it replayed on top ([`replay`]). Needs nothing of
 //! the kernel: it reads the record only.
 
-pub mod bench;
 pub mod frames;
 pub mod model;
 pub mod query;

@@ -19,32 +19,6 @@ use super::ForensicsError;
 use crate::ruleset::{Backend, Family, Op};
 use crate::store::{self, Selection};
 
-pub const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS snapshots (
-    id      INTEGER PRIMARY KEY,
-    seq     INTEGER NOT NULL,
-    time_ns INTEGER NOT NULL,
-    netns   INTEGER NOT NULL,
-    backend TEXT NOT NULL,
-    body    BLOB NOT NULL,
-    frame   INTEGER
-);
-CREATE INDEX IF NOT EXISTS snapshots_at ON snapshots(netns, backend, seq);
-CREATE TABLE IF NOT EXISTS snap_frames (
-    id    INTEGER PRIMARY KEY,
-    base  INTEGER,
-    depth INTEGER NOT NULL,
-    body  BLOB NOT NULL
-);
-CREATE TABLE IF NOT EXISTS snap_chains (
-    hash INTEGER PRIMARY KEY,
-    body BLOB NOT NULL,
-    dict INTEGER,
-    base INTEGER
-);
-CREATE TABLE IF NOT EXISTS snap_dicts (id INTEGER PRIMARY KEY, dict BLOB NOT NULL);
-";
-
 /// Change times may run a little behind the snapshot taken after them (a legacy change's time is
 /// the kernel's, its snapshot's the engine's): changes after a snapshot are looked for from this
 /// long before it.
@@ -72,26 +46,6 @@ fn decompress(what: &str, bytes: &[u8]) -> Result<Vec<u8>, ForensicsError> {
         what: what.to_string(),
         cause: e.to_string(),
     })
-}
-
-/// Add the columns that earlier observers made their tables without: `snap_chains`' `dict` and
-/// `base`, `snapshots`' `frame`.
-pub fn upgrade(conn: &Connection) -> rusqlite::Result<()> {
-    for (table, column) in [
-        ("snap_chains", "dict"),
-        ("snap_chains", "base"),
-        ("snapshots", "frame"),
-    ] {
-        let has: i64 = conn.query_row(
-            "SELECT COUNT(*) FROM pragma_table_info(?1) WHERE name = ?2",
-            [table, column],
-            |r| r.get(0),
-        )?;
-        if has == 0 {
-            conn.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} INTEGER"))?;
-        }
-    }
-    Ok(())
 }
 
 /// A stored chain's JSON: its frame decompressed, with the dictionary its row names if any.

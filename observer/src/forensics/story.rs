@@ -488,7 +488,8 @@ mod tests {
     use serde_json::{json, Value};
 
     use super::*;
-    use crate::store::{Limits, Row, StoreStats, Writer};
+    use crate::recorder::{Limits, Row, StoreStats, Writer};
+    use crate::store::ChangeRow;
 
     const NETNS: u32 = 4026532177;
 
@@ -515,7 +516,7 @@ mod tests {
             "process": {"pid": 100 + seq, "tid": 100 + seq, "comm": "iptables", "actor": actor,
                         "ancestry": [{"comm": actor, "pid": 7}]},
         });
-        Row::Change {
+        Row::Change(ChangeRow {
             seq,
             time_ns: ns,
             netns: Some(NETNS),
@@ -526,7 +527,7 @@ mod tests {
             actor: Some(actor.into()),
             comm: Some("iptables".into()),
             json: v.to_string().into(),
-        }
+        })
     }
 
     fn incident(no: u64, ns: i64, since: i64, state: &str, events: &[u64], repaired: bool) -> Row {

@@ -55,14 +55,14 @@ struct Publisher {
     record: PathBuf,
     record_id: String,
     stats: Arc<NatsStats>,
-    store: Arc<store::StoreStats>,
+    store: Arc<crate::recorder::StoreStats>,
 }
 
 /// The record the publisher reads: its path, its id and its writer's signals.
 pub struct Spool {
     pub path: PathBuf,
     pub id: String,
-    pub stats: Arc<store::StoreStats>,
+    pub stats: Arc<crate::recorder::StoreStats>,
 }
 
 /// Start publishing the record until `shutdown` is set.

@@ -245,7 +245,7 @@ fn sep_rules(i: usize, seed: usize) -> Vec<String> {
 /// record's is by the time a chain changes (the first large snapshot trains it).
 fn record() -> Connection {
     let conn = Connection::open_in_memory().unwrap();
-    conn.execute_batch(SCHEMA).unwrap();
+    conn.execute_batch(store::SNAPSHOT_SCHEMA).unwrap();
     let other = nat(|i| sep_rules(i, 1_000_000));
     let mut bases = ChainBases::default();
     insert_layout2(&conn, &mut bases, 0, 0, 99, None, Backend::Legacy, &other).unwrap();
@@ -387,8 +387,12 @@ fn a_layout_2_record_goes_on_with_frames_and_both_kinds_read_back() {
 #[test]
 fn a_layout_2_record_read_as_it_is_has_no_frame_column_and_reads_back() {
     let conn = Connection::open_in_memory().unwrap();
-    let layout2 = SCHEMA.replace(",\n    frame   INTEGER", "");
-    assert_ne!(layout2, SCHEMA, "the frame column is in the schema");
+    let layout2 = store::SNAPSHOT_SCHEMA.replace(",\n    frame   INTEGER", "");
+    assert_ne!(
+        layout2,
+        store::SNAPSHOT_SCHEMA,
+        "the frame column is in the schema"
+    );
     conn.execute_batch(&layout2).unwrap();
     let mut bases = ChainBases::default();
     let t = nat(|i| sep_rules(i, 5));

@@ -10,6 +10,8 @@ use crate::cli::BenchXtArgs;
 use crate::netns;
 use crate::xtables::{self, XtProto};
 
+mod forensics;
+
 #[derive(Serialize)]
 struct Timing {
     table: String,
@@ -107,23 +109,24 @@ struct RecordFill {
 pub fn record(args: crate::cli::BenchRecordArgs) -> anyhow::Result<()> {
     use crate::attribution::ProcessInfo;
     use crate::output::{ChangeRecord, Record, Source};
+    use crate::recorder::{self, Row};
     use crate::ruleset::{Backend, Family, Op};
-    use crate::store::{self, Row};
+    use crate::store::{self, ChangeRow};
     use std::sync::Arc;
 
     if args.out.exists() {
         anyhow::bail!("{} exists; give a new path", args.out.display());
     }
     let conn = store::open_rw(&args.out)?;
-    let limits = store::Limits {
+    let limits = recorder::Limits {
         retain: std::time::Duration::from_secs(3600 * 24 * 365),
         max_bytes: u64::MAX,
     };
-    let mut w = store::Writer::new(
+    let mut w = recorder::Writer::new(
         conn,
         args.out.clone(),
         limits,
-        Arc::new(store::StoreStats::default()),
+        Arc::new(recorder::StoreStats::default()),
     );
     let services = 1000u64;
     let span_ns = args.days as i64 * 86_400 * 1_000_000_000;
@@ -155,7 +158,7 @@ pub fn record(args: crate::cli::BenchRecordArgs) -> anyhow::Result<()> {
     };
     let mut sim = args
         .snapshots
-        .then(|| crate::forensics::bench::Sim::new(services, svc, start_ns));
+        .then(|| forensics::Sim::new(services, svc, start_ns));
     let start_rules = sim.as_ref().map(|s| s.rules());
     let keep_snapshots = !args.no_snapshot_rows;
     let t0 = Instant::now();
@@ -202,7 +205,7 @@ pub fn record(args: crate::cli::BenchRecordArgs) -> anyhow::Result<()> {
                 14 => (svc(s), Op::ChainFlush, None),
                 _ => (sep(r, s, false), Op::ChainDelete, None),
             };
-            vec![crate::forensics::bench::Line {
+            vec![forensics::Line {
                 chain,
                 op,
                 rule,
@@ -254,7 +257,7 @@ pub fn record(args: crate::cli::BenchRecordArgs) -> anyhow::Result<()> {
                 recovered: false,
             };
             let json: Arc<str> = serde_json::to_string(&Record::Change(c.clone()))?.into();
-            batch.push(Row::Change {
+            batch.push(Row::Change(ChangeRow {
                 seq,
                 time_ns,
                 netns: Some(c.netns),
@@ -265,7 +268,7 @@ pub fn record(args: crate::cli::BenchRecordArgs) -> anyhow::Result<()> {
                 actor: Some(c.process.actor),
                 comm: Some(c.process.comm),
                 json: json.clone(),
-            });
+            }));
             if let Some(row) = sim.as_mut().and_then(|s| s.change(seq, time_ns, &json)) {
                 if keep_snapshots {
                     batch.push(row);
@@ -312,7 +315,7 @@ pub fn record(args: crate::cli::BenchRecordArgs) -> anyhow::Result<()> {
         out["start_rules"] = start_rules.into();
         out["model_rules"] = sim.rules().into();
         if keep_snapshots {
-            out["at"] = crate::forensics::bench::measure(&args.out, store::now_ns())?;
+            out["at"] = forensics::measure(&args.out, store::now_ns())?;
         }
     }
     println!("{out}");

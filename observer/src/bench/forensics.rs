@@ -8,11 +8,11 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::model::{Chain, Table, Tables};
-use super::replay::{Recorded, Replay};
-use super::{Snapshot, SnapshotPolicy};
+use crate::forensics::model::{Chain, Table, Tables};
+use crate::forensics::replay::{Recorded, Replay};
+use crate::forensics::{Snapshot, SnapshotPolicy};
+use crate::recorder::Row;
 use crate::ruleset::{Backend, Family, Op};
-use crate::store::Row;
 
 /// Endpoints per service.
 const ENDPOINTS: usize = 4;
@@ -252,7 +252,11 @@ pub fn measure(path: &std::path::Path, at_ns: i64) -> anyhow::Result<serde_json:
         let (mut rules, mut replayed) = (0, 0);
         for _ in 0..5 {
             let t0 = Instant::now();
-            let (_, states) = super::query::at(&ro, at_ns, &super::query::Scope::default())?;
+            let (_, states) = crate::forensics::query::at(
+                &ro,
+                at_ns,
+                &crate::forensics::query::Scope::default(),
+            )?;
             times.push(t0.elapsed().as_secs_f64() * 1e3);
             rules = states
                 .iter()
@@ -266,7 +270,7 @@ pub fn measure(path: &std::path::Path, at_ns: i64) -> anyhow::Result<serde_json:
         Ok((times[times.len() / 2], rules, replayed))
     };
     let size = |sql: &str| -> rusqlite::Result<i64> { ro.query_row(sql, [], |r| r.get(0)) };
-    let has = super::record::has_snapshots(&ro)?;
+    let has = crate::forensics::record::has_snapshots(&ro)?;
     let (snap_bytes, newest) = if has {
         (
             size("SELECT COALESCE(SUM(length(body)), 0) FROM snapshots")?

@@ -1,0 +1,499 @@
+//! The record's writer: every change, incident and snapshot `observer run` streams, written to
+//! the record ([`crate::store`]) on one dedicated thread fed by a channel, so that the engine
+//! never waits for the disk.
+//!
+//! Each row comes with what streams it (stdout, the HTTP clients), run by that thread once the
+//! row's batch is committed: whatever was streamed is in the record, even after a `kill -9`.
+//! When more than the queue's capacity of rows wait for the disk, further rows are counted as
+//! dropped from the record and the loss is reported (log line and metric), never silently; they
+//! are still streamed, in order. Rows are written in batches, one transaction each, in WAL mode.
+//! The file is kept within an age (`--retain`) and a size (`--max-record`) by deleting the
+//! oldest rows (the ruleset's state before them kept as a snapshot); it is checked after writes,
+//! so an idle daemon does no work.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::{counter::Counter, family::Family, gauge::Gauge};
+use rusqlite::{params, Connection, OptionalExtension};
+
+use crate::forensics::record::{self, LastWriters};
+use crate::forensics::{frames, ForensicsError, Snapshot};
+use crate::store::{self, ChangeRow};
+
+/// One row to write.
+#[derive(Debug, Clone)]
+pub enum Row {
+    Change(ChangeRow),
+    Incident {
+        no: u64,
+        time_ns: i64,
+        kind: Option<String>,
+        netns: Option<u32>,
+        json: Arc<str>,
+    },
+    /// A namespace's tables of one backend after change `seq` (see `crate::forensics`).
+    Snapshot(Snapshot),
+}
+
+/// Limits on the record's size.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub retain: Duration,
+    pub max_bytes: u64,
+}
+
+/// The `outcome` label of the record's row counter: `written`, `dropped` (the writer was
+/// behind), `failed` (a write failed: disk full, I/O error) or `expired` (retention).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Outcome {
+    pub outcome: String,
+}
+
+/// Counters shared with the metrics endpoint.
+#[derive(Debug)]
+pub struct StoreStats {
+    pub rows: Family<Outcome, Counter>,
+    /// Size of the file and its write-ahead log, in bytes.
+    pub bytes: Gauge,
+    /// Signalled after each batch the writer commits: a reader of the record (the NATS
+    /// publisher) waits on it instead of polling.
+    pub committed: tokio::sync::Notify,
+    /// Times the record's file was found deleted or replaced under the writer, which then made
+    /// a new record at its path.
+    pub reopened: Counter,
+}
+
+impl Default for StoreStats {
+    fn default() -> Self {
+        let s = StoreStats {
+            rows: Family::default(),
+            bytes: Gauge::default(),
+            committed: tokio::sync::Notify::new(),
+            reopened: Counter::default(),
+        };
+        // Every series exists from the start, at 0.
+        for o in ["written", "dropped", "failed", "expired"] {
+            s.count(o, 0);
+        }
+        s
+    }
+}
+
+impl StoreStats {
+    /// Add `n` rows to an outcome; returns the new total.
+    pub fn count(&self, outcome: &str, n: u64) -> u64 {
+        self.rows
+            .get_or_create(&Outcome {
+                outcome: outcome.into(),
+            })
+            .inc_by(n)
+            + n
+    }
+}
+
+/// What streams a row, run once the row is committed (or known not to be recorded).
+pub type Then = Box<dyn FnOnce() + Send>;
+
+/// A row to write (if any) and what to do once it is written.
+type Item = (Option<Row>, Option<Then>);
+
+/// The sending side: never blocks.
+#[derive(Clone)]
+pub struct StoreSender {
+    tx: Sender<Item>,
+    /// Rows queued and not yet written.
+    pending: Arc<AtomicUsize>,
+    capacity: usize,
+    stats: Arc<StoreStats>,
+}
+
+impl StoreSender {
+    /// Queue a row (if any), then `then`, which the writer runs once the row is committed, in
+    /// the order sent. When more than the capacity of rows are waiting for the disk, the row is
+    /// dropped from the record (counted, reported) and `then` still runs in its turn; false is
+    /// returned. When the writer is gone, `then` runs here and now.
+    pub fn send_then(&self, mut row: Option<Row>, then: Option<Then>) -> bool {
+        let mut recorded = true;
+        if row.is_some() && self.pending.fetch_add(1, Ordering::AcqRel) >= self.capacity {
+            self.pending.fetch_sub(1, Ordering::AcqRel);
+            row = None;
+            recorded = false;
+            self.dropped();
+        }
+        if let Err(e) = self.tx.send((row, then)) {
+            let (row, then) = e.0;
+            if row.is_some() {
+                self.pending.fetch_sub(1, Ordering::AcqRel);
+                recorded = false;
+                self.dropped();
+            }
+            if let Some(then) = then {
+                then();
+            }
+        }
+        recorded
+    }
+
+    fn dropped(&self) {
+        let n = self.stats.count("dropped", 1);
+        if n == 1 || n.is_power_of_two() {
+            tracing::error!(
+                "the record writer is behind: {n} records not written to the record (the disk \
+                 is too slow or full); they were still streamed"
+            );
+        }
+    }
+}
+
+/// Start the writer thread. Dropping every `StoreSender` makes it write what is queued and end;
+/// join the handle to wait for that.
+pub fn spawn_writer(
+    conn: Connection,
+    path: PathBuf,
+    limits: Limits,
+    capacity: usize,
+    stats: Arc<StoreStats>,
+) -> std::io::Result<(StoreSender, std::thread::JoinHandle<()>)> {
+    let (tx, rx) = channel();
+    let pending = Arc::new(AtomicUsize::new(0));
+    let s = stats.clone();
+    let p = pending.clone();
+    let handle = std::thread::Builder::new()
+        .name("record-writer".into())
+        .spawn(move || Writer::new(conn, path, limits, s).run(rx, &p))?;
+    Ok((
+        StoreSender {
+            tx,
+            pending,
+            capacity,
+            stats,
+        },
+        handle,
+    ))
+}
+
+/// The most rows in one transaction.
+const BATCH: usize = 2048;
+
+pub struct Writer {
+    conn: Connection,
+    path: PathBuf,
+    /// The inode of the file `conn` writes, to notice the file deleted or replaced.
+    ino: Option<u64>,
+    /// The path's trouble was reported (once until it changes).
+    path_trouble: bool,
+    limits: Limits,
+    stats: Arc<StoreStats>,
+    last_check: Option<Instant>,
+    since_check: u64,
+    enc: store::Encoder,
+    /// Each chain's last writer, stamped on the snapshots.
+    last: LastWriters,
+}
+
+impl Writer {
+    pub fn new(conn: Connection, path: PathBuf, limits: Limits, stats: Arc<StoreStats>) -> Writer {
+        let enc = load_encoder(&conn, &path);
+        let last = load_last_writers(&conn, &path);
+        Writer {
+            enc,
+            last,
+            ino: store::inode(&path),
+            path_trouble: false,
+            conn,
+            path,
+            limits,
+            stats,
+            last_check: None,
+            since_check: 0,
+        }
+    }
+
+    /// The record's file deleted or replaced under the daemon (removed by hand, a clean-up job):
+    /// rows written to the old file would reach no reader. Make a new record at the path and go
+    /// on there, saying so; when that fails, say why once and keep writing the old file.
+    fn check_file(&mut self) {
+        let now = store::inode(&self.path);
+        if now.is_some() && now == self.ino {
+            return;
+        }
+        let what = if now.is_none() {
+            "was deleted"
+        } else {
+            "was replaced by another file"
+        };
+        match store::open_rw(&self.path) {
+            Ok(conn) => {
+                self.enc = load_encoder(&conn, &self.path);
+                self.last = load_last_writers(&conn, &self.path);
+                self.conn = conn;
+                self.ino = store::inode(&self.path);
+                self.path_trouble = false;
+                self.stats.reopened.inc();
+                tracing::error!(
+                    "the record {} {what} while observer was writing it: a new record was made \
+                     at that path and rows go there from now on (the rows before are only in the \
+                     old file, if anything still holds it)",
+                    self.path.display()
+                );
+            }
+            Err(e) => {
+                if !self.path_trouble {
+                    tracing::error!(
+                        "the record {} {what} while observer was writing it, and no new record \
+                         can be made there ({e}); rows go on to the old file, which no reader \
+                         finds at that path",
+                        self.path.display()
+                    );
+                    self.path_trouble = true;
+                }
+            }
+        }
+    }
+
+    fn run(mut self, rx: Receiver<Item>, pending: &AtomicUsize) {
+        self.enforce_limits();
+        let mut rows = Vec::with_capacity(BATCH);
+        let mut thens = Vec::with_capacity(BATCH);
+        while let Ok(first) = rx.recv() {
+            let mut next = Some(first);
+            while let Some((row, then)) = next.take() {
+                rows.extend(row);
+                thens.extend(then);
+                if rows.len() < BATCH {
+                    next = rx.try_recv().ok();
+                }
+            }
+            if !rows.is_empty() {
+                self.check_file();
+                self.write_batch(&rows);
+                pending.fetch_sub(rows.len(), Ordering::AcqRel);
+                rows.clear();
+                self.stats.committed.notify_waiters();
+            }
+            // Committed (or counted as failed): stream, in order.
+            for then in thens.drain(..) {
+                then();
+            }
+            let due = self
+                .last_check
+                .is_none_or(|t| t.elapsed() > Duration::from_secs(30));
+            if due || self.since_check > 50_000 {
+                self.enforce_limits();
+            }
+        }
+        // Senders gone: everything queued has been written. Fold the log into the file.
+        if let Err(e) = self.conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);") {
+            tracing::debug!("record checkpoint: {e}");
+        }
+        self.update_size();
+    }
+
+    /// Write rows in one transaction. On failure (disk full...) the rows are counted as failed
+    /// and reported; what was written before stays.
+    pub fn write_batch(&mut self, rows: &[Row]) {
+        match self.try_write(rows) {
+            Ok(()) => {
+                self.stats.count("written", rows.len() as u64);
+                self.since_check += rows.len() as u64;
+            }
+            Err(e) => {
+                // Strings and a dictionary the rolled-back transaction added are not there.
+                self.enc = load_encoder(&self.conn, &self.path);
+                let n = self.stats.count("failed", rows.len() as u64);
+                tracing::error!(
+                    "could not write {} records to the record {} ({e}); {n} lost so far. Free \
+                     space on its file system, or lower --max-record / --retain",
+                    rows.len(),
+                    self.path.display()
+                );
+            }
+        }
+    }
+
+    fn try_write(&mut self, rows: &[Row]) -> rusqlite::Result<()> {
+        let tx = self.conn.transaction()?;
+        {
+            let mut change = tx.prepare_cached(store::INSERT_CHANGE)?;
+            let mut incident = tx.prepare_cached(
+                "INSERT OR REPLACE INTO incidents (no, time_ns, type, netns, json) \
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?;
+            for row in rows {
+                match row {
+                    Row::Change(c) => {
+                        self.enc.insert_change(&tx, &mut change, c)?;
+                        self.last.note(&c.json);
+                    }
+                    Row::Snapshot(s) => {
+                        let mut tables = (*s.tables).clone();
+                        self.last.stamp(s.netns, s.backend, &mut tables);
+                        frames::insert(
+                            &tx,
+                            s.seq,
+                            s.time_ns,
+                            s.netns,
+                            s.netns_name.as_deref(),
+                            s.backend,
+                            &tables,
+                        )?;
+                    }
+                    Row::Incident {
+                        no,
+                        time_ns,
+                        kind,
+                        netns,
+                        json,
+                    } => {
+                        incident.execute(params![*no as i64, time_ns, kind, netns, &**json])?;
+                    }
+                }
+            }
+        }
+        tx.commit()
+    }
+
+    /// Delete rows older than `--retain`, then the oldest rows until the file fits
+    /// `--max-record`, and give the freed pages back to the file system.
+    pub fn enforce_limits(&mut self) {
+        self.last_check = Some(Instant::now());
+        self.since_check = 0;
+        if let Err(e) = self.try_enforce() {
+            tracing::warn!(
+                "keeping the record {} within its limits: {e}",
+                self.path.display()
+            );
+        }
+        self.update_size();
+    }
+
+    fn try_enforce(&mut self) -> rusqlite::Result<()> {
+        let cutoff = store::now_ns() - self.limits.retain.as_nanos().min(i64::MAX as u128) as i64;
+        // The state after the last change to go becomes the snapshot the rest replays on.
+        let last_gone: Option<i64> = self.conn.query_row(
+            "SELECT MAX(seq) FROM changes WHERE time_ns < ?1",
+            [cutoff],
+            |r| r.get(0),
+        )?;
+        if let Some(k) = last_gone {
+            self.roll_forward(k as u64);
+        }
+        let mut deleted = self
+            .conn
+            .execute("DELETE FROM changes WHERE time_ns < ?1", [cutoff])?;
+        deleted += self
+            .conn
+            .execute("DELETE FROM incidents WHERE time_ns < ?1", [cutoff])?;
+        // Bytes in use (free pages do not count: they are reused or vacuumed below).
+        let used = |c: &Connection| -> rusqlite::Result<u64> {
+            let pages: i64 = c.query_row("PRAGMA page_count", [], |r| r.get(0))?;
+            let free: i64 = c.query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
+            let size: i64 = c.query_row("PRAGMA page_size", [], |r| r.get(0))?;
+            Ok(((pages - free).max(0) * size) as u64)
+        };
+        // Aim a little under the limit so that this does not run on every batch.
+        let target = self.limits.max_bytes / 10 * 9;
+        let mut rounds = 0;
+        while used(&self.conn)? > self.limits.max_bytes && rounds < 100 {
+            rounds += 1;
+            let total: i64 = self
+                .conn
+                .query_row("SELECT COUNT(*) FROM changes", [], |r| r.get(0))?;
+            if total == 0 {
+                break;
+            }
+            let now_used = used(&self.conn)?;
+            // Delete the share of rows that is over the target (at least 1,000).
+            let share = 1.0 - target as f64 / now_used as f64;
+            let n = ((total as f64 * share) as i64).max(1000);
+            let last_gone: Option<i64> = self
+                .conn
+                .query_row(
+                    "SELECT seq FROM changes ORDER BY seq LIMIT 1 OFFSET ?1",
+                    [n - 1],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            if let Some(k) = last_gone {
+                self.roll_forward(k as u64);
+            }
+            deleted += self.conn.execute(
+                "DELETE FROM changes WHERE seq IN (SELECT seq FROM changes ORDER BY seq LIMIT ?1)",
+                [n],
+            )?;
+            let oldest: Option<i64> =
+                self.conn
+                    .query_row("SELECT MIN(time_ns) FROM changes", [], |r| r.get(0))?;
+            if let Some(t) = oldest {
+                deleted += self
+                    .conn
+                    .execute("DELETE FROM incidents WHERE time_ns < ?1", [t])?;
+            }
+        }
+        if deleted > 0 {
+            self.stats.count("expired", deleted as u64);
+            self.enc.sweep_strings(&self.conn)?;
+            self.conn
+                .execute_batch("PRAGMA incremental_vacuum; PRAGMA wal_checkpoint(TRUNCATE);")?;
+            tracing::info!(
+                "record {}: {deleted} old records deleted to stay within --retain and --max-record",
+                self.path.display()
+            );
+        }
+        Ok(())
+    }
+
+    /// Make the state after change `seq` a snapshot before the changes up to it go. A failure
+    /// is logged: the changes still go (the size limit wins), and `query --at` says what it lacks.
+    fn roll_forward(&mut self, seq: u64) {
+        let res = self
+            .conn
+            .execute_batch("BEGIN")
+            .map_err(ForensicsError::from)
+            .and_then(|_| record::roll_forward(&self.conn, seq));
+        let end = if res.is_ok() { "COMMIT" } else { "ROLLBACK" };
+        if let Err(e) = self.conn.execute_batch(end) {
+            tracing::warn!("record {}: {end}: {e}", self.path.display());
+        }
+        if let Err(e) = res {
+            tracing::warn!(
+                "record {}: keeping the ruleset's state before deleting old changes: {e}",
+                self.path.display()
+            );
+        }
+    }
+
+    fn update_size(&self) {
+        let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+        let mut wal = self.path.clone().into_os_string();
+        wal.push("-wal");
+        let bytes = size(&self.path) + size(Path::new(&wal));
+        self.stats.bytes.set(bytes as i64);
+    }
+}
+
+/// The encoder for a record's connection; a record whose tables cannot be read yet gets a fresh
+/// one (its errors show at the first write).
+fn load_encoder(conn: &Connection, path: &Path) -> store::Encoder {
+    store::Encoder::load(conn).unwrap_or_else(|e| {
+        tracing::debug!("record {}: {e}", path.display());
+        store::Encoder::default()
+    })
+}
+
+/// The last writers of a record's chains; a record whose snapshots cannot be read starts
+/// without them (its chains then say they were not written since).
+fn load_last_writers(conn: &Connection, path: &Path) -> LastWriters {
+    LastWriters::load(conn).unwrap_or_else(|e| {
+        tracing::warn!("record {}: last writers of chains: {e}", path.display());
+        Default::default()
+    })
+}
+
+#[cfg(test)]
+mod tests;
