@@ -32,6 +32,7 @@ pub mod recorder;
 pub mod remote;
 pub mod ruleset;
 pub mod store;
+pub mod tail;
 #[doc(hidden)]
 pub mod test_support;
 pub mod xtables;

@@ -2,7 +2,7 @@
 //! of the library (see `lib.rs` for the data path).
 
 use observer::bench;
-use observer::{cli, daemon, doctor, engine, follow, incidents, nats, ownership, query, remote};
+use observer::{cli, daemon, doctor, follow, nats, ownership, query, remote, tail};
 
 use std::process::ExitCode;
 
@@ -31,14 +31,14 @@ fn main() -> ExitCode {
             cli::Command::Tail(t) if t.remote.is_some() => remote::tail(*t).await,
             cli::Command::Tail(t) if t.nats.is_some() => nats::fleet::tail(*t).await,
             cli::Command::Tail(t) if t.record.is_some() => follow::tail(*t).await,
-            cli::Command::Tail(t) => engine::tail(*t).await,
+            cli::Command::Tail(t) => tail::tail(*t).await,
             cli::Command::Run(r) => daemon::run(*r).await,
             cli::Command::Query(q) => query::run(*q),
             cli::Command::Doctor(d) => doctor::run(d),
             cli::Command::BenchXt(b) => bench::run(b),
             cli::Command::BenchRecord(b) => bench::record(b),
             cli::Command::Owners(o) => ownership::run(o),
-            cli::Command::BenchIncidents(b) => incidents::bench::run(b),
+            cli::Command::BenchIncidents(b) => bench::incidents::run(b),
         }
     });
     match result {

@@ -144,7 +144,7 @@ pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
         .map(crate::daemon::token_from)
         .transpose()?;
     let mut printer = Printer {
-        screen: (!args.json).then(|| Box::new(crate::engine::tail_screen(&args))),
+        screen: (!args.json).then(|| Box::new(crate::tail::tail_screen(&args))),
         last_status: None,
     };
     let tls = if uri.scheme_str() == Some("https") {

@@ -11,6 +11,7 @@ use crate::netns;
 use crate::xtables::{self, XtProto};
 
 mod forensics;
+pub mod incidents;
 
 #[derive(Serialize)]
 struct Timing {

@@ -5,6 +5,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 pub mod query;
 pub mod run;
 
+use crate::engine::{EngineConfig, HookChoice};
 use crate::hooks::backend::HookBackend;
 use crate::ruleset::{Backend, Op};
 
@@ -326,6 +327,34 @@ pub struct SourceArgs {
     /// The `seq` of the last change already recorded: numbering goes on after it.
     #[arg(skip)]
     pub first_seq: u64,
+}
+
+impl SourceArgs {
+    /// What the engine is asked to do, from these flags.
+    pub fn engine_config(&self) -> EngineConfig {
+        let ns = |d: std::time::Duration| d.as_nanos() as i128;
+        EngineConfig {
+            hooks: match self.hooks {
+                HooksMode::Auto => HookChoice::Best,
+                HooksMode::Netlink => HookChoice::NetlinkOnly,
+                mode => mode.backend().map_or(HookChoice::Best, HookChoice::Only),
+            },
+            ringbuf_size: self.ringbuf_size,
+            netlink_rcvbuf: self.netlink_rcvbuf,
+            owners: self.owners.clone(),
+            incidents: crate::incidents::Config {
+                flap_cycles: self.flap_cycles,
+                flap_window_ns: ns(self.flap_window),
+                mass_window_ns: ns(self.mass_window),
+                repair_within_ns: ns(self.repair_within),
+            },
+            pods: crate::pods::PodDirs {
+                pods: self.pod_logs.clone(),
+                containers: self.container_logs.clone(),
+            },
+            first_seq: self.first_seq,
+        }
+    }
 }
 
 #[derive(Debug, Args)]

@@ -149,7 +149,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let output = DaemonOutput::new(hub.clone(), sender, last_incident, settings.snapshots);
     // The engine owns the output: when it returns, the record's sender is gone and the writer
     // finishes what is queued.
-    let result = crate::engine::run(&settings.source, Box::new(output)).await;
+    let result = crate::engine::run(&settings.source.engine_config(), Box::new(output)).await;
 
     // The writer writes and streams what is queued, then the clients are let go.
     if let Some(j) = join {

@@ -24,7 +24,6 @@
 //! and updates incident lines, `summary` writes their sentences, `owners` knows who owns what,
 //! `drift` compares rules.
 
-pub mod bench;
 mod clock;
 mod conflict;
 pub mod drift;

@@ -68,7 +68,7 @@ pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
         )
     })?;
     let mut printer = Printer {
-        output: crate::engine::tail_output(&args)?,
+        output: crate::tail::tail_output(&args)?,
         node_glob,
         last: HashMap::new(),
     };

@@ -13,10 +13,10 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use super::owners::Owners;
-use super::{Config, Correlator, InventoryChain};
 use crate::attribution::ProcessInfo;
 use crate::cli::BenchIncidentsArgs;
+use crate::incidents::owners::Owners;
+use crate::incidents::{Config, Correlator, InventoryChain};
 use crate::output::record::{rfc3339, ChangeRecord, Source};
 use crate::ruleset::{Backend, Family, Op};
 

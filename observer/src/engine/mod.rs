@@ -11,7 +11,6 @@
 //! There is no timer anywhere: every read is triggered by a kernel record or a notification.
 
 use std::collections::HashMap;
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -24,7 +23,6 @@ use tokio::task::JoinHandle;
 
 use crate::attribution::KernelProcess;
 use crate::attribution::{self, ProcessInfo};
-use crate::cli::{ColorWhen, HooksMode, SourceArgs, TailArgs};
 use crate::forensics::model::Tables;
 use crate::hooks::decode::{KernelEvent, XtKind, XtReplaceEvent};
 use crate::hooks::nlattr::{self, WriterCache};
@@ -32,12 +30,8 @@ use crate::hooks::{HookOptions, KernelHooks, ReaderStats};
 use crate::incidents::{self, owners::Owners, Correlator, InventoryChain};
 use crate::netns::{self, NetnsHandle};
 use crate::nftables::{self, state::GenerationBuilder, state::NftState};
-use crate::output::filter::Filter;
 use crate::output::record::{now, rfc3339};
-use crate::output::screen::{
-    local_offset_s, terminal_width, Screen, ScreenOptions, DEFAULT_GROUP_LINES,
-};
-use crate::output::{ChangeRecord, Format, IncidentRecord, Record, Sink, Source, StatusRecord};
+use crate::output::{ChangeRecord, IncidentRecord, Record, Source, StatusRecord};
 use crate::ruleset::{self, Backend, Change};
 use crate::xtables::{self, XtError, XtProto, XtTable};
 
@@ -112,6 +106,38 @@ struct Engine {
     snapshots: Option<crate::forensics::Due>,
 }
 
+/// What the engine is asked to do: built by the command line (`tail`) or the daemon's settings
+/// (`run`).
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Which kernel hooks to attach.
+    pub hooks: HookChoice,
+    /// Size of the kernel ring buffer in bytes.
+    pub ringbuf_size: u32,
+    /// Receive buffer of each namespace's nftables notification socket.
+    pub netlink_rcvbuf: usize,
+    /// The chain ownership file; the built-in catalog when none.
+    pub owners: Option<PathBuf>,
+    /// The incident windows.
+    pub incidents: incidents::Config,
+    /// Where writers' pods and containers are named from.
+    pub pods: crate::pods::PodDirs,
+    /// The `seq` of the last change already recorded: numbering goes on after it.
+    pub first_seq: u64,
+}
+
+/// Which kernel hooks the engine attaches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HookChoice {
+    /// The best this kernel allows (fentry, kprobe, tracepoint), or netlink only when none
+    /// attaches (said as a loss).
+    Best,
+    /// This backend, or fail with the kernel's error.
+    Only(crate::hooks::backend::HookBackend),
+    /// No BPF: nftables changes only, from netlink.
+    NetlinkOnly,
+}
+
 /// Where the engine's records go: every record, in order, unfiltered. `tail` filters and prints;
 /// other consumers (a daemon's stream, a record) may keep everything.
 pub trait Output: Send {
@@ -136,110 +162,19 @@ pub trait Output: Send {
     fn snapshot(&mut self, _snapshot: crate::forensics::Snapshot) {}
 }
 
-/// `observer tail`: the filtered stream on stdout, as JSON lines or as the screen a person reads.
-struct TailOutput {
-    view: TailView,
-    filter: Filter,
-    incidents_only: bool,
-}
-
-enum TailView {
-    Json(Sink<std::io::Stdout>),
-    Screen(Box<Screen<std::io::Stdout>>),
-}
-
-impl Output for TailOutput {
-    fn emit(&mut self, record: &Record) -> std::io::Result<()> {
-        let shown = match record {
-            Record::Change(c) => !self.incidents_only && self.filter.matches(c),
-            Record::Incident(i) => self.filter.matches_incident(i),
-            Record::Status(_) => true,
-        };
-        if !shown {
-            return Ok(());
-        }
-        match &mut self.view {
-            TailView::Json(sink) => sink.write(record),
-            TailView::Screen(screen) => screen.record(record),
-        }
-    }
-
-    fn end_txn(&mut self) -> std::io::Result<()> {
-        match &mut self.view {
-            TailView::Json(_) => Ok(()),
-            TailView::Screen(screen) => screen.end_txn(),
-        }
-    }
-}
-
-/// The screen a person reads, as `observer tail`'s flags and the terminal ask for (local and
-/// `--remote` alike).
-pub(crate) fn tail_screen(args: &TailArgs) -> Screen<std::io::Stdout> {
-    let terminal = std::io::stdout().is_terminal();
-    let colour = match args.color {
-        _ if args.no_color => false,
-        ColorWhen::Always => true,
-        ColorWhen::Never => false,
-        ColorWhen::Auto => terminal && std::env::var_os("NO_COLOR").is_none(),
-    };
-    Screen::new(
-        std::io::stdout(),
-        ScreenOptions {
-            colour,
-            width: if args.wide { None } else { terminal_width() },
-            utc_offset_s: if args.utc { 0 } else { local_offset_s() },
-            group: !args.no_group,
-            group_lines: if args.verbose {
-                usize::MAX
-            } else {
-                DEFAULT_GROUP_LINES
-            },
-            footer: terminal,
-            incidents_only: args.incidents_only,
-        },
-    )
-    .sharing_the_terminal()
-}
-
-/// `observer tail`'s filtered output on stdout (JSON lines, or the screen), whatever feeds it.
-pub(crate) fn tail_output(args: &TailArgs) -> anyhow::Result<Box<dyn Output>> {
-    let filter = build_filter(args).map_err(anyhow::Error::msg)?;
-    let view = if args.json {
-        TailView::Json(Sink::new(std::io::stdout(), Format::Json))
-    } else {
-        TailView::Screen(Box::new(tail_screen(args)))
-    };
-    Ok(Box::new(TailOutput {
-        view,
-        filter,
-        incidents_only: args.incidents_only,
-    }))
-}
-
-pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
-    if args.since.is_some() {
-        anyhow::bail!(
-            "--since needs a history to start from: the record of `observer run` (--record FILE) \
-             or a running daemon (--remote URL); the local kernel keeps none"
-        );
-    }
-    let output = tail_output(&args)?;
-    run(&args.source, output).await
-}
-
 /// Watch every namespace and send every record to `output` until SIGINT or SIGTERM.
-pub async fn run(options: &SourceArgs, output: Box<dyn Output>) -> anyhow::Result<()> {
+pub async fn run(config: &EngineConfig, output: Box<dyn Output>) -> anyhow::Result<()> {
     // Streams created first, before anything can print `ready`: a signal that arrives during
     // start-up, or while the engine is busy, is kept until the loop comes back to it (and the
     // exit stays clean) instead of killing the process.
     use tokio::signal::unix::{signal, SignalKind};
     let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-    let correlator = build_correlator(options)?;
-    crate::pods::configure(crate::pods::PodDirs {
-        pods: options.pod_logs.clone(),
-        containers: options.container_logs.clone(),
-    });
+    let correlator = Correlator::new(
+        config.incidents.clone(),
+        load_owners(config.owners.as_deref())?,
+    );
+    crate::pods::configure(config.pods.clone());
     if !nix::unistd::geteuid().is_root() {
         tracing::warn!(
             "not running as root: loading BPF programs and joining namespaces will likely fail"
@@ -249,17 +184,20 @@ pub async fn run(options: &SourceArgs, output: Box<dyn Output>) -> anyhow::Resul
     let (kernel_tx, mut kernel_rx) = mpsc::channel::<KernelEvent>(8192);
     let (ns_tx, mut ns_rx) = mpsc::channel::<NsMsg>(8192);
     let mut lost = Vec::new();
-    let hooks = match options.hooks {
-        HooksMode::Netlink => {
+    let hooks = match config.hooks {
+        HookChoice::NetlinkOnly => {
             lost.push(netlink_only_loss("--hooks netlink"));
             None
         }
-        mode => match KernelHooks::load(&HookOptions {
-            ringbuf_bytes: options.ringbuf_size,
-            backend: mode.backend(),
+        choice => match KernelHooks::load(&HookOptions {
+            ringbuf_bytes: config.ringbuf_size,
+            backend: match choice {
+                HookChoice::Only(b) => Some(b),
+                HookChoice::Best | HookChoice::NetlinkOnly => None,
+            },
         }) {
             Ok(h) => Some(h),
-            Err(e) if mode == HooksMode::Auto => {
+            Err(e) if choice == HookChoice::Best => {
                 tracing::warn!("kernel hooks unavailable, running netlink-only: {e}");
                 lost.push(netlink_only_loss(&e.to_string()));
                 None
@@ -271,7 +209,7 @@ pub async fn run(options: &SourceArgs, output: Box<dyn Output>) -> anyhow::Resul
     let mut engine = Engine {
         snapshots,
         output,
-        seq: options.first_seq,
+        seq: config.first_seq,
         watched: HashMap::new(),
         mounts: HashMap::new(),
         hooks,
@@ -280,7 +218,7 @@ pub async fn run(options: &SourceArgs, output: Box<dyn Output>) -> anyhow::Resul
         losses: (crate::hooks::KernelErrors::default(), 0),
         correlator,
         ipsets: HashMap::new(),
-        netlink_rcvbuf: options.netlink_rcvbuf,
+        netlink_rcvbuf: config.netlink_rcvbuf,
         recovered_txns: 0,
     };
     let reader_stats = engine.reader_stats.clone();
@@ -420,21 +358,6 @@ pub async fn run(options: &SourceArgs, output: Box<dyn Output>) -> anyhow::Resul
     Ok(())
 }
 
-/// The incident engine, from the ownership file and the windows.
-fn build_correlator(options: &SourceArgs) -> anyhow::Result<Correlator> {
-    let owners = load_owners(options.owners.as_deref())?;
-    let ns = |d: std::time::Duration| d.as_nanos() as i128;
-    Ok(Correlator::new(
-        incidents::Config {
-            flap_cycles: options.flap_cycles,
-            flap_window_ns: ns(options.flap_window),
-            mass_window_ns: ns(options.mass_window),
-            repair_within_ns: ns(options.repair_within),
-        },
-        owners,
-    ))
-}
-
 /// Wall-clock time in nanoseconds since the epoch.
 fn wall_ns() -> i128 {
     time::OffsetDateTime::now_utc().unix_timestamp_nanos()
@@ -505,20 +428,6 @@ pub(crate) fn load_owners(path: Option<&std::path::Path>) -> anyhow::Result<Owne
         Some(p) => Owners::with_file(p).map_err(anyhow::Error::msg),
         None => Ok(Owners::catalog()),
     }
-}
-
-fn build_filter(args: &TailArgs) -> Result<Filter, String> {
-    Ok(Filter {
-        netns: match args.netns.as_str() {
-            "all" => None,
-            other => Some(netns::resolve_arg(other)?),
-        },
-        backend: args.backend.map(Backend::from),
-        table: args.table.clone(),
-        chain: args.chain.as_deref().map(Filter::chain_glob).transpose()?,
-        actor: args.actor.clone(),
-        ops: args.op.clone(),
-    })
 }
 
 fn xt_proto(kind: XtKind) -> Option<XtProto> {
@@ -1754,28 +1663,5 @@ mod tests {
         let ns = boot.tv_sec() as u64 * 1_000_000_000 + boot.tv_nsec() as u64;
         let t = boot_ns_to_time(ns);
         assert_eq!(&t[..16], &now()[..16], "{t}");
-    }
-
-    #[test]
-    fn filters_are_built_from_arguments() {
-        use clap::Parser;
-        let cli = crate::cli::Cli::try_parse_from([
-            "observer",
-            "tail",
-            "--netns",
-            "12345",
-            "--chain",
-            "KUBE-*",
-            "--backend",
-            "nft",
-        ])
-        .unwrap();
-        let crate::cli::Command::Tail(t) = cli.command else {
-            panic!()
-        };
-        let f = build_filter(&t).unwrap();
-        assert_eq!(f.netns, Some(12345));
-        assert_eq!(f.backend, Some(Backend::Nft));
-        assert!(f.chain.unwrap().is_match("KUBE-SVC-X"));
     }
 }
