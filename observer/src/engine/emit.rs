@@ -1,0 +1,206 @@
+//! What the engine gives its output: changes numbered and attributed, incidents, snapshots,
+//! status lines, and the losses it must own up to.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crate::forensics::model::Tables;
+use crate::output::{ChangeRecord, IncidentRecord, Record, StatusRecord};
+use crate::ruleset::{self, Backend, Change};
+
+use super::{ChangeCtx, Engine};
+
+impl Engine {
+    pub(super) fn emit_status(&mut self, s: StatusRecord) {
+        self.write(&Record::Status(s));
+    }
+
+    pub(super) fn write(&mut self, r: &Record) {
+        if let Err(e) = self.output.emit(r) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                // The reader went away (`observer tail | head`): stop quietly.
+                std::process::exit(0);
+            }
+            tracing::error!("cannot write output: {e}");
+        }
+    }
+
+    /// Say so, once per change of the counters, when kernel records were lost or unreadable,
+    /// then re-read every legacy table of every namespace: what the lost records would have
+    /// shown is reported as `recovered` changes. Checked whenever a record arrives: a loss is
+    /// noticed with the next record, no timer.
+    pub(super) async fn handle_losses(&mut self) {
+        if self.report_losses() {
+            self.resync_legacy().await;
+        }
+    }
+
+    /// Hand the output a snapshot of a namespace's tables, after the changes emitted so far.
+    pub(super) fn emit_snapshot(&mut self, inode: u32, backend: Backend, tables: Tables) {
+        let Some(due) = self.snapshots.as_mut() else {
+            return;
+        };
+        due.taken(inode, backend);
+        let netns_name = self.watched.get(&inode).and_then(|w| w.handle.name.clone());
+        self.output.snapshot(crate::forensics::Snapshot {
+            seq: self.seq,
+            time_ns: crate::store::now_ns(),
+            netns: inode,
+            netns_name,
+            backend,
+            tables: Arc::new(tables),
+        });
+    }
+
+    /// Say so when the loss counters moved; true when kernel records of table replaces were
+    /// lost (the legacy tables need a re-read).
+    pub(super) fn report_losses(&mut self) -> bool {
+        let Some(h) = self.hooks.as_ref() else {
+            return false;
+        };
+        let errors = h.errors();
+        let malformed = self
+            .reader_stats
+            .malformed
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let now_losses = (errors, malformed);
+        if now_losses == self.losses {
+            return false;
+        }
+        let (e0, m0) = self.losses;
+        self.losses = now_losses;
+        self.output.kernel_errors(&errors);
+        let (ring, pending, r0, p0) = (
+            errors.ringbuf_full,
+            errors.pending_full,
+            e0.ringbuf_full,
+            e0.pending_full,
+        );
+        let mut parts = Vec::new();
+        if ring > r0 {
+            parts.push(format!(
+                "{} kernel records lost because the ring buffer was full (raise --ringbuf-size)",
+                ring - r0
+            ));
+        }
+        if pending > p0 {
+            parts.push(format!(
+                "{} table replaces not tracked because too many were in flight",
+                pending - p0
+            ));
+        }
+        if malformed > m0 {
+            parts.push(format!(
+                "{} kernel records could not be decoded",
+                malformed - m0
+            ));
+        }
+        if errors.read_failed > e0.read_failed {
+            parts.push(format!(
+                "{} kernel reads failed (a writer's record may be missing or incomplete)",
+                errors.read_failed - e0.read_failed
+            ));
+        }
+        if errors.map_full > e0.map_full {
+            parts.push(format!(
+                "{} kernel map updates failed (a namespace or a refused batch may go unseen)",
+                errors.map_full - e0.map_full
+            ));
+        }
+        let resync = ring > r0 || pending > p0;
+        self.emit_status(StatusRecord::gap(format!(
+            "{}; {}",
+            parts.join("; "),
+            if resync {
+                "every legacy table is re-read: what changed meanwhile follows as changes \
+                 marked `recovered`, of an unknown writer"
+            } else {
+                "legacy changes around this time may be missing"
+            }
+        )));
+        resync
+    }
+
+    pub(super) fn warn(&mut self, message: String) {
+        tracing::warn!("{message}");
+    }
+
+    /// Number, print and correlate the changes of one transaction (all applied).
+    pub(super) fn emit_txn(&mut self, ctx: ChangeCtx, mut changes: Vec<Change>) {
+        // Whatever the reader could not settle (nft writers whose request was not captured,
+        // changes found by a re-read).
+        ruleset::settle_flushes(&mut changes, &ruleset::FlushEvidence::Unknown);
+        ruleset::settle_set_flushes(&mut changes, &ruleset::FlushEvidence::Unknown);
+        let with_results = changes.into_iter().map(|c| (c, "ok".to_string())).collect();
+        self.emit_txn_results(ctx, with_results);
+    }
+
+    /// Number, print and correlate the changes of one transaction; each has its `result`: `ok`
+    /// or what went wrong (`EBUSY: Device or resource busy`).
+    pub(super) fn emit_txn_results(&mut self, ctx: ChangeCtx, changes: Vec<(Change, String)>) {
+        let (inode, backend, n) = (ctx.inode, ctx.backend, changes.len() as u64);
+        let mut records = Vec::with_capacity(changes.len());
+        for (c, result) in changes {
+            self.seq += 1;
+            let record = Record::Change(ChangeRecord {
+                seq: self.seq,
+                time: ctx.time.clone(),
+                netns: ctx.inode,
+                netns_name: ctx.name.clone(),
+                node: None,
+                backend: ctx.backend,
+                family: c.family,
+                table: c.table,
+                chain: c.chain,
+                op: c.op,
+                rule: c.rule,
+                position: c.position,
+                detail: c.detail,
+                txn: ctx.txn.clone(),
+                result,
+                source: ctx.source,
+                process: ctx.process.clone(),
+                replayed: ctx.replayed,
+                recovered: ctx.recovered,
+            });
+            self.write(&record);
+            if let Record::Change(c) = record {
+                records.push(c);
+            }
+        }
+        if let Err(e) = self.output.end_txn() {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                std::process::exit(0);
+            }
+            tracing::error!("cannot write output: {e}");
+        }
+        let incidents = self.correlator.observe(&records);
+        self.emit_incidents(incidents);
+        if self
+            .snapshots
+            .as_mut()
+            .is_some_and(|d| d.changed(inode, backend, n))
+        {
+            match backend {
+                Backend::Legacy => self.legacy_snapshot(inode),
+                Backend::Nft => {
+                    // Taken by the reader with its next transaction.
+                    if let Some(f) = self
+                        .watched
+                        .get(&inode)
+                        .and_then(|w| w.nft_snapshot.as_ref())
+                    {
+                        f.store(true, Ordering::Relaxed);
+                    }
+                }
+                Backend::Ipset => {}
+            }
+        }
+    }
+
+    pub(super) fn emit_incidents(&mut self, incidents: Vec<IncidentRecord>) {
+        for i in incidents {
+            self.write(&Record::Incident(i));
+        }
+    }
+}

@@ -1,0 +1,253 @@
+//! Records from the kernel hooks: who did what, in which namespace, at what boot time; the
+//! namespace a record names found (or opened) before its change is read.
+
+use std::path::PathBuf;
+
+use crate::attribution::{self, KernelProcess};
+use crate::hooks::decode::KernelEvent;
+use crate::hooks::nlattr;
+use crate::netns;
+use crate::output::record::{now, rfc3339};
+use crate::output::Source;
+use crate::ruleset::Backend;
+
+use super::{ChangeCtx, Engine, NsMsg};
+
+/// Now on the boot clock, the clock of the kernel records' times.
+pub(super) fn boot_ns() -> u64 {
+    use nix::time::{clock_gettime, ClockId};
+    clock_gettime(ClockId::CLOCK_BOOTTIME)
+        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+        .unwrap_or(0)
+}
+
+/// Wall-clock time of a `bpf_ktime_get_boot_ns()` stamp.
+pub(super) fn boot_ns_to_time(ktime_ns: u64) -> String {
+    use nix::time::{clock_gettime, ClockId};
+    let (Ok(boot), Ok(real)) = (
+        clock_gettime(ClockId::CLOCK_BOOTTIME),
+        clock_gettime(ClockId::CLOCK_REALTIME),
+    ) else {
+        return now();
+    };
+    let ns = |t: nix::sys::time::TimeSpec| t.tv_sec() as i128 * 1_000_000_000 + t.tv_nsec() as i128;
+    let wall = ns(real) - ns(boot) + ktime_ns as i128;
+    time::OffsetDateTime::from_unix_timestamp_nanos(wall)
+        .map(rfc3339)
+        .unwrap_or_else(|_| now())
+}
+
+impl Engine {
+    pub(super) async fn on_kernel(&mut self, ev: KernelEvent) {
+        match ev {
+            KernelEvent::NetnsSeen { process, created } => {
+                if created {
+                    self.ensure_created(&process).await;
+                } else {
+                    // A task that entered a namespace and left (or exited) before this was
+                    // read leaves nothing to watch: not worth a warning.
+                    self.find_namespace(&process, false).await;
+                }
+            }
+            // Both go to the ring reader's caches (a piece of a table is joined to its replace
+            // there).
+            KernelEvent::NftGen { .. } | KernelEvent::XtBlob(_) => {}
+            KernelEvent::Umount { path, .. } => {
+                // A namespace's bind mount (known, or where `ip netns` and CNI plugins put them:
+                // a namespace found after its mount was made may not be known yet). The kprobe
+                // and fentry hook reports only namespace mounts, without a path.
+                let known = self.mounts.contains_key(&PathBuf::from(&path));
+                if path.is_empty()
+                    || known
+                    || path.starts_with("/run/netns/")
+                    || path.starts_with("/var/run/netns/")
+                {
+                    self.refresh_mounts();
+                    let what = if path.is_empty() {
+                        "a namespace file"
+                    } else {
+                        &path
+                    };
+                    self.forget_gone(&format!("{what} unmounted"));
+                }
+            }
+            KernelEvent::XtReplace(x) => self.on_replace(x).await,
+            KernelEvent::NfnlSend(s) if s.is_ipset() => self.on_ipset(s).await,
+            KernelEvent::NfnlSend(_) => {}
+            KernelEvent::NfnlAck(a) => {
+                let refused = crate::hooks::refused::refusals(&a.data);
+                self.on_refused(
+                    a.netns(),
+                    &a.process,
+                    a.ktime_ns,
+                    Source::Tracepoint,
+                    refused,
+                );
+            }
+            KernelEvent::NfnlRefused(r) => {
+                let netns = if r.sock_netns != 0 {
+                    r.sock_netns
+                } else {
+                    r.process.netns
+                };
+                let refused: Vec<_> = r.refusal().into_iter().collect();
+                self.on_refused(netns, &r.process, r.ktime_ns, r.source.into(), refused);
+            }
+        }
+    }
+
+    /// A namespace just made (kprobe, fentry): its creator enters it (unshare) or hands it to a
+    /// child (clone) a moment after the kernel reports it. Looked for at once; when it is not
+    /// found yet, a task looks again a few times over about 100 ms (the engine goes on) and
+    /// hands it back. A namespace nothing holds by then is gone, or is found when it is first
+    /// written.
+    pub(super) async fn ensure_created(&mut self, p: &KernelProcess) {
+        if p.netns == 0 || self.watched.contains_key(&p.netns) {
+            return;
+        }
+        let pids: Vec<u32> = std::iter::once(p.tgid)
+            .chain(p.ancestors.iter().map(|a| a.tgid))
+            .collect();
+        let inode = p.netns;
+        let look = {
+            let pids = pids.clone();
+            move || netns::find(inode, &pids)
+        };
+        if let Ok(Some(h)) = tokio::task::spawn_blocking(look).await {
+            self.watch(h, true).await;
+            self.refresh_mounts();
+            return;
+        }
+        let tx = self.ns_tx.clone();
+        let creator = format!("{} {}", p.comm, p.tgid);
+        tokio::spawn(async move {
+            for delay_ms in [1u64, 2, 5, 10, 20, 60] {
+                tokio::time::sleep(std::time::Duration::from_millis(delay_ms)).await;
+                let pids = pids.clone();
+                let found = tokio::task::spawn_blocking(move || netns::find(inode, &pids)).await;
+                if let Ok(Some(h)) = found {
+                    let _ = tx.send(NsMsg::Found(h)).await;
+                    return;
+                }
+            }
+            tracing::debug!(
+                "namespace {inode} (made by {creator}) was not found: it is gone, or will be \
+                 found when it is written"
+            );
+            let _ = tx.send(NsMsg::Unfound(inode)).await;
+        });
+    }
+
+    /// Namespace `inode` could not be opened (it is gone): the kernel side reports it again
+    /// when a task is seen in it, since the kernel reuses a freed namespace's inode number for
+    /// the next one made, which must not pass as already reported.
+    pub(super) fn unseen(&mut self, inode: u32) {
+        if self.watched.contains_key(&inode) {
+            return;
+        }
+        if let Some(h) = self.hooks.as_mut() {
+            h.forget_netns(inode);
+        }
+    }
+
+    /// Make sure the writer's namespace is watched; returns false when it cannot be opened.
+    pub(super) async fn ensure_namespace(&mut self, p: &KernelProcess) -> bool {
+        self.find_namespace(p, true).await
+    }
+
+    /// Watch the namespace of `p` (`p.netns`) if it is not watched yet; `warn` when it cannot be
+    /// opened any more. Returns whether it is watched.
+    pub(super) async fn find_namespace(&mut self, p: &KernelProcess, warn: bool) -> bool {
+        if p.netns == 0 {
+            return false;
+        }
+        if self.watched.contains_key(&p.netns) {
+            return true;
+        }
+        let pids: Vec<u32> = std::iter::once(p.tgid)
+            .chain(p.ancestors.iter().map(|a| a.tgid))
+            .collect();
+        let inode = p.netns;
+        let found = tokio::task::spawn_blocking(move || netns::find(inode, &pids))
+            .await
+            .ok()
+            .flatten();
+        match found {
+            Some(h) => {
+                self.watch(h, true).await;
+                self.refresh_mounts();
+                self.watched.contains_key(&inode)
+            }
+            None => {
+                self.unseen(inode);
+                let message = format!(
+                    "namespace {inode} (written by {} {}) could not be opened: nothing holds it any \
+                     more",
+                    p.comm, p.tgid
+                );
+                if warn {
+                    self.warn(message);
+                } else {
+                    tracing::debug!("{message}");
+                }
+                false
+            }
+        }
+    }
+
+    /// An ipset command, applied: list the namespace's sets once and report what changed.
+    pub(super) async fn on_ipset(&mut self, s: nlattr::NfnlSendEvent) {
+        let Some(cmd) = crate::ipset::Command::parse(&s.head) else {
+            return;
+        };
+        if s.ret < 0 || !self.ensure_namespace(&s.process).await {
+            return;
+        }
+        let inode = s.netns();
+        let Some(w) = self.watched.get(&inode) else {
+            return;
+        };
+        let file = match w.handle.file.try_clone() {
+            Ok(f) => f,
+            Err(e) => return self.warn(format!("namespace {inode}: {e}")),
+        };
+        let listed =
+            tokio::task::spawn_blocking(move || netns::run_in(&file, crate::ipset::list)).await;
+        let after = match listed {
+            Ok(Ok(Ok(sets))) => sets,
+            Ok(Ok(Err(e))) => return self.warn(format!("namespace {inode}: {e}")),
+            Ok(Err(e)) => return self.warn(format!("entering namespace {inode}: {e}")),
+            Err(e) => return self.warn(format!("namespace {inode}: {e}")),
+        };
+        let outcomes = crate::ipset::outcome(&cmd, self.ipsets.get(&inode), &after);
+        self.ipsets.insert(inode, after);
+        let name = self.watched.get(&inode).and_then(|w| w.handle.name.clone());
+        let ctx = ChangeCtx {
+            inode,
+            name,
+            backend: Backend::Ipset,
+            time: boot_ns_to_time(s.ktime_ns),
+            txn: format!("ipset-{inode}-{}", s.ktime_ns),
+            // The ipset capture is the sendto/sendmsg tracepoints on every backend.
+            source: Source::Tracepoint,
+            process: attribution::from_kernel(&s.process),
+            replayed: false,
+            recovered: false,
+        };
+        self.emit_txn_results(ctx, outcomes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn boot_time_maps_to_now() {
+        use nix::time::{clock_gettime, ClockId};
+        let boot = clock_gettime(ClockId::CLOCK_BOOTTIME).unwrap();
+        let ns = boot.tv_sec() as u64 * 1_000_000_000 + boot.tv_nsec() as u64;
+        let t = boot_ns_to_time(ns);
+        assert_eq!(&t[..16], &now()[..16], "{t}");
+    }
+}

@@ -1,0 +1,226 @@
+//! The namespaces the engine watches: opened and subscribed when found, let go when nothing
+//! holds them, and the nftables transactions their readers send.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use crate::attribution::ProcessInfo;
+use crate::forensics::model::Tables;
+use crate::hooks::nlattr::WriterCache;
+use crate::netns::{self, NetnsHandle};
+use crate::nftables::state::GenerationBuilder;
+use crate::output::record::now;
+use crate::output::{Source, StatusRecord};
+use crate::ruleset::Backend;
+
+use super::baseline::{inventory, read_baseline};
+use super::kernel::boot_ns;
+use super::nft::{established, spawn_nft_reader};
+use super::{ChangeCtx, Engine, NsMsg, Watched};
+
+impl Engine {
+    /// Start watching a namespace. `new` means it appeared while observer ran: whatever it
+    /// already holds was made after start and is reported (as found, not seen live).
+    pub(super) async fn watch(&mut self, handle: NetnsHandle, new: bool) {
+        let inode = handle.inode;
+        if self.watched.contains_key(&inode) {
+            return;
+        }
+        let handle = Arc::new(handle);
+        let file = match handle.file.try_clone() {
+            Ok(f) => f,
+            Err(e) => return self.warn(format!("namespace {inode}: {e}")),
+        };
+        // A namespace found late has no legacy baseline: its tables appear as created on their
+        // first replace.
+        let rcvbuf = self.netlink_rcvbuf;
+        let began = boot_ns();
+        let baseline = tokio::task::spawn_blocking(move || {
+            netns::run_in(&file, move || read_baseline(!new, Some(rcvbuf)))
+        })
+        .await;
+        let baseline = match baseline {
+            Ok(Ok(b)) => b,
+            Ok(Err(e)) => return self.warn(format!("cannot enter namespace {inode}: {e}")),
+            Err(e) => return self.warn(format!("namespace {inode}: {e}")),
+        };
+        for p in &baseline.problems {
+            tracing::warn!("namespace {inode}: {p}");
+        }
+        if let Some(h) = self.hooks.as_mut() {
+            h.mark_netns_seen(inode);
+        }
+        self.correlator.baseline(
+            inode,
+            handle.name.clone(),
+            inventory(&baseline.legacy, baseline.nft.as_ref().map(|(s, _)| s)),
+        );
+        if let Some(sets) = baseline.ipsets {
+            self.ipsets.insert(inode, sets);
+        }
+        let wants = self.snapshots.is_some();
+        let legacy_snapshot = wants.then(|| Tables::from_legacy(baseline.legacy.values()));
+        let nft_snapshot = baseline
+            .nft
+            .as_ref()
+            .filter(|_| wants && baseline.socket.is_some())
+            .map(|(state, _)| Tables::from_nft(state));
+        let mut watched = Watched {
+            handle: handle.clone(),
+            read_at: baseline.legacy.keys().map(|k| (k.clone(), began)).collect(),
+            legacy: baseline.legacy,
+            nft_reader: None,
+            nft_snapshot: wants.then(|| Arc::new(AtomicBool::new(false))),
+            xt_socks: None,
+        };
+        if let (Some(sock), Some((state, gen))) = (baseline.socket, baseline.nft) {
+            if new && !state.tables.is_empty() {
+                // Written before the subscription opened: report what was established.
+                let changes = established(&state);
+                let msg = NsMsg::Nft {
+                    inode,
+                    gen,
+                    process: Box::new(ProcessInfo::unknown()),
+                    changes,
+                    time: now(),
+                    replayed: true,
+                    recovered: false,
+                    snapshot: None,
+                };
+                self.on_ns(msg);
+            }
+            let reader = handle.file.try_clone().and_then(|ns| {
+                let writers = self.nft_writers();
+                let builder = GenerationBuilder::new(state).with_ifnames(baseline.ifnames);
+                let snap = watched.nft_snapshot.clone();
+                let tx = self.ns_tx.clone();
+                spawn_nft_reader(inode, ns, sock, builder, tx, writers, snap)
+            });
+            match reader {
+                Ok(task) => watched.nft_reader = Some(task),
+                Err(e) => tracing::warn!("namespace {inode}: nftables reader: {e}"),
+            }
+        }
+        tracing::debug!(
+            "watching namespace {inode} ({})",
+            handle
+                .name
+                .as_deref()
+                .unwrap_or(&handle.origin.display().to_string())
+        );
+        self.watched.insert(inode, watched);
+        if let Some(t) = legacy_snapshot {
+            self.emit_snapshot(inode, Backend::Legacy, t);
+        }
+        if let Some(t) = nft_snapshot {
+            self.emit_snapshot(inode, Backend::Nft, t);
+        }
+    }
+
+    /// The kernel's record of nftables writers, when the netlink hook is attached.
+    pub(super) fn nft_writers(&self) -> Option<Arc<WriterCache>> {
+        let h = self.hooks.as_ref()?;
+        h.report.netlink_lost.is_none().then(|| h.writers.clone())
+    }
+
+    pub(super) fn refresh_mounts(&mut self) {
+        self.mounts = netns::nsfs_mounts()
+            .into_iter()
+            .map(|(inode, path)| (path, inode))
+            .collect();
+    }
+
+    /// Watched namespaces that no bind mount holds, observer's own aside (it lives as long as
+    /// observer does): only processes keep them, and their exit is not reported.
+    pub(super) fn unmounted(&self) -> Vec<u32> {
+        let mounted: std::collections::HashSet<u32> = self.mounts.values().copied().collect();
+        let own = netns::inode_of(std::path::Path::new("/proc/self/ns/net")).ok();
+        self.watched
+            .keys()
+            .filter(|i| !mounted.contains(i) && Some(**i) != own)
+            .copied()
+            .collect()
+    }
+
+    /// Whether some watched namespace is held only by processes, so that the sweep must look
+    /// again later for it to go.
+    pub(super) fn held_by_processes_only(&self) -> bool {
+        !self.unmounted().is_empty()
+    }
+
+    /// Let go of every watched namespace that nothing holds any more (no bind mount, no
+    /// process): its descriptor would keep it alive. Each check reads /proc once, and runs only
+    /// when some watched namespace is not mounted: when a namespace's mount goes, and every
+    /// 10 s for namespaces that only processes held (an `unshare -n` whose last process
+    /// exited).
+    pub(super) fn forget_gone(&mut self, why: &str) {
+        let candidates = self.unmounted();
+        if candidates.is_empty() {
+            return;
+        }
+        let held = netns::held_by_processes();
+        for inode in candidates.into_iter().filter(|i| !held.contains(i)) {
+            tracing::debug!("namespace {inode} is gone ({why})");
+            if self.snapshots.is_some() {
+                // Gone: the record shows it empty from now on.
+                self.emit_snapshot(inode, Backend::Legacy, Tables::default());
+                self.emit_snapshot(inode, Backend::Nft, Tables::default());
+                if let Some(d) = self.snapshots.as_mut() {
+                    d.forget(inode);
+                }
+            }
+            self.watched.remove(&inode);
+            self.correlator.forget_netns(inode);
+            self.ipsets.remove(&inode);
+            if let Some(h) = self.hooks.as_mut() {
+                h.forget_netns(inode);
+            }
+        }
+    }
+
+    pub(super) fn on_ns(&mut self, msg: NsMsg) {
+        match msg {
+            NsMsg::Nft {
+                inode,
+                gen,
+                process,
+                changes,
+                time,
+                replayed,
+                recovered,
+                snapshot,
+            } => {
+                let name = self.watched.get(&inode).and_then(|w| w.handle.name.clone());
+                let txn = if recovered {
+                    self.recovered_txns += 1;
+                    format!("nft-{inode}-{gen}-recovered-{}", self.recovered_txns)
+                } else {
+                    format!("nft-{inode}-{gen}")
+                };
+                self.emit_txn(
+                    ChangeCtx {
+                        inode,
+                        name,
+                        backend: Backend::Nft,
+                        time,
+                        txn,
+                        source: Source::Netlink,
+                        process: *process,
+                        replayed,
+                        recovered,
+                    },
+                    changes,
+                );
+                if let Some(t) = snapshot {
+                    self.emit_snapshot(inode, Backend::Nft, *t);
+                }
+            }
+            NsMsg::Trouble { inode, message } => {
+                self.emit_status(StatusRecord::gap(format!("namespace {inode}: {message}")));
+            }
+            NsMsg::Unfound(inode) => self.unseen(inode),
+            // Handled by the run loop, which can wait for the namespace's first read.
+            NsMsg::Found(_) => {}
+        }
+    }
+}

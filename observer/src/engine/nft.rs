@@ -1,0 +1,234 @@
+//! Each namespace's nftables reader: notifications read on a thread inside the namespace,
+//! grouped into transactions (generations), attributed while their writer may still be alive, and
+//! the namespace read again when notifications were lost.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use netlink_sys::Socket;
+use tokio::io::unix::AsyncFd;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::attribution::ProcessInfo;
+use crate::forensics::model::Tables;
+use crate::hooks::nlattr::{self, WriterCache};
+use crate::netns;
+use crate::nftables::{self, state::GenerationBuilder, state::NftState};
+use crate::output::record::now;
+use crate::ruleset::{self, Change};
+
+use super::NsMsg;
+
+/// What a namespace's ruleset holds, as the changes that made it (for a namespace found after its
+/// first write).
+pub(super) fn established(state: &NftState) -> Vec<Change> {
+    use crate::ruleset::{Family, Op};
+    let mut out = Vec::new();
+    for ((family, name), t) in &state.tables {
+        let family = Family::from_nfproto(*family);
+        out.push(Change::new(Op::TableCreate, family, name.clone()));
+        for (set_name, set) in &t.sets {
+            if !set.set.is_anonymous() {
+                out.push(Change::new(Op::SetCreate, family, name.clone()).chain(set_name.clone()));
+            }
+        }
+        for (chain_name, chain) in &t.chains {
+            out.push(Change::new(Op::ChainCreate, family, name.clone()).chain(chain_name.clone()));
+            for (pos, rule) in chain.rules.iter().enumerate() {
+                out.push(
+                    Change::new(Op::RuleAdd, family, name.clone())
+                        .chain(chain_name.clone())
+                        .rule(rule.text.clone(), Some(pos), rule.fingerprint),
+                );
+            }
+        }
+    }
+    out
+}
+
+/// Read a namespace's nftables notifications until the task is aborted.
+pub(super) fn spawn_nft_reader(
+    inode: u32,
+    ns: std::fs::File,
+    sock: Socket,
+    builder: GenerationBuilder,
+    tx: mpsc::Sender<NsMsg>,
+    writers: Option<Arc<WriterCache>>,
+    snap: Option<Arc<AtomicBool>>,
+) -> std::io::Result<JoinHandle<()>> {
+    // SAFETY: the socket owns its fd and is moved into the AsyncFd, which keeps it open until the
+    // task ends.
+    let fd = unsafe { AsyncFd::register(sock) }.map_err(std::io::Error::from)?;
+    Ok(tokio::spawn(nft_reader(
+        inode, ns, fd, builder, tx, writers, snap,
+    )))
+}
+
+pub(super) async fn nft_reader(
+    inode: u32,
+    ns: std::fs::File,
+    fd: AsyncFd<Socket>,
+    builder: GenerationBuilder,
+    tx: mpsc::Sender<NsMsg>,
+    writers: Option<Arc<WriterCache>>,
+    snap: Option<Arc<AtomicBool>>,
+) {
+    let why = read_notifications(inode, &ns, fd, builder, &tx, writers.as_deref(), snap).await;
+    let _ = tx
+        .send(NsMsg::Trouble {
+            inode,
+            message: why,
+        })
+        .await;
+}
+
+/// Turn notifications into transactions until the socket fails; returns why it stopped.
+pub(super) async fn read_notifications(
+    inode: u32,
+    ns: &std::fs::File,
+    mut fd: AsyncFd<Socket>,
+    mut builder: GenerationBuilder,
+    tx: &mpsc::Sender<NsMsg>,
+    writers: Option<&WriterCache>,
+    snap: Option<Arc<AtomicBool>>,
+) -> String {
+    let mut buf = vec![0u8; nftables::socket::RECV_BUF_BYTES];
+    loop {
+        let mut guard = match fd.readable_mut().await {
+            Ok(g) => g,
+            Err(e) => return format!("nftables notifications stopped: {e}"),
+        };
+        loop {
+            match nftables::recv(guard.get_inner(), &mut buf) {
+                Ok(Some(n)) => {
+                    let txns = builder.feed(&buf[..n]).transactions;
+                    let count = txns.len();
+                    for (i, mut t) in txns.into_iter().enumerate() {
+                        let process =
+                            nlattr::nft_writer(writers, inode, t.gen_id, t.pid, &t.comm).await;
+                        // The writer's request tells a flush from the delete of an only rule.
+                        // The same for a set's elements.
+                        if let Some(w) = writers {
+                            let evidence = w.flush_evidence(inode, t.pid, &t.comm);
+                            ruleset::settle_flushes(&mut t.changes, &evidence);
+                            let evidence = w.set_flush_evidence(inode, t.pid, &t.comm);
+                            ruleset::settle_set_flushes(&mut t.changes, &evidence);
+                        }
+                        let msg = NsMsg::Nft {
+                            inode,
+                            gen: t.gen_id,
+                            process: Box::new(process),
+                            changes: t.changes,
+                            time: now(),
+                            replayed: false,
+                            recovered: false,
+                            // The state is the one after the last transaction of the datagram.
+                            snapshot: nft_snapshot(&snap, i + 1 == count, &builder),
+                        };
+                        if tx.send(msg).await.is_err() {
+                            return "the engine stopped".into();
+                        }
+                    }
+                }
+                Ok(None) => {
+                    guard.clear_ready();
+                    break;
+                }
+                Err(e) if e.needs_resync() => {
+                    let gap = NsMsg::Trouble {
+                        inode,
+                        message: format!(
+                            "{e} at {}; re-reading the namespace: what changed meanwhile follows \
+                             as changes marked `recovered` (each generation's own grouping and \
+                             intermediate states are lost)",
+                            now()
+                        ),
+                    };
+                    if tx.send(gap).await.is_err() {
+                        return "the engine stopped".into();
+                    }
+                    // What is still queued predates the loss: the dump holds it.
+                    let stale =
+                        nftables::discard_queued(guard.get_inner(), &mut buf, STALE_DATAGRAMS);
+                    tracing::debug!(
+                        "namespace {inode}: {stale} queued datagrams left for the dump"
+                    );
+                    // Re-read the ruleset: report the difference, then diff what follows
+                    // against the truth.
+                    let dump = match resync(ns).await {
+                        Ok(d) => d,
+                        Err(e) => return format!("re-reading the ruleset failed: {e}"),
+                    };
+                    let t = builder.resync(&dump);
+                    if t.changes.is_empty() {
+                        continue;
+                    }
+                    let lost = writers.map(|w| w.take_unmatched(inode)).unwrap_or_default();
+                    let parts = nlattr::attribute_recovered(t.changes, &lost);
+                    let count = parts.len();
+                    if let Some(f) = &snap {
+                        f.store(true, Ordering::Relaxed);
+                    }
+                    for (i, (process, changes)) in parts.into_iter().enumerate() {
+                        let process = process
+                            .map(|p| crate::attribution::from_kernel(&p))
+                            .unwrap_or_else(ProcessInfo::unknown);
+                        let msg = NsMsg::Nft {
+                            inode,
+                            gen: t.gen_id,
+                            process: Box::new(process),
+                            changes,
+                            time: now(),
+                            replayed: false,
+                            recovered: true,
+                            snapshot: nft_snapshot(&snap, i + 1 == count, &builder),
+                        };
+                        if tx.send(msg).await.is_err() {
+                            return "the engine stopped".into();
+                        }
+                    }
+                }
+                Err(e) => return format!("nftables notifications stopped: {e}"),
+            }
+        }
+    }
+}
+
+/// The reader's tables for a snapshot, when one was asked for and `last` is the transaction
+/// the state is after.
+pub(super) fn nft_snapshot(
+    snap: &Option<Arc<AtomicBool>>,
+    last: bool,
+    builder: &GenerationBuilder,
+) -> Option<Box<Tables>> {
+    let asked = snap.as_ref()?;
+    (last && asked.swap(false, Ordering::Relaxed))
+        .then(|| Box::new(Tables::from_nft(builder.state())))
+}
+
+/// How often the kernel maps are swept of tasks that exited.
+pub(super) const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Sleep until `at` (never returns for `None`; the caller's `select!` guards on it).
+pub(super) async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The most queued datagrams dropped before a re-read (a writer that never pauses keeps the
+/// queue full; the rest are fed after the dump, their generations being older are ignored).
+pub(super) const STALE_DATAGRAMS: usize = 65_536;
+
+/// Dump a namespace's ruleset again after lost notifications.
+pub(super) async fn resync(ns: &std::fs::File) -> Result<nftables::socket::Dump, String> {
+    let file = ns.try_clone().map_err(|e| e.to_string())?;
+    let dumped = tokio::task::spawn_blocking(move || netns::run_in(&file, nftables::dump))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+    Ok(dumped)
+}
