@@ -1,0 +1,178 @@
+use super::*;
+
+#[test]
+fn front_ends_are_recognised() {
+    for c in [
+        "iptables",
+        "iptables-legacy",
+        "iptables-restor",
+        "ip6tables-legac",
+        "xtables-nft-mul",
+        "nft",
+        "arptables",
+        "ebtables-legacy",
+        "ipset",
+    ] {
+        assert!(is_front_end(c), "{c}");
+    }
+    for c in [
+        "kube-proxy",
+        "kubelet",
+        "calico-node",
+        "nftables-tool",
+        "bash",
+        "ip",
+        "iptables.init",
+        "ipsetd",
+    ] {
+        assert!(!is_front_end(c), "{c}");
+    }
+}
+
+#[test]
+fn actor_is_the_nearest_non_front_end() {
+    assert_eq!(
+        pick_actor([
+            "iptables-restor",
+            "iptables",
+            "kube-proxy",
+            "containerd-shim"
+        ]),
+        Some("kube-proxy")
+    );
+    assert_eq!(pick_actor(["kubelet"]), Some("kubelet"));
+    assert_eq!(pick_actor(["nft", ""]), None);
+}
+
+#[test]
+fn the_actor_is_found_above_shells_interpreters_and_wrappers() {
+    let idx = |c: &[&str]| actor_index(c.iter().copied());
+    // fail2ban's actions run through `sh -c`.
+    assert_eq!(
+        idx(&["iptables", "sh", "fail2ban-server", "systemd"]),
+        Some(2)
+    );
+    // Wrappers of every kind, then the component.
+    assert_eq!(
+        idx(&[
+            "iptables-restor",
+            "flock",
+            "timeout",
+            "python3.11",
+            "kube-proxy"
+        ]),
+        Some(4)
+    );
+    // ufw's init script is a component of its own name (the owners catalog maps it to ufw).
+    assert_eq!(idx(&["iptables-restor", "ufw-init", "ufw"]), Some(1));
+    // An admin's shell: the wrapper right below the session.
+    assert_eq!(
+        idx(&["iptables", "bash", "sshd", "sshd", "systemd"]),
+        Some(1)
+    );
+    assert_eq!(idx(&["nft", "sh", ""]), Some(1));
+    // Only front ends and wrappers so far, and more to read: not decided.
+    assert_eq!(idx(&["iptables", "sh", "timeout"]), None);
+    assert_eq!(pick_actor(["iptables", "sh", "timeout"]), Some("sh"));
+    assert!(is_wrapper("python3") && is_wrapper("python3.12") && !is_wrapper("pythonista"));
+}
+
+#[test]
+fn kernel_attribution_gives_the_ancestry_up_to_the_actor() {
+    let mut p = KernelProcess {
+        tgid: 10,
+        tid: 10,
+        uid: 0,
+        comm: "iptables".into(),
+        cgroup_id: 0,
+        netns: 0,
+        ancestors: ["sh", "timeout", "kube-proxy", "containerd-shim", "systemd"]
+            .iter()
+            .enumerate()
+            .map(|(i, c)| KernelAncestor {
+                tgid: 20 + i as u32,
+                comm: c.to_string(),
+            })
+            .collect(),
+    };
+    let info = from_kernel(&p);
+    assert_eq!(info.actor, "kube-proxy");
+    assert_eq!(info.parent_comm.as_deref(), Some("sh"));
+    let got: Vec<(&str, u32)> = info
+        .ancestry
+        .iter()
+        .map(|a| (a.comm.as_str(), a.pid))
+        .collect();
+    assert_eq!(got, vec![("sh", 20), ("timeout", 21), ("kube-proxy", 22)]);
+    // The writer itself the actor: no ancestry to show.
+    p.comm = "kube-proxy".into();
+    assert!(from_kernel(&p).ancestry.is_empty());
+}
+
+#[test]
+fn kernel_attribution_names_parent_and_actor() {
+    let p = KernelProcess {
+        tgid: 10,
+        tid: 11,
+        uid: 0,
+        comm: "iptables-legacy".into(),
+        ancestors: vec![
+            KernelAncestor {
+                tgid: 9,
+                comm: "kube-proxy".into(),
+            },
+            KernelAncestor {
+                tgid: 1,
+                comm: "systemd".into(),
+            },
+        ],
+        netns: 1,
+        cgroup_id: 77,
+    };
+    let info = from_kernel(&p);
+    assert_eq!(info.pid, 10);
+    assert_eq!(info.ppid, Some(9));
+    assert_eq!(info.parent_comm.as_deref(), Some("kube-proxy"));
+    assert_eq!(info.actor, "kube-proxy");
+    assert_eq!(info.cgroup, Some(77));
+}
+
+#[test]
+fn a_live_thread_is_resolved_from_proc() {
+    let me = std::process::id();
+    let comm = read_comm(me).unwrap();
+    let info = from_tid(me, &comm);
+    assert_eq!(info.pid, me);
+    assert!(info.ppid.is_some());
+    assert!(info.parent_comm.is_some());
+}
+
+#[test]
+fn a_gone_thread_is_honestly_unknown() {
+    // pid_max is at most 2^22: this tid cannot exist.
+    let info = from_tid(u32::MAX - 1, "nft");
+    assert_eq!(info.ppid, None);
+    assert_eq!(info.parent_comm, None);
+    assert_eq!(info.actor, "unknown");
+    let info = from_tid(u32::MAX - 1, "kube-proxy");
+    assert_eq!(info.actor, "kube-proxy");
+}
+
+#[test]
+fn workload_fields_are_written_only_when_known() {
+    let info = from_tid(u32::MAX - 1, "nft");
+    let v = serde_json::to_value(&info).unwrap();
+    for k in ["unit", "container_id", "pod"] {
+        assert!(v.get(k).is_none(), "{k} in {v}");
+    }
+    let info = info.with_workload(cgroup::parse_path(
+        "/kubepods/besteffort/pod0123456789abcdef0123456789abcdef/\
+         0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+    ));
+    let v = serde_json::to_value(&info).unwrap();
+    assert_eq!(v["pod"]["qos"], "besteffort");
+    assert_eq!(v["pod"]["uid"], "0123456789abcdef0123456789abcdef");
+    assert!(v["pod"].get("name").is_none(), "{v}");
+    assert_eq!(v["container_id"].as_str().map(str::len), Some(64));
+    assert!(v.get("unit").is_none(), "{v}");
+}

@@ -1,0 +1,151 @@
+use super::*;
+
+/// A record holding changes 1..=`n` (an earlier run's).
+fn record_with(n: u64) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.db");
+    let mut w = crate::recorder::Writer::new(
+        store::open_rw(&path).unwrap(),
+        path.clone(),
+        crate::recorder::Limits {
+            retain: std::time::Duration::from_secs(86400),
+            max_bytes: u64::MAX,
+        },
+        Arc::new(crate::recorder::StoreStats::default()),
+    );
+    let rows: Vec<Row> = (1..=n)
+        .map(|seq| {
+            Row::Change(ChangeRow {
+                seq,
+                time_ns: store::now_ns(),
+                netns: Some(1),
+                backend: None,
+                table: None,
+                chain: None,
+                op: None,
+                actor: None,
+                comm: None,
+                json: format!(r#"{{"kind":"change","seq":{seq}}}"#).into(),
+            })
+        })
+        .collect();
+    w.write_batch(&rows);
+    (dir, path)
+}
+
+fn ev(id: u64) -> Event {
+    Event {
+        id: Some(id),
+        json: format!(r#"{{"kind":"change","seq":{id}}}"#).into(),
+        meta: Meta::default(),
+    }
+}
+
+#[tokio::test]
+async fn a_client_resumes_from_memory_and_from_the_record() {
+    // Changes 1..=3 are in the record only (an earlier run).
+    let (_dir, path) = record_with(3);
+    let hub = Arc::new(Hub::new(Metrics::new(None, None), Some(path)));
+    for id in 4..=6 {
+        hub.publish(Stream::Changes, ev(id));
+    }
+    let (backlog, mut rx) = hub.attach(Stream::Changes, Some(1)).await;
+    assert!(!backlog.more);
+    let ids: Vec<u64> = backlog.events.iter().filter_map(|e| e.id).collect();
+    assert_eq!(
+        ids,
+        vec![2, 3, 4, 5, 6],
+        "record, then memory, nothing twice"
+    );
+    hub.publish(Stream::Changes, ev(7));
+    assert_eq!(rx.recv().await.unwrap().id, Some(7), "then live");
+    // Without a Last-Event-ID: live only.
+    let (backlog, _) = hub.attach(Stream::Changes, None).await;
+    assert!(backlog.events.is_empty());
+    // A client that fell behind catches up.
+    let ids: Vec<u64> = hub
+        .since(Stream::Changes, 5)
+        .await
+        .events
+        .iter()
+        .filter_map(|e| e.id)
+        .collect();
+    assert_eq!(ids, vec![6, 7]);
+}
+
+#[tokio::test]
+async fn without_a_record_a_client_is_told_what_it_missed() {
+    let hub = Arc::new(Hub::new(Metrics::new(None, None), None));
+    let last = RING as u64 + 100;
+    for id in 1..=last {
+        hub.publish(Stream::Changes, ev(id));
+    }
+    let back = hub.since(Stream::Changes, 40).await;
+    assert!(!back.more);
+    let first = &back.events[0];
+    assert_eq!(first.id, None);
+    let v: Value = serde_json::from_str(&first.json).unwrap();
+    assert_eq!(v["state"], "gap", "{v}");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("60 changes were not sent"),
+        "{v}"
+    );
+    let ids: Vec<u64> = back.events.iter().filter_map(|e| e.id).collect();
+    assert_eq!(ids, (101..=last).collect::<Vec<_>>());
+    // Nothing missed, nothing said.
+    let back = hub.since(Stream::Changes, last - 5).await;
+    assert!(back.events.iter().all(|e| e.id.is_some()));
+}
+
+#[tokio::test]
+async fn a_client_far_behind_is_caught_up_page_by_page() {
+    let total = 3 * PAGE as u64 + 10;
+    let (_dir, path) = record_with(total);
+    let hub = Arc::new(Hub::new(Metrics::new(None, None), Some(path)));
+    let live = total + 1;
+    hub.publish(Stream::Changes, ev(live));
+    // From the start of a long record: never more than a page at a time, all in order.
+    let (mut page, _rx) = hub.attach(Stream::Changes, Some(0)).await;
+    let mut seen = Vec::new();
+    loop {
+        assert!(page.events.len() <= PAGE + 1, "{}", page.events.len());
+        seen.extend(page.events.iter().filter_map(|e| e.id));
+        if !page.more {
+            break;
+        }
+        page = hub.since(Stream::Changes, *seen.last().unwrap()).await;
+    }
+    assert_eq!(seen, (1..=live).collect::<Vec<u64>>());
+}
+
+#[test]
+fn the_hook_metric_names_the_x_tables_backend() {
+    assert_eq!(
+        hook_backend("x_tables=kprobe namespaces=tracepoint nf_tables=netlink (x)"),
+        "kprobe"
+    );
+    assert_eq!(hook_backend("netlink"), "netlink");
+}
+
+#[test]
+fn incident_json_gives_the_filter_fields() {
+    let v: Value = serde_json::from_str(
+        r#"{"kind":"incident","id":3,"time":"2026-11-21T03:12:00.000000000Z",
+            "type":"foreign_delete","severity":"high","netns":42,"backend":"legacy",
+            "table":"nat","chains":["KUBE-SVC-A","KUBE-SVC-B"],"owner":"kube-proxy",
+            "actors":["calico-node"],"events":[1,2],"summary":"x"}"#,
+    )
+    .unwrap();
+    let m = Meta::from_json(&v);
+    let mut f = StreamFilter::default();
+    f.filter.chain = Some(Filter::chain_glob("KUBE-SVC-B").unwrap());
+    f.filter.actor = Some("calico-node".into());
+    f.filter.netns = Some(42);
+    f.types = vec!["foreign_delete".into()];
+    assert!(f.matches(&m, Stream::Incidents));
+    f.filter.actor = Some("kubelet".into());
+    assert!(!f.matches(&m, Stream::Incidents));
+}
