@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 
+use super::bytes::{cstr, i32_at, u16_at, u32_at};
 use super::packed::Packed;
 use super::{Verdict, XtChain, XtError, XtProto, XtRule, XtTable};
 
@@ -78,28 +79,6 @@ pub(crate) fn layout(proto: XtProto) -> &'static Layout {
         XtProto::Ipv4 => &IPV4,
         XtProto::Ipv6 => &IPV6,
         XtProto::Arp => &ARP,
-    }
-}
-
-pub(crate) fn u16_at(b: &[u8], at: usize) -> Option<u16> {
-    let s = b.get(at..at.checked_add(2)?)?;
-    Some(u16::from_ne_bytes([s[0], s[1]]))
-}
-
-pub(crate) fn u32_at(b: &[u8], at: usize) -> Option<u32> {
-    let s = b.get(at..at.checked_add(4)?)?;
-    Some(u32::from_ne_bytes([s[0], s[1], s[2], s[3]]))
-}
-
-pub(crate) fn i32_at(b: &[u8], at: usize) -> Option<i32> {
-    u32_at(b, at).map(|v| v as i32)
-}
-
-/// A NUL-terminated string inside a fixed-size field (the whole field if it has no NUL).
-pub(crate) fn cstr(b: &[u8]) -> &[u8] {
-    match b.iter().position(|&c| c == 0) {
-        Some(n) => &b[..n],
-        None => b,
     }
 }
 

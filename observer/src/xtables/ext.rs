@@ -7,8 +7,9 @@
 use std::fmt::Write as _;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use super::decode::{i32_at, u16_at, u32_at, Ext};
-use super::render::{inv, ip6_text, ipv4_at, ipv6_at, prefix_len, save_string, str_at, u8_at, Cx};
+use super::bytes::{i32_at, ipv4_at, ipv6_at, str_at, u16_at, u32_at, u8_at};
+use super::decode::Ext;
+use super::text::{inv, ip6_text, prefix_len, save_string, Cx};
 use super::XtProto;
 
 /// Write `NAME options` of a match after " -m "; `None` means "render it generically".

@@ -19,12 +19,14 @@ use std::fmt;
 use crate::ruleset;
 
 pub(crate) mod attempt;
+mod bytes;
 pub mod decode;
 pub mod diff;
 mod ext;
 mod packed;
 mod render;
 pub mod sockopt;
+mod text;
 
 #[cfg(test)]
 mod testblob;

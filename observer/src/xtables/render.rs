@@ -10,8 +10,10 @@
 use std::fmt::Write as _;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use super::decode::{self, cstr, u16_at, verdict_name, Entry, Ext};
+use super::bytes::{be16_at, ipv4_at, ipv6_at, u16_at, u8_at};
+use super::decode::{self, verdict_name, Entry, Ext};
 use super::ext;
+use super::text::{inv, ip6_text, prefix_len, Cx};
 use super::{Verdict, XtProto, XtRule, XtTable};
 
 /// Render `rule` of `table`.
@@ -46,95 +48,6 @@ pub(crate) fn rule_text(table: &XtTable, rule: &XtRule) -> String {
         out.remove(0);
     }
     out
-}
-
-/// What the extension renderers need to know about the rule around them.
-pub(super) struct Cx<'a> {
-    pub table: &'a XtTable,
-    pub proto: XtProto,
-}
-
-pub(super) fn u8_at(b: &[u8], at: usize) -> Option<u8> {
-    b.get(at).copied()
-}
-
-pub(super) fn be16_at(b: &[u8], at: usize) -> Option<u16> {
-    u16_at(b, at).map(u16::from_be)
-}
-
-pub(super) fn ipv4_at(b: &[u8], at: usize) -> Option<Ipv4Addr> {
-    let s = b.get(at..at.checked_add(4)?)?;
-    Some(Ipv4Addr::new(s[0], s[1], s[2], s[3]))
-}
-
-pub(super) fn ipv6_at(b: &[u8], at: usize) -> Option<Ipv6Addr> {
-    let s: [u8; 16] = b.get(at..at.checked_add(16)?)?.try_into().ok()?;
-    Some(Ipv6Addr::from(s))
-}
-
-/// A fixed-size C string field.
-pub(super) fn str_at(b: &[u8], at: usize, len: usize) -> Option<String> {
-    let s = b.get(at..at.checked_add(len)?)?;
-    Some(String::from_utf8_lossy(cstr(s)).into_owned())
-}
-
-/// `inet_ntop` for IPv6: like Rust's `Display`, except that glibc also writes an IPv4-compatible
-/// address (`::a.b.c.d`) with a dotted quad.
-pub(super) fn ip6_text(a: &Ipv6Addr) -> String {
-    let s = a.segments();
-    if s[..6] == [0; 6] && s[6] != 0 {
-        let o = a.octets();
-        return format!("::{}", Ipv4Addr::new(o[12], o[13], o[14], o[15]));
-    }
-    a.to_string()
-}
-
-/// Prefix length of a contiguous mask, `None` when the mask has holes.
-pub(super) fn prefix_len(mask: &[u8]) -> Option<u32> {
-    let mut len = 0;
-    let mut ended = false;
-    for &b in mask {
-        if ended && b != 0 {
-            return None;
-        }
-        if b == 0xff {
-            len += 8;
-        } else {
-            if b.leading_ones() + b.trailing_zeros() != 8 {
-                return None;
-            }
-            len += b.leading_ones();
-            ended = true;
-        }
-    }
-    Some(len)
-}
-
-pub(super) fn inv(out: &mut String, invert: bool) {
-    if invert {
-        out.push_str(" !");
-    }
-}
-
-/// `xtables_save_string`: bare when only `[A-Za-z0-9_-]`, else double-quoted with `"`, `\` and
-/// `'` escaped.
-pub(super) fn save_string(out: &mut String, s: &str) {
-    out.push(' ');
-    if !s.is_empty()
-        && s.bytes()
-            .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
-    {
-        out.push_str(s);
-        return;
-    }
-    out.push('"');
-    for c in s.chars() {
-        if matches!(c, '"' | '\\' | '\'') {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out.push('"');
 }
 
 /// `/24`, or `/255.0.255.0` for a mask that is not a prefix; nothing for `/32` when `omit_host`

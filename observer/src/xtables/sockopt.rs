@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
+use super::bytes::cstr;
 use super::decode::{self, RawTable, TableInfo, GET_ENTRIES_HEADER, TABLE_NAME_LEN};
 use super::{XtError, XtProto, XtTable};
 
@@ -302,7 +303,7 @@ fn ipset_names(sock: Option<&OwnedFd>, indices: &[u16]) -> HashMap<u16, String> 
         req[8..10].copy_from_slice(&index.to_ne_bytes());
         match getsockopt(sock, SOL_IP, SO_IP_SET, &mut req) {
             Ok(_) => {
-                let name = decode::cstr(&req[8..]);
+                let name = cstr(&req[8..]);
                 if !name.is_empty() {
                     out.insert(index, String::from_utf8_lossy(name).into_owned());
                 }
