@@ -6,85 +6,38 @@
 //! this build does not know) gives an error instead of a panic. Layouts are those of
 //! `include/uapi/linux/netfilter_{ipv4,ipv6,arp}/*_tables.h` on 64-bit kernels (x86_64, arm64);
 //! they have not changed since the x_tables ABI was frozen.
+//!
+//! - [`entry`]: one family's entry layout and the validated view of an entry, its matches and
+//!   its target;
+//! - [`hash`]: the structural hash and which bytes of a payload it covers;
+//! - this file: the `GET_INFO` reply, the walk of a whole blob into chains and rules, and the
+//!   rules' verdicts and fingerprints.
+//!
+//! [`sockopt`](super::sockopt), [`render`](super::render) and [`ext`](super::ext) sit above it;
+//! it imports [`bytes`](super::bytes), [`packed`](super::packed), its two files and the
+//! `xtables` types.
 
 use std::collections::HashMap;
 
-use super::bytes::{cstr, i32_at, u16_at, u32_at};
+use super::bytes::{cstr, u16_at, u32_at};
 use super::packed::Packed;
 use super::{Verdict, XtChain, XtError, XtProto, XtRule, XtTable};
 
-/// Size of the `xt_entry_match` / `xt_entry_target` header (`u16 size; char name[29]; u8 rev`).
-pub(crate) const EXT_HEADER: usize = 32;
-/// Length of an extension name field (`XT_EXTENSION_MAXNAMELEN`).
-const EXT_NAME_LEN: usize = 29;
+mod entry;
+mod hash;
+
+#[cfg(test)]
+pub(crate) use entry::EXT_HEADER;
+pub(crate) use entry::{layout, Entry, Ext};
+use entry::{malformed, Layout, VERDICT_RETURN};
+use hash::{trim_zeros, user_size, Fp};
+
 /// Length of a table name field (`XT_TABLE_MAXNAMELEN`).
 pub(crate) const TABLE_NAME_LEN: usize = 32;
 /// Size of the `ipt_get_entries` header before `entrytable` (name, size, padding to 8).
 pub(crate) const GET_ENTRIES_HEADER: usize = 40;
 /// `IPSET_INVALID_ID`: an unused set slot.
 pub(crate) const IPSET_INVALID_ID: u16 = 0xffff;
-/// `XT_RETURN`: the verdict of a user chain's final entry.
-pub(crate) const VERDICT_RETURN: i32 = -5;
-
-/// Where the fields of one family's entry live.
-#[derive(Debug)]
-pub(crate) struct Layout {
-    /// `sizeof(struct ipt_entry)` etc.: where the first match starts.
-    pub entry_size: usize,
-    pub target_offset_at: usize,
-    pub next_offset_at: usize,
-    /// `sizeof(struct ipt_getinfo)` etc.
-    pub info_size: usize,
-    /// Number of `hook_entry`/`underflow` slots.
-    pub hooks: usize,
-    /// Byte ranges of the entry header that define the rule (the `ipt_ip` part without its
-    /// padding); `nfcache`, `comefrom` and the counters are left out.
-    pub identity: &'static [(usize, usize)],
-    /// (byte, bit) of the "this jump is a goto" flag.
-    pub goto_flag: Option<(usize, u8)>,
-}
-
-static IPV4: Layout = Layout {
-    entry_size: 112,
-    target_offset_at: 88,
-    next_offset_at: 90,
-    info_size: 84,
-    hooks: 5,
-    identity: &[(0, 84)],
-    goto_flag: Some((82, 0x02)),
-};
-
-static IPV6: Layout = Layout {
-    entry_size: 168,
-    target_offset_at: 140,
-    next_offset_at: 142,
-    info_size: 84,
-    hooks: 5,
-    identity: &[(0, 133)],
-    goto_flag: Some((131, 0x04)),
-};
-
-static ARP: Layout = Layout {
-    entry_size: 192,
-    target_offset_at: 164,
-    next_offset_at: 166,
-    info_size: 68,
-    hooks: 3,
-    identity: &[(0, 159), (160, 162)],
-    goto_flag: None,
-};
-
-pub(crate) fn layout(proto: XtProto) -> &'static Layout {
-    match proto {
-        XtProto::Ipv4 => &IPV4,
-        XtProto::Ipv6 => &IPV6,
-        XtProto::Arp => &ARP,
-    }
-}
-
-fn malformed(offset: usize, reason: &'static str) -> XtError {
-    XtError::Malformed { offset, reason }
-}
 
 /// The `GET_INFO` reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -125,244 +78,6 @@ pub fn parse_info(proto: XtProto, b: &[u8]) -> Result<TableInfo, XtError> {
     info.num_entries = field(under_at + 4 * l.hooks)?;
     info.size = field(under_at + 4 * l.hooks + 4)?;
     Ok(info)
-}
-
-/// One extension (match or target) inside an entry.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Ext<'a> {
-    pub name: &'a [u8],
-    pub revision: u8,
-    /// The payload after the 32-byte header, `size - 32` bytes.
-    pub data: &'a [u8],
-}
-
-impl Ext<'_> {
-    /// Parse the extension at the start of `b`; `b` must hold at least its declared size.
-    fn parse(b: &[u8]) -> Option<(Ext<'_>, usize)> {
-        let size = usize::from(u16_at(b, 0)?);
-        if size < EXT_HEADER || size > b.len() {
-            return None;
-        }
-        let ext = Ext {
-            name: cstr(&b[2..2 + EXT_NAME_LEN]),
-            revision: b[EXT_HEADER - 1],
-            data: &b[EXT_HEADER..size],
-        };
-        Some((ext, size))
-    }
-
-    pub fn is(&self, name: &str) -> bool {
-        self.name == name.as_bytes()
-    }
-}
-
-/// One validated entry of the blob.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Entry<'a> {
-    /// The whole entry (`next_offset` bytes).
-    pub bytes: &'a [u8],
-    pub target_offset: usize,
-    layout: &'static Layout,
-}
-
-impl<'a> Entry<'a> {
-    /// Validate the entry at `off`: header, match chain and target must all fit.
-    pub fn at(layout: &'static Layout, blob: &'a [u8], off: usize) -> Result<Entry<'a>, XtError> {
-        let rest = blob
-            .get(off..)
-            .filter(|r| r.len() >= layout.entry_size)
-            .ok_or_else(|| malformed(off, "entry header runs past the end"))?;
-        let target_offset = usize::from(u16_at(rest, layout.target_offset_at).unwrap_or(0));
-        let next_offset = usize::from(u16_at(rest, layout.next_offset_at).unwrap_or(0));
-        if target_offset < layout.entry_size {
-            return Err(malformed(off, "target_offset inside the entry header"));
-        }
-        if next_offset < target_offset + EXT_HEADER || next_offset > rest.len() {
-            return Err(malformed(off, "next_offset out of range"));
-        }
-        let bytes = &rest[..next_offset];
-        let mut pos = layout.entry_size;
-        while pos < target_offset {
-            match Ext::parse(&bytes[pos..target_offset]) {
-                Some((_, size)) => pos += size,
-                None => return Err(malformed(off + pos, "match size out of range")),
-            }
-        }
-        if Ext::parse(&bytes[target_offset..]).is_none() {
-            return Err(malformed(off + target_offset, "target size out of range"));
-        }
-        Ok(Entry {
-            bytes,
-            target_offset,
-            layout,
-        })
-    }
-
-    /// The header bytes up to the first match (`ipt_ip` etc.).
-    pub fn header(&self) -> &'a [u8] {
-        &self.bytes[..self.layout.entry_size]
-    }
-
-    pub fn next_offset(&self) -> usize {
-        self.bytes.len()
-    }
-
-    pub fn matches(&self) -> Matches<'a> {
-        Matches {
-            rest: self
-                .bytes
-                .get(self.layout.entry_size..self.target_offset)
-                .unwrap_or(&[]),
-        }
-    }
-
-    pub fn target(&self) -> Ext<'a> {
-        match self.bytes.get(self.target_offset..).and_then(Ext::parse) {
-            Some((t, _)) => t,
-            // Unreachable for an entry built by `at`, which checked the target.
-            None => Ext {
-                name: b"",
-                revision: 0,
-                data: &[],
-            },
-        }
-    }
-
-    /// The standard target's verdict, if the target is the standard one with its `int`.
-    pub fn standard_verdict(&self) -> Option<i32> {
-        let t = self.target();
-        if t.name.is_empty() {
-            i32_at(t.data, 0)
-        } else {
-            None
-        }
-    }
-
-    /// The user-chain name of an `ERROR` target entry.
-    pub fn error_name(&self) -> Option<&'a [u8]> {
-        let t = self.target();
-        t.is("ERROR").then(|| cstr(t.data))
-    }
-
-    /// True for the `-j RETURN` without any condition that ends every user chain.
-    fn is_unconditional_return(&self) -> bool {
-        self.target_offset == self.layout.entry_size
-            && self.standard_verdict() == Some(VERDICT_RETURN)
-            && self
-                .layout
-                .identity
-                .iter()
-                .all(|&(a, b)| self.bytes[a..b].iter().all(|&x| x == 0))
-    }
-
-    pub fn is_goto(&self) -> bool {
-        self.layout
-            .goto_flag
-            .is_some_and(|(at, bit)| self.bytes.get(at).is_some_and(|f| f & bit != 0))
-    }
-}
-
-/// The matches of an entry, in order.
-pub(crate) struct Matches<'a> {
-    rest: &'a [u8],
-}
-
-impl<'a> Iterator for Matches<'a> {
-    type Item = Ext<'a>;
-
-    fn next(&mut self) -> Option<Ext<'a>> {
-        let (m, size) = Ext::parse(self.rest)?;
-        self.rest = &self.rest[size..];
-        Some(m)
-    }
-}
-
-/// The bytes of a match's or target's payload that userspace set, without kernel-private state
-/// (pointers, running counters) at the end. The kernel zeroes that state when it copies an
-/// entry out (`xt_data_to_user`), but leaving it out keeps the fingerprint independent of that.
-fn user_size(name: &[u8], revision: u8, target: bool) -> Option<usize> {
-    Some(match (name, target) {
-        (b"limit", false) => 8,
-        (b"statistic", false) => 16,
-        (b"quota", false) => 16,
-        (b"connlimit", false) => 24,
-        (b"hashlimit", false) => match revision {
-            1 => 48,
-            2 => 296,
-            3 => 304,
-            _ => return None,
-        },
-        (b"string", false) => 152,
-        (b"cgroup", false) => match revision {
-            1 => 4104,
-            2 => 520,
-            _ => return None,
-        },
-        (b"bpf", false) => 520,
-        (b"nfacct", false) => 32,
-        (b"rateest", false) => 56,
-        (b"CT", true) => match revision {
-            0 => 32,
-            _ => 64,
-        },
-        (b"IDLETIMER", true) => match revision {
-            0 => 32,
-            _ => 40,
-        },
-        (b"LED", true) | (b"TEE", true) => 32,
-        (b"RATEEST", true) => 24,
-        _ => return None,
-    })
-}
-
-/// `d` without its trailing zero bytes. A payload has a fixed size per extension and revision,
-/// so trailing zeros (alignment padding, the unused end of a comment or a name) carry no
-/// information; skipping them makes hashing a 256-byte `--comment` cheap.
-fn trim_zeros(d: &[u8]) -> &[u8] {
-    let mut end = d.len();
-    while end >= 8 && d[end - 8..end] == [0u8; 8] {
-        end -= 8;
-    }
-    while end > 0 && d[end - 1] == 0 {
-        end -= 1;
-    }
-    &d[..end]
-}
-
-/// A fast structural hash: per 8-byte word `h = (rotl(h, 23) ^ w) * K`, which is a bijection of
-/// both `h` and `w`, so two inputs of the same shape that differ in one word never collide.
-struct Fp(u64);
-
-impl Fp {
-    const K: u64 = 0x9e37_79b9_7f4a_7c15;
-
-    fn word(&mut self, w: u64) {
-        self.0 = (self.0.rotate_left(23) ^ w).wrapping_mul(Self::K);
-    }
-
-    fn bytes(&mut self, b: &[u8]) {
-        let mut chunks = b.chunks_exact(8);
-        for c in &mut chunks {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(c);
-            self.word(u64::from_le_bytes(w));
-        }
-        let rem = chunks.remainder();
-        let mut w = [0u8; 8];
-        w[..rem.len()].copy_from_slice(rem);
-        self.word(u64::from_le_bytes(w));
-        self.word(b.len() as u64);
-    }
-
-    fn finish(self) -> u64 {
-        // murmur3's fmix64, so that nearby inputs spread over the whole range.
-        let mut h = self.0;
-        h ^= h >> 33;
-        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-        h ^= h >> 33;
-        h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-        h ^ (h >> 33)
-    }
 }
 
 /// A chain while the blob is being walked: entries are indices into the offset list.
