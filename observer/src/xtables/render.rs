@@ -6,6 +6,10 @@
 //! REJECT, LOG, CT/NOTRACK). Anything else, or any payload shorter than its layout, is rendered
 //! generically (`-m NAME [rev N data 0x...]`) so that nothing in a rule is ever dropped.
 //! Rendering is only done for rules that changed; it never panics on odd input.
+//!
+//! [`XtTable::rule_text`] calls it. It renders the entry header itself and leaves the matches'
+//! and targets' options to [`ext`]; it imports that, [`decode`], [`bytes`](super::bytes) and
+//! [`text`](super::text), none of which import it.
 
 use std::fmt::Write as _;
 use std::net::{Ipv4Addr, Ipv6Addr};

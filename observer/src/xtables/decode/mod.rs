@@ -7,15 +7,14 @@
 //! `include/uapi/linux/netfilter_{ipv4,ipv6,arp}/*_tables.h` on 64-bit kernels (x86_64, arm64);
 //! they have not changed since the x_tables ABI was frozen.
 //!
-//! - [`entry`]: one family's entry layout and the validated view of an entry, its matches and
+//! - `entry.rs`: one family's entry layout and the validated view of an entry, its matches and
 //!   its target;
-//! - [`hash`]: the structural hash and which bytes of a payload it covers;
+//! - `hash.rs`: the structural hash and which bytes of a payload it covers;
 //! - this file: the `GET_INFO` reply, the walk of a whole blob into chains and rules, and the
 //!   rules' verdicts and fingerprints.
 //!
-//! [`sockopt`](super::sockopt), [`render`](super::render) and [`ext`](super::ext) sit above it;
-//! it imports [`bytes`](super::bytes), [`packed`](super::packed), its two files and the
-//! `xtables` types.
+//! [`sockopt`](super::sockopt), `render` and `ext` sit above it; it imports `bytes`, `packed`,
+//! its two files and the `xtables` types.
 
 use std::collections::HashMap;
 

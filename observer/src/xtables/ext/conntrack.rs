@@ -1,7 +1,7 @@
 //! The connection-tracking matches: `-m conntrack` (revisions 1 to 3, with the `-m state`
 //! alias it saves as such) and the state names `-m state` shares.
 //!
-//! Part of [`ext`](super), called by [`matches`](super::matches); it imports only the readers
+//! Part of [`ext`](super), called by [`matches`](mod@super::matches); it imports only the readers
 //! and text helpers below it.
 
 use std::fmt::Write as _;

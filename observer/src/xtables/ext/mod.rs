@@ -4,9 +4,9 @@
 //! than its layout or holds a value it does not know; the caller then renders the extension
 //! generically. Formats follow iptables 1.8's `*_save` functions.
 //!
-//! - [`matches`]: `-m NAME ...`, dispatched by [`match_options`];
+//! - [`matches`](mod@matches): `-m NAME ...`, dispatched by [`match_options`];
 //! - [`conntrack`]: the connection-tracking matches (`-m conntrack`, `-m state`), which
-//!   [`matches`] calls;
+//!   [`matches`](mod@matches) calls;
 //! - [`targets`]: `-j NAME ...`, dispatched by [`target_options`].
 //!
 //! [`render`](super::render) calls the two dispatchers; these files import only what sits below
