@@ -19,7 +19,8 @@ use tokio::sync::{broadcast, watch};
 use super::metrics::{ChangeLabels, GapLabels, HookLabels, IncidentLabels, Metrics};
 use crate::engine::Output;
 use crate::output::filter::Filter;
-use crate::output::{ChangeRecord, Record, StatusRecord};
+use crate::output::record::{Gap, IncidentState};
+use crate::output::{ChangeRecord, IncidentRecord, Record, StatusRecord};
 use crate::recorder::{Row, StoreSender};
 use crate::store::{self, ChangeRow};
 
@@ -34,7 +35,7 @@ pub enum Stream {
 }
 
 /// The fields the stream filters look at.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default, Clone, PartialEq)]
 pub struct Meta {
     pub time_ns: i64,
     pub netns: Option<u32>,
@@ -63,8 +64,22 @@ impl Meta {
         }
     }
 
-    /// From a record's JSON (any kind: changes and incidents read back from the record, and
-    /// kinds this module has no type for).
+    fn from_incident(i: &IncidentRecord) -> Meta {
+        let mut actors = i.actors.clone();
+        actors.push(i.owner.clone());
+        Meta {
+            time_ns: store::parse_time_ns(&i.time).unwrap_or_else(store::now_ns),
+            netns: Some(i.netns),
+            backend: Some(i.backend.as_str().into()),
+            table: Some(i.table.clone()),
+            chains: i.chains.clone(),
+            actors,
+            op: None,
+            kind: Some(i.kind.as_str().into()),
+        }
+    }
+
+    /// From a record's JSON (changes and incidents read back from the record).
     pub fn from_json(v: &Value) -> Meta {
         let s = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
         let list = |k: &str| -> Vec<String> {
@@ -448,11 +463,14 @@ fn missed(s: Stream, n: u64) -> Arc<Event> {
         Stream::Changes => "changes",
         Stream::Incidents => "incidents",
     };
-    let line = crate::output::Record::Status(crate::output::record::StatusRecord::gap(format!(
-        "{n} {what} were not sent to this client: they are older than the last {RING} this \
+    let line = crate::output::Record::Status(crate::output::record::StatusRecord::gap(
+        crate::output::record::Gap::Other,
+        format!(
+            "{n} {what} were not sent to this client: they are older than the last {RING} this \
          observer keeps in memory (the client fell behind, or asked for them) and it keeps no \
          record (--no-record); run it with a record to catch clients up"
-    )));
+        ),
+    ));
     Arc::new(Event {
         id: None,
         json: serde_json::to_string(&line)
@@ -553,10 +571,10 @@ impl DaemonOutput {
         let m = &self.hub.metrics;
         match s.state.as_str() {
             "ready" => {
-                if let Some(h) = &s.hooks {
+                if let Some(backend) = s.x_tables_hook {
                     m.hooks
                         .get_or_create(&HookLabels {
-                            backend: hook_backend(h),
+                            backend: backend.into(),
                         })
                         .set(1);
                 }
@@ -570,23 +588,13 @@ impl DaemonOutput {
                 self.hub.ready.store(true, Ordering::Relaxed);
             }
             "gap" => {
-                let kernel: u64 = s
-                    .message
-                    .split("; ")
-                    .filter(|p| p.contains("kernel records") || p.contains("table replaces"))
-                    .filter_map(|p| p.split_whitespace().next()?.parse::<u64>().ok())
-                    .sum();
-                let cause = if kernel > 0 {
-                    m.kernel_records_lost.inc_by(kernel);
-                    "ringbuf"
-                } else if s.message.starts_with("namespace ") {
-                    "netlink"
-                } else {
-                    "other"
-                };
+                let gap = s.gap.unwrap_or(Gap::Other);
+                if let Gap::Kernel { records } = gap {
+                    m.kernel_records_lost.inc_by(records);
+                }
                 m.gaps
                     .get_or_create(&GapLabels {
-                        cause: cause.into(),
+                        cause: gap.cause().into(),
                     })
                     .inc();
             }
@@ -634,10 +642,7 @@ impl Output for DaemonOutput {
                 .get_or_create(&ChangeLabels {
                     backend: c.backend.as_str().into(),
                     op: c.op.as_str().into(),
-                    source: serde_json::to_value(c.source)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_string))
-                        .unwrap_or_default(),
+                    source: c.source.as_str().into(),
                 })
                 .inc();
             let row = self.store.as_ref().map(|_| {
@@ -668,69 +673,46 @@ impl Output for DaemonOutput {
                 meta: Meta::default(),
             };
             self.out(None, json, Some((Stream::Changes, ev)));
-        } else {
-            // Any other kind (incidents) is handled through its JSON.
-            let v: Value = serde_json::from_str(&json)?;
-            if v.get("kind").and_then(Value::as_str) == Some("incident") {
-                let meta = Meta::from_json(&v);
-                self.incident_no += 1;
-                let no = self.incident_no;
-                let severity = v
-                    .get("severity")
-                    .map(|s| s.as_str().map(str::to_string).unwrap_or(s.to_string()))
-                    .unwrap_or_default();
-                let labels = IncidentLabels {
-                    r#type: meta.kind.clone().unwrap_or_default(),
-                    severity,
-                };
-                let id = v.get("id").and_then(Value::as_str).unwrap_or_default();
-                let state = v.get("state").and_then(Value::as_str).unwrap_or("open");
-                let m = &self.hub.metrics;
-                match state {
-                    "resolved" | "expired" => {
-                        if let Some(l) = self.open.remove(id) {
-                            m.incidents_open.get_or_create(&l).dec();
-                        }
-                    }
-                    _ => {
-                        if !self.open.contains_key(id) {
-                            // Raised (or raised again after it was resolved).
-                            m.incidents.get_or_create(&labels).inc();
-                            m.incidents_open.get_or_create(&labels).inc();
-                            self.open.insert(id.to_string(), labels);
-                        }
+        } else if let Record::Incident(i) = record {
+            let meta = Meta::from_incident(i);
+            self.incident_no += 1;
+            let no = self.incident_no;
+            let labels = IncidentLabels {
+                r#type: i.kind.as_str().into(),
+                severity: i.severity.as_str().into(),
+            };
+            let m = &self.hub.metrics;
+            match i.state {
+                IncidentState::Resolved | IncidentState::Expired => {
+                    if let Some(l) = self.open.remove(&i.id) {
+                        m.incidents_open.get_or_create(&l).dec();
                     }
                 }
-                let row = self.store.as_ref().map(|_| Row::Incident {
-                    no,
-                    time_ns: meta.time_ns,
-                    kind: meta.kind.clone(),
-                    netns: meta.netns,
-                    json: json.clone(),
-                });
-                let ev = Event {
-                    id: Some(no),
-                    json: json.clone(),
-                    meta,
-                };
-                self.out(row, json, Some((Stream::Incidents, ev)));
-            } else {
-                self.out(None, json, None);
+                IncidentState::Open | IncidentState::Update => {
+                    if !self.open.contains_key(&i.id) {
+                        // Raised (or raised again after it was resolved).
+                        m.incidents.get_or_create(&labels).inc();
+                        m.incidents_open.get_or_create(&labels).inc();
+                        self.open.insert(i.id.clone(), labels);
+                    }
+                }
             }
+            let row = self.store.as_ref().map(|_| Row::Incident {
+                no,
+                time_ns: meta.time_ns,
+                kind: meta.kind.clone(),
+                netns: meta.netns,
+                json: json.clone(),
+            });
+            let ev = Event {
+                id: Some(no),
+                json: json.clone(),
+                meta,
+            };
+            self.out(row, json, Some((Stream::Incidents, ev)));
         }
         Ok(())
     }
-}
-
-/// The backend that sees legacy changes, from the ready line's `hooks` text
-/// (`x_tables=kprobe namespaces=tracepoint ...`), for the metric's label: `fentry`, `kprobe`,
-/// `tracepoint` or `netlink`.
-fn hook_backend(hooks: &str) -> String {
-    hooks
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("x_tables="))
-        .unwrap_or_else(|| hooks.split_whitespace().next().unwrap_or(hooks))
-        .to_string()
 }
 
 /// What every HTTP handler shares: the hub, and the bearer token that guards the endpoints.

@@ -5,6 +5,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::forensics::model::Tables;
+use crate::output::record::Gap;
 use crate::output::{ChangeRecord, IncidentRecord, Record, StatusRecord};
 use crate::ruleset::{self, Backend, Change};
 
@@ -108,16 +109,26 @@ impl Engine {
             ));
         }
         let resync = ring > r0 || pending > p0;
-        self.emit_status(StatusRecord::gap(format!(
-            "{}; {}",
-            parts.join("; "),
-            if resync {
-                "every legacy table is re-read: what changed meanwhile follows as changes \
+        let records =
+            ring.saturating_sub(r0) + pending.saturating_sub(p0) + malformed.saturating_sub(m0);
+        let gap = if records > 0 {
+            Gap::Kernel { records }
+        } else {
+            Gap::Other
+        };
+        self.emit_status(StatusRecord::gap(
+            gap,
+            format!(
+                "{}; {}",
+                parts.join("; "),
+                if resync {
+                    "every legacy table is re-read: what changed meanwhile follows as changes \
                  marked `recovered`, of an unknown writer"
-            } else {
-                "legacy changes around this time may be missing"
-            }
-        )));
+                } else {
+                    "legacy changes around this time may be missing"
+                }
+            ),
+        ));
         resync
     }
 

@@ -7,7 +7,7 @@ use crate::attribution::{self, KernelProcess, ProcessInfo};
 use crate::forensics::model::Tables;
 use crate::hooks::decode::{XtKind, XtReplaceEvent};
 use crate::netns;
-use crate::output::record::now;
+use crate::output::record::{now, Gap};
 use crate::output::{Source, StatusRecord};
 use crate::ruleset::{self, Backend, Change};
 use crate::xtables::{self, XtError, XtProto};
@@ -228,7 +228,7 @@ impl Engine {
             {
                 let message = replaced_before_read(&x, inode, t.entry_count());
                 tracing::warn!("{message}");
-                self.emit_status(StatusRecord::gap(message));
+                self.emit_status(StatusRecord::gap(Gap::Other, message));
             }
         }
         let Some(w) = self.watched.get_mut(&inode) else {

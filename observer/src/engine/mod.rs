@@ -300,6 +300,13 @@ pub async fn run(config: &EngineConfig, output: Box<dyn Output>) -> anyhow::Resu
         sources,
         netns_watched: Some(engine.watched.len()),
         lost,
+        gap: None,
+        x_tables_hook: Some(engine.hooks.as_ref().map_or("none", |h| {
+            h.report
+                .placement
+                .x_tables
+                .map_or("none", crate::hooks::backend::HookBackend::as_str)
+        })),
     };
     engine.emit_status(ready);
     // What the rulesets already show (split brain), once everything is read.

@@ -9,7 +9,7 @@ use crate::forensics::model::Tables;
 use crate::hooks::nlattr::WriterCache;
 use crate::netns::{self, NetnsHandle};
 use crate::nftables::state::GenerationBuilder;
-use crate::output::record::now;
+use crate::output::record::{now, Gap};
 use crate::output::{Source, StatusRecord};
 use crate::ruleset::Backend;
 
@@ -216,7 +216,10 @@ impl Engine {
                 }
             }
             NsMsg::Trouble { inode, message } => {
-                self.emit_status(StatusRecord::gap(format!("namespace {inode}: {message}")));
+                self.emit_status(StatusRecord::gap(
+                    Gap::Netlink,
+                    format!("namespace {inode}: {message}"),
+                ));
             }
             NsMsg::Unfound(inode) => self.unseen(inode),
             // Handled by the run loop, which can wait for the namespace's first read.

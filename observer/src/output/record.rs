@@ -16,6 +16,18 @@ pub enum Source {
     Netlink,
 }
 
+impl Source {
+    /// The name in the JSON line (`source`) and the metrics' label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Fentry => "fentry",
+            Source::Kprobe => "kprobe",
+            Source::Tracepoint => "tracepoint",
+            Source::Netlink => "netlink",
+        }
+    }
+}
+
 /// One line of output.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -47,6 +59,35 @@ pub struct StatusRecord {
     /// What this run cannot see, one sentence each.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lost: Vec<String>,
+    /// What a gap line lost, for counters; not part of the line.
+    #[serde(skip)]
+    pub gap: Option<Gap>,
+    /// The backend of the x_tables hook (`fentry`, `kprobe`, `tracepoint`, or `none`) on a ready
+    /// line from the kernel, for counters; not part of the line.
+    #[serde(skip)]
+    pub x_tables_hook: Option<&'static str>,
+}
+
+/// What a gap line lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gap {
+    /// Kernel records: lost in a full ring buffer, replaces not tracked, records undecodable.
+    Kernel { records: u64 },
+    /// A namespace's nftables notifications (overflow, or its reader stopped).
+    Netlink,
+    /// Anything else (a failed kernel read or map update, a table replaced before its read).
+    Other,
+}
+
+impl Gap {
+    /// The `cause` label of the gap counter.
+    pub fn cause(self) -> &'static str {
+        match self {
+            Gap::Kernel { .. } => "ringbuf",
+            Gap::Netlink => "netlink",
+            Gap::Other => "other",
+        }
+    }
 }
 
 impl StatusRecord {
@@ -57,8 +98,11 @@ impl StatusRecord {
     }
 
     /// A gap line: something was not seen or not sent, and the message says what.
-    pub fn gap(message: String) -> StatusRecord {
-        StatusRecord::new("gap", message)
+    pub fn gap(gap: Gap, message: String) -> StatusRecord {
+        StatusRecord {
+            gap: Some(gap),
+            ..StatusRecord::new("gap", message)
+        }
     }
 
     /// A status line of `state` with only a message.
@@ -71,6 +115,8 @@ impl StatusRecord {
             sources: Vec::new(),
             netns_watched: None,
             lost: Vec::new(),
+            gap: None,
+            x_tables_hook: None,
         }
     }
 }
@@ -401,6 +447,8 @@ mod tests {
             sources: vec![Source::Tracepoint, Source::Netlink],
             netns_watched: Some(2),
             lost: vec![],
+            gap: None,
+            x_tables_hook: Some("tracepoint"),
         });
         let line = serde_json::to_string(&s).unwrap();
         assert!(
