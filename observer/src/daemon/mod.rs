@@ -10,6 +10,7 @@ mod http;
 mod hub;
 mod metrics;
 mod ruleset;
+mod sink;
 pub mod tls;
 
 use std::net::SocketAddr;
@@ -23,7 +24,8 @@ use crate::cli::run::RunArgs;
 use crate::recorder;
 use crate::store;
 use config::Settings;
-use hub::{DaemonOutput, Hub};
+use hub::Hub;
+use sink::DaemonOutput;
 
 /// How many records may wait for the record writer before new ones are dropped (and counted).
 const STORE_QUEUE: usize = 65_536;

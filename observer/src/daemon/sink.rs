@@ -1,0 +1,242 @@
+//! Where the engine's records go in `observer run`: stdout (JSON lines), the record writer, the
+//! metrics, and the live streams of the HTTP endpoint ([`super::hub`]).
+//!
+//! Each record is serialised once; that JSON text is what stdout, the record and every stream
+//! carry. The metrics are counted from the typed record.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use super::hub::{Event, Hub, Meta, Stream};
+use super::metrics::{ChangeLabels, GapLabels, HookLabels, IncidentLabels};
+use crate::engine::Output;
+use crate::output::record::{Gap, IncidentState};
+use crate::output::{Record, StatusRecord};
+use crate::recorder::{Row, StoreSender};
+use crate::store::ChangeRow;
+
+/// The engine's output in `observer run`.
+pub struct DaemonOutput {
+    hub: Arc<Hub>,
+    store: Option<StoreSender>,
+    streamer: Arc<Streamer>,
+    /// The record number of the last incident.
+    incident_no: u64,
+    /// Incidents open now, by id, with their metric labels.
+    open: HashMap<String, IncidentLabels>,
+    /// When snapshots go into the record.
+    snapshots: crate::forensics::SnapshotPolicy,
+}
+
+/// Streams a line: stdout, then the HTTP clients. With a record, the record's writer runs it
+/// once the line's row is committed, so that nothing is streamed that the record lacks.
+struct Streamer {
+    hub: Arc<Hub>,
+    stdout_failed: AtomicBool,
+}
+
+impl Streamer {
+    fn stream(&self, json: &str, publish: Option<(Stream, Event)>) {
+        self.print(json);
+        if let Some((s, ev)) = publish {
+            self.hub.publish(s, ev);
+        }
+    }
+
+    fn print(&self, json: &str) {
+        let mut out = std::io::stdout().lock();
+        let res = out
+            .write_all(json.as_bytes())
+            .and_then(|_| out.write_all(b"\n"))
+            .and_then(|_| out.flush());
+        if let Err(e) = res {
+            // The stream, the record and the metrics go on without stdout.
+            if !self.stdout_failed.swap(true, Ordering::Relaxed) {
+                tracing::error!("cannot write to stdout ({e}); going on without it");
+            }
+        }
+    }
+}
+
+impl DaemonOutput {
+    pub fn new(
+        hub: Arc<Hub>,
+        store: Option<StoreSender>,
+        last_incident: u64,
+        snapshots: crate::forensics::SnapshotPolicy,
+    ) -> DaemonOutput {
+        DaemonOutput {
+            streamer: Arc::new(Streamer {
+                hub: hub.clone(),
+                stdout_failed: AtomicBool::new(false),
+            }),
+            hub,
+            store,
+            incident_no: last_incident,
+            open: HashMap::new(),
+            snapshots,
+        }
+    }
+
+    /// Record `row` (if any), then stream `json` and publish it: at once without a record,
+    /// after the row's commit with one.
+    fn out(&self, row: Option<Row>, json: Arc<str>, publish: Option<(Stream, Event)>) {
+        let streamer = self.streamer.clone();
+        let then = move || streamer.stream(&json, publish);
+        match &self.store {
+            Some(st) => {
+                st.send_then(row, Some(Box::new(then)));
+            }
+            None => then(),
+        }
+    }
+
+    fn on_status(&self, s: &StatusRecord, json: &Arc<str>) {
+        let m = &self.hub.metrics;
+        match s.state.as_str() {
+            "ready" => {
+                if let Some(backend) = s.x_tables_hook {
+                    m.hooks
+                        .get_or_create(&HookLabels {
+                            backend: backend.into(),
+                        })
+                        .set(1);
+                }
+                if let Some(n) = s.netns_watched {
+                    m.netns_watched.set(n as i64);
+                }
+                m.ready.set(1);
+                self.hub.set_ready(json.clone());
+            }
+            "gap" => {
+                let gap = s.gap.unwrap_or(Gap::Other);
+                if let Gap::Kernel { records } = gap {
+                    m.kernel_records_lost.inc_by(records);
+                }
+                m.gaps
+                    .get_or_create(&GapLabels {
+                        cause: gap.cause().into(),
+                    })
+                    .inc();
+            }
+            _ => {}
+        }
+    }
+}
+
+impl Output for DaemonOutput {
+    fn kernel_errors(&mut self, errors: &crate::hooks::KernelErrors) {
+        for (kind, total) in errors.by_kind() {
+            let c = self
+                .hub
+                .metrics
+                .kernel_errors
+                .get_or_create(&super::metrics::KernelErrorLabels { kind: kind.into() });
+            let seen = c.get();
+            if total > seen {
+                c.inc_by(total - seen);
+            }
+        }
+    }
+
+    fn snapshot_policy(&self) -> Option<crate::forensics::SnapshotPolicy> {
+        self.store.as_ref().map(|_| self.snapshots)
+    }
+
+    fn snapshot(&mut self, snapshot: crate::forensics::Snapshot) {
+        if let Some(st) = &self.store {
+            st.send_then(Some(Row::Snapshot(snapshot)), None);
+        }
+    }
+
+    fn emit(&mut self, record: &Record) -> std::io::Result<()> {
+        let json: Arc<str> = serde_json::to_string(record)?.into();
+        if let Record::Status(s) = record {
+            // Before stdout: whoever reads the ready line there may ask /readyz at once.
+            self.on_status(s, &json);
+        }
+        if let Record::Change(c) = record {
+            let meta = Meta::from_change(c);
+            self.hub
+                .metrics
+                .changes
+                .get_or_create(&ChangeLabels {
+                    backend: c.backend.as_str().into(),
+                    op: c.op.as_str().into(),
+                    source: c.source.as_str().into(),
+                })
+                .inc();
+            let row = self.store.as_ref().map(|_| {
+                Row::Change(ChangeRow {
+                    seq: c.seq,
+                    time_ns: meta.time_ns,
+                    netns: Some(c.netns),
+                    backend: meta.backend.clone(),
+                    table: meta.table.clone(),
+                    chain: c.chain.clone(),
+                    op: meta.op.clone(),
+                    actor: Some(c.process.actor.clone()),
+                    comm: Some(c.process.comm.clone()),
+                    json: json.clone(),
+                })
+            });
+            let ev = Event {
+                id: Some(c.seq),
+                json: json.clone(),
+                meta,
+            };
+            self.out(row, json, Some((Stream::Changes, ev)));
+        } else if let Record::Status(_) = record {
+            // Status lines go to live clients, unnumbered.
+            let ev = Event {
+                id: None,
+                json: json.clone(),
+                meta: Meta::default(),
+            };
+            self.out(None, json, Some((Stream::Changes, ev)));
+        } else if let Record::Incident(i) = record {
+            let meta = Meta::from_incident(i);
+            self.incident_no += 1;
+            let no = self.incident_no;
+            let labels = IncidentLabels {
+                r#type: i.kind.as_str().into(),
+                severity: i.severity.as_str().into(),
+            };
+            let m = &self.hub.metrics;
+            match i.state {
+                IncidentState::Resolved | IncidentState::Expired => {
+                    if let Some(l) = self.open.remove(&i.id) {
+                        m.incidents_open.get_or_create(&l).dec();
+                    }
+                }
+                IncidentState::Open | IncidentState::Update => {
+                    if !self.open.contains_key(&i.id) {
+                        // Raised (or raised again after it was resolved).
+                        m.incidents.get_or_create(&labels).inc();
+                        m.incidents_open.get_or_create(&labels).inc();
+                        self.open.insert(i.id.clone(), labels);
+                    }
+                }
+            }
+            let row = self.store.as_ref().map(|_| Row::Incident {
+                no,
+                time_ns: meta.time_ns,
+                kind: meta.kind.clone(),
+                netns: meta.netns,
+                json: json.clone(),
+            });
+            let ev = Event {
+                id: Some(no),
+                json: json.clone(),
+                meta,
+            };
+            self.out(row, json, Some((Stream::Incidents, ev)));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;
