@@ -25,6 +25,7 @@ mod compat;
 #[cfg(test)]
 mod corpus;
 pub mod decode;
+mod elements;
 mod expr;
 mod fields;
 pub mod generation;

@@ -13,11 +13,14 @@
 use std::collections::HashMap;
 
 use super::compat;
-use super::decode::{self, Data, Element, Expr, Rule, Set, Verdict};
+use super::decode::{Data, Element, Expr, Rule, Set};
+use super::elements::verdict;
 use super::expr::{Attrs, REG_VERDICT};
 use super::fields::{self, Field, Layer, NFPROTO_ARP, NFPROTO_IPV4, NFPROTO_IPV6};
 use super::stmts;
 use super::values::{self, Order, Ty};
+
+pub(crate) use super::elements::{element_items, elements_text};
 
 /// Where the renderer finds sets referenced by rules (`@name`, anonymous `{ ... }`).
 pub trait SetSource {
@@ -582,165 +585,4 @@ fn rhs(f: &Field, data: &[u8]) -> String {
         return format!("\"{}*\"", String::from_utf8_lossy(data));
     }
     values::format(f.ty, f.order, data)
-}
-
-pub(crate) fn verdict(v: &Verdict) -> String {
-    let chain = v.chain.as_deref().unwrap_or("?");
-    match v.code {
-        decode::NF_ACCEPT => "accept".into(),
-        decode::NF_DROP => "drop".into(),
-        decode::NF_QUEUE => "queue".into(),
-        decode::NFT_CONTINUE => "continue".into(),
-        decode::NFT_BREAK => "break".into(),
-        decode::NFT_RETURN => "return".into(),
-        decode::NFT_JUMP => format!("jump {chain}"),
-        decode::NFT_GOTO => format!("goto {chain}"),
-        other => format!("verdict {other}"),
-    }
-}
-
-/// The key (and data) types of a set's elements, from the set alone.
-pub(crate) fn set_key_types(set: &Set) -> Vec<(Ty, Order)> {
-    values::concat_types(set.key_type)
-        .into_iter()
-        .map(|t| {
-            let order = match set.key_host_order {
-                Some(true) if set.key_type <= 0x3f => Order::Host,
-                _ => t.natural_order(),
-            };
-            (t, order)
-        })
-        .collect()
-}
-
-/// A set's elements as nft prints them, sorted: `{ 10.0.0.0/8, 192.168.0.1 }`,
-/// `{ 22 : accept }`. Intervals stored as start/end pairs become prefixes or ranges. More than
-/// `max` elements are cut short with a count of the rest.
-pub(crate) fn elements_text(
-    set: &Set,
-    elems: &[&Element],
-    key: &[(Ty, Order)],
-    max: usize,
-) -> String {
-    let items = element_items(set, elems, key);
-    let total = items.len();
-    let mut shown: Vec<String> = items.into_iter().take(max).collect();
-    if total > max {
-        shown.push(format!("… ({} more)", total - max));
-    }
-    if shown.is_empty() {
-        return "{ }".into();
-    }
-    format!("{{ {} }}", shown.join(", "))
-}
-
-/// Each element (or interval) printed on its own, in key order.
-pub(crate) fn element_items(set: &Set, elems: &[&Element], key: &[(Ty, Order)]) -> Vec<String> {
-    let key: Vec<(Ty, Order)> = if key.is_empty() {
-        set_key_types(set)
-    } else {
-        key.to_vec()
-    };
-    let data_ty = set
-        .data_type
-        .filter(|t| *t != decode::NFT_DATA_VERDICT)
-        .map(|t| {
-            let ty = Ty::from_nft_id(t);
-            (ty, ty.natural_order())
-        });
-    let mut sorted: Vec<&Element> = elems.to_vec();
-    sorted.sort_by(|a, b| a.key.cmp(&b.key).then(a.flags.cmp(&b.flags)));
-    let interval = set.flags & decode::NFT_SET_INTERVAL != 0;
-    let mut out = Vec::new();
-    let mut open: Option<&Element> = None;
-    for e in sorted {
-        if e.flags & decode::NFT_SET_ELEM_CATCHALL != 0 {
-            out.push(with_data("*".into(), e, data_ty));
-            continue;
-        }
-        if let Some(end) = &e.key_end {
-            out.push(with_data(key_range(&key, &e.key, end), e, data_ty));
-            continue;
-        }
-        if !interval {
-            out.push(with_data(key_value(&key, &e.key), e, data_ty));
-            continue;
-        }
-        if e.flags & decode::NFT_SET_ELEM_INTERVAL_END != 0 {
-            if let Some(start) = open.take() {
-                let last = values::minus_one(&e.key);
-                out.push(with_data(
-                    key_range(&key, &start.key, &last),
-                    start,
-                    data_ty,
-                ));
-            }
-            continue;
-        }
-        if let Some(start) = open.replace(e) {
-            let top = vec![0xff; start.key.len()];
-            out.push(with_data(key_range(&key, &start.key, &top), start, data_ty));
-        }
-    }
-    if let Some(start) = open {
-        let top = vec![0xff; start.key.len()];
-        out.push(with_data(key_range(&key, &start.key, &top), start, data_ty));
-    }
-    out
-}
-
-fn with_data(text: String, e: &Element, data_ty: Option<(Ty, Order)>) -> String {
-    let mut text = text;
-    match &e.data {
-        Some(Data::Verdict(v)) => text = format!("{text} : {}", verdict(v)),
-        Some(Data::Value(v)) => {
-            let (ty, order) = data_ty.unwrap_or((Ty::Other, Order::Big));
-            text = format!("{text} : {}", values::format(ty, order, v));
-        }
-        None => {}
-    }
-    if let Some(obj) = &e.objref {
-        text = format!("{text} : \"{obj}\"");
-    }
-    if let Some(c) = &e.comment {
-        text = format!("{text} comment \"{c}\"");
-    }
-    text
-}
-
-/// Split a (concatenated) key into its fields: each field is padded to 4 bytes.
-fn key_parts<'k>(key: &[(Ty, Order)], bytes: &'k [u8]) -> Vec<(Ty, Order, &'k [u8])> {
-    if key.len() <= 1 {
-        let (ty, order) = key.first().copied().unwrap_or((Ty::Other, Order::Big));
-        return vec![(ty, order, bytes)];
-    }
-    let mut out = Vec::new();
-    let mut off = 0;
-    for (ty, order) in key {
-        let size = ty.size().unwrap_or(4);
-        let part = bytes
-            .get(off.min(bytes.len())..(off + size).min(bytes.len()))
-            .unwrap_or(&[]);
-        out.push((*ty, *order, part));
-        off += size.div_ceil(4) * 4;
-    }
-    out
-}
-
-fn key_value(key: &[(Ty, Order)], bytes: &[u8]) -> String {
-    key_parts(key, bytes)
-        .into_iter()
-        .map(|(ty, order, b)| values::format(ty, order, b))
-        .collect::<Vec<_>>()
-        .join(" . ")
-}
-
-fn key_range(key: &[(Ty, Order)], start: &[u8], end: &[u8]) -> String {
-    let a = key_parts(key, start);
-    let b = key_parts(key, end);
-    a.into_iter()
-        .zip(b)
-        .map(|((ty, order, s), (_, _, e))| values::interval(ty, order, s, e))
-        .collect::<Vec<_>>()
-        .join(" . ")
 }
