@@ -369,7 +369,7 @@ fn target_text(r: &mut Renderer<'_>, name: &str, rev: u32, i: &Info<'_>) -> Opti
                 ];
                 text = format!("{text} level {}", LEVELS.get(level as usize)?);
             }
-            super::stmts::push_log_flags(&mut text, u32::from(flags));
+            values::push_log_flags(&mut text, u32::from(flags));
             Some(text)
         }
         ("NFLOG", 0) => {

@@ -8,7 +8,7 @@ use super::expr::{nested_expr, Attrs};
 use super::fields::{Field, NFPROTO_INET, NFPROTO_IPV6};
 use super::nla;
 use super::render::{Renderer, Val};
-use super::values::{self, Order, Ty};
+use super::values::{self, push_log_flags, Order, Ty};
 
 pub(crate) fn render(r: &mut Renderer<'_>, e: &Expr, a: &Attrs<'_>) {
     match e.name.as_str() {
@@ -292,25 +292,6 @@ fn log(a: &Attrs<'_>) -> String {
         push_log_flags(&mut text, flags);
     }
     text
-}
-
-/// The `flags ...` words of a log statement (NF_LOG_* bits), as nft prints them one by one.
-pub(super) fn push_log_flags(text: &mut String, flags: u32) {
-    match (flags & 1 != 0, flags & 2 != 0) {
-        (true, true) => text.push_str(" flags tcp sequence,options"),
-        (true, false) => text.push_str(" flags tcp sequence"),
-        (false, true) => text.push_str(" flags tcp options"),
-        _ => {}
-    }
-    if flags & 4 != 0 {
-        text.push_str(" flags ip options");
-    }
-    if flags & 8 != 0 {
-        text.push_str(" flags skuid");
-    }
-    if flags & 0x20 != 0 {
-        text.push_str(" flags ether");
-    }
 }
 
 fn time_unit(seconds: u64) -> &'static str {

@@ -1,9 +1,12 @@
 //! Values as `nft list ruleset` prints them: addresses, ports, protocol names, marks, flag
-//! sets (ct state, tcp flags), icmp types... keyed by a datatype ([`Ty`]) and a byte order.
+//! sets (ct state, tcp flags), icmp types... keyed by a datatype ([`Ty`]) and a byte order;
+//! and the flag words of a log statement, shared by nft's `log` and iptables' `LOG` target.
 //!
 //! Symbol tables are the ones nft ships built in; values without a name print as numbers.
 //! Interface indexes print as numbers (nft resolves them to names in its own namespace, which
 //! the observer cannot do reliably for another namespace).
+//!
+//! Layering: the bottom of the rule renderer; imports nothing from the other nftables files.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
@@ -251,6 +254,25 @@ pub(crate) fn flags(ty: Ty, v: u64) -> String {
         names.push(format!("0x{rest:x}"));
     }
     names.join(",")
+}
+
+/// The `flags ...` words of a log statement (NF_LOG_* bits), as nft prints them one by one.
+pub(super) fn push_log_flags(text: &mut String, flags: u32) {
+    match (flags & 1 != 0, flags & 2 != 0) {
+        (true, true) => text.push_str(" flags tcp sequence,options"),
+        (true, false) => text.push_str(" flags tcp sequence"),
+        (false, true) => text.push_str(" flags tcp options"),
+        _ => {}
+    }
+    if flags & 4 != 0 {
+        text.push_str(" flags ip options");
+    }
+    if flags & 8 != 0 {
+        text.push_str(" flags skuid");
+    }
+    if flags & 0x20 != 0 {
+        text.push_str(" flags ether");
+    }
 }
 
 fn named(table: &[(u64, &str)], v: u64) -> String {
