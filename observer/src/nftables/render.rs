@@ -15,9 +15,10 @@ use std::collections::HashMap;
 use super::compat;
 use super::decode::{Data, Element, Expr, Rule, Set};
 use super::elements::verdict;
-use super::expr::{Attrs, REG_VERDICT};
+use super::expr::{nested_expr, Attrs, REG_VERDICT};
 use super::fields::{self, Field, Layer, NFPROTO_ARP, NFPROTO_IPV4, NFPROTO_IPV6};
-use super::stmts;
+use super::nla;
+use super::stmts::{self, duration};
 use super::values::{self, Order, Ty};
 
 pub(crate) use super::elements::{element_items, elements_text};
@@ -334,6 +335,10 @@ impl<'a> Renderer<'a> {
                 let text = compat::render(self, &e.name, a);
                 self.emit(text);
             }
+            "dynset" => {
+                let text = dynset(self, a);
+                self.emit(text);
+            }
             _ => stmts::render(self, e, a),
         }
     }
@@ -561,6 +566,44 @@ impl<'a> Renderer<'a> {
             _ => format!("@{name}"),
         }
     }
+}
+
+/// `add @set { key ... }`: a set update from the packet path. Its nested expressions (counter,
+/// limit...) go through the dispatch above, which is why it is here and not in `stmts`.
+fn dynset(r: &mut Renderer<'_>, a: &Attrs<'_>) -> String {
+    let op = match a.u32(3).unwrap_or(0) {
+        0 => "add",
+        1 => "update",
+        _ => "delete",
+    };
+    let set = a.string(1).unwrap_or_default();
+    let (key, _) = r.key_text(a.reg(4), &set);
+    let mut inner = key;
+    if let Some(t) = a.u64(6).filter(|t| *t != 0) {
+        inner = format!("{inner} timeout {}", duration(t));
+    }
+    let mut nested = Vec::new();
+    if let Some(e) = a.bytes(7).and_then(nested_expr) {
+        nested.push(e);
+    }
+    if let Some(list) = a.bytes(10) {
+        for item in nla::attrs(list).unwrap_or_default() {
+            if let Some(e) = nested_expr(item.value) {
+                nested.push(e);
+            }
+        }
+    }
+    if !nested.is_empty() {
+        let mut sub = Renderer::new(r.family, r.sets);
+        sub.run(&nested);
+        inner = format!("{inner} {}", sub.take_text());
+    }
+    if let Some(dreg) = a.reg(5) {
+        let v = r.load(Some(dreg));
+        let f = r.field(&v);
+        inner = format!("{inner} : {}", f.text);
+    }
+    format!("{op} @{set} {{ {inner} }}")
 }
 
 fn op_prefix(op: u32) -> &'static str {

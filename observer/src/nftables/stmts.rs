@@ -1,10 +1,11 @@
 //! Statements and less common loads, as nft prints them: log, limit, quota, reject, nat,
-//! masquerade, redirect, queue, dynset (`add @set { ... }`), objref, connlimit, tproxy, dup,
-//! fwd, synproxy, and the fib, rt, socket, numgen, hash, exthdr, osf and xfrm loads.
-//! Anything else prints as `<name> …`.
+//! masquerade, redirect, queue, objref, connlimit, tproxy, dup, fwd, synproxy, and the fib, rt,
+//! socket, numgen, hash, exthdr, osf and xfrm loads. Anything else prints as `<name> …`.
+//! dynset (`add @set { ... }`) renders nested expressions through the dispatch, so it is in
+//! `render`.
 
 use super::decode::Expr;
-use super::expr::{nested_expr, Attrs};
+use super::expr::Attrs;
 use super::fields::{Field, NFPROTO_INET, NFPROTO_IPV6};
 use super::nla;
 use super::render::{Renderer, Val};
@@ -49,10 +50,6 @@ pub(crate) fn render(r: &mut Renderer<'_>, e: &Expr, a: &Attrs<'_>) {
         }
         "queue" => {
             let text = queue(r, a);
-            r.emit(text);
-        }
-        "dynset" => {
-            let text = dynset(r, a);
             r.emit(text);
         }
         "objref" => {
@@ -512,42 +509,6 @@ pub(crate) fn duration(ms: u64) -> String {
         out.push_str(&format!("{rest}ms"));
     }
     out
-}
-
-fn dynset(r: &mut Renderer<'_>, a: &Attrs<'_>) -> String {
-    let op = match a.u32(3).unwrap_or(0) {
-        0 => "add",
-        1 => "update",
-        _ => "delete",
-    };
-    let set = a.string(1).unwrap_or_default();
-    let (key, _) = r.key_text(a.reg(4), &set);
-    let mut inner = key;
-    if let Some(t) = a.u64(6).filter(|t| *t != 0) {
-        inner = format!("{inner} timeout {}", duration(t));
-    }
-    let mut nested = Vec::new();
-    if let Some(e) = a.bytes(7).and_then(nested_expr) {
-        nested.push(e);
-    }
-    if let Some(list) = a.bytes(10) {
-        for item in nla::attrs(list).unwrap_or_default() {
-            if let Some(e) = nested_expr(item.value) {
-                nested.push(e);
-            }
-        }
-    }
-    if !nested.is_empty() {
-        let mut sub = Renderer::new(r.family, r.sets);
-        sub.run(&nested);
-        inner = format!("{inner} {}", sub.take_text());
-    }
-    if let Some(dreg) = a.reg(5) {
-        let v = r.load(Some(dreg));
-        let f = r.field(&v);
-        inner = format!("{inner} : {}", f.text);
-    }
-    format!("{op} @{set} {{ {inner} }}")
 }
 
 fn objref(r: &mut Renderer<'_>, a: &Attrs<'_>) -> String {
