@@ -13,7 +13,7 @@
 
 use super::expr::Attrs;
 use super::fields::NFPROTO_IPV6;
-use super::render::Renderer;
+use super::renderer::Renderer;
 use super::values::{self, Order, Ty};
 
 pub(crate) fn render(r: &mut Renderer<'_>, kind: &str, a: &Attrs<'_>) -> String {

@@ -32,6 +32,7 @@ pub mod generation;
 pub mod ifnames;
 pub(crate) mod nla;
 pub mod render;
+mod renderer;
 #[cfg(test)]
 mod scenarios;
 pub mod socket;

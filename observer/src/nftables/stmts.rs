@@ -8,7 +8,7 @@ use super::decode::Expr;
 use super::expr::Attrs;
 use super::fields::{Field, NFPROTO_INET, NFPROTO_IPV6};
 use super::nla;
-use super::render::{Renderer, Val};
+use super::renderer::{Renderer, Val};
 use super::values::{self, push_log_flags, Order, Ty};
 
 pub(crate) fn render(r: &mut Renderer<'_>, e: &Expr, a: &Attrs<'_>) {

@@ -6,7 +6,8 @@
 //! Interface indexes print as numbers (nft resolves them to names in its own namespace, which
 //! the observer cannot do reliably for another namespace).
 //!
-//! Layering: the bottom of the rule renderer; imports nothing from the other nftables files.
+//! Layering: the bottom of the rule renderer; uses only `nla` (strings) and `ifnames`
+//! (interface names), never the printers above it.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 

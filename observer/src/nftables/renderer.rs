@@ -1,0 +1,475 @@
+//! The renderer's state: what each register holds ([`Val`]), the statements printed so far with
+//! the protocols they pin or rely on, and nft's dependency elimination when the rule is done
+//! ([`Renderer::finish`]). Also the core matches that consume registers (cmp, range, lookup)
+//! and the primitives the statement printers share: how a register prints as a field or a
+//! value, set keys and set references.
+//!
+//! Layering: below `render` (which holds the expression dispatch, [`Renderer::run`] included),
+//! `stmts` and `compat`; imports only `decode`, `elements`, `expr`, `fields` and
+//! `values`, never the printers above it.
+
+use std::collections::HashMap;
+
+use super::decode::{Element, Set};
+use super::elements::elements_text;
+use super::expr::{Attrs, REG_VERDICT};
+use super::fields::{self, Field, Layer, NFPROTO_ARP, NFPROTO_IPV4, NFPROTO_IPV6};
+use super::values::{self, Order, Ty};
+
+/// Where the renderer finds sets referenced by rules (`@name`, anonymous `{ ... }`).
+pub trait SetSource {
+    /// The set and its elements.
+    fn set_info(&self, name: &str) -> Option<(&Set, Vec<&Element>)>;
+}
+
+/// No sets known: lookups print as `@name`.
+#[cfg(test)]
+pub struct NoSets;
+
+#[cfg(test)]
+impl SetSource for NoSets {
+    fn set_info(&self, _: &str) -> Option<(&Set, Vec<&Element>)> {
+        None
+    }
+}
+
+/// Most elements a rule's anonymous set prints before it is cut short.
+const RULE_SET_MAX: usize = 1000;
+
+/// What a register holds.
+#[derive(Debug, Clone)]
+pub(crate) enum Val {
+    Payload {
+        base: u32,
+        offset: u32,
+        len: u32,
+    },
+    Meta(u32),
+    Ct {
+        key: u32,
+        dir: Option<u8>,
+    },
+    /// A value whose printed form and type are already known (fib, rt, numgen, hash...).
+    Field(Field),
+    /// `fib ... oif` or `tcp option ...` with the "present" flag: compares to exists/missing.
+    Presence(String),
+    Imm(Vec<u8>),
+    Bits {
+        src: Box<Val>,
+        mask: Vec<u8>,
+        xor: Vec<u8>,
+    },
+    Shift {
+        src: Box<Val>,
+        left: bool,
+        n: u64,
+    },
+    /// The result of a map lookup, already printed (`ip saddr map @m`).
+    Text(String),
+    Unknown,
+}
+
+#[derive(Debug)]
+struct Stmt {
+    text: String,
+    /// This statement pins a layer's protocol (`meta l4proto tcp`).
+    dep: Option<(Layer, u32)>,
+    /// Protocols this statement's fields rely on.
+    needs: Vec<(Layer, u32)>,
+}
+
+pub(crate) struct Renderer<'a> {
+    pub(crate) family: u8,
+    pub(crate) sets: &'a dyn SetSource,
+    regs: HashMap<u32, Val>,
+    l3: Option<u32>,
+    pub(crate) l4: Option<u32>,
+    stmts: Vec<Stmt>,
+    comments: Vec<String>,
+    needs: Vec<(Layer, u32)>,
+}
+
+const CMP_EQ: u32 = 0;
+const CMP_NEQ: u32 = 1;
+pub(super) const CMP_LTE: u32 = 3;
+pub(super) const CMP_GTE: u32 = 5;
+
+impl<'a> Renderer<'a> {
+    pub(crate) fn new(family: u8, sets: &'a dyn SetSource) -> Renderer<'a> {
+        Renderer {
+            family,
+            sets,
+            regs: HashMap::new(),
+            l3: None,
+            l4: None,
+            stmts: Vec::new(),
+            comments: Vec::new(),
+            needs: Vec::new(),
+        }
+    }
+
+    /// The rendered statements after dependency elimination, plus comments.
+    pub(crate) fn finish(self, comment: Option<&str>) -> String {
+        let mut killed = vec![false; self.stmts.len()];
+        let mut deps: HashMap<Layer, (usize, u32)> = HashMap::new();
+        for (i, s) in self.stmts.iter().enumerate() {
+            for (layer, proto) in &s.needs {
+                if let Some(&(j, p)) = deps.get(layer) {
+                    if p == *proto {
+                        killed[j] = true;
+                        deps.remove(layer);
+                        // icmp implies ipv4 and icmpv6 ipv6: nft drops that dependency too.
+                        let implied = match (layer, proto) {
+                            (Layer::L4, 1) => Some(2),
+                            (Layer::L4, 58) => Some(10),
+                            _ => None,
+                        };
+                        if let Some(&(k, l3)) = deps.get(&Layer::L3) {
+                            if Some(l3) == implied {
+                                killed[k] = true;
+                                deps.remove(&Layer::L3);
+                            }
+                        }
+                    }
+                }
+            }
+            if let Some((layer, proto)) = s.dep {
+                deps.insert(layer, (i, proto));
+            }
+        }
+        let mut parts: Vec<String> = self
+            .stmts
+            .into_iter()
+            .zip(killed)
+            .filter(|(s, k)| !k && !s.text.is_empty())
+            .map(|(s, _)| s.text)
+            .collect();
+        for c in self.comments.iter().map(String::as_str).chain(comment) {
+            parts.push(format!("comment \"{c}\""));
+        }
+        parts.join(" ")
+    }
+
+    /// The statements rendered so far, for nested expressions (dynset).
+    pub(crate) fn take_text(&mut self) -> String {
+        let s: Vec<String> = self.stmts.drain(..).map(|s| s.text).collect();
+        s.join(" ")
+    }
+
+    pub(crate) fn emit(&mut self, text: impl Into<String>) {
+        let needs = std::mem::take(&mut self.needs);
+        self.stmts.push(Stmt {
+            text: text.into(),
+            dep: None,
+            needs,
+        });
+    }
+
+    pub(crate) fn comment(&mut self, text: String) {
+        self.comments.push(text);
+    }
+
+    pub(crate) fn load(&self, reg: Option<u32>) -> Val {
+        reg.and_then(|r| self.regs.get(&r).cloned())
+            .unwrap_or(Val::Unknown)
+    }
+
+    pub(crate) fn store(&mut self, reg: Option<u32>, v: Val) {
+        if let Some(r) = reg {
+            self.regs.insert(r, v);
+        }
+    }
+
+    /// The network protocol in force: the table family's, or the one the rule pinned.
+    pub(crate) fn l3(&self) -> Option<u32> {
+        match self.family {
+            NFPROTO_IPV4 => Some(2),
+            NFPROTO_IPV6 => Some(10),
+            NFPROTO_ARP => Some(3),
+            _ => self.l3,
+        }
+    }
+
+    /// How to print a register's content; records the protocols it relies on.
+    pub(crate) fn field(&mut self, v: &Val) -> Field {
+        let f = match v {
+            Val::Payload { base, offset, len } => {
+                fields::payload(*base, *offset, *len, self.l3(), self.l4)
+            }
+            Val::Meta(k) => fields::meta(*k),
+            Val::Ct { key, dir } => fields::ct(*key, *dir),
+            Val::Field(f) => f.clone(),
+            Val::Presence(t) | Val::Text(t) => Field::opaque(t.clone()),
+            Val::Imm(b) => Field::opaque(values::hex(b, Order::Big)),
+            Val::Bits { src, mask, xor } => {
+                let f = self.field(src);
+                let mut text = format!("{} & {}", f.text, values::format(f.ty, f.order, mask));
+                if xor.iter().any(|b| *b != 0) {
+                    text = format!("({text}) ^ {}", values::format(f.ty, f.order, xor));
+                }
+                Field { text, ..f }
+            }
+            Val::Shift { src, left, n } => {
+                let f = self.field(src);
+                let op = if *left { "<<" } else { ">>" };
+                Field {
+                    text: format!("{} {op} {n}", f.text),
+                    ..f
+                }
+            }
+            Val::Unknown => Field::opaque("?"),
+        };
+        if let Some(n) = f.needs {
+            self.needs.push(n);
+        }
+        f
+    }
+
+    /// `<field> set <value>` for payload/meta/ct writes.
+    pub(super) fn set_stmt(&mut self, dst: &Val, sreg: Option<u32>) {
+        let f = self.field(dst);
+        let v = self.load(sreg);
+        let value = self.value_text(&v, &f);
+        self.emit(format!("{} set {value}", f.text));
+    }
+
+    /// A register's content printed as a value of the field `f` (a constant, another field, or
+    /// a bit operation on one).
+    pub(crate) fn value_text(&mut self, v: &Val, f: &Field) -> String {
+        match v {
+            Val::Imm(b) => values::format(f.ty, f.order, b),
+            Val::Bits { src, mask, xor } => {
+                let s = self.field(src).text;
+                let m = values::format(Ty::Hex, f.order, mask);
+                let x = values::format(Ty::Hex, f.order, xor);
+                let zero = xor.iter().all(|b| *b == 0);
+                let inverse =
+                    mask.len() == xor.len() && mask.iter().zip(xor).all(|(a, b)| *a == !b);
+                if zero {
+                    format!("{s} & {m}")
+                } else if inverse {
+                    format!("{s} | {x}")
+                } else if mask.iter().all(|b| *b == 0xff) {
+                    format!("{s} ^ {x}")
+                } else {
+                    format!("({s} & {m}) ^ {x}")
+                }
+            }
+            other => self.field(other).text,
+        }
+    }
+
+    pub(super) fn cmp(&mut self, a: &Attrs<'_>) {
+        let v = self.load(a.reg(1));
+        let op = a.u32(2).unwrap_or(CMP_EQ);
+        let data = a.value(3).unwrap_or_default();
+        match &v {
+            Val::Bits { src, mask, xor } if xor.iter().all(|b| *b == 0) => {
+                self.cmp_masked(src, mask, op, &data)
+            }
+            Val::Presence(text) => {
+                let present = values::int(&data, Order::Host) != 0;
+                let word = if present == (op == CMP_EQ) {
+                    "exists"
+                } else {
+                    "missing"
+                };
+                self.emit(format!("{text} {word}"));
+            }
+            Val::Payload { base, offset, len } if op == CMP_EQ => {
+                let (l3, l4) = (self.l3(), self.l4);
+                match fields::expand(*base, *offset, *len, l3, l4) {
+                    Some(parts) => {
+                        for (f, at, n) in parts {
+                            let part = data.get(at..at + n).unwrap_or(&[]);
+                            if let Some(need) = f.needs {
+                                self.needs.push(need);
+                            }
+                            self.emit(format!("{} {}", f.text, rhs(&f, part)));
+                        }
+                    }
+                    None => self.cmp_plain(&v, op, &data),
+                }
+            }
+            _ => self.cmp_plain(&v, op, &data),
+        }
+    }
+
+    fn cmp_plain(&mut self, v: &Val, op: u32, data: &[u8]) {
+        let f = self.field(v);
+        let text = format!("{} {}{}", f.text, op_prefix(op), rhs(&f, data));
+        match f.key_of {
+            Some(layer) if op == CMP_EQ => {
+                let raw = values::int(data, f.order) as u32;
+                let proto = match (layer, f.ty) {
+                    (Layer::L3, Ty::EtherType) => match raw {
+                        0x0800 => 2,
+                        0x86dd => 10,
+                        0x0806 => 3,
+                        other => other << 16,
+                    },
+                    _ => raw,
+                };
+                match layer {
+                    Layer::L3 => self.l3 = Some(proto),
+                    Layer::L4 => self.l4 = Some(proto),
+                }
+                let needs = std::mem::take(&mut self.needs);
+                self.stmts.push(Stmt {
+                    text,
+                    dep: Some((layer, proto)),
+                    needs,
+                });
+            }
+            _ => self.emit(text),
+        }
+    }
+
+    fn cmp_masked(&mut self, src: &Val, mask: &[u8], op: u32, data: &[u8]) {
+        if let Val::Payload {
+            base: 0,
+            offset: 14,
+            len: 2,
+        } = src
+        {
+            if mask == [0x0f, 0xff] && self.l3 == Some(0x8100 << 16) {
+                self.needs.push((Layer::L3, 0x8100 << 16));
+                let id = values::int(data, Order::Big);
+                self.emit(format!("vlan id {}{id}", op_prefix(op)));
+                return;
+            }
+        }
+        let f = self.field(src);
+        if matches!(f.ty, Ty::Ipv4 | Ty::Ipv6) {
+            if let Some(plen) = values::prefix_len(mask) {
+                let p = values::prefix(f.ty, data, plen);
+                self.emit(format!("{} {}{p}", f.text, op_prefix(op)));
+                return;
+            }
+        }
+        if f.ty.is_flags() {
+            let (m, d) = (values::int(mask, f.order), values::int(data, f.order));
+            let text = match (d, op) {
+                (0, CMP_NEQ) => format!("{} {}", f.text, values::flags(f.ty, m)),
+                (0, CMP_EQ) => format!("{} ! {}", f.text, values::flags(f.ty, m)),
+                (_, op) => format!(
+                    "{} {}{} / {}",
+                    f.text,
+                    op_prefix(op),
+                    values::flags(f.ty, d),
+                    values::flags(f.ty, m)
+                ),
+            };
+            self.emit(text);
+            return;
+        }
+        if f.text == "ip dscp" || (mask == [0xfc] && f.text == "@nh,8,8" && self.l3() == Some(2)) {
+            let d = values::int(data, Order::Big) >> 2;
+            let name = values::format(Ty::Dscp, Order::Big, &[d as u8]);
+            self.emit(format!("ip dscp {}{name}", op_prefix(op)));
+            return;
+        }
+        let sym = if op == CMP_EQ {
+            "== ".to_string()
+        } else {
+            op_prefix(op).to_string()
+        };
+        let text = format!(
+            "{} & {} {sym}{}",
+            f.text,
+            values::format(f.ty, f.order, mask),
+            values::format(f.ty, f.order, data)
+        );
+        self.emit(text);
+    }
+
+    pub(super) fn range(&mut self, v: &Val, neq: bool, from: &[u8], to: &[u8]) {
+        let f = self.field(v);
+        let ne = if neq { "!= " } else { "" };
+        let text = format!(
+            "{} {ne}{}-{}",
+            f.text,
+            values::format(f.ty, f.order, from),
+            values::format(f.ty, f.order, to)
+        );
+        self.emit(text);
+    }
+
+    pub(super) fn lookup(&mut self, a: &Attrs<'_>) {
+        let name = a.string(1).unwrap_or_default();
+        let (key, types) = self.key_text(a.reg(2), &name);
+        let set = self.set_ref(&name, &types, RULE_SET_MAX);
+        let inv = a.u32(5).unwrap_or(0) & 1 != 0;
+        match a.reg(3) {
+            None => {
+                let ne = if inv { "!= " } else { "" };
+                self.emit(format!("{key} {ne}{set}"));
+            }
+            Some(REG_VERDICT) => self.emit(format!("{key} vmap {set}")),
+            reg => {
+                // The map's value is consumed by a later statement (nat, set...), which
+                // inherits the protocols the key relied on.
+                self.store(reg, Val::Text(format!("{key} map {set}")));
+            }
+        }
+    }
+
+    /// The key of a set operation starting at register `sreg`: one field, or a concatenation
+    /// spanning several registers when the set's key type says so.
+    pub(crate) fn key_text(&mut self, sreg: Option<u32>, set: &str) -> (String, Vec<(Ty, Order)>) {
+        let set_types = self
+            .sets
+            .set_info(set)
+            .map(|(s, _)| values::concat_types(s.key_type))
+            .unwrap_or_default();
+        let count = set_types.len().max(1);
+        let mut texts = Vec::new();
+        let mut types = Vec::new();
+        let mut reg = sreg;
+        for i in 0..count {
+            let v = self.load(reg);
+            let f = self.field(&v);
+            let ty = match set_types.get(i) {
+                Some(Ty::Other) | None => f.ty,
+                Some(t) => *t,
+            };
+            let size = ty.size().unwrap_or(f.full_len.max(1));
+            types.push((ty, f.order));
+            texts.push(f.text);
+            reg = reg.map(|r| r.saturating_add(size.div_ceil(4) as u32));
+        }
+        (texts.join(" . "), types)
+    }
+
+    /// `@name`, or the elements of an anonymous set.
+    pub(crate) fn set_ref(&self, name: &str, key: &[(Ty, Order)], max: usize) -> String {
+        match self.sets.set_info(name) {
+            Some((set, elems)) if set.is_anonymous() => elements_text(set, &elems, key, max),
+            _ => format!("@{name}"),
+        }
+    }
+}
+
+fn op_prefix(op: u32) -> &'static str {
+    match op {
+        CMP_EQ => "",
+        CMP_NEQ => "!= ",
+        2 => "< ",
+        CMP_LTE => "<= ",
+        4 => "> ",
+        CMP_GTE => ">= ",
+        _ => "?? ",
+    }
+}
+
+/// The right-hand side of a comparison with a field: prefixes for short address loads,
+/// wildcards for interface names compared without their NUL.
+fn rhs(f: &Field, data: &[u8]) -> String {
+    if matches!(f.ty, Ty::Ipv4 | Ty::Ipv6) && data.len() < f.full_len {
+        return values::prefix(f.ty, data, data.len() as u32 * 8);
+    }
+    if f.ty == Ty::Ifname && !data.contains(&0) && data.len() < 16 {
+        return format!("\"{}*\"", String::from_utf8_lossy(data));
+    }
+    values::format(f.ty, f.order, data)
+}
