@@ -30,6 +30,7 @@ mod expr;
 mod fields;
 pub mod generation;
 pub mod ifnames;
+mod loads;
 pub(crate) mod nla;
 pub mod render;
 mod renderer;

@@ -11,15 +11,17 @@
 //! does not know print as `<name> …`; nothing is dropped and nothing here panics on input.
 //!
 //! This file is the top of the renderer: [`rule`], the expression dispatch (the core loads,
-//! `cmp`/`range`/`lookup` and verdicts through [`Renderer`]'s own methods, statements to
-//! `stmts`, x_tables extensions to `compat`) and dynset, whose nested expressions go through
-//! the dispatch again. Below it: `stmts` and `compat`, then `renderer` (the state they all
-//! write to), then `elements`, `fields`, `expr` and `values`; nothing below imports this file.
+//! `cmp`/`range`/`lookup` and verdicts through [`Renderer`]'s own methods, the less common
+//! loads to `loads`, statements to `stmts`, x_tables extensions to `compat`) and dynset, whose
+//! nested expressions go through the dispatch again. Below it: `loads`, `stmts` and `compat`,
+//! then `renderer` (the state they all write to), then `elements`, `fields`, `expr` and
+//! `values`; nothing below imports this file.
 
 use super::compat;
 use super::decode::{Data, Expr, Rule};
 use super::elements::verdict;
 use super::expr::{nested_expr, Attrs, REG_VERDICT};
+use super::loads;
 use super::nla;
 use super::renderer::{Renderer, Val, CMP_GTE, CMP_LTE};
 use super::stmts::{self, duration};
@@ -137,6 +139,9 @@ impl<'a> Renderer<'a> {
             "dynset" => {
                 let text = dynset(self, a);
                 self.emit(text);
+            }
+            "fib" | "rt" | "socket" | "numgen" | "hash" | "exthdr" | "osf" | "xfrm" => {
+                loads::render(self, e, a)
             }
             _ => stmts::render(self, e, a),
         }

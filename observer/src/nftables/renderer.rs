@@ -5,7 +5,7 @@
 //! value, set keys and set references.
 //!
 //! Layering: below `render` (which holds the expression dispatch, [`Renderer::run`] included),
-//! `stmts` and `compat`; imports only `decode`, `elements`, `expr`, `fields` and
+//! `stmts`, `loads` and `compat`; imports only `decode`, `elements`, `expr`, `fields` and
 //! `values`, never the printers above it.
 
 use std::collections::HashMap;

@@ -1,12 +1,15 @@
-//! Statements and less common loads, as nft prints them: log, limit, quota, reject, nat,
-//! masquerade, redirect, queue, objref, connlimit, tproxy, dup, fwd, synproxy, and the fib, rt,
-//! socket, numgen, hash, exthdr, osf and xfrm loads. Anything else prints as `<name> …`.
+//! Statements, as nft prints them: log, limit, quota, reject, nat, masquerade, redirect, queue,
+//! objref, connlimit, tproxy, dup, fwd, synproxy, last, flow add. Anything else that reaches
+//! here prints as `<name> …`. The less common loads (fib, rt, socket...) are in `loads`;
 //! dynset (`add @set { ... }`) renders nested expressions through the dispatch, so it is in
 //! `render`.
+//!
+//! Layering: called by `render`'s dispatch, beside `loads` and `compat`; imports only the
+//! renderer's state (`renderer`) and what is below it.
 
 use super::decode::Expr;
 use super::expr::Attrs;
-use super::fields::{Field, NFPROTO_INET, NFPROTO_IPV6};
+use super::fields::{NFPROTO_INET, NFPROTO_IPV6};
 use super::nla;
 use super::renderer::{Renderer, Val};
 use super::values::{self, push_log_flags, Order, Ty};
@@ -101,147 +104,7 @@ pub(crate) fn render(r: &mut Renderer<'_>, e: &Expr, a: &Attrs<'_>) {
             let name = a.string(1).unwrap_or_default();
             r.emit(format!("flow add @{name}"));
         }
-        "fib" => {
-            let flags = a.u32(3).unwrap_or(0);
-            let mut parts = Vec::new();
-            for (bit, name) in [
-                (1, "saddr"),
-                (2, "daddr"),
-                (4, "mark"),
-                (8, "iif"),
-                (16, "oif"),
-            ] {
-                if flags & bit != 0 {
-                    parts.push(name);
-                }
-            }
-            let (res, ty) = match a.u32(2).unwrap_or(0) {
-                1 => ("oif", Ty::Ifindex),
-                2 => ("oifname", Ty::Ifname),
-                3 => ("type", Ty::FibAddrType),
-                _ => ("?", Ty::Integer),
-            };
-            let text = format!("fib {} {res}", parts.join(" . "));
-            let v = if flags & 32 != 0 {
-                Val::Presence(text)
-            } else {
-                Val::Field(field(text, ty, Order::Host, 4))
-            };
-            r.store(a.reg(1), v);
-        }
-        "rt" => {
-            let (text, ty, order, len) = match a.u32(2).unwrap_or(u32::MAX) {
-                0 => ("rt classid", Ty::Integer, Order::Host, 4),
-                1 => ("rt ip nexthop", Ty::Ipv4, Order::Big, 4),
-                2 => ("rt ip6 nexthop", Ty::Ipv6, Order::Big, 16),
-                3 => ("rt mtu", Ty::Integer, Order::Host, 2),
-                4 => ("rt ipsec", Ty::Boolean, Order::Host, 1),
-                _ => ("rt ?", Ty::Integer, Order::Host, 4),
-            };
-            r.store(a.reg(1), Val::Field(field(text, ty, order, len)));
-        }
-        "socket" => {
-            let text = match a.u32(1).unwrap_or(u32::MAX) {
-                0 => "socket transparent".to_string(),
-                1 => "socket mark".into(),
-                2 => "socket wildcard".into(),
-                3 => format!("socket cgroupv2 level {}", a.u32(3).unwrap_or(0)),
-                k => format!("socket key {k}"),
-            };
-            let ty = if text == "socket mark" {
-                Ty::Mark
-            } else {
-                Ty::Integer
-            };
-            r.store(a.reg(2), Val::Field(field(text, ty, Order::Host, 4)));
-        }
-        "numgen" => {
-            let kind = if a.u32(3) == Some(1) { "random" } else { "inc" };
-            let mut text = format!("numgen {kind} mod {}", a.u32(2).unwrap_or(0));
-            if let Some(off) = a.u32(4).filter(|o| *o != 0) {
-                text = format!("{text} offset {off}");
-            }
-            r.store(
-                a.reg(1),
-                Val::Field(field(text, Ty::Integer, Order::Host, 4)),
-            );
-        }
-        "hash" => {
-            let mut text = if a.u32(7) == Some(1) {
-                "symhash".to_string()
-            } else {
-                let src = r.load(a.reg(1));
-                let f = r.field(&src);
-                format!("jhash {}", f.text)
-            };
-            text = format!("{text} mod {}", a.u32(4).unwrap_or(0));
-            if let Some(seed) = a.u32(5).filter(|_| a.u32(7) != Some(1)) {
-                text = format!("{text} seed 0x{seed:x}");
-            }
-            if let Some(off) = a.u32(6).filter(|o| *o != 0) {
-                text = format!("{text} offset {off}");
-            }
-            r.store(
-                a.reg(2),
-                Val::Field(field(text, Ty::Integer, Order::Host, 4)),
-            );
-        }
-        "exthdr" => exthdr(r, a),
-        "osf" => {
-            let mut text = "osf".to_string();
-            match a.bytes(2).and_then(|b| b.first().copied()) {
-                Some(1) => text.push_str(" ttl loose"),
-                Some(2) => text.push_str(" ttl skip"),
-                _ => {}
-            }
-            text.push_str(if a.u32(3).unwrap_or(0) & 1 != 0 {
-                " version"
-            } else {
-                " name"
-            });
-            r.store(
-                a.reg(1),
-                Val::Field(field(text, Ty::Ifname, Order::Big, 16)),
-            );
-        }
-        "xfrm" => {
-            let dir = match a.bytes(3).and_then(|b| b.first().copied()) {
-                Some(0) => "in",
-                _ => "out",
-            };
-            let (key, ty, len) = match a.u32(2).unwrap_or(0) {
-                1 => ("ip daddr", Ty::Ipv4, 4),
-                2 => ("ip6 daddr", Ty::Ipv6, 16),
-                3 => ("ip saddr", Ty::Ipv4, 4),
-                4 => ("ip6 saddr", Ty::Ipv6, 16),
-                5 => ("reqid", Ty::Integer, 4),
-                6 => ("spi", Ty::Integer, 4),
-                _ => ("?", Ty::Integer, 4),
-            };
-            let mut text = format!("ipsec {dir}");
-            if let Some(n) = a.u32(4).filter(|n| *n != 0) {
-                text = format!("{text} spnum {n}");
-            }
-            let order = if matches!(ty, Ty::Integer) {
-                Order::Host
-            } else {
-                Order::Big
-            };
-            r.store(
-                a.reg(1),
-                Val::Field(field(format!("{text} {key}"), ty, order, len)),
-            );
-        }
         other => r.emit(format!("{other} …")),
-    }
-}
-
-fn field(text: impl Into<String>, ty: Ty, order: Order, full_len: usize) -> Field {
-    Field {
-        ty,
-        order,
-        full_len,
-        ..Field::opaque(text)
     }
 }
 
@@ -564,61 +427,6 @@ fn tproxy(r: &mut Renderer<'_>, a: &Attrs<'_>) -> String {
         (Some(ad), None) => format!("{text} to {ad}"),
         (None, Some(p)) => format!("{text} to :{p}"),
         (None, None) => text,
-    }
-}
-
-fn exthdr(r: &mut Renderer<'_>, a: &Attrs<'_>) {
-    let ty = a.bytes(2).and_then(|b| b.first().copied()).unwrap_or(0);
-    let (off, len) = (
-        u64::from(a.u32(3).unwrap_or(0)),
-        u64::from(a.u32(4).unwrap_or(0)),
-    );
-    let present = a.u32(5).unwrap_or(0) & 1 != 0;
-    let text = match a.u32(6).unwrap_or(0) {
-        1 => {
-            let name = match ty {
-                0 => "eol",
-                1 => "nop",
-                2 => "maxseg",
-                3 => "window",
-                4 => "sack-perm",
-                5 => "sack",
-                8 => "timestamp",
-                30 => "mptcp",
-                _ => "",
-            };
-            let field = match (ty, off, len) {
-                (_, 0, 1) => "kind",
-                (_, 1, 1) => "length",
-                (2, 2, 2) => "size",
-                (3, 2, 1) => "count",
-                (8, 2, 4) => "tsval",
-                (8, 6, 4) => "tsecr",
-                (5, 2, 4) => "left",
-                (5, 6, 4) => "right",
-                _ => "",
-            };
-            match (name, field, present) {
-                ("", _, _) => format!("tcp option @{ty},{},{}", off * 8, len * 8),
-                (n, _, true) => format!("tcp option {n}"),
-                (n, "", _) => format!("tcp option {n} @{},{}", off * 8, len * 8),
-                (n, f, _) => format!("tcp option {n} {f}"),
-            }
-        }
-        2 => format!("ip option @{ty},{},{}", off * 8, len * 8),
-        op => format!("exthdr op {op} type {ty} @{},{}", off * 8, len * 8),
-    };
-    let v = if present {
-        Val::Presence(text)
-    } else {
-        Val::Field(field(text, Ty::Integer, Order::Big, len.min(64) as usize))
-    };
-    if a.has(1) {
-        r.store(a.reg(1), v);
-    } else if let Val::Field(f) = v {
-        let src = r.load(a.reg(7));
-        let value = r.value_text(&src, &f);
-        r.emit(format!("{} set {value}", f.text));
     }
 }
 
