@@ -22,6 +22,9 @@
 use std::io;
 
 mod compat;
+mod compat_info;
+mod compat_match;
+mod compat_target;
 #[cfg(test)]
 mod corpus;
 pub mod decode;
