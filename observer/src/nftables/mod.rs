@@ -21,6 +21,7 @@
 
 use std::io;
 
+mod catch_up;
 mod compat;
 mod compat_info;
 mod compat_match;
