@@ -45,6 +45,8 @@ pub mod state;
 mod stmts;
 #[cfg(test)]
 mod testutil;
+mod txn;
+mod txn_apply;
 mod values;
 
 #[cfg(test)]
