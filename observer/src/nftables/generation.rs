@@ -2,14 +2,14 @@
 //!
 //! [`GenerationBuilder`] takes notifications in order, buffers them until the NEWGEN of their
 //! transaction (the kernel sends it after the objects), applies them to the [`NftState`] and
-//! returns a [`Transaction`] whose changes went through [`ruleset::summarize`] with the rule
-//! counts from before the transaction. Tables, chains, sets and set elements get their *net*
-//! change over the whole transaction (a restore that deletes and recreates a table as it was is
-//! no change); rules go to `summarize` one by one, which pairs deletes and re-adds.
+//! returns a [`Transaction`] whose changes went through [`crate::ruleset::summarize`] with the
+//! rule counts from before the transaction. Tables, chains, sets and set elements get their
+//! *net* change over the whole transaction (a restore that deletes and recreates a table as it
+//! was is no change); rules go to `summarize` one by one, which pairs deletes and re-adds.
 //!
 //! How rules find their positions is described in `txn_apply`.
 //!
-//! Layering: the top of the transaction code. [`GenerationBuilder`] uses `txn` ([`Txn`], its
+//! Layering: the top of the transaction code. [`GenerationBuilder`] uses `txn` (`Txn`, its
 //! book-keeping, applied to the state by `txn_apply`) and `catch_up` (resync after lost
 //! notifications); below them are `state`, `render`, `decode` and `socket`.
 

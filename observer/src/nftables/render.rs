@@ -11,7 +11,7 @@
 //! does not know print as `<name> …`; nothing is dropped and nothing here panics on input.
 //!
 //! This file is the top of the renderer: [`rule`], the expression dispatch (the core loads,
-//! `cmp`/`range`/`lookup` and verdicts through [`Renderer`]'s own methods, the less common
+//! `cmp`/`range`/`lookup` and verdicts through `Renderer`'s own methods, the less common
 //! loads to `loads`, statements to `stmts`, x_tables extensions to `compat`) and dynset, whose
 //! nested expressions go through the dispatch again. Below it: `loads`, `stmts` and `compat`,
 //! then `renderer` (the state they all write to), then `elements`, `fields`, `expr` and
