@@ -8,7 +8,7 @@ use crate::attribution::ProcessInfo;
 use crate::forensics::model::Tables;
 use crate::hooks::nlattr::WriterCache;
 use crate::netns::{self, NetnsHandle};
-use crate::nftables::state::GenerationBuilder;
+use crate::nftables::generation::GenerationBuilder;
 use crate::output::record::{now, Gap};
 use crate::output::{Source, StatusRecord};
 use crate::ruleset::Backend;

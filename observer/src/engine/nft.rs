@@ -14,7 +14,7 @@ use crate::attribution::ProcessInfo;
 use crate::forensics::model::Tables;
 use crate::hooks::nlattr::{self, WriterCache};
 use crate::netns;
-use crate::nftables::{self, state::GenerationBuilder, state::NftState};
+use crate::nftables::{self, generation::GenerationBuilder, state::NftState};
 use crate::output::record::now;
 use crate::ruleset::{self, Change};
 

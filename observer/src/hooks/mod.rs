@@ -9,6 +9,7 @@ pub mod backend;
 pub mod blob;
 pub mod btf;
 pub mod decode;
+mod error;
 pub mod nlattr;
 pub mod refused;
 pub mod tracefs;

@@ -9,7 +9,7 @@
 use observer_common::nfnl::{NfnlAck, NfnlRefused, NFNL_MSG_BATCH_BEGIN, NFNL_SUBSYS_NFTABLES};
 
 use super::backend::HookBackend;
-use super::decode::DecodeError;
+use super::error::DecodeError;
 use crate::attribution::KernelProcess;
 use crate::nftables::nla::{self, NFGENMSG_LEN, NLMSG_HDRLEN};
 use crate::ruleset::{Change, Family, Op};

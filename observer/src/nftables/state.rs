@@ -15,9 +15,6 @@ use super::fields;
 use super::render::{self, SetSource};
 use super::socket::Dump;
 
-// The builder lived here first; callers may import it from either module.
-pub use super::generation::GenerationBuilder;
-
 /// Elements listed in one element change before the list is cut short.
 pub const ELEMENTS_SHOWN: usize = 32;
 
