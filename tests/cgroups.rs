@@ -78,11 +78,11 @@ fn write_in_cgroup(ns: &Netns, cgroup: &Path, args: &str) {
 fn writers_are_placed_in_their_unit_container_and_pod() {
     skip_unless!("ip", "iptables-legacy");
     let Some(mount) = cgroup2_mount() else {
-        observer::test_support::skip(format_args!("no cgroup2 file system is mounted"));
+        test_support::skip(format_args!("no cgroup2 file system is mounted"));
         return;
     };
     let Some(mut tree) = CgroupTree::new(&mount) else {
-        observer::test_support::skip(format_args!(
+        test_support::skip(format_args!(
             "cannot create a cgroup under {}",
             mount.display()
         ));

@@ -862,7 +862,7 @@ fn dockerd_alone_and_through_firewalld_makes_no_false_incident() {
 fn dockerd_publishes_a_containers_port_and_only_dockerd_writes() {
     skip_unless!("ip", "iptables-legacy", "dockerd", "busybox");
     if !Path::new(DOCKER).exists() {
-        observer::test_support::skip(format!("{DOCKER} (Debian's docker.io) is missing"));
+        test_support::skip(format!("{DOCKER} (Debian's docker.io) is missing"));
         return;
     }
     let host_before = host_rulesets();

@@ -17,29 +17,14 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-/// Why these tests cannot run here, if they cannot.
-pub fn skip_reason(tools: &[&str]) -> Option<String> {
-    if !nix::unistd::geteuid().is_root() {
-        return Some("not root".into());
-    }
-    for t in tools {
-        let found = Command::new("sh")
-            .args(["-c", &format!("command -v {t}")])
-            .output()
-            .map(|o| o.status.success())
-            .unwrap_or(false);
-        if !found {
-            return Some(format!("{t} is not installed (run `cargo xtask setup`)"));
-        }
-    }
-    None
-}
+#[allow(unused_imports)] // each test file uses some of them
+pub use test_support::{free_port, json_lines, skip_reason, wait_for};
 
 #[macro_export]
 macro_rules! skip_unless {
     ($($tool:expr),*) => {
-        if let Some(reason) = common::skip_reason(&[$($tool),*]) {
-            observer::test_support::skip(format_args!("{reason}"));
+        if let Some(reason) = test_support::skip_reason(&[$($tool),*]) {
+            test_support::skip(format_args!("{reason}"));
             return;
         }
     };
@@ -48,21 +33,21 @@ macro_rules! skip_unless {
 /// A network namespace created for one test, deleted when dropped (also on failure).
 pub struct Netns {
     pub name: String,
+    _ns: test_support::Netns,
 }
 
 impl Netns {
     pub fn new(tag: &str) -> Netns {
-        let name = format!("obs-{tag}-{}", std::process::id());
-        let _ = Command::new("ip").args(["netns", "del", &name]).output();
-        run("ip", &["netns", "add", &name]);
-        Netns { name }
+        let ns = test_support::Netns::add(format!("obs-{tag}-{}", std::process::id()))
+            .unwrap_or_else(|e| panic!("{e}"));
+        Netns {
+            name: ns.name().to_string(),
+            _ns: ns,
+        }
     }
 
     pub fn inode(&self) -> u64 {
-        use std::os::unix::fs::MetadataExt;
-        std::fs::metadata(format!("/run/netns/{}", self.name))
-            .expect("netns file")
-            .ino()
+        self._ns.inode().unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Run a command inside the namespace through the writer script (so the writer's parent is
@@ -139,14 +124,6 @@ impl Netns {
             .expect("write stdin");
         let status = child.wait().expect("wait");
         assert!(status.success(), "{args:?} failed");
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .output();
     }
 }
 
@@ -494,63 +471,6 @@ pub fn change<'a>(op: &'a str, chain: Option<&'a str>) -> impl Fn(&Value) -> boo
                 Some(c) => v["chain"] == c,
                 None => true,
             }
-    }
-}
-
-/// How long the daemon helpers wait for a line.
-const WAIT: Duration = Duration::from_secs(20);
-
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
-}
-
-/// Lines of a child's stdout, parsed as JSON, on a channel.
-pub fn json_lines(out: impl Read + Send + 'static) -> mpsc::Receiver<Value> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines() {
-            let Ok(line) = line else { break };
-            let v: Value =
-                serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON: {line}: {e}"));
-            if tx.send(v).is_err() {
-                break;
-            }
-        }
-    });
-    rx
-}
-
-/// Wait on `rx` for a value matching `pred`, keeping everything seen in `seen`.
-pub fn wait_for(
-    rx: &mpsc::Receiver<Value>,
-    seen: &mut Vec<Value>,
-    what: &str,
-    pred: impl Fn(&Value) -> bool,
-) -> Value {
-    if let Some(v) = seen.iter().find(|v| pred(v)) {
-        return v.clone();
-    }
-    let deadline = Instant::now() + WAIT;
-    loop {
-        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-            Ok(v) => {
-                seen.push(v.clone());
-                if pred(&v) {
-                    return v;
-                }
-            }
-            Err(_) => panic!(
-                "{what} did not arrive within {WAIT:?}; saw:\n{}",
-                seen.iter()
-                    .map(|v| v.to_string())
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            ),
-        }
     }
 }
 

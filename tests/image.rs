@@ -187,7 +187,7 @@ impl Drop for Container {
 fn the_image_runs_doctor_and_reports_a_change_made_in_a_namespace() {
     skip_unless!("podman", "ip", "nft", "sha256sum");
     if let Err(why) = image_is_this_build() {
-        observer::test_support::skip(why);
+        test_support::skip(why);
         return;
     }
     let record = tempfile::tempdir().expect("tempdir");

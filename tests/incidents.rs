@@ -377,7 +377,7 @@ fn firewall_restart(tag: &str, ipt: &str) {
     let cg = match Cgroup::new(tag, "system.slice/iptables.service") {
         Ok(cg) => cg,
         Err(e) => {
-            observer::test_support::skip(format_args!("{e}"));
+            test_support::skip(format_args!("{e}"));
             return;
         }
     };

@@ -81,7 +81,7 @@ impl Drop for Term {
 
 fn runnable() -> bool {
     if let Some(reason) = common::skip_reason(&["tmux", "ip", "iptables-legacy"]) {
-        observer::test_support::skip(reason);
+        test_support::skip(reason);
         return false;
     }
     true

@@ -33,6 +33,4 @@ pub mod remote;
 pub mod ruleset;
 pub mod store;
 pub mod tail;
-#[doc(hidden)]
-pub mod test_support;
 pub mod xtables;

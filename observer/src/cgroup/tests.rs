@@ -233,13 +233,13 @@ fn ids_resolve_to_paths_without_a_process() {
     use std::os::unix::fs::MetadataExt;
     let r = resolver();
     let Some(mount) = r.mount() else {
-        crate::test_support::skip(format_args!("no cgroup2 mount"));
+        test_support::skip(format_args!("no cgroup2 mount"));
         return;
     };
     let dir = mount.join(format!("observer-unit-{}", std::process::id()));
     let leaf = dir.join(format!("kubepods/besteffort/pod{UID}/{CID}"));
     if fs::create_dir_all(&leaf).is_err() {
-        crate::test_support::skip(format_args!(
+        test_support::skip(format_args!(
             "cannot create cgroups under {}",
             mount.display()
         ));

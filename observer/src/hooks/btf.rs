@@ -265,7 +265,7 @@ mod tests {
         match KernelBtf::running() {
             Ok(b) => Some(b),
             Err(e) => {
-                crate::test_support::skip(format_args!("{e}"));
+                test_support::skip(format_args!("{e}"));
                 None
             }
         }

@@ -207,12 +207,12 @@ fn the_sets_of_a_fresh_namespace_are_listed() {
     // Runs in the test's own namespace; an empty list or a kernel without ipset both pass, but
     // a malformed reply or a hang would not.
     if !nix::unistd::geteuid().is_root() {
-        crate::test_support::skip(format_args!("not root"));
+        test_support::skip(format_args!("not root"));
         return;
     }
     match list() {
         Ok(_) => {}
-        Err(IpsetError::Kernel(e)) => crate::test_support::skip(format_args!("{e}")),
+        Err(IpsetError::Kernel(e)) => test_support::skip(format_args!("{e}")),
         Err(e) => panic!("{e}"),
     }
 }

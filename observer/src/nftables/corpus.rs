@@ -29,7 +29,7 @@ const CORPUS: &[(&str, &str)] = &[
 #[test]
 fn every_corpus_rule_renders_as_nft_lists_it() {
     if let Some(reason) = root_skip_reason() {
-        crate::test_support::skip(format_args!("{reason}"));
+        test_support::skip(format_args!("{reason}"));
         return;
     }
     let mut wrong = Vec::new();

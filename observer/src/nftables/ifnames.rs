@@ -189,7 +189,7 @@ mod tests {
         assert_eq!(lookup(4_000_000), None);
         let mut names = IfNames::open().ok();
         if names.is_none() {
-            crate::test_support::skip("no NETLINK_ROUTE socket here");
+            test_support::skip("no NETLINK_ROUTE socket here");
             return;
         }
         // Index 1 asked of the kernel (lookup() answers it without asking).

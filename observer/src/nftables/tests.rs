@@ -535,11 +535,11 @@ fn run_live(ns: &Netns, sc: &Scenario) -> (Vec<Vec<Transaction>>, GenerationBuil
 #[test]
 fn live_namespace_transactions() {
     if let Some(reason) = root_skip_reason() {
-        crate::test_support::skip(format_args!("{reason}"));
+        test_support::skip(format_args!("{reason}"));
         return;
     }
     if let Some(reason) = iptables_skip_reason() {
-        crate::test_support::skip(format_args!("{reason}"));
+        test_support::skip(format_args!("{reason}"));
         return;
     }
     let host_before = std::process::Command::new("nft")
@@ -596,7 +596,7 @@ fn reload(
 #[test]
 fn live_flush_ruleset_and_reload_is_no_change() {
     if let Some(reason) = root_skip_reason() {
-        crate::test_support::skip(format_args!("{reason}"));
+        test_support::skip(format_args!("{reason}"));
         return;
     }
     let ns = Netns::new("reload");
@@ -625,7 +625,7 @@ fn live_flush_ruleset_and_reload_is_no_change() {
 #[test]
 fn live_overrun_is_reported() {
     if let Some(reason) = root_skip_reason() {
-        crate::test_support::skip(format_args!("{reason}"));
+        test_support::skip(format_args!("{reason}"));
         return;
     }
     let ns = Netns::new("overrun");
@@ -666,7 +666,7 @@ fn live_overrun_is_reported() {
 #[test]
 fn live_resync_reports_what_notifications_reported() {
     if let Some(reason) = root_skip_reason() {
-        crate::test_support::skip(format_args!("{reason}"));
+        test_support::skip(format_args!("{reason}"));
         return;
     }
     let ns = Netns::new("resync");
@@ -713,7 +713,7 @@ fn live_resync_reports_what_notifications_reported() {
 #[ignore]
 fn capture_fixtures() {
     if let Some(r) = root_skip_reason() {
-        crate::test_support::skip(format_args!("{r}"));
+        test_support::skip(format_args!("{r}"));
         return;
     }
     let dir = std::env::var("OBSERVER_NFT_FIXTURES").expect("OBSERVER_NFT_FIXTURES=dir");
@@ -773,7 +773,7 @@ fn capture_fixtures() {
 #[ignore]
 fn perf_big_restore() {
     if let Some(reason) = root_skip_reason() {
-        crate::test_support::skip(format_args!("{reason}"));
+        test_support::skip(format_args!("{reason}"));
         return;
     }
     let ns = Netns::new("perf");

@@ -2,8 +2,6 @@
 //! and the hex fixture format of captured datagrams (`testdata/*.hex`: one datagram per line,
 //! `#` lines are comments naming the command that produced the datagrams below them).
 
-use std::fs::File;
-use std::process::Command;
 use std::time::Duration;
 
 use netlink_sys::Socket;
@@ -16,80 +14,45 @@ use super::NftError;
 
 /// Why a root test cannot run here, if it cannot.
 pub fn root_skip_reason() -> Option<String> {
-    if !nix::unistd::Uid::effective().is_root() {
-        return Some("not root".into());
-    }
-    missing_tool(&["nft", "ip"])
+    test_support::skip_reason(&["nft", "ip"])
 }
 
 /// A named network namespace, deleted on drop (also when the test panics).
 pub struct Netns {
     pub name: String,
+    ns: test_support::Netns,
 }
 
 impl Netns {
     pub fn new(tag: &str) -> Netns {
-        let name = format!("obs-nft-{tag}-{}", std::process::id());
-        let _ = Command::new("ip").args(["netns", "del", &name]).output();
-        let out = Command::new("ip")
-            .args(["netns", "add", &name])
-            .output()
-            .expect("run ip netns add");
-        assert!(
-            out.status.success(),
-            "ip netns add {name}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Netns { name }
+        let ns = test_support::Netns::add(format!("obs-nft-{tag}-{}", std::process::id()))
+            .unwrap_or_else(|e| panic!("{e}"));
+        Netns {
+            name: ns.name().to_string(),
+            ns,
+        }
     }
 
     /// Run a shell command inside the namespace; panics when it fails.
     pub fn sh(&self, cmd: &str) -> String {
-        let out = Command::new("ip")
-            .args(["netns", "exec", &self.name, "sh", "-c", cmd])
-            .output()
-            .expect("run ip netns exec");
-        assert!(
-            out.status.success(),
-            "`{cmd}` failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        self.ns
+            .run("sh", &["-c", cmd])
+            .unwrap_or_else(|e| panic!("`{cmd}` failed: {e}"))
     }
 
     /// Open the notification socket and a request socket inside the namespace, from a thread
     /// that entered it (the test thread stays in the host namespace).
     pub fn sockets(&self) -> Result<(Socket, Socket), NftError> {
-        let path = format!("/run/netns/{}", self.name);
-        std::thread::spawn(move || {
-            let f = File::open(&path).expect("open netns file");
-            nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
-            Ok((socket::subscribe()?, socket::request_socket()?))
-        })
-        .join()
-        .expect("netns thread")
+        self.ns
+            .enter(|| Ok((socket::subscribe()?, socket::request_socket()?)))
+            .unwrap_or_else(|e| panic!("{e}"))
     }
-}
 
-impl Netns {
     /// The namespace's interface names, from a socket opened inside it.
     pub fn ifnames(&self) -> super::ifnames::IfNames {
-        let path = format!("/run/netns/{}", self.name);
-        std::thread::spawn(move || {
-            let f = File::open(&path).expect("open netns file");
-            nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
-            super::ifnames::IfNames::open().expect("NETLINK_ROUTE socket")
-        })
-        .join()
-        .expect("netns thread")
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .output();
+        self.ns
+            .enter(|| super::ifnames::IfNames::open().expect("NETLINK_ROUTE socket"))
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 }
 
@@ -305,22 +268,7 @@ pub fn projection(st: &NftState) -> Vec<String> {
 
 /// Why the iptables-nft parts of a live test cannot run here, if they cannot.
 pub fn iptables_skip_reason() -> Option<String> {
-    missing_tool(&["iptables-nft", "iptables-nft-restore"])
-}
-
-/// `<tool> is not installed` for the first of `tools` not on PATH.
-fn missing_tool(tools: &[&str]) -> Option<String> {
-    tools
-        .iter()
-        .find(|tool| {
-            !Command::new("sh")
-                .arg("-c")
-                .arg(format!("command -v {tool}"))
-                .output()
-                .map(|o| o.status.success())
-                .unwrap_or(false)
-        })
-        .map(|tool| format!("{tool} is not installed"))
+    test_support::skip_reason(&["iptables-nft", "iptables-nft-restore"])
 }
 
 /// Make a socket's receive buffer small (to provoke ENOBUFS).

@@ -47,12 +47,12 @@ fn comparable(saved: &str) -> Vec<String> {
 #[test]
 fn every_corpus_rule_renders_as_iptables_save_prints_it() {
     if let Some(why) = skip_reason() {
-        crate::test_support::skip(format_args!("{why}"));
+        test_support::skip(format_args!("{why}"));
         return;
     }
     let (mut rules, mut wrong) = (0, Vec::new());
     for (name, ruleset) in CORPUS {
-        let ns = Netns::new(&format!("obs-xt-corpus-{}", std::process::id())).expect("netns");
+        let ns = Netns::add(format!("obs-xt-corpus-{}", std::process::id())).expect("netns");
         run_stdin(&ns, "iptables-legacy-restore", &[], ruleset)
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         let tables: Vec<&str> = ruleset
@@ -63,11 +63,11 @@ fn every_corpus_rule_renders_as_iptables_save_prints_it() {
         for table in tables {
             let t = table.to_string();
             let ours = ns
-                .run_in(move || sockopt::read_table(XtProto::Ipv4, &t))
+                .enter(move || sockopt::read_table(XtProto::Ipv4, &t))
                 .expect("thread")
                 .unwrap_or_else(|e| panic!("{name} {table}: {e}"));
             let want = comparable(
-                &ns.exec("iptables-legacy-save", &["-t", table])
+                &ns.run("iptables-legacy-save", &["-t", table])
                     .expect("save"),
             );
             let got: Vec<String> = ours.save_text().lines().map(str::to_string).collect();

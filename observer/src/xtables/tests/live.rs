@@ -4,68 +4,13 @@
 
 use super::*;
 
-use std::process::Command;
-
-/// A network namespace made with `ip netns add`, deleted on drop (also when a test fails).
-pub struct Netns(pub String);
-
-impl Netns {
-    pub fn new(name: &str) -> Result<Netns, String> {
-        let _ = Command::new("ip").args(["netns", "del", name]).output();
-        run("ip", &["netns", "add", name])?;
-        Ok(Netns(name.to_string()))
-    }
-
-    /// Run a command inside the namespace.
-    pub fn exec(&self, cmd: &str, args: &[&str]) -> Result<String, String> {
-        let mut all = vec!["netns", "exec", self.0.as_str(), cmd];
-        all.extend_from_slice(args);
-        run("ip", &all)
-    }
-
-    /// Run `f` on a thread that entered the namespace.
-    pub fn run_in<R: Send + 'static>(
-        &self,
-        f: impl FnOnce() -> R + Send + 'static,
-    ) -> Result<R, String> {
-        let path = format!("/run/netns/{}", self.0);
-        std::thread::spawn(move || {
-            let fd = std::fs::File::open(&path).map_err(|e| format!("{path}: {e}"))?;
-            nix::sched::setns(fd, nix::sched::CloneFlags::CLONE_NEWNET)
-                .map_err(|e| format!("setns: {e}"))?;
-            Ok(f())
-        })
-        .join()
-        .map_err(|_| "netns thread panicked".to_string())?
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).output();
-    }
-}
-
-pub fn run(cmd: &str, args: &[&str]) -> Result<String, String> {
-    let out = Command::new(cmd)
-        .args(args)
-        .output()
-        .map_err(|e| format!("{cmd}: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "{cmd} {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
+pub use test_support::Netns;
 
 pub fn run_stdin(ns: &Netns, cmd: &str, args: &[&str], input: &str) -> Result<(), String> {
     use std::io::Write;
-    let mut all = vec!["netns", "exec", ns.0.as_str(), cmd];
-    all.extend_from_slice(args);
-    let mut child = Command::new("ip")
-        .args(&all)
+    let mut child = ns
+        .command(cmd)
+        .args(args)
         .stdin(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -85,34 +30,26 @@ pub fn run_stdin(ns: &Netns, cmd: &str, args: &[&str], input: &str) -> Result<()
 
 /// Why a root test cannot run here, if it cannot.
 pub fn skip_reason() -> Option<String> {
-    if !nix::unistd::geteuid().is_root() {
-        return Some("not root".into());
-    }
-    for tool in [
+    test_support::skip_reason(&[
         "ip",
         "iptables-legacy",
         "iptables-legacy-save",
         "iptables-legacy-restore",
-    ] {
-        if run("sh", &["-c", &format!("command -v {tool}")]).is_err() {
-            return Some(format!("{tool} is not installed"));
-        }
-    }
-    None
+    ])
 }
 
 #[test]
 #[ignore = "writes fixtures; needs root and iptables-legacy"]
 fn capture_fixtures() {
     if let Some(why) = skip_reason() {
-        crate::test_support::skip(format_args!("{why}"));
+        test_support::skip(format_args!("{why}"));
         return;
     }
     let dir = std::env::var("XT_CAPTURE_DIR").expect("set XT_CAPTURE_DIR");
-    let ns = Netns::new("obs-xt-cap").expect("netns");
-    ns.exec("ipset", &["create", "kube-test", "hash:ip", "counters"])
+    let ns = Netns::add("obs-xt-cap").expect("netns");
+    ns.run("ipset", &["create", "kube-test", "hash:ip", "counters"])
         .expect("ipset");
-    ns.exec("ipset", &["create", "kube-ipport", "hash:ip,port"])
+    ns.run("ipset", &["create", "kube-ipport", "hash:ip,port"])
         .expect("ipset");
     let sets: &[(&str, XtProto, &str)] = &[
         ("ip_filter_basic", XtProto::Ipv4, "filter"),
@@ -131,13 +68,13 @@ fn capture_fixtures() {
         };
         run_stdin(&ns, restore, &[], &rules).expect("restore");
         let raw = ns
-            .run_in(move || sockopt::read_raw(proto, table))
+            .enter(move || sockopt::read_raw(proto, table))
             .expect("thread")
             .expect("read");
         let mut bin = raw.info_bytes.clone();
         bin.extend(raw.entries());
         std::fs::write(format!("{dir}/{name}.bin"), bin).expect("write");
-        let saved = ns.exec(save, &["-t", table]).expect("save");
+        let saved = ns.run(save, &["-t", table]).expect("save");
         let lines: String = saved
             .lines()
             .filter(|l| !l.starts_with('#'))
@@ -168,12 +105,12 @@ type Seen = (
 #[test]
 fn live_iptables_legacy_changes() {
     if let Some(why) = skip_reason() {
-        crate::test_support::skip(format_args!("{why}"));
+        test_support::skip(format_args!("{why}"));
         return;
     }
-    let ns = Netns::new(&format!("obs-xt-live-{}", std::process::id())).expect("netns");
+    let ns = Netns::add(format!("obs-xt-live-{}", std::process::id())).expect("netns");
     let read = |proto: XtProto, table: &'static str| {
-        ns.run_in(move || read_table(proto, table)).expect("thread")
+        ns.enter(move || read_table(proto, table)).expect("thread")
     };
     // Nothing exists yet, and asking does not create anything.
     assert!(matches!(
@@ -185,17 +122,17 @@ fn live_iptables_legacy_changes() {
         Err(XtError::NoSuchTable { .. })
     ));
     let names = ns
-        .run_in(|| table_names(XtProto::Ipv4))
+        .enter(|| table_names(XtProto::Ipv4))
         .expect("thread")
         .expect("names");
     assert!(names.is_empty(), "{names:?}");
 
     let mut prev: Option<XtTable> = None;
     let mut step = |args: &[&str]| -> Vec<Seen> {
-        ns.exec("iptables-legacy", args).expect("iptables");
+        ns.run("iptables-legacy", args).expect("iptables");
         let now = read(XtProto::Ipv4, "filter").expect("read");
         let saved = ns
-            .exec("iptables-legacy-save", &["-t", "filter"])
+            .run("iptables-legacy-save", &["-t", "filter"])
             .expect("save");
         let want: Vec<&str> = saved.lines().filter(|l| l.starts_with("-A ")).collect();
         assert_eq!(rule_lines(&now), want, "after {args:?}");
@@ -300,7 +237,7 @@ fn live_iptables_legacy_changes() {
     step(&["-A", "OTHER", "-j", "RETURN"]);
     // `-m set` names come from the kernel's ipset of the same namespace.
     let mut rules = 3;
-    if ns.exec("ipset", &["create", "live-set", "hash:ip"]).is_ok() {
+    if ns.run("ipset", &["create", "live-set", "hash:ip"]).is_ok() {
         assert_eq!(
             step(&[
                 "-A",
@@ -344,7 +281,7 @@ fn live_iptables_legacy_changes() {
     );
 
     // ip6tables: another family, same machinery.
-    ns.exec(
+    ns.run(
         "ip6tables-legacy",
         &[
             "-A",
@@ -364,7 +301,7 @@ fn live_iptables_legacy_changes() {
     .expect("ip6tables");
     let t6 = read(XtProto::Ipv6, "filter").expect("read ip6");
     let saved = ns
-        .exec("ip6tables-legacy-save", &["-t", "filter"])
+        .run("ip6tables-legacy-save", &["-t", "filter"])
         .expect("save");
     let want: Vec<&str> = saved.lines().filter(|l| l.starts_with("-A ")).collect();
     assert_eq!(rule_lines(&t6), want);
@@ -376,7 +313,7 @@ fn live_iptables_legacy_changes() {
     );
 
     // arp_tables: no legacy arptables binary here, so write a table with SET_REPLACE ourselves.
-    let arp = ns.run_in(live_arp_roundtrip).expect("thread");
+    let arp = ns.enter(live_arp_roundtrip).expect("thread");
     arp.expect("arp round trip");
 }
 
@@ -493,10 +430,10 @@ fn live_arp_roundtrip() -> Result<(), String> {
 fn bench_big_table() {
     use std::time::{Duration, Instant};
     if let Some(why) = skip_reason() {
-        crate::test_support::skip(format_args!("{why}"));
+        test_support::skip(format_args!("{why}"));
         return;
     }
-    let ns = Netns::new(&format!("obs-xt-bench-{}", std::process::id())).expect("netns");
+    let ns = Netns::add(format!("obs-xt-bench-{}", std::process::id())).expect("netns");
     let mut rules =
         String::from("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n");
     for c in 0..2000 {
@@ -536,14 +473,14 @@ fn bench_big_table() {
             .unwrap_or_default()
     };
     let save = best(&mut || {
-        ns.exec("iptables-legacy-save", &["-t", "filter"])
+        ns.run("iptables-legacy-save", &["-t", "filter"])
             .expect("save");
     });
     let old = ns
-        .run_in(|| read_table(XtProto::Ipv4, "filter"))
+        .enter(|| read_table(XtProto::Ipv4, "filter"))
         .expect("thread")
         .expect("read");
-    ns.exec(
+    ns.run(
         "iptables-legacy",
         &["-R", "KUBE-SVC-001234", "5", "-j", "DROP"],
     )
@@ -551,7 +488,7 @@ fn bench_big_table() {
     let old = std::sync::Arc::new(old);
     let o2 = old.clone();
     let (read, read_diff, changes, rules_n) = ns
-        .run_in(move || {
+        .enter(move || {
             let mut changes = Vec::new();
             let mut n = 0;
             let mut raw = None;
@@ -592,24 +529,21 @@ fn bench_big_table() {
 #[test]
 fn a_table_is_read_through_its_namespace_sockets_from_outside() {
     if let Some(why) = skip_reason() {
-        crate::test_support::skip(format_args!("{why}"));
+        test_support::skip(format_args!("{why}"));
         return;
     }
-    let ns = Netns::new(&format!("obs-xt-socks-{}", std::process::id())).expect("netns");
+    let ns = Netns::add(format!("obs-xt-socks-{}", std::process::id())).expect("netns");
     let chain = format!("OBS-SOCKS-{}", std::process::id());
-    ns.exec("iptables-legacy", &["-w", "5", "-N", &chain])
+    ns.run("iptables-legacy", &["-w", "5", "-N", &chain])
         .expect("iptables");
-    ns.exec(
+    ns.run(
         "iptables-legacy",
         &[
             "-w", "5", "-A", &chain, "-p", "tcp", "--dport", "4242", "-j", "ACCEPT",
         ],
     )
     .expect("iptables");
-    let socks = ns
-        .run_in(XtSockets::open)
-        .expect("thread")
-        .expect("sockets");
+    let socks = ns.enter(XtSockets::open).expect("thread").expect("sockets");
     let t = read_existing_table(&socks, XtProto::Ipv4, "filter").expect("read");
     let c = t.chain(&chain).expect("the namespace's chain");
     let rules: Vec<String> = c.rules.iter().map(|r| t.rule_text(r)).collect();
@@ -637,9 +571,9 @@ fn unprivileged_read_says_root_is_needed() {
         check();
         return;
     }
-    let ns = Netns::new(&format!("obs-xt-unpriv-{}", std::process::id())).expect("netns");
-    ns.exec("iptables-legacy", &["-N", "X"]).ok();
-    ns.run_in(move || {
+    let ns = Netns::add(format!("obs-xt-unpriv-{}", std::process::id())).expect("netns");
+    ns.run("iptables-legacy", &["-N", "X"]).ok();
+    ns.enter(move || {
         // SAFETY: raw setresuid changes the credentials of this thread only (glibc's wrapper
         // would change every thread of the test process); the thread ends right after.
         let rc = unsafe { libc::syscall(libc::SYS_setresuid, 65534, 65534, 65534) };

@@ -1,0 +1,83 @@
+//! A child's stdout as JSON lines, and a line waited for.
+
+use std::io::{BufRead, BufReader, Read};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// How long [`wait_for`] waits for a line.
+pub const WAIT: Duration = Duration::from_secs(20);
+
+/// A TCP port free on 127.0.0.1 at this moment.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+/// Lines of a child's stdout, parsed as JSON, on a channel. A line that is not JSON fails the
+/// test (observer's stdout is JSON lines only).
+pub fn json_lines(out: impl Read + Send + 'static) -> mpsc::Receiver<Value> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            let v: Value =
+                serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON: {line}: {e}"));
+            if tx.send(v).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Wait on `rx` for a value matching `pred`, keeping everything seen in `seen`; fails the test
+/// after [`WAIT`], naming `what` and showing what was seen.
+pub fn wait_for(
+    rx: &mpsc::Receiver<Value>,
+    seen: &mut Vec<Value>,
+    what: &str,
+    pred: impl Fn(&Value) -> bool,
+) -> Value {
+    if let Some(v) = seen.iter().find(|v| pred(v)) {
+        return v.clone();
+    }
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(v) => {
+                seen.push(v.clone());
+                if pred(&v) {
+                    return v;
+                }
+            }
+            Err(_) => panic!(
+                "{what} did not arrive within {WAIT:?}; saw:\n{}",
+                seen.iter()
+                    .map(|v| v.to_string())
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_read_and_the_one_asked_for_is_found() {
+        let rx = json_lines(&b"{\"a\":1}\n{\"a\":2}\n{\"a\":3}\n"[..]);
+        let mut seen = Vec::new();
+        let v = wait_for(&rx, &mut seen, "a = 2", |v| v["a"] == 2);
+        assert_eq!(v["a"], 2);
+        assert_eq!(seen.len(), 2, "stops at the line asked for");
+        // A line already seen is found again without waiting.
+        assert_eq!(wait_for(&rx, &mut seen, "a = 1", |v| v["a"] == 1)["a"], 1);
+    }
+}
