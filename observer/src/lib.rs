@@ -22,6 +22,7 @@ pub mod hooks;
 pub mod incidents;
 pub mod ipset;
 pub mod nats;
+pub mod netlink;
 pub mod netns;
 pub mod nftables;
 pub mod output;

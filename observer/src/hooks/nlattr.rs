@@ -23,7 +23,7 @@ use tokio::sync::Notify;
 
 use crate::attribution::KernelProcess;
 use crate::attribution::{self, ProcessInfo};
-use crate::nftables::nla;
+use crate::netlink;
 use crate::ruleset::FlushEvidence;
 
 /// The longest a NEWGEN waits for its writer's record when it arrives first. The wait
@@ -120,22 +120,22 @@ pub fn set_flush_evidence(head: &[u8]) -> FlushEvidence {
 fn delete_evidence(head: &[u8], msg_type: u16, name_attr: u16, one_attr: u16) -> FlushEvidence {
     let mut flushed: Vec<String> = Vec::new();
     let (mut flush_all, mut deletes) = (false, false);
-    for msg in nla::messages(head).map_while(Result::ok) {
+    for msg in netlink::messages(head).map_while(Result::ok) {
         if msg.msg_type != msg_type {
             continue;
         }
         let Some(list) = msg
             .payload
-            .get(nla::NFGENMSG_LEN..)
-            .and_then(|a| nla::attrs(a).ok())
+            .get(netlink::NFGENMSG_LEN..)
+            .and_then(|a| netlink::attrs(a).ok())
         else {
             continue;
         };
-        if nla::find(&list, one_attr).is_some() {
+        if netlink::find(&list, one_attr).is_some() {
             deletes = true;
         } else {
-            match nla::find(&list, name_attr) {
-                Some(c) => flushed.push(nla::string(c.value)),
+            match netlink::find(&list, name_attr) {
+                Some(c) => flushed.push(netlink::string(c.value)),
                 None => flush_all = true,
             }
         }
@@ -155,20 +155,18 @@ fn delete_evidence(head: &[u8], msg_type: u16, name_attr: u16, one_attr: u16) ->
 /// request: the batch-begin message, then the first object's message, whose attribute 1 is the
 /// table's name for tables, chains, rules, sets and set elements alike.
 pub fn batch_table(head: &[u8]) -> Option<(u8, String)> {
-    use crate::nftables::nla::{NFGENMSG_LEN, NLMSG_HDRLEN};
-    let first = u32::from_ne_bytes(head.get(..4)?.try_into().ok()?) as usize;
-    let msg = head.get((first + 3) & !3..)?;
-    let len = u32::from_ne_bytes(msg.get(..4)?.try_into().ok()?) as usize;
-    let ty = u16::from_ne_bytes(msg.get(4..6)?.try_into().ok()?);
-    if ty >> 8 != NFNL_SUBSYS_NFTABLES || len < NLMSG_HDRLEN + NFGENMSG_LEN {
+    use crate::netlink::{NFGENMSG_LEN, NLMSG_HDRLEN};
+    let msg = netlink::lenient_messages(head).nth(1)?;
+    let h = netlink::header(msg)?;
+    if h.msg_type >> 8 != NFNL_SUBSYS_NFTABLES || h.len < NLMSG_HDRLEN + NFGENMSG_LEN {
         return None;
     }
     let family = *msg.get(NLMSG_HDRLEN)?;
-    let attrs = msg.get(NLMSG_HDRLEN + NFGENMSG_LEN..len.min(msg.len()))?;
-    let name = crate::ipset::lenient_attrs(attrs)
+    let attrs = msg.get(NLMSG_HDRLEN + NFGENMSG_LEN..)?;
+    let name = netlink::lenient_attrs(attrs)
         .into_iter()
         .find(|a| a.0 == 1)
-        .map(|a| crate::nftables::nla::string(a.2))?;
+        .map(|a| crate::netlink::string(a.2))?;
     Some((family, name))
 }
 

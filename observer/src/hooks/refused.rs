@@ -11,15 +11,8 @@ use observer_common::nfnl::{NfnlAck, NfnlRefused, NFNL_MSG_BATCH_BEGIN, NFNL_SUB
 use super::backend::HookBackend;
 use super::error::DecodeError;
 use crate::attribution::KernelProcess;
-use crate::nftables::nla::{self, NFGENMSG_LEN, NLMSG_HDRLEN};
+use crate::netlink::{self, NFGENMSG_LEN, NLMSG_ERROR, NLMSG_HDRLEN, NLM_F_CAPPED, NLM_F_REPLACE};
 use crate::ruleset::{Change, Family, Op};
-
-/// `NLMSG_ERROR`.
-const NLMSG_ERROR: u16 = 2;
-/// `NLM_F_CAPPED` on an error message: the request's payload is not echoed.
-const NLM_F_CAPPED: u16 = 0x100;
-/// `NLM_F_REPLACE` on a request.
-const NLM_F_REPLACE: u16 = 0x100;
 
 // NFT_MSG_* (include/uapi/linux/netfilter/nf_tables.h).
 const NEWTABLE: u8 = 0;
@@ -122,30 +115,15 @@ pub struct Refusal {
 /// (error 0), refused reads (`GET*`), other subsystems, and errors about the batch as a whole
 /// (a stale generation the writer will retry) are left out; so is anything cut short.
 pub fn refusals(data: &[u8]) -> Vec<Refusal> {
-    let mut out = Vec::new();
-    let mut rest = data;
-    while rest.len() >= NLMSG_HDRLEN {
-        let len = u32::from_ne_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
-        if len < NLMSG_HDRLEN {
-            break;
-        }
-        let msg = &rest[..len.min(rest.len())];
-        if let Some(r) = refusal(msg) {
-            out.push(r);
-        }
-        match rest.get((len + 3) & !3..) {
-            Some(r) => rest = r,
-            None => break,
-        }
-    }
-    out
+    netlink::lenient_messages(data)
+        .filter_map(refusal)
+        .collect()
 }
 
 /// One `NLMSG_ERROR` message (possibly cut short), if it refuses an nftables write.
 fn refusal(msg: &[u8]) -> Option<Refusal> {
-    let ty = u16::from_ne_bytes([msg[4], msg[5]]);
-    let flags = u16::from_ne_bytes([msg[6], msg[7]]);
-    if ty != NLMSG_ERROR {
+    let h = netlink::header(msg)?;
+    if h.msg_type != NLMSG_ERROR {
         return None;
     }
     // struct nlmsgerr { int error; struct nlmsghdr msg; } then the echoed payload.
@@ -153,16 +131,17 @@ fn refusal(msg: &[u8]) -> Option<Refusal> {
     if errno >= 0 {
         return None;
     }
-    request_refusal(errno, msg.get(20..)?, flags & NLM_F_CAPPED != 0)
+    request_refusal(errno, msg.get(20..)?, h.flags & NLM_F_CAPPED != 0)
 }
 
 /// The refusal of `request` (a request message, possibly cut short; only its header when
 /// `capped`) with `errno`, if it is an nftables write.
 fn request_refusal(errno: i32, request: &[u8], capped: bool) -> Option<Refusal> {
-    let orig = request.get(..NLMSG_HDRLEN)?;
-    let orig_len = u32::from_ne_bytes(orig[..4].try_into().ok()?) as usize;
-    let orig_type = u16::from_ne_bytes([orig[4], orig[5]]);
-    let orig_flags = u16::from_ne_bytes([orig[6], orig[7]]);
+    let netlink::Header {
+        len: orig_len,
+        msg_type: orig_type,
+        flags: orig_flags,
+    } = netlink::header(request)?;
     if orig_type == NFNL_MSG_BATCH_BEGIN || orig_type >> 8 != NFNL_SUBSYS_NFTABLES {
         return None;
     }
@@ -183,8 +162,13 @@ fn attempted(cmd: u8, flags: u16, payload: &[u8]) -> Option<Change> {
     let family = payload
         .first()
         .map_or(Family::Unknown, |&f| Family::from_nfproto(f));
-    let attrs = crate::ipset::lenient_attrs(payload.get(NFGENMSG_LEN..).unwrap_or(&[]));
-    let text = |kind: u16| attrs.iter().find(|a| a.0 == kind).map(|a| nla::string(a.2));
+    let attrs = netlink::lenient_attrs(payload.get(NFGENMSG_LEN..).unwrap_or(&[]));
+    let text = |kind: u16| {
+        attrs
+            .iter()
+            .find(|a| a.0 == kind)
+            .map(|a| netlink::string(a.2))
+    };
     let has = |kind: u16| attrs.iter().any(|a| a.0 == kind);
     // Attribute 1 is the table for every object kind.
     let table = text(1).unwrap_or_default();

@@ -14,7 +14,7 @@ use observer_common::nfnl::{
     IPSET_CMD_LIST, IPSET_CMD_RENAME, IPSET_CMD_SWAP, NFNL_SUBSYS_IPSET,
 };
 
-use crate::nftables::nla;
+use crate::netlink;
 use crate::ruleset::{Change, Family, Op};
 
 /// `IPSET_PROTOCOL`.
@@ -32,9 +32,6 @@ const ATTR_ELEMENTS: u16 = 24;
 const ATTR_REFERENCES: u16 = 25;
 /// `IPSET_FLAG_LIST_HEADER`: list names and headers only, no members.
 const FLAG_LIST_HEADER: u32 = 1 << 2;
-const NLA_F_NET_BYTEORDER: u16 = 0x4000;
-/// `NLM_F_EXCL`: the command must change something (no `-exist`).
-const NLM_F_EXCL: u16 = 0x200;
 
 /// The `table` of every ipset line (sets belong to no table).
 pub const TABLE: &str = "ipset";
@@ -78,43 +75,36 @@ pub enum IpsetError {
     Malformed(String),
 }
 
-/// Attributes of a possibly truncated buffer: those that fit whole.
-pub(crate) fn lenient_attrs(mut buf: &[u8]) -> Vec<(u16, bool, &[u8])> {
-    let mut out = Vec::new();
-    while buf.len() >= 4 {
-        let len = u16::from_ne_bytes([buf[0], buf[1]]) as usize;
-        let kind = u16::from_ne_bytes([buf[2], buf[3]]);
-        if len < 4 || len > buf.len() {
-            break;
-        }
-        out.push((kind & 0x3fff, kind & 0x8000 != 0, &buf[4..len]));
-        buf = buf.get((len + 3) & !3..).unwrap_or(&[]);
-    }
-    out
-}
-
 impl Command {
     /// Decode the first message of a captured request; `None` when it is not an ipset command.
     pub fn parse(head: &[u8]) -> Option<Command> {
-        if head.len() < nla::NLMSG_HDRLEN + nla::NFGENMSG_LEN {
+        if head.len() < netlink::NLMSG_HDRLEN + netlink::NFGENMSG_LEN {
             return None;
         }
-        let len = u32::from_ne_bytes([head[0], head[1], head[2], head[3]]) as usize;
-        let ty = u16::from_ne_bytes([head[4], head[5]]);
-        let flags = u16::from_ne_bytes([head[6], head[7]]);
+        let netlink::Header {
+            len,
+            msg_type: ty,
+            flags,
+        } = netlink::header(head)?;
         if ty >> 8 != NFNL_SUBSYS_IPSET {
             return None;
         }
         let whole = len <= head.len();
         let end = len.min(head.len());
-        let attrs = lenient_attrs(head.get(nla::NLMSG_HDRLEN + nla::NFGENMSG_LEN..end)?);
-        let text = |kind| attrs.iter().find(|a| a.0 == kind).map(|a| nla::string(a.2));
+        let attrs =
+            netlink::lenient_attrs(head.get(netlink::NLMSG_HDRLEN + netlink::NFGENMSG_LEN..end)?);
+        let text = |kind| {
+            attrs
+                .iter()
+                .find(|a| a.0 == kind)
+                .map(|a| netlink::string(a.2))
+        };
         let cmd = ty as u8;
         let elements = if !matches!(cmd, IPSET_CMD_ADD | IPSET_CMD_DEL) || !whole {
             None
         } else if let Some(adt) = attrs.iter().find(|a| a.0 == ATTR_ADT) {
             Some(
-                lenient_attrs(adt.2)
+                netlink::lenient_attrs(adt.2)
                     .iter()
                     .filter(|a| a.0 == ATTR_DATA)
                     .count(),
@@ -136,7 +126,7 @@ impl Command {
     }
 
     fn exclusive(&self) -> bool {
-        self.flags & NLM_F_EXCL != 0
+        self.flags & netlink::NLM_F_EXCL != 0
     }
 }
 
@@ -145,20 +135,20 @@ pub fn list() -> Result<Sets, IpsetError> {
     let mut sock = Socket::new(NETLINK_NETFILTER)?;
     sock.bind_auto()?;
     sock.connect(&SocketAddr::new(0, 0))?;
-    let mut req = vec![0u8; nla::NLMSG_HDRLEN];
+    let mut req = vec![0u8; netlink::NLMSG_HDRLEN];
     // nfgenmsg: family AF_INET (ipset's convention), version 0, res_id 0.
     req.extend_from_slice(&[libc::AF_INET as u8, 0, 0, 0]);
-    nla::push_attr(&mut req, ATTR_PROTOCOL, &[PROTOCOL]);
-    nla::push_attr(
+    netlink::push_attr(&mut req, ATTR_PROTOCOL, &[PROTOCOL]);
+    netlink::push_attr(
         &mut req,
-        ATTR_FLAGS | NLA_F_NET_BYTEORDER,
+        ATTR_FLAGS | netlink::NLA_F_NET_BYTEORDER,
         &FLAG_LIST_HEADER.to_be_bytes(),
     );
     let len = req.len() as u32;
     req[0..4].copy_from_slice(&len.to_ne_bytes());
     let ty = (NFNL_SUBSYS_IPSET << 8) | u16::from(IPSET_CMD_LIST);
     req[4..6].copy_from_slice(&ty.to_ne_bytes());
-    let flags = nla::NLM_F_REQUEST | nla::NLM_F_DUMP;
+    let flags = netlink::NLM_F_REQUEST | netlink::NLM_F_DUMP;
     req[6..8].copy_from_slice(&flags.to_ne_bytes());
     req[8..12].copy_from_slice(&1u32.to_ne_bytes());
     sock.send(&req, 0)?;
@@ -167,11 +157,11 @@ pub fn list() -> Result<Sets, IpsetError> {
     let mut buf = vec![0u8; 1 << 16];
     loop {
         let n = sock.recv(&mut &mut buf[..], 0)?;
-        for msg in nla::messages(&buf[..n]) {
+        for msg in netlink::messages(&buf[..n]) {
             let msg = msg.map_err(|e| IpsetError::Malformed(e.0))?;
             match msg.msg_type {
-                nla::NLMSG_DONE => return Ok(sets),
-                nla::NLMSG_ERROR => {
+                netlink::NLMSG_DONE => return Ok(sets),
+                netlink::NLMSG_ERROR => {
                     let code = msg
                         .payload
                         .get(..4)
@@ -193,19 +183,21 @@ pub fn list() -> Result<Sets, IpsetError> {
 }
 
 fn set_header(payload: &[u8]) -> Option<(String, SetHeader)> {
-    let attrs = lenient_attrs(payload.get(nla::NFGENMSG_LEN..)?);
+    let attrs = netlink::lenient_attrs(payload.get(netlink::NFGENMSG_LEN..)?);
     let get = |kind| attrs.iter().find(|a| a.0 == kind).map(|a| a.2);
-    let name = nla::string(get(ATTR_SETNAME)?);
-    let data = get(ATTR_DATA).map(lenient_attrs).unwrap_or_default();
+    let name = netlink::string(get(ATTR_SETNAME)?);
+    let data = get(ATTR_DATA)
+        .map(netlink::lenient_attrs)
+        .unwrap_or_default();
     let num = |kind| {
         data.iter()
             .find(|a| a.0 == kind)
-            .and_then(|a| nla::be_u32(a.2).ok())
+            .and_then(|a| netlink::be_u32(a.2).ok())
     };
     Some((
         name,
         SetHeader {
-            typename: get(ATTR_TYPENAME).map(nla::string).unwrap_or_default(),
+            typename: get(ATTR_TYPENAME).map(netlink::string).unwrap_or_default(),
             family: get(ATTR_FAMILY)
                 .and_then(|v| v.first().copied())
                 .unwrap_or(0),

@@ -2,10 +2,10 @@ use super::*;
 
 /// An ipset request as the `ipset` tool builds it.
 fn request(cmd: u8, flags: u16, attrs: &[(u16, Vec<u8>)]) -> Vec<u8> {
-    let mut m = vec![0u8; nla::NLMSG_HDRLEN];
+    let mut m = vec![0u8; netlink::NLMSG_HDRLEN];
     m.extend_from_slice(&[2, 0, 0, 0]);
     for (kind, value) in attrs {
-        nla::push_attr(&mut m, *kind, value);
+        netlink::push_attr(&mut m, *kind, value);
     }
     let len = m.len() as u32;
     m[0..4].copy_from_slice(&len.to_ne_bytes());
@@ -16,9 +16,9 @@ fn request(cmd: u8, flags: u16, attrs: &[(u16, Vec<u8>)]) -> Vec<u8> {
 
 fn element(ip: [u8; 4]) -> Vec<u8> {
     let mut inner = Vec::new();
-    nla::push_attr(&mut inner, 1 | 0x8000, &{
+    netlink::push_attr(&mut inner, 1 | 0x8000, &{
         let mut v = Vec::new();
-        nla::push_attr(&mut v, 1 | NLA_F_NET_BYTEORDER, &ip);
+        netlink::push_attr(&mut v, 1 | netlink::NLA_F_NET_BYTEORDER, &ip);
         v
     });
     inner
@@ -27,7 +27,7 @@ fn element(ip: [u8; 4]) -> Vec<u8> {
 fn adt(n: usize) -> Vec<u8> {
     let mut v = Vec::new();
     for i in 0..n {
-        nla::push_attr(&mut v, ATTR_DATA | 0x8000, &element([10, 0, 0, i as u8]));
+        netlink::push_attr(&mut v, ATTR_DATA | 0x8000, &element([10, 0, 0, i as u8]));
     }
     v
 }
@@ -55,8 +55,8 @@ fn commands_are_decoded_from_captured_requests() {
         0x600,
         &[
             (ATTR_PROTOCOL, vec![7]),
-            (ATTR_SETNAME, nla::cstr("s1")),
-            (ATTR_TYPENAME, nla::cstr("hash:ip")),
+            (ATTR_SETNAME, netlink::cstr("s1")),
+            (ATTR_TYPENAME, netlink::cstr("hash:ip")),
         ],
     );
     let c = Command::parse(&create).unwrap();
@@ -69,8 +69,8 @@ fn commands_are_decoded_from_captured_requests() {
         IPSET_CMD_SWAP,
         0,
         &[
-            (ATTR_SETNAME, nla::cstr("a")),
-            (ATTR_TYPENAME, nla::cstr("b")),
+            (ATTR_SETNAME, netlink::cstr("a")),
+            (ATTR_TYPENAME, netlink::cstr("b")),
         ],
     );
     let c = Command::parse(&swap).unwrap();
@@ -80,14 +80,17 @@ fn commands_are_decoded_from_captured_requests() {
     let add = request(
         IPSET_CMD_ADD,
         0x200,
-        &[(ATTR_SETNAME, nla::cstr("s2")), (ATTR_ADT | 0x8000, adt(3))],
+        &[
+            (ATTR_SETNAME, netlink::cstr("s2")),
+            (ATTR_ADT | 0x8000, adt(3)),
+        ],
     );
     assert_eq!(Command::parse(&add).unwrap().elements, Some(3));
     let single = request(
         IPSET_CMD_DEL,
         0x200,
         &[
-            (ATTR_SETNAME, nla::cstr("s2")),
+            (ATTR_SETNAME, netlink::cstr("s2")),
             (ATTR_DATA | 0x8000, element([1, 2, 3, 4])),
         ],
     );
@@ -97,7 +100,7 @@ fn commands_are_decoded_from_captured_requests() {
         IPSET_CMD_ADD,
         0,
         &[
-            (ATTR_SETNAME, nla::cstr("s2")),
+            (ATTR_SETNAME, netlink::cstr("s2")),
             (ATTR_ADT | 0x8000, adt(40)),
         ],
     );
@@ -114,7 +117,7 @@ fn malformed_requests_are_not_trusted() {
     nft[5] = 10; // the nftables subsystem
     assert_eq!(Command::parse(&nft), None);
     // Attribute lengths running past the end are ignored, not read.
-    let mut bad = request(IPSET_CMD_DESTROY, 0, &[(ATTR_SETNAME, nla::cstr("x"))]);
+    let mut bad = request(IPSET_CMD_DESTROY, 0, &[(ATTR_SETNAME, netlink::cstr("x"))]);
     bad[20] = 200;
     assert_eq!(Command::parse(&bad).unwrap().set, None);
 }

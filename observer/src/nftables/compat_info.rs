@@ -3,7 +3,7 @@
 //! short for it is `None`, so a short blob makes its decoder fall back, never panic.
 //!
 //! Layering: the bottom of the compat printers (`compat_match`, `compat_target`, `compat`);
-//! imports only `nla`.
+//! imports only `crate::netlink`.
 
 /// Bounds-checked reads from an extension's info blob.
 pub(super) struct Info<'a>(pub(super) &'a [u8]);
@@ -34,6 +34,6 @@ impl Info<'_> {
 
     pub(super) fn cstr(&self, off: usize, len: usize) -> Option<String> {
         let b = self.0.get(off..(off + len).min(self.0.len()))?;
-        Some(super::nla::string(b))
+        Some(crate::netlink::string(b))
     }
 }

@@ -7,10 +7,9 @@
 //! panics on input. Expressions are kept as raw attribute bytes ([`Expr`]); `render` and
 //! `expr` interpret them. Any kernel with nf_tables (3.13+); attributes added later are optional.
 
-use super::nla::{self, Attr, Malformed, NlMsg, NFGENMSG_LEN};
+use observer_common::nfnl::NFNL_SUBSYS_NFTABLES;
 
-/// `NFNL_SUBSYS_NFTABLES`: the high byte of the netlink message type.
-const NFNL_SUBSYS_NFTABLES: u16 = 10;
+use crate::netlink::{self, Attr, Malformed, NlMsg, NFGENMSG_LEN};
 
 // enum nf_tables_msg_types (include/uapi/linux/netfilter/nf_tables.h).
 pub(crate) const NFT_MSG_NEWTABLE: u8 = 0;
@@ -121,7 +120,7 @@ pub struct Expr {
 impl Expr {
     /// The attributes of the expression's data; empty when they do not parse.
     pub(crate) fn attrs(&self) -> Vec<Attr<'_>> {
-        nla::attrs(&self.data).unwrap_or_default()
+        netlink::attrs(&self.data).unwrap_or_default()
     }
 }
 
@@ -226,9 +225,9 @@ pub struct Gen {
 /// NLMSG_NOOP and NLMSG_DONE (which end dump replies) carry nothing and are left out.
 pub fn decode(datagram: &[u8]) -> Vec<Notification> {
     let mut out = Vec::new();
-    for msg in nla::messages(datagram) {
+    for msg in netlink::messages(datagram) {
         match msg {
-            Ok(msg) if matches!(msg.msg_type, nla::NLMSG_NOOP | nla::NLMSG_DONE) => {}
+            Ok(msg) if matches!(msg.msg_type, netlink::NLMSG_NOOP | netlink::NLMSG_DONE) => {}
             Ok(msg) => out.push(decode_message(&msg)),
             Err(e) => out.push(Notification::Skipped(Skipped {
                 msg_type: None,
@@ -252,18 +251,18 @@ pub(crate) fn decode_message(msg: &NlMsg<'_>) -> Notification {
 
 fn try_decode(msg: &NlMsg<'_>) -> Result<Notification, Malformed> {
     if msg.msg_type >> 8 != NFNL_SUBSYS_NFTABLES {
-        return Err(nla::malformed(format!(
+        return Err(netlink::malformed(format!(
             "message type {:#06x} is not an nf_tables message",
             msg.msg_type
         )));
     }
     let Some((hdr, body)) = msg.payload.split_at_checked(NFGENMSG_LEN) else {
-        return Err(nla::malformed("message shorter than nfgenmsg"));
+        return Err(netlink::malformed("message shorter than nfgenmsg"));
     };
     let family = hdr[0];
-    let list = nla::attrs(body)?;
+    let list = netlink::attrs(body)?;
     let subtype = (msg.msg_type & 0xff) as u8;
-    let append = msg.flags & nla::NLM_F_APPEND != 0;
+    let append = msg.flags & netlink::NLM_F_APPEND != 0;
     Ok(match subtype {
         NFT_MSG_NEWTABLE => Notification::Table(Verb::New, table(family, &list)?),
         NFT_MSG_DELTABLE | NFT_MSG_DESTROYTABLE => {
@@ -285,7 +284,7 @@ fn try_decode(msg: &NlMsg<'_>) -> Result<Notification, Malformed> {
         }
         NFT_MSG_NEWGEN => Notification::Gen(gen(&list)?),
         other => {
-            return Err(nla::malformed(format!(
+            return Err(netlink::malformed(format!(
                 "nf_tables message {other} is not tracked"
             )))
         }
@@ -293,20 +292,20 @@ fn try_decode(msg: &NlMsg<'_>) -> Result<Notification, Malformed> {
 }
 
 fn required_str(list: &[Attr<'_>], kind: u16, what: &str) -> Result<String, Malformed> {
-    nla::find(list, kind)
-        .map(|a| nla::string(a.value))
-        .ok_or_else(|| nla::malformed(format!("{what} missing")))
+    netlink::find(list, kind)
+        .map(|a| netlink::string(a.value))
+        .ok_or_else(|| netlink::malformed(format!("{what} missing")))
 }
 
 fn opt_u32(list: &[Attr<'_>], kind: u16) -> Result<Option<u32>, Malformed> {
-    nla::find(list, kind)
-        .map(|a| nla::be_u32(a.value))
+    netlink::find(list, kind)
+        .map(|a| netlink::be_u32(a.value))
         .transpose()
 }
 
 fn opt_u64(list: &[Attr<'_>], kind: u16) -> Result<Option<u64>, Malformed> {
-    nla::find(list, kind)
-        .map(|a| nla::be_u64(a.value))
+    netlink::find(list, kind)
+        .map(|a| netlink::be_u64(a.value))
         .transpose()
 }
 
@@ -322,21 +321,21 @@ fn table(family: u8, list: &[Attr<'_>]) -> Result<Table, Malformed> {
 
 fn chain(family: u8, list: &[Attr<'_>]) -> Result<Chain, Malformed> {
     // enum nft_chain_attributes
-    let hook = match nla::find(list, 4) {
+    let hook = match netlink::find(list, 4) {
         None => None,
         Some(a) => {
-            let h = nla::attrs(a.value)?;
-            let mut devices: Vec<String> = nla::find(&h, 3)
-                .map(|d| nla::string(d.value))
+            let h = netlink::attrs(a.value)?;
+            let mut devices: Vec<String> = netlink::find(&h, 3)
+                .map(|d| netlink::string(d.value))
                 .into_iter()
                 .collect();
-            if let Some(devs) = nla::find(&h, 4) {
-                for d in nla::attrs(devs.value)? {
-                    devices.push(nla::string(d.value));
+            if let Some(devs) = netlink::find(&h, 4) {
+                for d in netlink::attrs(devs.value)? {
+                    devices.push(netlink::string(d.value));
                 }
             }
             Some(Hook {
-                num: opt_u32(&h, 1)?.ok_or_else(|| nla::malformed("hook number missing"))?,
+                num: opt_u32(&h, 1)?.ok_or_else(|| netlink::malformed("hook number missing"))?,
                 priority: opt_u32(&h, 2)?.unwrap_or(0) as i32,
                 devices,
             })
@@ -349,21 +348,21 @@ fn chain(family: u8, list: &[Attr<'_>]) -> Result<Chain, Malformed> {
         handle: opt_u64(list, 2)?,
         hook,
         policy: opt_u32(list, 5)?,
-        kind: nla::find(list, 7).map(|a| nla::string(a.value)),
+        kind: netlink::find(list, 7).map(|a| netlink::string(a.value)),
         flags: opt_u32(list, 10)?.unwrap_or(0),
-        comment: nla::find(list, 12).and_then(|a| udata_string(a.value, 0)),
+        comment: netlink::find(list, 12).and_then(|a| udata_string(a.value, 0)),
     })
 }
 
 fn rule(family: u8, list: &[Attr<'_>], append: bool) -> Result<Rule, Malformed> {
     // enum nft_rule_attributes
     let mut exprs = Vec::new();
-    if let Some(a) = nla::find(list, 4) {
-        for elem in nla::attrs(a.value)? {
-            let parts = nla::attrs(elem.value)?;
+    if let Some(a) = netlink::find(list, 4) {
+        for elem in netlink::attrs(a.value)? {
+            let parts = netlink::attrs(elem.value)?;
             exprs.push(Expr {
                 name: required_str(&parts, 1, "expression name")?,
-                data: nla::find(&parts, 2)
+                data: netlink::find(&parts, 2)
                     .map(|d| d.value.to_vec())
                     .unwrap_or_default(),
             });
@@ -373,17 +372,17 @@ fn rule(family: u8, list: &[Attr<'_>], append: bool) -> Result<Rule, Malformed> 
         family,
         table: required_str(list, 1, "rule table")?,
         chain: required_str(list, 2, "rule chain")?,
-        handle: opt_u64(list, 3)?.ok_or_else(|| nla::malformed("rule handle missing"))?,
+        handle: opt_u64(list, 3)?.ok_or_else(|| netlink::malformed("rule handle missing"))?,
         position: opt_u64(list, 6)?,
         exprs,
-        comment: nla::find(list, 7).and_then(|a| udata_string(a.value, 0)),
+        comment: netlink::find(list, 7).and_then(|a| udata_string(a.value, 0)),
         append,
     })
 }
 
 fn set(family: u8, list: &[Attr<'_>]) -> Result<Set, Malformed> {
     // enum nft_set_attributes
-    let udata = nla::find(list, 13).map(|a| a.value).unwrap_or(&[]);
+    let udata = netlink::find(list, 13).map(|a| a.value).unwrap_or(&[]);
     // NFTNL_UDATA_SET_KEYBYTEORDER = 0: nft's enum byteorder as a host-order u32
     // (1 = host endian, 2 = big endian).
     let key_host_order = udata_get(udata, 0).and_then(|v| {
@@ -407,17 +406,17 @@ fn set(family: u8, list: &[Attr<'_>]) -> Result<Set, Malformed> {
 fn set_elems(family: u8, list: &[Attr<'_>]) -> Result<SetElems, Malformed> {
     // enum nft_set_elem_list_attributes / nft_set_elem_attributes
     let mut elements = Vec::new();
-    if let Some(a) = nla::find(list, 3) {
-        for item in nla::attrs(a.value)? {
-            let e = nla::attrs(item.value)?;
-            let key = match nla::find(&e, 1) {
+    if let Some(a) = netlink::find(list, 3) {
+        for item in netlink::attrs(a.value)? {
+            let e = netlink::attrs(item.value)?;
+            let key = match netlink::find(&e, 1) {
                 Some(k) => match data(k.value)? {
                     Data::Value(v) => v,
-                    Data::Verdict(_) => return Err(nla::malformed("verdict as a set key")),
+                    Data::Verdict(_) => return Err(netlink::malformed("verdict as a set key")),
                 },
                 None => Vec::new(),
             };
-            let key_end = match nla::find(&e, 10) {
+            let key_end = match netlink::find(&e, 10) {
                 Some(k) => match data(k.value)? {
                     Data::Value(v) => Some(v),
                     Data::Verdict(_) => None,
@@ -427,11 +426,11 @@ fn set_elems(family: u8, list: &[Attr<'_>]) -> Result<SetElems, Malformed> {
             elements.push(Element {
                 key,
                 key_end,
-                data: nla::find(&e, 2).map(|d| data(d.value)).transpose()?,
-                objref: nla::find(&e, 9).map(|d| nla::string(d.value)),
+                data: netlink::find(&e, 2).map(|d| data(d.value)).transpose()?,
+                objref: netlink::find(&e, 9).map(|d| netlink::string(d.value)),
                 flags: opt_u32(&e, 3)?.unwrap_or(0),
                 timeout_ms: opt_u64(&e, 4)?,
-                comment: nla::find(&e, 6).and_then(|d| udata_string(d.value, 0)),
+                comment: netlink::find(&e, 6).and_then(|d| udata_string(d.value, 0)),
             });
         }
     }
@@ -446,27 +445,29 @@ fn set_elems(family: u8, list: &[Attr<'_>]) -> Result<SetElems, Malformed> {
 fn gen(list: &[Attr<'_>]) -> Result<Gen, Malformed> {
     // enum nft_gen_attributes
     Ok(Gen {
-        id: opt_u32(list, 1)?.ok_or_else(|| nla::malformed("generation id missing"))?,
+        id: opt_u32(list, 1)?.ok_or_else(|| netlink::malformed("generation id missing"))?,
         pid: opt_u32(list, 2)?,
-        comm: nla::find(list, 3).map(|a| nla::string(a.value)),
+        comm: netlink::find(list, 3).map(|a| netlink::string(a.value)),
     })
 }
 
 /// Decode a nested `NFTA_DATA_*` attribute.
 pub(crate) fn data(buf: &[u8]) -> Result<Data, Malformed> {
-    let list = nla::attrs(buf)?;
-    if let Some(v) = nla::find(&list, 1) {
+    let list = netlink::attrs(buf)?;
+    if let Some(v) = netlink::find(&list, 1) {
         return Ok(Data::Value(v.value.to_vec()));
     }
-    if let Some(v) = nla::find(&list, 2) {
-        let parts = nla::attrs(v.value)?;
-        let code = opt_u32(&parts, 1)?.ok_or_else(|| nla::malformed("verdict code missing"))?;
+    if let Some(v) = netlink::find(&list, 2) {
+        let parts = netlink::attrs(v.value)?;
+        let code = opt_u32(&parts, 1)?.ok_or_else(|| netlink::malformed("verdict code missing"))?;
         return Ok(Data::Verdict(Verdict {
             code: code as i32,
-            chain: nla::find(&parts, 2).map(|c| nla::string(c.value)),
+            chain: netlink::find(&parts, 2).map(|c| netlink::string(c.value)),
         }));
     }
-    Err(nla::malformed("data attribute without value or verdict"))
+    Err(netlink::malformed(
+        "data attribute without value or verdict",
+    ))
 }
 
 /// Look up one TLV in libnftnl userdata (`u8 type, u8 len, value`).
@@ -484,7 +485,7 @@ fn udata_get(mut buf: &[u8], kind: u8) -> Option<&[u8]> {
 
 /// A string TLV in libnftnl userdata (comments are type 0 for rules, chains and elements).
 fn udata_string(buf: &[u8], kind: u8) -> Option<String> {
-    udata_get(buf, kind).map(nla::string)
+    udata_get(buf, kind).map(netlink::string)
 }
 
 #[cfg(test)]

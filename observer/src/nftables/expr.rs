@@ -8,7 +8,7 @@
 //! of their elements). The hash is FNV-1a: stable across runs, builds and Rust versions.
 
 use super::decode::{self, Data, Expr};
-use super::nla::{self, Attr};
+use crate::netlink::{self, Attr};
 
 /// Typed access to one expression's attributes.
 pub(crate) struct Attrs<'a> {
@@ -21,23 +21,23 @@ impl<'a> Attrs<'a> {
     }
 
     pub(crate) fn has(&self, kind: u16) -> bool {
-        nla::find(&self.list, kind).is_some()
+        netlink::find(&self.list, kind).is_some()
     }
 
     pub(crate) fn bytes(&self, kind: u16) -> Option<&'a [u8]> {
-        nla::find(&self.list, kind).map(|a| a.value)
+        netlink::find(&self.list, kind).map(|a| a.value)
     }
 
     pub(crate) fn u32(&self, kind: u16) -> Option<u32> {
-        self.bytes(kind).and_then(|v| nla::be_u32(v).ok())
+        self.bytes(kind).and_then(|v| netlink::be_u32(v).ok())
     }
 
     pub(crate) fn u64(&self, kind: u16) -> Option<u64> {
-        self.bytes(kind).and_then(|v| nla::be_u64(v).ok())
+        self.bytes(kind).and_then(|v| netlink::be_u64(v).ok())
     }
 
     pub(crate) fn string(&self, kind: u16) -> Option<String> {
-        self.bytes(kind).map(nla::string)
+        self.bytes(kind).map(netlink::string)
     }
 
     /// A nested `NFTA_DATA_*` attribute.
@@ -112,7 +112,7 @@ pub(crate) fn fingerprint(exprs: &[Expr], anon_set: &dyn Fn(&str) -> Option<u64>
 
 fn hash_expr(h: &mut Fnv, name: &str, data: &[u8], anon_set: &dyn Fn(&str) -> Option<u64>) {
     h.field(name.as_bytes());
-    let Ok(list) = nla::attrs(data) else {
+    let Ok(list) = netlink::attrs(data) else {
         h.field(data);
         return;
     };
@@ -124,7 +124,7 @@ fn hash_expr(h: &mut Fnv, name: &str, data: &[u8], anon_set: &dyn Fn(&str) -> Op
             ("lookup", 4) | ("dynset", 2) | ("objref", 5) => continue,
             // Set names: anonymous sets are renamed on every add; hash their contents.
             ("lookup", 1) | ("dynset", 1) | ("objref", 4) => {
-                let set = nla::string(a.value);
+                let set = netlink::string(a.value);
                 h.field(&a.kind.to_le_bytes());
                 match anon_set(&set) {
                     Some(digest) => h.field(&digest.to_le_bytes()),
@@ -140,7 +140,7 @@ fn hash_expr(h: &mut Fnv, name: &str, data: &[u8], anon_set: &dyn Fn(&str) -> Op
             }
             ("dynset", 10) => {
                 h.field(&a.kind.to_le_bytes());
-                for elem in nla::attrs(a.value).unwrap_or_default() {
+                for elem in netlink::attrs(a.value).unwrap_or_default() {
                     hash_nested_expr(h, elem.value, anon_set);
                 }
                 continue;
@@ -152,20 +152,20 @@ fn hash_expr(h: &mut Fnv, name: &str, data: &[u8], anon_set: &dyn Fn(&str) -> Op
 }
 
 fn hash_nested_expr(h: &mut Fnv, buf: &[u8], anon_set: &dyn Fn(&str) -> Option<u64>) {
-    let parts = nla::attrs(buf).unwrap_or_default();
-    let name = nla::find(&parts, 1)
-        .map(|a| nla::string(a.value))
+    let parts = netlink::attrs(buf).unwrap_or_default();
+    let name = netlink::find(&parts, 1)
+        .map(|a| netlink::string(a.value))
         .unwrap_or_default();
-    let data = nla::find(&parts, 2).map(|a| a.value).unwrap_or(&[]);
+    let data = netlink::find(&parts, 2).map(|a| a.value).unwrap_or(&[]);
     hash_expr(h, &name, data, anon_set);
 }
 
 /// Parse the (name, data) of an expression nested in another (dynset, set element exprs).
 pub(crate) fn nested_expr(buf: &[u8]) -> Option<Expr> {
-    let parts = nla::attrs(buf).ok()?;
+    let parts = netlink::attrs(buf).ok()?;
     Some(Expr {
-        name: nla::find(&parts, 1).map(|a| nla::string(a.value))?,
-        data: nla::find(&parts, 2)
+        name: netlink::find(&parts, 1).map(|a| netlink::string(a.value))?,
+        data: netlink::find(&parts, 2)
             .map(|a| a.value.to_vec())
             .unwrap_or_default(),
     })
@@ -178,7 +178,7 @@ mod tests {
     fn expr(name: &str, attrs: &[(u16, &[u8])]) -> Expr {
         let mut data = Vec::new();
         for (k, v) in attrs {
-            nla::push_attr(&mut data, *k, v);
+            netlink::push_attr(&mut data, *k, v);
         }
         Expr {
             name: name.into(),
@@ -218,7 +218,7 @@ mod tests {
             "__set1" => Some(43),
             _ => None,
         };
-        let lookup = |set: &str| [expr("lookup", &[(1, &nla::cstr(set))])];
+        let lookup = |set: &str| [expr("lookup", &[(1, &netlink::cstr(set))])];
         assert_eq!(
             fingerprint(&lookup("__set0"), &digest),
             fingerprint(&lookup("__set7"), &digest)

@@ -17,7 +17,7 @@ use std::num::NonZeroUsize;
 use lru::LruCache;
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 
-use super::nla::{self, NLMSG_ERROR, NLMSG_HDRLEN, NLM_F_REQUEST};
+use crate::netlink::{self, NLMSG_ERROR, NLMSG_HDRLEN, NLM_F_REQUEST};
 
 const RTM_NEWLINK: u16 = 16;
 const RTM_GETLINK: u16 = 18;
@@ -102,7 +102,7 @@ impl IfNames {
 /// The answer in one reply datagram to request `seq`: `Some(Some(name))`, `Some(None)` when the
 /// kernel says there is no such interface, `None` when the datagram is about something else.
 fn parse_reply(datagram: &[u8], seq: u32) -> Option<Option<String>> {
-    for msg in nla::messages(datagram) {
+    for msg in netlink::messages(datagram) {
         let Ok(msg) = msg else { return Some(None) };
         if msg.seq != seq {
             continue;
@@ -111,9 +111,9 @@ fn parse_reply(datagram: &[u8], seq: u32) -> Option<Option<String>> {
             RTM_NEWLINK => Some(
                 msg.payload
                     .get(IFINFOMSG_LEN..)
-                    .and_then(|a| nla::attrs(a).ok())
-                    .and_then(|list| nla::find(&list, IFLA_IFNAME))
-                    .map(|a| nla::string(a.value))
+                    .and_then(|a| netlink::attrs(a).ok())
+                    .and_then(|list| netlink::find(&list, IFLA_IFNAME))
+                    .map(|a| netlink::string(a.value))
                     .filter(|n| !n.is_empty()),
             ),
             NLMSG_ERROR => Some(None),
@@ -157,7 +157,7 @@ mod tests {
 
     fn newlink(seq: u32, name: &[u8]) -> Vec<u8> {
         let mut attrs = Vec::new();
-        nla::push_attr(&mut attrs, IFLA_IFNAME, name);
+        netlink::push_attr(&mut attrs, IFLA_IFNAME, name);
         let len = NLMSG_HDRLEN + IFINFOMSG_LEN + attrs.len();
         let mut m = Vec::new();
         m.extend_from_slice(&(len as u32).to_ne_bytes());

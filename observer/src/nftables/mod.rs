@@ -35,7 +35,6 @@ mod fields;
 pub mod generation;
 pub mod ifnames;
 mod loads;
-pub(crate) mod nla;
 pub mod render;
 mod renderer;
 #[cfg(test)]

@@ -22,10 +22,10 @@ use super::decode::{Data, Expr, Rule};
 use super::elements::verdict;
 use super::expr::{nested_expr, Attrs, REG_VERDICT};
 use super::loads;
-use super::nla;
 use super::renderer::{Renderer, Val, CMP_GTE, CMP_LTE};
 use super::stmts::{self, duration};
 use super::values::{self, Order};
+use crate::netlink;
 
 pub(crate) use super::elements::{element_items, elements_text};
 #[cfg(test)]
@@ -167,7 +167,7 @@ fn dynset(r: &mut Renderer<'_>, a: &Attrs<'_>) -> String {
         nested.push(e);
     }
     if let Some(list) = a.bytes(10) {
-        for item in nla::attrs(list).unwrap_or_default() {
+        for item in netlink::attrs(list).unwrap_or_default() {
             if let Some(e) = nested_expr(item.value) {
                 nested.push(e);
             }

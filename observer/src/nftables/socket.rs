@@ -17,8 +17,8 @@ use std::time::Duration;
 use netlink_sys::{protocols::NETLINK_NETFILTER, Socket};
 
 use super::decode::{self, Chain, Notification, Rule, Set, SetElems, Table, Verb};
-use super::nla::{self, NLMSG_DONE, NLMSG_ERROR, NLMSG_NOOP, NLMSG_OVERRUN};
 use super::NftError;
+use crate::netlink::{self, NLMSG_DONE, NLMSG_ERROR, NLMSG_NOOP, NLMSG_OVERRUN};
 
 /// The nfnetlink multicast group of nf_tables notifications.
 pub const NFNLGRP_NFTABLES: u32 = 7;
@@ -179,7 +179,7 @@ fn dump_inner(sock: &Socket, mut raw: Option<&mut Vec<Vec<u8>>>) -> Result<Dump,
                 sock,
                 what,
                 kind,
-                nla::NLM_F_DUMP,
+                netlink::NLM_F_DUMP,
                 NFPROTO_UNSPEC,
                 &[],
                 &mut raw,
@@ -200,12 +200,20 @@ fn dump_inner(sock: &Socket, mut raw: Option<&mut Vec<Vec<u8>>>) -> Result<Dump,
             .collect();
         for (family, table, set) in sets {
             let attrs = [
-                (1, nla::cstr(&table)), // NFTA_SET_ELEM_LIST_TABLE
-                (2, nla::cstr(&set)),   // NFTA_SET_ELEM_LIST_SET
+                (1, netlink::cstr(&table)), // NFTA_SET_ELEM_LIST_TABLE
+                (2, netlink::cstr(&set)),   // NFTA_SET_ELEM_LIST_SET
             ];
             let what = "dump set elements";
             let kind = decode::NFT_MSG_GETSETELEM;
-            match request(sock, what, kind, nla::NLM_F_DUMP, family, &attrs, &mut raw) {
+            match request(
+                sock,
+                what,
+                kind,
+                netlink::NLM_F_DUMP,
+                family,
+                &attrs,
+                &mut raw,
+            ) {
                 Ok(reply) if !reply.interrupted => items.extend(reply.items),
                 // The set went away since the set dump: try again.
                 Ok(_) => continue 'attempt,
@@ -257,7 +265,7 @@ pub fn generation(sock: &Socket) -> Result<u32, NftError> {
         sock,
         "get generation",
         decode::NFT_MSG_GETGEN,
-        nla::NLM_F_ACK,
+        netlink::NLM_F_ACK,
         NFPROTO_UNSPEC,
         &[],
         &mut None,
@@ -324,12 +332,12 @@ fn request(
     let seq = SEQ.fetch_add(1, Ordering::Relaxed);
     let mut body = vec![family, 0, 0, 0]; // nfgenmsg: family, NFNETLINK_V0, res_id 0
     for (kind, value) in attrs {
-        nla::push_attr(&mut body, *kind, value);
+        netlink::push_attr(&mut body, *kind, value);
     }
-    let mut buf = Vec::with_capacity(nla::NLMSG_HDRLEN + body.len());
-    buf.extend_from_slice(&((nla::NLMSG_HDRLEN + body.len()) as u32).to_ne_bytes());
+    let mut buf = Vec::with_capacity(netlink::NLMSG_HDRLEN + body.len());
+    buf.extend_from_slice(&((netlink::NLMSG_HDRLEN + body.len()) as u32).to_ne_bytes());
     buf.extend_from_slice(&((10u16 << 8) | u16::from(msg)).to_ne_bytes());
-    buf.extend_from_slice(&(nla::NLM_F_REQUEST | flags).to_ne_bytes());
+    buf.extend_from_slice(&(netlink::NLM_F_REQUEST | flags).to_ne_bytes());
     buf.extend_from_slice(&seq.to_ne_bytes());
     buf.extend_from_slice(&0u32.to_ne_bytes());
     buf.extend_from_slice(&body);
@@ -362,7 +370,7 @@ fn request(
         if let Some(r) = raw.as_deref_mut() {
             r.push(rx[..n].to_vec());
         }
-        for m in nla::messages(&rx[..n]) {
+        for m in netlink::messages(&rx[..n]) {
             let m = m.map_err(|e| NftError::Malformed {
                 request: what,
                 reason: e.0,
@@ -370,7 +378,7 @@ fn request(
             if m.seq != seq {
                 continue;
             }
-            if m.flags & nla::NLM_F_DUMP_INTR != 0 {
+            if m.flags & netlink::NLM_F_DUMP_INTR != 0 {
                 reply.interrupted = true;
             }
             match m.msg_type {

@@ -10,9 +10,9 @@
 use super::decode::Expr;
 use super::expr::Attrs;
 use super::fields::{NFPROTO_INET, NFPROTO_IPV6};
-use super::nla;
 use super::renderer::{Renderer, Val};
 use super::values::{self, push_log_flags, Order, Ty};
+use crate::netlink;
 
 pub(crate) fn render(r: &mut Renderer<'_>, e: &Expr, a: &Attrs<'_>) {
     match e.name.as_str() {
@@ -85,7 +85,7 @@ pub(crate) fn render(r: &mut Renderer<'_>, e: &Expr, a: &Attrs<'_>) {
         "synproxy" => {
             let flags = a.u32(3).unwrap_or(0);
             let mut text = "synproxy".to_string();
-            if let Some(mss) = a.bytes(1).and_then(|b| nla::be_u16(b).ok()) {
+            if let Some(mss) = a.bytes(1).and_then(|b| netlink::be_u16(b).ok()) {
                 text = format!("{text} mss {mss}");
             }
             if let Some(ws) = a.bytes(2).and_then(|b| b.first().copied()) {
@@ -125,7 +125,7 @@ fn log(a: &Attrs<'_>) -> String {
     if let Some(p) = a.string(2) {
         text = format!("{text} prefix \"{p}\"");
     }
-    if let Some(g) = a.bytes(1).and_then(|b| nla::be_u16(b).ok()) {
+    if let Some(g) = a.bytes(1).and_then(|b| netlink::be_u16(b).ok()) {
         text = format!("{text} group {g}");
     }
     if let Some(s) = a.u32(3).filter(|s| *s != 0) {
@@ -133,7 +133,7 @@ fn log(a: &Attrs<'_>) -> String {
     }
     if let Some(q) = a
         .bytes(4)
-        .and_then(|b| nla::be_u16(b).ok())
+        .and_then(|b| netlink::be_u16(b).ok())
         .filter(|q| *q != 0)
     {
         text = format!("{text} queue-threshold {q}");
@@ -327,7 +327,10 @@ fn nat(r: &mut Renderer<'_>, a: &Attrs<'_>) -> String {
 }
 
 fn queue(r: &mut Renderer<'_>, a: &Attrs<'_>) -> String {
-    let flags = a.bytes(3).and_then(|b| nla::be_u16(b).ok()).unwrap_or(0);
+    let flags = a
+        .bytes(3)
+        .and_then(|b| netlink::be_u16(b).ok())
+        .unwrap_or(0);
     let mut text = "queue".to_string();
     let mut names = Vec::new();
     if flags & 1 != 0 {
@@ -344,8 +347,14 @@ fn queue(r: &mut Renderer<'_>, a: &Attrs<'_>) -> String {
         let f = r.field(&v);
         return format!("{text} to {}", f.text);
     }
-    let num = a.bytes(1).and_then(|b| nla::be_u16(b).ok()).unwrap_or(0);
-    let total = a.bytes(2).and_then(|b| nla::be_u16(b).ok()).unwrap_or(1);
+    let num = a
+        .bytes(1)
+        .and_then(|b| netlink::be_u16(b).ok())
+        .unwrap_or(0);
+    let total = a
+        .bytes(2)
+        .and_then(|b| netlink::be_u16(b).ok())
+        .unwrap_or(1);
     if total > 1 {
         format!("{text} to {num}-{}", u32::from(num) + u32::from(total) - 1)
     } else {

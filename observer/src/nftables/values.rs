@@ -6,7 +6,7 @@
 //! Interface indexes print as numbers (nft resolves them to names in its own namespace, which
 //! the observer cannot do reliably for another namespace).
 //!
-//! Layering: the bottom of the rule renderer; uses only `nla` (strings) and `ifnames`
+//! Layering: the bottom of the rule renderer; uses only `crate::netlink` (strings) and `ifnames`
 //! (interface names), never the printers above it.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -185,7 +185,7 @@ pub(crate) fn format(ty: Ty, order: Order, bytes: &[u8]) -> String {
             Ok(a) => Ipv6Addr::from(a).to_string(),
             Err(_) => hex(bytes, Order::Big),
         },
-        Ty::Ifname => format!("\"{}\"", super::nla::string(bytes)),
+        Ty::Ifname => format!("\"{}\"", crate::netlink::string(bytes)),
         Ty::Mark | Ty::Hex | Ty::Other => hex(bytes, order),
         Ty::EtherAddr => bytes
             .iter()

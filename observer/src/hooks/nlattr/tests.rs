@@ -219,12 +219,12 @@ fn delrules(rules: &[(Option<&str>, Option<u64>)]) -> Vec<u8> {
     msg(&mut v, 16, &[]);
     for (chain, handle) in rules {
         let mut attrs = Vec::new();
-        nla::push_attr(&mut attrs, 1, b"filter\0");
+        netlink::push_attr(&mut attrs, 1, b"filter\0");
         if let Some(c) = chain {
-            nla::push_attr(&mut attrs, NFTA_RULE_CHAIN, format!("{c}\0").as_bytes());
+            netlink::push_attr(&mut attrs, NFTA_RULE_CHAIN, format!("{c}\0").as_bytes());
         }
         if let Some(h) = handle {
-            nla::push_attr(&mut attrs, NFTA_RULE_HANDLE, &h.to_be_bytes());
+            netlink::push_attr(&mut attrs, NFTA_RULE_HANDLE, &h.to_be_bytes());
         }
         msg(&mut v, NFT_DELRULE, &attrs);
     }
@@ -264,12 +264,12 @@ fn a_batch_says_whether_it_flushes_a_set_or_deletes_elements() {
     let batch = |elements: bool| {
         let mut v = Vec::new();
         let mut attrs = Vec::new();
-        nla::push_attr(&mut attrs, 1, b"f2b-table\0");
-        nla::push_attr(&mut attrs, NFTA_SET_ELEM_LIST_SET, b"addr-set-sshd\0");
+        netlink::push_attr(&mut attrs, 1, b"f2b-table\0");
+        netlink::push_attr(&mut attrs, NFTA_SET_ELEM_LIST_SET, b"addr-set-sshd\0");
         if elements {
             let mut elem = Vec::new();
-            nla::push_attr(&mut elem, 1, &[192, 0, 2, 7]);
-            nla::push_attr(&mut attrs, NFTA_SET_ELEM_LIST_ELEMENTS, &elem);
+            netlink::push_attr(&mut elem, 1, &[192, 0, 2, 7]);
+            netlink::push_attr(&mut attrs, NFTA_SET_ELEM_LIST_ELEMENTS, &elem);
         }
         let len = 16 + 4 + attrs.len();
         v.extend_from_slice(&(len as u32).to_ne_bytes());

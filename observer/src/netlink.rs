@@ -1,8 +1,12 @@
-//! Netlink framing with length checks: message headers, attributes (NLAs) and the scalar
-//! encodings nf_tables uses (big-endian integers, NUL-terminated strings).
+//! Netlink framing with length checks, for every netlink message observer reads (nftables and
+//! ipset notifications and dumps, requests and acks a writer sent or received, captured by the
+//! kernel hooks): message headers, attributes (NLAs) and the scalar encodings nf_tables uses
+//! (big-endian integers, NUL-terminated strings).
 //!
-//! Everything here works on borrowed bytes and returns a [`Malformed`] reason instead of
-//! panicking, so that a truncated or hostile datagram is skipped, never trusted. Any kernel.
+//! Everything here works on borrowed bytes and returns a [`Malformed`] reason or `None` instead
+//! of panicking, so that a truncated or hostile datagram is skipped, never trusted. Whole
+//! datagrams are read strictly ([`messages`], [`attrs`]); the start of a writer's buffer, which
+//! the hooks capture cut short, is read leniently ([`lenient_messages`], [`lenient_attrs`]).
 
 use std::fmt;
 
@@ -15,6 +19,8 @@ const NLA_HDRLEN: usize = 4;
 /// The type bits of `nla_type`; the top two bits are NLA_F_NESTED and NLA_F_NET_BYTEORDER.
 const NLA_TYPE_MASK: u16 = 0x3fff;
 const NLA_F_NESTED: u16 = 0x8000;
+/// The attribute's value is in network byte order.
+pub(crate) const NLA_F_NET_BYTEORDER: u16 = 0x4000;
 
 pub(crate) const NLMSG_NOOP: u16 = 1;
 pub(crate) const NLMSG_ERROR: u16 = 2;
@@ -23,6 +29,12 @@ pub(crate) const NLMSG_OVERRUN: u16 = 4;
 
 pub(crate) const NLM_F_REQUEST: u16 = 0x1;
 pub(crate) const NLM_F_ACK: u16 = 0x4;
+/// On a request: replace the object (a rule) rather than add one.
+pub(crate) const NLM_F_REPLACE: u16 = 0x100;
+/// On an error message: the request's payload is not echoed (the socket asked for that).
+pub(crate) const NLM_F_CAPPED: u16 = 0x100;
+/// On a request: the command must change something (ipset without `-exist`).
+pub(crate) const NLM_F_EXCL: u16 = 0x200;
 pub(crate) const NLM_F_DUMP_INTR: u16 = 0x10;
 pub(crate) const NLM_F_DUMP: u16 = 0x300;
 pub(crate) const NLM_F_APPEND: u16 = 0x800;
@@ -89,6 +101,40 @@ pub(crate) fn messages(buf: &[u8]) -> impl Iterator<Item = Result<NlMsg<'_>, Mal
     })
 }
 
+/// The fixed part of a message header, read from a buffer that may end right after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Header {
+    /// The message's length as the header says (the buffer may hold less).
+    pub len: usize,
+    pub msg_type: u16,
+    pub flags: u16,
+}
+
+/// The header at the start of `buf`, if a whole header is there.
+pub(crate) fn header(buf: &[u8]) -> Option<Header> {
+    let h = buf.get(..NLMSG_HDRLEN)?;
+    Some(Header {
+        len: u32::from_ne_bytes([h[0], h[1], h[2], h[3]]) as usize,
+        msg_type: u16::from_ne_bytes([h[4], h[5]]),
+        flags: u16::from_ne_bytes([h[6], h[7]]),
+    })
+}
+
+/// The messages of a buffer that may be cut short: each message whole, or as much of it as
+/// the buffer holds (the last one may be cut); ends at a length that cannot be a message.
+pub(crate) fn lenient_messages(buf: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut rest = buf;
+    std::iter::from_fn(move || {
+        let h = header(rest)?;
+        if h.len < NLMSG_HDRLEN {
+            return None;
+        }
+        let msg = &rest[..h.len.min(rest.len())];
+        rest = rest.get(align4(h.len)..).unwrap_or(&[]);
+        Some(msg)
+    })
+}
+
 /// One attribute: its type without the flag bits, and its value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Attr<'a> {
@@ -124,6 +170,26 @@ pub(crate) fn attrs(mut buf: &[u8]) -> Result<Vec<Attr<'_>>, Malformed> {
         buf = buf.get(align4(len)..).unwrap_or(&[]);
     }
     Ok(out)
+}
+
+/// The attributes of a buffer that may be cut short: those that fit whole, as (type without
+/// the flag bits, nested, value).
+pub(crate) fn lenient_attrs(mut buf: &[u8]) -> Vec<(u16, bool, &[u8])> {
+    let mut out = Vec::new();
+    while buf.len() >= NLA_HDRLEN {
+        let len = u16::from_ne_bytes([buf[0], buf[1]]) as usize;
+        let kind = u16::from_ne_bytes([buf[2], buf[3]]);
+        if len < NLA_HDRLEN || len > buf.len() {
+            break;
+        }
+        out.push((
+            kind & NLA_TYPE_MASK,
+            kind & NLA_F_NESTED != 0,
+            &buf[NLA_HDRLEN..len],
+        ));
+        buf = buf.get(align4(len)..).unwrap_or(&[]);
+    }
+    out
 }
 
 /// The first attribute of the given type.
@@ -221,5 +287,53 @@ mod tests {
         assert_eq!(items.len(), 1);
         assert!(items[0].is_err());
         assert!(messages(&msg[..10]).all(|m| m.is_err()));
+    }
+
+    /// A message of `len` bytes claimed, type `ty`, with `body` after the header.
+    fn message(ty: u16, flags: u16, body: &[u8]) -> Vec<u8> {
+        let len = (NLMSG_HDRLEN + body.len()) as u32;
+        let mut m = len.to_ne_bytes().to_vec();
+        m.extend_from_slice(&ty.to_ne_bytes());
+        m.extend_from_slice(&flags.to_ne_bytes());
+        m.extend_from_slice(&[0; 8]);
+        m.extend_from_slice(body);
+        while !m.len().is_multiple_of(4) {
+            m.push(0);
+        }
+        m
+    }
+
+    #[test]
+    fn a_buffer_cut_short_is_read_leniently_and_refused_strictly() {
+        let mut buf = message(NLMSG_ERROR, NLM_F_CAPPED, &[1, 2, 3, 4]);
+        let mut attrs_body = Vec::new();
+        push_attr(&mut attrs_body, 1, &cstr("nat"));
+        push_attr(&mut attrs_body, 2, &cstr("KUBE-SERVICES"));
+        buf.extend(message(NLMSG_DONE, 0, &attrs_body));
+        let cut = &buf[..buf.len() - 6];
+        let h = header(cut).expect("a whole header");
+        assert_eq!(
+            (h.len, h.msg_type, h.flags),
+            (20, NLMSG_ERROR, NLM_F_CAPPED)
+        );
+        assert_eq!(header(&cut[..15]), None);
+        let lenient: Vec<&[u8]> = lenient_messages(cut).collect();
+        assert_eq!(
+            lenient.len(),
+            2,
+            "the second message, cut short, is still given"
+        );
+        assert_eq!(lenient[1].len(), cut.len() - 20);
+        // Its attributes that fit whole: the table's name, not the cut chain's.
+        let got = lenient_attrs(&lenient[1][NLMSG_HDRLEN..]);
+        assert_eq!(got.len(), 1);
+        assert_eq!((got[0].0, string(got[0].2)), (1, "nat".to_string()));
+        // Read strictly, the cut message is an error.
+        let strict: Vec<_> = messages(cut).collect();
+        assert!(strict[0].is_ok() && strict[1].is_err());
+        // A length below a header ends the lenient walk instead of looping.
+        let mut bad = buf.clone();
+        bad[20..24].copy_from_slice(&3u32.to_ne_bytes());
+        assert_eq!(lenient_messages(&bad).count(), 1);
     }
 }
