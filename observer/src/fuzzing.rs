@@ -27,7 +27,7 @@ pub fn xt_table(proto: XtProto, bytes: &[u8], fix_size: bool) -> Result<XtTable,
 
 /// An owners file (`ext`: `toml`, `yaml` or `yml`) put in front of the catalog, as `--owners`
 /// does, without the process-wide list of wrappers it also sets.
-pub fn owners(ext: &str, text: &str) -> Result<Owners, String> {
+pub fn owners(ext: &str, text: &str) -> Result<Owners, owners::OwnersError> {
     static CATALOG: OnceLock<Owners> = OnceLock::new();
     let file = owners::parse_file(Path::new(&format!("owners.{ext}")), text)?;
     let mut o = CATALOG.get_or_init(Owners::catalog).clone();

@@ -1,11 +1,12 @@
 //! observer: see every netfilter ruleset change the moment the kernel applies it, and who made it.
 //!
 //! Data flows through the modules in this order: `hooks` (eBPF, kernel records) and `nftables`
-//! (netlink notifications) in, `netns` to reach every namespace, `xtables` / `nftables` to decode
-//! and diff, `ruleset` to summarise a transaction, `attribution` to name the writer, `engine` to
-//! put it together, `output` to print it. `daemon` is `observer run` (stdout, HTTP streams and
-//! metrics, and `store`, the forensic record that `query` searches); `remote` follows a daemon's
-//! stream. `doctor` says what this machine allows.
+//! (netlink notifications, framed by `netlink`) in, `netns` to reach every namespace, `xtables`
+//! / `nftables` to decode and diff, `ruleset` to summarise a transaction, `attribution` to name
+//! the writer, `engine` to put it together, `output` to print it (`tail` on this node).
+//! `daemon` is `observer run` (stdout, HTTP streams and metrics, and `recorder`, which writes
+//! `store`, the forensic record that `query` and `forensics` search); `remote` follows a
+//! daemon's stream. `doctor` says what this machine allows. ARCHITECTURE.md draws the layers.
 
 pub mod attribution;
 pub mod bench;

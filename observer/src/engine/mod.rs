@@ -403,7 +403,7 @@ fn netlink_only_loss(why: &str) -> String {
 
 pub(crate) fn load_owners(path: Option<&std::path::Path>) -> anyhow::Result<Owners> {
     match path {
-        Some(p) => Owners::with_file(p).map_err(anyhow::Error::msg),
+        Some(p) => Ok(Owners::with_file(p)?),
         None => Ok(Owners::catalog()),
     }
 }

@@ -4,7 +4,7 @@
 //! Several actor names can stand for one owner (`calico-node` and `calico-felix` are Calico), and
 //! a chain can be shared by several writers (`KUBE-MARK-MASQ`: kubelet and kube-proxy).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use globset::{Glob, GlobMatcher};
 use serde::{Deserialize, Serialize};
@@ -270,6 +270,44 @@ pub struct Owners {
     aliases: Vec<Alias>,
 }
 
+/// What is wrong with an ownership file (`--owners`).
+#[derive(Debug, thiserror::Error)]
+pub enum OwnersError {
+    /// The file cannot be read.
+    #[error("--owners {}: {cause}", path.display())]
+    Read {
+        path: PathBuf,
+        cause: std::io::Error,
+    },
+    /// Not valid TOML or YAML, or not the shape of an ownership file.
+    #[error("{}: {cause}", path.display())]
+    Syntax { path: PathBuf, cause: String },
+    /// An extension that says neither TOML nor YAML.
+    #[error("{}: unknown format; name the file *.toml, *.yaml or *.yml", .0.display())]
+    Format(PathBuf),
+    /// A `[[shared]]` entry without writers.
+    #[error("a [[shared]] entry has no writers")]
+    NoWriters,
+    /// An `[[owner]]` entry without a name.
+    #[error("an [[owner]] entry has an empty name")]
+    EmptyName,
+    /// A chain pattern that is not a glob.
+    #[error("chain pattern `{pattern}`: {cause}")]
+    ChainPattern {
+        pattern: String,
+        cause: globset::Error,
+    },
+    /// A table that is not `FAMILY NAME-GLOB`.
+    #[error("table `{pattern}`: {why}")]
+    Table { pattern: String, why: String },
+    /// One of the above, in the file at `path`.
+    #[error("--owners {}: {cause}", path.display())]
+    InFile {
+        path: PathBuf,
+        cause: Box<OwnersError>,
+    },
+}
+
 /// An nftables table owned whole.
 #[derive(Debug, Clone)]
 struct TableRule {
@@ -279,11 +317,15 @@ struct TableRule {
 }
 
 /// `"inet firewalld"` → (family, name glob).
-fn table_pattern(p: &str) -> Result<(Family, GlobMatcher), String> {
+fn table_pattern(p: &str) -> Result<(Family, GlobMatcher), OwnersError> {
+    let bad = |why: String| OwnersError::Table {
+        pattern: p.to_string(),
+        why,
+    };
     let (fam, name) = p
         .trim()
         .split_once(char::is_whitespace)
-        .ok_or_else(|| format!("table `{p}`: give the family and the name, e.g. `inet mytable`"))?;
+        .ok_or_else(|| bad("give the family and the name, e.g. `inet mytable`".into()))?;
     let family = match fam {
         "ip" => Family::Ip,
         "ip6" => Family::Ip6,
@@ -292,14 +334,14 @@ fn table_pattern(p: &str) -> Result<(Family, GlobMatcher), String> {
         "bridge" => Family::Bridge,
         "netdev" => Family::Netdev,
         other => {
-            return Err(format!(
-            "table `{p}`: `{other}` is not an nftables family (ip, ip6, inet, arp, bridge, netdev)"
-        ))
+            return Err(bad(format!(
+                "`{other}` is not an nftables family (ip, ip6, inet, arp, bridge, netdev)"
+            )))
         }
     };
     let name = Glob::new(name.trim())
         .map(|g| g.compile_matcher())
-        .map_err(|e| format!("table `{p}`: {e}"))?;
+        .map_err(|e| bad(e.to_string()))?;
     Ok((family, name))
 }
 
@@ -377,33 +419,39 @@ impl Owners {
     }
 
     /// The catalog with a user file's entries in front of it (the file wins).
-    pub fn with_file(path: &Path) -> Result<Owners, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("--owners {}: {e}", path.display()))?;
+    pub fn with_file(path: &Path) -> Result<Owners, OwnersError> {
+        let text = std::fs::read_to_string(path).map_err(|cause| OwnersError::Read {
+            path: path.into(),
+            cause,
+        })?;
         let file = parse_file(path, &text)?;
         crate::attribution::add_wrappers(file.wrappers.clone());
         let mut owners = Owners::catalog();
-        owners
-            .apply(file)
-            .map_err(|e| format!("--owners {}: {e}", path.display()))?;
+        owners.apply(file).map_err(|e| OwnersError::InFile {
+            path: path.into(),
+            cause: Box::new(e),
+        })?;
         Ok(owners)
     }
 
-    pub(crate) fn apply(&mut self, file: OwnersFile) -> Result<(), String> {
-        let compile = |patterns: &[String]| -> Result<Vec<GlobMatcher>, String> {
+    pub(crate) fn apply(&mut self, file: OwnersFile) -> Result<(), OwnersError> {
+        let compile = |patterns: &[String]| -> Result<Vec<GlobMatcher>, OwnersError> {
             patterns
                 .iter()
                 .map(|p| {
                     Glob::new(p)
                         .map(|g| g.compile_matcher())
-                        .map_err(|e| format!("chain pattern `{p}`: {e}"))
+                        .map_err(|cause| OwnersError::ChainPattern {
+                            pattern: p.clone(),
+                            cause,
+                        })
                 })
                 .collect()
         };
         let mut rules = Vec::new();
         for s in &file.shared {
             if s.writers.is_empty() {
-                return Err("a [[shared]] entry has no writers".into());
+                return Err(OwnersError::NoWriters);
             }
             rules.push(Rule {
                 patterns: compile(&s.chains)?,
@@ -416,7 +464,7 @@ impl Owners {
         let mut tables = Vec::new();
         for o in &file.owner {
             if o.name.trim().is_empty() {
-                return Err("an [[owner]] entry has an empty name".into());
+                return Err(OwnersError::EmptyName);
             }
             for v in &o.via {
                 self.delegates.push((v.clone(), o.name.clone()));
@@ -521,20 +569,19 @@ impl Owners {
 }
 
 /// Parse an owners file by its extension (`.toml`, `.yaml`/`.yml`).
-pub fn parse_file(path: &Path, text: &str) -> Result<OwnersFile, String> {
+pub fn parse_file(path: &Path, text: &str) -> Result<OwnersFile, OwnersError> {
     let ext = path
         .extension()
         .and_then(|e| e.to_str())
         .unwrap_or_default();
+    let syntax = |cause: String| OwnersError::Syntax {
+        path: path.into(),
+        cause,
+    };
     match ext {
-        "toml" => toml::from_str(text).map_err(|e| format!("{}: {e}", path.display())),
-        "yaml" | "yml" => {
-            serde_yaml_ng::from_str(text).map_err(|e| format!("{}: {e}", path.display()))
-        }
-        _ => Err(format!(
-            "{}: unknown format; name the file *.toml, *.yaml or *.yml",
-            path.display()
-        )),
+        "toml" => toml::from_str(text).map_err(|e| syntax(e.to_string())),
+        "yaml" | "yml" => serde_yaml_ng::from_str(text).map_err(|e| syntax(e.to_string())),
+        _ => Err(OwnersError::Format(path.into())),
     }
 }
 
