@@ -18,6 +18,7 @@
 //! minus the other tool's line, same change) needs no reference at all; it is the fair
 //! comparison.
 
+use super::spawn::timed_lines;
 use super::*;
 
 /// One kind of change of the nftables comparison.

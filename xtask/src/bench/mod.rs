@@ -23,10 +23,9 @@ use std::{
     env,
     fmt::Write as _,
     fs,
-    io::{self, ErrorKind, Write as _},
-    path::{Path, PathBuf},
-    process::{self, Child, Command, ExitStatus, Stdio},
-    sync::mpsc::{self, RecvTimeoutError},
+    path::Path,
+    process::{self, Child, Command, Stdio},
+    sync::mpsc,
     thread,
     time::{Duration, Instant},
 };
@@ -38,6 +37,16 @@ use serde_json::Value;
 use crate::{cmd, kstats};
 
 mod anchors;
+mod netns;
+mod procfs;
+mod spawn;
+mod stats;
+
+pub(crate) use netns::remove_stale_namespaces;
+use netns::Netns;
+use procfs::{stat_ticks, status_kib, USER_HZ};
+use spawn::{is_change, run_bounded, run_timed, Observer};
+use stats::{median, mib, ms, signed_ms, thousands, Dist};
 
 #[derive(Args)]
 pub struct BenchArgs {
@@ -222,403 +231,7 @@ fn part<T>(name: &str, f: impl FnOnce() -> Result<T>) -> Result<T, String> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Namespaces and processes
-
-/// A network namespace made with `ip netns add`, deleted when dropped.
-struct Netns {
-    name: String,
-}
-
-impl Netns {
-    fn add(name: String) -> Result<Netns> {
-        cmd::output(Command::new("ip").args(["netns", "add", &name]))?;
-        Ok(Netns { name })
-    }
-
-    /// `ip netns exec NAME PROGRAM`.
-    fn cmd(&self, program: &str) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.name, program]);
-        c
-    }
-
-    fn legacy(&self, args: &[&str]) -> Command {
-        // -w: /run/xtables.lock is shared by every namespace, and others may hold it briefly.
-        let mut c = self.cmd("iptables-legacy");
-        c.args(["-w", "5"]).args(args);
-        c
-    }
-
-    fn nft(&self, args: &str) -> Command {
-        let mut c = self.cmd("nft");
-        c.args(args.split(' '));
-        c
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        if let Err(e) = cmd::output(Command::new("ip").args(["netns", "del", &self.name])) {
-            eprintln!(
-                "xtask: warning: {e:#}; delete it with `ip netns del {}`",
-                self.name
-            );
-        }
-    }
-}
-
-/// Deletes `PREFIXPID-*` namespaces left by a bench or soak that was killed (SIGKILL leaves no
-/// time to clean up): those named for a process that no longer exists.
-pub(crate) fn remove_stale_namespaces(prefix: &str) {
-    let Ok(list) = cmd::output(Command::new("ip").args(["netns", "list"])) else {
-        return;
-    };
-    for name in list.lines().filter_map(|l| l.split_whitespace().next()) {
-        let Some(pid) = name
-            .strip_prefix(prefix)
-            .and_then(|rest| rest.split('-').next())
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if Path::new(&format!("/proc/{pid}")).exists() {
-            continue; // a bench that is still running
-        }
-        eprintln!("xtask: deleting network namespace {name}, left by process {pid}, gone");
-        if let Err(e) = cmd::output(Command::new("ip").args(["netns", "del", name])) {
-            eprintln!("xtask: warning: {e:#}");
-        }
-    }
-}
-
-/// Runs the command (stdin and stdout to /dev/null) and returns when its process was reaped and
-/// how long it ran. Fails, with its stderr, unless it exits with 0.
-fn run_timed(c: &mut Command) -> Result<(Instant, Duration)> {
-    let desc = cmd::describe(c);
-    c.stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    let start = Instant::now();
-    let out = c
-        .output()
-        .with_context(|| format!("could not start `{desc}`"))?;
-    let done = Instant::now();
-    if !out.status.success() {
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        bail!("`{desc}` failed ({}): {}", out.status, stderr.trim());
-    }
-    Ok((done, done - start))
-}
-
-/// Runs a command that may be slow or hang, with stdin from `input`, its stdout and stderr in
-/// temporary files; kills it after `limit`. Returns its stdout.
-fn run_bounded(c: &mut Command, input: Option<&[u8]>, limit: Duration) -> Result<String> {
-    let desc = cmd::describe(c);
-    let dir = env::temp_dir();
-    let out_path = dir.join(format!("obs-bench-{}-cmd.out", process::id()));
-    let err_path = dir.join(format!("obs-bench-{}-cmd.err", process::id()));
-    c.stdin(if input.is_some() {
-        Stdio::piped()
-    } else {
-        Stdio::null()
-    })
-    .stdout(fs::File::create(&out_path)?)
-    .stderr(fs::File::create(&err_path)?);
-    let mut child = c
-        .spawn()
-        .with_context(|| format!("could not start `{desc}`"))?;
-    if let Some(input) = input {
-        let mut stdin = child.stdin.take().context("no stdin")?;
-        let written = stdin.write_all(input);
-        drop(stdin);
-        if let Err(e) = written {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(e).with_context(|| format!("writing to `{desc}`"));
-        }
-    }
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        if let Some(status) = child.try_wait()? {
-            break status;
-        }
-        if Instant::now() >= deadline {
-            // Not reaped yet, so the PID is still this child's.
-            let _ = child.kill();
-            let _ = child.wait();
-            bail!("`{desc}` did not finish within {limit:?}; killed it");
-        }
-        thread::sleep(Duration::from_millis(10));
-    };
-    let stdout = fs::read_to_string(&out_path).unwrap_or_default();
-    let stderr = fs::read_to_string(&err_path).unwrap_or_default();
-    let _ = fs::remove_file(&out_path);
-    let _ = fs::remove_file(&err_path);
-    if !status.success() {
-        bail!("`{desc}` failed ({status}): {}", last_lines(&stderr, 20));
-    }
-    Ok(stdout)
-}
-
-fn last_lines(s: &str, n: usize) -> String {
-    let lines: Vec<&str> = s.trim_end().lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
-}
-
-/// A running `observer tail --json`, its stdout read on a thread that timestamps every line the
-/// moment it arrives. Stopped with SIGINT when dropped (or by [`Observer::stop`]).
-struct Observer {
-    child: Option<Child>,
-    pid: u32,
-    lines: mpsc::Receiver<(Instant, String)>,
-    /// JSON lines the last wait skipped.
-    skipped: Vec<Value>,
-    stderr: PathBuf,
-    desc: String,
-}
-
-impl Observer {
-    /// Starts it and waits for the `{"kind":"status","state":"ready"}` line.
-    fn start(bin: &Path, args: &[&str], tag: &str) -> Result<Observer> {
-        let stderr = env::temp_dir().join(format!("obs-bench-{}-{tag}.stderr", process::id()));
-        let file =
-            fs::File::create(&stderr).with_context(|| format!("creating {}", stderr.display()))?;
-        let mut c = Command::new(bin);
-        c.args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(file);
-        let desc = cmd::describe(&c);
-        let mut child = c
-            .spawn()
-            .with_context(|| format!("could not start `{desc}`"))?;
-        let pid = child.id();
-        let out = child.stdout.take().context("observer has no stdout")?;
-        let mut obs = Observer {
-            child: Some(child),
-            pid,
-            lines: timed_lines(out),
-            skipped: Vec::new(),
-            stderr,
-            desc,
-        };
-        eprintln!("xtask: == {}", obs.desc);
-        obs.wait(READY_TIMEOUT, "ready line", |v| {
-            v["kind"] == "status" && v["state"] == "ready"
-        })?;
-        Ok(obs)
-    }
-
-    /// Skips lines until a JSON line for which `want` is true; fails after `timeout` or when
-    /// observer exits.
-    fn wait(
-        &mut self,
-        timeout: Duration,
-        what: &str,
-        want: impl Fn(&Value) -> bool,
-    ) -> Result<(Instant, Value)> {
-        match self.wait_opt(timeout, what, want)? {
-            Some(hit) => Ok(hit),
-            None => bail!(
-                "observer printed no {what} within {timeout:?}{}",
-                self.stderr_tail()
-            ),
-        }
-    }
-
-    /// Like [`Observer::wait`], but `None` after `timeout`. The JSON lines skipped on the way
-    /// are kept in `self.skipped`.
-    fn wait_opt(
-        &mut self,
-        timeout: Duration,
-        what: &str,
-        want: impl Fn(&Value) -> bool,
-    ) -> Result<Option<(Instant, Value)>> {
-        self.skipped.clear();
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok((at, line)) => {
-                    if let Ok(v) = serde_json::from_str::<Value>(&line) {
-                        if want(&v) {
-                            return Ok(Some((at, v)));
-                        }
-                        self.skipped.push(v);
-                    }
-                }
-                Err(RecvTimeoutError::Timeout) => return Ok(None),
-                Err(RecvTimeoutError::Disconnected) => {
-                    // Its stdout closed: it exited, or is about to.
-                    thread::sleep(Duration::from_millis(200));
-                    let status = self
-                        .child
-                        .as_mut()
-                        .and_then(|c| c.try_wait().ok().flatten())
-                        .map_or_else(|| "still running".to_owned(), |s| s.to_string());
-                    bail!(
-                        "observer closed its stdout ({status}) before printing {what}{}",
-                        self.stderr_tail()
-                    )
-                }
-            }
-        }
-    }
-
-    /// Lines that arrived and were not read yet.
-    fn drain(&self) -> Vec<(Instant, String)> {
-        self.lines.try_iter().collect()
-    }
-
-    fn stderr_tail(&self) -> String {
-        let text = fs::read_to_string(&self.stderr).unwrap_or_default();
-        if text.trim().is_empty() {
-            format!(" (`{}`; its stderr is empty)", self.desc)
-        } else {
-            format!(
-                " (`{}`); its stderr ({}) ends with:\n{}",
-                self.desc,
-                self.stderr.display(),
-                last_lines(&text, 15)
-            )
-        }
-    }
-
-    /// SIGINT, then up to 10 s for it to exit (SIGKILL after that).
-    fn stop(&mut self) -> Result<ExitStatus> {
-        let Some(mut child) = self.child.take() else {
-            bail!("observer was already stopped");
-        };
-        if child.try_wait()?.is_none() {
-            // Not reaped yet, so the PID is still observer's.
-            let _ = Command::new("kill")
-                .args(["-INT", &child.id().to_string()])
-                .status();
-        }
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(status) = child.try_wait()? {
-                if status.success() {
-                    let _ = fs::remove_file(&self.stderr);
-                }
-                return Ok(status);
-            }
-            if Instant::now() >= deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                bail!(
-                    "observer did not exit within 10 s of SIGINT; killed it{}",
-                    self.stderr_tail()
-                );
-            }
-            thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// Stops it and adds a note unless it exited with status 0.
-    fn finish(mut self, part: &str, notes: &mut Vec<String>) {
-        match self.stop() {
-            Ok(s) if s.success() => {}
-            Ok(s) => notes.push(format!(
-                "{part}: observer exited with {s} after SIGINT (stderr kept in {})",
-                self.stderr.display()
-            )),
-            Err(e) => notes.push(format!("{part}: {e:#}")),
-        }
-    }
-}
-
-/// Reads `out` on a thread of its own and sends each line (without its line end) with the
-/// instant it arrived: one timestamp per read, so every line of one chunk arrived then.
-fn timed_lines(mut out: impl io::Read + Send + 'static) -> mpsc::Receiver<(Instant, String)> {
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        let mut buf = vec![0u8; 1 << 16];
-        let mut pending = Vec::new();
-        loop {
-            let n = match out.read(&mut buf) {
-                Ok(0) => return,
-                Ok(n) => n,
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(_) => return,
-            };
-            let at = Instant::now();
-            pending.extend_from_slice(&buf[..n]);
-            while let Some(nl) = pending.iter().position(|&b| b == b'\n') {
-                let line: Vec<u8> = pending.drain(..=nl).collect();
-                let line = String::from_utf8_lossy(&line).trim_end().to_owned();
-                if tx.send((at, line)).is_err() {
-                    return;
-                }
-            }
-        }
-    });
-    rx
-}
-
-impl Drop for Observer {
-    fn drop(&mut self) {
-        if self.child.is_some() {
-            if let Err(e) = self.stop() {
-                eprintln!("xtask: warning: {e:#}");
-            }
-        }
-    }
-}
-
-fn is_change(v: &Value, backend: &str, op: &str, chain: &str) -> bool {
-    v["kind"] == "change" && v["backend"] == backend && v["op"] == op && v["chain"] == chain
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
-/// `later - earlier` in ms, negative when `later` is in fact earlier.
-fn signed_ms(later: Instant, earlier: Instant) -> f64 {
-    match later.checked_duration_since(earlier) {
-        Some(d) => ms(d),
-        None => -ms(earlier - later),
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
 // 1. Event latency
-
-struct Dist {
-    n: usize,
-    min: f64,
-    median: f64,
-    p99: f64,
-    max: f64,
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
-impl Dist {
-    fn of(v: &[f64]) -> Option<Dist> {
-        let mut s = v.to_vec();
-        s.sort_by(f64::total_cmp);
-        let n = s.len();
-        // Nearest rank: the smallest value with at least 99% of the values at or below it.
-        let p99 = *s.get((n * 99).div_ceil(100).max(1) - 1)?;
-        Some(Dist {
-            n,
-            min: s[0],
-            median: median(&s),
-            p99,
-            max: s[n - 1],
-        })
-    }
-}
 
 struct OpLatency {
     backend: &'static str,
@@ -1156,28 +769,6 @@ struct Sample {
     ticks: u64,
     threads: BTreeMap<u32, ThreadSample>,
 }
-
-/// Linux's USER_HZ, the unit of utime and stime in /proc/PID/stat (100 on every architecture
-/// observer runs on).
-const USER_HZ: u64 = 100;
-
-/// The sum of fields `fields` (numbered as in proc(5): utime 14, stime 15, cutime 16, cstime
-/// 17) of `/proc/PID/stat`, in clock ticks.
-fn stat_ticks(pid: u32, fields: [usize; 2]) -> Result<u64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))
-        .with_context(|| format!("reading /proc/{pid}/stat (did the process exit?)"))?;
-    // Fields after "(comm)", which may hold spaces: state is field 3.
-    let after = stat.rsplit_once(')').map_or("", |(_, a)| a);
-    let values: Vec<&str> = after.split_whitespace().collect();
-    fields.iter().try_fold(0, |sum, &n| {
-        values
-            .get(n - 3)
-            .and_then(|f| f.parse::<u64>().ok())
-            .map(|v| sum + v)
-            .with_context(|| format!("/proc/{pid}/stat has no field {n}: {stat}"))
-    })
-}
-
 fn sample(pid: u32) -> Result<Sample> {
     let ticks = stat_ticks(pid, [14, 15])?;
     let mut threads = BTreeMap::new();
@@ -1302,15 +893,6 @@ struct Rss {
     command_ms: f64,
     /// Change lines printed for that one change (1 expected).
     lines: usize,
-}
-
-fn status_kib(pid: u32, key: &str) -> Result<u64> {
-    let status = fs::read_to_string(format!("/proc/{pid}/status"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(key))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .with_context(|| format!("/proc/{pid}/status has no {key}"))
 }
 
 fn rss(bin: &Path, ns: &Netns, table: &BigTable, notes: &mut Vec<String>) -> Result<Rss> {
@@ -1530,20 +1112,6 @@ fn row(what: impl Into<String>, figures: impl Into<String>, aim: &'static str) -
         figures: figures.into(),
         aim,
     }
-}
-
-fn mib(kib: u64) -> String {
-    format!("{:.1} MiB", kib as f64 / 1024.0)
-}
-
-fn thousands(n: u64) -> String {
-    let digits = n.to_string().into_bytes();
-    let groups: Vec<&[u8]> = digits.rchunks(3).rev().collect();
-    groups
-        .iter()
-        .map(|g| String::from_utf8_lossy(g))
-        .collect::<Vec<_>>()
-        .join(",")
 }
 
 impl Results {
@@ -1898,29 +1466,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn p99_is_nearest_rank() {
-        let v: Vec<f64> = (1..=200).map(f64::from).collect();
-        let d = Dist::of(&v).unwrap();
-        assert_eq!((d.min, d.p99, d.max), (1.0, 198.0, 200.0));
-        assert_eq!(d.median, 100.5);
-        let d = Dist::of(&[3.0, -1.0, 2.0]).unwrap();
-        assert_eq!((d.min, d.median, d.p99, d.max), (-1.0, 2.0, 3.0, 3.0));
-        assert!(Dist::of(&[]).is_none());
-    }
-
-    #[test]
-    fn stat_fields_are_read_by_their_proc5_numbers() {
-        let me = process::id();
-        // utime + stime of this process, and of its reaped children: both present.
-        assert!(stat_ticks(me, [14, 15]).is_ok());
-        assert!(stat_ticks(me, [16, 17]).is_ok());
-        // Field 4 is the parent's pid.
-        let ppid = u64::from(std::os::unix::process::parent_id());
-        assert_eq!(stat_ticks(me, [4, 3 + 100]).ok(), None);
-        assert_eq!(stat_ticks(me, [4, 4]).unwrap(), 2 * ppid);
-    }
-
-    #[test]
     fn big_table_has_the_promised_shape() {
         let t = kube_like_table();
         let rules = t.lines().filter(|l| l.starts_with("-A ")).count();
@@ -1997,12 +1542,5 @@ mod tests {
         );
         fs::remove_dir_all(&dir)?;
         Ok(())
-    }
-
-    #[test]
-    fn thousands_separators() {
-        assert_eq!(thousands(20_003), "20,003");
-        assert_eq!(thousands(999), "999");
-        assert_eq!(thousands(1_000_000), "1,000,000");
     }
 }

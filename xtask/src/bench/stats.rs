@@ -1,0 +1,89 @@
+//! The bench's arithmetic and number formats: milliseconds between instants, the median and the
+//! distribution (min, median, nearest-rank p99, max) of a set of samples, MiB and thousands
+//! separators.
+
+use std::time::{Duration, Instant};
+
+pub(super) fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// `later - earlier` in ms, negative when `later` is in fact earlier.
+pub(super) fn signed_ms(later: Instant, earlier: Instant) -> f64 {
+    match later.checked_duration_since(earlier) {
+        Some(d) => ms(d),
+        None => -ms(earlier - later),
+    }
+}
+
+pub(super) struct Dist {
+    pub(super) n: usize,
+    pub(super) min: f64,
+    pub(super) median: f64,
+    pub(super) p99: f64,
+    pub(super) max: f64,
+}
+
+pub(super) fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+impl Dist {
+    pub(super) fn of(v: &[f64]) -> Option<Dist> {
+        let mut s = v.to_vec();
+        s.sort_by(f64::total_cmp);
+        let n = s.len();
+        // Nearest rank: the smallest value with at least 99% of the values at or below it.
+        let p99 = *s.get((n * 99).div_ceil(100).max(1) - 1)?;
+        Some(Dist {
+            n,
+            min: s[0],
+            median: median(&s),
+            p99,
+            max: s[n - 1],
+        })
+    }
+}
+
+pub(super) fn mib(kib: u64) -> String {
+    format!("{:.1} MiB", kib as f64 / 1024.0)
+}
+
+pub(super) fn thousands(n: u64) -> String {
+    let digits = n.to_string().into_bytes();
+    let groups: Vec<&[u8]> = digits.rchunks(3).rev().collect();
+    groups
+        .iter()
+        .map(|g| String::from_utf8_lossy(g))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn p99_is_nearest_rank() {
+        let v: Vec<f64> = (1..=200).map(f64::from).collect();
+        let d = Dist::of(&v).unwrap();
+        assert_eq!((d.min, d.p99, d.max), (1.0, 198.0, 200.0));
+        assert_eq!(d.median, 100.5);
+        let d = Dist::of(&[3.0, -1.0, 2.0]).unwrap();
+        assert_eq!((d.min, d.median, d.p99, d.max), (-1.0, 2.0, 3.0, 3.0));
+        assert!(Dist::of(&[]).is_none());
+    }
+
+    #[test]
+    fn thousands_separators() {
+        assert_eq!(thousands(20_003), "20,003");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1_000_000), "1,000,000");
+    }
+}
