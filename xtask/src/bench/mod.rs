@@ -37,12 +37,14 @@ use serde_json::Value;
 use crate::{cmd, kstats};
 
 mod anchors;
+mod latency;
 mod netns;
 mod procfs;
 mod spawn;
 mod stats;
 mod table;
 
+use latency::{measure_ops, OpLatency};
 pub(crate) use netns::remove_stale_namespaces;
 use netns::Netns;
 use procfs::{stat_ticks, status_kib, USER_HZ};
@@ -145,7 +147,7 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
 
     let latency = skipped(&args.part, 1).unwrap_or_else(|| {
         part("bench: 1. event latency", || {
-            latency(&bin, &small, plan.events, &mut notes)
+            latency::latency(&bin, &small, plan.events, &mut notes)
         })
     });
     let table = if wanted(2) || wanted(4) || wanted(6) {
@@ -225,111 +227,6 @@ fn part<T>(name: &str, f: impl FnOnce() -> Result<T>) -> Result<T, String> {
         eprintln!("xtask: {name}: {e:#}");
         format!("{e:#}")
     })
-}
-
-// ---------------------------------------------------------------------------------------------
-// 1. Event latency
-
-struct OpLatency {
-    backend: &'static str,
-    op: &'static str,
-    dist: Option<Dist>,
-    missed: Vec<String>,
-    /// Median wall time of the command itself (`ip netns exec NS iptables-legacy ...`).
-    command_ms: f64,
-}
-
-/// For each name: run `command(name)`, take the instant its process was reaped, and wait for
-/// observer's line of that change. Changes run one at a time: none queues behind another.
-fn measure_ops(
-    obs: &mut Observer,
-    backend: &'static str,
-    op: &'static str,
-    names: &[String],
-    command: impl Fn(&str) -> Command,
-) -> Result<OpLatency> {
-    let (mut lat, mut took, mut missed) = (Vec::new(), Vec::new(), Vec::new());
-    for name in names {
-        let (done, t) = run_timed(&mut command(name))?;
-        took.push(ms(t));
-        let what = format!("{backend} {op} line for {name}");
-        match obs.wait_opt(EVENT_TIMEOUT, &what, |v| is_change(v, backend, op, name))? {
-            Some((at, _)) => lat.push(signed_ms(at, done)),
-            None => {
-                missed.push(name.clone());
-                if missed.len() >= MAX_MISSES {
-                    bail!(
-                        "observer printed no {what} within {EVENT_TIMEOUT:?}; {} {backend} {op} \
-                         changes missed ({}), giving up after {} of {}{}",
-                        missed.len(),
-                        missed.join(", "),
-                        lat.len() + missed.len(),
-                        names.len(),
-                        obs.stderr_tail()
-                    );
-                }
-            }
-        }
-    }
-    Ok(OpLatency {
-        backend,
-        op,
-        dist: Dist::of(&lat),
-        missed,
-        command_ms: median(&took),
-    })
-}
-
-fn latency(
-    bin: &Path,
-    ns: &Netns,
-    events: usize,
-    notes: &mut Vec<String>,
-) -> Result<Vec<OpLatency>> {
-    let mut obs = Observer::start(bin, &["tail", "--json", "--netns", &ns.name], "latency")?;
-    let mut out = Vec::new();
-
-    // Warm-up, not counted: the first write instantiates the namespace's filter table.
-    run_timed(&mut ns.legacy(&["-N", "OBSB-warm"]))?;
-    obs.wait(
-        Duration::from_secs(10),
-        "legacy chain_create line for OBSB-warm",
-        |v| is_change(v, "legacy", "chain_create", "OBSB-warm"),
-    )?;
-    let names: Vec<String> = (0..events).map(|i| format!("OBSB-{i}")).collect();
-    out.push(measure_ops(
-        &mut obs,
-        "legacy",
-        "chain_create",
-        &names,
-        |c| ns.legacy(&["-N", c]),
-    )?);
-    out.push(measure_ops(
-        &mut obs,
-        "legacy",
-        "chain_delete",
-        &names,
-        |c| ns.legacy(&["-X", c]),
-    )?);
-    run_timed(&mut ns.legacy(&["-X", "OBSB-warm"]))?;
-
-    // nft: the table is the warm-up.
-    run_timed(&mut ns.nft("add table ip obsb"))?;
-    obs.wait(
-        Duration::from_secs(10),
-        "nft table_create line for table obsb",
-        |v| v["kind"] == "change" && v["op"] == "table_create" && v["table"] == "obsb",
-    )?;
-    let names: Vec<String> = (0..events).map(|i| format!("c{i}")).collect();
-    out.push(measure_ops(&mut obs, "nft", "chain_create", &names, |c| {
-        ns.nft(&format!("add chain ip obsb {c}"))
-    })?);
-    out.push(measure_ops(&mut obs, "nft", "chain_delete", &names, |c| {
-        ns.nft(&format!("delete chain ip obsb {c}"))
-    })?);
-    run_timed(&mut ns.nft("delete table ip obsb"))?;
-    obs.finish("event latency", notes);
-    Ok(out)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -790,6 +687,11 @@ fn row(what: impl Into<String>, figures: impl Into<String>, aim: &'static str) -
     }
 }
 
+/// The figures of a part that failed, or that `--part` left out.
+fn not_measured(e: &str) -> String {
+    format!("NOT MEASURED: {e}")
+}
+
 impl Results {
     fn all_ok(&self) -> bool {
         self.latency.is_ok()
@@ -802,29 +704,8 @@ impl Results {
     }
 
     fn rows(&self) -> Vec<Row> {
-        let failed = |e: &String| format!("NOT MEASURED: {e}");
         let mut rows = Vec::new();
-        match &self.latency {
-            Ok(ops) => {
-                for o in ops {
-                    let what = format!("1. latency, {} {}", o.backend, o.op);
-                    let aim = "p99 ≤ 0.3 ms";
-                    let mut f = match &o.dist {
-                        Some(d) => format!(
-                            "n={} min {:.2} / median {:.2} / p99 {:.2} / max {:.2} ms",
-                            d.n, d.min, d.median, d.p99, d.max
-                        ),
-                        None => "no change reported".into(),
-                    };
-                    let _ = write!(f, " (command itself: median {:.1} ms)", o.command_ms);
-                    if !o.missed.is_empty() {
-                        let _ = write!(f, "; MISSED {}: {}", o.missed.len(), o.missed.join(", "));
-                    }
-                    rows.push(row(what, f, aim));
-                }
-            }
-            Err(e) => rows.push(row("1. event latency", failed(e), "p99 ≤ 0.3 ms")),
-        }
+        latency::rows(&self.latency, &mut rows);
         match (&self.table, &self.xt) {
             (Ok(t), Ok(x)) => {
                 rows.push(row(
@@ -887,7 +768,7 @@ impl Results {
             (Ok(_), Err(e)) | (Err(e), _) => {
                 rows.push(row(
                     "2. x_tables read+diff vs save",
-                    failed(e),
+                    not_measured(e),
                     "ratio ≤ 0.1",
                 ));
             }
@@ -928,7 +809,7 @@ impl Results {
             }
             Err(e) => rows.push(row(
                 "3. idle CPU and wake-ups",
-                failed(e),
+                not_measured(e),
                 "0 timer wake-ups",
             )),
         }
@@ -957,7 +838,7 @@ impl Results {
             }
             Err(e) => rows.push(row(
                 "4. RSS on the big table",
-                failed(e),
+                not_measured(e),
                 "RSS < 32 MiB, HWM < 48 MiB",
             )),
         }
@@ -986,7 +867,7 @@ impl Results {
                     rows.push(row("5. changes not reported", k.missed.join(", "), ""));
                 }
             }
-            Err(e) => rows.push(row("5. kernel cost per eBPF program", failed(e), "")),
+            Err(e) => rows.push(row("5. kernel cost per eBPF program", not_measured(e), "")),
         }
         match &self.anchors {
             Ok(a) => rows.push(row(
@@ -994,7 +875,7 @@ impl Results {
                 format!("see the table below ({})", a.versions),
                 "observer − nft monitor ≤ 0 at p50 and p99",
             )),
-            Err(e) => rows.push(row("6. side by side", failed(e), "")),
+            Err(e) => rows.push(row("6. side by side", not_measured(e), "")),
         }
         rows
     }
