@@ -33,11 +33,13 @@ use anyhow::{bail, Context as _, Result};
 use clap::Args;
 use serde_json::Value;
 
-use crate::{cmd, kstats};
+use crate::cmd;
 
 mod anchors;
 mod idle;
+mod kernel_cost;
 mod latency;
+mod memory;
 mod netns;
 mod procfs;
 mod read;
@@ -46,13 +48,15 @@ mod stats;
 mod table;
 
 use idle::Idle;
-use latency::{measure_ops, OpLatency};
+use kernel_cost::KernelCost;
+use latency::OpLatency;
+use memory::Rss;
 pub(crate) use netns::remove_stale_namespaces;
 use netns::Netns;
-use procfs::{stat_ticks, status_kib, USER_HZ};
+use procfs::{stat_ticks, USER_HZ};
 use read::XtCost;
 use spawn::{is_change, run_timed, Observer};
-use stats::{median, mib, ms, signed_ms, thousands, Dist};
+use stats::{median, ms, signed_ms, thousands, Dist};
 use table::{build_big_table, BigTable};
 pub(crate) use table::{kube_like_nft, kube_like_table};
 
@@ -174,13 +178,13 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
     });
     let rss = skipped(&args.part, 4).unwrap_or_else(|| match &table {
         Ok(t) => part("bench: 4. RSS on the 20,000-rule table", || {
-            rss(&bin, &big, t, &mut notes)
+            memory::rss(&bin, &big, t, &mut notes)
         }),
         Err(e) => Err(format!("the big table could not be built: {e}")),
     });
     let kcost = skipped(&args.part, 5).unwrap_or_else(|| {
         part("bench: 5. kernel cost per eBPF program", || {
-            kernel_cost(&bin, &small, plan.kcost_events, &mut notes)
+            kernel_cost::kernel_cost(&bin, &small, plan.kcost_events, &mut notes)
         })
     });
     let anchors = skipped(&args.part, 6).unwrap_or_else(|| {
@@ -229,153 +233,6 @@ fn part<T>(name: &str, f: impl FnOnce() -> Result<T>) -> Result<T, String> {
     cmd::phase(name, f).map_err(|e| {
         eprintln!("xtask: {name}: {e:#}");
         format!("{e:#}")
-    })
-}
-
-// ---------------------------------------------------------------------------------------------
-// 4. RSS on the big table
-
-struct Rss {
-    ready_kib: u64,
-    /// When the change's line arrived: the table before and after the change both still held.
-    rss_kib: u64,
-    /// 300 ms later, once the change is handled and the older copy freed.
-    settled_kib: u64,
-    hwm_kib: u64,
-    /// From the writer's exit to observer's line, for this change of the big table.
-    latency_ms: f64,
-    command_ms: f64,
-    /// Change lines printed for that one change (1 expected).
-    lines: usize,
-}
-
-fn rss(bin: &Path, ns: &Netns, table: &BigTable, notes: &mut Vec<String>) -> Result<Rss> {
-    let mut obs = Observer::start(bin, &["tail", "--json", "--netns", &ns.name], "rss")?;
-    let ready_kib = status_kib(obs.pid, "VmRSS:")?;
-    obs.drain();
-    let (done, took) = run_timed(&mut ns.legacy(&["-N", "OBSB-RSS"]))?;
-    let (at, v) = obs.wait(
-        BIG_EVENT_TIMEOUT,
-        &format!(
-            "legacy chain_create line for OBSB-RSS (table of {} rules)",
-            table.rules
-        ),
-        |v| is_change(v, "legacy", "chain_create", "OBSB-RSS"),
-    )?;
-    let rss_kib = status_kib(obs.pid, "VmRSS:")?;
-    let hwm_kib = status_kib(obs.pid, "VmHWM:")?;
-    // Count the lines of that change: those that came before it, and any that follow at once.
-    thread::sleep(Duration::from_millis(300));
-    let settled_kib = status_kib(obs.pid, "VmRSS:")?;
-    let txn = v["txn"].clone();
-    let same = |x: &Value| !txn.is_null() && x["kind"] == "change" && x["txn"] == txn;
-    let before = obs.skipped.iter().filter(|x| same(x)).count();
-    let after = obs
-        .drain()
-        .into_iter()
-        .filter(|(_, l)| serde_json::from_str::<Value>(l).is_ok_and(|x| same(&x)))
-        .count();
-    obs.finish("rss", notes);
-    Ok(Rss {
-        ready_kib,
-        rss_kib,
-        settled_kib,
-        hwm_kib,
-        latency_ms: signed_ms(at, done),
-        command_ms: ms(took),
-        lines: before + 1 + after,
-    })
-}
-
-// ---------------------------------------------------------------------------------------------
-// 5. Kernel cost per eBPF program
-
-struct KernelCost {
-    /// The iptables-legacy window, then the nft one.
-    windows: Vec<kstats::Window>,
-    /// Each window's length.
-    secs: Vec<f64>,
-    missed: Vec<String>,
-}
-
-/// With the kernel's BPF statistics on (put back as they were on the way out), `events` chains
-/// are created and deleted with iptables-legacy, then with nft, one at a time, each waited for;
-/// the programs observer holds are read before, between and after.
-fn kernel_cost(
-    bin: &Path,
-    ns: &Netns,
-    events: usize,
-    notes: &mut Vec<String>,
-) -> Result<KernelCost> {
-    let _stats = kstats::StatsGuard::enable()?;
-    let mut obs = Observer::start(bin, &["tail", "--json", "--netns", &ns.name], "kcost")?;
-    // Warm-ups, outside the windows: the namespace's filter table and the nft table.
-    run_timed(&mut ns.legacy(&["-N", "OBSK-warm"]))?;
-    obs.wait(
-        Duration::from_secs(10),
-        "legacy chain_create line for OBSK-warm",
-        |v| is_change(v, "legacy", "chain_create", "OBSK-warm"),
-    )?;
-    run_timed(&mut ns.nft("add table ip obsk"))?;
-    obs.wait(
-        Duration::from_secs(10),
-        "nft table_create line for table obsk",
-        |v| v["kind"] == "change" && v["op"] == "table_create" && v["table"] == "obsk",
-    )?;
-    let snap = |pid: u32| -> Result<(Vec<kstats::ProgStats>, Instant)> {
-        let progs = kstats::parse_dump(&kstats::dump_pid(pid)?);
-        if progs.is_empty() {
-            bail!("observer (pid {pid}) holds no eBPF program; were its hooks loaded?");
-        }
-        Ok((progs, Instant::now()))
-    };
-    let mut missed = Vec::new();
-    let mut ops = |obs: &mut Observer,
-                   backend: &'static str,
-                   names: &[String],
-                   f: &dyn Fn(&str, &str) -> Command|
-     -> Result<u64> {
-        let mut reported = 0;
-        for (op, verb) in [("chain_create", "add"), ("chain_delete", "delete")] {
-            let o = measure_ops(obs, backend, op, names, |c| f(verb, c))?;
-            reported += o.dist.map_or(0, |d| d.n) as u64;
-            missed.extend(o.missed.into_iter().map(|m| format!("{backend} {op} {m}")));
-        }
-        Ok(reported)
-    };
-    let (s0, t0) = snap(obs.pid)?;
-    let names: Vec<String> = (0..events).map(|i| format!("OBSK-{i}")).collect();
-    let legacy = ops(&mut obs, "legacy", &names, &|verb, c| {
-        ns.legacy(&[if verb == "add" { "-N" } else { "-X" }, c])
-    })?;
-    let (s1, t1) = snap(obs.pid)?;
-    let names: Vec<String> = (0..events).map(|i| format!("k{i}")).collect();
-    let nft = ops(&mut obs, "nft", &names, &|verb, c| {
-        ns.nft(&format!("{verb} chain ip obsk {c}"))
-    })?;
-    let (s2, t2) = snap(obs.pid)?;
-    // Names while observer still holds its programs.
-    let syms = fs::read_to_string("/proc/kallsyms").unwrap_or_default();
-    run_timed(&mut ns.legacy(&["-X", "OBSK-warm"]))?;
-    run_timed(&mut ns.nft("delete table ip obsk"))?;
-    obs.finish("kernel cost", notes);
-    let names = kstats::names_from_kallsyms(&syms);
-    let known = kstats::source_program_names(&super::root().join("observer-ebpf").join("src"));
-    Ok(KernelCost {
-        windows: vec![
-            kstats::Window {
-                load: format!("{events} iptables-legacy -N, {events} -X"),
-                costs: kstats::diff(&s0, &s1, &names, &known),
-                changes: legacy,
-            },
-            kstats::Window {
-                load: format!("{events} nft add chain, {events} delete chain"),
-                costs: kstats::diff(&s1, &s2, &names, &known),
-                changes: nft,
-            },
-        ],
-        secs: vec![(t1 - t0).as_secs_f64(), (t2 - t1).as_secs_f64()],
-        missed,
     })
 }
 
@@ -489,62 +346,8 @@ impl Results {
         latency::rows(&self.latency, &mut rows);
         read::rows(&self.table, &self.xt, &mut rows);
         idle::rows(&self.idle, &mut rows);
-        match &self.rss {
-            Ok(r) => {
-                rows.push(row(
-                    "4. RSS on the big table",
-                    format!(
-                        "VmRSS {} once one change is handled ({} when its line arrived, both \
-                         copies of the table still held; VmHWM {}; {} at the ready line)",
-                        mib(r.settled_kib),
-                        mib(r.rss_kib),
-                        mib(r.hwm_kib),
-                        mib(r.ready_kib)
-                    ),
-                    "RSS < 32 MiB, HWM < 48 MiB",
-                ));
-                rows.push(row(
-                    "4. latency of that change",
-                    format!(
-                        "{:.1} ms after the writer exited (iptables-legacy -N itself: {:.0} ms); {} line(s) for it",
-                        r.latency_ms, r.command_ms, r.lines
-                    ),
-                    "",
-                ));
-            }
-            Err(e) => rows.push(row(
-                "4. RSS on the big table",
-                not_measured(e),
-                "RSS < 32 MiB, HWM < 48 MiB",
-            )),
-        }
-        match &self.kcost {
-            Ok(k) => {
-                for (w, secs) in k.windows.iter().zip(&k.secs) {
-                    let (runs, ns) = w
-                        .costs
-                        .iter()
-                        .fold((0, 0), |(r, n), c| (r + c.runs, n + c.ns));
-                    rows.push(row(
-                        format!("5. kernel cost, {}", w.load),
-                        format!(
-                            "{} per reported change ({} changes; {} runs of {} programs, {} in all, in \
-                             {secs:.1} s; per program below)",
-                            kstats::per(ns, w.changes),
-                            w.changes,
-                            runs,
-                            w.costs.len(),
-                            kstats::total(ns),
-                        ),
-                        "",
-                    ));
-                }
-                if !k.missed.is_empty() {
-                    rows.push(row("5. changes not reported", k.missed.join(", "), ""));
-                }
-            }
-            Err(e) => rows.push(row("5. kernel cost per eBPF program", not_measured(e), "")),
-        }
+        memory::rows(&self.rss, &mut rows);
+        kernel_cost::rows(&self.kcost, &mut rows);
         match &self.anchors {
             Ok(a) => rows.push(row(
                 "6. side by side",
@@ -554,16 +357,6 @@ impl Results {
             Err(e) => rows.push(row("6. side by side", not_measured(e), "")),
         }
         rows
-    }
-
-    /// The per-program table of part 5 (markdown), when it was measured.
-    fn kcost_table(&self) -> Option<String> {
-        let k = self.kcost.as_ref().ok()?;
-        Some(format!(
-            "Kernel cost per eBPF program (`kernel.bpf_stats_enabled=1` during the part; runs = \
-             `run_cnt`, total = `run_time_ns` of each program observer holds):\n\n{}",
-            kstats::table(&k.windows)
-        ))
     }
 
     fn header(&self) -> Vec<(&'static str, String)> {
@@ -610,7 +403,7 @@ impl Results {
         for n in &self.notes {
             let _ = writeln!(out, "  note: {n}");
         }
-        if let Some(t) = self.kcost_table() {
+        if let Some(t) = kernel_cost::table(&self.kcost) {
             let _ = write!(out, "\n{t}");
         }
         if let Ok(a) = &self.anchors {
@@ -652,7 +445,7 @@ impl Results {
                 let _ = writeln!(md, "- note: {}", cell(n));
             }
         }
-        if let Some(t) = self.kcost_table() {
+        if let Some(t) = kernel_cost::table(&self.kcost) {
             let _ = write!(md, "\n{t}");
         }
         if let Ok(a) = &self.anchors {
