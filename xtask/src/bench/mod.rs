@@ -23,15 +23,13 @@ use std::{
     fmt::Write as _,
     fs,
     path::Path,
-    process::{self, Child, Command, Stdio},
-    sync::mpsc,
+    process::{self, Command},
     thread,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use anyhow::{bail, Context as _, Result};
 use clap::Args;
-use serde_json::Value;
 
 use crate::cmd;
 
@@ -53,10 +51,7 @@ use latency::OpLatency;
 use memory::Rss;
 pub(crate) use netns::remove_stale_namespaces;
 use netns::Netns;
-use procfs::{stat_ticks, USER_HZ};
 use read::XtCost;
-use spawn::{is_change, run_timed, Observer};
-use stats::{median, ms, signed_ms, thousands, Dist};
 use table::{build_big_table, BigTable};
 pub(crate) use table::{kube_like_nft, kube_like_table};
 
@@ -348,14 +343,7 @@ impl Results {
         idle::rows(&self.idle, &mut rows);
         memory::rows(&self.rss, &mut rows);
         kernel_cost::rows(&self.kcost, &mut rows);
-        match &self.anchors {
-            Ok(a) => rows.push(row(
-                "6. side by side",
-                format!("see the table below ({})", a.versions),
-                "observer − nft monitor ≤ 0 at p50 and p99",
-            )),
-            Err(e) => rows.push(row("6. side by side", not_measured(e), "")),
-        }
+        anchors::rows(&self.anchors, &mut rows);
         rows
     }
 
