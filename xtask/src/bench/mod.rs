@@ -1,23 +1,29 @@
 //! `cargo xtask bench`: measure observer against the tools it replaces, side by side in one run,
 //! inside network namespaces of its own, and write the figures into BENCHMARKS.md.
 //!
-//! Four parts (BENCHMARKS.md explains each figure and its aim):
+//! Six parts (BENCHMARKS.md explains each figure and its aim), one module each:
 //! 1. event latency: a chain created (and deleted) with iptables-legacy and with nft, from the
-//!    writer's exit to observer's JSON line arriving on our pipe;
+//!    writer's exit to observer's JSON line arriving on our pipe ([`latency`]);
 //! 2. x_tables read+diff cost (`observer bench-xt`) against `iptables-legacy-save` on a
-//!    20,000-rule filter table;
-//! 3. idle CPU and context switches of `observer tail` while nothing happens;
-//! 4. RSS of `observer tail` tracking that 20,000-rule table after one change;
+//!    20,000-rule filter table ([`read`]; the table is built by [`table`]);
+//! 3. idle CPU and context switches of `observer tail` while nothing happens ([`idle`]);
+//! 4. RSS of `observer tail` tracking that 20,000-rule table after one change ([`memory`]);
 //! 5. the kernel's own count of runs and nanoseconds of each of observer's eBPF programs
-//!    while iptables-legacy and nft changes are made (`kernel.bpf_stats_enabled`);
+//!    while iptables-legacy and nft changes are made (`kernel.bpf_stats_enabled`,
+//!    [`kernel_cost`]);
 //! 6. side by side with the tools already on a node, on the same changes: `nft monitor` and
 //!    `xtables-monitor` for nft and iptables-nft changes, a poller of `iptables-legacy-save` for
 //!    legacy changes on the 20,000-rule table ([`anchors`]).
 //!
+//! This file holds the entry point, the plan and what every part shares (its time limits, the
+//! run's environment), and the report: the table printed and written into BENCHMARKS.md
+//! between the bench markers. The parts share [`netns`] (namespaces), [`spawn`] (the commands
+//! and `observer tail` they run), [`stats`] (medians, distributions, number formats) and
+//! [`procfs`] (CPU and memory of a process).
+//!
 //! There are no pass/fail thresholds: the machines are shared and noisy. Every namespace is
 //! deleted on the way out (also when a part fails or panics); the host's own ruleset is never
 //! touched: every iptables/nft command runs under `ip netns exec`.
-
 use std::{
     env,
     fmt::Write as _,
