@@ -27,7 +27,7 @@ use std::{
 use anyhow::{bail, Context as _, Result};
 use clap::Args;
 
-use crate::{cmd, kstats, vm};
+use crate::{bench::median_opt, cmd, kstats, vm};
 
 const START: &str = "<!-- bench-overhead:start -->";
 const END: &str = "<!-- bench-overhead:end -->";
@@ -358,16 +358,6 @@ fn base_rules() -> String {
     s
 }
 
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    match n {
-        0 => None,
-        _ if n % 2 == 1 => Some(v[n / 2]),
-        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
-    }
-}
-
 fn values(path: &Path) -> Vec<f64> {
     fs::read_to_string(path)
         .unwrap_or_default()
@@ -403,12 +393,12 @@ fn report(dir: &Path, label: &str, configs: &[&str], rounds: usize, took: f64) -
     }
     md.push('\n');
     for (w, _, _) in UNRELATED.iter().chain(WRITERS) {
-        let Some(off) = median(values(&dir.join(format!("off.{w}")))) else {
+        let Some(off) = median_opt(&values(&dir.join(format!("off.{w}")))) else {
             bail!("{label}: no figure for {w} without observer (see the guest's output)");
         };
         let _ = write!(md, "| {w}: {} | {} |", what(w), human_ns(off));
         for c in &hooked {
-            match median(values(&dir.join(format!("{c}.{w}")))) {
+            match median_opt(&values(&dir.join(format!("{c}.{w}")))) {
                 Some(v) => {
                     let _ = write!(md, " {} | {:+.1} % |", human_ns(v), (v / off - 1.0) * 100.0);
                 }

@@ -14,7 +14,7 @@ use anyhow::{bail, Result};
 use clap::Args;
 use serde_json::Value;
 
-use crate::{cmd, kstats, vm};
+use crate::{bench::median, cmd, kstats, vm};
 
 /// The nftables table the guest loads (in the benchmark's own namespace).
 const NFT_TABLE: &str = "obsbench";
@@ -100,18 +100,6 @@ fn guest_script(dir: &Path, observer: &Path, rounds: usize) -> String {
     s
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n == 0 {
-        f64::NAN
-    } else if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
 /// A legacy change line with everything a person needs to name the writer.
 fn fully_attributed(v: &Value) -> bool {
     let p = &v["process"];
@@ -126,7 +114,7 @@ fn fully_attributed(v: &Value) -> bool {
 
 /// Median (ms) and count of the microsecond timings the guest wrote into `path`.
 fn timings(path: &Path) -> Option<(f64, usize)> {
-    let mut us: Vec<f64> = fs::read_to_string(path)
+    let us: Vec<f64> = fs::read_to_string(path)
         .ok()?
         .lines()
         .filter_map(|l| l.trim().parse().ok())
@@ -135,7 +123,7 @@ fn timings(path: &Path) -> Option<(f64, usize)> {
         return None;
     }
     let n = us.len();
-    Some((median(&mut us) / 1000.0, n))
+    Some((median(&us) / 1000.0, n))
 }
 
 /// What one observer printed: its hook placement (ready line), and per backend the change

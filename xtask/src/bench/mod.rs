@@ -58,6 +58,7 @@ use memory::Rss;
 pub(crate) use netns::remove_stale_namespaces;
 use netns::Netns;
 use read::XtCost;
+pub(crate) use stats::{median, median_opt};
 use table::{build_big_table, BigTable};
 pub(crate) use table::{kube_like_nft, kube_like_table};
 

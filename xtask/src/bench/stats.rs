@@ -24,13 +24,19 @@ pub(super) struct Dist {
     pub(super) max: f64,
 }
 
-pub(super) fn median(v: &[f64]) -> f64 {
+/// The median (the mean of the middle two for an even count); NaN when `v` is empty.
+pub(crate) fn median(v: &[f64]) -> f64 {
+    median_opt(v).unwrap_or(f64::NAN)
+}
+
+/// The median (the mean of the middle two for an even count); `None` when `v` is empty.
+pub(crate) fn median_opt(v: &[f64]) -> Option<f64> {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
     match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+        0 => None,
+        n if n % 2 == 1 => Some(v[n / 2]),
+        n => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
     }
 }
 
