@@ -6,6 +6,10 @@
 //!    exit, median of 5).
 //! 3. `observer run` (record on, stdout read by a pipe) while real nft transactions in a
 //!    namespace of its own make 1,000 changes per second: the daemon's CPU share and RSS.
+//!
+//! Also what bench-nats and soak share with it: the load's nft batches, a process's RSS and CPU
+//! ticks, an HTTP GET on loopback, a directory, a namespace and a child of the bench's own, and
+//! a free loopback port.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -160,19 +164,10 @@ struct Load {
 }
 
 fn load(bin: &Path, dir: &Path, secs: u64) -> Result<Load> {
-    let ns = format!("obs-benchd-{}", process::id());
-    let _ = Command::new("ip").args(["netns", "del", &ns]).output();
-    cmd::output(Command::new("ip").args(["netns", "add", &ns]))?;
-    struct Del(String);
-    impl Drop for Del {
-        fn drop(&mut self) {
-            let _ = Command::new("ip").args(["netns", "del", &self.0]).output();
-        }
-    }
-    let _del = Del(ns.clone());
+    let ns = Netns::new("benchd")?;
     let nft = |file: &Path| -> Result<()> {
         let out = Command::new("ip")
-            .args(["netns", "exec", &ns, "nft", "-f"])
+            .args(["netns", "exec", &ns.0, "nft", "-f"])
             .arg(file)
             .output()?;
         if !out.status.success() {
@@ -185,9 +180,7 @@ fn load(bin: &Path, dir: &Path, secs: u64) -> Result<Load> {
     nft(&setup)?;
     let batches = load_batches(dir)?;
 
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    let port = listener.local_addr()?.port();
-    drop(listener);
+    let port = free_port()?;
     let mut child = Command::new(bin)
         .args(["run", "--listen", &format!("127.0.0.1:{port}"), "--record"])
         .arg(dir.join("load.db"))
@@ -195,13 +188,6 @@ fn load(bin: &Path, dir: &Path, secs: u64) -> Result<Load> {
         .stderr(Stdio::null())
         .spawn()
         .context("starting observer run")?;
-    struct Kill(process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
     let pid = child.id();
     let stdout = child.stdout.take().context("stdout")?;
     let _child = Kill(child);
@@ -335,4 +321,53 @@ impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = fs::remove_dir_all(&self.0);
     }
+}
+
+/// A child killed when dropped.
+pub(crate) struct Kill(pub(crate) process::Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A namespace of the bench's own (`obs-TAG-PID`), deleted when dropped.
+pub(crate) struct Netns(pub(crate) String);
+
+impl Netns {
+    pub(crate) fn new(tag: &str) -> Result<Netns> {
+        let name = format!("obs-{tag}-{}", process::id());
+        let _ = Command::new("ip").args(["netns", "del", &name]).output();
+        cmd::output(Command::new("ip").args(["netns", "add", &name]))?;
+        Ok(Netns(name))
+    }
+
+    pub(crate) fn nft(&self, args: &[&str]) -> Result<()> {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.0, "nft"])
+            .args(args)
+            .output()?;
+        if !out.status.success() {
+            bail!(
+                "nft {args:?} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).output();
+    }
+}
+
+/// A loopback port free a moment ago (the listener that found it is closed again).
+pub(crate) fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }

@@ -11,7 +11,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{self, Child, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -20,7 +20,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde_json::Value;
 
-use crate::bench_daemon::{clock_ticks, cpu_ticks, load_batches, TempDir};
+use crate::bench_daemon::{clock_ticks, cpu_ticks, free_port, load_batches, Kill, Netns, TempDir};
 use crate::cmd;
 
 #[derive(Args)]
@@ -35,54 +35,6 @@ pub struct BenchNatsArgs {
 
 const START: &str = "<!-- bench-nats:start -->";
 const END: &str = "<!-- bench-nats:end -->";
-
-/// A child killed when dropped.
-struct Kill(Child);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// A namespace of the bench's own, deleted when dropped.
-struct Netns(String);
-
-impl Netns {
-    fn new(tag: &str) -> Result<Netns> {
-        let name = format!("obs-{tag}-{}", process::id());
-        let _ = Command::new("ip").args(["netns", "del", &name]).output();
-        cmd::output(Command::new("ip").args(["netns", "add", &name]))?;
-        Ok(Netns(name))
-    }
-
-    fn nft(&self, args: &[&str]) -> Result<()> {
-        let out = Command::new("ip")
-            .args(["netns", "exec", &self.0, "nft"])
-            .args(args)
-            .output()?;
-        if !out.status.success() {
-            bail!(
-                "nft {args:?} failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).output();
-    }
-}
-
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
 
 /// The change lines of a process's stdout: how many, and each one's lag behind its `time`.
 #[derive(Default)]

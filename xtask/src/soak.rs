@@ -34,7 +34,9 @@ use std::{fmt::Write as _, fs};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
-use crate::bench_daemon::{clock_ticks, cpu_ticks, http_get, load_batches, rss, TempDir};
+use crate::bench_daemon::{
+    clock_ticks, cpu_ticks, free_port, http_get, load_batches, rss, TempDir,
+};
 use crate::cmd;
 
 #[derive(Args)]
@@ -805,9 +807,7 @@ pub fn run(args: &SoakArgs) -> Result<i32> {
     let built = super::target_dir()?.join("release").join("observer");
     let bin = dir.path().join("observer");
     fs::copy(&built, &bin).with_context(|| format!("copying {}", built.display()))?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
+    let port = free_port()?;
 
     let nft_ns = Ns::new("nft")?;
     quiet(
