@@ -1,5 +1,6 @@
-//! `cargo xtask setup`: checks what building and testing observer needs and installs what is
-//! missing, nothing more. One line per check: `ok ...`, `installing ...`, `note ...`.
+//! Setup's Rust side of the eBPF build: the nightly toolchain and its rust-src component
+//! (rustup), bpf-linker built against nightly rustc's own libLLVM when the installed one does not
+//! run or links another LLVM, and cargo-fuzz for the fuzz targets.
 
 use std::{
     env, fs,
@@ -10,6 +11,7 @@ use std::{
 
 use anyhow::{bail, Context as _, Result};
 
+use super::Ready;
 use crate::cmd::{self, describe};
 
 /// The bpf-linker release that `setup` builds. Pinned (with `--locked`) so that a new release that
@@ -20,291 +22,8 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 /// same way.
 const CARGO_FUZZ_VERSION: &str = "0.13.2";
 
-/// A Debian package and the binaries that show it is installed.
-struct DebPackage {
-    name: &'static str,
-    binaries: &'static [&'static str],
-    /// Installed when the configured apt sources have it; otherwise only reported.
-    optional: bool,
-}
-
-const DEB_PACKAGES: &[DebPackage] = &[
-    DebPackage {
-        name: "nftables",
-        binaries: &["nft"],
-        optional: false,
-    },
-    DebPackage {
-        name: "iptables",
-        binaries: &[
-            "iptables",
-            "iptables-legacy",
-            "ip6tables-legacy",
-            "iptables-nft",
-        ],
-        optional: false,
-    },
-    DebPackage {
-        name: "iproute2",
-        binaries: &["ip"],
-        optional: false,
-    },
-    DebPackage {
-        name: "ipset",
-        binaries: &["ipset"],
-        optional: false,
-    },
-    DebPackage {
-        name: "bpftool",
-        binaries: &["bpftool"],
-        optional: true,
-    },
-    DebPackage {
-        name: "procps",
-        binaries: &["ps", "pgrep"],
-        optional: false,
-    },
-    // The live tail's tests run it in a real terminal.
-    DebPackage {
-        name: "tmux",
-        binaries: &["tmux"],
-        optional: false,
-    },
-    // The real firewall managers the incident tests run beside observer (in namespaces of the
-    // tests' own, on a private bus; never as services of this machine: see `no_service_starts`).
-    DebPackage {
-        name: "firewalld",
-        binaries: &["firewalld", "firewall-cmd"],
-        optional: false,
-    },
-    DebPackage {
-        name: "ufw",
-        binaries: &["ufw"],
-        optional: false,
-    },
-    DebPackage {
-        name: "fail2ban",
-        binaries: &["fail2ban-server", "fail2ban-client"],
-        optional: false,
-    },
-    DebPackage {
-        name: "docker.io",
-        binaries: &["dockerd"],
-        optional: false,
-    },
-    // The image of the container the docker test runs (built locally, nothing pulled).
-    DebPackage {
-        name: "busybox-static",
-        binaries: &["busybox"],
-        optional: false,
-    },
-    DebPackage {
-        name: "dbus-daemon",
-        binaries: &["dbus-daemon"],
-        optional: false,
-    },
-    // Fleet tests: the JetStream server observer publishes to, the Prometheus that scrapes it
-    // (promtool checks the alert rules), and podman, which builds and runs the image.
-    DebPackage {
-        name: "nats-server",
-        binaries: &["nats-server"],
-        optional: false,
-    },
-    DebPackage {
-        name: "prometheus",
-        binaries: &["prometheus", "promtool"],
-        optional: false,
-    },
-    DebPackage {
-        name: "podman",
-        binaries: &["podman"],
-        optional: false,
-    },
-    DebPackage {
-        name: "binutils",
-        binaries: &["strip"],
-        optional: false,
-    },
-];
-
-/// While packages install, keep their maintainer scripts from starting services on this
-/// machine (a firewalld started here would rewrite the host's ruleset): the `policy-rc.d`
-/// convention, removed again afterwards unless it was there before.
-struct NoServiceStarts(Option<PathBuf>);
-
-impl NoServiceStarts {
-    fn new() -> NoServiceStarts {
-        let path = PathBuf::from("/usr/sbin/policy-rc.d");
-        if path.exists() {
-            return NoServiceStarts(None);
-        }
-        let made = std::fs::write(
-            &path,
-            "#!/bin/sh\n# No service starts while observer's setup installs packages.\nexit 101\n",
-        )
-        .and_then(|()| {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
-        });
-        NoServiceStarts(made.is_ok().then_some(path))
-    }
-}
-
-impl Drop for NoServiceStarts {
-    fn drop(&mut self) {
-        if let Some(p) = &self.0 {
-            let _ = std::fs::remove_file(p);
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Options {
-    /// Rebuild bpf-linker even when the installed one works.
-    pub force_bpf_linker: bool,
-    /// When not root and Debian packages are missing: warn and go on instead of failing.
-    /// (`build` and `tail` do not need them to compile; `setup` itself is strict.)
-    pub lenient_packages: bool,
-}
-
-/// What later cargo commands need to know after setup.
-#[derive(Debug, Default)]
-pub struct Ready {
-    /// A directory to put in front of PATH for child processes, when the working bpf-linker is
-    /// not the first one PATH finds (for example `$CARGO_HOME/bin` missing from PATH).
-    pub path_prepend: Option<PathBuf>,
-}
-
-impl Ready {
-    /// Applies what setup found to a command that will build eBPF code.
-    pub fn apply(&self, cmd: &mut Command) {
-        if let Some(dir) = &self.path_prepend {
-            let old = env::var_os("PATH").unwrap_or_default();
-            let paths = std::iter::once(dir.clone()).chain(env::split_paths(&old));
-            if let Ok(joined) = env::join_paths(paths) {
-                cmd.env("PATH", joined);
-            }
-        }
-    }
-}
-
-pub fn run(opts: Options) -> Result<Ready> {
-    debian_packages(opts)?;
-    let nightly = nightly_toolchain()?;
-    let ready = bpf_linker(&nightly, opts.force_bpf_linker)?;
-    cargo_fuzz()?;
-    kernel_report();
-    Ok(ready)
-}
-
-// ---------------------------------------------------------------------------------------------
-// Debian packages
-
-fn debian_packages(opts: Options) -> Result<()> {
-    let mut missing = Vec::new();
-    for pkg in DEB_PACKAGES {
-        let absent: Vec<&str> = pkg
-            .binaries
-            .iter()
-            .copied()
-            .filter(|b| cmd::which(b).is_none())
-            .collect();
-        if absent.is_empty() {
-            println!("ok {} ({})", pkg.binaries.join(", "), pkg.name);
-        } else {
-            println!("missing {} ({})", absent.join(", "), pkg.name);
-            missing.push(pkg);
-        }
-    }
-    if missing.is_empty() {
-        return Ok(());
-    }
-    let names: Vec<&str> = missing.iter().map(|p| p.name).collect();
-    let by_hand = format!(
-        "apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \
-         --no-install-recommends {}",
-        names.join(" ")
-    );
-    if !cmd::is_root() {
-        let msg = format!(
-            "missing Debian packages: {}; installing them needs root. Run as root: `{by_hand}` \
-             (or `sudo cargo xtask setup`)",
-            names.join(", ")
-        );
-        if opts.lenient_packages {
-            println!("warning: {msg}");
-            return Ok(());
-        }
-        bail!(msg);
-    }
-    if cmd::which("apt-get").is_none() {
-        bail!(
-            "missing Debian packages: {}, and there is no apt-get here; install their \
-             equivalents with this system's package manager",
-            names.join(", ")
-        );
-    }
-    println!(
-        "installing {} (apt-get update, then apt-get install)",
-        names.join(" ")
-    );
-    cmd::run(
-        Command::new("apt-get")
-            .args(["update", "-q"])
-            .env("DEBIAN_FRONTEND", "noninteractive"),
-    )
-    .context("`apt-get update` failed; check the apt sources and the network, then re-run")?;
-
-    let mut to_install = Vec::new();
-    for pkg in missing {
-        if pkg.optional && !apt_has_candidate(pkg.name)? {
-            println!(
-                "note {} is not in the configured apt sources; skipped (optional)",
-                pkg.name
-            );
-        } else {
-            to_install.push(pkg.name);
-        }
-    }
-    if to_install.is_empty() {
-        return Ok(());
-    }
-    let _guard = NoServiceStarts::new();
-    let mut install = Command::new("apt-get");
-    install
-        .args(["install", "-y", "-q", "--no-install-recommends"])
-        .args(&to_install)
-        .env("DEBIAN_FRONTEND", "noninteractive");
-    cmd::run(&mut install).with_context(|| {
-        format!(
-            "installing Debian packages failed; try by hand: `{}`",
-            describe(&install)
-        )
-    })?;
-    for name in &to_install {
-        let pkg = DEB_PACKAGES.iter().find(|p| p.name == *name);
-        if let Some(bin) = pkg.and_then(|p| p.binaries.iter().find(|b| cmd::which(b).is_none())) {
-            bail!("`{bin}` is still missing after installing the Debian package {name}");
-        }
-        println!("ok installed {name}");
-    }
-    Ok(())
-}
-
-fn apt_has_candidate(pkg: &str) -> Result<bool> {
-    let policy = cmd::output(Command::new("apt-cache").args(["policy", pkg]))
-        .with_context(|| format!("asking apt whether it has {pkg}"))?;
-    Ok(policy
-        .lines()
-        .filter_map(|l| l.trim().strip_prefix("Candidate:"))
-        .any(|c| c.trim() != "(none)"))
-}
-
-// ---------------------------------------------------------------------------------------------
-// Nightly toolchain and rust-src
-
 /// What the eBPF build needs to know about the nightly toolchain.
-struct Nightly {
+pub(super) struct Nightly {
     sysroot: PathBuf,
     /// File name of nightly rustc's own libLLVM in `sysroot/lib`, e.g. `libLLVM.so.22.1-rust-1.97.0-nightly`.
     llvm_lib: String,
@@ -318,7 +37,7 @@ fn rustup() -> Result<PathBuf> {
     )
 }
 
-fn nightly_toolchain() -> Result<Nightly> {
+pub(super) fn nightly_toolchain() -> Result<Nightly> {
     let rustup = rustup()?;
     let list = cmd::output(Command::new(&rustup).args(["toolchain", "list"]))
         .context("listing rustup toolchains")?;
@@ -472,7 +191,7 @@ fn linked_llvm_major(bin: &Path) -> Option<u32> {
     None
 }
 
-fn bpf_linker(nightly: &Nightly, force: bool) -> Result<Ready> {
+pub(super) fn bpf_linker(nightly: &Nightly, force: bool) -> Result<Ready> {
     let root = install_root()?;
     let installed = root.join("bin").join("bpf-linker");
     let in_path = cmd::which_in_path("bpf-linker");
@@ -580,7 +299,7 @@ fn ready_for(good: &Path, in_path: Option<&Path>) -> Ready {
 
 /// cargo-fuzz (the fuzz targets of fuzz/, run by `cargo xtask fuzz` and `cargo xtask test`):
 /// any one that runs will do; otherwise the pinned release is installed (about a minute).
-fn cargo_fuzz() -> Result<()> {
+pub(super) fn cargo_fuzz() -> Result<()> {
     let installed = install_root()?.join("bin").join("cargo-fuzz");
     for candidate in cmd::which_in_path("cargo-fuzz").iter().chain([&installed]) {
         if let Ok(v) = cmd::output(Command::new(candidate).arg("--version")) {
@@ -609,27 +328,6 @@ fn cargo_fuzz() -> Result<()> {
         .with_context(|| format!("the freshly installed {} does not run", installed.display()))?;
     println!("ok {} ({})", v.trim(), installed.display());
     Ok(())
-}
-
-// ---------------------------------------------------------------------------------------------
-// Kernel facilities: reported only
-
-fn kernel_report() {
-    if Path::new("/sys/kernel/tracing/events").is_dir() {
-        println!("ok tracefs (/sys/kernel/tracing)");
-    } else {
-        println!(
-            "note tracefs is not mounted at /sys/kernel/tracing; observer mounts it itself when run \
-             as root (by hand: mount -t tracefs nodev /sys/kernel/tracing)"
-        );
-    }
-    if Path::new("/sys/kernel/btf/vmlinux").exists() {
-        println!("ok kernel BTF (/sys/kernel/btf/vmlinux)");
-    } else {
-        println!(
-            "note no kernel BTF at /sys/kernel/btf/vmlinux; observer cannot resolve struct offsets"
-        );
-    }
 }
 
 #[cfg(test)]
