@@ -18,9 +18,10 @@
 //! - At the end the aims: flat memory, nothing dropped or lost, no descriptor growth, every `seq`
 //!   exactly once over SSE. Exit status 1 when one is missed.
 //!
-//! The run and what its threads share are here; [`load`] makes the load, [`daemon`] runs
-//! observer and reads its stdout, [`sse`] is the SSE client, [`sample`] takes the minute's
-//! figures, [`report`] judges the aims and writes the summary; [`signals`] catches Ctrl-C.
+//! The run and what its threads share are here; [`load`](mod@load) makes the load, [`daemon`]
+//! runs observer and reads its stdout, [`sse`](mod@sse) is the SSE client, [`sample`] takes the
+//! minute's figures, [`report`](mod@report) judges the aims and writes the summary; [`signals`]
+//! catches Ctrl-C.
 
 use std::collections::BTreeMap;
 use std::fs;
