@@ -334,34 +334,19 @@ impl Drop for Kill {
 }
 
 /// A namespace of the bench's own (`obs-TAG-PID`), deleted when dropped.
-pub(crate) struct Netns(pub(crate) String);
+pub(crate) struct Netns(pub(crate) String, test_support::Netns);
 
 impl Netns {
     pub(crate) fn new(tag: &str) -> Result<Netns> {
-        let name = format!("obs-{tag}-{}", process::id());
-        let _ = Command::new("ip").args(["netns", "del", &name]).output();
-        cmd::output(Command::new("ip").args(["netns", "add", &name]))?;
-        Ok(Netns(name))
+        let ns = test_support::Netns::add(format!("obs-{tag}-{}", process::id()))?;
+        Ok(Netns(ns.name().to_string(), ns))
     }
 
     pub(crate) fn nft(&self, args: &[&str]) -> Result<()> {
-        let out = Command::new("ip")
-            .args(["netns", "exec", &self.0, "nft"])
-            .args(args)
-            .output()?;
-        if !out.status.success() {
-            bail!(
-                "nft {args:?} failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).output();
+        self.1
+            .run("nft", args)
+            .map(drop)
+            .map_err(|e| anyhow::anyhow!("nft {args:?}: {e}"))
     }
 }
 

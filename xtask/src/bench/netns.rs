@@ -8,22 +8,24 @@ use anyhow::Result;
 
 use crate::cmd;
 
-/// A network namespace made with `ip netns add`, deleted when dropped.
+/// A network namespace made with `ip netns add`, deleted when dropped (test-support's).
 pub(super) struct Netns {
     pub(super) name: String,
+    ns: test_support::Netns,
 }
 
 impl Netns {
     pub(super) fn add(name: String) -> Result<Netns> {
-        cmd::output(Command::new("ip").args(["netns", "add", &name]))?;
-        Ok(Netns { name })
+        let ns = test_support::Netns::add(name)?;
+        Ok(Netns {
+            name: ns.name().to_string(),
+            ns,
+        })
     }
 
     /// `ip netns exec NAME PROGRAM`.
     pub(super) fn cmd(&self, program: &str) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.name, program]);
-        c
+        self.ns.command(program)
     }
 
     pub(super) fn legacy(&self, args: &[&str]) -> Command {
@@ -37,17 +39,6 @@ impl Netns {
         let mut c = self.cmd("nft");
         c.args(args.split(' '));
         c
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        if let Err(e) = cmd::output(Command::new("ip").args(["netns", "del", &self.name])) {
-            eprintln!(
-                "xtask: warning: {e:#}; delete it with `ip netns del {}`",
-                self.name
-            );
-        }
     }
 }
 

@@ -4,47 +4,39 @@
 
 use std::fmt::Write as _;
 use std::fs;
-use std::os::unix::fs::MetadataExt as _;
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{self, Command};
 use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
-use super::signals::{command, interrupted, quiet};
+use super::signals::{interrupted, quiet};
 use super::{Shared, BIG_RULES, CHURN_EVERY, TICK};
 
 pub(super) const NS_PREFIX: &str = "obs-soak-";
 
 /// A namespace of the soak's own, deleted when dropped.
-pub(super) struct Ns(String);
+pub(super) struct Ns(test_support::Netns);
 
 impl Ns {
     pub(super) fn new(tag: &str) -> Result<Ns> {
         let name = format!("{NS_PREFIX}{}-{tag}", process::id());
-        let _ = command("ip").args(["netns", "del", &name]).output();
-        quiet(command("ip").args(["netns", "add", &name]))?;
-        Ok(Ns(name))
+        Ok(Ns(test_support::Netns::add(name)?))
     }
 
+    /// `ip netns exec NAME PROGRAM`, in a process group of its own (see `command`).
     pub(super) fn exec(&self, program: &str) -> Command {
-        let mut c = command("ip");
-        c.args(["netns", "exec", &self.0, program]);
+        let mut c = self.0.command(program);
+        c.process_group(0);
         c
     }
 
     /// The namespace's inode: the `netns` of its change lines.
     pub(super) fn inode(&self) -> Result<u64> {
-        let p = format!("/run/netns/{}", self.0);
-        Ok(fs::metadata(&p).with_context(|| p.clone())?.ino())
-    }
-}
-
-impl Drop for Ns {
-    fn drop(&mut self) {
-        let _ = command("ip").args(["netns", "del", &self.0]).output();
+        Ok(self.0.inode()?)
     }
 }
 
