@@ -439,12 +439,12 @@ impl Owners {
             patterns
                 .iter()
                 .map(|p| {
-                    Glob::new(p)
-                        .map(|g| g.compile_matcher())
-                        .map_err(|cause| OwnersError::ChainPattern {
+                    Glob::new(p).map(|g| g.compile_matcher()).map_err(|cause| {
+                        OwnersError::ChainPattern {
                             pattern: p.clone(),
                             cause,
-                        })
+                        }
+                    })
                 })
                 .collect()
         };

@@ -128,14 +128,20 @@ fn an_owners_file_can_own_a_whole_table() {
         "[[owner]]\nname = \"edge\"\ntables = [\"edge\"]\n",
     )
     .expect("parse");
-    let err = Owners::catalog().apply(bad).expect_err("no family").to_string();
+    let err = Owners::catalog()
+        .apply(bad)
+        .expect_err("no family")
+        .to_string();
     assert!(err.contains("give the family and the name"), "{err}");
     let bad = parse_file(
         Path::new("o.toml"),
         "[[owner]]\nname = \"edge\"\ntables = [\"ipv4 edge\"]\n",
     )
     .expect("parse");
-    let err = Owners::catalog().apply(bad).expect_err("bad family").to_string();
+    let err = Owners::catalog()
+        .apply(bad)
+        .expect_err("bad family")
+        .to_string();
     assert!(err.contains("not an nftables family"), "{err}");
 }
 
@@ -190,9 +196,13 @@ fn a_file_overrides_the_catalog_in_toml_and_yaml() {
 
 #[test]
 fn bad_files_say_what_is_wrong() {
-    let e = parse_file(Path::new("o.toml"), "[[owner]]\nname = \"x\"\ncolour = 1\n").unwrap_err().to_string();
+    let e = parse_file(Path::new("o.toml"), "[[owner]]\nname = \"x\"\ncolour = 1\n")
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("colour"), "{e}");
-    let e = parse_file(Path::new("o.yaml"), "owner: 3\n").unwrap_err().to_string();
+    let e = parse_file(Path::new("o.yaml"), "owner: 3\n")
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("o.yaml"), "{e}");
     let e = parse_file(Path::new("o.ini"), "").unwrap_err().to_string();
     assert!(e.contains("*.toml"), "{e}");
