@@ -8,7 +8,7 @@
 
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -223,18 +223,7 @@ impl Observer {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("start observer");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                let v: Value =
-                    serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON: {line}: {e}"));
-                if tx.send(v).is_err() {
-                    break;
-                }
-            }
-        });
+        let rx = json_lines(child.stdout.take().expect("stdout"));
         let mut obs = Observer {
             child,
             lines: rx,
