@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use observer::remote::SseParser;
+use observer::cmd::remote::SseParser;
 
 fuzz_target!(|data: &[u8]| {
     let Some((first, stream)) = data.split_first() else {

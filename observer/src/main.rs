@@ -1,8 +1,8 @@
 //! The `observer` command: parses the command line, starts the async runtime and runs one verb
-//! of the library (see `lib.rs` for the data path).
+//! of the library's commands (`cmd`; see `lib.rs` for the data path).
 
-use observer::bench;
-use observer::{cli, daemon, doctor, follow, nats, ownership, query, remote, tail};
+use observer::cmd::{bench, doctor, fleet, follow, owners, query, remote, tail};
+use observer::{cli, daemon};
 
 use std::process::ExitCode;
 
@@ -29,7 +29,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async move {
         match args.command {
             cli::Command::Tail(t) if t.remote.is_some() => remote::tail(*t).await,
-            cli::Command::Tail(t) if t.nats.is_some() => nats::fleet::tail(*t).await,
+            cli::Command::Tail(t) if t.nats.is_some() => fleet::tail(*t).await,
             cli::Command::Tail(t) if t.record.is_some() => follow::tail(*t).await,
             cli::Command::Tail(t) => tail::tail(*t).await,
             cli::Command::Run(r) => daemon::run(*r).await,
@@ -37,7 +37,7 @@ fn main() -> ExitCode {
             cli::Command::Doctor(d) => doctor::run(d),
             cli::Command::BenchXt(b) => bench::run(b),
             cli::Command::BenchRecord(b) => bench::record(b),
-            cli::Command::Owners(o) => ownership::run(o),
+            cli::Command::Owners(o) => owners::run(o),
             cli::Command::BenchIncidents(b) => bench::incidents::run(b),
         }
     });

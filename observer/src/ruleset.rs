@@ -524,5 +524,14 @@ fn plural(n: usize, one: &str, many: &str) -> String {
     }
 }
 
+/// The built-in chains of x_tables (the hooks: INPUT, FORWARD...; arptables' IN and OUT): nobody
+/// owns them; the jumps in them are what matters.
+pub fn is_builtin_chain(name: &str) -> bool {
+    matches!(
+        name,
+        "INPUT" | "OUTPUT" | "FORWARD" | "PREROUTING" | "POSTROUTING" | "IN" | "OUT"
+    )
+}
+
 #[cfg(test)]
 mod tests;

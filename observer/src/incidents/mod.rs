@@ -44,9 +44,9 @@ use crate::output::record::{
     parse_rfc3339_ns, rfc3339, ChangeRecord, IncidentKind, IncidentRecord, IncidentState, OwnerHit,
     Severity, SplitBackends,
 };
-use crate::ruleset::{Backend, Family, Op};
+use crate::ruleset::{is_builtin_chain, Backend, Family, Op};
 use lines::*;
-use owners::{is_builtin_chain, Claim, How, Owners};
+use owners::{Claim, How, Owners};
 use summary::*;
 
 /// At most this many `seq`s are listed in one incident's `events` (the most recent ones).

@@ -250,15 +250,6 @@ const CATALOG_ALIASES: &[(&str, &[&str])] = &[
     ("firewalld", &["firewalld", "firewall-cmd"]),
 ];
 
-/// The chains of the built-in iptables chains (hooks): nobody owns them; the jumps in them are
-/// what matters.
-pub fn is_builtin_chain(name: &str) -> bool {
-    matches!(
-        name,
-        "INPUT" | "OUTPUT" | "FORWARD" | "PREROUTING" | "POSTROUTING" | "IN" | "OUT"
-    )
-}
-
 /// The ownership rules in force.
 #[derive(Debug, Clone)]
 pub struct Owners {

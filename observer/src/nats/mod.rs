@@ -10,7 +10,6 @@
 //! JetStream drops a message it already holds under that id (within the stream's duplicate
 //! window), so a publish retried after a lost acknowledgement is stored once.
 
-pub mod fleet;
 pub mod publish;
 
 use std::time::Duration;

@@ -400,7 +400,7 @@ pub(super) fn fold_builtin_chains(txn: &mut Vec<ChangeRecord>) {
                     && c.table == table
                     && c.chain
                         .as_deref()
-                        .is_some_and(crate::incidents::owners::is_builtin_chain)
+                        .is_some_and(crate::ruleset::is_builtin_chain)
             })
             .filter_map(|c| c.chain.clone())
             .collect();

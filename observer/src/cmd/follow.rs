@@ -38,7 +38,7 @@ pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
     };
     let conn = store::open_ro(&path)
         .with_context(|| format!("--record {}: cannot follow it", path.display()))?;
-    let mut output = crate::tail::tail_output(&args)?;
+    let mut output = crate::cmd::tail::tail_output(&args)?;
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     let follow = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {

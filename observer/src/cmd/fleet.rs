@@ -15,9 +15,9 @@ use anyhow::{bail, Context as _};
 use async_nats::jetstream::{self, consumer};
 use futures_util::StreamExt as _;
 
-use super::{HEADER_NODE, HEADER_RECORD, HEADER_SEQ};
 use crate::cli::TailArgs;
 use crate::engine::Output;
+use crate::nats::{subject_token, HEADER_NODE, HEADER_RECORD, HEADER_SEQ};
 use crate::output::{Record, StatusRecord};
 
 /// A screen with transactions in progress is drawn after this long without a message.
@@ -47,7 +47,7 @@ pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
     // Only one node, named without wildcards: the server filters.
     let filter_subject = match &args.node {
         Some(n) if !n.contains(['*', '?', '[', '{']) => {
-            format!("observer.{}.>", super::subject_token(n))
+            format!("observer.{}.>", subject_token(n))
         }
         _ => "observer.>".to_string(),
     };
@@ -68,7 +68,7 @@ pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
         )
     })?;
     let mut printer = Printer {
-        output: crate::tail::tail_output(&args)?,
+        output: crate::cmd::tail::tail_output(&args)?,
         node_glob,
         last: HashMap::new(),
     };

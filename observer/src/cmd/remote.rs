@@ -144,7 +144,7 @@ pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
         .map(crate::daemon::token_from)
         .transpose()?;
     let mut printer = Printer {
-        screen: (!args.json).then(|| Box::new(crate::tail::tail_screen(&args))),
+        screen: (!args.json).then(|| Box::new(crate::cmd::tail::tail_screen(&args))),
         last_status: None,
     };
     let tls = if uri.scheme_str() == Some("https") {
@@ -383,7 +383,7 @@ mod tests {
 
     #[test]
     fn daemon_lines_are_drawn_from_the_same_records_without_losing_a_field() {
-        let fixture = include_str!("incidents/fixtures/calico_vs_kube_proxy.jsonl");
+        let fixture = include_str!("../incidents/fixtures/calico_vs_kube_proxy.jsonl");
         let mut kinds = std::collections::BTreeSet::new();
         for line in fixture.lines().filter(|l| !l.trim().is_empty()) {
             let sent: Value = serde_json::from_str(line).expect("fixture line");

@@ -69,7 +69,7 @@ pub fn run(a: QueryArgs) -> anyhow::Result<()> {
         }
     }
     if want_incidents {
-        let filter = super::daemon::incident_filter(
+        let filter = crate::daemon::incident_filter(
             netns,
             a.backend.map(crate::ruleset::Backend::from),
             a.table.clone(),
