@@ -1,8 +1,8 @@
 //! The `observer` command: parses the command line, starts the async runtime and runs one verb
 //! of the library's commands (`cmd`; see `lib.rs` for the data path).
 
-use observer::cmd::{bench, doctor, fleet, follow, owners, query, remote, tail};
-use observer::{cli, daemon};
+use observer::cli;
+use observer::cmd::{bench, doctor, fleet, follow, owners, query, remote, run, tail};
 
 use std::process::ExitCode;
 
@@ -32,7 +32,7 @@ fn main() -> ExitCode {
             cli::Command::Tail(t) if t.nats.is_some() => fleet::tail(*t).await,
             cli::Command::Tail(t) if t.record.is_some() => follow::tail(*t).await,
             cli::Command::Tail(t) => tail::tail(*t).await,
-            cli::Command::Run(r) => daemon::run(*r).await,
+            cli::Command::Run(r) => run::run(*r).await,
             cli::Command::Query(q) => query::run(*q),
             cli::Command::Doctor(d) => doctor::run(d),
             cli::Command::BenchXt(b) => bench::run(b),

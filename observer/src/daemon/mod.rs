@@ -1,190 +1,19 @@
-//! `observer run`: the node agent (a DaemonSet on Kubernetes).
-//!
-//! Every record goes, unfiltered and in order, to stdout as JSON lines (the same contract as
-//! `tail --json`), to the forensic record (`crate::store`), to the metrics and to the HTTP
-//! streams (`http`). Logs go to stderr. SIGTERM (or SIGINT) stops the engine, ends the streams,
-//! writes everything queued to the record and exits 0.
+//! The node agent's parts (`observer run`, put together by `crate::cmd::run`): where the
+//! engine's records go (`sink`: stdout, the record, the metrics, the HTTP streams of `hub`), the
+//! HTTP endpoint (`http`, `tls`, `ruleset`), the metrics, and the settings (`config`: flags over
+//! a file over defaults).
 
 pub mod config;
-mod http;
-mod hub;
-mod metrics;
+pub(crate) mod http;
+pub(crate) mod hub;
+pub(crate) mod metrics;
 mod ruleset;
-mod sink;
+pub(crate) mod sink;
 pub mod tls;
 
-use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{bail, Context as _};
-
-use crate::cli::run::RunArgs;
-use crate::recorder;
-use crate::store;
-use config::Settings;
-use hub::Hub;
-use sink::DaemonOutput;
-
-/// How many records may wait for the record writer before new ones are dropped (and counted).
-const STORE_QUEUE: usize = 65_536;
-
-pub async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let mut settings = args.resolve().map_err(anyhow::Error::msg)?;
-    let token = read_token(&settings)?;
-    if !nix::unistd::geteuid().is_root() {
-        bail!(
-            "observer run needs root (or CAP_SYS_ADMIN, CAP_NET_ADMIN, CAP_BPF and CAP_PERFMON) to \
-             load its eBPF programs and join every network namespace; run it as root (on \
-             Kubernetes: a privileged DaemonSet with hostPID and hostNetwork)"
-        );
-    }
-
-    // The record first: a record that cannot be written stops the start, before any hook.
-    let mut writer = None;
-    let mut last_incident = 0;
-    let mut record_id = None;
-    let store_stats = Arc::new(recorder::StoreStats::default());
-    if let Some(path) = &settings.record {
-        let conn = store::open_rw(path)?;
-        let (last_seq, last_no) = store::last_numbers(&conn)?;
-        if settings.nats.is_some() {
-            record_id = Some(store::record_id(&conn)?);
-        }
-        settings.source.first_seq = last_seq;
-        last_incident = last_no;
-        let limits = recorder::Limits {
-            retain: settings.retain,
-            max_bytes: settings.max_record,
-        };
-        let w =
-            recorder::spawn_writer(conn, path.clone(), limits, STORE_QUEUE, store_stats.clone())
-                .context("starting the record writer thread")?;
-        tracing::info!(
-            "record {}: numbering goes on after seq {last_seq}",
-            path.display()
-        );
-        writer = Some(w);
-    }
-
-    let nats_stats = settings
-        .nats
-        .as_ref()
-        .map(|_| Arc::new(crate::nats::publish::NatsStats::default()));
-    let metrics = metrics::Metrics::new(
-        settings.record.as_ref().map(|_| store_stats.clone()),
-        nats_stats.clone(),
-    );
-    let hub = Arc::new(Hub::new(metrics, settings.record.clone()));
-    let publisher = match (&settings.nats, &settings.record, record_id, nats_stats) {
-        (Some(nats), Some(record), Some(id), Some(stats)) => {
-            tracing::info!(
-                "publishing to NATS {} as node {} (stream {})",
-                nats.url,
-                nats.node,
-                nats.stream
-            );
-            let spool = crate::nats::publish::Spool {
-                path: record.clone(),
-                id,
-                stats: store_stats.clone(),
-            };
-            Some(crate::nats::publish::spawn(
-                nats.clone(),
-                spool,
-                stats,
-                hub.on_shutdown(),
-            ))
-        }
-        _ => None,
-    };
-    // TLS files are read before anything is attached: a bad one stops the start.
-    let tls = settings
-        .tls
-        .clone()
-        .map(tls::Reloading::load)
-        .transpose()
-        .context("the HTTP endpoint's TLS")?;
-    let listener = tokio::net::TcpListener::bind(settings.listen)
-        .await
-        .map_err(|e| listen_error(settings.listen, e))?;
-    let app = http::router(hub::AppState {
-        hub: hub.clone(),
-        token: token.map(Into::into),
-    });
-    let mut stopped = hub.on_shutdown();
-    let shutdown = async move {
-        let _ = stopped.wait_for(|s| *s).await;
-    };
-    let server = match tls {
-        Some(tls) => {
-            tracing::info!("HTTP endpoint on https://{}", settings.listen);
-            let listener = tls::TlsListener::new(listener, Arc::new(tls))
-                .map_err(|e| listen_error(settings.listen, e))?;
-            tokio::spawn(async move {
-                let res = axum::serve(listener, app)
-                    .with_graceful_shutdown(shutdown)
-                    .await;
-                if let Err(e) = res {
-                    tracing::error!("HTTP endpoint stopped: {e}");
-                }
-            })
-        }
-        None => {
-            tracing::info!("HTTP endpoint on http://{}", settings.listen);
-            tokio::spawn(async move {
-                let res = axum::serve(listener, app)
-                    .with_graceful_shutdown(shutdown)
-                    .await;
-                if let Err(e) = res {
-                    tracing::error!("HTTP endpoint stopped: {e}");
-                }
-            })
-        }
-    };
-
-    let (sender, join) = match writer {
-        Some((s, j)) => (Some(s), Some(j)),
-        None => (None, None),
-    };
-    let output = DaemonOutput::new(hub.clone(), sender, last_incident, settings.snapshots);
-    // The engine owns the output: when it returns, the record's sender is gone and the writer
-    // finishes what is queued.
-    let result = crate::engine::run(&settings.source.engine_config(), Box::new(output)).await;
-
-    // The writer writes and streams what is queued, then the clients are let go.
-    if let Some(j) = join {
-        let _ = tokio::task::spawn_blocking(move || j.join()).await;
-    }
-    hub.shut_down();
-    if tokio::time::timeout(Duration::from_secs(5), server)
-        .await
-        .is_err()
-    {
-        tracing::warn!("HTTP clients did not disconnect within 5 s; closing");
-    }
-    if let Some(p) = publisher {
-        // It stops at the shutdown signal; what it had not published waits in the record.
-        let _ = p.await;
-    }
-    result
-}
-
-fn read_token(s: &Settings) -> anyhow::Result<Option<String>> {
-    let Some(path) = &s.token_file else {
-        if !s.listen.ip().is_loopback() {
-            bail!(
-                "refusing to listen on {} (beyond loopback) without a token: pass --token-file FILE \
-                 (or OBSERVER_TOKEN_FILE) with a bearer token, or listen on 127.0.0.1",
-                s.listen
-            );
-        }
-        return Ok(None);
-    };
-    let token = token_from(path)?;
-    Ok(Some(token))
-}
 
 /// The bearer token in a file (surrounding whitespace ignored).
 pub fn token_from(path: &Path) -> anyhow::Result<String> {
@@ -202,19 +31,6 @@ pub fn token_from(path: &Path) -> anyhow::Result<String> {
         );
     }
     Ok(token)
-}
-
-fn listen_error(addr: SocketAddr, e: std::io::Error) -> anyhow::Error {
-    let hint = match e.kind() {
-        std::io::ErrorKind::AddrInUse => {
-            "another process (another observer?) listens there; stop it or choose another \
-             address with --listen"
-        }
-        std::io::ErrorKind::AddrNotAvailable => "this machine has no such address; check --listen",
-        std::io::ErrorKind::PermissionDenied => "ports below 1024 need CAP_NET_BIND_SERVICE",
-        _ => "check --listen",
-    };
-    anyhow::anyhow!("cannot listen on {addr}: {e} ({hint})")
 }
 
 /// The stream filter of `/incidents`, for `observer query` over stored incidents.
