@@ -145,6 +145,20 @@ impl ProcessInfo {
         }
     }
 
+    /// A writer known by its pid, command, parent and actor only (no cgroup, unit, container,
+    /// pod or ancestry): what benchmarks and fixtures write with.
+    pub fn named(pid: u32, comm: &str, parent: Option<(u32, &str)>, actor: &str) -> ProcessInfo {
+        ProcessInfo {
+            pid,
+            tid: pid,
+            comm: comm.into(),
+            ppid: parent.map(|p| p.0),
+            parent_comm: parent.map(|p| p.1.to_string()),
+            actor: actor.into(),
+            ..ProcessInfo::unknown()
+        }
+    }
+
     /// The writer's unit, container and pod, the pod's names completed from the node's logs
     /// ([`crate::pods`]).
     fn with_workload(mut self, mut w: Workload) -> ProcessInfo {

@@ -389,17 +389,8 @@ mod tests {
             result: "ok".into(),
             source: Source::Tracepoint,
             process: ProcessInfo {
-                pid: 10,
-                tid: 10,
-                comm: "iptables-legacy".into(),
-                ppid: Some(9),
-                parent_comm: Some("kubelet".into()),
-                actor: "kubelet".into(),
                 cgroup: Some(1),
-                unit: None,
-                container_id: None,
-                pod: None,
-                ancestry: Vec::new(),
+                ..ProcessInfo::named(10, "iptables-legacy", Some((9, "kubelet")), "kubelet")
             },
             replayed: false,
             recovered: false,

@@ -86,17 +86,8 @@ impl Gen {
                     result: "ok".into(),
                     source: Source::Tracepoint,
                     process: ProcessInfo {
-                        pid: 10,
-                        tid: 10,
-                        comm: "iptables-restor".into(),
-                        ppid: Some(9),
-                        parent_comm: Some(actor.into()),
-                        actor: actor.into(),
                         cgroup: Some(1),
-                        unit: None,
-                        container_id: None,
-                        pod: None,
-                        ancestry: Vec::new(),
+                        ..ProcessInfo::named(10, "iptables-restor", Some((9, actor)), actor)
                     },
                     replayed: false,
                     recovered: false,

@@ -2,17 +2,8 @@ use super::*;
 
 fn proc_(actor: &str, unit: Option<&str>) -> ProcessInfo {
     ProcessInfo {
-        pid: 1,
-        tid: 1,
-        comm: "iptables".into(),
-        ppid: None,
-        parent_comm: None,
-        actor: actor.into(),
-        cgroup: None,
         unit: unit.map(str::to_string),
-        container_id: None,
-        pod: None,
-        ancestry: Vec::new(),
+        ..ProcessInfo::named(1, "iptables", None, actor)
     }
 }
 
