@@ -161,7 +161,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         // It stops at the shutdown signal; what it had not published waits in the record.
         let _ = p.await;
     }
-    result
+    Ok(result?)
 }
 
 fn read_token(s: &Settings) -> anyhow::Result<Option<String>> {

@@ -103,7 +103,7 @@ pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
         );
     }
     let output = tail_output(&args)?;
-    engine::run(&args.source.engine_config(), output).await
+    Ok(engine::run(&args.source.engine_config(), output).await?)
 }
 
 fn build_filter(args: &TailArgs) -> Result<Filter, String> {

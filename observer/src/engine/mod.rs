@@ -21,7 +21,6 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use anyhow::Context as _;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -29,7 +28,8 @@ use crate::attribution::ProcessInfo;
 use crate::forensics::model::Tables;
 use crate::hooks::decode::KernelEvent;
 use crate::hooks::{HookOptions, KernelHooks, ReaderStats};
-use crate::incidents::{self, owners::Owners, Correlator};
+use crate::incidents::owners::{Owners, OwnersError};
+use crate::incidents::{self, Correlator};
 use crate::netns::{self, NetnsHandle};
 use crate::output::record::now;
 use crate::output::{Record, Source, StatusRecord};
@@ -150,6 +150,31 @@ pub struct EngineConfig {
     pub first_seq: u64,
 }
 
+/// Why the engine could not start (once started, it reports trouble as status lines and goes
+/// on).
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// A signal handler could not be installed.
+    #[error("installing the {signal} handler")]
+    Signal {
+        signal: &'static str,
+        #[source]
+        cause: std::io::Error,
+    },
+    /// The ownership file (`--owners`) cannot be used.
+    #[error(transparent)]
+    Owners(#[from] OwnersError),
+    /// The kernel hooks asked for (`--hooks` other than `auto`) could not be attached.
+    #[error("attaching the kernel hooks")]
+    Hooks(#[source] crate::hooks::HookError),
+    /// The thread that reads the ring buffer could not be started.
+    #[error("starting the ring buffer reader")]
+    Reader(#[source] std::io::Error),
+    /// No network namespace could be opened (no `/proc`, or not enough privilege).
+    #[error("{0}")]
+    NoNamespace(&'static str),
+}
+
 /// Which kernel hooks the engine attaches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HookChoice {
@@ -187,13 +212,16 @@ pub trait Output: Send {
 }
 
 /// Watch every namespace and send every record to `output` until SIGINT or SIGTERM.
-pub async fn run(config: &EngineConfig, output: Box<dyn Output>) -> anyhow::Result<()> {
+pub async fn run(config: &EngineConfig, output: Box<dyn Output>) -> Result<(), EngineError> {
     // Streams created first, before anything can print `ready`: a signal that arrives during
     // start-up, or while the engine is busy, is kept until the loop comes back to it (and the
     // exit stays clean) instead of killing the process.
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
-    let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    use tokio::signal::unix::SignalKind;
+    let handler = |kind: SignalKind, signal: &'static str| {
+        tokio::signal::unix::signal(kind).map_err(|cause| EngineError::Signal { signal, cause })
+    };
+    let mut sigint = handler(SignalKind::interrupt(), "SIGINT")?;
+    let mut sigterm = handler(SignalKind::terminate(), "SIGTERM")?;
     let correlator = Correlator::new(
         config.incidents.clone(),
         load_owners(config.owners.as_deref())?,
@@ -226,7 +254,7 @@ pub async fn run(config: &EngineConfig, output: Box<dyn Output>) -> anyhow::Resu
                 lost.push(netlink_only_loss(&e.to_string()));
                 None
             }
-            Err(e) => return Err(e).context("attaching the kernel hooks"),
+            Err(e) => return Err(EngineError::Hooks(e)),
         },
     };
     let snapshots = output.snapshot_policy().map(crate::forensics::Due::new);
@@ -248,7 +276,7 @@ pub async fn run(config: &EngineConfig, output: Box<dyn Output>) -> anyhow::Resu
     let reader_stats = engine.reader_stats.clone();
     if let Some(h) = engine.hooks.as_mut() {
         h.spawn_reader(kernel_tx, reader_stats)
-            .context("starting the ring buffer reader")?;
+            .map_err(EngineError::Reader)?;
         if let Some(m) = h.report.missing_fields.first() {
             lost.push(format!("the parent and namespace of legacy writers ({m})"));
         }
@@ -274,12 +302,14 @@ pub async fn run(config: &EngineConfig, output: Box<dyn Output>) -> anyhow::Resu
         libc::malloc_trim(0);
     }
     if engine.watched.is_empty() {
-        anyhow::bail!(if nix::unistd::geteuid().is_root() {
-            "no network namespace could be opened (is /proc mounted?)"
-        } else {
-            "no network namespace could be opened: observer tail needs root (or CAP_SYS_ADMIN, \
+        return Err(EngineError::NoNamespace(
+            if nix::unistd::geteuid().is_root() {
+                "no network namespace could be opened (is /proc mounted?)"
+            } else {
+                "no network namespace could be opened: observer tail needs root (or CAP_SYS_ADMIN, \
              CAP_NET_ADMIN, CAP_BPF and CAP_PERFMON); run it with sudo"
-        });
+            },
+        ));
     }
 
     let mut sources = vec![Source::Netlink];
@@ -401,9 +431,9 @@ fn netlink_only_loss(why: &str) -> String {
     )
 }
 
-pub(crate) fn load_owners(path: Option<&std::path::Path>) -> anyhow::Result<Owners> {
+pub(crate) fn load_owners(path: Option<&std::path::Path>) -> Result<Owners, OwnersError> {
     match path {
-        Some(p) => Ok(Owners::with_file(p)?),
+        Some(p) => Owners::with_file(p),
         None => Ok(Owners::catalog()),
     }
 }
