@@ -11,24 +11,32 @@ mod ruleset;
 pub(crate) mod sink;
 pub mod tls;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context as _};
+/// What is wrong with the bearer token's file (`--token-file`).
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    /// The file cannot be read.
+    #[error("cannot read the token file {} (--token-file)", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        cause: std::io::Error,
+    },
+    /// Empty, or more than one word.
+    #[error("the token file {} must hold one token without spaces (--token-file)", .0.display())]
+    Malformed(PathBuf),
+}
 
 /// The bearer token in a file (surrounding whitespace ignored).
-pub fn token_from(path: &Path) -> anyhow::Result<String> {
-    let text = std::fs::read_to_string(path).with_context(|| {
-        format!(
-            "cannot read the token file {} (--token-file)",
-            path.display()
-        )
+pub fn token_from(path: &Path) -> Result<String, TokenError> {
+    let text = std::fs::read_to_string(path).map_err(|cause| TokenError::Read {
+        path: path.into(),
+        cause,
     })?;
     let token = text.trim().to_string();
     if token.is_empty() || token.contains(char::is_whitespace) {
-        bail!(
-            "the token file {} must hold one token without spaces (--token-file)",
-            path.display()
-        );
+        return Err(TokenError::Malformed(path.into()));
     }
     Ok(token)
 }
