@@ -14,7 +14,8 @@ use std::time::Duration;
 use observer::nftables::decode::{self, Notification};
 use observer::nftables::socket::Dump;
 use observer::nftables::state::NftState;
-use observer::store::{self, Limits, Row, StoreStats, Writer};
+use observer::recorder::{Limits, Row, StoreStats, Writer};
+use observer::store::{self, ChangeRow};
 use observer::xtables::XtProto;
 use observer_common::{nfnl, ns, process::Process, xt, Event, Header};
 use observer_fuzz::{nla, push_record, rule_message, xt_selector};
@@ -412,6 +413,9 @@ fn kernel_event() {
             args_len: args_len - 11,
             _pad2: 0,
             args,
+            blob_cookie: 0,
+            blob_len: 0,
+            blob_state: xt::BLOB_NONE,
         };
         s.add(name, &ring_record(observer_common::KIND_XT_REPLACE, x));
     }
@@ -631,7 +635,7 @@ fn config() {
 fn change_row(seq: u64, line: &str) -> Row {
     let v: serde_json::Value = serde_json::from_str(line).expect("JSON");
     let text = |k: &str| v.get(k).and_then(|x| x.as_str()).map(String::from);
-    Row::Change {
+    Row::Change(ChangeRow {
         seq,
         time_ns: 1_763_709_885_000_000_000 + seq as i64 * 1_000_000,
         netns: v.get("netns").and_then(|x| x.as_u64()).map(|n| n as u32),
@@ -648,7 +652,7 @@ fn change_row(seq: u64, line: &str) -> Row {
             .and_then(|x| x.as_str())
             .map(String::from),
         json: Arc::from(line),
-    }
+    })
 }
 
 /// A record written by observer's own writer, then made small: rows `drop_below` and under
@@ -738,7 +742,7 @@ fn record() {
     )
     .expect("layout 1");
     for (i, l) in changes.iter().take(4).enumerate() {
-        let Row::Change {
+        let Row::Change(ChangeRow {
             time_ns,
             netns,
             backend,
@@ -748,7 +752,7 @@ fn record() {
             actor,
             comm,
             ..
-        } = change_row(i as u64 + 1, l)
+        }) = change_row(i as u64 + 1, l)
         else {
             unreachable!()
         };
