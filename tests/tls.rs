@@ -6,14 +6,13 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{observer_bin, Netns, Writer};
+use common::{free_port, json_lines, observer_bin, Netns, Writer};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair, SanType,
 };
@@ -75,27 +74,6 @@ fn write_pair(dir: &Path, name: &str, pair: &(String, String)) -> (PathBuf, Path
     (cert, key)
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
-
-fn lines(out: impl std::io::Read + Send + 'static) -> mpsc::Receiver<Value> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            if let Ok(v) = serde_json::from_str::<Value>(&line) {
-                if tx.send(v).is_err() {
-                    return;
-                }
-            }
-        }
-    });
-    rx
-}
-
 fn wait_for(rx: &mpsc::Receiver<Value>, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
     let deadline = Instant::now() + WAIT;
     loop {
@@ -133,7 +111,7 @@ fn daemon(port: u16, args: &[&str]) -> Proc {
         .stderr(Stdio::inherit())
         .spawn()
         .expect("start observer run");
-    let rx = lines(child.stdout.take().expect("stdout"));
+    let rx = json_lines(child.stdout.take().expect("stdout"));
     let first = rx
         .recv_timeout(Duration::from_secs(60))
         .expect("no ready line");
@@ -155,7 +133,7 @@ fn tail(port: u16, args: &[&str]) -> (Proc, mpsc::Receiver<Value>) {
         .stderr(Stdio::null())
         .spawn()
         .expect("start tail --remote");
-    let rx = lines(child.stdout.take().expect("stdout"));
+    let rx = json_lines(child.stdout.take().expect("stdout"));
     (Proc(child), rx)
 }
 
