@@ -30,4 +30,5 @@ pub mod pods;
 pub mod recorder;
 pub mod ruleset;
 pub mod store;
+pub mod timestamp;
 pub mod xtables;

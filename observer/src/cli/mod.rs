@@ -332,7 +332,6 @@ pub struct SourceArgs {
 impl SourceArgs {
     /// What the engine is asked to do, from these flags.
     pub fn engine_config(&self) -> EngineConfig {
-        let ns = |d: std::time::Duration| d.as_nanos() as i128;
         EngineConfig {
             hooks: match self.hooks {
                 HooksMode::Auto => HookChoice::Best,
@@ -344,9 +343,9 @@ impl SourceArgs {
             owners: self.owners.clone(),
             incidents: crate::incidents::Config {
                 flap_cycles: self.flap_cycles,
-                flap_window_ns: ns(self.flap_window),
-                mass_window_ns: ns(self.mass_window),
-                repair_within_ns: ns(self.repair_within),
+                flap_window: self.flap_window,
+                mass_window: self.mass_window,
+                repair_within: self.repair_within,
             },
             pods: crate::pods::PodDirs {
                 pods: self.pod_logs.clone(),

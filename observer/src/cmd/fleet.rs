@@ -36,7 +36,9 @@ pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
         .transpose()?;
     let deliver_policy = match &args.since {
         Some(s) => {
-            let ns = crate::store::parse_time(s).map_err(|e| anyhow::anyhow!("--since: {e}"))?;
+            let ns = crate::timestamp::Timestamp::parse_arg(s)
+                .context("--since")?
+                .unix_nanos();
             consumer::DeliverPolicy::ByStartTime {
                 start_time: async_nats::datetime::from_nanos(i128::from(ns))
                     .map_err(|e| anyhow::anyhow!("--since {s}: {e}"))?,

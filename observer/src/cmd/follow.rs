@@ -17,6 +17,7 @@ use anyhow::Context as _;
 use crate::cli::TailArgs;
 use crate::output::Record;
 use crate::store::{self, Selection, Stored};
+use crate::timestamp::Timestamp;
 
 /// How often the record is read for new rows.
 const POLL: Duration = Duration::from_millis(200);
@@ -33,9 +34,10 @@ fn record_path(arg: &Path) -> PathBuf {
 pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
     let path = record_path(args.record.as_deref().unwrap_or(Path::new(".")));
     let since = match &args.since {
-        Some(s) => crate::store::parse_time(s).map_err(|e| anyhow::anyhow!("--since: {e}"))?,
-        None => store::now_ns(),
-    };
+        Some(s) => Timestamp::parse_arg(s).context("--since")?,
+        None => Timestamp::now(),
+    }
+    .unix_nanos();
     let conn = store::open_ro(&path)
         .with_context(|| format!("--record {}: cannot follow it", path.display()))?;
     let mut output = crate::cmd::tail::tail_output(&args)?;

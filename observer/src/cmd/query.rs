@@ -11,6 +11,7 @@ use serde_json::Value;
 use crate::cli::query::QueryArgs;
 use crate::output::{human, ChangeRecord, Record};
 use crate::store::{self, Selection, Stored};
+use crate::timestamp::Timestamp;
 
 pub fn run(a: QueryArgs) -> anyhow::Result<()> {
     if a.at.is_some() || a.diff.is_some() || a.incident.is_some() {
@@ -19,15 +20,17 @@ pub fn run(a: QueryArgs) -> anyhow::Result<()> {
     let since = a
         .since
         .as_deref()
-        .map(store::parse_time)
+        .map(Timestamp::parse_arg)
         .transpose()
-        .map_err(|e| anyhow::anyhow!("--since: {e}"))?;
+        .context("--since")?
+        .map(Timestamp::unix_nanos);
     let until = a
         .until
         .as_deref()
-        .map(store::parse_time)
+        .map(Timestamp::parse_arg)
         .transpose()
-        .map_err(|e| anyhow::anyhow!("--until: {e}"))?;
+        .context("--until")?
+        .map(Timestamp::unix_nanos);
     let netns = a
         .netns
         .as_deref()
@@ -226,7 +229,7 @@ fn still_open(rows: Vec<(i64, u8, u64, String)>) -> Vec<(i64, u8, u64, String)> 
 fn render(json: &str, colour: bool) -> String {
     if let Ok(c) = serde_json::from_str::<ChangeRecord>(json) {
         // Over days, the date matters: the line itself shows the time of day.
-        let date = c.time.get(..10).unwrap_or("").to_string();
+        let date = c.time.date();
         return format!("{date} {}", human::render(&Record::Change(c), colour));
     }
     let Ok(v) = serde_json::from_str::<Value>(json) else {

@@ -118,7 +118,7 @@ fn events_uri(base: &str, args: &TailArgs) -> anyhow::Result<Uri> {
         }
     }
     if let Some(since) = &args.since {
-        crate::store::parse_time(since).map_err(|e| anyhow::anyhow!("--since: {e}"))?;
+        crate::timestamp::Timestamp::parse_arg(since).context("--since")?;
         q.append_pair("since", since);
     }
     if !args.op.is_empty() {

@@ -204,7 +204,12 @@ async fn incidents(
         Ok(f) => f,
         Err(e) => return bad(e),
     };
-    let since = match p.since.as_deref().map(crate::store::parse_time).transpose() {
+    let since = match p
+        .since
+        .as_deref()
+        .map(|s| crate::timestamp::Timestamp::parse_arg(s).map(|t| t.unix_nanos()))
+        .transpose()
+    {
         Ok(s) => s,
         Err(e) => return bad(format!("since: {e}")),
     };
@@ -266,8 +271,8 @@ async fn stream(st: AppState, headers: HeaderMap, p: Params, s: Stream) -> Respo
     };
     // `since` starts a new client at a moment in the past; a reconnecting one resumes by id.
     if let (None, Some(since)) = (after, p.since.as_deref()) {
-        match crate::store::parse_time(since) {
-            Ok(t) => after = Some(st.hub.after_time(s, t).await),
+        match crate::timestamp::Timestamp::parse_arg(since) {
+            Ok(t) => after = Some(st.hub.after_time(s, t.unix_nanos()).await),
             Err(e) => return bad(format!("since: {e}")),
         }
     }

@@ -17,6 +17,7 @@ use super::metrics::Metrics;
 use crate::output::filter::Filter;
 use crate::output::{ChangeRecord, IncidentRecord};
 use crate::store::{self};
+use crate::timestamp::Timestamp;
 
 /// Events kept in memory per stream for clients that fall behind or reconnect.
 const RING: usize = 8192;
@@ -47,7 +48,7 @@ pub struct Meta {
 impl Meta {
     pub(super) fn from_change(c: &ChangeRecord) -> Meta {
         Meta {
-            time_ns: store::parse_time_ns(&c.time).unwrap_or_else(store::now_ns),
+            time_ns: c.time.unix_nanos(),
             netns: Some(c.netns),
             backend: Some(c.backend.as_str().into()),
             table: Some(c.table.clone()),
@@ -62,7 +63,7 @@ impl Meta {
         let mut actors = i.actors.clone();
         actors.push(i.owner.clone());
         Meta {
-            time_ns: store::parse_time_ns(&i.time).unwrap_or_else(store::now_ns),
+            time_ns: i.time.unix_nanos(),
             netns: Some(i.netns),
             backend: Some(i.backend.as_str().into()),
             table: Some(i.table.clone()),
@@ -99,8 +100,9 @@ impl Meta {
         }
         Meta {
             time_ns: s("time")
-                .and_then(|t| store::parse_time_ns(&t))
-                .unwrap_or_else(store::now_ns),
+                .and_then(|t| Timestamp::parse(&t).ok())
+                .unwrap_or_else(Timestamp::now)
+                .unix_nanos(),
             netns: v.get("netns").and_then(Value::as_u64).map(|n| n as u32),
             backend: s("backend"),
             table: s("table"),

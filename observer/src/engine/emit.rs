@@ -45,7 +45,7 @@ impl Engine {
         let netns_name = self.watched.get(&inode).and_then(|w| w.handle.name.clone());
         self.output.snapshot(crate::forensics::Snapshot {
             seq: self.seq,
-            time_ns: crate::store::now_ns(),
+            time_ns: crate::timestamp::Timestamp::now().unix_nanos(),
             netns: inode,
             netns_name,
             backend,
@@ -155,7 +155,7 @@ impl Engine {
             self.seq += 1;
             let record = Record::Change(ChangeRecord {
                 seq: self.seq,
-                time: ctx.time.clone(),
+                time: ctx.time,
                 netns: ctx.inode,
                 netns_name: ctx.name.clone(),
                 node: None,

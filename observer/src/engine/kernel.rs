@@ -7,9 +7,9 @@ use crate::attribution::{self, KernelProcess};
 use crate::hooks::decode::KernelEvent;
 use crate::hooks::nlattr;
 use crate::netns;
-use crate::output::record::{now, rfc3339};
 use crate::output::Source;
 use crate::ruleset::Backend;
+use crate::timestamp::Timestamp;
 
 use super::{ChangeCtx, Engine, NsMsg};
 
@@ -19,22 +19,6 @@ pub(super) fn boot_ns() -> u64 {
     clock_gettime(ClockId::CLOCK_BOOTTIME)
         .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
         .unwrap_or(0)
-}
-
-/// Wall-clock time of a `bpf_ktime_get_boot_ns()` stamp.
-pub(super) fn boot_ns_to_time(ktime_ns: u64) -> String {
-    use nix::time::{clock_gettime, ClockId};
-    let (Ok(boot), Ok(real)) = (
-        clock_gettime(ClockId::CLOCK_BOOTTIME),
-        clock_gettime(ClockId::CLOCK_REALTIME),
-    ) else {
-        return now();
-    };
-    let ns = |t: nix::sys::time::TimeSpec| t.tv_sec() as i128 * 1_000_000_000 + t.tv_nsec() as i128;
-    let wall = ns(real) - ns(boot) + ktime_ns as i128;
-    time::OffsetDateTime::from_unix_timestamp_nanos(wall)
-        .map(rfc3339)
-        .unwrap_or_else(|_| now())
 }
 
 impl Engine {
@@ -226,7 +210,7 @@ impl Engine {
             inode,
             name,
             backend: Backend::Ipset,
-            time: boot_ns_to_time(s.ktime_ns),
+            time: Timestamp::from_boot_ns(s.ktime_ns),
             txn: format!("ipset-{inode}-{}", s.ktime_ns),
             // The ipset capture is the sendto/sendmsg tracepoints on every backend.
             source: Source::Tracepoint,
@@ -235,19 +219,5 @@ impl Engine {
             recovered: false,
         };
         self.emit_txn_results(ctx, outcomes);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn boot_time_maps_to_now() {
-        use nix::time::{clock_gettime, ClockId};
-        let boot = clock_gettime(ClockId::CLOCK_BOOTTIME).unwrap();
-        let ns = boot.tv_sec() as u64 * 1_000_000_000 + boot.tv_nsec() as u64;
-        let t = boot_ns_to_time(ns);
-        assert_eq!(&t[..16], &now()[..16], "{t}");
     }
 }

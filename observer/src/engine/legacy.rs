@@ -7,14 +7,15 @@ use crate::attribution::{self, KernelProcess, ProcessInfo};
 use crate::forensics::model::Tables;
 use crate::hooks::decode::{XtKind, XtReplaceEvent};
 use crate::netns;
-use crate::output::record::{now, Gap};
+use crate::output::record::Gap;
 use crate::output::{Source, StatusRecord};
 use crate::ruleset::{self, Backend, Change};
+use crate::timestamp::Timestamp;
 use crate::xtables::{self, XtError, XtProto};
 
 use super::baseline::read_legacy_tables;
-use super::kernel::{boot_ns, boot_ns_to_time};
-use super::{wall_ns, ChangeCtx, Engine};
+use super::kernel::boot_ns;
+use super::{ChangeCtx, Engine};
 
 pub(super) fn xt_proto(kind: XtKind) -> Option<XtProto> {
     match kind {
@@ -116,8 +117,8 @@ impl Engine {
                 continue;
             }
             let name = w.handle.name.clone();
-            let time = now();
-            let txn = format!("xt-{inode}-resync-{}", wall_ns());
+            let time = Timestamp::now();
+            let txn = format!("xt-{inode}-resync-{}", Timestamp::now().unix_nanos());
             self.emit_txn(
                 ChangeCtx {
                     inode,
@@ -248,7 +249,7 @@ impl Engine {
             w.legacy.insert(key, t);
         }
         let name = w.handle.name.clone();
-        let time = boot_ns_to_time(x.ktime_ns);
+        let time = Timestamp::from_boot_ns(x.ktime_ns);
         let txn = format!("xt-{inode}-{}", x.ktime_ns);
         self.emit_txn(
             ChangeCtx {
@@ -288,7 +289,7 @@ impl Engine {
             inode,
             name,
             backend: Backend::Nft,
-            time: boot_ns_to_time(ktime_ns),
+            time: Timestamp::from_boot_ns(ktime_ns),
             txn: format!("nft-{inode}-refused-{}", process.tid),
             source,
             process: attribution::from_kernel(process),
@@ -320,7 +321,7 @@ impl Engine {
             inode,
             name,
             backend: Backend::Legacy,
-            time: boot_ns_to_time(x.ktime_ns),
+            time: Timestamp::from_boot_ns(x.ktime_ns),
             txn: format!("xt-{inode}-{}", x.ktime_ns),
             source: x.source.into(),
             process,

@@ -31,9 +31,9 @@ use crate::hooks::{HookOptions, KernelHooks, ReaderStats};
 use crate::incidents::owners::{Owners, OwnersError};
 use crate::incidents::{self, Correlator};
 use crate::netns::{self, NetnsHandle};
-use crate::output::record::now;
 use crate::output::{Record, Source, StatusRecord};
 use crate::ruleset::{Backend, Change};
+use crate::timestamp::Timestamp;
 use crate::xtables::{self, XtProto, XtTable};
 
 mod baseline;
@@ -54,7 +54,7 @@ enum NsMsg {
         /// Boxed: the writer's attribution is by far the largest part of a message.
         process: Box<ProcessInfo>,
         changes: Vec<Change>,
-        time: String,
+        time: Timestamp,
         replayed: bool,
         /// Found by re-reading the namespace after notifications were lost.
         recovered: bool,
@@ -74,7 +74,7 @@ struct ChangeCtx {
     inode: u32,
     name: Option<String>,
     backend: Backend,
-    time: String,
+    time: Timestamp,
     txn: String,
     source: Source,
     process: ProcessInfo,
@@ -318,7 +318,7 @@ pub async fn run(config: &EngineConfig, output: Box<dyn Output>) -> Result<(), E
     }
     let ready = StatusRecord {
         state: "ready".into(),
-        time: now(),
+        time: Timestamp::now(),
         message: format!(
             "watching {} network namespaces; every hook attached and every subscription open",
             engine.watched.len()
@@ -340,7 +340,7 @@ pub async fn run(config: &EngineConfig, output: Box<dyn Output>) -> Result<(), E
     };
     engine.emit_status(ready);
     // What the rulesets already show (split brain), once everything is read.
-    let found = engine.correlator.check_all(wall_ns());
+    let found = engine.correlator.check_all(Timestamp::now());
     engine.emit_incidents(found);
 
     // Kernel map entries of tasks that exited, namespaces nothing holds any more and losses no
@@ -353,16 +353,16 @@ pub async fn run(config: &EngineConfig, output: Box<dyn Output>) -> Result<(), E
         let deadline = engine.correlator.next_deadline();
         let wake = tokio::time::Instant::now()
             + deadline.map_or(std::time::Duration::from_secs(3600), |d| {
-                std::time::Duration::from_nanos(
-                    (d - wall_ns()).clamp(0, i128::from(u32::MAX) * 1000) as u64,
-                ) + std::time::Duration::from_millis(1)
+                d.elapsed_since(Timestamp::now())
+                    .min(std::time::Duration::from_micros(u64::from(u32::MAX)))
+                    + std::time::Duration::from_millis(1)
             });
         tokio::select! {
             biased;
             _ = sigint.recv() => break,
             _ = sigterm.recv() => break,
             _ = tokio::time::sleep_until(wake), if deadline.is_some() => {
-                let closed = engine.correlator.tick(wall_ns());
+                let closed = engine.correlator.tick(Timestamp::now());
                 engine.emit_incidents(closed);
             }
             Some(ev) = kernel_rx.recv() => {
@@ -417,11 +417,6 @@ pub async fn run(config: &EngineConfig, output: Box<dyn Output>) -> Result<(), E
     engine.watched.clear();
     engine.hooks = None;
     Ok(())
-}
-
-/// Wall-clock time in nanoseconds since the epoch.
-fn wall_ns() -> i128 {
-    time::OffsetDateTime::now_utc().unix_timestamp_nanos()
 }
 
 fn netlink_only_loss(why: &str) -> String {

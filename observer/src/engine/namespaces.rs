@@ -9,9 +9,10 @@ use crate::forensics::model::Tables;
 use crate::hooks::nlattr::WriterCache;
 use crate::netns::{self, NetnsHandle};
 use crate::nftables::generation::GenerationBuilder;
-use crate::output::record::{now, Gap};
+use crate::output::record::Gap;
 use crate::output::{Source, StatusRecord};
 use crate::ruleset::Backend;
+use crate::timestamp::Timestamp;
 
 use super::baseline::{inventory, read_baseline};
 use super::kernel::boot_ns;
@@ -82,7 +83,7 @@ impl Engine {
                     gen,
                     process: Box::new(ProcessInfo::unknown()),
                     changes,
-                    time: now(),
+                    time: Timestamp::now(),
                     replayed: true,
                     recovered: false,
                     snapshot: None,

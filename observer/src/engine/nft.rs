@@ -15,8 +15,8 @@ use crate::forensics::model::Tables;
 use crate::hooks::nlattr::{self, WriterCache};
 use crate::netns;
 use crate::nftables::{self, generation::GenerationBuilder, state::NftState};
-use crate::output::record::now;
 use crate::ruleset::{self, Change};
+use crate::timestamp::Timestamp;
 
 use super::NsMsg;
 
@@ -120,7 +120,7 @@ pub(super) async fn read_notifications(
                             gen: t.gen_id,
                             process: Box::new(process),
                             changes: t.changes,
-                            time: now(),
+                            time: Timestamp::now(),
                             replayed: false,
                             recovered: false,
                             // The state is the one after the last transaction of the datagram.
@@ -142,7 +142,7 @@ pub(super) async fn read_notifications(
                             "{e} at {}; re-reading the namespace: what changed meanwhile follows \
                              as changes marked `recovered` (each generation's own grouping and \
                              intermediate states are lost)",
-                            now()
+                            Timestamp::now()
                         ),
                     };
                     if tx.send(gap).await.is_err() {
@@ -179,7 +179,7 @@ pub(super) async fn read_notifications(
                             gen: t.gen_id,
                             process: Box::new(process),
                             changes,
-                            time: now(),
+                            time: Timestamp::now(),
                             replayed: false,
                             recovered: true,
                             snapshot: nft_snapshot(&snap, i + 1 == count, &builder),

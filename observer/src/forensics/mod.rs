@@ -34,7 +34,10 @@ pub enum ForensicsError {
     Damaged { what: String, cause: String },
     /// A time argument that is not one.
     #[error("{flag}: {cause}")]
-    BadTime { flag: &'static str, cause: String },
+    BadTime {
+        flag: &'static str,
+        cause: crate::timestamp::TimeError,
+    },
     /// No incident has this id.
     #[error("no incident `{0}` in the record (ids look like foreign_delete-4026532177-17; `observer query --incidents` lists them)")]
     UnknownIncident(String),

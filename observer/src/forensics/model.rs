@@ -6,13 +6,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::nftables::state::{describe_chain, describe_set, NftState};
 use crate::ruleset::{Backend, Family};
+use crate::timestamp::Timestamp;
 use crate::xtables::XtTable;
 
 /// Who wrote a chain (or set) last, and when.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Last {
     pub seq: u64,
-    pub time: String,
+    pub time: Timestamp,
     pub actor: String,
     pub comm: String,
     pub pid: u32,

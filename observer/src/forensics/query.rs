@@ -10,6 +10,7 @@ use super::record::{self, State};
 use super::replay::Recorded;
 use super::ForensicsError;
 use crate::store::{self, Selection};
+use crate::timestamp::Timestamp;
 
 /// What to rebuild: all namespaces or one, all tables or one.
 #[derive(Debug, Clone, Default)]
@@ -28,7 +29,9 @@ impl Scope {
 
 /// A time argument: relative (`2h`: that long ago), RFC 3339, or `now`.
 pub fn parse_time(flag: &'static str, s: &str) -> Result<i64, ForensicsError> {
-    crate::store::parse_time(s).map_err(|cause| ForensicsError::BadTime { flag, cause })
+    Timestamp::parse_arg(s)
+        .map(Timestamp::unix_nanos)
+        .map_err(|cause| ForensicsError::BadTime { flag, cause })
 }
 
 /// The rulesets at `at_ns`, one entry per namespace and backend, tables filtered by `scope`.
@@ -55,9 +58,7 @@ pub fn at(
 }
 
 fn rfc3339(ns: i64) -> String {
-    time::OffsetDateTime::from_unix_timestamp_nanos(ns as i128)
-        .map(crate::output::record::rfc3339)
-        .unwrap_or_else(|_| ns.to_string())
+    Timestamp::from_unix_nanos(ns).to_string()
 }
 
 fn where_(st: &State) -> String {

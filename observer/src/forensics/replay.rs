@@ -13,12 +13,13 @@ use indexmap::IndexMap;
 
 use super::model::{Chain, Last, Set, Table, Tables};
 use crate::ruleset::{Backend, Family, Op};
+use crate::timestamp::Timestamp;
 
 /// The fields of a change line that replay reads.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Recorded {
     pub seq: u64,
-    pub time: String,
+    pub time: Timestamp,
     pub netns: u32,
     pub backend: Backend,
     pub family: Family,
@@ -57,7 +58,7 @@ impl Recorded {
     pub fn last(&self) -> Last {
         Last {
             seq: self.seq,
-            time: self.time.clone(),
+            time: self.time,
             actor: self.process.actor.clone(),
             comm: self.process.comm.clone(),
             pid: self.process.pid,
@@ -429,7 +430,7 @@ mod tests {
     fn rec(seq: u64, op: Op, chain: &str, rule: Option<&str>, pos: Option<usize>) -> Recorded {
         Recorded {
             seq,
-            time: "2026-01-01T00:00:00Z".into(),
+            time: Timestamp::parse("2026-01-01T00:00:00Z").unwrap(),
             netns: 1,
             backend: Backend::Legacy,
             family: Family::Ip,

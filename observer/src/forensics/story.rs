@@ -15,6 +15,7 @@ use crate::attribution::ProcessInfo;
 use crate::output::record::{ChangeRecord, IncidentRecord};
 use crate::ruleset::{Backend, Family};
 use crate::store::{self, Selection};
+use crate::timestamp::Timestamp;
 
 /// One incident, told from the record.
 #[derive(Debug, Clone, Serialize)]
@@ -41,7 +42,7 @@ pub struct Story {
 /// One line of the incident.
 #[derive(Debug, Clone, Serialize)]
 pub struct StateLine {
-    pub time: String,
+    pub time: Timestamp,
     pub state: crate::output::record::IncidentState,
     pub summary: String,
     /// The changes this line added to the incident.
@@ -103,7 +104,7 @@ pub fn story(conn: &Connection, id: &str) -> Result<Story, ForensicsError> {
             .filter(|s| seen.insert(*s))
             .collect();
         states.push(StateLine {
-            time: r.time.clone(),
+            time: r.time,
             state: r.state,
             summary: r.summary.clone(),
             new_events,
@@ -115,14 +116,11 @@ pub fn story(conn: &Connection, id: &str) -> Result<Story, ForensicsError> {
     let missing = seen.difference(&found).copied().collect();
 
     let first = changes.first();
-    let start_ns = first
-        .and_then(|c| store::parse_time_ns(&c.time))
-        .or_else(|| store::parse_time_ns(&latest.since))
-        .unwrap_or(0);
+    let start_ns = first.map_or(latest.since, |c| c.time).unix_nanos();
     let end_ns = if latest.state.is_final() {
         lines.last().map_or(start_ns, |(t, _)| *t)
     } else {
-        store::now_ns()
+        Timestamp::now().unix_nanos()
     };
     let repairs = repairs_of(conn, &latest, start_ns, end_ns, first.map(|c| c.seq))?;
 
@@ -157,10 +155,7 @@ pub fn story(conn: &Connection, id: &str) -> Result<Story, ForensicsError> {
         .find(|c| latest.actors.contains(&c.process.actor))
         .or(changes.last());
     let after = match damage {
-        Some(c) => {
-            let t = store::parse_time_ns(&c.time).unwrap_or(end_ns);
-            record::states(conn, c.seq, t, Some(netns))?
-        }
+        Some(c) => record::states(conn, c.seq, c.time.unix_nanos(), Some(netns))?,
         None => Vec::new(),
     };
     let end = record::states(conn, record::seq_at(conn, end_ns)?, end_ns, Some(netns))?;
@@ -331,8 +326,12 @@ pub fn writer(p: &ProcessInfo) -> String {
     s
 }
 
-fn clock(rfc3339: &str) -> String {
-    rfc3339.replace('T', " ").trim_end_matches('Z').to_string()
+/// `YYYY-MM-DD HH:MM:SS.nanos`, in UTC.
+fn clock(time: Timestamp) -> String {
+    time.to_string()
+        .replace('T', " ")
+        .trim_end_matches('Z')
+        .to_string()
 }
 
 fn change_line(c: &ChangeRecord) -> String {
@@ -373,7 +372,7 @@ pub fn story_text(s: &Story) -> String {
         i.summary
     );
     // The timeline: changes, lines and repairs by time; at one time, changes first.
-    let mut events: Vec<(String, u8, u64, String)> = Vec::new();
+    let mut events: Vec<(Timestamp, u8, u64, String)> = Vec::new();
     let repair_seqs: BTreeSet<u64> = s
         .repairs
         .iter()
@@ -381,7 +380,7 @@ pub fn story_text(s: &Story) -> String {
         .collect();
     for c in s.changes.iter().filter(|c| !repair_seqs.contains(&c.seq)) {
         events.push((
-            c.time.clone(),
+            c.time,
             0,
             c.seq,
             format!("change {:<6} {}", c.seq, change_line(c)),
@@ -394,7 +393,7 @@ pub fn story_text(s: &Story) -> String {
                 .map(|ms| format!(" {ms} ms after it began"))
                 .unwrap_or_default();
             events.push((
-                c.time.clone(),
+                c.time,
                 1,
                 c.seq,
                 format!(
@@ -409,7 +408,7 @@ pub fn story_text(s: &Story) -> String {
     }
     for (n, l) in s.states.iter().enumerate() {
         events.push((
-            l.time.clone(),
+            l.time,
             2,
             n as u64,
             format!("{:<13} {}", l.state.as_str(), l.summary),
@@ -418,7 +417,7 @@ pub fn story_text(s: &Story) -> String {
     events.sort();
     out.push_str("timeline\n");
     for (time, _, _, text) in &events {
-        out.push_str(&format!("  {}  {text}\n", clock(time)));
+        out.push_str(&format!("  {}  {text}\n", clock(*time)));
     }
     for r in &s.repairs {
         if r.repaired && r.change.is_none() {

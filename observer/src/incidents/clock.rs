@@ -4,43 +4,45 @@ use super::*;
 
 impl Correlator {
     /// When the next window expires (event-time ns), if anything waits for one.
-    pub fn next_deadline(&self) -> Option<i128> {
-        let mut next: Option<i128> = None;
-        let mut consider = |t: i128| next = Some(next.map_or(t, |n: i128| n.min(t)));
+    pub fn next_deadline(&self) -> Option<Timestamp> {
+        let mut next: Option<Timestamp> = None;
+        let mut consider = |t: Timestamp| next = Some(next.map_or(t, |n| n.min(t)));
         for t in self.incidents.values() {
             match t.record.kind {
-                IncidentKind::Flapping => consider(t.last_ns + self.cfg.flap_window_ns),
-                IncidentKind::MassFlush => consider(t.since_ns + self.cfg.repair_within_ns),
+                IncidentKind::Flapping => consider(t.last.saturating_add(self.cfg.flap_window)),
+                IncidentKind::MassFlush => consider(t.since.saturating_add(self.cfg.repair_within)),
                 IncidentKind::SplitBrain => {}
-                _ if t.record.state.is_final() => consider(t.last_ns + self.cfg.flap_window_ns),
-                _ => consider(t.undone_ns + self.cfg.repair_within_ns),
+                _ if t.record.state.is_final() => {
+                    consider(t.last.saturating_add(self.cfg.flap_window))
+                }
+                _ => consider(t.undone.saturating_add(self.cfg.repair_within)),
             }
         }
         for c in self.conflicts.values() {
-            consider(c.last_ns + self.cfg.flap_window_ns);
+            consider(c.last.saturating_add(self.cfg.flap_window));
         }
         for s in self.sweeps.values() {
             if s.incident.is_none() {
-                consider(s.first_ns + self.cfg.mass_window_ns);
+                consider(s.first.saturating_add(self.cfg.mass_window));
             }
         }
         next
     }
 
-    /// Close what its window ended, and forget what no longer matters. `now_ns`: event time.
-    pub fn tick(&mut self, now_ns: i128) -> Vec<IncidentRecord> {
+    /// Close what its window ended, and forget what no longer matters. `now`: event time.
+    pub fn tick(&mut self, now: Timestamp) -> Vec<IncidentRecord> {
         let mut out = Vec::new();
-        let flap = self.cfg.flap_window_ns;
-        let repair = self.cfg.repair_within_ns;
+        let flap = self.cfg.flap_window;
+        let repair = self.cfg.repair_within;
         let mut ended: Vec<String> = Vec::new();
         for (id, t) in &self.incidents {
             let done = match t.record.kind {
-                IncidentKind::Flapping => now_ns - t.last_ns > flap,
-                IncidentKind::MassFlush => now_ns - t.since_ns > repair,
+                IncidentKind::Flapping => now.elapsed_since(t.last) > flap,
+                IncidentKind::MassFlush => now.elapsed_since(t.since) > repair,
                 IncidentKind::SplitBrain => false,
                 // Resolved: kept for a window so that a repeat reopens it, then forgotten.
-                _ if t.record.state.is_final() => now_ns - t.last_ns > flap,
-                _ => now_ns - t.undone_ns > repair,
+                _ if t.record.state.is_final() => now.elapsed_since(t.last) > flap,
+                _ => now.elapsed_since(t.undone) > repair,
             };
             if done {
                 ended.push(id.clone());
@@ -64,7 +66,7 @@ impl Correlator {
                     } else {
                         IncidentState::Resolved
                     };
-                    t.record.time = rfc3339_ns(now_ns);
+                    t.record.time = now;
                     let end = if undone {
                         format!(
                             "{} undid them last: they are still missing; restart {}.",
@@ -89,7 +91,7 @@ impl Correlator {
                 }
                 IncidentKind::MassFlush => {
                     t.record.state = IncidentState::Expired;
-                    t.record.time = rfc3339_ns(now_ns);
+                    t.record.time = now;
                     t.record.summary = mass_summary(&t.record);
                     out.push(t.record);
                     self.sweeps
@@ -99,10 +101,10 @@ impl Correlator {
                 _ if t.record.state.is_final() => {}
                 _ => {
                     t.record.state = IncidentState::Expired;
-                    t.record.time = rfc3339_ns(now_ns);
+                    t.record.time = now;
                     t.record.summary = format!(
                         "Not repaired within {} s: {}",
-                        repair / 1_000_000_000,
+                        repair.as_secs(),
                         summary(&t.record, &[])
                     );
                     out.push(t.record);
@@ -110,7 +112,7 @@ impl Correlator {
             }
         }
         self.conflicts
-            .retain(|_, c| now_ns - c.last_ns <= flap || c.flapping.is_some());
+            .retain(|_, c| now.elapsed_since(c.last) <= flap || c.flapping.is_some());
         for c in self.conflicts.values_mut() {
             if let Some(id) = &c.flapping {
                 if !self.incidents.contains_key(id) {
@@ -119,9 +121,9 @@ impl Correlator {
             }
             c.open.retain(|_, id| self.incidents.contains_key(id));
         }
-        let mass = self.cfg.mass_window_ns;
+        let mass = self.cfg.mass_window;
         self.sweeps
-            .retain(|_, s| s.incident.is_some() || now_ns - s.first_ns <= mass);
+            .retain(|_, s| s.incident.is_some() || now.elapsed_since(s.first) <= mass);
         out
     }
 }

@@ -10,7 +10,7 @@ impl Correlator {
         actor: &str,
         first: &ChangeRecord,
         hits: Vec<Hit>,
-        now_ns: i128,
+        now: Timestamp,
         out: &mut Vec<IncidentRecord>,
     ) {
         if hits.is_empty() {
@@ -30,7 +30,7 @@ impl Correlator {
             .collect();
         let mut consumed_by_sweep = false;
         if !sweeping.is_empty() {
-            let window = self.cfg.mass_window_ns;
+            let window = self.cfg.mass_window;
             let sweep = self.sweeps.entry(sweep_key.clone()).or_default();
             // A wipe that hits an owner who already repaired is a new wipe (a firewall reloaded
             // twice): the earlier incident ends and a new one starts; nothing inherits "repaired".
@@ -46,7 +46,7 @@ impl Correlator {
                 });
                 if rewipe {
                     *sweep = Sweep {
-                        first_ns: now_ns,
+                        first: now,
                         ..Sweep::default()
                     };
                     if let Some(mut t) = self.incidents.remove(&old) {
@@ -57,7 +57,7 @@ impl Correlator {
                             } else {
                                 IncidentState::Expired
                             };
-                            t.record.time = rfc3339_ns(now_ns);
+                            t.record.time = now;
                             t.record.summary = format!(
                                 "{} A new wipe by {actor} started a new incident.",
                                 mass_summary(&t.record)
@@ -67,9 +67,9 @@ impl Correlator {
                     }
                 }
             }
-            if sweep.incident.is_none() && now_ns - sweep.first_ns > window {
+            if sweep.incident.is_none() && now.elapsed_since(sweep.first) > window {
                 *sweep = Sweep {
-                    first_ns: now_ns,
+                    first: now,
                     ..Sweep::default()
                 };
             }
@@ -79,21 +79,21 @@ impl Correlator {
                 consumed_by_sweep = true;
                 let hits = sweep.hits.clone();
                 let existing = sweep.incident.clone();
-                let since = sweep.first_ns;
+                let since = sweep.first;
                 let id = self.mass_flush(
                     netns,
                     actor,
                     first,
                     &hits,
                     existing.clone(),
-                    (since, now_ns),
+                    (since, now),
                     out,
                 );
                 if let Some(s) = self.sweeps.get_mut(&sweep_key) {
                     s.incident = Some(id.clone());
                 }
                 if existing.is_none() {
-                    self.merge_into_mass(netns, actor, &hits, since, &id, now_ns, out);
+                    self.merge_into_mass(netns, actor, &hits, since, &id, now, out);
                 }
             }
         }
@@ -117,16 +117,16 @@ impl Correlator {
                 owner: owner.clone(),
                 actor: actor.to_string(),
             };
-            let window = self.cfg.flap_window_ns;
+            let window = self.cfg.flap_window;
             let conflict = self.conflicts.entry(key.clone()).or_default();
             conflict.pending = true;
-            conflict.last_ns = now_ns;
+            conflict.last = now;
             let open_ids = conflict.open.clone();
             if let Some(id) = conflict.flapping.clone() {
                 let seqs: Vec<u64> = hits.iter().map(|h| h.seq).collect();
                 if let Some(t) = self.incidents.get_mut(&id) {
                     add_events(&mut t.record, &seqs);
-                    t.last_ns = now_ns;
+                    t.last = now;
                 }
                 continue;
             }
@@ -138,7 +138,7 @@ impl Correlator {
                 let open = open_ids.get(&kind).cloned().filter(|id| {
                     self.incidents
                         .get(id)
-                        .is_some_and(|t| now_ns - t.last_ns <= window)
+                        .is_some_and(|t| now.elapsed_since(t.last) <= window)
                 });
                 let record = match open.and_then(|id| self.incidents.get_mut(&id)) {
                     Some(t) => {
@@ -147,7 +147,7 @@ impl Correlator {
                         if reopened {
                             // Undone again after a repair: open again, nothing repaired.
                             t.record.state = IncidentState::Open;
-                            t.undone_ns = now_ns;
+                            t.undone = now;
                             for o in &mut t.record.owners {
                                 o.repaired = false;
                                 o.repair_ms = None;
@@ -156,7 +156,7 @@ impl Correlator {
                         }
                         t.add_targets(&hits);
                         t.record.summary = summary(&t.record, &hits);
-                        t.last_ns = now_ns;
+                        t.last = now;
                         t.record.clone()
                     }
                     None => {
@@ -170,7 +170,7 @@ impl Correlator {
                             }
                         }
                         r.summary = summary(&r, &hits);
-                        let mut t = Tracked::new(r.clone(), now_ns, now_ns);
+                        let mut t = Tracked::new(r.clone(), now, now);
                         t.add_targets(&hits);
                         self.incidents.insert(r.id.clone(), t);
                         if let Some(c) = self.conflicts.get_mut(&key) {
@@ -190,7 +190,7 @@ impl Correlator {
         netns: u32,
         actor: &str,
         failed: &[&ChangeRecord],
-        now_ns: i128,
+        now: Timestamp,
         out: &mut Vec<IncidentRecord>,
     ) {
         for t in self.incidents.values_mut() {
@@ -207,13 +207,13 @@ impl Correlator {
                 f.result
             ));
             t.record.state = IncidentState::Update;
-            t.record.time = f.time.clone();
+            t.record.time = f.time;
             t.record.summary = mass_summary(&t.record);
             add_events(
                 &mut t.record,
                 &failed.iter().map(|c| c.seq).collect::<Vec<_>>(),
             );
-            t.last_ns = now_ns;
+            t.last = now;
             out.push(t.record.clone());
         }
     }

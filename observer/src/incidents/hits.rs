@@ -208,7 +208,7 @@ impl Correlator {
                 .map(|ch| (c.backend, c.family, c.table.clone(), ch.clone()));
             let last = LastWrite {
                 actor: actor.to_string(),
-                time: c.time.clone(),
+                time: c.time,
                 seq: c.seq,
                 op: c.op,
             };

@@ -77,8 +77,6 @@ pub(super) fn new_incident(
             netns,
             events.first().copied().unwrap_or_default()
         ),
-        time: first.time.clone(),
-        since: first.time.clone(),
         severity,
         netns_name: first.netns_name.clone(),
         backend: h.backend,
@@ -88,7 +86,7 @@ pub(super) fn new_incident(
         owner: h.owner.clone(),
         actors: actors_of(actor, first),
         events,
-        ..blank(kind, netns)
+        ..blank(kind, netns, first.time)
     };
     if kind != IncidentKind::MassFlush {
         r.owners = vec![unrepaired(h.owner.clone(), r.chains.clone())];
@@ -119,7 +117,7 @@ pub(super) fn update_with_hits(
     first: &ChangeRecord,
 ) {
     r.state = IncidentState::Update;
-    r.time = first.time.clone();
+    r.time = first.time;
     for h in hits {
         if !r.chains.contains(&h.chain) {
             r.chains.push(h.chain.clone());
@@ -157,13 +155,13 @@ pub(super) fn unrepaired(owner: String, chains: Vec<String>) -> OwnerHit {
     }
 }
 
-/// A new incident's line with only its kind and namespace: open, nothing else said yet (each
-/// kind fills in what it knows).
-pub(super) fn blank(kind: IncidentKind, netns: u32) -> IncidentRecord {
+/// A new incident's line with only its kind, namespace and time (of its first event): open,
+/// nothing else said yet (each kind fills in what it knows).
+pub(super) fn blank(kind: IncidentKind, netns: u32, time: Timestamp) -> IncidentRecord {
     IncidentRecord {
         id: String::new(),
-        time: String::new(),
-        since: String::new(),
+        time,
+        since: time,
         state: IncidentState::Open,
         kind,
         severity: Severity::Warning,

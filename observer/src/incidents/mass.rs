@@ -11,7 +11,7 @@ impl Correlator {
         first: &ChangeRecord,
         hits: &[Hit],
         existing: Option<String>,
-        (since_ns, now_ns): (i128, i128),
+        (since, now): (Timestamp, Timestamp),
         out: &mut Vec<IncidentRecord>,
     ) -> String {
         let mut per_owner: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
@@ -42,9 +42,9 @@ impl Correlator {
             add_tables(&mut t.record, hits);
             t.record.chains = all_chains(&t.record.owners);
             t.record.state = IncidentState::Update;
-            t.record.time = first.time.clone();
+            t.record.time = first.time;
             t.record.summary = mass_summary(&t.record);
-            t.last_ns = now_ns;
+            t.last = now;
             out.push(t.record.clone());
             return t.record.id.clone();
         }
@@ -60,7 +60,7 @@ impl Correlator {
         // Repairs count from the sweep's first wipe, not from the one that made it a mass flush.
         let id = r.id.clone();
         self.incidents
-            .insert(id.clone(), Tracked::new(r.clone(), since_ns, now_ns));
+            .insert(id.clone(), Tracked::new(r.clone(), since, now));
         out.push(r);
         id
     }
@@ -74,9 +74,9 @@ impl Correlator {
         netns: u32,
         actor: &str,
         hits: &[Hit],
-        since_ns: i128,
+        since: Timestamp,
         mass_id: &str,
-        now_ns: i128,
+        now: Timestamp,
         out: &mut Vec<IncidentRecord>,
     ) {
         let owners: BTreeSet<&str> = hits.iter().map(|h| h.owner.as_str()).collect();
@@ -106,13 +106,13 @@ impl Correlator {
                 let Some(t) = self.incidents.get(&id) else {
                     continue;
                 };
-                if t.since_ns < since_ns || t.record.state.is_final() {
+                if t.since < since || t.record.state.is_final() {
                     continue;
                 }
                 c.open.retain(|_, v| *v != id);
                 if let Some(mut t) = self.incidents.remove(&id) {
                     t.record.state = IncidentState::Resolved;
-                    t.record.time = rfc3339_ns(now_ns);
+                    t.record.time = now;
                     t.record.merged_into = Some(mass_id.to_string());
                     t.record.summary = format!(
                         "Part of {mass_id}: {actor}'s wipe reached other owners' chains too; that \

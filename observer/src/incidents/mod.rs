@@ -36,23 +36,22 @@ mod split;
 mod summary;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
 
 use serde::Serialize;
 
 use crate::attribution::ProcessInfo;
 use crate::output::record::{
-    parse_rfc3339_ns, rfc3339, ChangeRecord, IncidentKind, IncidentRecord, IncidentState, OwnerHit,
-    Severity, SplitBackends,
+    ChangeRecord, IncidentKind, IncidentRecord, IncidentState, OwnerHit, Severity, SplitBackends,
 };
 use crate::ruleset::{is_builtin_chain, Backend, Family, Op};
+use crate::timestamp::Timestamp;
 use lines::*;
 use owners::{Claim, How, Owners};
 use summary::*;
 
 /// At most this many `seq`s are listed in one incident's `events` (the most recent ones).
 pub const MAX_EVENTS: usize = 256;
-
-const NS_PER_MS: i128 = 1_000_000;
 
 /// Windows and thresholds.
 #[derive(Debug, Clone)]
@@ -61,20 +60,20 @@ pub struct Config {
     pub flap_cycles: u32,
     /// The window those cycles must fall in; also how long a loop must stop for its incident to
     /// close, and how long a foreign_* incident takes repeats as updates.
-    pub flap_window_ns: i128,
+    pub flap_window: Duration,
     /// Flushes and deletes of several owners by one actor within this window are one `mass_flush`.
-    pub mass_window_ns: i128,
+    pub mass_window: Duration,
     /// How long a `mass_flush` waits for each owner to repair before it closes.
-    pub repair_within_ns: i128,
+    pub repair_within: Duration,
 }
 
 impl Default for Config {
     fn default() -> Config {
         Config {
             flap_cycles: 3,
-            flap_window_ns: 60_000 * NS_PER_MS,
-            mass_window_ns: 5_000 * NS_PER_MS,
-            repair_within_ns: 60_000 * NS_PER_MS,
+            flap_window: Duration::from_secs(60),
+            mass_window: Duration::from_secs(5),
+            repair_within: Duration::from_secs(60),
         }
     }
 }
@@ -106,7 +105,7 @@ impl ObjInfo {
 #[derive(Debug, Clone, Serialize)]
 pub struct LastWrite {
     pub actor: String,
-    pub time: String,
+    pub time: Timestamp,
     pub seq: u64,
     pub op: Op,
 }
@@ -166,21 +165,21 @@ struct Drift {
 #[derive(Debug, Clone)]
 struct Tracked {
     record: IncidentRecord,
-    since_ns: i128,
-    last_ns: i128,
+    since: Timestamp,
+    last: Timestamp,
     /// When the owner's objects were last undone: repair times count from here.
-    undone_ns: i128,
+    undone: Timestamp,
     /// What was undone (foreign_*, unhooked, rule_drift): what a repair must bring back.
     targets: Vec<(IncidentKind, ObjKey)>,
 }
 
 impl Tracked {
-    fn new(record: IncidentRecord, since_ns: i128, now_ns: i128) -> Tracked {
+    fn new(record: IncidentRecord, since: Timestamp, now: Timestamp) -> Tracked {
         Tracked {
             record,
-            since_ns,
-            last_ns: now_ns,
-            undone_ns: now_ns,
+            since,
+            last: now,
+            undone: now,
             targets: Vec::new(),
         }
     }
@@ -211,9 +210,9 @@ struct Conflict {
     /// The actor undid something the owner has not restored yet.
     pending: bool,
     /// Event times of completed cycles within the window.
-    cycles: Vec<i128>,
+    cycles: Vec<Timestamp>,
     total_cycles: u32,
-    last_ns: i128,
+    last: Timestamp,
     /// Open foreign_* / unhooked / rule_drift incidents of this conflict, by type.
     open: HashMap<IncidentKind, String>,
     flapping: Option<String>,
@@ -222,7 +221,7 @@ struct Conflict {
 /// Flushes and deletes by one actor in one namespace within the mass window.
 #[derive(Debug, Default)]
 struct Sweep {
-    first_ns: i128,
+    first: Timestamp,
     hits: Vec<Hit>,
     incident: Option<String>,
 }
@@ -311,7 +310,7 @@ impl Correlator {
     }
 
     /// Incidents the current state shows without any change (split brain), for every namespace.
-    pub fn check_all(&mut self, now_ns: i128) -> Vec<IncidentRecord> {
+    pub fn check_all(&mut self, now: Timestamp) -> Vec<IncidentRecord> {
         let mut out = Vec::new();
         let mut keys: Vec<(u32, String)> = Vec::new();
         for (&netns, net) in &self.nets {
@@ -325,7 +324,7 @@ impl Correlator {
         }
         keys.sort();
         for (netns, owner) in keys {
-            self.check_split(netns, &owner, now_ns, &[], &mut out);
+            self.check_split(netns, &owner, now, &[], &mut out);
         }
         out
     }
@@ -372,7 +371,7 @@ impl Correlator {
             return Vec::new();
         };
         let netns = first.netns;
-        let now_ns = parse_rfc3339_ns(&first.time).unwrap_or_else(now_ns);
+        let now = first.time;
         let actor = self.owners.identity(&first.process);
         let known_actor = !(first.process.actor == "unknown" && first.process.unit.is_none());
         {
@@ -384,7 +383,7 @@ impl Correlator {
         let mut out = Vec::new();
         let failed: Vec<&ChangeRecord> = txn.iter().filter(|c| c.result != "ok").collect();
         if !failed.is_empty() {
-            self.note_failures(netns, &actor, &failed, now_ns, &mut out);
+            self.note_failures(netns, &actor, &failed, now, &mut out);
         }
         let applied: Vec<&ChangeRecord> = txn.iter().filter(|c| c.result == "ok").collect();
         if applied.is_empty() {
@@ -420,17 +419,17 @@ impl Correlator {
         if !replayed && known_actor {
             self.last_backend
                 .insert((netns, actor.clone()), first.backend);
-            self.handle_hits(netns, &actor, first, hits, now_ns, &mut out);
-            self.handle_restores(netns, &actor, &restored, now_ns, &mut out);
+            self.handle_hits(netns, &actor, first, hits, now, &mut out);
+            self.handle_restores(netns, &actor, &restored, now, &mut out);
             let fresh: BTreeSet<String> = out.iter().map(|r| r.id.clone()).collect();
             let seqs: Vec<u64> = applied.iter().map(|c| c.seq).collect();
-            self.check_repairs(netns, &actor, now_ns, &seqs, &fresh, &mut out);
+            self.check_repairs(netns, &actor, now, &seqs, &fresh, &mut out);
         }
         // Split brain, for every owner this transaction touched (before or after it).
         if reshapes {
             let seqs: Vec<u64> = applied.iter().map(|c| c.seq).collect();
             for owner in touched {
-                self.check_split(netns, &owner, now_ns, &seqs, &mut out);
+                self.check_split(netns, &owner, now, &seqs, &mut out);
             }
         }
         out
@@ -501,16 +500,6 @@ impl Correlator {
 fn is_iptables_nft_table(family: Family, table: &str) -> bool {
     matches!(family, Family::Ip | Family::Ip6 | Family::Arp)
         && matches!(table, "filter" | "nat" | "mangle" | "raw" | "security")
-}
-
-fn now_ns() -> i128 {
-    time::OffsetDateTime::now_utc().unix_timestamp_nanos()
-}
-
-fn rfc3339_ns(ns: i128) -> String {
-    time::OffsetDateTime::from_unix_timestamp_nanos(ns)
-        .map(rfc3339)
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

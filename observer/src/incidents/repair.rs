@@ -12,7 +12,7 @@ impl Correlator {
         &mut self,
         netns: u32,
         actor: &str,
-        now_ns: i128,
+        now: Timestamp,
         seqs: &[u64],
         fresh: &BTreeSet<String>,
         out: &mut Vec<IncidentRecord>,
@@ -59,17 +59,17 @@ impl Correlator {
             let Some(t) = self.incidents.get_mut(&id) else {
                 continue;
             };
-            let ms = ((now_ns - t.undone_ns).max(0) / NS_PER_MS) as u64;
+            let ms = now.elapsed_since(t.undone).as_millis() as u64;
             for o in &mut t.record.owners {
                 o.repaired = true;
                 o.repair_ms = Some(ms);
                 o.repaired_by = Some(actor.to_string());
             }
             t.record.state = IncidentState::Resolved;
-            t.record.time = rfc3339_ns(now_ns);
+            t.record.time = now;
             add_events(&mut t.record, seqs);
             t.record.summary = resolved_summary(&t.record, actor, ms);
-            t.last_ns = now_ns;
+            t.last = now;
             out.push(t.record.clone());
         }
     }
@@ -80,7 +80,7 @@ impl Correlator {
         netns: u32,
         actor: &str,
         restored: &[Restore],
-        now_ns: i128,
+        now: Timestamp,
         out: &mut Vec<IncidentRecord>,
     ) {
         if restored.is_empty() {
@@ -90,13 +90,13 @@ impl Correlator {
         // Mass flush repairs; a mass flush every owner repaired is resolved.
         let mut resolved: Vec<String> = Vec::new();
         for (id, t) in self.incidents.iter_mut() {
-            let since = t.since_ns;
+            let since = t.since;
             let Some(o) = unrepaired_owner(t, netns, actor) else {
                 continue;
             };
             if restored.iter().any(|r| o.chains.contains(&r.key.3)) {
                 o.repaired = true;
-                o.repair_ms = Some(((now_ns - since).max(0) / NS_PER_MS) as u64);
+                o.repair_ms = Some(now.elapsed_since(since).as_millis() as u64);
                 o.repaired_by = Some(actor.to_string());
                 let all = t.record.owners.iter().all(|o| o.repaired);
                 t.record.state = if all {
@@ -105,10 +105,10 @@ impl Correlator {
                 } else {
                     IncidentState::Update
                 };
-                t.record.time = rfc3339_ns(now_ns);
+                t.record.time = now;
                 t.record.summary = mass_summary(&t.record);
                 add_events(&mut t.record, &seqs);
-                t.last_ns = now_ns;
+                t.last = now;
                 out.push(t.record.clone());
             }
         }
@@ -125,26 +125,26 @@ impl Correlator {
             .map(|(k, _)| k.clone())
             .collect();
         for key in keys {
-            let window = self.cfg.flap_window_ns;
+            let window = self.cfg.flap_window;
             let threshold = self.cfg.flap_cycles;
             let Some(c) = self.conflicts.get_mut(&key) else {
                 continue;
             };
             c.pending = false;
-            c.cycles.push(now_ns);
-            c.cycles.retain(|&t| now_ns - t <= window);
+            c.cycles.push(now);
+            c.cycles.retain(|&t| now.elapsed_since(t) <= window);
             c.total_cycles += 1;
-            c.last_ns = now_ns;
+            c.last = now;
             let total = c.total_cycles;
             if let Some(id) = c.flapping.clone() {
                 if let Some(t) = self.incidents.get_mut(&id) {
                     add_events(&mut t.record, &seqs);
                     t.record.cycles = Some(total);
-                    t.record.last = Some(rfc3339_ns(now_ns));
-                    t.record.time = rfc3339_ns(now_ns);
+                    t.record.last = Some(now);
+                    t.record.time = now;
                     t.record.state = IncidentState::Update;
                     t.record.summary = flap_summary(&t.record);
-                    t.last_ns = now_ns;
+                    t.last = now;
                     out.push(t.record.clone());
                 }
                 continue;
@@ -180,11 +180,11 @@ impl Correlator {
                 r.kind = IncidentKind::Flapping;
                 r.severity = Severity::Critical;
                 r.state = IncidentState::Open;
-                r.time = rfc3339_ns(now_ns);
+                r.time = now;
                 r.events = events;
                 r.chains = chains.into_iter().collect();
                 r.cycles = Some(total);
-                r.last = Some(rfc3339_ns(now_ns));
+                r.last = Some(now);
                 r.rule = None;
                 r.was = None;
                 r.lost = Vec::new();
@@ -192,16 +192,16 @@ impl Correlator {
                 r.summary = flap_summary(&r);
                 r.owners = Vec::new();
                 r.merged_into = None;
-                let since_ns = parse_rfc3339_ns(&r.since).unwrap_or(now_ns);
+                let since = r.since;
                 if let Some(c) = self.conflicts.get_mut(&key) {
                     c.flapping = Some(r.id.clone());
                 }
                 self.incidents
-                    .insert(r.id.clone(), Tracked::new(r.clone(), since_ns, now_ns));
+                    .insert(r.id.clone(), Tracked::new(r.clone(), since, now));
                 // The conflict's incidents still open end here, pointing at the loop.
                 for mut a in absorbed {
                     a.state = IncidentState::Resolved;
-                    a.time = rfc3339_ns(now_ns);
+                    a.time = now;
                     a.merged_into = Some(r.id.clone());
                     a.summary = format!(
                         "Part of {}: {} and {} undo each other in a loop; that incident follows it.",

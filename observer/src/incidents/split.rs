@@ -7,7 +7,7 @@ impl Correlator {
         &mut self,
         netns: u32,
         owner: &str,
-        now_ns: i128,
+        now: Timestamp,
         seqs: &[u64],
         out: &mut Vec<IncidentRecord>,
     ) {
@@ -39,11 +39,8 @@ impl Correlator {
                 let first_seq = seqs.first().copied().unwrap_or_default();
                 let mut chains: Vec<String> = legacy.union(&nft).cloned().collect();
                 chains.sort();
-                let time = rfc3339_ns(now_ns);
                 let mut r = IncidentRecord {
                     id: format!("split_brain-{netns}-{first_seq}-{owner}"),
-                    time: time.clone(),
-                    since: time,
                     netns_name: net.name.clone(),
                     backend: last_backend.unwrap_or(Backend::Nft),
                     family,
@@ -57,20 +54,20 @@ impl Correlator {
                         nft: nft.into_iter().collect(),
                     }),
                     last_backend,
-                    ..blank(IncidentKind::SplitBrain, netns)
+                    ..blank(IncidentKind::SplitBrain, netns, now)
                 };
                 trim_events(&mut r);
                 r.summary = split_summary(&r);
                 self.splits.insert(key, r.id.clone());
                 self.incidents
-                    .insert(r.id.clone(), Tracked::new(r.clone(), now_ns, now_ns));
+                    .insert(r.id.clone(), Tracked::new(r.clone(), now, now));
                 out.push(r);
             }
             (false, Some(id)) => {
                 self.splits.remove(&key);
                 if let Some(mut t) = self.incidents.remove(&id) {
                     t.record.state = IncidentState::Resolved;
-                    t.record.time = rfc3339_ns(now_ns);
+                    t.record.time = now;
                     add_events(&mut t.record, seqs);
                     t.record.summary = format!(
                         "{owner}'s chains now live in one backend only; the split brain is over."

@@ -101,7 +101,7 @@ pub(super) fn flap_summary(r: &IncidentRecord) -> String {
         list(&r.chains),
         where_(r),
         r.cycles.unwrap_or_default(),
-        r.last.as_deref().unwrap_or(&r.time)
+        r.last.unwrap_or(r.time)
     )
 }
 

@@ -4,8 +4,13 @@
 use super::*;
 use crate::output::record::Source;
 
-const S: i128 = 1_000_000_000;
-const T0: i128 = 1_780_000_000 * S;
+const S: i64 = 1_000_000_000;
+const T0: i64 = 1_780_000_000 * S;
+
+/// `t` seconds into a test's stream.
+fn at(t: i64) -> Timestamp {
+    Timestamp::from_unix_nanos(T0 + t * S)
+}
 
 /// Builds one namespace's change stream, transaction by transaction.
 struct Stream {
@@ -21,9 +26,9 @@ struct Stream {
 fn cfg() -> Config {
     Config {
         flap_cycles: 3,
-        flap_window_ns: 60 * S,
-        mass_window_ns: 5 * S,
-        repair_within_ns: 30 * S,
+        flap_window: Duration::from_secs(60),
+        mass_window: Duration::from_secs(5),
+        repair_within: Duration::from_secs(30),
     }
 }
 
@@ -58,15 +63,15 @@ impl Stream {
     }
 
     /// One transaction by `actor` at `t` seconds: each op is (op, chain, rule, detail).
-    fn txn(&mut self, t: i128, actor: &str, ops: &[(Op, &str, &str, &str)]) -> Vec<IncidentRecord> {
-        let time = rfc3339_ns(T0 + t * S);
+    fn txn(&mut self, t: i64, actor: &str, ops: &[(Op, &str, &str, &str)]) -> Vec<IncidentRecord> {
+        let time = at(t);
         let records: Vec<ChangeRecord> = ops
             .iter()
             .map(|(op, chain, rule, detail)| {
                 self.seq += 1;
                 ChangeRecord {
                     seq: self.seq,
-                    time: time.clone(),
+                    time,
                     netns: self.netns,
                     netns_name: Some("blue".into()),
                     node: None,
@@ -95,8 +100,8 @@ impl Stream {
         got
     }
 
-    fn tick(&mut self, t: i128) -> Vec<IncidentRecord> {
-        let got = self.c.tick(T0 + t * S);
+    fn tick(&mut self, t: i64) -> Vec<IncidentRecord> {
+        let got = self.c.tick(at(t));
         self.out.extend(got.iter().cloned());
         got
     }
@@ -128,7 +133,7 @@ fn kube_proxy_nat() -> Vec<InventoryChain> {
 const JUMP: &str = "-j KUBE-SERVICES";
 
 /// calico-node unhooks, then deletes; kube-proxy restores.
-fn calico_round(s: &mut Stream, t: i128) {
+fn calico_round(s: &mut Stream, t: i64) {
     s.txn(
         t,
         "calico-node",
@@ -483,7 +488,7 @@ fn a_refused_recreation_during_a_mass_flush_is_named() {
     s.txn(0, "iptables.init", &[(Op::TableFlush, "", "", "")]);
     let mut failed = ChangeRecord {
         seq: 99,
-        time: rfc3339_ns(T0 + S),
+        time: at(1),
         netns: 7,
         netns_name: None,
         node: None,
@@ -584,7 +589,7 @@ fn split_brain_at_start_and_when_created() {
         ..chain("filter", "AZURE-NPM-INGRESS", 1, &[])
     });
     let mut s = Stream::new(inv);
-    let found = s.c.check_all(T0);
+    let found = s.c.check_all(at(0));
     assert_eq!(found.len(), 1, "{found:#?}");
     assert_eq!(found[0].kind, IncidentKind::SplitBrain);
     assert_eq!(found[0].owner, "azure-npm");
@@ -597,7 +602,7 @@ fn split_brain_at_start_and_when_created() {
         )
     );
     // Asking again does not repeat it.
-    assert!(s.c.check_all(T0).is_empty());
+    assert!(s.c.check_all(at(0)).is_empty());
 
     // Created while running: nft chains first, then a legacy one.
     let mut s = Stream::new(vec![]);
@@ -719,14 +724,14 @@ fn replay(jsonl: &str, owners: Owners) -> Vec<IncidentRecord> {
     let mut c = Correlator::new(cfg(), owners);
     let mut out = Vec::new();
     let mut txn: Vec<ChangeRecord> = Vec::new();
-    let mut last_ns = 0;
+    let mut last = Timestamp::EPOCH;
     for line in jsonl.lines().filter(|l| !l.trim().is_empty()) {
         let v: serde_json::Value = serde_json::from_str(line).expect("fixture line is JSON");
         if v["kind"] != "change" {
             continue;
         }
         let rec: ChangeRecord = serde_json::from_value(v).expect("fixture change line");
-        last_ns = parse_rfc3339_ns(&rec.time).unwrap();
+        last = rec.time;
         if txn.first().is_some_and(|f| f.txn != rec.txn) {
             out.extend(c.observe(&txn));
             txn.clear();
@@ -734,7 +739,7 @@ fn replay(jsonl: &str, owners: Owners) -> Vec<IncidentRecord> {
         txn.push(rec);
     }
     out.extend(c.observe(&txn));
-    out.extend(c.tick(last_ns + 3600 * S));
+    out.extend(c.tick(last.saturating_add(Duration::from_secs(3600))));
     out
 }
 

@@ -133,8 +133,9 @@ impl Publisher {
             incident: self.last_held(&stream, Kind::Incident).await?,
         };
         // Rows older than the stream keeps are not sent again after the stream lost them.
-        let since_ns =
-            store::now_ns().saturating_sub(i64::try_from(s.max_age.as_nanos()).unwrap_or(i64::MAX));
+        let since_ns = crate::timestamp::Timestamp::now()
+            .unix_nanos()
+            .saturating_sub(i64::try_from(s.max_age.as_nanos()).unwrap_or(i64::MAX));
         let mut conn = self.open_record().await?;
         let mut ino = store::inode(&self.record);
         self.stats.connected.set(1);

@@ -2,6 +2,7 @@
 
 use super::record::{ChangeRecord, IncidentRecord, IncidentState, Record, Severity, StatusRecord};
 use crate::ruleset::Op;
+use crate::timestamp::Timestamp;
 
 const RESET: &str = "\x1b[0m";
 const DIM: &str = "\x1b[2m";
@@ -82,7 +83,7 @@ fn incident(i: &IncidentRecord, colour: bool) -> String {
     }
     let head = format!(
         "!! {} {} {} [{}] owner {} by {}{}  ({})",
-        clock(&i.time),
+        clock(i.time),
         state,
         i.kind.as_str(),
         i.severity.as_str(),
@@ -106,9 +107,10 @@ fn status(s: &StatusRecord, colour: bool) -> String {
     paint(&line, MAGENTA, colour)
 }
 
-/// `HH:MM:SS.micro` from the RFC 3339 time.
-fn clock(time: &str) -> &str {
-    time.get(11..26).unwrap_or(time)
+/// `HH:MM:SS.micro`, in UTC.
+fn clock(time: Timestamp) -> String {
+    let (h, m, s, ns) = time.time_of_day(0);
+    format!("{h:02}:{m:02}:{s:02}.{:06}", ns / 1000)
 }
 
 fn change(c: &ChangeRecord, colour: bool) -> String {
@@ -149,7 +151,7 @@ fn change(c: &ChangeRecord, colour: bool) -> String {
     };
     format!(
         "{} {:<12} {:<6} {:<6} {:<8} {} {}{}{}  {}{}",
-        paint(clock(&c.time), DIM, colour),
+        paint(&clock(c.time), DIM, colour),
         netns,
         c.backend.as_str(),
         c.family.as_str(),
@@ -173,7 +175,7 @@ mod tests {
     fn rec() -> ChangeRecord {
         ChangeRecord {
             seq: 1,
-            time: "2026-11-21T05:42:37.123456789Z".into(),
+            time: crate::timestamp::Timestamp::parse("2026-11-21T05:42:37.123456789Z").unwrap(),
             netns: 42,
             netns_name: Some("blue".into()),
             node: None,

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::attribution::ProcessInfo;
 use crate::ruleset::{Backend, Family, Op};
+use crate::timestamp::Timestamp;
 
 /// Where a change was seen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -42,7 +43,7 @@ pub enum Record {
 pub struct StatusRecord {
     /// `ready` (every hook attached, every subscription open), `warning`, or `stopped`.
     pub state: String,
-    pub time: String,
+    pub time: Timestamp,
     /// One sentence for a person.
     pub message: String,
     /// Which backend each hook is on, and why better ones were refused (the kernel's error), e.g.
@@ -109,7 +110,7 @@ impl StatusRecord {
     fn new(state: &str, message: String) -> StatusRecord {
         StatusRecord {
             state: state.into(),
-            time: now(),
+            time: Timestamp::now(),
             message,
             hooks: None,
             sources: Vec::new(),
@@ -125,8 +126,8 @@ impl StatusRecord {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ChangeRecord {
     pub seq: u64,
-    /// RFC 3339 with nanoseconds, UTC.
-    pub time: String,
+    /// RFC 3339 with nanoseconds, UTC, in the line.
+    pub time: Timestamp,
     /// The network namespace inode.
     pub netns: u32,
     /// The `ip netns` name of the namespace, when it has one.
@@ -183,9 +184,9 @@ pub fn where_label(node: Option<&str>, netns_name: Option<&str>, netns: u32) -> 
 pub struct IncidentRecord {
     pub id: String,
     /// When the event that produced this line happened (or when a window expired).
-    pub time: String,
+    pub time: Timestamp,
     /// When the incident's first event happened.
-    pub since: String,
+    pub since: Timestamp,
     pub state: IncidentState,
     #[serde(rename = "type")]
     pub kind: IncidentKind,
@@ -210,7 +211,7 @@ pub struct IncidentRecord {
     pub cycles: Option<u32>,
     /// `flapping`: when the last cycle completed.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub last: Option<String>,
+    pub last: Option<Timestamp>,
     /// `rule_drift`: the new rule.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rule: Option<String>,
@@ -345,27 +346,6 @@ pub struct SplitBackends {
     pub nft: Vec<String>,
 }
 
-/// RFC 3339 with nanoseconds, in UTC.
-pub fn rfc3339(t: time::OffsetDateTime) -> String {
-    let f = time::macros::format_description!(
-        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:9]Z"
-    );
-    t.to_offset(time::UtcOffset::UTC)
-        .format(&f)
-        .unwrap_or_else(|_| t.unix_timestamp().to_string())
-}
-
-pub fn now() -> String {
-    rfc3339(time::OffsetDateTime::now_utc())
-}
-
-/// Nanoseconds since the epoch of an RFC 3339 time (as [`rfc3339`] writes it).
-pub fn parse_rfc3339_ns(s: &str) -> Option<i128> {
-    time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
-        .ok()
-        .map(|t| t.unix_timestamp_nanos())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -373,7 +353,7 @@ mod tests {
     fn sample() -> ChangeRecord {
         ChangeRecord {
             seq: 3,
-            time: "2026-11-21T05:42:37.000000001Z".into(),
+            time: crate::timestamp::Timestamp::parse("2026-11-21T05:42:37.000000001Z").unwrap(),
             netns: 4026532317,
             netns_name: Some("blue".into()),
             node: None,
@@ -432,7 +412,7 @@ mod tests {
     fn status_lines_start_with_kind_status() {
         let s = Record::Status(StatusRecord {
             state: "ready".into(),
-            time: now(),
+            time: Timestamp::now(),
             message: "watching".into(),
             hooks: Some("tracepoint".into()),
             sources: vec![Source::Tracepoint, Source::Netlink],
@@ -446,11 +426,5 @@ mod tests {
             line.starts_with(r#"{"kind":"status","state":"ready""#),
             "{line}"
         );
-    }
-
-    #[test]
-    fn time_has_nanoseconds() {
-        let t = time::OffsetDateTime::from_unix_timestamp_nanos(1_700_000_000_123_456_789).unwrap();
-        assert_eq!(rfc3339(t), "2023-11-14T22:13:20.123456789Z");
     }
 }

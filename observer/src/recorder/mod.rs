@@ -373,7 +373,8 @@ impl Writer {
     }
 
     fn try_enforce(&mut self) -> rusqlite::Result<()> {
-        let cutoff = store::now_ns() - self.limits.retain.as_nanos().min(i64::MAX as u128) as i64;
+        let cutoff = crate::timestamp::Timestamp::now().unix_nanos()
+            - self.limits.retain.as_nanos().min(i64::MAX as u128) as i64;
         // The state after the last change to go becomes the snapshot the rest replays on.
         let last_gone: Option<i64> = self.conn.query_row(
             "SELECT MAX(seq) FROM changes WHERE time_ns < ?1",

@@ -47,7 +47,7 @@ const WIDE: Limits = Limits {
 #[test]
 fn rows_survive_reopening_and_numbers_continue() {
     let (_dir, path) = tmp_record();
-    let now = now_ns();
+    let now = crate::timestamp::Timestamp::now().unix_nanos();
     let mut w = writer(&path, WIDE);
     w.write_batch(&[
         change(1, now, "KUBE-SVC-A"),
@@ -70,7 +70,7 @@ fn rows_survive_reopening_and_numbers_continue() {
 #[test]
 fn old_rows_are_deleted_by_age() {
     let (_dir, path) = tmp_record();
-    let now = now_ns();
+    let now = crate::timestamp::Timestamp::now().unix_nanos();
     let hour = HOURLY.retain.as_nanos() as i64;
     let mut w = writer(&path, HOURLY);
     w.write_batch(&[change(1, now - 2 * hour, "A"), change(2, now, "B")]);
@@ -93,7 +93,7 @@ fn the_record_id_is_made_once_and_kept() {
 #[test]
 fn the_oldest_rows_go_when_the_file_is_too_big() {
     let (_dir, path) = tmp_record();
-    let now = now_ns();
+    let now = crate::timestamp::Timestamp::now().unix_nanos();
     let mut w = writer(
         &path,
         Limits {
@@ -163,7 +163,7 @@ fn rows_are_streamed_after_their_commit_in_order() {
     let (s, join) =
         spawn_writer(open_rw(&path).unwrap(), path.clone(), WIDE, 1 << 16, stats).unwrap();
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let now = now_ns();
+    let now = crate::timestamp::Timestamp::now().unix_nanos();
     for i in 1..=500u64 {
         let (seen, path) = (seen.clone(), path.clone());
         // Each row, when streamed, is already in the record (read by another connection).
@@ -240,7 +240,7 @@ fn read_all(conn: &Connection, sel: &Selection) -> Vec<(u64, String)> {
 #[test]
 fn rows_are_compressed_after_the_dictionary_and_read_back_exactly() {
     let (_dir, path) = tmp_record();
-    let now = now_ns();
+    let now = crate::timestamp::Timestamp::now().unix_nanos();
     let rows: Vec<Row> = (1..=3000).map(|i| realistic(i, now + i as i64)).collect();
     let mut w = writer(&path, WIDE);
     for batch in rows.chunks(700) {
@@ -321,7 +321,7 @@ fn rows_are_compressed_after_the_dictionary_and_read_back_exactly() {
 #[test]
 fn a_layout_1_record_is_read_then_converted_unchanged() {
     let (_dir, path) = tmp_record();
-    let now = now_ns();
+    let now = crate::timestamp::Timestamp::now().unix_nanos();
     let rows: Vec<Row> = (1..=1500).map(|i| realistic(i, now + i as i64)).collect();
     {
         let c = Connection::open(&path).unwrap();
@@ -413,7 +413,7 @@ fn a_layout_1_record_is_read_then_converted_unchanged() {
 #[test]
 fn unused_strings_go_with_their_rows() {
     let (_dir, path) = tmp_record();
-    let now = now_ns();
+    let now = crate::timestamp::Timestamp::now().unix_nanos();
     let hour = HOURLY.retain.as_nanos() as i64;
     let mut w = writer(&path, HOURLY);
     let old: Vec<Row> = (1..=STRS_SWEPT_FROM as u64)
@@ -443,7 +443,7 @@ fn unused_strings_go_with_their_rows() {
 #[test]
 fn a_damaged_row_is_an_error_naming_it() {
     let (_dir, path) = tmp_record();
-    let now = now_ns();
+    let now = crate::timestamp::Timestamp::now().unix_nanos();
     let rows: Vec<Row> = (1..=1200).map(|i| realistic(i, now + i as i64)).collect();
     let mut w = writer(&path, WIDE);
     w.write_batch(&rows);

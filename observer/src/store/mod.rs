@@ -16,7 +16,6 @@ use std::path::PathBuf;
 mod encode;
 mod schema;
 mod select;
-mod time;
 
 pub use encode::ChangeRow;
 #[cfg(test)]
@@ -29,7 +28,6 @@ pub use schema::{inode, last_numbers, open_ro, open_rw, record_id};
 pub use select::{
     frame_size, frame_size_at_most, select_changes, select_incidents, DictFrames, Selection, Stored,
 };
-pub use time::{now_ns, parse_time, parse_time_ns};
 
 /// What can go wrong with the record file.
 #[derive(Debug, thiserror::Error)]

@@ -11,7 +11,7 @@ use std::path::Path;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 
 use super::encode::{ChangeRow, Encoder, INSERT_CHANGE};
-use super::{now_ns, StoreError};
+use super::StoreError;
 
 /// Version of the file layout, kept in `PRAGMA user_version`.
 pub(crate) const SCHEMA_VERSION: i64 = 3;
@@ -271,7 +271,7 @@ pub fn record_id(conn: &Connection) -> Result<String, StoreError> {
     }
     let id = std::fs::read_to_string("/proc/sys/kernel/random/uuid")
         .map(|u| u.trim().replace('-', ""))
-        .unwrap_or_else(|_| format!("{:x}", now_ns()));
+        .unwrap_or_else(|_| format!("{:x}", crate::timestamp::Timestamp::now().unix_nanos()));
     conn.execute(
         "INSERT OR IGNORE INTO meta (key, value) VALUES ('id', ?1)",
         params![id],

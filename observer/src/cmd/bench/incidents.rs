@@ -17,8 +17,9 @@ use crate::attribution::ProcessInfo;
 use crate::cli::BenchIncidentsArgs;
 use crate::incidents::owners::Owners;
 use crate::incidents::{Config, Correlator, InventoryChain};
-use crate::output::record::{rfc3339, ChangeRecord, Source};
+use crate::output::record::{ChangeRecord, Source};
 use crate::ruleset::{Backend, Family, Op};
+use crate::timestamp::Timestamp;
 
 #[derive(Serialize)]
 struct Figures {
@@ -55,22 +56,20 @@ fn rss_kib() -> u64 {
 
 struct Gen {
     seq: u64,
-    t_ns: i128,
+    t_ns: i64,
 }
 
 impl Gen {
     fn txn(&mut self, actor: &str, ops: Vec<(Op, String, Option<String>)>) -> Vec<ChangeRecord> {
         self.t_ns += 50_000_000;
-        let time = time::OffsetDateTime::from_unix_timestamp_nanos(self.t_ns)
-            .map(rfc3339)
-            .unwrap_or_default();
+        let time = Timestamp::from_unix_nanos(self.t_ns);
         let txn = format!("xt-1-{}", self.t_ns);
         ops.into_iter()
             .map(|(op, chain, rule)| {
                 self.seq += 1;
                 ChangeRecord {
                     seq: self.seq,
-                    time: time.clone(),
+                    time,
                     netns: 1,
                     netns_name: None,
                     node: None,
@@ -208,7 +207,7 @@ pub fn run(args: BenchIncidentsArgs) -> anyhow::Result<()> {
             "kube-proxy's own churn made incidents: {out:?}"
         );
         if (n + 1) % (txns / 4) == 0 {
-            c.tick(g.t_ns);
+            c.tick(Timestamp::from_unix_nanos(g.t_ns));
             rss.push(rss_kib());
         }
     }

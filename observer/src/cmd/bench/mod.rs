@@ -131,7 +131,7 @@ pub fn record(args: crate::cli::BenchRecordArgs) -> anyhow::Result<()> {
     );
     let services = 1000u64;
     let span_ns = args.days as i64 * 86_400 * 1_000_000_000;
-    let start_ns = store::now_ns() - span_ns;
+    let start_ns = crate::timestamp::Timestamp::now().unix_nanos() - span_ns;
     let step = span_ns / args.rows.max(1) as i64;
     // A small deterministic generator: the same rows every run.
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -221,10 +221,9 @@ pub fn record(args: crate::cli::BenchRecordArgs) -> anyhow::Result<()> {
                 break;
             }
             seq += 1;
-            let t = time::OffsetDateTime::from_unix_timestamp_nanos(time_ns as i128)?;
             let c = ChangeRecord {
                 seq,
-                time: crate::output::record::rfc3339(t),
+                time: crate::timestamp::Timestamp::from_unix_nanos(time_ns),
                 netns: 4026531840,
                 netns_name: None,
                 node: None,
@@ -316,7 +315,8 @@ pub fn record(args: crate::cli::BenchRecordArgs) -> anyhow::Result<()> {
         out["start_rules"] = start_rules.into();
         out["model_rules"] = sim.rules().into();
         if keep_snapshots {
-            out["at"] = forensics::measure(&args.out, store::now_ns())?;
+            out["at"] =
+                forensics::measure(&args.out, crate::timestamp::Timestamp::now().unix_nanos())?;
         }
     }
     println!("{out}");

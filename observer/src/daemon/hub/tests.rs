@@ -19,7 +19,7 @@ fn record_with(n: u64) -> (tempfile::TempDir, std::path::PathBuf) {
         .map(|seq| {
             Row::Change(ChangeRow {
                 seq,
-                time_ns: store::now_ns(),
+                time_ns: crate::timestamp::Timestamp::now().unix_nanos(),
                 netns: Some(1),
                 backend: None,
                 table: None,

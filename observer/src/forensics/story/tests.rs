@@ -10,9 +10,7 @@ use crate::store::ChangeRow;
 const NETNS: u32 = 4026532177;
 
 fn time_of(ns: i64) -> String {
-    crate::output::record::rfc3339(
-        time::OffsetDateTime::from_unix_timestamp_nanos(ns as i128).expect("time"),
-    )
+    crate::timestamp::Timestamp::from_unix_nanos(ns).to_string()
 }
 
 fn change(
@@ -83,7 +81,7 @@ fn record(dir: &std::path::Path, events: &[u64]) -> std::path::PathBuf {
         },
         Arc::new(StoreStats::default()),
     );
-    let t0 = crate::store::now_ns() - 60_000_000_000;
+    let t0 = crate::timestamp::Timestamp::now().unix_nanos() - 60_000_000_000;
     let ms = 1_000_000;
     w.write_batch(&[
         change(1, t0, "a", "chain_create", "KUBE-SVC", None, "kube-proxy"),

@@ -44,7 +44,7 @@ impl<W: Write> Screen<W> {
         let chain = c.chain.clone().unwrap_or_default();
         let columns = format!(
             "{indent}{} {} {} {} {} {} {}",
-            self.paint(&self.clock(&c.time), DIM),
+            self.paint(&self.clock(c.time), DIM),
             pad(&netns, k.netns),
             pad(&where_, k.family),
             pad(&c.table, k.table),
@@ -71,7 +71,7 @@ impl<W: Write> Screen<W> {
             text.push_str("  (recovered after lost notifications)");
         }
         let text = text.trim_end().to_string();
-        let visible = visible_len(indent) + self.clock(&c.time).len() + k.sum() + 6;
+        let visible = visible_len(indent) + self.clock(c.time).len() + k.sum() + 6;
         let painted = |t: &str| {
             if c.result != "ok" {
                 self.paint(t, RED)
@@ -132,7 +132,7 @@ impl<W: Write> Screen<W> {
         );
         let mut head = format!(
             "{} ── {} [{}] {} changes in {} {} (netns {}): {}",
-            self.clock(&first.time),
+            self.clock(first.time),
             p.actor,
             writer_chain(p),
             txn.len(),
@@ -244,7 +244,7 @@ impl<W: Write> Screen<W> {
         };
         let head = format!(
             "!! {} {} {} {}{}",
-            self.clock(&i.time),
+            self.clock(i.time),
             self.paint(
                 &i.severity.as_str().to_uppercase(),
                 &format!("{BOLD}{sev_colour}")
@@ -262,7 +262,7 @@ impl<W: Write> Screen<W> {
             where_,
             i.owner,
             i.actors.join(", "),
-            self.clock(&i.since),
+            self.clock(i.since),
             i.id
         );
         let facts = match self.opt.width {
@@ -324,7 +324,7 @@ impl<W: Write> Screen<W> {
         };
         let line = format!(
             "{} {:<8} {:<8} {:<14} {:<10}  {} ← {}  {}",
-            self.clock(&i.time),
+            self.clock(i.time),
             i.state.as_str(),
             i.severity.as_str(),
             i.kind.as_str(),

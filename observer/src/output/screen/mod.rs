@@ -7,12 +7,12 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io::{self, Write};
+use std::time::Duration;
 
-use super::record::{
-    parse_rfc3339_ns, ChangeRecord, IncidentRecord, IncidentState, Record, Severity, StatusRecord,
-};
+use super::record::{ChangeRecord, IncidentRecord, IncidentState, Record, Severity, StatusRecord};
 use super::terminal::{cut, strip_escapes};
 use crate::ruleset::{Backend, Op};
+use crate::timestamp::Timestamp;
 
 mod lines;
 
@@ -93,7 +93,7 @@ pub struct Screen<W: Write> {
     /// Incidents whose last line left them open: id → severity.
     open: BTreeMap<String, Severity>,
     /// Event times (ns) of the changes of the last 10 s, for the rate in the footer.
-    recent: VecDeque<i128>,
+    recent: VecDeque<Timestamp>,
     /// Lost records reported by gap lines.
     gaps: u64,
     /// The writer of each recent change, by `seq`, for the incidents that name them.
@@ -207,11 +207,13 @@ impl<W: Write> Screen<W> {
             self.writers.pop_front();
         }
         self.writers.push_back((c.seq, writer_chain(&c.process)));
-        let Some(t) = parse_rfc3339_ns(&c.time) else {
-            return;
-        };
+        let t = c.time;
         self.recent.push_back(t);
-        while self.recent.front().is_some_and(|&f| t - f > 10_000_000_000) {
+        while self
+            .recent
+            .front()
+            .is_some_and(|&f| t.elapsed_since(f) > Duration::from_secs(10))
+        {
             self.recent.pop_front();
         }
     }
@@ -269,15 +271,9 @@ impl<W: Write> Screen<W> {
         }
     }
 
-    fn clock(&self, time: &str) -> String {
+    fn clock(&self, time: Timestamp) -> String {
         let narrow = self.narrow();
-        let Some(ns) = parse_rfc3339_ns(time) else {
-            return time.to_string();
-        };
-        let secs = ns.div_euclid(1_000_000_000) + i128::from(self.opt.utc_offset_s);
-        let sub = ns.rem_euclid(1_000_000_000);
-        let day = secs.rem_euclid(86_400);
-        let (h, m, s) = (day / 3600, day / 60 % 60, day % 60);
+        let (h, m, s, sub) = time.time_of_day(i64::from(self.opt.utc_offset_s));
         if narrow {
             format!("{h:02}:{m:02}:{s:02}.{:03}", sub / 1_000_000)
         } else {

@@ -8,7 +8,7 @@ use crate::ruleset::Family;
 fn change(seq: u64, txn: &str, op: Op, chain: &str, rule: Option<&str>) -> ChangeRecord {
     ChangeRecord {
         seq,
-        time: "2026-11-21T05:42:37.123456789Z".into(),
+        time: crate::timestamp::Timestamp::parse("2026-11-21T05:42:37.123456789Z").unwrap(),
         netns: 4026532317,
         netns_name: Some("blue".into()),
         node: None,
@@ -193,8 +193,8 @@ fn a_new_legacy_table_is_one_line() {
 fn incident(state: IncidentState) -> IncidentRecord {
     IncidentRecord {
         id: "mass_flush-7-3".into(),
-        time: "2026-11-21T05:42:39.000000000Z".into(),
-        since: "2026-11-21T05:42:37.200000000Z".into(),
+        time: crate::timestamp::Timestamp::parse("2026-11-21T05:42:39.000000000Z").unwrap(),
+        since: crate::timestamp::Timestamp::parse("2026-11-21T05:42:37.200000000Z").unwrap(),
         state,
         kind: IncidentKind::MassFlush,
         severity: Severity::Critical,
