@@ -497,6 +497,55 @@ fn ctrl_c_while_busy_exits_cleanly() {
     writer.join().expect("writer thread");
 }
 
+/// `observer tail | head -1`: when the reader goes away, the next line written ends the run,
+/// quietly and with success.
+#[test]
+fn a_reader_that_goes_away_ends_the_tail_quietly() {
+    use std::io::BufRead;
+    skip_unless!("ip", "iptables-legacy");
+    let ns = Netns::new("gone");
+    let w = Writer::new("obs-gone");
+    let mut child = std::process::Command::new(common::observer_bin())
+        .args(["tail", "--json", "--netns", &ns.name])
+        .args(
+            common::forced_hooks()
+                .iter()
+                .flat_map(|h| ["--hooks", h.as_str()]),
+        )
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start observer");
+    let mut ready = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut ready)
+        .expect("the ready line");
+    assert!(ready.contains(r#""state":"ready""#), "first line: {ready}");
+    // The reader is gone (dropped with its BufReader); each change is one more line to write.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(WAIT);
+    let mut n = 0;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "observer still runs {WAIT} s after its reader went away ({n} changes made)"
+        );
+        ns.write(&w, &["iptables-legacy", "-N", &format!("OBS-GONE-{n}")]);
+        n += 1;
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut stderr)
+        .expect("stderr");
+    assert!(status.success(), "observer exited with {status}: {stderr}");
+    assert!(
+        !stderr.contains("cannot write output") && !stderr.contains("panicked"),
+        "the end was not quiet: {stderr}"
+    );
+}
+
 /// `--hooks fentry` and `--hooks kprobe` either attach (the ready line says so) or fail at once
 /// with the kernel's reason; they never fall back quietly to another backend.
 #[test]

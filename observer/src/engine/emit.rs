@@ -6,9 +6,10 @@ use std::sync::Arc;
 
 use crate::forensics::model::Tables;
 use crate::output::record::Gap;
-use crate::output::{ChangeRecord, IncidentRecord, Record, StatusRecord};
-use crate::ruleset::{self, Backend, Change};
+use crate::output::{IncidentRecord, Record, StatusRecord};
+use crate::ruleset::{Backend, Change};
 
+use super::core::TxnLines;
 use super::{ChangeCtx, Engine};
 
 impl Engine {
@@ -17,12 +18,18 @@ impl Engine {
     }
 
     pub(super) fn write(&mut self, r: &Record) {
-        if let Err(e) = self.output.emit(r) {
-            if e.kind() == std::io::ErrorKind::BrokenPipe {
-                // The reader went away (`observer tail | head`): stop quietly.
-                std::process::exit(0);
-            }
-            tracing::error!("cannot write output: {e}");
+        let written = self.output.emit(r);
+        self.check_written(written);
+    }
+
+    /// A write's error: the reader went away (`observer tail | head`), which ends the run
+    /// quietly, or something else, logged (the run goes on).
+    fn check_written(&mut self, written: std::io::Result<()>) {
+        match written {
+            Ok(()) => {}
+            Err(_) if self.output_closed => {}
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => self.output_closed = true,
+            Err(e) => tracing::error!("cannot write output: {e}"),
         }
     }
 
@@ -44,7 +51,7 @@ impl Engine {
         due.taken(inode, backend);
         let netns_name = self.watched.get(&inode).and_then(|w| w.handle.name.clone());
         self.output.snapshot(crate::forensics::Snapshot {
-            seq: self.seq,
+            seq: self.core.seq(),
             time_ns: crate::timestamp::Timestamp::now().unix_nanos(),
             netns: inode,
             netns_name,
@@ -137,56 +144,27 @@ impl Engine {
     }
 
     /// Number, print and correlate the changes of one transaction (all applied).
-    pub(super) fn emit_txn(&mut self, ctx: ChangeCtx, mut changes: Vec<Change>) {
-        // Whatever the reader could not settle (nft writers whose request was not captured,
-        // changes found by a re-read).
-        ruleset::settle_flushes(&mut changes, &ruleset::FlushEvidence::Unknown);
-        ruleset::settle_set_flushes(&mut changes, &ruleset::FlushEvidence::Unknown);
-        let with_results = changes.into_iter().map(|c| (c, "ok".to_string())).collect();
-        self.emit_txn_results(ctx, with_results);
+    pub(super) fn emit_txn(&mut self, ctx: ChangeCtx, changes: Vec<Change>) {
+        let lines = self.core.applied(&ctx, changes);
+        self.emit_lines(&ctx, lines);
     }
 
     /// Number, print and correlate the changes of one transaction; each has its `result`: `ok`
     /// or what went wrong (`EBUSY: Device or resource busy`).
     pub(super) fn emit_txn_results(&mut self, ctx: ChangeCtx, changes: Vec<(Change, String)>) {
-        let (inode, backend, n) = (ctx.inode, ctx.backend, changes.len() as u64);
-        let mut records = Vec::with_capacity(changes.len());
-        for (c, result) in changes {
-            self.seq += 1;
-            let record = Record::Change(ChangeRecord {
-                seq: self.seq,
-                time: ctx.time,
-                netns: ctx.inode,
-                netns_name: ctx.name.clone(),
-                node: None,
-                backend: ctx.backend,
-                family: c.family,
-                table: c.table,
-                chain: c.chain,
-                op: c.op,
-                rule: c.rule,
-                position: c.position,
-                detail: c.detail,
-                txn: ctx.txn.clone(),
-                result,
-                source: ctx.source,
-                process: ctx.process.clone(),
-                replayed: ctx.replayed,
-                recovered: ctx.recovered,
-            });
-            self.write(&record);
-            if let Record::Change(c) = record {
-                records.push(c);
-            }
+        let lines = self.core.transaction(&ctx, changes);
+        self.emit_lines(&ctx, lines);
+    }
+
+    /// Write a transaction's lines, then take the snapshot its changes made due.
+    fn emit_lines(&mut self, ctx: &ChangeCtx, lines: TxnLines) {
+        let (inode, backend, n) = (ctx.inode, ctx.backend, lines.changes.len() as u64);
+        for c in lines.changes {
+            self.write(&Record::Change(c));
         }
-        if let Err(e) = self.output.end_txn() {
-            if e.kind() == std::io::ErrorKind::BrokenPipe {
-                std::process::exit(0);
-            }
-            tracing::error!("cannot write output: {e}");
-        }
-        let incidents = self.correlator.observe(&records);
-        self.emit_incidents(incidents);
+        let ended = self.output.end_txn();
+        self.check_written(ended);
+        self.emit_incidents(lines.incidents);
         if self
             .snapshots
             .as_mut()

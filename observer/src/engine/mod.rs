@@ -6,11 +6,15 @@
 //!   mount lets it go.
 //! - Each namespace has a netlink reader task that turns nftables notifications into
 //!   transactions and attributes them while the writer may still be alive.
-//! - Everything is numbered (`seq`), filtered and printed here, in arrival order.
+//! - Everything is numbered (`seq`), correlated and written here, in arrival order.
 //!
-//! There is no timer anywhere: every read is triggered by a kernel record or a notification.
+//! There is no polling timer: every read is triggered by a kernel record or a notification
+//! (incident windows end on their own deadline).
 //!
-//! This file holds the loop and its state; the loop's jobs are in `kernel` (records from the
+//! The engine is a pure core and an I/O shell. `core` takes a decoded transaction (or the
+//! passing of time) and returns its lines: numbered changes and the incidents they raise; it
+//! is tested without a kernel. This file holds the shell's loop and its state; the loop's jobs
+//! are in `kernel` (records from the
 //! hooks), `legacy` (x_tables replaces), `namespaces` (which namespaces are watched), `nft` (each
 //! namespace's nftables reader), `emit` (what goes to the [`Output`]) and `baseline` (what a
 //! namespace holds when it is first watched). The engine is started with an [`EngineConfig`],
@@ -32,17 +36,19 @@ use crate::incidents::owners::{Owners, OwnersError};
 use crate::incidents::{self, Correlator};
 use crate::netns::{self, NetnsHandle};
 use crate::output::{Record, Source, StatusRecord};
-use crate::ruleset::{Backend, Change};
+use crate::ruleset::Change;
 use crate::timestamp::Timestamp;
 use crate::xtables::{self, XtProto, XtTable};
 
 mod baseline;
+mod core;
 mod emit;
 mod kernel;
 mod legacy;
 mod namespaces;
 mod nft;
 
+use self::core::{ChangeCtx, Core};
 pub(crate) use baseline::{inventory, read_baseline};
 use nft::{sleep_until_some, SWEEP_EVERY};
 
@@ -67,19 +73,6 @@ enum NsMsg {
     Found(NetnsHandle),
     /// A namespace made a moment ago that nothing held any more when it was looked for.
     Unfound(u32),
-}
-
-/// What the changes of one transaction share: where, when, which backend, and who made them.
-struct ChangeCtx {
-    inode: u32,
-    name: Option<String>,
-    backend: Backend,
-    time: Timestamp,
-    txn: String,
-    source: Source,
-    process: ProcessInfo,
-    replayed: bool,
-    recovered: bool,
 }
 
 /// One watched namespace.
@@ -109,7 +102,10 @@ impl Drop for Watched {
 
 struct Engine {
     output: Box<dyn Output>,
-    seq: u64,
+    /// Set when the output's reader went away (`observer tail | head`): the run ends quietly.
+    output_closed: bool,
+    /// Numbering and correlation (pure: what it returns is written here).
+    core: Core,
     watched: HashMap<u32, Watched>,
     /// nsfs bind mounts (path → namespace), to notice `ip netns del`.
     mounts: HashMap<PathBuf, u32>,
@@ -118,8 +114,6 @@ struct Engine {
     reader_stats: Arc<ReaderStats>,
     /// Losses already reported: (ring buffer full, pending map full, malformed records).
     losses: (crate::hooks::KernelErrors, u64),
-    /// Turns the changes into incidents.
-    correlator: Correlator,
     /// The last ipset listing of each namespace (see `ipset`).
     ipsets: HashMap<u32, crate::ipset::Sets>,
     /// Receive buffer of the notification sockets (`--netlink-rcvbuf`).
@@ -261,14 +255,14 @@ pub async fn run(config: &EngineConfig, output: Box<dyn Output>) -> Result<(), E
     let mut engine = Engine {
         snapshots,
         output,
-        seq: config.first_seq,
+        output_closed: false,
+        core: Core::new(config.first_seq, correlator),
         watched: HashMap::new(),
         mounts: HashMap::new(),
         hooks,
         ns_tx,
         reader_stats: Arc::new(ReaderStats::default()),
         losses: (crate::hooks::KernelErrors::default(), 0),
-        correlator,
         ipsets: HashMap::new(),
         netlink_rcvbuf: config.netlink_rcvbuf,
         recovered_txns: 0,
@@ -340,7 +334,7 @@ pub async fn run(config: &EngineConfig, output: Box<dyn Output>) -> Result<(), E
     };
     engine.emit_status(ready);
     // What the rulesets already show (split brain), once everything is read.
-    let found = engine.correlator.check_all(Timestamp::now());
+    let found = engine.core.check_all(Timestamp::now());
     engine.emit_incidents(found);
 
     // Kernel map entries of tasks that exited, namespaces nothing holds any more and losses no
@@ -348,9 +342,9 @@ pub async fn run(config: &EngineConfig, output: Box<dyn Output>) -> Result<(), E
     // then only while a namespace that no mount holds is watched (a process exit sends
     // nothing): an idle node with mounted namespaces wakes observer for nothing.
     let mut sweep_at = Some(tokio::time::Instant::now() + SWEEP_EVERY);
-    loop {
+    while !engine.output_closed {
         // Incident windows (flapping, mass flush repair) end on a timer of their own.
-        let deadline = engine.correlator.next_deadline();
+        let deadline = engine.core.next_deadline();
         let wake = tokio::time::Instant::now()
             + deadline.map_or(std::time::Duration::from_secs(3600), |d| {
                 d.elapsed_since(Timestamp::now())
@@ -362,7 +356,7 @@ pub async fn run(config: &EngineConfig, output: Box<dyn Output>) -> Result<(), E
             _ = sigint.recv() => break,
             _ = sigterm.recv() => break,
             _ = tokio::time::sleep_until(wake), if deadline.is_some() => {
-                let closed = engine.correlator.tick(Timestamp::now());
+                let closed = engine.core.tick(Timestamp::now());
                 engine.emit_incidents(closed);
             }
             Some(ev) = kernel_rx.recv() => {

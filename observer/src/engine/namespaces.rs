@@ -51,7 +51,7 @@ impl Engine {
         if let Some(h) = self.hooks.as_mut() {
             h.mark_netns_seen(inode);
         }
-        self.correlator.baseline(
+        self.core.baseline(
             inode,
             handle.name.clone(),
             inventory(&baseline.legacy, baseline.nft.as_ref().map(|(s, _)| s)),
@@ -171,7 +171,7 @@ impl Engine {
                 }
             }
             self.watched.remove(&inode);
-            self.correlator.forget_netns(inode);
+            self.core.forget_netns(inode);
             self.ipsets.remove(&inode);
             if let Some(h) = self.hooks.as_mut() {
                 h.forget_netns(inode);

@@ -1,0 +1,129 @@
+//! The engine's pure core: what becomes of a transaction once a source has decoded it.
+//!
+//! It numbers the changes (`seq`), settles what the source could not (a flush whose request was
+//! not seen), builds the change lines, and hands them to the correlator, which returns the
+//! incident lines; windows that close with no further event close on [`Core::tick`]. It takes
+//! plain data and returns records: no kernel, no namespace, no socket, no output, no clock (every
+//! time comes in with its transaction or its tick). The loop around it (`mod.rs` and its
+//! jobs) does the I/O: it reads the sources, keeps the namespaces, and writes what the core
+//! returns.
+
+use crate::attribution::ProcessInfo;
+use crate::incidents::{Correlator, InventoryChain};
+use crate::output::{ChangeRecord, IncidentRecord, Source};
+use crate::ruleset::{self, Backend, Change};
+use crate::timestamp::Timestamp;
+
+/// What the changes of one transaction share: where, when, which backend, and who made them.
+#[derive(Debug, Clone)]
+pub struct ChangeCtx {
+    pub inode: u32,
+    pub name: Option<String>,
+    pub backend: Backend,
+    pub time: Timestamp,
+    pub txn: String,
+    pub source: Source,
+    pub process: ProcessInfo,
+    pub replayed: bool,
+    pub recovered: bool,
+}
+
+/// The lines one transaction makes: its changes, in order, then the incidents they raise.
+#[derive(Debug, Default)]
+pub struct TxnLines {
+    pub changes: Vec<ChangeRecord>,
+    pub incidents: Vec<IncidentRecord>,
+}
+
+/// Numbering and correlation.
+pub struct Core {
+    seq: u64,
+    correlator: Correlator,
+}
+
+impl Core {
+    /// Numbering goes on after `last_seq` (the last change already recorded, or 0).
+    pub fn new(last_seq: u64, correlator: Correlator) -> Core {
+        Core {
+            seq: last_seq,
+            correlator,
+        }
+    }
+
+    /// The `seq` of the last change numbered.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// A transaction whose changes were all applied. Flushes the source could not settle (an
+    /// nft writer whose request was not captured, changes found by a re-read) are settled as
+    /// having no evidence.
+    pub fn applied(&mut self, ctx: &ChangeCtx, mut changes: Vec<Change>) -> TxnLines {
+        ruleset::settle_flushes(&mut changes, &ruleset::FlushEvidence::Unknown);
+        ruleset::settle_set_flushes(&mut changes, &ruleset::FlushEvidence::Unknown);
+        let with_results = changes.into_iter().map(|c| (c, "ok".to_string())).collect();
+        self.transaction(ctx, with_results)
+    }
+
+    /// A transaction whose changes each have their `result`: `ok`, or what went wrong
+    /// (`EBUSY: Device or resource busy`).
+    pub fn transaction(&mut self, ctx: &ChangeCtx, changes: Vec<(Change, String)>) -> TxnLines {
+        let changes: Vec<ChangeRecord> = changes
+            .into_iter()
+            .map(|(c, result)| {
+                self.seq += 1;
+                ChangeRecord {
+                    seq: self.seq,
+                    time: ctx.time,
+                    netns: ctx.inode,
+                    netns_name: ctx.name.clone(),
+                    node: None,
+                    backend: ctx.backend,
+                    family: c.family,
+                    table: c.table,
+                    chain: c.chain,
+                    op: c.op,
+                    rule: c.rule,
+                    position: c.position,
+                    detail: c.detail,
+                    txn: ctx.txn.clone(),
+                    result,
+                    source: ctx.source,
+                    process: ctx.process.clone(),
+                    replayed: ctx.replayed,
+                    recovered: ctx.recovered,
+                }
+            })
+            .collect();
+        let incidents = self.correlator.observe(&changes);
+        TxnLines { changes, incidents }
+    }
+
+    /// What a namespace holds when it is first watched (no lines: only what follows is news).
+    pub fn baseline(&mut self, netns: u32, name: Option<String>, chains: Vec<InventoryChain>) {
+        self.correlator.baseline(netns, name, chains);
+    }
+
+    /// A namespace is gone: its model and open incidents go with it.
+    pub fn forget_netns(&mut self, netns: u32) {
+        self.correlator.forget_netns(netns);
+    }
+
+    /// Incidents the rulesets show with no change at all (split brain), at `now`.
+    pub fn check_all(&mut self, now: Timestamp) -> Vec<IncidentRecord> {
+        self.correlator.check_all(now)
+    }
+
+    /// When a window ends, if one is open: [`Core::tick`] is due then.
+    pub fn next_deadline(&self) -> Option<Timestamp> {
+        self.correlator.next_deadline()
+    }
+
+    /// The incidents whose windows ended by `now`.
+    pub fn tick(&mut self, now: Timestamp) -> Vec<IncidentRecord> {
+        self.correlator.tick(now)
+    }
+}
+
+#[cfg(test)]
+mod tests;
