@@ -378,31 +378,81 @@ pub struct DoctorArgs {
     pub json: bool,
 }
 
-pub(crate) fn parse_op(s: &str) -> Result<Op, String> {
-    Op::parse(s).ok_or_else(|| {
-        let all: Vec<&str> = Op::ALL.iter().map(|o| o.as_str()).collect();
-        format!("unknown op `{s}`; one of: {}", all.join(", "))
-    })
+/// Why a value on the command line (or the same setting in `observer run`'s config file) is
+/// refused; clap prints it after `invalid value 'X' for '--flag'`.
+#[derive(Debug, thiserror::Error)]
+pub enum ArgError {
+    /// `--op` names no operation.
+    #[error("unknown op `{0}`; one of: {ops}", ops = op_names())]
+    UnknownOp(String),
+    /// An incident window that is not a duration.
+    #[error("`{given}`: {cause} (e.g. 500ms, 30s, 2m)")]
+    Window {
+        given: String,
+        #[source]
+        cause: humantime::DurationError,
+    },
+    /// An incident window of zero.
+    #[error("`{0}`: a window must be longer than zero")]
+    ZeroWindow(String),
+    /// Not a size with a known unit.
+    #[error("`{0}` is not a size like 512MiB, 2GiB or 100MB")]
+    Size(String),
+    /// A receive buffer below 4KiB or above 1GiB.
+    #[error("`{0}`: the receive buffer must be between 4KiB and 1GiB")]
+    Rcvbuf(String),
+    /// A ring buffer size that is not a number of bytes.
+    #[error("{given}: {cause}")]
+    RingbufNumber {
+        given: String,
+        #[source]
+        cause: std::num::ParseIntError,
+    },
+    /// A ring buffer size the kernel refuses.
+    #[error("{0} is not a power of two of at least 4096 bytes (the kernel requires it)")]
+    RingbufSize(u32),
+    /// Not a duration (`--retain`, `--snapshot-every`, `--nats-max-age`).
+    #[error("`{given}` is not a duration like 7d, 36h or 90m ({cause})")]
+    Duration {
+        given: String,
+        #[source]
+        cause: humantime::DurationError,
+    },
+    /// A record size below 64KiB.
+    #[error("`{0}` is too small: a record needs at least 64KiB")]
+    RecordTooSmall(String),
+}
+
+/// Every operation's name, for [`ArgError::UnknownOp`].
+fn op_names() -> String {
+    let all: Vec<&str> = Op::ALL.iter().map(|o| o.as_str()).collect();
+    all.join(", ")
+}
+
+pub(crate) fn parse_op(s: &str) -> Result<Op, ArgError> {
+    Op::parse(s).ok_or_else(|| ArgError::UnknownOp(s.to_string()))
 }
 
 /// A window of the incident engine: a duration longer than zero.
-pub fn parse_window(s: &str) -> Result<std::time::Duration, String> {
-    let d =
-        humantime::parse_duration(s).map_err(|e| format!("`{s}`: {e} (e.g. 500ms, 30s, 2m)"))?;
+pub fn parse_window(s: &str) -> Result<std::time::Duration, ArgError> {
+    let d = humantime::parse_duration(s).map_err(|cause| ArgError::Window {
+        given: s.to_string(),
+        cause,
+    })?;
     if d.is_zero() {
-        return Err(format!("`{s}`: a window must be longer than zero"));
+        return Err(ArgError::ZeroWindow(s.to_string()));
     }
     Ok(d)
 }
 
 /// A size in bytes: `512MiB`, `2GiB`, `100MB`, `4096`...
-pub fn parse_bytes(s: &str) -> Result<u64, String> {
+pub fn parse_bytes(s: &str) -> Result<u64, ArgError> {
     let t = s.trim();
     let split = t
         .find(|c: char| !c.is_ascii_digit() && c != '.')
         .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let bad = || format!("`{s}` is not a size like 512MiB, 2GiB or 100MB");
+    let bad = || ArgError::Size(s.to_string());
     let n: f64 = num.parse().map_err(|_| bad())?;
     let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
@@ -421,22 +471,21 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
 }
 
 /// The notification socket's receive buffer: at least 4KiB, at most 1GiB.
-pub fn parse_rcvbuf(s: &str) -> Result<usize, String> {
+pub fn parse_rcvbuf(s: &str) -> Result<usize, ArgError> {
     let v = parse_bytes(s)?;
     if !(4096..=1 << 30).contains(&v) {
-        return Err(format!(
-            "`{s}`: the receive buffer must be between 4KiB and 1GiB"
-        ));
+        return Err(ArgError::Rcvbuf(s.to_string()));
     }
     Ok(v as usize)
 }
 
-pub fn parse_ringbuf_size(s: &str) -> Result<u32, String> {
-    let v: u32 = s.parse().map_err(|e| format!("{s}: {e}"))?;
+pub fn parse_ringbuf_size(s: &str) -> Result<u32, ArgError> {
+    let v: u32 = s.parse().map_err(|cause| ArgError::RingbufNumber {
+        given: s.to_string(),
+        cause,
+    })?;
     if v < 4096 || !v.is_power_of_two() {
-        return Err(format!(
-            "{v} is not a power of two of at least 4096 bytes (the kernel requires it)"
-        ));
+        return Err(ArgError::RingbufSize(v));
     }
     Ok(v)
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::HooksMode;
+use super::{ArgError, HooksMode};
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9820";
 pub const DEFAULT_RECORD: &str = "/var/lib/observer/record.db";
@@ -175,16 +175,18 @@ pub struct RunArgs {
 }
 
 /// `7d`, `36h`, `90m`, `1w`...
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s.trim())
-        .map_err(|e| format!("`{s}` is not a duration like 7d, 36h or 90m ({e})"))
+pub fn parse_duration(s: &str) -> Result<Duration, ArgError> {
+    humantime::parse_duration(s.trim()).map_err(|cause| ArgError::Duration {
+        given: s.to_string(),
+        cause,
+    })
 }
 
 /// `512MiB`, `2GiB`, `100MB`, `4096`... of a record (at least 64KiB).
-pub fn parse_size(s: &str) -> Result<u64, String> {
+pub fn parse_size(s: &str) -> Result<u64, ArgError> {
     let v = super::parse_bytes(s)?;
     if v < 64 * 1024 {
-        return Err(format!("`{s}` is too small: a record needs at least 64KiB"));
+        return Err(ArgError::RecordTooSmall(s.to_string()));
     }
     Ok(v)
 }

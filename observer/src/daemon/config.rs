@@ -82,14 +82,14 @@ impl RunArgs {
             (None, Some(s)) => {
                 parse_duration(s).map_err(|e| format!("{}: {e}", in_file("retain")))?
             }
-            (None, None) => parse_duration(DEFAULT_RETAIN)?,
+            (None, None) => parse_duration(DEFAULT_RETAIN).expect("valid default retention"),
         };
         let max_record = match (self.max_record, &file.max_record) {
             (Some(n), _) => n,
             (None, Some(s)) => {
                 parse_size(s).map_err(|e| format!("{}: {e}", in_file("max_record")))?
             }
-            (None, None) => parse_size(DEFAULT_MAX_RECORD)?,
+            (None, None) => parse_size(DEFAULT_MAX_RECORD).expect("valid default record size"),
         };
         let defaults = crate::forensics::SnapshotPolicy::default();
         let snapshots = crate::forensics::SnapshotPolicy {
@@ -129,7 +129,8 @@ impl RunArgs {
             (Some(n), _) => n,
             (None, Some(s)) => crate::cli::parse_rcvbuf(s)
                 .map_err(|e| format!("{}: {e}", in_file("netlink_rcvbuf")))?,
-            (None, None) => crate::cli::parse_rcvbuf(DEFAULT_NETLINK_RCVBUF)?,
+            (None, None) => crate::cli::parse_rcvbuf(DEFAULT_NETLINK_RCVBUF)
+                .expect("valid default receive buffer"),
         };
         let window = |flag: Option<Duration>,
                       file: &Option<String>,
@@ -141,7 +142,9 @@ impl RunArgs {
                 (None, Some(s)) => {
                     crate::cli::parse_window(s).map_err(|e| format!("{}: {e}", in_file(key)))
                 }
-                (None, None) => crate::cli::parse_window(default),
+                (None, None) => {
+                    Ok(crate::cli::parse_window(default).expect("valid default window"))
+                }
             }
         };
         let flap_window = window(self.flap_window, &file.flap_window, "flap_window", "60s")?;
@@ -214,14 +217,16 @@ impl RunArgs {
                     (Some(d), _) => d,
                     (None, Some(s)) => parse_duration(s)
                         .map_err(|e| format!("{}: {e}", in_file("nats_max_age")))?,
-                    (None, None) => parse_duration(crate::nats::DEFAULT_MAX_AGE)?,
+                    (None, None) => parse_duration(crate::nats::DEFAULT_MAX_AGE)
+                        .expect("valid default maximum age"),
                 };
                 let max_bytes = match (self.nats_max_bytes, &file.nats_max_bytes) {
                     (Some(n), _) => n,
                     (None, Some(s)) => {
                         parse_size(s).map_err(|e| format!("{}: {e}", in_file("nats_max_bytes")))?
                     }
-                    (None, None) => parse_size(crate::nats::DEFAULT_MAX_BYTES)?,
+                    (None, None) => parse_size(crate::nats::DEFAULT_MAX_BYTES)
+                        .expect("valid default stream size"),
                 };
                 let replicas = self.nats_replicas.or(file.nats_replicas).unwrap_or(1);
                 if !(1..=5).contains(&replicas) {
