@@ -13,7 +13,65 @@ use crate::cli::run::{
     parse_duration, parse_size, RunArgs, DEFAULT_LISTEN, DEFAULT_MAX_RECORD,
     DEFAULT_NETLINK_RCVBUF, DEFAULT_RECORD, DEFAULT_RETAIN,
 };
-use crate::cli::{HooksMode, SourceArgs};
+use crate::cli::{ArgError, HooksMode, SourceArgs};
+
+/// Why `observer run`'s settings cannot be used. `at` names the setting: its key, in the config
+/// file when there is one (`FILE (key `retain`)`).
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The config file (`--config`) cannot be read.
+    #[error("cannot read the config file {}: {cause}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        cause: std::io::Error,
+    },
+    /// The config file is not TOML, or has an unknown key or a value of the wrong type.
+    #[error("config file {}: {}", path.display(), cause.to_string().trim_end())]
+    Syntax {
+        path: PathBuf,
+        #[source]
+        cause: toml::de::Error,
+    },
+    /// A duration, size or window in the file that does not parse.
+    #[error("{at}: {cause}")]
+    Value {
+        at: String,
+        #[source]
+        cause: ArgError,
+    },
+    /// A `hooks` value that is not a hook mode.
+    #[error("{at}: `{given}` is not one of auto, fentry, kprobe, tracepoint, netlink")]
+    Hooks { at: String, given: String },
+    /// `flap_cycles` of zero.
+    #[error("{at}: must be at least 1")]
+    FlapCycles { at: String },
+    /// A certificate without its key.
+    #[error("{at}: needs tls_key too")]
+    NoTlsKey { at: String },
+    /// A key without its certificate.
+    #[error("{at}: needs tls_cert too")]
+    NoTlsCert { at: String },
+    /// Client certificates asked for without a certificate and key of the server's own.
+    #[error("{at}: mutual TLS needs tls_cert and tls_key too")]
+    ClientCaAlone { at: String },
+    /// Publishing to NATS without a record to spool from.
+    #[error(
+        "{at}: publishing to NATS needs the record (it is the spool that keeps what the server \
+         has not acknowledged): drop --no-record"
+    )]
+    NatsNeedsRecord { at: String },
+    /// A replica count JetStream does not take.
+    #[error("{at}: must be 1 to 5")]
+    NatsReplicas { at: String },
+    /// Plain HTTP on an address beyond loopback, not accepted with `--insecure-plaintext`.
+    #[error(
+        "refusing to serve plain HTTP on {0} (beyond loopback, the bearer token and every event \
+         would cross the network in clear): pass --tls-cert FILE and --tls-key FILE, or \
+         --insecure-plaintext to accept that, or listen on 127.0.0.1"
+    )]
+    PlainHttp(SocketAddr),
+}
 
 /// The TOML file.
 #[derive(Debug, Default, Deserialize)]
@@ -68,7 +126,7 @@ pub struct Settings {
 }
 
 impl RunArgs {
-    pub fn resolve(self) -> Result<Settings, String> {
+    pub fn resolve(self) -> Result<Settings, ConfigError> {
         let file = match &self.config {
             Some(p) => read_file(p)?,
             None => FileConfig::default(),
@@ -79,25 +137,28 @@ impl RunArgs {
         };
         let retain = match (self.retain, &file.retain) {
             (Some(d), _) => d,
-            (None, Some(s)) => {
-                parse_duration(s).map_err(|e| format!("{}: {e}", in_file("retain")))?
-            }
+            (None, Some(s)) => parse_duration(s).map_err(|cause| ConfigError::Value {
+                at: in_file("retain"),
+                cause,
+            })?,
             (None, None) => parse_duration(DEFAULT_RETAIN).expect("valid default retention"),
         };
         let max_record = match (self.max_record, &file.max_record) {
             (Some(n), _) => n,
-            (None, Some(s)) => {
-                parse_size(s).map_err(|e| format!("{}: {e}", in_file("max_record")))?
-            }
+            (None, Some(s)) => parse_size(s).map_err(|cause| ConfigError::Value {
+                at: in_file("max_record"),
+                cause,
+            })?,
             (None, None) => parse_size(DEFAULT_MAX_RECORD).expect("valid default record size"),
         };
         let defaults = crate::forensics::SnapshotPolicy::default();
         let snapshots = crate::forensics::SnapshotPolicy {
             every: match (self.snapshot_every, &file.snapshot_every) {
                 (Some(d), _) => d,
-                (None, Some(s)) => {
-                    parse_duration(s).map_err(|e| format!("{}: {e}", in_file("snapshot_every")))?
-                }
+                (None, Some(s)) => parse_duration(s).map_err(|cause| ConfigError::Value {
+                    at: in_file("snapshot_every"),
+                    cause,
+                })?,
                 (None, None) => defaults.every,
             },
             changes: self
@@ -110,25 +171,29 @@ impl RunArgs {
             (Some(h), _) => h,
             (None, Some(s)) => {
                 use clap::ValueEnum;
-                HooksMode::from_str(s, false).map_err(|_| {
-                    format!(
-                        "{}: `{s}` is not one of auto, fentry, kprobe, tracepoint, netlink",
-                        in_file("hooks")
-                    )
+                HooksMode::from_str(s, false).map_err(|_| ConfigError::Hooks {
+                    at: in_file("hooks"),
+                    given: s.clone(),
                 })?
             }
             (None, None) => HooksMode::Auto,
         };
         let ringbuf_size = match (self.ringbuf_size, file.ringbuf_size) {
             (Some(n), _) => n,
-            (None, Some(n)) => crate::cli::parse_ringbuf_size(&n.to_string())
-                .map_err(|e| format!("{}: {e}", in_file("ringbuf_size")))?,
+            (None, Some(n)) => crate::cli::parse_ringbuf_size(&n.to_string()).map_err(|cause| {
+                ConfigError::Value {
+                    at: in_file("ringbuf_size"),
+                    cause,
+                }
+            })?,
             (None, None) => 1 << 22,
         };
         let netlink_rcvbuf = match (self.netlink_rcvbuf, &file.netlink_rcvbuf) {
             (Some(n), _) => n,
-            (None, Some(s)) => crate::cli::parse_rcvbuf(s)
-                .map_err(|e| format!("{}: {e}", in_file("netlink_rcvbuf")))?,
+            (None, Some(s)) => crate::cli::parse_rcvbuf(s).map_err(|cause| ConfigError::Value {
+                at: in_file("netlink_rcvbuf"),
+                cause,
+            })?,
             (None, None) => crate::cli::parse_rcvbuf(DEFAULT_NETLINK_RCVBUF)
                 .expect("valid default receive buffer"),
         };
@@ -136,11 +201,14 @@ impl RunArgs {
                       file: &Option<String>,
                       key: &str,
                       default: &str|
-         -> Result<Duration, String> {
+         -> Result<Duration, ConfigError> {
             match (flag, file) {
                 (Some(d), _) => Ok(d),
                 (None, Some(s)) => {
-                    crate::cli::parse_window(s).map_err(|e| format!("{}: {e}", in_file(key)))
+                    crate::cli::parse_window(s).map_err(|cause| ConfigError::Value {
+                        at: in_file(key),
+                        cause,
+                    })
                 }
                 (None, None) => {
                     Ok(crate::cli::parse_window(default).expect("valid default window"))
@@ -157,7 +225,9 @@ impl RunArgs {
         )?;
         let flap_cycles = self.flap_cycles.or(file.flap_cycles).unwrap_or(3);
         if flap_cycles == 0 {
-            return Err(format!("{}: must be at least 1", in_file("flap_cycles")));
+            return Err(ConfigError::FlapCycles {
+                at: in_file("flap_cycles"),
+            });
         }
         // `--record` (flag or env) beats `no_record` from the file, and `--no-record` beats a
         // file's `record`.
@@ -191,46 +261,52 @@ impl RunArgs {
             }),
             (None, None, None) => None,
             (Some(_), None, _) => {
-                return Err(format!("{}: needs tls_key too", in_file("tls_cert")))
+                return Err(ConfigError::NoTlsKey {
+                    at: in_file("tls_cert"),
+                })
             }
             (None, Some(_), _) => {
-                return Err(format!("{}: needs tls_cert too", in_file("tls_key")))
+                return Err(ConfigError::NoTlsCert {
+                    at: in_file("tls_key"),
+                })
             }
             (None, None, Some(_)) => {
-                return Err(format!(
-                    "{}: mutual TLS needs tls_cert and tls_key too",
-                    in_file("tls_client_ca")
-                ))
+                return Err(ConfigError::ClientCaAlone {
+                    at: in_file("tls_client_ca"),
+                })
             }
         };
         let nats = match self.nats.or(file.nats) {
             None => None,
             Some(url) => {
                 if record.is_none() {
-                    return Err(format!(
-                        "{}: publishing to NATS needs the record (it is the spool that keeps \
-                         what the server has not acknowledged): drop --no-record",
-                        in_file("nats")
-                    ));
+                    return Err(ConfigError::NatsNeedsRecord {
+                        at: in_file("nats"),
+                    });
                 }
                 let max_age = match (self.nats_max_age, &file.nats_max_age) {
                     (Some(d), _) => d,
-                    (None, Some(s)) => parse_duration(s)
-                        .map_err(|e| format!("{}: {e}", in_file("nats_max_age")))?,
+                    (None, Some(s)) => parse_duration(s).map_err(|cause| ConfigError::Value {
+                        at: in_file("nats_max_age"),
+                        cause,
+                    })?,
                     (None, None) => parse_duration(crate::nats::DEFAULT_MAX_AGE)
                         .expect("valid default maximum age"),
                 };
                 let max_bytes = match (self.nats_max_bytes, &file.nats_max_bytes) {
                     (Some(n), _) => n,
-                    (None, Some(s)) => {
-                        parse_size(s).map_err(|e| format!("{}: {e}", in_file("nats_max_bytes")))?
-                    }
+                    (None, Some(s)) => parse_size(s).map_err(|cause| ConfigError::Value {
+                        at: in_file("nats_max_bytes"),
+                        cause,
+                    })?,
                     (None, None) => parse_size(crate::nats::DEFAULT_MAX_BYTES)
                         .expect("valid default stream size"),
                 };
                 let replicas = self.nats_replicas.or(file.nats_replicas).unwrap_or(1);
                 if !(1..=5).contains(&replicas) {
-                    return Err(format!("{}: must be 1 to 5", in_file("nats_replicas")));
+                    return Err(ConfigError::NatsReplicas {
+                        at: in_file("nats_replicas"),
+                    });
                 }
                 let node = self
                     .node
@@ -251,11 +327,7 @@ impl RunArgs {
         };
         let insecure = self.insecure_plaintext || file.insecure_plaintext == Some(true);
         if tls.is_none() && !listen.ip().is_loopback() && !insecure {
-            return Err(format!(
-                "refusing to serve plain HTTP on {listen} (beyond loopback, the bearer token and \
-                 every event would cross the network in clear): pass --tls-cert FILE and \
-                 --tls-key FILE, or --insecure-plaintext to accept that, or listen on 127.0.0.1"
-            ));
+            return Err(ConfigError::PlainHttp(listen));
         }
         Ok(Settings {
             nats,
@@ -289,15 +361,14 @@ impl RunArgs {
     }
 }
 
-fn read_file(path: &Path) -> Result<FileConfig, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read the config file {}: {e}", path.display()))?;
-    toml::from_str(&text).map_err(|e| {
-        format!(
-            "config file {}: {}",
-            path.display(),
-            e.to_string().trim_end()
-        )
+fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|cause| ConfigError::Read {
+        path: path.into(),
+        cause,
+    })?;
+    toml::from_str(&text).map_err(|cause| ConfigError::Syntax {
+        path: path.into(),
+        cause,
     })
 }
 
@@ -351,17 +422,20 @@ mod tests {
         std::fs::write(&f, "listen = \"127.0.0.1:9999\"\nretian = \"7d\"\n").unwrap();
         let e = args(&["--config", f.to_str().unwrap()])
             .resolve()
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("retian"), "{e}");
         std::fs::write(&f, "ringbuf_size = \"big\"\n").unwrap();
         let e = args(&["--config", f.to_str().unwrap()])
             .resolve()
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("ringbuf_size"), "{e}");
         std::fs::write(&f, "max_record = \"lots\"\n").unwrap();
         let e = args(&["--config", f.to_str().unwrap()])
             .resolve()
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("max_record"), "{e}");
     }
 
@@ -395,7 +469,8 @@ mod tests {
         assert!(!n.node.is_empty(), "the host name by default");
         let e = args(&["--nats", "nats://n:4222", "--no-record"])
             .resolve()
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("needs the record"), "{e}");
     }
 
