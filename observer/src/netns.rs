@@ -209,9 +209,24 @@ where
         .map_err(|_| io::Error::other("a thread working inside a namespace panicked"))?
 }
 
+/// A `--netns` argument that is neither an inode number nor the path or `ip netns` name of a
+/// namespace.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "--netns {arg}: cannot stat {}: {cause} (give an inode number, a /run/netns/NAME path, an \
+     `ip netns` name, or `all`)",
+    path.display()
+)]
+pub struct NetnsArgError {
+    arg: String,
+    path: PathBuf,
+    #[source]
+    cause: io::Error,
+}
+
 /// Resolve a `--netns` argument: an inode number, or a path such as `/run/netns/NAME` or a bare
 /// `ip netns` name.
-pub fn resolve_arg(arg: &str) -> Result<u32, String> {
+pub fn resolve_arg(arg: &str) -> Result<u32, NetnsArgError> {
     if let Ok(n) = arg.parse::<u32>() {
         return Ok(n);
     }
@@ -220,12 +235,10 @@ pub fn resolve_arg(arg: &str) -> Result<u32, String> {
     } else {
         Path::new("/run/netns").join(arg)
     };
-    inode_of(&path).map_err(|e| {
-        format!(
-            "--netns {arg}: cannot stat {}: {e} (give an inode number, a /run/netns/NAME path, \
-             an `ip netns` name, or `all`)",
-            path.display()
-        )
+    inode_of(&path).map_err(|cause| NetnsArgError {
+        arg: arg.to_string(),
+        path,
+        cause,
     })
 }
 
@@ -271,8 +284,8 @@ bad line";
 
     #[test]
     fn resolve_arg_accepts_numbers_and_explains_bad_names() {
-        assert_eq!(resolve_arg("4026531840"), Ok(4026531840));
-        let err = resolve_arg("no-such-ns-xyz").unwrap_err();
+        assert_eq!(resolve_arg("4026531840").ok(), Some(4026531840));
+        let err = resolve_arg("no-such-ns-xyz").unwrap_err().to_string();
         assert!(err.contains("/run/netns/no-such-ns-xyz"), "{err}");
     }
 }

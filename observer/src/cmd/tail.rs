@@ -110,11 +110,16 @@ fn build_filter(args: &TailArgs) -> Result<Filter, String> {
     Ok(Filter {
         netns: match args.netns.as_str() {
             "all" => None,
-            other => Some(netns::resolve_arg(other)?),
+            other => Some(netns::resolve_arg(other).map_err(|e| e.to_string())?),
         },
         backend: args.backend.map(Backend::from),
         table: args.table.clone(),
-        chain: args.chain.as_deref().map(Filter::chain_glob).transpose()?,
+        chain: args
+            .chain
+            .as_deref()
+            .map(Filter::chain_glob)
+            .transpose()
+            .map_err(|e| e.to_string())?,
         actor: args.actor.clone(),
         ops: args.op.clone(),
     })

@@ -150,7 +150,8 @@ impl Params {
                     .as_deref()
                     .filter(|c| !c.is_empty())
                     .map(Filter::chain_glob)
-                    .transpose()?,
+                    .transpose()
+                    .map_err(|e| e.to_string())?,
                 actor: self.actor.clone().filter(|a| !a.is_empty()),
                 ops,
             },

@@ -5,6 +5,15 @@ use globset::{Glob, GlobMatcher};
 use super::record::{ChangeRecord, IncidentRecord};
 use crate::ruleset::{Backend, Op};
 
+/// A `--chain` pattern that is not a glob.
+#[derive(Debug, thiserror::Error)]
+#[error("--chain {pattern}: {cause}")]
+pub struct ChainGlobError {
+    pattern: String,
+    #[source]
+    cause: globset::Error,
+}
+
 #[derive(Debug, Default, Clone)]
 pub struct Filter {
     pub netns: Option<u32>,
@@ -17,10 +26,13 @@ pub struct Filter {
 
 impl Filter {
     /// Compile a `--chain` glob (`KUBE-SVC-*`).
-    pub fn chain_glob(pattern: &str) -> Result<GlobMatcher, String> {
+    pub fn chain_glob(pattern: &str) -> Result<GlobMatcher, ChainGlobError> {
         Glob::new(pattern)
             .map(|g| g.compile_matcher())
-            .map_err(|e| format!("--chain {pattern}: {e}"))
+            .map_err(|cause| ChainGlobError {
+                pattern: pattern.to_string(),
+                cause,
+            })
     }
 
     pub fn matches(&self, c: &ChangeRecord) -> bool {
