@@ -30,7 +30,8 @@ use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
 
 use super::hub::{AppState, Event, Hub, Stream, StreamFilter};
-use crate::output::filter::Filter;
+use crate::netns::NetnsArgError;
+use crate::output::filter::{ChainGlobError, Filter};
 use crate::ruleset::{Backend, Op};
 
 pub fn router(state: AppState) -> Router {
@@ -112,12 +113,35 @@ pub struct Params {
     format: Option<String>,
 }
 
+/// A query parameter that cannot be used (the request is answered 400 with this message).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum ParamError {
+    /// `op` names no operation.
+    #[error("op: unknown op `{0}`")]
+    Op(String),
+    /// `backend` of a stream that is none of legacy, nft or ipset.
+    #[error("backend: `{0}` is not legacy, nft or ipset")]
+    Backend(String),
+    /// `backend` of a rebuilt ruleset that is neither legacy nor nft.
+    #[error("backend: `{0}` is neither legacy nor nft")]
+    RulesetBackend(String),
+    /// `netns` of a rebuilt ruleset that is not an inode number.
+    #[error("netns: give the namespace's inode number")]
+    NetnsInode(#[source] std::num::ParseIntError),
+    /// `netns` of a stream that names no namespace.
+    #[error("netns: {0}")]
+    Netns(#[source] NetnsArgError),
+    /// `chain` that is not a glob.
+    #[error(transparent)]
+    Chain(#[from] ChainGlobError),
+}
+
 fn bad(msg: String) -> Response {
     (StatusCode::BAD_REQUEST, format!("{msg}\n")).into_response()
 }
 
 impl Params {
-    fn filter(&self) -> Result<StreamFilter, String> {
+    fn filter(&self) -> Result<StreamFilter, ParamError> {
         let split = |s: &Option<String>| -> Vec<String> {
             s.iter()
                 .flat_map(|x| x.split(','))
@@ -127,18 +151,18 @@ impl Params {
         };
         let ops = split(&self.op)
             .iter()
-            .map(|o| Op::parse(o).ok_or_else(|| format!("op: unknown op `{o}`")))
+            .map(|o| Op::parse(o).ok_or_else(|| ParamError::Op(o.clone())))
             .collect::<Result<Vec<_>, _>>()?;
         let backend = match self.backend.as_deref() {
             None | Some("") => None,
             Some("legacy") => Some(Backend::Legacy),
             Some("nft") => Some(Backend::Nft),
             Some("ipset") => Some(Backend::Ipset),
-            Some(b) => return Err(format!("backend: `{b}` is not legacy, nft or ipset")),
+            Some(b) => return Err(ParamError::Backend(b.to_string())),
         };
         let netns = match self.netns.as_deref() {
             None | Some("") | Some("all") => None,
-            Some(n) => Some(crate::netns::resolve_arg(n).map_err(|e| format!("netns: {e}"))?),
+            Some(n) => Some(crate::netns::resolve_arg(n).map_err(ParamError::Netns)?),
         };
         Ok(StreamFilter {
             filter: Filter {
@@ -150,8 +174,7 @@ impl Params {
                     .as_deref()
                     .filter(|c| !c.is_empty())
                     .map(Filter::chain_glob)
-                    .transpose()
-                    .map_err(|e| e.to_string())?,
+                    .transpose()?,
                 actor: self.actor.clone().filter(|a| !a.is_empty()),
                 ops,
             },
@@ -203,7 +226,7 @@ async fn incidents(
     }
     let filter = match p.filter() {
         Ok(f) => f,
-        Err(e) => return bad(e),
+        Err(e) => return bad(e.to_string()),
     };
     let since = match p
         .since
@@ -264,7 +287,7 @@ impl Drop for ClientGauge {
 async fn stream(st: AppState, headers: HeaderMap, p: Params, s: Stream) -> Response {
     let filter = match p.filter() {
         Ok(f) => f,
-        Err(e) => return bad(e),
+        Err(e) => return bad(e.to_string()),
     };
     let mut after = match last_event_id(&headers, &p) {
         Ok(a) => a,

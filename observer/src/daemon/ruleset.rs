@@ -8,6 +8,7 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
+use super::http::ParamError;
 use super::hub::AppState;
 use crate::forensics::query as fq;
 use crate::forensics::ForensicsError;
@@ -29,19 +30,19 @@ fn reply(status: StatusCode, msg: String) -> Response {
 }
 
 impl Params {
-    fn scope(&self) -> Result<fq::Scope, String> {
+    fn scope(&self) -> Result<fq::Scope, ParamError> {
         let backend = match self.backend.as_deref() {
             None => None,
             Some("legacy") => Some(crate::ruleset::Backend::Legacy),
             Some("nft") => Some(crate::ruleset::Backend::Nft),
-            Some(b) => return Err(format!("backend: `{b}` is neither legacy nor nft")),
+            Some(b) => return Err(ParamError::RulesetBackend(b.to_string())),
         };
         let netns = self
             .netns
             .as_deref()
             .map(|n| n.parse::<u32>())
             .transpose()
-            .map_err(|_| "netns: give the namespace's inode number".to_string())?;
+            .map_err(ParamError::NetnsInode)?;
         Ok(fq::Scope {
             netns,
             table: self.table.clone(),
@@ -68,7 +69,7 @@ async fn answer(
     };
     let scope = match p.scope() {
         Ok(s) => s,
-        Err(e) => return reply(StatusCode::BAD_REQUEST, e),
+        Err(e) => return reply(StatusCode::BAD_REQUEST, e.to_string()),
     };
     let Some(path) = st.hub.record.clone() else {
         return reply(
