@@ -14,8 +14,8 @@
 //! on kernel functions that run only for netfilter and namespace work. What was refused, and why,
 //! is kept for the ready line and `observer doctor`.
 
-use aya::programs::{FEntry, FExit, KProbe, TracePoint};
-use aya::{Btf, Ebpf};
+use aya::programs::{FEntry, FExit, KProbe, ProgramError, TracePoint};
+use aya::{Btf, BtfError, Ebpf};
 use observer_common::hook::{HOOK_FENTRY, HOOK_KPROBE, HOOK_TRACEPOINT};
 
 use super::{error_chain, HookError};
@@ -380,50 +380,106 @@ pub fn attach_tracepoint(
     Ok(())
 }
 
+/// Why a hook's program could not be put on a backend: the reason kept in the placement (see
+/// [`Refusal`]) and given when the backend was asked for. The loader's and the kernel's errors
+/// are in the message with their causes, as the ready line shows them.
+#[derive(Debug, thiserror::Error)]
+enum AttachError {
+    /// The kernel's BTF, which trampoline programs need, cannot be read.
+    #[error("kernel BTF unavailable: {}", error_chain(.0))]
+    Btf(#[source] BtfError),
+    /// The object has no program of that name and type.
+    #[error("program {0} missing from the object")]
+    Missing(&'static str),
+    /// The kernel refused to load the program for that function.
+    #[error("loading {kind} on {function}: {}", error_chain(.cause))]
+    Load {
+        kind: &'static str,
+        function: &'static str,
+        #[source]
+        cause: ProgramError,
+    },
+    /// The loaded program could not be attached to the function.
+    #[error("attaching {kind} to {function}: {}", error_chain(.cause))]
+    Attach {
+        kind: &'static str,
+        function: &'static str,
+        #[source]
+        cause: ProgramError,
+    },
+    /// A kprobe could not be attached on a kernel built without kprobes.
+    #[error(
+        "attaching {kind} to {function}: {} (this kernel has no kprobe PMU: built without \
+         CONFIG_KPROBES)",
+        error_chain(.cause)
+    )]
+    NoKprobes {
+        kind: &'static str,
+        function: &'static str,
+        #[source]
+        cause: ProgramError,
+    },
+    /// A tracepoint program could not be loaded or attached.
+    #[error(transparent)]
+    Tracepoint(#[from] HookError),
+    /// A struct field the backend's programs read is not known on this kernel.
+    #[error("a field its programs read is unknown ({0})")]
+    Blocked(String),
+    /// The hook has no program for this backend.
+    #[error("no program for this backend")]
+    NoProgram,
+}
+
 /// The kernel's BTF, parsed once for every trampoline program (the caller puts it back).
-fn take_btf(btf: &mut Option<Btf>) -> Result<Btf, String> {
+fn take_btf(btf: &mut Option<Btf>) -> Result<Btf, AttachError> {
     match btf.take() {
         Some(b) => Ok(b),
-        None => {
-            Btf::from_sys_fs().map_err(|e| format!("kernel BTF unavailable: {}", error_chain(&e)))
-        }
+        None => Btf::from_sys_fs().map_err(AttachError::Btf),
     }
 }
 
 /// Attach one program; on failure the loader's or the kernel's reason.
-fn attach_one(ebpf: &mut Ebpf, a: Attach, btf: &mut Option<Btf>) -> Result<(), String> {
+fn attach_one(ebpf: &mut Ebpf, a: Attach, btf: &mut Option<Btf>) -> Result<(), AttachError> {
     match a {
         Attach::Fentry(prog, function) => {
             let b = take_btf(btf)?;
-            let program: &mut FEntry = typed(ebpf, prog)
-                .ok_or_else(|| format!("program {prog} missing from the object"))?;
+            let program: &mut FEntry = typed(ebpf, prog).ok_or(AttachError::Missing(prog))?;
             let loaded = program
                 .load(function, &b)
-                .map_err(|e| format!("loading fentry on {function}: {}", error_chain(&e)));
+                .map_err(|cause| AttachError::Load {
+                    kind: "fentry",
+                    function,
+                    cause,
+                });
             *btf = Some(b);
             loaded?;
-            program
-                .attach()
-                .map_err(|e| format!("attaching fentry to {function}: {}", error_chain(&e)))?;
+            program.attach().map_err(|cause| AttachError::Attach {
+                kind: "fentry",
+                function,
+                cause,
+            })?;
         }
         Attach::Fexit(prog, function) => {
             let b = take_btf(btf)?;
-            let program: &mut FExit = typed(ebpf, prog)
-                .ok_or_else(|| format!("program {prog} missing from the object"))?;
+            let program: &mut FExit = typed(ebpf, prog).ok_or(AttachError::Missing(prog))?;
             let loaded = program
                 .load(function, &b)
-                .map_err(|e| format!("loading fexit on {function}: {}", error_chain(&e)));
+                .map_err(|cause| AttachError::Load {
+                    kind: "fexit",
+                    function,
+                    cause,
+                });
             *btf = Some(b);
             loaded?;
-            program
-                .attach()
-                .map_err(|e| format!("attaching fexit to {function}: {}", error_chain(&e)))?;
+            program.attach().map_err(|cause| AttachError::Attach {
+                kind: "fexit",
+                function,
+                cause,
+            })?;
         }
         Attach::Kprobe(prog, function) => attach_kprobe(ebpf, prog, "kprobe", function)?,
         Attach::Kretprobe(prog, function) => attach_kprobe(ebpf, prog, "kretprobe", function)?,
-        Attach::Tracepoint(prog, category, name) => {
-            attach_tracepoint(ebpf, prog, category, name).map_err(|e| e.to_string())?
-        }
+        Attach::Tracepoint(prog, category, name) => attach_tracepoint(ebpf, prog, category, name)?,
     }
     Ok(())
 }
@@ -437,15 +493,15 @@ fn attach_on(
     needs: &Needs,
     btf: &mut Option<Btf>,
     attached: &mut Vec<String>,
-) -> Result<(), String> {
+) -> Result<(), AttachError> {
     if backend != HookBackend::Tracepoint {
         if let Some(why) = needs.blocker(hook) {
-            return Err(format!("a field its programs read is unknown ({why})"));
+            return Err(AttachError::Blocked(why.to_string()));
         }
     }
     let programs = hook.on(backend);
     if programs.is_empty() {
-        return Err("no program for this backend".into());
+        return Err(AttachError::NoProgram);
     }
     let mut mine = Vec::new();
     for &a in programs {
@@ -501,7 +557,8 @@ impl Placer<'_> {
                     *self.placement.slot(hook) = Some(backend);
                     return Ok(());
                 }
-                Err(reason) => {
+                Err(e) => {
+                    let reason = e.to_string();
                     if strict && only.is_some() {
                         return Err(HookError::Backend {
                             backend: backend.as_str(),
@@ -543,19 +600,32 @@ where
 
 /// Load the kprobe (or kretprobe) program `prog` and attach it to `function`; on failure the
 /// loader's or kernel's reason, with a hint when the kernel has no kprobes at all.
-fn attach_kprobe(ebpf: &mut Ebpf, prog: &str, kind: &str, function: &str) -> Result<(), String> {
-    let program: &mut KProbe =
-        typed(ebpf, prog).ok_or_else(|| format!("program {prog} missing from the object"))?;
-    program
-        .load()
-        .map_err(|e| format!("loading {kind} on {function}: {}", error_chain(&e)))?;
-    program.attach(function, 0).map_err(|e| {
-        let hint = if std::path::Path::new(KPROBE_PMU).exists() {
-            ""
+fn attach_kprobe(
+    ebpf: &mut Ebpf,
+    prog: &'static str,
+    kind: &'static str,
+    function: &'static str,
+) -> Result<(), AttachError> {
+    let program: &mut KProbe = typed(ebpf, prog).ok_or(AttachError::Missing(prog))?;
+    program.load().map_err(|cause| AttachError::Load {
+        kind,
+        function,
+        cause,
+    })?;
+    program.attach(function, 0).map_err(|cause| {
+        if std::path::Path::new(KPROBE_PMU).exists() {
+            AttachError::Attach {
+                kind,
+                function,
+                cause,
+            }
         } else {
-            " (this kernel has no kprobe PMU: built without CONFIG_KPROBES)"
-        };
-        format!("attaching {kind} to {function}: {}{hint}", error_chain(&e))
+            AttachError::NoKprobes {
+                kind,
+                function,
+                cause,
+            }
+        }
     })?;
     Ok(())
 }
