@@ -222,13 +222,28 @@ pub(super) async fn sleep_until_some(at: Option<tokio::time::Instant>) {
 /// queue full; the rest are fed after the dump, their generations being older are ignored).
 pub(super) const STALE_DATAGRAMS: usize = 65_536;
 
+/// Why a namespace's ruleset could not be dumped again; each says what failed in its own words.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum ResyncError {
+    /// The namespace's handle could not be duplicated for the dumping thread.
+    #[error(transparent)]
+    Handle(std::io::Error),
+    /// The task that dumps stopped before it answered.
+    #[error(transparent)]
+    Task(#[from] tokio::task::JoinError),
+    /// No thread could enter the namespace, or it panicked.
+    #[error(transparent)]
+    Thread(std::io::Error),
+    /// The kernel's dump failed.
+    #[error(transparent)]
+    Dump(#[from] nftables::NftError),
+}
+
 /// Dump a namespace's ruleset again after lost notifications.
-pub(super) async fn resync(ns: &std::fs::File) -> Result<nftables::socket::Dump, String> {
-    let file = ns.try_clone().map_err(|e| e.to_string())?;
+pub(super) async fn resync(ns: &std::fs::File) -> Result<nftables::socket::Dump, ResyncError> {
+    let file = ns.try_clone().map_err(ResyncError::Handle)?;
     let dumped = tokio::task::spawn_blocking(move || netns::run_in(&file, nftables::dump))
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?;
+        .await?
+        .map_err(ResyncError::Thread)??;
     Ok(dumped)
 }
