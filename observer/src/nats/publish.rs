@@ -13,7 +13,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::Context as _;
 use async_nats::jetstream::{self, message::PublishMessage, stream::LastRawMessageErrorKind};
 use prometheus_client::metrics::{counter::Counter, family::Family, gauge::Gauge};
 use tokio::sync::watch;
@@ -21,13 +20,57 @@ use tokio::sync::watch;
 use super::{
     message_id, stream_config, subject, Kind, NatsSettings, HEADER_NODE, HEADER_RECORD, HEADER_SEQ,
 };
-use crate::store::{self, Selection, Stored};
+use crate::store::{self, Selection, StoreError, Stored};
 
 /// When there were no rows to publish, the publisher waits for the record writer's next commit,
 /// and reads the record after this long at most anyway.
 const POLL: Duration = Duration::from_secs(1);
 /// Rows read from the record at a time.
 const BATCH: usize = 512;
+
+/// Why a publishing session ended (the publisher logs it, with its causes, and connects again).
+#[derive(Debug, thiserror::Error)]
+pub enum PublishError {
+    /// The server could not be reached.
+    #[error("cannot connect to {url}")]
+    Connect {
+        url: String,
+        #[source]
+        cause: async_nats::ConnectError,
+    },
+    /// The stream could not be looked up or created.
+    #[error("cannot get or create the stream {stream}")]
+    Stream {
+        stream: String,
+        #[source]
+        cause: jetstream::context::CreateStreamError,
+    },
+    /// The last message on a subject could not be read (where the stream stands).
+    #[error("reading the last message on {subject}")]
+    LastMessage {
+        subject: String,
+        #[source]
+        cause: jetstream::stream::LastRawMessageError,
+    },
+    /// The task that opens the record stopped before it answered.
+    #[error("opening the record")]
+    Open(#[source] tokio::task::JoinError),
+    /// The record could not be opened or read.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The record's connection was poisoned by a reader that panicked.
+    #[error("record reader poisoned")]
+    Poisoned,
+    /// The task that reads the record stopped before it answered.
+    #[error("the record reader stopped")]
+    Reader(#[source] tokio::task::JoinError),
+    /// A row could not be sent.
+    #[error("publishing")]
+    Send(#[source] jetstream::context::PublishError),
+    /// JetStream did not acknowledge a row.
+    #[error("waiting for JetStream's acknowledgement")]
+    Ack(#[source] jetstream::context::PublishError),
+}
 
 /// Counters shared with `/metrics`.
 #[derive(Debug, Default)]
@@ -91,15 +134,16 @@ pub fn spawn(
             match res {
                 Ok(()) => return,
                 Err(e) => {
+                    let e = crate::hooks::error_chain(&e);
                     if !failing {
                         tracing::warn!(
-                            "NATS {}: {e:#}; the rows wait in the record and are published when \
+                            "NATS {}: {e}; the rows wait in the record and are published when \
                              the server is back (retrying)",
                             p.settings.url
                         );
                         failing = true;
                     } else {
-                        tracing::debug!("NATS {}: {e:#}", p.settings.url);
+                        tracing::debug!("NATS {}: {e}", p.settings.url);
                     }
                 }
             }
@@ -114,7 +158,7 @@ pub fn spawn(
 
 impl Publisher {
     /// One connection: find where the stream is, then publish until an error.
-    async fn session(&self, failing: &mut bool) -> anyhow::Result<()> {
+    async fn session(&self, failing: &mut bool) -> Result<(), PublishError> {
         let s = &self.settings;
         let client = async_nats::ConnectOptions::new()
             .name(format!("observer {}", s.node))
@@ -122,12 +166,18 @@ impl Publisher {
             .request_timeout(Some(Duration::from_secs(5)))
             .connect(s.url.as_str())
             .await
-            .with_context(|| format!("cannot connect to {}", s.url))?;
+            .map_err(|cause| PublishError::Connect {
+                url: s.url.clone(),
+                cause,
+            })?;
         let js = jetstream::new(client);
         let stream = js
             .get_or_create_stream(stream_config(s))
             .await
-            .with_context(|| format!("cannot get or create the stream {}", s.stream))?;
+            .map_err(|cause| PublishError::Stream {
+                stream: s.stream.clone(),
+                cause,
+            })?;
         let mut cursor = Cursor {
             change: self.last_held(&stream, Kind::Change).await?,
             incident: self.last_held(&stream, Kind::Incident).await?,
@@ -174,11 +224,11 @@ impl Publisher {
         }
     }
 
-    async fn open_record(&self) -> anyhow::Result<Arc<Mutex<rusqlite::Connection>>> {
+    async fn open_record(&self) -> Result<Arc<Mutex<rusqlite::Connection>>, PublishError> {
         let path = self.record.clone();
         let conn = tokio::task::spawn_blocking(move || store::open_ro(&path))
             .await
-            .context("opening the record")??;
+            .map_err(PublishError::Open)??;
         Ok(Arc::new(Mutex::new(conn)))
     }
 
@@ -187,7 +237,7 @@ impl Publisher {
         &self,
         stream: &jetstream::stream::Stream,
         kind: Kind,
-    ) -> anyhow::Result<u64> {
+    ) -> Result<u64, PublishError> {
         let subj = subject(&self.settings.node, kind);
         match stream.get_last_raw_message_by_subject(&subj).await {
             Ok(m) => {
@@ -199,9 +249,10 @@ impl Publisher {
                 Ok(header(HEADER_SEQ).and_then(|v| v.parse().ok()).unwrap_or(0))
             }
             Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(0),
-            Err(e) => {
-                Err(anyhow::Error::new(e).context(format!("reading the last message on {subj}")))
-            }
+            Err(cause) => Err(PublishError::LastMessage {
+                subject: subj,
+                cause,
+            }),
         }
     }
 
@@ -210,7 +261,7 @@ impl Publisher {
         js: &jetstream::Context,
         kind: Kind,
         row: &Stored,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), PublishError> {
         let s = &self.settings;
         let msg = PublishMessage::build()
             .message_id(message_id(&s.node, &self.record_id, kind, row.number))
@@ -220,9 +271,9 @@ impl Publisher {
             .payload(row.json.clone().into());
         js.send_publish(subject(&s.node, kind), msg)
             .await
-            .context("publishing")?
+            .map_err(PublishError::Send)?
             .await
-            .context("waiting for JetStream's acknowledgement")?;
+            .map_err(PublishError::Ack)?;
         self.stats
             .published
             .get_or_create(&KindLabel {
@@ -239,12 +290,10 @@ async fn read_after(
     conn: &Arc<Mutex<rusqlite::Connection>>,
     cursor: Cursor,
     since_ns: i64,
-) -> anyhow::Result<Vec<(Kind, Stored)>> {
+) -> Result<Vec<(Kind, Stored)>, PublishError> {
     let conn = conn.clone();
-    tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<(Kind, Stored)>> {
-        let conn = conn
-            .lock()
-            .map_err(|_| anyhow::anyhow!("record reader poisoned"))?;
+    tokio::task::spawn_blocking(move || -> Result<Vec<(Kind, Stored)>, PublishError> {
+        let conn = conn.lock().map_err(|_| PublishError::Poisoned)?;
         let sel = |after: u64| Selection {
             after: Some(after),
             since_ns: Some(since_ns),
@@ -256,7 +305,7 @@ async fn read_after(
         Ok(merge(changes, incidents))
     })
     .await
-    .context("the record reader stopped")?
+    .map_err(PublishError::Reader)?
 }
 
 /// Merge the two lists, each in its numbers' order, by time. A list read in full (shorter than
@@ -310,6 +359,22 @@ mod tests {
                 (Kind::Incident, 7),
                 (Kind::Change, 3)
             ]
+        );
+    }
+
+    #[test]
+    fn a_session_error_is_logged_as_its_context_then_each_cause() {
+        let e = PublishError::Connect {
+            url: "nats://n:4222".into(),
+            cause: async_nats::ConnectError::new(async_nats::ConnectErrorKind::TimedOut),
+        };
+        assert_eq!(
+            crate::hooks::error_chain(&e),
+            "cannot connect to nats://n:4222: timed out"
+        );
+        assert_eq!(
+            crate::hooks::error_chain(&PublishError::Poisoned),
+            "record reader poisoned"
         );
     }
 
