@@ -369,3 +369,40 @@ async fn next_event(mut c: Client) -> Option<(Result<SseEvent, Infallible>, Clie
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unusable_filter_parameter_is_named_in_the_answer() {
+        let refused = |p: Params| p.filter().err().map(|e| e.to_string()).unwrap_or_default();
+        let op = Params {
+            op: Some("rule_add,nuke".into()),
+            ..Default::default()
+        };
+        assert_eq!(refused(op), "op: unknown op `nuke`");
+        let backend = Params {
+            backend: Some("ebtables".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            refused(backend),
+            "backend: `ebtables` is not legacy, nft or ipset"
+        );
+        let netns = Params {
+            netns: Some("no-such-ns-xyz".into()),
+            ..Default::default()
+        };
+        let e = refused(netns);
+        assert!(
+            e.starts_with("netns: --netns no-such-ns-xyz: cannot stat /run/netns/no-such-ns-xyz: "),
+            "{e}"
+        );
+        let chain = Params {
+            chain: Some("KUBE-[".into()),
+            ..Default::default()
+        };
+        assert!(refused(chain).starts_with("--chain KUBE-[: "));
+    }
+}

@@ -149,3 +149,26 @@ pub async fn incident(
 ) -> Response {
     answer(st, params, Ask::Incident(id)).await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unusable_scope_parameter_is_named_in_the_answer() {
+        let refused = |p: Params| p.scope().err().map(|e| e.to_string()).unwrap_or_default();
+        let backend = Params {
+            backend: Some("ipset".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            refused(backend),
+            "backend: `ipset` is neither legacy nor nft"
+        );
+        let netns = Params {
+            netns: Some("blue".into()),
+            ..Default::default()
+        };
+        assert_eq!(refused(netns), "netns: give the namespace's inode number");
+    }
+}
