@@ -43,6 +43,8 @@ fn main() -> ExitCode {
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // `observer tail ... | head`: the reader has what it wanted.
+        Err(e) if observer::cmd::reader_gone(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("observer: {e:#}");
             ExitCode::FAILURE

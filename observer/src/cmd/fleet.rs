@@ -145,7 +145,7 @@ struct Printer {
 impl Printer {
     fn status(&mut self, message: String) -> anyhow::Result<()> {
         let ready = Record::Status(StatusRecord::ready(message));
-        self.output.emit(&ready).or_else(quiet_pipe)?;
+        self.output.emit(&ready).map_err(super::output_error)?;
         Ok(())
     }
 
@@ -159,7 +159,7 @@ impl Printer {
             let next = match tokio::time::timeout(IDLE, messages.next()).await {
                 Ok(n) => n,
                 Err(_) => {
-                    self.output.end_txn().or_else(quiet_pipe)?;
+                    self.output.end_txn().map_err(super::output_error)?;
                     continue;
                 }
             };
@@ -224,15 +224,7 @@ impl Printer {
             Record::Incident(i) => i.node = Some(node),
             Record::Status(_) => {}
         }
-        self.output.emit(&record).or_else(quiet_pipe)?;
+        self.output.emit(&record).map_err(super::output_error)?;
         Ok(())
     }
-}
-
-/// The reader went away (`observer tail --nats URL | head`): stop quietly.
-fn quiet_pipe(e: std::io::Error) -> std::io::Result<()> {
-    if e.kind() == std::io::ErrorKind::BrokenPipe {
-        std::process::exit(0);
-    }
-    Err(e)
 }

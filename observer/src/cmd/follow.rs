@@ -74,10 +74,11 @@ pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
     }
 }
 
-/// The reader went away (`observer tail --record F | head`): stop quietly.
-fn quiet_pipe(e: std::io::Error) -> std::io::Result<()> {
+/// A write that failed: the reader went away (`observer tail --record F | head`), which ends
+/// the command, or something else, logged (the follower goes on).
+fn quiet_pipe(e: std::io::Error) -> anyhow::Result<()> {
     if e.kind() == std::io::ErrorKind::BrokenPipe {
-        std::process::exit(0);
+        return Err(super::ReaderGone.into());
     }
     tracing::error!("cannot write output: {e}");
     Ok(())

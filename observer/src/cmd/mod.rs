@@ -13,3 +13,37 @@ pub mod query;
 pub mod remote;
 pub mod run;
 pub mod tail;
+
+/// The output's reader went away (`observer tail ... | head`): the command stops there, and
+/// `main` ends quietly and with success.
+#[derive(Debug, thiserror::Error)]
+#[error("the output's reader went away")]
+pub struct ReaderGone;
+
+/// A write to the output that failed: [`ReaderGone`] when its reader went away, else the error.
+pub fn output_error(e: std::io::Error) -> anyhow::Error {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        ReaderGone.into()
+    } else {
+        e.into()
+    }
+}
+
+/// Whether a command ended because its output's reader went away.
+pub fn reader_gone(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.is::<ReaderGone>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_broken_pipe_is_the_reader_gone_through_any_context() {
+        let gone = output_error(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
+        assert!(reader_gone(&gone.context("the record follower stopped")));
+        let full = output_error(std::io::Error::from(std::io::ErrorKind::StorageFull));
+        assert!(!reader_gone(&full));
+        assert!(!reader_gone(&anyhow::anyhow!("the reader went away")));
+    }
+}

@@ -304,7 +304,7 @@ async fn follow(
             Ok(Some(frame)) => frame,
             Ok(None) => break,
             Err(_) => {
-                printer.idle().map_err(|e| Fatal(e.into()))?;
+                printer.idle().map_err(|e| Fatal(super::output_error(e)))?;
                 continue;
             }
         };
@@ -316,7 +316,9 @@ async fn follow(
             if let Some(id) = ev.id {
                 *last_id = Some(id);
             }
-            printer.print(&ev.data).map_err(|e| Fatal(e.into()))?;
+            printer
+                .print(&ev.data)
+                .map_err(|e| Fatal(super::output_error(e)))?;
         }
     }
     conn.abort();
@@ -359,19 +361,13 @@ impl Printer {
                 writeln!(out, "{data}").and_then(|_| out.flush())
             }
         };
-        match written {
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
-            r => r,
-        }
+        written
     }
 
     /// The stream paused: draw what is pending.
     fn idle(&mut self) -> std::io::Result<()> {
         match &mut self.screen {
-            Some(screen) => match screen.end_txn() {
-                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
-                r => r,
-            },
+            Some(screen) => screen.end_txn(),
             None => Ok(()),
         }
     }
