@@ -30,8 +30,8 @@ use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
 
 use super::hub::{AppState, Event, Hub, Stream, StreamFilter};
-use crate::netns::NetnsArgError;
-use crate::output::filter::{ChainGlobError, Filter};
+use super::params::ParamError;
+use crate::output::filter::Filter;
 use crate::ruleset::{Backend, Op};
 
 pub fn router(state: AppState) -> Router {
@@ -111,29 +111,6 @@ pub struct Params {
     after: Option<u64>,
     since: Option<String>,
     format: Option<String>,
-}
-
-/// A query parameter that cannot be used (the request is answered 400 with this message).
-#[derive(Debug, thiserror::Error)]
-pub(super) enum ParamError {
-    /// `op` names no operation.
-    #[error("op: unknown op `{0}`")]
-    Op(String),
-    /// `backend` of a stream that is none of legacy, nft or ipset.
-    #[error("backend: `{0}` is not legacy, nft or ipset")]
-    Backend(String),
-    /// `backend` of a rebuilt ruleset that is neither legacy nor nft.
-    #[error("backend: `{0}` is neither legacy nor nft")]
-    RulesetBackend(String),
-    /// `netns` of a rebuilt ruleset that is not an inode number.
-    #[error("netns: give the namespace's inode number")]
-    NetnsInode(#[source] std::num::ParseIntError),
-    /// `netns` of a stream that names no namespace.
-    #[error("netns: {0}")]
-    Netns(#[source] NetnsArgError),
-    /// `chain` that is not a glob.
-    #[error(transparent)]
-    Chain(#[from] ChainGlobError),
 }
 
 fn bad(msg: String) -> Response {

@@ -7,6 +7,7 @@ pub mod config;
 pub(crate) mod http;
 pub(crate) mod hub;
 pub(crate) mod metrics;
+mod params;
 mod ruleset;
 pub(crate) mod sink;
 pub mod tls;

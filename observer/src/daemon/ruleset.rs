@@ -8,8 +8,8 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-use super::http::ParamError;
 use super::hub::AppState;
+use super::params::ParamError;
 use crate::forensics::query as fq;
 use crate::forensics::ForensicsError;
 
