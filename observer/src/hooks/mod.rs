@@ -1,10 +1,12 @@
 //! Kernel hooks: load the eBPF programs, attach them, and read what they report.
 //!
-//! Backends, best first, are fentry/fexit, kprobes and syscall tracepoints (see `backend`); the
+//! Backends, best first, are fentry/fexit, kprobes and syscall tracepoints (see `backend`;
+//! `attach` puts each hook's programs on the best one the kernel allows); the
 //! tracepoint backend works on every kernel with BPF and tracepoints (5.8+ for the ring buffer).
 //! Without BPF at all observer runs netlink-only: nftables changes are still seen, iptables-legacy
 //! changes are not, and the ready line says so.
 
+mod attach;
 pub mod backend;
 pub mod blob;
 pub mod btf;
@@ -186,7 +188,7 @@ impl KernelHooks {
                 .then_some("sk_buff.sk is not in this kernel's BTF"),
         };
         let writers_ok = report.netlink_lost.is_none();
-        let mut placer = backend::Placer {
+        let mut placer = attach::Placer {
             ebpf: &mut ebpf,
             only: opts.backend,
             needs,
