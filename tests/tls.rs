@@ -74,16 +74,9 @@ fn write_pair(dir: &Path, name: &str, pair: &(String, String)) -> (PathBuf, Path
     (cert, key)
 }
 
+/// Waits up to the TLS tests' own time for a line, keeping nothing else.
 fn wait_for(rx: &mpsc::Receiver<Value>, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(v) if pred(&v) => return v,
-            Ok(_) => {}
-            Err(_) => panic!("{what}: not seen within {WAIT:?}"),
-        }
-    }
+    test_support::wait_within(WAIT, rx, &mut Vec::new(), what, pred)
 }
 
 /// A child process killed when dropped.

@@ -13,5 +13,5 @@ mod lines;
 mod netns;
 
 pub use ci::{in_ci, skip, skip_reason};
-pub use lines::{free_port, json_lines, wait_for, WAIT};
+pub use lines::{free_port, json_lines, wait_for, wait_within, WAIT};
 pub use netns::{Netns, NetnsError};

@@ -43,10 +43,22 @@ pub fn wait_for(
     what: &str,
     pred: impl Fn(&Value) -> bool,
 ) -> Value {
+    wait_within(WAIT, rx, seen, what, pred)
+}
+
+/// [`wait_for`] with a time of its own (a step known to take longer, such as a TLS handshake
+/// after a certificate's renewal).
+pub fn wait_within(
+    within: Duration,
+    rx: &mpsc::Receiver<Value>,
+    seen: &mut Vec<Value>,
+    what: &str,
+    pred: impl Fn(&Value) -> bool,
+) -> Value {
     if let Some(v) = seen.iter().find(|v| pred(v)) {
         return v.clone();
     }
-    let deadline = Instant::now() + WAIT;
+    let deadline = Instant::now() + within;
     loop {
         match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
             Ok(v) => {
@@ -56,7 +68,7 @@ pub fn wait_for(
                 }
             }
             Err(_) => panic!(
-                "{what} did not arrive within {WAIT:?}; saw:\n{}",
+                "{what} did not arrive within {within:?}; saw:\n{}",
                 seen.iter()
                     .map(|v| v.to_string())
                     .collect::<Vec<_>>()
