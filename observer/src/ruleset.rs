@@ -87,6 +87,71 @@ impl fmt::Display for Family {
     }
 }
 
+/// What the kernel made of a change: applied, or refused with its error. In a line (`result`):
+/// `ok`, or the error as the kernel's code and text (`EBUSY: Device or resource busy`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize)]
+#[serde(from = "String")]
+pub enum ChangeResult {
+    Applied,
+    Refused(String),
+}
+
+impl ChangeResult {
+    /// Whether the kernel applied the change.
+    pub fn is_applied(&self) -> bool {
+        matches!(self, ChangeResult::Applied)
+    }
+
+    /// `ok`, or the error.
+    pub fn as_str(&self) -> &str {
+        match self {
+            ChangeResult::Applied => "ok",
+            ChangeResult::Refused(e) => e,
+        }
+    }
+}
+
+impl From<String> for ChangeResult {
+    /// The word of a line: `ok`, or anything else as the error.
+    fn from(s: String) -> ChangeResult {
+        if s == "ok" {
+            ChangeResult::Applied
+        } else {
+            ChangeResult::Refused(s)
+        }
+    }
+}
+
+impl From<&str> for ChangeResult {
+    fn from(s: &str) -> ChangeResult {
+        ChangeResult::from(s.to_string())
+    }
+}
+
+impl Serialize for ChangeResult {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl PartialEq<str> for ChangeResult {
+    fn eq(&self, word: &str) -> bool {
+        self.as_str() == word
+    }
+}
+
+impl PartialEq<&str> for ChangeResult {
+    fn eq(&self, word: &&str) -> bool {
+        self.as_str() == *word
+    }
+}
+
+impl fmt::Display for ChangeResult {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// What happened to an object. The names are part of the output contract.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

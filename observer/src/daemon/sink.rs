@@ -12,7 +12,7 @@ use std::sync::Arc;
 use super::hub::{Event, Hub, Meta, Stream};
 use super::metrics::{ChangeLabels, GapLabels, HookLabels, IncidentLabels};
 use crate::engine::Output;
-use crate::output::record::{Gap, IncidentState};
+use crate::output::record::{Gap, IncidentState, StatusState};
 use crate::output::{Record, StatusRecord};
 use crate::recorder::{Row, StoreSender};
 use crate::store::ChangeRow;
@@ -95,8 +95,8 @@ impl DaemonOutput {
 
     fn on_status(&self, s: &StatusRecord, json: &Arc<str>) {
         let m = &self.hub.metrics;
-        match s.state.as_str() {
-            "ready" => {
+        match s.state {
+            StatusState::Ready => {
                 if let Some(backend) = s.x_tables_hook {
                     m.hooks
                         .get_or_create(&HookLabels {
@@ -110,7 +110,7 @@ impl DaemonOutput {
                 m.ready.set(1);
                 self.hub.set_ready(json.clone());
             }
-            "gap" => {
+            StatusState::Gap => {
                 let gap = s.gap.unwrap_or(Gap::Other);
                 if let Gap::Kernel { records } = gap {
                     m.kernel_records_lost.inc_by(records);
@@ -121,7 +121,7 @@ impl DaemonOutput {
                     })
                     .inc();
             }
-            _ => {}
+            StatusState::Warning | StatusState::Stopped => {}
         }
     }
 }

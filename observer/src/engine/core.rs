@@ -11,7 +11,7 @@
 use crate::attribution::ProcessInfo;
 use crate::incidents::{Correlator, InventoryChain};
 use crate::output::{ChangeRecord, IncidentRecord, Source};
-use crate::ruleset::{self, Backend, Change};
+use crate::ruleset::{self, Backend, Change, ChangeResult};
 use crate::timestamp::Timestamp;
 
 /// What the changes of one transaction share: where, when, which backend, and who made them.
@@ -61,13 +61,20 @@ impl Core {
     pub fn applied(&mut self, ctx: &ChangeCtx, mut changes: Vec<Change>) -> TxnLines {
         ruleset::settle_flushes(&mut changes, &ruleset::FlushEvidence::Unknown);
         ruleset::settle_set_flushes(&mut changes, &ruleset::FlushEvidence::Unknown);
-        let with_results = changes.into_iter().map(|c| (c, "ok".to_string())).collect();
+        let with_results = changes
+            .into_iter()
+            .map(|c| (c, ChangeResult::Applied))
+            .collect();
         self.transaction(ctx, with_results)
     }
 
     /// A transaction whose changes each have their `result`: `ok`, or what went wrong
     /// (`EBUSY: Device or resource busy`).
-    pub fn transaction(&mut self, ctx: &ChangeCtx, changes: Vec<(Change, String)>) -> TxnLines {
+    pub fn transaction(
+        &mut self,
+        ctx: &ChangeCtx,
+        changes: Vec<(Change, ChangeResult)>,
+    ) -> TxnLines {
         let changes: Vec<ChangeRecord> = changes
             .into_iter()
             .map(|(c, result)| {

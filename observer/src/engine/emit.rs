@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::forensics::model::Tables;
 use crate::output::record::Gap;
 use crate::output::{IncidentRecord, Record, StatusRecord};
-use crate::ruleset::{Backend, Change};
+use crate::ruleset::{Backend, Change, ChangeResult};
 
 use super::core::TxnLines;
 use super::{ChangeCtx, Engine};
@@ -151,7 +151,11 @@ impl Engine {
 
     /// Number, print and correlate the changes of one transaction; each has its `result`: `ok`
     /// or what went wrong (`EBUSY: Device or resource busy`).
-    pub(super) fn emit_txn_results(&mut self, ctx: ChangeCtx, changes: Vec<(Change, String)>) {
+    pub(super) fn emit_txn_results(
+        &mut self,
+        ctx: ChangeCtx,
+        changes: Vec<(Change, ChangeResult)>,
+    ) {
         let lines = self.core.transaction(&ctx, changes);
         self.emit_lines(&ctx, lines);
     }

@@ -9,7 +9,7 @@ use crate::hooks::decode::{XtKind, XtReplaceEvent};
 use crate::netns;
 use crate::output::record::Gap;
 use crate::output::{Source, StatusRecord};
-use crate::ruleset::{self, Backend, Change};
+use crate::ruleset::{self, Backend, Change, ChangeResult};
 use crate::timestamp::Timestamp;
 use crate::xtables::{self, XtError, XtProto};
 
@@ -301,7 +301,7 @@ impl Engine {
             .map(|r| {
                 (
                     r.change,
-                    crate::xtables::attempt::errno_text(r.errno as i64),
+                    ChangeResult::Refused(crate::xtables::attempt::errno_text(r.errno as i64)),
                 )
             })
             .collect();
@@ -313,7 +313,7 @@ impl Engine {
         &mut self,
         x: &XtReplaceEvent,
         process: ProcessInfo,
-        c: (Change, String),
+        c: (Change, ChangeResult),
     ) {
         let inode = x.process.netns;
         let name = self.watched.get(&inode).and_then(|w| w.handle.name.clone());

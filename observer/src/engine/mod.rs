@@ -311,7 +311,7 @@ pub async fn run(config: &EngineConfig, output: Box<dyn Output>) -> Result<(), E
         sources = h.report.placement.sources();
     }
     let ready = StatusRecord {
-        state: "ready".into(),
+        state: crate::output::record::StatusState::Ready,
         time: Timestamp::now(),
         message: format!(
             "watching {} network namespaces; every hook attached and every subscription open",

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use indexmap::IndexMap;
 
 use super::model::{Chain, Last, Set, Table, Tables};
-use crate::ruleset::{Backend, Family, Op};
+use crate::ruleset::{Backend, ChangeResult, Family, Op};
 use crate::timestamp::Timestamp;
 
 /// The fields of a change line that replay reads.
@@ -35,8 +35,9 @@ pub struct Recorded {
     pub position: Option<usize>,
     #[serde(default)]
     pub txn: String,
-    #[serde(default)]
-    pub result: String,
+    /// A line without one was not applied (as a refusal without its error).
+    #[serde(default = "no_result")]
+    pub result: ChangeResult,
     #[serde(default)]
     pub process: Process,
     /// The namespace's name, when it has one.
@@ -54,6 +55,10 @@ pub struct Process {
     pub actor: String,
 }
 
+fn no_result() -> ChangeResult {
+    ChangeResult::Refused(String::new())
+}
+
 impl Recorded {
     pub fn last(&self) -> Last {
         Last {
@@ -68,7 +73,7 @@ impl Recorded {
 
     /// Whether the change altered the ruleset (a refused write or an undecoded replace did not).
     pub fn applied(&self) -> bool {
-        self.result == "ok" && self.op != Op::TableReplace && self.backend != Backend::Ipset
+        self.result.is_applied() && self.op != Op::TableReplace && self.backend != Backend::Ipset
     }
 }
 

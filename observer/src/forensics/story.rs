@@ -272,7 +272,7 @@ fn repairs_of(
                     continue;
                 };
                 let on_owned = c.chain.as_ref().is_some_and(|ch| hit.chains.contains(ch));
-                if on_owned && c.result == "ok" && c.process.actor == *by {
+                if on_owned && c.result.is_applied() && c.process.actor == *by {
                     change = Some(c);
                     break;
                 }
@@ -343,7 +343,7 @@ fn change_line(c: &ChangeRecord) -> String {
     if let Some(r) = &c.rule {
         what.push_str(&format!(": {r}"));
     }
-    let result = if c.result == "ok" {
+    let result = if c.result.is_applied() {
         String::new()
     } else {
         format!(" [{}]", c.result)

@@ -381,11 +381,11 @@ impl Correlator {
             }
         }
         let mut out = Vec::new();
-        let failed: Vec<&ChangeRecord> = txn.iter().filter(|c| c.result != "ok").collect();
+        let failed: Vec<&ChangeRecord> = txn.iter().filter(|c| !c.result.is_applied()).collect();
         if !failed.is_empty() {
             self.note_failures(netns, &actor, &failed, now, &mut out);
         }
-        let applied: Vec<&ChangeRecord> = txn.iter().filter(|c| c.result == "ok").collect();
+        let applied: Vec<&ChangeRecord> = txn.iter().filter(|c| c.result.is_applied()).collect();
         if applied.is_empty() {
             return out;
         }

@@ -15,7 +15,7 @@ use observer_common::nfnl::{
 };
 
 use crate::netlink;
-use crate::ruleset::{Change, Family, Op};
+use crate::ruleset::{Change, ChangeResult, Family, Op};
 
 /// `IPSET_PROTOCOL`.
 const PROTOCOL: u8 = 7;
@@ -208,7 +208,7 @@ fn set_header(payload: &[u8]) -> Option<(String, SetHeader)> {
 }
 
 /// One ipset line: the change and its `result`.
-pub type Outcome = (Change, String);
+pub type Outcome = (Change, ChangeResult);
 
 fn line(op: Op, name: &str, header: Option<&SetHeader>) -> Change {
     let family = header.map_or(Family::Unknown, |h| Family::from_nfproto(h.family));
@@ -224,7 +224,7 @@ pub fn outcome(cmd: &Command, before: Option<&Sets>, after: &Sets) -> Vec<Outcom
     let empty = Sets::new();
     let before_known = before.is_some();
     let before = before.unwrap_or(&empty);
-    let ok = || "ok".to_string();
+    let ok = || ChangeResult::Applied;
     let mut out = Vec::new();
     let named: Vec<String> = match &cmd.set {
         Some(s) => vec![s.clone()],
@@ -265,7 +265,7 @@ pub fn outcome(cmd: &Command, before: Option<&Sets>, after: &Sets) -> Vec<Outcom
                             ),
                             _ => "failed: the set still exists".into(),
                         };
-                        out.push((c, why));
+                        out.push((c, ChangeResult::Refused(why)));
                     }
                 }
             }

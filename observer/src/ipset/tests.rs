@@ -151,8 +151,8 @@ fn outcomes_follow_what_the_listing_shows() {
         Some(&before),
         &before,
     );
-    assert!(out[0].1.starts_with("failed"), "{out:?}");
-    assert!(out[0].1.contains("1 references"), "{out:?}");
+    assert!(out[0].1.as_str().starts_with("failed"), "{out:?}");
+    assert!(out[0].1.as_str().contains("1 references"), "{out:?}");
     // Created, and created again without -exist.
     let after = sets(&[("a", 4, 0), ("used", 2, 1), ("new", 0, 0)]);
     let out = outcome(
@@ -166,7 +166,7 @@ fn outcomes_follow_what_the_listing_shows() {
         Some(&after),
         &after,
     );
-    assert!(out[0].1.starts_with("failed"));
+    assert!(out[0].1.as_str().starts_with("failed"));
     let out = outcome(&cmd(IPSET_CMD_CREATE, "new", None, 0), Some(&after), &after);
     assert!(
         out.is_empty(),
@@ -185,7 +185,7 @@ fn outcomes_follow_what_the_listing_shows() {
         Some(&before),
         &before,
     );
-    assert!(out[0].1.starts_with("failed"));
+    assert!(out[0].1.as_str().starts_with("failed"));
     // Flush, rename, swap.
     let after = sets(&[("a", 0, 0), ("used", 2, 1)]);
     let out = outcome(&cmd(IPSET_CMD_FLUSH, "a", None, 0), Some(&before), &after);

@@ -137,7 +137,7 @@ fn change(c: &ChangeRecord, colour: bool) -> String {
             .map(|p| format!(" < {p}"))
             .unwrap_or_default()
     );
-    let result = if c.result == "ok" {
+    let result = if c.result.is_applied() {
         String::new()
     } else {
         paint(&format!("  FAILED: {}", c.result), RED, colour)

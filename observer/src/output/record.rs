@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::attribution::ProcessInfo;
-use crate::ruleset::{Backend, Family, Op};
+use crate::ruleset::{Backend, ChangeResult, Family, Op};
 use crate::timestamp::Timestamp;
 
 /// Where a change was seen.
@@ -41,8 +41,7 @@ pub enum Record {
 /// `{"kind":"status",...}`: readiness, what is watched, what is lost.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StatusRecord {
-    /// `ready` (every hook attached, every subscription open), `warning`, or `stopped`.
-    pub state: String,
+    pub state: StatusState,
     pub time: Timestamp,
     /// One sentence for a person.
     pub message: String,
@@ -67,6 +66,39 @@ pub struct StatusRecord {
     /// line from the kernel, for counters; not part of the line.
     #[serde(skip)]
     pub x_tables_hook: Option<&'static str>,
+}
+
+/// What a status line says of the run. The names are part of the output contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StatusState {
+    /// Every hook attached and every subscription open (for a view of a record or a stream:
+    /// following it); what cannot be seen is listed in `lost`.
+    Ready,
+    /// Something was not seen or not sent, and the message says what.
+    Gap,
+    /// Running, with something wrong that the message names.
+    Warning,
+    /// The run ended.
+    Stopped,
+}
+
+impl StatusState {
+    /// The name in the JSON line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StatusState::Ready => "ready",
+            StatusState::Gap => "gap",
+            StatusState::Warning => "warning",
+            StatusState::Stopped => "stopped",
+        }
+    }
+}
+
+impl std::fmt::Display for StatusState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// What a gap line lost.
@@ -95,21 +127,21 @@ impl StatusRecord {
     /// A ready line that says only what is followed (views fed from a record or a stream
     /// rather than from the kernel: no hooks, no namespaces of their own).
     pub fn ready(message: String) -> StatusRecord {
-        StatusRecord::new("ready", message)
+        StatusRecord::new(StatusState::Ready, message)
     }
 
     /// A gap line: something was not seen or not sent, and the message says what.
     pub fn gap(gap: Gap, message: String) -> StatusRecord {
         StatusRecord {
             gap: Some(gap),
-            ..StatusRecord::new("gap", message)
+            ..StatusRecord::new(StatusState::Gap, message)
         }
     }
 
     /// A status line of `state` with only a message.
-    fn new(state: &str, message: String) -> StatusRecord {
+    fn new(state: StatusState, message: String) -> StatusRecord {
         StatusRecord {
-            state: state.into(),
+            state,
             time: Timestamp::now(),
             message,
             hooks: None,
@@ -154,7 +186,7 @@ pub struct ChangeRecord {
     /// Groups the changes of one x_tables replace or one nftables generation.
     pub txn: String,
     /// `ok`, or the error.
-    pub result: String,
+    pub result: ChangeResult,
     pub source: Source,
     pub process: ProcessInfo,
     /// Set when the change predates observer's subscription to a namespace it found late: it was
@@ -411,7 +443,7 @@ mod tests {
     #[test]
     fn status_lines_start_with_kind_status() {
         let s = Record::Status(StatusRecord {
-            state: "ready".into(),
+            state: StatusState::Ready,
             time: Timestamp::now(),
             message: "watching".into(),
             hooks: Some("tracepoint".into()),
@@ -426,5 +458,31 @@ mod tests {
             line.starts_with(r#"{"kind":"status","state":"ready""#),
             "{line}"
         );
+    }
+
+    #[test]
+    fn result_and_status_state_read_back_as_they_are_written() {
+        let mut c = sample();
+        let v = serde_json::to_value(&c).unwrap();
+        assert_eq!(v["result"], "ok");
+        c.result = ChangeResult::Refused("EBUSY: Device or resource busy".into());
+        let line = serde_json::to_string(&c).unwrap();
+        assert!(
+            line.contains(r#""result":"EBUSY: Device or resource busy""#),
+            "{line}"
+        );
+        let back: ChangeRecord = serde_json::from_str(&line).unwrap();
+        assert!(!back.result.is_applied());
+        assert_eq!(back.result, c.result);
+        assert_eq!(back.time, c.time);
+
+        let gap = Record::Status(StatusRecord::gap(Gap::Netlink, "lost".into()));
+        let line = serde_json::to_string(&gap).unwrap();
+        assert!(line.contains(r#""state":"gap""#), "{line}");
+        let Record::Status(back) = serde_json::from_str(&line).unwrap() else {
+            panic!("not a status line: {line}");
+        };
+        assert_eq!(back.state, StatusState::Gap);
+        assert!(serde_json::from_str::<StatusState>(r#""paused""#).is_err());
     }
 }

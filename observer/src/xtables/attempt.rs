@@ -3,7 +3,7 @@
 //! tried and failed), and ebtables replaces, whose tables observer does not decode.
 
 use crate::hooks::decode::XtKind;
-use crate::ruleset::{Change, Family, Op};
+use crate::ruleset::{Change, ChangeResult, Family, Op};
 
 /// The errno of a failed syscall as `NAME: message` (`EBUSY: Device or resource busy`).
 pub fn errno_text(ret: i64) -> String {
@@ -22,7 +22,12 @@ pub fn errno_text(ret: i64) -> String {
 
 /// The `table_replace` line for a replace of `table` with `entries` entries that returned `ret`,
 /// and its `result`.
-pub fn replace_attempt(kind: XtKind, table: &str, entries: u32, ret: i64) -> (Change, String) {
+pub fn replace_attempt(
+    kind: XtKind,
+    table: &str,
+    entries: u32,
+    ret: i64,
+) -> (Change, ChangeResult) {
     let family = match kind {
         XtKind::Ipv4 => Family::Ip,
         XtKind::Ipv6 => Family::Ip6,
@@ -33,18 +38,18 @@ pub fn replace_attempt(kind: XtKind, table: &str, entries: u32, ret: i64) -> (Ch
     let (detail, result) = match (kind, ret) {
         (XtKind::Bridge, 0) => (
             format!("ebtables table replaced ({entries} rules); ebtables rules are not decoded"),
-            "ok".to_string(),
+            ChangeResult::Applied,
         ),
         (XtKind::Bridge, _) => (
             format!(
                 "the kernel refused an ebtables replace ({entries} rules); ebtables rules are not \
                  decoded"
             ),
-            errno_text(ret),
+            ChangeResult::Refused(errno_text(ret)),
         ),
         _ => (
             format!("the kernel refused a replace with {entries} entries; the table is unchanged"),
-            errno_text(ret),
+            ChangeResult::Refused(errno_text(ret)),
         ),
     };
     c.detail = Some(detail);

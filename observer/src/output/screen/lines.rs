@@ -53,7 +53,7 @@ impl<W: Write> Screen<W> {
             self.paint(&pad(&c.process.actor, k.actor), CYAN),
         );
         let mut text = String::new();
-        if c.result != "ok" {
+        if !c.result.is_applied() {
             text.push_str(&format!("FAILED: {}  ", c.result));
         }
         if let Some(r) = &c.rule {
@@ -73,7 +73,7 @@ impl<W: Write> Screen<W> {
         let text = text.trim_end().to_string();
         let visible = visible_len(indent) + self.clock(c.time).len() + k.sum() + 6;
         let painted = |t: &str| {
-            if c.result != "ok" {
+            if !c.result.is_applied() {
                 self.paint(t, RED)
             } else {
                 t.to_string()
@@ -124,7 +124,7 @@ impl<W: Write> Screen<W> {
         let mut by_count: Vec<(&str, usize)> = counts.into_iter().collect();
         by_count.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
         let ops: Vec<String> = by_count.iter().map(|(o, n)| format!("{n} {o}")).collect();
-        let failed = txn.iter().filter(|c| c.result != "ok").count();
+        let failed = txn.iter().filter(|c| !c.result.is_applied()).count();
         let netns = where_label(
             first.node.as_deref(),
             first.netns_name.as_deref(),

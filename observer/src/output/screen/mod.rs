@@ -9,7 +9,9 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io::{self, Write};
 use std::time::Duration;
 
-use super::record::{ChangeRecord, IncidentRecord, IncidentState, Record, Severity, StatusRecord};
+use super::record::{
+    ChangeRecord, IncidentRecord, IncidentState, Record, Severity, StatusRecord, StatusState,
+};
 use super::terminal::{cut, strip_escapes};
 use crate::ruleset::{Backend, Op};
 use crate::timestamp::Timestamp;
@@ -183,7 +185,7 @@ impl<W: Write> Screen<W> {
             }
             Record::Status(s) => {
                 self.end_txn()?;
-                if s.state == "gap" {
+                if s.state == StatusState::Gap {
                     self.gaps += 1;
                 }
                 let lines = vec![self.status_line(s)];
