@@ -134,12 +134,6 @@ impl Serialize for ChangeResult {
     }
 }
 
-impl PartialEq<str> for ChangeResult {
-    fn eq(&self, word: &str) -> bool {
-        self.as_str() == word
-    }
-}
-
 impl PartialEq<&str> for ChangeResult {
     fn eq(&self, word: &&str) -> bool {
         self.as_str() == *word
