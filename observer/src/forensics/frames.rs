@@ -98,7 +98,7 @@ fn decompress(frame: &[u8], base: Option<&[u8]>) -> Result<Vec<u8>, String> {
     if let Some(b) = base {
         d.ref_prefix(b).map_err(zstd_err)?;
     }
-    let size = crate::store::frame_size_at_most(frame, MAX_BYTES)?;
+    let size = crate::store::frame_size_at_most(frame, MAX_BYTES).map_err(|e| e.to_string())?;
     let mut out = Vec::with_capacity(size);
     d.decompress(&mut out, frame).map_err(zstd_err)?;
     Ok(out)

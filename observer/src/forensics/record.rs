@@ -61,9 +61,9 @@ fn read_chain(
     };
     frames
         .decompress(conn, "snap_dicts", id, body)?
-        .map_err(|cause| ForensicsError::Damaged {
+        .map_err(|e| ForensicsError::Damaged {
             what: format!("{what}, a chain"),
-            cause,
+            cause: e.to_string(),
         })
 }
 
@@ -115,7 +115,7 @@ impl<'c> ChainReader<'c> {
             return Err(damaged(format!("its base {b:x} is itself a delta")));
         }
         let base_json = read_chain(&mut self.frames, self.conn, what, &base_body, base_dict)?;
-        let size = store::frame_size(&body).map_err(|e| damaged(e.into()))?;
+        let size = store::frame_size(&body).map_err(|e| damaged(e.to_string()))?;
         // The base is loaded into the context for this one frame (no prepared dictionary:
         // each base serves one delta here).
         let mut out = Vec::with_capacity(size);

@@ -143,6 +143,28 @@ impl Where {
     }
 }
 
+/// Why a frame compressed with a dictionary of the record, or that dictionary, is damaged (the
+/// caller's error names what it was reading).
+#[derive(Debug, thiserror::Error)]
+pub enum DictFrameError {
+    /// The dictionary the row names is not in the record.
+    #[error("its dictionary {0} is missing")]
+    MissingDict(i64),
+    /// The dictionary is there but zstd does not load it.
+    #[error("dictionary {id}: {cause}")]
+    Dict {
+        id: i64,
+        #[source]
+        cause: std::io::Error,
+    },
+    /// The frame's header gives no size the frame may have.
+    #[error(transparent)]
+    Size(#[from] FrameSizeError),
+    /// The frame does not decompress with its dictionary.
+    #[error("decompressing: {0}")]
+    Decompress(#[source] std::io::Error),
+}
+
 /// Frames compressed with a dictionary of the record (the rows' `dicts`, the snapshots'
 /// `snap_dicts`), each dictionary loaded once.
 #[derive(Default)]
@@ -159,7 +181,7 @@ impl DictFrames {
         table: &'static str,
         id: i64,
         frame: &[u8],
-    ) -> rusqlite::Result<Result<Vec<u8>, String>> {
+    ) -> rusqlite::Result<Result<Vec<u8>, DictFrameError>> {
         let d = match self.dicts.entry(id) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(e) => {
@@ -171,11 +193,11 @@ impl DictFrames {
                     )
                     .optional()?;
                 let Some(raw) = raw else {
-                    return Ok(Err(format!("its dictionary {id} is missing")));
+                    return Ok(Err(DictFrameError::MissingDict(id)));
                 };
                 match zstd::bulk::Decompressor::with_dictionary(&raw) {
                     Ok(d) => e.insert(d),
-                    Err(err) => return Ok(Err(format!("dictionary {id}: {err}"))),
+                    Err(cause) => return Ok(Err(DictFrameError::Dict { id, cause })),
                 }
             }
         };
@@ -184,24 +206,30 @@ impl DictFrames {
             Err(e) => return Ok(Err(e.into())),
         };
         Ok(d.decompress(frame, size)
-            .map_err(|e| format!("decompressing: {e}")))
+            .map_err(DictFrameError::Decompress))
     }
 }
 
+/// A zstd frame of the record whose header gives no size, or a size larger than what it holds
+/// may be (a row, a snapshot's ruleset): damage.
+#[derive(Debug, thiserror::Error)]
+#[error("no usable size in its compressed frame")]
+pub struct FrameSizeError;
+
 /// The size a zstd frame of the record decompresses to, as its header says; no size, or one
 /// larger than a row may be, is damage.
-pub fn frame_size(frame: &[u8]) -> Result<usize, &'static str> {
+pub fn frame_size(frame: &[u8]) -> Result<usize, FrameSizeError> {
     frame_size_at_most(frame, MAX_ROW_BYTES)
 }
 
 /// [`frame_size`] with another bound (a snapshot's whole ruleset may be larger than a row).
-pub fn frame_size_at_most(frame: &[u8], max: u64) -> Result<usize, &'static str> {
+pub fn frame_size_at_most(frame: &[u8], max: u64) -> Result<usize, FrameSizeError> {
     zstd::zstd_safe::get_frame_content_size(frame)
         .ok()
         .flatten()
         .filter(|&n| n <= max)
         .map(|n| n as usize)
-        .ok_or("no usable size in its compressed frame")
+        .ok_or(FrameSizeError)
 }
 
 /// Turns stored bodies back into the JSON lines that were streamed.
@@ -225,7 +253,7 @@ impl Decoder {
             (Some(id), ValueRef::Blob(b)) => self
                 .frames
                 .decompress(conn, "dicts", id, b)?
-                .map_err(damaged)?,
+                .map_err(|e| damaged(e.to_string()))?,
             (_, other) => return Err(damaged(format!("a body of type {:?}", other.data_type()))),
         };
         String::from_utf8(bytes).map_err(|e| damaged(format!("not UTF-8: {e}")))
@@ -282,4 +310,46 @@ pub fn select_incidents(conn: &Connection, s: &Selection) -> Result<Vec<Stored>,
         "no",
         s.limit,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_damaged_frame_or_dictionary_says_why_in_the_words_it_had() {
+        assert_eq!(
+            frame_size(b"\x00\x01\x02\x03").unwrap_err().to_string(),
+            "no usable size in its compressed frame"
+        );
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch("CREATE TABLE dicts (id INTEGER PRIMARY KEY, dict BLOB)")
+            .unwrap();
+        let missing = DictFrames::default()
+            .decompress(&conn, "dicts", 7, b"")
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(missing.to_string(), "its dictionary 7 is missing");
+        let zstd = |m: &str| std::io::Error::other(m.to_string());
+        let cases = [
+            (
+                DictFrameError::Dict {
+                    id: 7,
+                    cause: zstd("Dictionary mismatch"),
+                },
+                "dictionary 7: Dictionary mismatch",
+            ),
+            (
+                DictFrameError::Size(FrameSizeError),
+                "no usable size in its compressed frame",
+            ),
+            (
+                DictFrameError::Decompress(zstd("Data corruption detected")),
+                "decompressing: Data corruption detected",
+            ),
+        ];
+        for (e, text) in cases {
+            assert_eq!(e.to_string(), text);
+        }
+    }
 }
