@@ -63,8 +63,40 @@ pub(super) fn sql_err(e: impl std::error::Error + Send + Sync + 'static) -> rusq
     rusqlite::Error::ToSqlConversionFailure(Box::new(e))
 }
 
-fn zstd_err(code: usize) -> String {
-    zstd::zstd_safe::get_error_name(code).to_string()
+/// Why zstd could not write a delta or read a frame back.
+#[derive(Debug, thiserror::Error)]
+pub enum CodecError {
+    /// zstd refused a parameter, the base or the data (its error's name).
+    #[error("{}", zstd::zstd_safe::get_error_name(*.0))]
+    Zstd(zstd::zstd_safe::ErrorCode),
+    /// The frame's header gives no size a snapshot may have.
+    #[error(transparent)]
+    Size(#[from] crate::store::FrameSizeError),
+}
+
+/// Why a snapshot's frames do not give its content back: the cause of the snapshot's
+/// [`ForensicsError::Damaged`].
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    /// A frame's row could not be read.
+    #[error(transparent)]
+    Query(#[from] rusqlite::Error),
+    /// A frame of the chain from the snapshot's frame to its key is not in the record.
+    #[error("its frame {0} is missing")]
+    Missing(i64),
+    /// The bases lead further than a key ever is from its deltas (they loop).
+    #[error("frame {0} is more than {MAX_FRAMES_READ} frames from a key (a loop)")]
+    Loop(i64),
+    /// A frame of the chain does not decompress.
+    #[error("its frame {frame}: {cause}")]
+    Decompress {
+        frame: i64,
+        #[source]
+        cause: CodecError,
+    },
+    /// No frame was read (cannot happen: the snapshot's own frame is read first).
+    #[error("no frame")]
+    NoFrame,
 }
 
 /// The window that covers a base and the content after it.
@@ -74,9 +106,9 @@ fn window_log(bytes: usize) -> u32 {
 }
 
 /// `content` compressed with `base` as its prefix.
-fn delta(content: &[u8], base: &[u8]) -> Result<Vec<u8>, String> {
+fn delta(content: &[u8], base: &[u8]) -> Result<Vec<u8>, CodecError> {
     let mut c = CCtx::create();
-    let set = |c: &mut CCtx, p| c.set_parameter(p).map(|_| ()).map_err(zstd_err);
+    let set = |c: &mut CCtx, p| c.set_parameter(p).map(|_| ()).map_err(CodecError::Zstd);
     set(&mut c, CParameter::CompressionLevel(DELTA_LEVEL))?;
     set(&mut c, CParameter::EnableLongDistanceMatching(true))?;
     set(
@@ -84,23 +116,23 @@ fn delta(content: &[u8], base: &[u8]) -> Result<Vec<u8>, String> {
         CParameter::WindowLog(window_log(base.len() + content.len())),
     )?;
     set(&mut c, CParameter::ContentSizeFlag(true))?;
-    c.ref_prefix(base).map_err(zstd_err)?;
+    c.ref_prefix(base).map_err(CodecError::Zstd)?;
     let mut out = Vec::with_capacity(zstd::zstd_safe::compress_bound(content.len()));
-    c.compress2(&mut out, content).map_err(zstd_err)?;
+    c.compress2(&mut out, content).map_err(CodecError::Zstd)?;
     Ok(out)
 }
 
 /// A frame decompressed, with its base's content as prefix when it is a delta.
-fn decompress(frame: &[u8], base: Option<&[u8]>) -> Result<Vec<u8>, String> {
+fn decompress(frame: &[u8], base: Option<&[u8]>) -> Result<Vec<u8>, CodecError> {
     let mut d = DCtx::create();
     d.set_parameter(DParameter::WindowLogMax(WINDOW_LOG_MAX))
-        .map_err(zstd_err)?;
+        .map_err(CodecError::Zstd)?;
     if let Some(b) = base {
-        d.ref_prefix(b).map_err(zstd_err)?;
+        d.ref_prefix(b).map_err(CodecError::Zstd)?;
     }
-    let size = crate::store::frame_size_at_most(frame, MAX_BYTES).map_err(|e| e.to_string())?;
+    let size = crate::store::frame_size_at_most(frame, MAX_BYTES)?;
     let mut out = Vec::with_capacity(size);
-    d.decompress(&mut out, frame).map_err(zstd_err)?;
+    d.decompress(&mut out, frame).map_err(CodecError::Zstd)?;
     Ok(out)
 }
 
@@ -112,27 +144,24 @@ fn frame_row(conn: &Connection, id: i64) -> rusqlite::Result<Option<(Option<i64>
 }
 
 /// Frame `id`'s content (JSON): its key decompressed, then each delta after it in turn.
-fn content_of(conn: &Connection, id: i64) -> Result<Vec<u8>, String> {
+fn content_of(conn: &Connection, id: i64) -> Result<Vec<u8>, FrameError> {
     let mut frames = Vec::new();
     let mut next = Some(id);
     while let Some(f) = next {
-        let (base, body) = frame_row(conn, f)
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| format!("its frame {f} is missing"))?;
+        let (base, body) = frame_row(conn, f)?.ok_or(FrameError::Missing(f))?;
         frames.push((f, body));
         if frames.len() > MAX_FRAMES_READ {
-            return Err(format!(
-                "frame {id} is more than {MAX_FRAMES_READ} frames from a key (a loop)"
-            ));
+            return Err(FrameError::Loop(id));
         }
         next = base;
     }
     let mut content: Option<Vec<u8>> = None;
     for (f, body) in frames.iter().rev() {
-        let c = decompress(body, content.as_deref()).map_err(|e| format!("its frame {f}: {e}"))?;
+        let c = decompress(body, content.as_deref())
+            .map_err(|cause| FrameError::Decompress { frame: *f, cause })?;
         content = Some(c);
     }
-    content.ok_or_else(|| "no frame".to_string())
+    content.ok_or(FrameError::NoFrame)
 }
 
 /// The frame a pair's newest snapshot uses, and how many deltas it is from its key.
@@ -178,7 +207,7 @@ pub fn insert(
         match content_of(conn, id) {
             Ok(base) if base == content => frame = Some(id),
             Ok(base) if depth < MAX_DEPTH => {
-                let body = delta(&content, &base).map_err(|e| sql_err(std::io::Error::other(e)))?;
+                let body = delta(&content, &base).map_err(sql_err)?;
                 conn.prepare_cached(
                     "INSERT INTO snap_frames (base, depth, body) VALUES (?1, ?2, ?3)",
                 )?
@@ -215,7 +244,7 @@ pub fn load(conn: &Connection, id: i64, frame: i64) -> Result<Stored, ForensicsE
         what: format!("snapshot {id}"),
         cause,
     };
-    let json = content_of(conn, frame).map_err(damaged)?;
+    let json = content_of(conn, frame).map_err(|e| damaged(e.to_string()))?;
     serde_json::from_slice(&json).map_err(|e| damaged(e.to_string()))
 }
 
@@ -426,6 +455,48 @@ mod tests {
         .unwrap();
         let err = load(&conn, s.0, s.1).err().expect("a loop").to_string();
         assert!(err.contains("a loop") && err.contains("damaged"), "{err}");
+    }
+
+    #[test]
+    fn a_damaged_frame_says_why_in_the_words_it_had() {
+        let code = DCtx::create()
+            .decompress(&mut Vec::with_capacity(64), &[0; 16])
+            .unwrap_err();
+        // zstd's own name for the error, nothing around it.
+        let name = zstd::zstd_safe::get_error_name(code);
+        let garbage = || CodecError::Zstd(code);
+        assert_eq!(garbage().to_string(), name);
+        let size = || CodecError::Size(crate::store::FrameSizeError);
+        assert_eq!(size().to_string(), "no usable size in its compressed frame");
+        let cases = [
+            (FrameError::Missing(4), "its frame 4 is missing".to_string()),
+            (
+                FrameError::Loop(9),
+                "frame 9 is more than 4096 frames from a key (a loop)".to_string(),
+            ),
+            (
+                FrameError::Decompress {
+                    frame: 3,
+                    cause: garbage(),
+                },
+                format!("its frame 3: {name}"),
+            ),
+            (
+                FrameError::Decompress {
+                    frame: 3,
+                    cause: size(),
+                },
+                "its frame 3: no usable size in its compressed frame".to_string(),
+            ),
+            (FrameError::NoFrame, "no frame".to_string()),
+            (
+                FrameError::Query(rusqlite::Error::QueryReturnedNoRows),
+                rusqlite::Error::QueryReturnedNoRows.to_string(),
+            ),
+        ];
+        for (e, text) in cases {
+            assert_eq!(e.to_string(), text);
+        }
     }
 
     #[test]
