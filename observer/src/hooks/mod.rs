@@ -327,13 +327,19 @@ impl KernelErrors {
     }
 }
 
+/// The kernel's maps could not be listed (to find the error counters of the observers running):
+/// aya's error with its causes, on one line.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", error_chain(.0))]
+pub struct MapListError(#[source] aya::maps::MapError);
+
 /// The error counters of every observer running on this kernel (each one's `DROPS` map, found
 /// among the kernel's maps), for `observer doctor`. Needs the privilege to enumerate maps.
-pub fn running_errors() -> Result<Vec<(u32, KernelErrors)>, String> {
+pub fn running_errors() -> Result<Vec<(u32, KernelErrors)>, MapListError> {
     use aya::maps::{loaded_maps, Map, MapData, MapType};
     let mut found = Vec::new();
     for info in loaded_maps() {
-        let info = info.map_err(|e| error_chain(&e))?;
+        let info = info.map_err(MapListError)?;
         if info.name_as_str() != Some("DROPS")
             || !matches!(info.map_type(), Ok(MapType::PerCpuArray))
         {
@@ -459,4 +465,21 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
         cur = src.source();
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_that_cannot_be_listed_say_why_with_the_kernel_s_reason() {
+        let e = MapListError(aya::maps::MapError::SyscallError(aya::sys::SyscallError {
+            call: "bpf_map_get_next_id",
+            io_error: std::io::Error::from_raw_os_error(libc::EPERM),
+        }));
+        assert_eq!(
+            e.to_string(),
+            "`bpf_map_get_next_id` failed: Operation not permitted (os error 1)"
+        );
+    }
 }
