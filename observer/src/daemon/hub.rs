@@ -22,6 +22,18 @@ use crate::timestamp::Timestamp;
 /// Events kept in memory per stream for clients that fall behind or reconnect.
 const RING: usize = 8192;
 
+/// Why the record's incidents could not be read for a list of them (the endpoint answers 500
+/// with this text).
+#[derive(Debug, thiserror::Error)]
+pub enum IncidentsError {
+    /// The task that reads the record ended without an answer (it panicked or was cancelled).
+    #[error(transparent)]
+    Task(#[from] tokio::task::JoinError),
+    /// The record could not be opened or read.
+    #[error(transparent)]
+    Store(#[from] store::StoreError),
+}
+
 /// The two resumable streams.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stream {
@@ -408,7 +420,7 @@ impl Hub {
     pub async fn incidents_since(
         self: &Arc<Self>,
         since_ns: Option<i64>,
-    ) -> Result<Vec<Arc<Event>>, String> {
+    ) -> Result<Vec<Arc<Event>>, IncidentsError> {
         let ring: Vec<Arc<Event>> = {
             let inner = self.inner.lock().expect("hub lock");
             inner.incidents.iter().cloned().collect()
@@ -424,9 +436,7 @@ impl Hub {
                 let conn = store::open_ro(&path)?;
                 store::select_incidents(&conn, &sel)
             })
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| e.to_string())?;
+            .await??;
             for r in rows {
                 let meta = serde_json::from_str(&r.json)
                     .map(|v| Meta::from_json(&v))

@@ -142,3 +142,25 @@ fn incident_json_gives_the_filter_fields() {
     f.filter.actor = Some("kubelet".into());
     assert!(!f.matches(&m, Stream::Incidents));
 }
+
+#[tokio::test]
+async fn incidents_that_cannot_be_read_say_why_in_the_words_they_had() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gone.db");
+    let hub = Arc::new(Hub::new(Metrics::new(None, None), Some(path.clone())));
+    let e = hub.incidents_since(None).await.unwrap_err();
+    assert!(matches!(e, IncidentsError::Store(_)), "{e:?}");
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "no record at {} (observer run writes it; pass --record PATH)",
+            path.display()
+        )
+    );
+    let task = tokio::spawn(std::future::pending::<()>());
+    task.abort();
+    let join = task.await.unwrap_err();
+    let text = join.to_string();
+    assert!(text.ends_with("was cancelled"), "{text}");
+    assert_eq!(IncidentsError::from(join).to_string(), text);
+}
