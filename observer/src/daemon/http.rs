@@ -160,14 +160,18 @@ impl Params {
     }
 }
 
-fn last_event_id(headers: &HeaderMap, p: &Params) -> Result<Option<u64>, String> {
+fn last_event_id(headers: &HeaderMap, p: &Params) -> Result<Option<u64>, ParamError> {
     match headers.get("last-event-id").map(|v| v.to_str()) {
-        Some(Ok(v)) if !v.trim().is_empty() => v
-            .trim()
-            .parse::<u64>()
-            .map(Some)
-            .map_err(|_| format!("Last-Event-ID `{v}` is not a number")),
-        Some(Err(_)) => Err("Last-Event-ID is not text".into()),
+        Some(Ok(v)) if !v.trim().is_empty() => {
+            v.trim()
+                .parse::<u64>()
+                .map(Some)
+                .map_err(|cause| ParamError::LastEventId {
+                    value: v.to_string(),
+                    cause,
+                })
+        }
+        Some(Err(e)) => Err(ParamError::LastEventIdText(e)),
         _ => Ok(p.after),
     }
 }
@@ -268,7 +272,7 @@ async fn stream(st: AppState, headers: HeaderMap, p: Params, s: Stream) -> Respo
     };
     let mut after = match last_event_id(&headers, &p) {
         Ok(a) => a,
-        Err(e) => return bad(e),
+        Err(e) => return bad(e.to_string()),
     };
     // `since` starts a new client at a moment in the past; a reconnecting one resumes by id.
     if let (None, Some(since)) = (after, p.since.as_deref()) {
@@ -381,5 +385,24 @@ mod tests {
             ..Default::default()
         };
         assert!(refused(chain).starts_with("--chain KUBE-[: "));
+    }
+
+    #[test]
+    fn a_last_event_id_that_is_not_a_number_is_named_in_the_answer() {
+        let after = Params {
+            after: Some(5),
+            ..Default::default()
+        };
+        let with = |v: &[u8]| {
+            let mut h = HeaderMap::new();
+            h.insert("last-event-id", v.try_into().unwrap());
+            last_event_id(&h, &after)
+        };
+        assert_eq!(last_event_id(&HeaderMap::new(), &after).unwrap(), Some(5));
+        assert_eq!(with(b" 12 ").unwrap(), Some(12));
+        assert_eq!(with(b" ").unwrap(), Some(5), "blank: the parameter");
+        let refused = |v: &[u8]| with(v).err().map(|e| e.to_string()).unwrap_or_default();
+        assert_eq!(refused(b"x12 "), "Last-Event-ID `x12 ` is not a number");
+        assert_eq!(refused(b"caf\xc3\xa9"), "Last-Event-ID is not text");
     }
 }

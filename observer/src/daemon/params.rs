@@ -1,10 +1,12 @@
 //! The errors of the HTTP endpoints' query parameters, shared by the streams (`http`) and the
-//! rebuilt rulesets (`ruleset`).
+//! rebuilt rulesets (`ruleset`), and of the `Last-Event-ID` header that stands for a stream's
+//! `after`.
 
 use crate::netns::NetnsArgError;
 use crate::output::filter::ChainGlobError;
 
-/// A query parameter that cannot be used (the request is answered 400 with this message).
+/// A query parameter, or a `Last-Event-ID` header, that cannot be used (the request is answered
+/// 400 with this message).
 #[derive(Debug, thiserror::Error)]
 pub enum ParamError {
     /// `op` names no operation.
@@ -25,4 +27,14 @@ pub enum ParamError {
     /// `chain` that is not a glob.
     #[error(transparent)]
     Chain(#[from] ChainGlobError),
+    /// A `Last-Event-ID` header that is not a number (the header as given).
+    #[error("Last-Event-ID `{value}` is not a number")]
+    LastEventId {
+        value: String,
+        #[source]
+        cause: std::num::ParseIntError,
+    },
+    /// A `Last-Event-ID` header that is not text (bytes other than visible ASCII).
+    #[error("Last-Event-ID is not text")]
+    LastEventIdText(#[source] axum::http::header::ToStrError),
 }
