@@ -59,16 +59,14 @@ impl Timestamp {
     /// records' clock): the two clocks are read together and the stamp moved by their offset.
     /// If the clocks cannot be read, now.
     pub fn from_boot_ns(boot_ns: u64) -> Timestamp {
-        use nix::time::{clock_gettime, ClockId};
-        let (Ok(boot), Ok(real)) = (
-            clock_gettime(ClockId::CLOCK_BOOTTIME),
-            clock_gettime(ClockId::CLOCK_REALTIME),
+        use nix::time::ClockId;
+        let (Some(boot), Some(real)) = (
+            clock_ns(ClockId::CLOCK_BOOTTIME),
+            clock_ns(ClockId::CLOCK_REALTIME),
         ) else {
             return Timestamp::now();
         };
-        let ns =
-            |t: nix::sys::time::TimeSpec| t.tv_sec() as i128 * 1_000_000_000 + t.tv_nsec() as i128;
-        Timestamp::from_unix_nanos_i128(ns(real) - ns(boot) + boot_ns as i128)
+        Timestamp::from_unix_nanos_i128(real - boot + boot_ns as i128)
     }
 
     /// Reads RFC 3339 (any offset; fractions of a second optional).
@@ -148,6 +146,19 @@ impl Timestamp {
             Err(_) => (1970, 1, 1, 0, 0, 0, 0),
         }
     }
+}
+
+/// Now on the boot clock (`CLOCK_BOOTTIME`), the clock of the kernel records' stamps, in
+/// nanoseconds; 0 if it cannot be read.
+pub fn boot_now_ns() -> u64 {
+    clock_ns(nix::time::ClockId::CLOCK_BOOTTIME).map_or(0, |ns| ns as u64)
+}
+
+/// A clock's reading in nanoseconds.
+fn clock_ns(clock: nix::time::ClockId) -> Option<i128> {
+    nix::time::clock_gettime(clock)
+        .ok()
+        .map(|t| t.tv_sec() as i128 * 1_000_000_000 + t.tv_nsec() as i128)
 }
 
 impl fmt::Display for Timestamp {
@@ -266,9 +277,8 @@ mod tests {
 
     #[test]
     fn boot_clock_stamps_map_to_now() {
-        use nix::time::{clock_gettime, ClockId};
-        let boot = clock_gettime(ClockId::CLOCK_BOOTTIME).unwrap();
-        let ns = boot.tv_sec() as u64 * 1_000_000_000 + boot.tv_nsec() as u64;
+        let ns = boot_now_ns();
+        assert!(ns > 0, "the boot clock reads");
         let t = Timestamp::from_boot_ns(ns);
         assert!(t.nanos_since(Timestamp::now()).abs() < NS_PER_S, "{t}");
         let earlier = Timestamp::from_boot_ns(ns - 5 * NS_PER_S as u64);

@@ -29,7 +29,7 @@ pub struct ChangeCtx {
 }
 
 /// The lines one transaction makes: its changes, in order, then the incidents they raise.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct TxnLines {
     pub changes: Vec<ChangeRecord>,
     pub incidents: Vec<IncidentRecord>,

@@ -13,14 +13,6 @@ use crate::timestamp::Timestamp;
 
 use super::{ChangeCtx, Engine, NsMsg};
 
-/// Now on the boot clock, the clock of the kernel records' times.
-pub(super) fn boot_ns() -> u64 {
-    use nix::time::{clock_gettime, ClockId};
-    clock_gettime(ClockId::CLOCK_BOOTTIME)
-        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
-        .unwrap_or(0)
-}
-
 impl Engine {
     pub(super) async fn on_kernel(&mut self, ev: KernelEvent) {
         match ev {

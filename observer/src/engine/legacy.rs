@@ -10,11 +10,10 @@ use crate::netns;
 use crate::output::record::Gap;
 use crate::output::{Source, StatusRecord};
 use crate::ruleset::{self, Backend, Change, ChangeResult};
-use crate::timestamp::Timestamp;
+use crate::timestamp::{boot_now_ns, Timestamp};
 use crate::xtables::{self, XtError, XtProto};
 
 use super::baseline::read_legacy_tables;
-use super::kernel::boot_ns;
 use super::{ChangeCtx, Engine};
 
 pub(super) fn xt_proto(kind: XtKind) -> Option<XtProto> {
@@ -76,7 +75,7 @@ impl Engine {
             else {
                 continue;
             };
-            let began = boot_ns();
+            let began = boot_now_ns();
             let read = tokio::task::spawn_blocking(move || {
                 netns::run_in(&file, || {
                     let mut problems = Vec::new();
@@ -118,7 +117,7 @@ impl Engine {
             }
             let name = w.handle.name.clone();
             let time = Timestamp::now();
-            let txn = format!("xt-{inode}-resync-{}", Timestamp::now().unix_nanos());
+            let txn = format!("xt-{inode}-resync-{}", time.unix_nanos());
             self.emit_txn(
                 ChangeCtx {
                     inode,
@@ -178,7 +177,7 @@ impl Engine {
             .take()
             .and_then(|b| installed_table(proto, &table, b));
         let read_back = installed.is_none();
-        let began = boot_ns();
+        let began = boot_now_ns();
         let read = if let Some(t) = installed {
             Ok((None, Ok(t)))
         } else {

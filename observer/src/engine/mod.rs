@@ -14,11 +14,10 @@
 //! The engine is a pure core and an I/O shell. `core` takes a decoded transaction (or the
 //! passing of time) and returns its lines: numbered changes and the incidents they raise; it
 //! is tested without a kernel. This file holds the shell's loop and its state; the loop's jobs
-//! are in `kernel` (records from the
-//! hooks), `legacy` (x_tables replaces), `namespaces` (which namespaces are watched), `nft` (each
-//! namespace's nftables reader), `emit` (what goes to the [`Output`]) and `baseline` (what a
-//! namespace holds when it is first watched). The engine is started with an [`EngineConfig`],
-//! which the command line or the daemon's settings build.
+//! are in `kernel` (records from the hooks), `legacy` (x_tables replaces), `namespaces` (which
+//! namespaces are watched), `nft` (each namespace's nftables reader), `emit` (what goes to the
+//! [`Output`]) and `baseline` (what a namespace holds when it is first watched). The engine is
+//! started with an [`EngineConfig`], which the command line or the daemon's settings build.
 
 use std::collections::HashMap;
 use std::path::PathBuf;

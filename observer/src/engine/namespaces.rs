@@ -12,10 +12,9 @@ use crate::nftables::generation::GenerationBuilder;
 use crate::output::record::Gap;
 use crate::output::{Source, StatusRecord};
 use crate::ruleset::Backend;
-use crate::timestamp::Timestamp;
+use crate::timestamp::{boot_now_ns, Timestamp};
 
 use super::baseline::{inventory, read_baseline};
-use super::kernel::boot_ns;
 use super::nft::{established, spawn_nft_reader};
 use super::{ChangeCtx, Engine, NsMsg, Watched};
 
@@ -35,7 +34,7 @@ impl Engine {
         // A namespace found late has no legacy baseline: its tables appear as created on their
         // first replace.
         let rcvbuf = self.netlink_rcvbuf;
-        let began = boot_ns();
+        let began = boot_now_ns();
         let baseline = tokio::task::spawn_blocking(move || {
             netns::run_in(&file, move || read_baseline(!new, Some(rcvbuf)))
         })
