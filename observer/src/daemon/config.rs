@@ -135,32 +135,26 @@ impl RunArgs {
             Some(p) => format!("{} (key `{key}`)", p.display()),
             None => key.to_string(),
         };
-        let retain = match (self.retain, &file.retain) {
-            (Some(d), _) => d,
-            (None, Some(s)) => parse_duration(s).map_err(|cause| ConfigError::Value {
-                at: in_file("retain"),
-                cause,
-            })?,
-            (None, None) => parse_duration(DEFAULT_RETAIN).expect("valid default retention"),
-        };
-        let max_record = match (self.max_record, &file.max_record) {
-            (Some(n), _) => n,
-            (None, Some(s)) => parse_size(s).map_err(|cause| ConfigError::Value {
-                at: in_file("max_record"),
-                cause,
-            })?,
-            (None, None) => parse_size(DEFAULT_MAX_RECORD).expect("valid default record size"),
-        };
+        let retain = flag_or_file(self.retain, file.retain.as_deref(), parse_duration, || {
+            in_file("retain")
+        })?
+        .unwrap_or_else(|| builtin(parse_duration, DEFAULT_RETAIN));
+        let max_record = flag_or_file(
+            self.max_record,
+            file.max_record.as_deref(),
+            parse_size,
+            || in_file("max_record"),
+        )?
+        .unwrap_or_else(|| builtin(parse_size, DEFAULT_MAX_RECORD));
         let defaults = crate::forensics::SnapshotPolicy::default();
         let snapshots = crate::forensics::SnapshotPolicy {
-            every: match (self.snapshot_every, &file.snapshot_every) {
-                (Some(d), _) => d,
-                (None, Some(s)) => parse_duration(s).map_err(|cause| ConfigError::Value {
-                    at: in_file("snapshot_every"),
-                    cause,
-                })?,
-                (None, None) => defaults.every,
-            },
+            every: flag_or_file(
+                self.snapshot_every,
+                file.snapshot_every.as_deref(),
+                parse_duration,
+                || in_file("snapshot_every"),
+            )?
+            .unwrap_or(defaults.every),
             changes: self
                 .snapshot_changes
                 .or(file.snapshot_changes)
@@ -178,42 +172,25 @@ impl RunArgs {
             }
             (None, None) => HooksMode::Auto,
         };
-        let ringbuf_size = match (self.ringbuf_size, file.ringbuf_size) {
-            (Some(n), _) => n,
-            (None, Some(n)) => crate::cli::parse_ringbuf_size(&n.to_string()).map_err(|cause| {
-                ConfigError::Value {
-                    at: in_file("ringbuf_size"),
-                    cause,
-                }
-            })?,
-            (None, None) => 1 << 22,
-        };
-        let netlink_rcvbuf = match (self.netlink_rcvbuf, &file.netlink_rcvbuf) {
-            (Some(n), _) => n,
-            (None, Some(s)) => crate::cli::parse_rcvbuf(s).map_err(|cause| ConfigError::Value {
-                at: in_file("netlink_rcvbuf"),
-                cause,
-            })?,
-            (None, None) => crate::cli::parse_rcvbuf(DEFAULT_NETLINK_RCVBUF)
-                .expect("valid default receive buffer"),
-        };
-        let window = |flag: Option<Duration>,
-                      file: &Option<String>,
-                      key: &str,
-                      default: &str|
-         -> Result<Duration, ConfigError> {
-            match (flag, file) {
-                (Some(d), _) => Ok(d),
-                (None, Some(s)) => {
-                    crate::cli::parse_window(s).map_err(|cause| ConfigError::Value {
-                        at: in_file(key),
-                        cause,
-                    })
-                }
-                (None, None) => {
-                    Ok(crate::cli::parse_window(default).expect("valid default window"))
-                }
-            }
+        let ringbuf_size = flag_or_file(
+            self.ringbuf_size,
+            file.ringbuf_size.map(|n| n.to_string()).as_deref(),
+            crate::cli::parse_ringbuf_size,
+            || in_file("ringbuf_size"),
+        )?
+        .unwrap_or(1 << 22);
+        let netlink_rcvbuf = flag_or_file(
+            self.netlink_rcvbuf,
+            file.netlink_rcvbuf.as_deref(),
+            crate::cli::parse_rcvbuf,
+            || in_file("netlink_rcvbuf"),
+        )?
+        .unwrap_or_else(|| builtin(crate::cli::parse_rcvbuf, DEFAULT_NETLINK_RCVBUF));
+        let window = |flag, file: &Option<String>, key: &str, default: &str| {
+            flag_or_file(flag, file.as_deref(), crate::cli::parse_window, || {
+                in_file(key)
+            })
+            .map(|d| d.unwrap_or_else(|| builtin(crate::cli::parse_window, default)))
         };
         let flap_window = window(self.flap_window, &file.flap_window, "flap_window", "60s")?;
         let mass_window = window(self.mass_window, &file.mass_window, "mass_window", "5s")?;
@@ -284,24 +261,20 @@ impl RunArgs {
                         at: in_file("nats"),
                     });
                 }
-                let max_age = match (self.nats_max_age, &file.nats_max_age) {
-                    (Some(d), _) => d,
-                    (None, Some(s)) => parse_duration(s).map_err(|cause| ConfigError::Value {
-                        at: in_file("nats_max_age"),
-                        cause,
-                    })?,
-                    (None, None) => parse_duration(crate::nats::DEFAULT_MAX_AGE)
-                        .expect("valid default maximum age"),
-                };
-                let max_bytes = match (self.nats_max_bytes, &file.nats_max_bytes) {
-                    (Some(n), _) => n,
-                    (None, Some(s)) => parse_size(s).map_err(|cause| ConfigError::Value {
-                        at: in_file("nats_max_bytes"),
-                        cause,
-                    })?,
-                    (None, None) => parse_size(crate::nats::DEFAULT_MAX_BYTES)
-                        .expect("valid default stream size"),
-                };
+                let max_age = flag_or_file(
+                    self.nats_max_age,
+                    file.nats_max_age.as_deref(),
+                    parse_duration,
+                    || in_file("nats_max_age"),
+                )?
+                .unwrap_or_else(|| builtin(parse_duration, crate::nats::DEFAULT_MAX_AGE));
+                let max_bytes = flag_or_file(
+                    self.nats_max_bytes,
+                    file.nats_max_bytes.as_deref(),
+                    parse_size,
+                    || in_file("nats_max_bytes"),
+                )?
+                .unwrap_or_else(|| builtin(parse_size, crate::nats::DEFAULT_MAX_BYTES));
                 let replicas = self.nats_replicas.or(file.nats_replicas).unwrap_or(1);
                 if !(1..=5).contains(&replicas) {
                     return Err(ConfigError::NatsReplicas {
@@ -359,6 +332,28 @@ impl RunArgs {
             },
         })
     }
+}
+
+/// A setting's flag, else its value in the file read as the flag is (an error names it by
+/// `at`), else `None`.
+fn flag_or_file<T>(
+    flag: Option<T>,
+    file: Option<&str>,
+    parse: fn(&str) -> Result<T, ArgError>,
+    at: impl FnOnce() -> String,
+) -> Result<Option<T>, ConfigError> {
+    match (flag, file) {
+        (Some(v), _) => Ok(Some(v)),
+        (None, Some(s)) => parse(s)
+            .map(Some)
+            .map_err(|cause| ConfigError::Value { at: at(), cause }),
+        (None, None) => Ok(None),
+    }
+}
+
+/// A built-in default, read as a flag is (it always reads).
+fn builtin<T>(parse: fn(&str) -> Result<T, ArgError>, default: &str) -> T {
+    parse(default).unwrap_or_else(|e| panic!("the built-in default `{default}` does not read: {e}"))
 }
 
 fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
