@@ -347,7 +347,7 @@ impl Printer {
             }
             self.last_status = Some(data.to_string());
         }
-        let written = match (&mut self.screen, serde_json::from_value::<Record>(v)) {
+        match (&mut self.screen, serde_json::from_value::<Record>(v)) {
             (Some(screen), Ok(r)) => screen.record(&r),
             (Some(screen), Err(e)) => {
                 // A newer daemon's line this version cannot draw: shown as sent, not dropped.
@@ -360,8 +360,7 @@ impl Printer {
                 let mut out = std::io::stdout().lock();
                 writeln!(out, "{data}").and_then(|_| out.flush())
             }
-        };
-        written
+        }
     }
 
     /// The stream paused: draw what is pending.
