@@ -21,7 +21,7 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     // The same bytes as a writer's replace struct (`ipt_replace` and its entries).
-    if let Ok(t) = xtables::decode_replace(proto, bytes.to_vec()) {
+    if let Ok(t) = xtables::decode_replace(proto, bytes.to_vec(), None) {
         check(&t);
     }
 });

@@ -31,8 +31,9 @@ pub(super) fn installed_table(
     proto: XtProto,
     name: &str,
     blob: Vec<u8>,
+    prev: Option<&xtables::XtTable>,
 ) -> Option<xtables::XtTable> {
-    match xtables::decode_replace(proto, blob) {
+    match xtables::decode_replace(proto, blob, prev) {
         Ok(t) if t.name == name => Some(t),
         Ok(t) => {
             tracing::debug!("the copy of table {name} names {}: reading it back", t.name);
@@ -101,11 +102,12 @@ impl Engine {
             };
             // What was read becomes what observer holds; each table is diffed against its old
             // self, and the tables gone are diffed against nothing.
+            let tables = tables.into_iter().map(|(k, t)| (k, Arc::new(t))).collect();
             let old = std::mem::replace(&mut w.legacy, tables);
             w.read_at = w.legacy.keys().map(|k| (k.clone(), began)).collect();
             let mut changes = Vec::new();
             for (key, new) in &w.legacy {
-                changes.extend(xtables::diff(old.get(key), Some(new)));
+                changes.extend(xtables::diff(old.get(key).map(|t| &**t), Some(new)));
             }
             for (key, gone) in &old {
                 if !w.legacy.contains_key(key) {
@@ -141,7 +143,7 @@ impl Engine {
             return;
         }
         if let Some(w) = self.watched.get(&inode) {
-            let tables = Tables::from_legacy(w.legacy.values());
+            let tables = Tables::from_legacy(w.legacy.values().map(|t| &**t));
             self.emit_snapshot(inode, Backend::Legacy, tables);
         }
     }
@@ -175,9 +177,11 @@ impl Engine {
         let installed = x
             .blob
             .take()
-            .and_then(|b| installed_table(proto, &table, b));
+            .and_then(|b| installed_table(proto, &table, b, w.legacy.get(&key).map(|t| &**t)));
         let read_back = installed.is_none();
         let began = boot_now_ns();
+        // The copy held now: the read takes the chains that did not change from it.
+        let prev = w.legacy.get(&key).cloned();
         let read = if let Some(t) = installed {
             Ok((None, Ok(t)))
         } else {
@@ -185,7 +189,11 @@ impl Engine {
                 // The table was just replaced, so it exists: read it through the namespace's
                 // sockets, from a pooled thread.
                 Some(socks) => tokio::task::spawn_blocking(move || {
-                    (None, xtables::read_existing_table(&socks, proto, &table))
+                    let prev = prev.as_deref();
+                    (
+                        None,
+                        xtables::read_existing_table(&socks, proto, &table, prev),
+                    )
                 })
                 .await
                 .map_err(|e| e.to_string()),
@@ -198,7 +206,10 @@ impl Engine {
                     tokio::task::spawn_blocking(move || {
                         netns::run_in(&file, move || {
                             let socks = xtables::XtSockets::open().ok();
-                            (socks, xtables::read_table(proto, &table))
+                            (
+                                socks,
+                                xtables::read_table_against(proto, &table, prev.as_deref()),
+                            )
                         })
                     })
                     .await
@@ -241,11 +252,11 @@ impl Engine {
             w.read_at.insert(key.clone(), began);
         }
         let old = w.legacy.remove(&key);
-        let mut changes = xtables::diff(old.as_ref(), new.as_ref());
+        let mut changes = xtables::diff(old.as_deref(), new.as_ref());
         // The command line the kernel hook captured tells `-F` from `-D` of a one-rule chain.
         ruleset::settle_flushes(&mut changes, &ruleset::FlushEvidence::from_args(&x.args));
         if let Some(t) = new {
-            w.legacy.insert(key, t);
+            w.legacy.insert(key, Arc::new(t));
         }
         let name = w.handle.name.clone();
         let time = Timestamp::from_boot_ns(x.ktime_ns);

@@ -77,7 +77,9 @@ enum NsMsg {
 /// One watched namespace.
 struct Watched {
     handle: Arc<NetnsHandle>,
-    legacy: HashMap<(XtProto, String), XtTable>,
+    /// The legacy tables as last decoded, shared with the read of the next copy, which takes
+    /// the chains that did not change from it.
+    legacy: HashMap<(XtProto, String), Arc<XtTable>>,
     nft_reader: Option<JoinHandle<()>>,
     /// Set to ask the nft reader for a snapshot with its next transaction.
     nft_snapshot: Option<Arc<AtomicBool>>,

@@ -68,7 +68,11 @@ impl Engine {
         let mut watched = Watched {
             handle: handle.clone(),
             read_at: baseline.legacy.keys().map(|k| (k.clone(), began)).collect(),
-            legacy: baseline.legacy,
+            legacy: baseline
+                .legacy
+                .into_iter()
+                .map(|(k, t)| (k, Arc::new(t)))
+                .collect(),
             nft_reader: None,
             nft_snapshot: wants.then(|| Arc::new(AtomicBool::new(false))),
             xt_socks: None,

@@ -148,6 +148,10 @@ fn chain_changed(out: &mut Vec<Change>, o: &XtTable, oc: &XtChain, n: &XtTable, 
                 )),
         );
     }
+    if oc.key == nc.key {
+        // The same entries (the policy's included): the same rules.
+        return;
+    }
     let a: Vec<u64> = oc.rules.iter().map(|r| r.fingerprint).collect();
     let b: Vec<u64> = nc.rules.iter().map(|r| r.fingerprint).collect();
     if a == b {

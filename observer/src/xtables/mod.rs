@@ -36,7 +36,7 @@ mod tests;
 pub use attempt::replace_attempt;
 pub use decode::decode_replace;
 pub use diff::diff;
-pub use sockopt::{read_existing_table, read_table, table_names, XtSockets};
+pub use sockopt::{read_existing_table, read_table, read_table_against, table_names, XtSockets};
 
 /// Which x_tables family a table belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -127,6 +127,8 @@ pub struct XtTable {
     set_refs: Vec<u16>,
     /// ipset index -> name, resolved when the table was read (for `-m set`).
     set_names: HashMap<u16, String>,
+    /// How many of its chains were taken from the previous copy instead of decoded.
+    carried: usize,
 }
 
 impl fmt::Debug for XtTable {
@@ -151,6 +153,12 @@ pub struct XtChain {
     /// The policy of a built-in chain (`ACCEPT`, `DROP`, ...); `None` for user chains.
     pub policy: Option<String>,
     pub rules: Vec<XtRule>,
+    /// A hash of the chain's entries as they define its rules and policy (not its counters, not
+    /// where in the table it sits): equal keys in two copies of a table mean the chain did not
+    /// change, so it is neither decoded again nor diffed. Comparable within one process run.
+    pub(crate) key: u64,
+    /// The ipset indices its rules refer to, sorted.
+    pub(crate) sets: Vec<u16>,
 }
 
 /// One rule of an [`XtChain`]. Its text is rendered on demand by [`XtTable::rule_text`].
@@ -184,6 +192,12 @@ impl XtTable {
     /// Bytes kept for the rules' entries (packed).
     pub fn kept_bytes(&self) -> usize {
         self.entries.len()
+    }
+
+    /// How many chains were taken unchanged from the previous copy when this one was decoded
+    /// (the others were decoded).
+    pub fn carried_chains(&self) -> usize {
+        self.carried
     }
 
     /// The rule's entry as the kernel returned it (`None` only for a rule of another table).

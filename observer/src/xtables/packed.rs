@@ -50,6 +50,37 @@ impl Packed {
         Some(at)
     }
 
+    /// Copy the entry packed at `at` in `other` to the end of this store, as it is (an unchanged
+    /// chain carried over from the previous copy of a table, without unpacking it); returns
+    /// where it starts here, `None` when `at` is not an entry of `other` or this store is full.
+    pub fn copy_from(&mut self, other: &Packed, at: u32) -> Option<u32> {
+        let start = usize::try_from(at).ok()?;
+        let end = other.entry_end(start)?;
+        let here = u32::try_from(self.bytes.len()).ok()?;
+        self.bytes.extend_from_slice(&other.bytes[start..end]);
+        Some(here)
+    }
+
+    /// Where the entry packed at `at` ends, checked the way [`Packed::unpack`] checks it.
+    fn entry_end(&self, at: usize) -> Option<usize> {
+        let b = &self.bytes;
+        let read16 = |p: usize| -> Option<usize> {
+            let s = b.get(p..p + 2)?;
+            Some(usize::from(u16::from_ne_bytes([s[0], s[1]])))
+        };
+        let total = read16(at)?;
+        let (mut pos, mut len) = (at + 2, 0);
+        while len < total {
+            let (literal, zeros) = (read16(pos)?, read16(pos + 2)?);
+            if literal == 0 && zeros == 0 {
+                return None;
+            }
+            pos += 4 + literal;
+            len += literal + zeros;
+        }
+        (len == total && pos <= b.len()).then_some(pos)
+    }
+
     /// The entry packed at `at`, as the kernel returned it; `None` when `at` is not one.
     pub fn unpack(&self, at: u32) -> Option<Vec<u8>> {
         let b = &self.bytes;
@@ -123,6 +154,24 @@ mod tests {
         for (c, at) in cases.iter().zip(at) {
             assert_eq!(p.unpack(at).as_ref(), Some(c));
         }
+    }
+
+    #[test]
+    fn an_entry_copied_to_another_store_unpacks_the_same() {
+        let (mut a, mut b) = (Packed::default(), Packed::default());
+        let mut entry = vec![0u8; 344];
+        entry[..24].copy_from_slice(&[3; 24]);
+        entry[200] = 7;
+        a.push(&[9u8; 40]).unwrap();
+        let at = a.push(&entry).unwrap();
+        b.push(&[1u8; 8]).unwrap();
+        let here = b.copy_from(&a, at).unwrap();
+        assert_eq!(b.unpack(here), Some(entry));
+        assert_eq!(b.unpack(0), Some(vec![1u8; 8]));
+        // Not an entry of `a`: nothing copied.
+        let held = b.len();
+        assert_eq!(b.copy_from(&a, 10_000), None);
+        assert_eq!(b.len(), held);
     }
 
     #[test]

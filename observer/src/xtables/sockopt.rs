@@ -71,8 +71,18 @@ pub fn table_names(proto: XtProto) -> Result<Vec<String>, XtError> {
 /// created by this call). Names of ipsets that `-m set` refers to are resolved here, in the
 /// same namespace, so that the table can be rendered later from any thread.
 pub fn read_table(proto: XtProto, name: &str) -> Result<XtTable, XtError> {
+    read_table_against(proto, name, None)
+}
+
+/// [`read_table`], taking the chains that did not change since `prev` (the copy read last
+/// time) from it.
+pub fn read_table_against(
+    proto: XtProto,
+    name: &str,
+    prev: Option<&XtTable>,
+) -> Result<XtTable, XtError> {
     let raw = read_raw(proto, name)?;
-    finish(proto, name, raw, None)
+    finish(proto, name, raw, None, prev)
 }
 
 /// Sockets opened in one network namespace, through which its tables are read from any thread:
@@ -112,13 +122,16 @@ impl XtSockets {
 /// file shows the reading thread's namespace): call it for a table the kernel has just replaced,
 /// which therefore exists. Asked for a built-in table that a namespace does not have yet, the
 /// kernel would create it.
+///
+/// The chains that did not change since `prev` (the copy read last time) are taken from it.
 pub fn read_existing_table(
     socks: &XtSockets,
     proto: XtProto,
     name: &str,
+    prev: Option<&XtTable>,
 ) -> Result<XtTable, XtError> {
     let raw = read_raw_on(socks.for_proto(proto)?, proto, name)?;
-    finish(proto, name, raw, Some(&socks.inet))
+    finish(proto, name, raw, Some(&socks.inet), prev)
 }
 
 /// Decode, name, and resolve the ipset names (through `sock`, or a socket of the calling
@@ -128,8 +141,9 @@ fn finish(
     name: &str,
     raw: RawTable,
     sock: Option<&OwnedFd>,
+    prev: Option<&XtTable>,
 ) -> Result<XtTable, XtError> {
-    let mut table = decode::decode_raw(proto, raw)?;
+    let mut table = decode::decode_raw(proto, raw, prev)?;
     table.name = name.to_string();
     if !table.set_indices().is_empty() {
         for (index, set) in ipset_names(sock, table.set_indices()) {

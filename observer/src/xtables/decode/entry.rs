@@ -98,6 +98,13 @@ impl Ext<'_> {
         Some((ext, size))
     }
 
+    /// The declared size of the extension at the start of `b` when it fits in `b`: what
+    /// [`Ext::parse`] checks, without reading the name.
+    fn size_in(b: &[u8]) -> Option<usize> {
+        let size = usize::from(u16_at(b, 0)?);
+        (EXT_HEADER..=b.len()).contains(&size).then_some(size)
+    }
+
     pub fn is(&self, name: &str) -> bool {
         self.name == name.as_bytes()
     }
@@ -130,12 +137,12 @@ impl<'a> Entry<'a> {
         let bytes = &rest[..next_offset];
         let mut pos = layout.entry_size;
         while pos < target_offset {
-            match Ext::parse(&bytes[pos..target_offset]) {
-                Some((_, size)) => pos += size,
+            match Ext::size_in(&bytes[pos..target_offset]) {
+                Some(size) => pos += size,
                 None => return Err(malformed(off + pos, "match size out of range")),
             }
         }
-        if Ext::parse(&bytes[target_offset..]).is_none() {
+        if Ext::size_in(&bytes[target_offset..]).is_none() {
             return Err(malformed(off + target_offset, "target size out of range"));
         }
         Ok(Entry {

@@ -18,7 +18,7 @@
 
 use std::collections::HashMap;
 
-use super::bytes::{cstr, u16_at, u32_at};
+use super::bytes::{cstr, i32_at, u16_at, u32_at};
 use super::packed::Packed;
 use super::{Verdict, XtChain, XtError, XtProto, XtRule, XtTable};
 
@@ -79,6 +79,10 @@ pub fn parse_info(proto: XtProto, b: &[u8]) -> Result<TableInfo, XtError> {
     Ok(info)
 }
 
+/// Where jumps land: entry offset -> chain index. Looked up once per jump of the table, so
+/// with a fast hash rather than the default one.
+type Landing = HashMap<u32, u32, foldhash::fast::RandomState>;
+
 /// A chain while the blob is being walked: entries are indices into the offset list.
 struct ChainBuild {
     name: String,
@@ -116,25 +120,33 @@ pub(crate) struct RawTable {
 
 impl RawTable {
     /// The entries without the `ipt_get_entries` header.
-    #[cfg_attr(
-        not(test),
-        expect(dead_code, reason = "only the fixture capture stores the raw entries")
-    )]
     pub fn entries(&self) -> &[u8] {
         self.buf.get(GET_ENTRIES_HEADER..).unwrap_or(&[])
     }
 }
 
-/// Decode a table as the kernel's `GET_INFO` and `GET_ENTRIES` returned it.
-pub(crate) fn decode_raw(proto: XtProto, raw: RawTable) -> Result<XtTable, XtError> {
-    decode_table_at(proto, &raw.info, raw.buf, GET_ENTRIES_HEADER)
+/// Decode a table as the kernel's `GET_INFO` and `GET_ENTRIES` returned it, taking the chains
+/// that did not change since `prev` (the last copy of the same table) from it.
+pub(crate) fn decode_raw(
+    proto: XtProto,
+    raw: RawTable,
+    prev: Option<&XtTable>,
+) -> Result<XtTable, XtError> {
+    decode_table_against(proto, &raw.info, raw.buf, GET_ENTRIES_HEADER, prev)
 }
 
 /// Decode the table a writer handed to the kernel: a whole `ipt_replace` (`ip6t_replace`,
 /// `arpt_replace`) with its entries, as `setsockopt(..._SO_SET_REPLACE)` got it. The header
 /// gives what `GET_INFO` would (name, hooks, entry count, size) in another order: name, valid
 /// hooks, entry count, size, hook entries, underflows, then the counter count and a pointer.
-pub fn decode_replace(proto: XtProto, buf: Vec<u8>) -> Result<XtTable, XtError> {
+///
+/// The chains that did not change since `prev` (the last copy of the same table) are taken from
+/// it instead of being decoded again.
+pub fn decode_replace(
+    proto: XtProto,
+    buf: Vec<u8>,
+    prev: Option<&XtTable>,
+) -> Result<XtTable, XtError> {
     let l = layout(proto);
     let field = |at: usize| u32_at(&buf, at).ok_or_else(|| malformed(at, "replace header"));
     let hooks_at = TABLE_NAME_LEN + 12;
@@ -159,7 +171,32 @@ pub fn decode_replace(proto: XtProto, buf: Vec<u8>) -> Result<XtTable, XtError> 
         info.hook_entry[h] = field(hooks_at + 4 * h)?;
         info.underflow[h] = field(under_at + 4 * h)?;
     }
-    decode_table_at(proto, &info, buf, head)
+    decode_table_against(proto, &info, buf, head, prev)
+}
+
+/// The replace struct a writer would hand the kernel to install the table `info` describes
+/// with these `entries` (what [`decode_replace`] reads), with no counters. For measuring
+/// the decode of a writer's copy on a table read from the kernel.
+pub(crate) fn replace_of(proto: XtProto, info: &TableInfo, entries: &[u8]) -> Vec<u8> {
+    let l = layout(proto);
+    let mut name = [0u8; TABLE_NAME_LEN];
+    let n = info.name.len().min(TABLE_NAME_LEN - 1);
+    name[..n].copy_from_slice(&info.name.as_bytes()[..n]);
+    let mut out = name.to_vec();
+    for v in [info.valid_hooks, info.num_entries, info.size] {
+        out.extend_from_slice(&v.to_ne_bytes());
+    }
+    for v in info.hook_entry[..l.hooks]
+        .iter()
+        .chain(&info.underflow[..l.hooks])
+    {
+        out.extend_from_slice(&v.to_ne_bytes());
+    }
+    out.extend_from_slice(&0u32.to_ne_bytes());
+    // The counters pointer, 8-byte aligned.
+    out.resize(out.len().next_multiple_of(8) + 8, 0);
+    out.extend_from_slice(entries);
+    out
 }
 
 /// Decode the entries that start at `base` in `buf` (after the `ipt_get_entries` header, which
@@ -170,6 +207,19 @@ pub(crate) fn decode_table_at(
     info: &TableInfo,
     buf: Vec<u8>,
     base: usize,
+) -> Result<XtTable, XtError> {
+    decode_table_against(proto, info, buf, base, None)
+}
+
+/// [`decode_table_at`], taking each chain whose [key](chain_key) is the same in `prev` (the
+/// last copy of this table) from `prev`: its rules' fingerprints and packed entries are carried
+/// over, so a replace that changed one chain of 2,000 decodes one.
+pub(crate) fn decode_table_against(
+    proto: XtProto,
+    info: &TableInfo,
+    buf: Vec<u8>,
+    base: usize,
+    prev: Option<&XtTable>,
 ) -> Result<XtTable, XtError> {
     let blob = buf.get(base..).unwrap_or(&[]);
     let l = layout(proto);
@@ -255,7 +305,7 @@ pub(crate) fn decode_table_at(
     }
 
     // Where jumps land: a user chain's first entry (or its head), a builtin's first entry.
-    let mut landing: HashMap<u32, u32> = HashMap::with_capacity(builds.len() * 2);
+    let mut landing = Landing::with_capacity_and_hasher(builds.len() * 2, Default::default());
     for (i, b) in builds.iter().enumerate() {
         landing.entry(b.entry_offset).or_insert(i as u32);
         if let Some(h) = b.head_offset {
@@ -263,14 +313,28 @@ pub(crate) fn decode_table_at(
         }
     }
 
-    // Pass 2: rules, policies, fingerprints.
+    // Pass 2: rules, policies, fingerprints; or the previous copy's, for a chain that did not
+    // change.
+    let earlier = prev.map(|p| Earlier::new(p, &builds));
     let mut set_refs = Vec::new();
     let mut packed = Packed::default();
     let mut chains = Vec::with_capacity(builds.len());
+    let mut carried = 0;
     for b in &builds {
+        let idx = &offsets[b.first..b.end];
+        let key = chain_key(l, blob, idx, &landing, &builds);
+        if let Some(c) = earlier
+            .as_ref()
+            .and_then(|e| e.carry_over(b, key, &mut packed))
+        {
+            set_refs.extend_from_slice(&c.sets);
+            chains.push(c);
+            carried += 1;
+            continue;
+        }
         let mut policy = None;
         let mut rules = Vec::with_capacity(b.end - b.first);
-        let idx = &offsets[b.first..b.end];
+        let mut sets = Vec::new();
         for (k, &off) in idx.iter().enumerate() {
             let e = Entry::at(l, blob, off as usize)?;
             if b.underflow == Some(off) {
@@ -281,7 +345,7 @@ pub(crate) fn decode_table_at(
                 continue;
             }
             let verdict = classify(&e, off, &landing);
-            let fingerprint = fingerprint(l, &e, verdict, &builds, &mut set_refs);
+            let fingerprint = fingerprint(l, &e, verdict, &builds, &mut sets);
             let packed_at = packed
                 .push(e.bytes)
                 .ok_or_else(|| malformed(off as usize, "table too large to keep"))?;
@@ -297,11 +361,16 @@ pub(crate) fn decode_table_at(
                 "builtin chain has no policy",
             ));
         }
+        sets.sort_unstable();
+        sets.dedup();
+        set_refs.extend_from_slice(&sets);
         chains.push(XtChain {
             name: b.name.clone(),
             builtin: b.builtin,
             policy,
             rules,
+            key,
+            sets,
         });
     }
     set_refs.sort_unstable();
@@ -314,8 +383,142 @@ pub(crate) fn decode_table_at(
         entries: packed,
         set_refs,
         set_names: HashMap::new(),
+        carried,
     })
 }
+
+/// The chains of the previous copy of a table, to carry the unchanged ones over.
+struct Earlier<'p> {
+    table: &'p XtTable,
+    /// Previous chains by name; a name held by more than one chain is left out (such chains
+    /// are decoded).
+    by_name: HashMap<&'p str, &'p XtChain>,
+    /// The new copy's chains by name (the first of a name), where jumps are pointed again.
+    index: HashMap<&'p str, u32>,
+}
+
+impl<'p> Earlier<'p> {
+    fn new(table: &'p XtTable, builds: &'p [ChainBuild]) -> Self {
+        let mut by_name: HashMap<&str, Option<&XtChain>> = HashMap::new();
+        for c in &table.chains {
+            by_name
+                .entry(c.name.as_str())
+                .and_modify(|twice| *twice = None)
+                .or_insert(Some(c));
+        }
+        let mut index = HashMap::with_capacity(builds.len());
+        for (i, b) in builds.iter().enumerate() {
+            index.entry(b.name.as_str()).or_insert(i as u32);
+        }
+        Earlier {
+            table,
+            by_name: by_name
+                .into_iter()
+                .filter_map(|(n, c)| Some((n, c?)))
+                .collect(),
+            index,
+        }
+    }
+
+    /// The previous copy of chain `b` when its key is `key` there too, its entries copied into
+    /// `packed` and its jumps pointed at the new copy's chains; `None` to decode it.
+    fn carry_over(&self, b: &ChainBuild, key: u64, packed: &mut Packed) -> Option<XtChain> {
+        let old = self.by_name.get(b.name.as_str())?;
+        if old.key != key || old.builtin != b.builtin {
+            return None;
+        }
+        let mut rules = Vec::with_capacity(old.rules.len());
+        for r in &old.rules {
+            let verdict = match r.verdict {
+                Verdict::Jump { chain, goto } => {
+                    let name = self.table.chains.get(chain as usize)?.name.as_str();
+                    Verdict::Jump {
+                        chain: *self.index.get(name)?,
+                        goto,
+                    }
+                }
+                v => v,
+            };
+            rules.push(XtRule {
+                fingerprint: r.fingerprint,
+                packed_at: packed.copy_from(&self.table.entries, r.packed_at)?,
+                verdict,
+            });
+        }
+        Some(XtChain {
+            name: b.name.clone(),
+            builtin: b.builtin,
+            policy: old.policy.clone(),
+            rules,
+            key,
+            sets: old.sets.clone(),
+        })
+    }
+}
+
+/// A hash of a chain's entries (`idx`, the policy's included) as they define its rules: every
+/// byte of each entry but `comefrom` and the counters (which the kernel and the writer fill as
+/// they like), with a jump's target (an offset, which moves when an earlier chain grows)
+/// replaced by the name of the chain it lands in. Reads each entry's bytes once, decoding
+/// nothing: entries that pass 1 walked, so their sizes are known to fit.
+fn chain_key(
+    l: &Layout,
+    blob: &[u8],
+    idx: &[u32],
+    landing: &Landing,
+    builds: &[ChainBuild],
+) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = foldhash::fast::FixedState::with_seed(0x6b65_7973).build_hasher();
+    h.write_usize(idx.len());
+    // The entry header up to `next_offset`; what follows it up to the first match is
+    // `comefrom` and the counters.
+    let header = l.next_offset_at + 2;
+    for &off in idx {
+        let at = off as usize;
+        let (Some(next), Some(target)) = (
+            u16_at(blob, at + l.next_offset_at),
+            u16_at(blob, at + l.target_offset_at),
+        ) else {
+            h.write_u8(0xff);
+            continue;
+        };
+        let e = blob.get(at..at + usize::from(next)).unwrap_or(&[]);
+        let target = usize::from(target);
+        let (Some(head), Some(matches), Some(t)) = (
+            e.get(..header),
+            e.get(l.entry_size..target),
+            e.get(target..),
+        ) else {
+            h.write(e);
+            continue;
+        };
+        h.write(head);
+        h.write(matches);
+        // A standard target: no name, then the verdict.
+        let standard = t.len() >= 36 && t[2..EXT_NAME_END].iter().all(|&c| c == 0);
+        match standard.then(|| i32_at(t, 32)).flatten() {
+            Some(v) if v >= 0 => {
+                h.write(&t[..32]);
+                if v as u64 == u64::from(off) + u64::from(next) {
+                    h.write_u8(1);
+                } else if let Some(&c) = landing.get(&(v as u32)) {
+                    h.write_u8(2);
+                    h.write(builds[c as usize].name.as_bytes());
+                    h.write_u8(0);
+                } else {
+                    h.write_u8(3);
+                    h.write_i32(v);
+                }
+            }
+            _ => h.write(t),
+        }
+    }
+    h.finish()
+}
+
+/// The end of a match's or target's name in its header (`u16 size; char name[29]`).
+const EXT_NAME_END: usize = 31;
 
 /// The name of a standard verdict (`-j ACCEPT`, a policy).
 pub(crate) fn verdict_name(v: i32) -> Option<&'static str> {
@@ -339,7 +542,7 @@ fn policy_name(v: Option<i32>) -> String {
     }
 }
 
-fn classify(e: &Entry<'_>, off: u32, landing: &HashMap<u32, u32>) -> Verdict {
+fn classify(e: &Entry<'_>, off: u32, landing: &Landing) -> Verdict {
     let Some(v) = e.standard_verdict() else {
         return Verdict::Extension;
     };

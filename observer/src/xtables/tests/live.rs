@@ -544,13 +544,13 @@ fn a_table_is_read_through_its_namespace_sockets_from_outside() {
     )
     .expect("iptables");
     let socks = ns.enter(XtSockets::open).expect("thread").expect("sockets");
-    let t = read_existing_table(&socks, XtProto::Ipv4, "filter").expect("read");
+    let t = read_existing_table(&socks, XtProto::Ipv4, "filter", None).expect("read");
     let c = t.chain(&chain).expect("the namespace's chain");
     let rules: Vec<String> = c.rules.iter().map(|r| t.rule_text(r)).collect();
     assert_eq!(rules, ["-p tcp -m tcp --dport 4242 -j ACCEPT"]);
     // A table the namespace does not have (not built in, so never created by asking).
     assert!(matches!(
-        read_existing_table(&socks, XtProto::Ipv4, "obs-none"),
+        read_existing_table(&socks, XtProto::Ipv4, "obs-none", None),
         Err(XtError::NoSuchTable { .. })
     ));
 }

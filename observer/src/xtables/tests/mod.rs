@@ -115,7 +115,7 @@ fn replace_struct(proto: XtProto, bin: &[u8]) -> Vec<u8> {
 fn a_writers_replace_struct_decodes_to_the_table_the_kernel_gives_back() {
     for f in fixtures() {
         let read = fixture_table(&f);
-        let mut installed = decode::decode_replace(f.proto, replace_struct(f.proto, f.bin))
+        let mut installed = decode::decode_replace(f.proto, replace_struct(f.proto, f.bin), None)
             .unwrap_or_else(|e| panic!("{}: {e}", f.name));
         if f.name == "ip_filter_ext" {
             installed.set_name(0, "kube-test".into());
@@ -144,16 +144,18 @@ fn a_writers_replace_struct_decodes_to_the_table_the_kernel_gives_back() {
     );
     let mut bin = built.info.clone();
     bin.extend_from_slice(&built.entries);
-    let installed = decode::decode_replace(XtProto::Arp, replace_struct(XtProto::Arp, &bin))
+    let installed = decode::decode_replace(XtProto::Arp, replace_struct(XtProto::Arp, &bin), None)
         .expect("arp replace");
     assert_eq!(installed.chains.len(), 3);
     // Cut short, or with a hook that points nowhere: an error, not a table.
     let mut whole = replace_struct(XtProto::Ipv4, fixtures()[0].bin);
-    assert!(decode::decode_replace(XtProto::Ipv4, whole[..whole.len() - 1].to_vec()).is_err());
-    assert!(decode::decode_replace(XtProto::Ipv4, whole[..50].to_vec()).is_err());
+    assert!(
+        decode::decode_replace(XtProto::Ipv4, whole[..whole.len() - 1].to_vec(), None).is_err()
+    );
+    assert!(decode::decode_replace(XtProto::Ipv4, whole[..50].to_vec(), None).is_err());
     // INPUT (hook 1) at offset 3.
     whole[TABLE_NAME_LEN + 16..TABLE_NAME_LEN + 20].copy_from_slice(&3u32.to_ne_bytes());
-    assert!(decode::decode_replace(XtProto::Ipv4, whole).is_err());
+    assert!(decode::decode_replace(XtProto::Ipv4, whole, None).is_err());
 }
 
 #[test]
@@ -232,6 +234,7 @@ fn fingerprints_ignore_counters() {
 }
 
 mod blobs;
+mod carry;
 mod changes;
 mod corpus;
 mod live;
