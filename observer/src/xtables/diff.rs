@@ -7,7 +7,7 @@
 //! change in a 20,000-rule chain costs a linear scan. Text is rendered only for changed rules.
 //! The raw deltas then go through [`ruleset::summarize`] (replace, flush detection).
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 
 use crate::ruleset::{self, Change, Op};
 

@@ -20,6 +20,13 @@ pub(crate) struct Packed {
 }
 
 impl Packed {
+    /// An empty store with room for `bytes`.
+    pub fn with_capacity(bytes: usize) -> Self {
+        Packed {
+            bytes: Vec::with_capacity(bytes),
+        }
+    }
+
     /// Bytes held.
     pub fn len(&self) -> usize {
         self.bytes.len()

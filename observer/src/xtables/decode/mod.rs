@@ -81,7 +81,7 @@ pub fn parse_info(proto: XtProto, b: &[u8]) -> Result<TableInfo, XtError> {
 
 /// Where jumps land: entry offset -> chain index. Looked up once per jump of the table, so
 /// with a fast hash rather than the default one.
-type Landing = HashMap<u32, u32, foldhash::fast::RandomState>;
+type Landing = foldhash::HashMap<u32, u32>;
 
 /// A chain while the blob is being walked: entries are indices into the offset list.
 struct ChainBuild {
@@ -317,7 +317,8 @@ pub(crate) fn decode_table_against(
     // change.
     let earlier = prev.map(|p| Earlier::new(p, &builds));
     let mut set_refs = Vec::new();
-    let mut packed = Packed::default();
+    // About what the last copy kept: no growing (and copying) of megabytes on the way.
+    let mut packed = Packed::with_capacity(prev.map_or(0, |p| p.kept_bytes() + p.kept_bytes() / 8));
     let mut chains = Vec::with_capacity(builds.len());
     let mut carried = 0;
     for b in &builds {
@@ -392,21 +393,23 @@ struct Earlier<'p> {
     table: &'p XtTable,
     /// Previous chains by name; a name held by more than one chain is left out (such chains
     /// are decoded).
-    by_name: HashMap<&'p str, &'p XtChain>,
+    by_name: foldhash::HashMap<&'p str, &'p XtChain>,
     /// The new copy's chains by name (the first of a name), where jumps are pointed again.
-    index: HashMap<&'p str, u32>,
+    index: foldhash::HashMap<&'p str, u32>,
 }
 
 impl<'p> Earlier<'p> {
     fn new(table: &'p XtTable, builds: &'p [ChainBuild]) -> Self {
-        let mut by_name: HashMap<&str, Option<&XtChain>> = HashMap::new();
+        let mut by_name: foldhash::HashMap<&str, Option<&XtChain>> =
+            foldhash::HashMap::with_capacity_and_hasher(table.chains.len(), Default::default());
         for c in &table.chains {
             by_name
                 .entry(c.name.as_str())
                 .and_modify(|twice| *twice = None)
                 .or_insert(Some(c));
         }
-        let mut index = HashMap::with_capacity(builds.len());
+        let mut index: foldhash::HashMap<&str, u32> =
+            foldhash::HashMap::with_capacity_and_hasher(builds.len(), Default::default());
         for (i, b) in builds.iter().enumerate() {
             index.entry(b.name.as_str()).or_insert(i as u32);
         }
