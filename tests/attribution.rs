@@ -195,13 +195,13 @@ fn legacy_writers_that_follow_each_other_unread_each_get_their_own_change() {
 #[test]
 fn a_legacy_table_too_large_to_copy_is_read_back() {
     skip_unless!("ip", "iptables-legacy-restore", "iptables-legacy");
-    // A 64 KiB ring buffer copies tables of up to 16 KiB; this one is about 60 KiB.
-    let mut obs = Observer::start(&["--ringbuf-size", "65536"]);
+    // A 256 KiB ring buffer copies tables of up to 128 KiB; this one is about 180 KiB.
+    let mut obs = Observer::start(&["--ringbuf-size", "262144"]);
     let ns = Netns::new("attr-big");
     let here = in_ns(&ns);
     let w = Writer::new("big-writer", None);
     let mut restore = String::from("*filter\n:BIG - [0:0]\n");
-    for i in 0..400 {
+    for i in 0..1200 {
         restore.push_str(&format!(
             "-A BIG -s 10.1.{}.{}/32 -j ACCEPT\n",
             i / 250,

@@ -141,7 +141,7 @@ mod tests {
             size_of::<xt::XtReplace>(),
             size_of::<process::Process>() + 16 + 32 + 16 + 8 + 8 + xt::ARGS_LEN + 16
         );
-        assert_eq!(size_of::<xt::XtBlob>(), 8 + 4 * 4 + xt::BLOB_CHUNK);
+        assert_eq!(size_of::<xt::XtBlob>(), 8 + 4 * 6 + xt::BLOB_CHUNK);
         assert_eq!(size_of::<xt::Pending>(), 4 * 4 + xt::TABLE_NAME_LEN + 8);
         assert_eq!(
             size_of::<ns::NetnsSeen>(),

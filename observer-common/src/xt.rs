@@ -99,11 +99,16 @@ pub const BLOB_WHOLE: u32 = 1;
 pub const BLOB_LOST: u32 = 2;
 
 /// Bytes of the writer's table one [`XtBlob`] record carries.
-pub const BLOB_CHUNK: usize = 4096;
-/// The most chunks one replace is copied in (the programs' loop bound): 1 MiB, about 2,500
-/// iptables rules. The verifier follows the loop round by round, and a path of more than 8,192
-/// jumps is refused: 2,048 rounds (8 MiB) were, and cost 1.4 s of verification.
+pub const BLOB_CHUNK: usize = 64 * 1024;
+/// The most chunks one replace is copied in (the programs' loop bound): 16 MiB, about 40,000
+/// iptables rules with comments. The verifier follows the loop round by round, and a path of
+/// more than 8,192 jumps is refused: 2,048 rounds were, and cost 1.4 s of verification, so the
+/// pieces grew instead of their count.
 pub const BLOB_MAX_CHUNKS: u32 = 256;
+/// The share of the ring buffer a table's pieces may take (1/2): userspace copies tables up to
+/// that size, and the pieces of one table stop (the table is read back instead) when the ring
+/// buffer is fuller than that, so that a table never takes the room other records need.
+pub const BLOB_RING_SHARE_SHIFT: u32 = 1;
 
 /// A piece of the replace struct a writer handed to the kernel (`struct ipt_replace` and its
 /// entries, as `setsockopt` got them), copied once the kernel accepted it. A replace's pieces
@@ -113,6 +118,14 @@ pub const BLOB_MAX_CHUNKS: u32 = 256;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct XtBlob {
+    pub head: XtBlobHead,
+    pub data: [u8; BLOB_CHUNK],
+}
+
+/// What an [`XtBlob`] says before its bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct XtBlobHead {
     /// [`XtReplace::blob_cookie`] of the replace it belongs to.
     pub cookie: u64,
     pub tgid: u32,
@@ -121,7 +134,9 @@ pub struct XtBlob {
     pub offset: u32,
     /// Bytes of `data` that are the blob's (the rest is undefined).
     pub len: u32,
-    pub data: [u8; BLOB_CHUNK],
+    /// Size of the whole replace struct (every piece says it).
+    pub total: u32,
+    pub _pad: u32,
 }
 
 /// Size of the replace struct before its entries, or None for a replace whose table userspace

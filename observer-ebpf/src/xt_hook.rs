@@ -19,7 +19,8 @@ use observer_common::{
     process::Process,
     xt::{
         is_replace, level_of_pf, replace_head_len, Pending, XtBlob, XtReplace, ARGS_LEN,
-        BLOB_CHUNK, BLOB_LOST, BLOB_MAX_CHUNKS, BLOB_NONE, BLOB_WHOLE, TABLE_NAME_LEN,
+        BLOB_CHUNK, BLOB_LOST, BLOB_MAX_CHUNKS, BLOB_NONE, BLOB_RING_SHARE_SHIFT, BLOB_WHOLE,
+        TABLE_NAME_LEN,
     },
     Event, DROP_PENDING, DROP_READ, DROP_RINGBUF, KIND_XT_BLOB, KIND_XT_REPLACE,
 };
@@ -187,9 +188,15 @@ fn copy_blob(pending: &Pending, cookie: u64) -> (u32, u32) {
 
 /// Write the piece of the writer's struct at `optval` that starts at `off` (at most
 /// [`BLOB_CHUNK`] bytes, fewer at its end `total`) into one `XtBlob` record; false when the
-/// ring buffer is full or the read fails.
+/// ring buffer is fuller than its share for tables (userspace has not kept up: the table is
+/// read back), is full, or the read fails.
 #[inline(never)]
 fn copy_piece(optval: u64, cookie: u64, pid_tgid: u64, off: u32, total: u32) -> bool {
+    // BPF_RB_AVAIL_DATA (0): bytes written and not yet consumed; BPF_RB_RING_SIZE (1).
+    let (waiting, size) = (EVENTS.query(0), EVENTS.query(1));
+    if waiting + BLOB_CHUNK as u64 > size >> BLOB_RING_SHARE_SHIFT {
+        return false;
+    }
     let left = total.saturating_sub(off);
     let len = verifier_bound(
         if left > BLOB_CHUNK as u32 {
@@ -209,11 +216,13 @@ fn copy_piece(optval: u64, cookie: u64, pid_tgid: u64, off: u32, total: u32) -> 
     // for the stack), and the read is bounded by the piece's size.
     let read = unsafe {
         (*rec).header = header(KIND_XT_BLOB, core::mem::size_of::<Event<XtBlob>>());
-        (*rec).data.cookie = cookie;
-        (*rec).data.tgid = (pid_tgid >> 32) as u32;
-        (*rec).data.tid = pid_tgid as u32;
-        (*rec).data.offset = off;
-        (*rec).data.len = len;
+        (*rec).data.head.cookie = cookie;
+        (*rec).data.head.tgid = (pid_tgid >> 32) as u32;
+        (*rec).data.head.tid = pid_tgid as u32;
+        (*rec).data.head.offset = off;
+        (*rec).data.head.len = len;
+        (*rec).data.head.total = total;
+        (*rec).data.head._pad = 0;
         generated::bpf_probe_read_user(
             (&raw mut (*rec).data.data).cast(),
             len,

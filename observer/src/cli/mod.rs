@@ -302,8 +302,10 @@ pub struct SourceArgs {
     pub hooks: HooksMode,
 
     /// Size of the kernel ring buffer in bytes (a power of two, at least one page). Legacy
-    /// tables up to a quarter of it (1 MiB at most, about 2,500 rules; none below 64 KiB)
-    /// are copied as each writer installs them; larger ones are read back after the change.
+    /// tables up to half of it (16 MiB at most; none below 256 KiB) are copied through it as
+    /// each writer installs them; larger ones, and a copy that finds it half full, are read
+    /// back after the change. It is mapped into observer's memory twice: RSS grows by twice
+    /// this size.
     #[arg(long, default_value_t = 1 << 22, value_parser = parse_ringbuf_size)]
     pub ringbuf_size: u32,
 

@@ -33,8 +33,17 @@ pub(super) fn installed_table(
     blob: Vec<u8>,
     prev: Option<&xtables::XtTable>,
 ) -> Option<xtables::XtTable> {
+    let bytes = blob.len();
     match xtables::decode_replace(proto, blob, prev) {
-        Ok(t) if t.name == name => Some(t),
+        Ok(t) if t.name == name => {
+            tracing::debug!(
+                "table {name} decoded from the writer's copy ({bytes} bytes; {} of {} chains \
+                 carried over)",
+                t.carried_chains(),
+                t.chains.len()
+            );
+            Some(t)
+        }
         Ok(t) => {
             tracing::debug!("the copy of table {name} names {}: reading it back", t.name);
             None
@@ -52,8 +61,8 @@ pub(super) fn replaced_before_read(x: &XtReplaceEvent, inode: u32, entries: usiz
     format!(
         "legacy table {} in namespace {inode} was replaced again before it could be read back \
          after {} {}'s change ({} entries installed, {entries} read): the changes reported for \
-         it may include the next writer's. Tables up to a quarter of --ringbuf-size (1 MiB at \
-         most) are copied as each writer installs them and never mixed up this way",
+         it may include the next writer's. Tables up to half of --ringbuf-size (16 MiB at most) \
+         are copied as each writer installs them and never mixed up this way",
         x.table, x.process.comm, x.process.tgid, x.num_entries
     )
 }

@@ -13,7 +13,7 @@ use observer_common::{
     nfnl::{NfnlAck, NfnlRefused, NfnlSend},
     ns::{NetnsSeen, Umount},
     process::{Process, ANCESTORS},
-    xt::{XtBlob, XtReplace, BLOB_CHUNK, BLOB_WHOLE, SOL_IPV6},
+    xt::{XtBlob, XtBlobHead, XtReplace, BLOB_CHUNK, BLOB_WHOLE, SOL_IPV6},
     EventKind, Header,
 };
 
@@ -66,6 +66,8 @@ pub struct BlobChunk {
     pub tgid: u32,
     pub tid: u32,
     pub offset: u32,
+    /// Size of the whole replace struct.
+    pub total: u32,
     pub data: Vec<u8>,
 }
 
@@ -118,6 +120,15 @@ pub fn c_str(bytes: &[u8]) -> String {
 }
 
 fn read<T: Copy>(bytes: &[u8], offset: usize) -> Result<T, DecodeError> {
+    check_size::<T>(bytes, offset)?;
+    // SAFETY: the bounds are checked above; T is a plain-old-data #[repr(C)] type from
+    // observer-common (integers and byte arrays, every bit pattern valid); read_unaligned copes
+    // with the ring buffer's alignment.
+    Ok(unsafe { std::ptr::read_unaligned(bytes.as_ptr().add(offset).cast::<T>()) })
+}
+
+/// An error unless `bytes` holds a whole `T` at `offset`.
+fn check_size<T>(bytes: &[u8], offset: usize) -> Result<(), DecodeError> {
     let need = offset + size_of::<T>();
     if bytes.len() < need {
         return Err(DecodeError::Short {
@@ -125,10 +136,7 @@ fn read<T: Copy>(bytes: &[u8], offset: usize) -> Result<T, DecodeError> {
             need,
         });
     }
-    // SAFETY: the bounds are checked above; T is a plain-old-data #[repr(C)] type from
-    // observer-common (integers and byte arrays, every bit pattern valid); read_unaligned copes
-    // with the ring buffer's alignment.
-    Ok(unsafe { std::ptr::read_unaligned(bytes.as_ptr().add(offset).cast::<T>()) })
+    Ok(())
 }
 
 fn process(p: &Process) -> KernelProcess {
@@ -193,7 +201,10 @@ impl KernelEvent {
                 })
             }
             EventKind::XtBlob => {
-                let x: XtBlob = read(bytes, body)?;
+                // The head, then the bytes straight from the record (a piece is 64 KiB).
+                let x: XtBlobHead = read(bytes, body)?;
+                check_size::<XtBlob>(bytes, body)?;
+                let at = body + std::mem::offset_of!(XtBlob, data);
                 // Only the first `len` bytes are the blob's.
                 let len = (x.len as usize).min(BLOB_CHUNK);
                 KernelEvent::XtBlob(BlobChunk {
@@ -201,7 +212,8 @@ impl KernelEvent {
                     tgid: x.tgid,
                     tid: x.tid,
                     offset: x.offset,
-                    data: x.data[..len].to_vec(),
+                    total: x.total,
+                    data: bytes[at..at + len].to_vec(),
                 })
             }
             EventKind::NetnsSeen => {
@@ -316,11 +328,15 @@ mod tests {
                 ktime_ns: 7,
             },
             data: XtBlob {
-                cookie: 7,
-                tgid: 10,
-                tid: 11,
-                offset: 4096,
-                len: 3,
+                head: XtBlobHead {
+                    cookie: 7,
+                    tgid: 10,
+                    tid: 11,
+                    offset: 4096,
+                    len: 3,
+                    total: 4099,
+                    _pad: 0,
+                },
                 data,
             },
         };
@@ -332,12 +348,13 @@ mod tests {
                 tgid: 10,
                 tid: 11,
                 offset: 4096,
+                total: 4099,
                 data: b"abc".to_vec()
             })
         );
         // A length past the piece is cut at the piece.
         let mut long = ev;
-        long.data.len = 99_999;
+        long.data.head.len = 99_999;
         let KernelEvent::XtBlob(c) = KernelEvent::parse(&bytes_of(&long)).unwrap() else {
             panic!("wrong kind")
         };

@@ -186,9 +186,8 @@ pub(super) fn rows(
                 "2. the writer's copy instead of the read",
                 format!(
                     "decode against the copy before + diff {:.2} ms (median), ratio to save {:.3}: \
-                     what a replace costs when the eBPF side copied the writer's table (tables \
-                     up to a quarter of --ringbuf-size, 1 MiB at most; this one is {:.1} MB, \
-                     so it is read)",
+                     what a replace of this {:.1} MB table costs when the eBPF side copied the \
+                     writer's table (tables up to half of --ringbuf-size, 16 MiB at most)",
                     x.writer_copy_ms,
                     x.writer_copy_ms / x.save_ms,
                     x.entries_bytes as f64 / 1e6
