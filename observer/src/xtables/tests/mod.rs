@@ -94,21 +94,7 @@ fn fixtures_render_like_iptables_save() {
 fn replace_struct(proto: XtProto, bin: &[u8]) -> Vec<u8> {
     let l = layout(proto);
     let info = parse_info(proto, &bin[..l.info_size]).expect("info");
-    let mut out = bin[..TABLE_NAME_LEN].to_vec();
-    for v in [info.valid_hooks, info.num_entries, info.size] {
-        out.extend_from_slice(&v.to_ne_bytes());
-    }
-    for v in info.hook_entry[..l.hooks]
-        .iter()
-        .chain(&info.underflow[..l.hooks])
-    {
-        out.extend_from_slice(&v.to_ne_bytes());
-    }
-    // num_counters, padding to the pointer, the counters pointer.
-    out.extend_from_slice(&info.num_entries.to_ne_bytes());
-    out.resize(out.len().next_multiple_of(8) + 8, 0);
-    out.extend_from_slice(&bin[l.info_size..]);
-    out
+    decode::replace_of(proto, &info, &bin[l.info_size..])
 }
 
 #[test]
