@@ -361,7 +361,7 @@ fn ipset_lines<'a>(obs: &'a Observer, ns: &Netns) -> Vec<&'a Value> {
 
 #[test]
 fn ipset_lifecycle_race_names_both_writers() {
-    skip_unless!("ip", "ipset");
+    skip_unless!("ip", "ipset", "iptables-legacy");
     let mut obs = Observer::start(&[]);
     let ns = Netns::new("attr-ipset");
     let here = in_ns(&ns);
@@ -413,6 +413,26 @@ fn ipset_lifecycle_race_names_both_writers() {
         "src",
     ];
     if npm.run(&ns, &rule, None) {
+        let v = obs.expect("rule_add with the set", WAIT, |v| {
+            here(v) && v["op"] == "rule_add" && v["chain"] == "INPUT"
+        });
+        assert_eq!(
+            v["rule"].as_str(),
+            Some(format!("-m set --match-set {set} src").as_str()),
+            "{v}"
+        );
+        // The first table with a set was read back (which opened the namespace's sockets);
+        // the next comes from the writer's copy and still names its set.
+        let dst = [&rule[..6], &[set, "dst", "-j", "ACCEPT"]].concat();
+        assert!(npm.run(&ns, &dst, None));
+        let v = obs.expect("second rule_add with the set", WAIT, |v| {
+            here(v) && v["op"] == "rule_add" && v["position"] == 1
+        });
+        assert_eq!(
+            v["rule"].as_str(),
+            Some(format!("-m set --match-set {set} dst -j ACCEPT").as_str()),
+            "{v}"
+        );
         assert!(!reconciler.run(&ns, &["ipset", "destroy", set], None));
         let v = obs.expect("refused set_delete", WAIT, |v| {
             is(v, "set_delete") && v["result"] != "ok"

@@ -186,7 +186,15 @@ impl Engine {
         let installed = x
             .blob
             .take()
-            .and_then(|b| installed_table(proto, &table, b, w.legacy.get(&key).map(|t| &**t)));
+            .and_then(|b| installed_table(proto, &table, b, w.legacy.get(&key).map(|t| &**t)))
+            .and_then(|mut t| {
+                // `-m set` refers to its sets by index: they are named through the namespace's
+                // sockets; before those are open, the table is read back, which opens them.
+                if !t.set_indices().is_empty() {
+                    xtables::name_sets(&mut t, w.xt_socks.as_deref()?);
+                }
+                Some(t)
+            });
         let read_back = installed.is_none();
         let began = boot_now_ns();
         // The copy held now: the read takes the chains that did not change from it.

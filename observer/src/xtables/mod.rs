@@ -36,7 +36,9 @@ mod tests;
 pub use attempt::replace_attempt;
 pub use decode::decode_replace;
 pub use diff::diff;
-pub use sockopt::{read_existing_table, read_table, read_table_against, table_names, XtSockets};
+pub use sockopt::{
+    name_sets, read_existing_table, read_table, read_table_against, table_names, XtSockets,
+};
 
 /// Which x_tables family a table belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

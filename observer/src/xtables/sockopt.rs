@@ -145,12 +145,23 @@ fn finish(
 ) -> Result<XtTable, XtError> {
     let mut table = decode::decode_raw(proto, raw, prev)?;
     table.name = name.to_string();
+    name_sets_on(&mut table, sock);
+    Ok(table)
+}
+
+/// Name the ipsets that the table's `-m set` matches and `-j SET` targets refer to by index,
+/// through a socket of its namespace: for a table decoded from a writer's copy (a table read
+/// back is named as it is read).
+pub fn name_sets(table: &mut XtTable, socks: &XtSockets) {
+    name_sets_on(table, Some(&socks.inet));
+}
+
+fn name_sets_on(table: &mut XtTable, sock: Option<&OwnedFd>) {
     if !table.set_indices().is_empty() {
         for (index, set) in ipset_names(sock, table.set_indices()) {
             table.set_name(index, set);
         }
     }
-    Ok(table)
 }
 
 /// `GET_INFO` then `GET_ENTRIES` in the calling thread's namespace, for a table listed there.
