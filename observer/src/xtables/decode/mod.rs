@@ -10,21 +10,25 @@
 //! - `entry.rs`: one family's entry layout and the validated view of an entry, its matches and
 //!   its target;
 //! - `hash.rs`: the structural hash and which bytes of a payload it covers;
+//! - `carry.rs`: a chain's key, and carrying the chains whose key did not change over from the
+//!   last copy of the table;
 //! - this file: the `GET_INFO` reply, the walk of a whole blob into chains and rules, and the
 //!   rules' verdicts and fingerprints.
 //!
 //! [`sockopt`](super::sockopt), `render` and `ext` sit above it; it imports `bytes`, `packed`,
-//! its two files and the `xtables` types.
+//! its three files and the `xtables` types.
 
 use std::collections::HashMap;
 
-use super::bytes::{cstr, i32_at, u16_at, u32_at};
+use super::bytes::{cstr, u16_at, u32_at};
 use super::packed::Packed;
 use super::{Verdict, XtChain, XtError, XtProto, XtRule, XtTable};
 
+mod carry;
 mod entry;
 mod hash;
 
+use carry::{chain_key, Earlier, Landing};
 #[cfg(test)]
 pub(crate) use entry::EXT_HEADER;
 pub(crate) use entry::{layout, Entry, Ext};
@@ -78,10 +82,6 @@ pub fn parse_info(proto: XtProto, b: &[u8]) -> Result<TableInfo, XtError> {
     info.size = field(under_at + 4 * l.hooks + 4)?;
     Ok(info)
 }
-
-/// Where jumps land: entry offset -> chain index. Looked up once per jump of the table, so
-/// with a fast hash rather than the default one.
-type Landing = foldhash::HashMap<u32, u32>;
 
 /// A chain while the blob is being walked: entries are indices into the offset list.
 struct ChainBuild {
@@ -315,7 +315,8 @@ pub(crate) fn decode_table_against(
 
     // Pass 2: rules, policies, fingerprints; or the previous copy's, for a chain that did not
     // change.
-    let earlier = prev.map(|p| Earlier::new(p, &builds));
+    let names: Vec<&str> = builds.iter().map(|b| b.name.as_str()).collect();
+    let earlier = prev.map(|p| Earlier::new(p, &names));
     let mut set_refs = Vec::new();
     // About what the last copy kept: no growing (and copying) of megabytes on the way.
     let mut packed = Packed::with_capacity(prev.map_or(0, |p| p.kept_bytes() + p.kept_bytes() / 8));
@@ -323,10 +324,10 @@ pub(crate) fn decode_table_against(
     let mut carried = 0;
     for b in &builds {
         let idx = &offsets[b.first..b.end];
-        let key = chain_key(l, blob, idx, &landing, &builds);
+        let key = chain_key(l, blob, idx, &landing, &names);
         if let Some(c) = earlier
             .as_ref()
-            .and_then(|e| e.carry_over(b, key, &mut packed))
+            .and_then(|e| e.carry_over(&b.name, b.builtin, key, &mut packed))
         {
             set_refs.extend_from_slice(&c.sets);
             chains.push(c);
@@ -387,141 +388,6 @@ pub(crate) fn decode_table_against(
         carried,
     })
 }
-
-/// The chains of the previous copy of a table, to carry the unchanged ones over.
-struct Earlier<'p> {
-    table: &'p XtTable,
-    /// Previous chains by name; a name held by more than one chain is left out (such chains
-    /// are decoded).
-    by_name: foldhash::HashMap<&'p str, &'p XtChain>,
-    /// The new copy's chains by name (the first of a name), where jumps are pointed again.
-    index: foldhash::HashMap<&'p str, u32>,
-}
-
-impl<'p> Earlier<'p> {
-    fn new(table: &'p XtTable, builds: &'p [ChainBuild]) -> Self {
-        let mut by_name: foldhash::HashMap<&str, Option<&XtChain>> =
-            foldhash::HashMap::with_capacity_and_hasher(table.chains.len(), Default::default());
-        for c in &table.chains {
-            by_name
-                .entry(c.name.as_str())
-                .and_modify(|twice| *twice = None)
-                .or_insert(Some(c));
-        }
-        let mut index: foldhash::HashMap<&str, u32> =
-            foldhash::HashMap::with_capacity_and_hasher(builds.len(), Default::default());
-        for (i, b) in builds.iter().enumerate() {
-            index.entry(b.name.as_str()).or_insert(i as u32);
-        }
-        Earlier {
-            table,
-            by_name: by_name
-                .into_iter()
-                .filter_map(|(n, c)| Some((n, c?)))
-                .collect(),
-            index,
-        }
-    }
-
-    /// The previous copy of chain `b` when its key is `key` there too, its entries copied into
-    /// `packed` and its jumps pointed at the new copy's chains; `None` to decode it.
-    fn carry_over(&self, b: &ChainBuild, key: u64, packed: &mut Packed) -> Option<XtChain> {
-        let old = self.by_name.get(b.name.as_str())?;
-        if old.key != key || old.builtin != b.builtin {
-            return None;
-        }
-        let mut rules = Vec::with_capacity(old.rules.len());
-        for r in &old.rules {
-            let verdict = match r.verdict {
-                Verdict::Jump { chain, goto } => {
-                    let name = self.table.chains.get(chain as usize)?.name.as_str();
-                    Verdict::Jump {
-                        chain: *self.index.get(name)?,
-                        goto,
-                    }
-                }
-                v => v,
-            };
-            rules.push(XtRule {
-                fingerprint: r.fingerprint,
-                packed_at: packed.copy_from(&self.table.entries, r.packed_at)?,
-                verdict,
-            });
-        }
-        Some(XtChain {
-            name: b.name.clone(),
-            builtin: b.builtin,
-            policy: old.policy.clone(),
-            rules,
-            key,
-            sets: old.sets.clone(),
-        })
-    }
-}
-
-/// A hash of a chain's entries (`idx`, the policy's included) as they define its rules: every
-/// byte of each entry but `comefrom` and the counters (which the kernel and the writer fill as
-/// they like), with a jump's target (an offset, which moves when an earlier chain grows)
-/// replaced by the name of the chain it lands in. Reads each entry's bytes once, decoding
-/// nothing: entries that pass 1 walked, so their sizes are known to fit.
-fn chain_key(
-    l: &Layout,
-    blob: &[u8],
-    idx: &[u32],
-    landing: &Landing,
-    builds: &[ChainBuild],
-) -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = foldhash::fast::FixedState::with_seed(0x6b65_7973).build_hasher();
-    h.write_usize(idx.len());
-    // The entry header up to `next_offset`; what follows it up to the first match is
-    // `comefrom` and the counters.
-    let header = l.next_offset_at + 2;
-    for &off in idx {
-        let at = off as usize;
-        let (Some(next), Some(target)) = (
-            u16_at(blob, at + l.next_offset_at),
-            u16_at(blob, at + l.target_offset_at),
-        ) else {
-            h.write_u8(0xff);
-            continue;
-        };
-        let e = blob.get(at..at + usize::from(next)).unwrap_or(&[]);
-        let target = usize::from(target);
-        let (Some(head), Some(matches), Some(t)) = (
-            e.get(..header),
-            e.get(l.entry_size..target),
-            e.get(target..),
-        ) else {
-            h.write(e);
-            continue;
-        };
-        h.write(head);
-        h.write(matches);
-        // A standard target: no name, then the verdict.
-        let standard = t.len() >= 36 && t[2..EXT_NAME_END].iter().all(|&c| c == 0);
-        match standard.then(|| i32_at(t, 32)).flatten() {
-            Some(v) if v >= 0 => {
-                h.write(&t[..32]);
-                if v as u64 == u64::from(off) + u64::from(next) {
-                    h.write_u8(1);
-                } else if let Some(&c) = landing.get(&(v as u32)) {
-                    h.write_u8(2);
-                    h.write(builds[c as usize].name.as_bytes());
-                    h.write_u8(0);
-                } else {
-                    h.write_u8(3);
-                    h.write_i32(v);
-                }
-            }
-            _ => h.write(t),
-        }
-    }
-    h.finish()
-}
-
-/// The end of a match's or target's name in its header (`u16 size; char name[29]`).
-const EXT_NAME_END: usize = 31;
 
 /// The name of a standard verdict (`-j ACCEPT`, a policy).
 pub(crate) fn verdict_name(v: i32) -> Option<&'static str> {

@@ -1,0 +1,158 @@
+//! Carrying a table's unchanged chains over from its last copy: a chain's key ([`chain_key`],
+//! a hash of its entries as they define its rules) and the previous copy's chains by name
+//! ([`Earlier`]), whose rules are taken as they are when the key did not change.
+//!
+//! Below the table walk in [`decode`](super), which computes every chain's key and asks
+//! [`Earlier::carry_over`] before decoding a chain; it imports `bytes`, `packed`, the entry
+//! layout and the `xtables` types.
+
+use super::entry::Layout;
+use crate::xtables::bytes::{i32_at, u16_at};
+use crate::xtables::packed::Packed;
+use crate::xtables::{Verdict, XtChain, XtRule, XtTable};
+
+/// Where jumps land: entry offset -> chain index. Looked up once per jump of the table, so
+/// with a fast hash rather than the default one.
+pub(super) type Landing = foldhash::HashMap<u32, u32>;
+
+/// The chains of the previous copy of a table, to carry the unchanged ones over.
+pub(super) struct Earlier<'p> {
+    table: &'p XtTable,
+    /// Previous chains by name; a name held by more than one chain is left out (such chains
+    /// are decoded).
+    by_name: foldhash::HashMap<&'p str, &'p XtChain>,
+    /// The new copy's chains by name (the first of a name), where jumps are pointed again.
+    index: foldhash::HashMap<&'p str, u32>,
+}
+
+impl<'p> Earlier<'p> {
+    /// `names`: the new copy's chains, in order.
+    pub(super) fn new(table: &'p XtTable, names: &[&'p str]) -> Self {
+        let mut by_name: foldhash::HashMap<&str, Option<&XtChain>> =
+            foldhash::HashMap::with_capacity_and_hasher(table.chains.len(), Default::default());
+        for c in &table.chains {
+            by_name
+                .entry(c.name.as_str())
+                .and_modify(|twice| *twice = None)
+                .or_insert(Some(c));
+        }
+        let mut index: foldhash::HashMap<&str, u32> =
+            foldhash::HashMap::with_capacity_and_hasher(names.len(), Default::default());
+        for (i, name) in names.iter().enumerate() {
+            index.entry(*name).or_insert(i as u32);
+        }
+        Earlier {
+            table,
+            by_name: by_name
+                .into_iter()
+                .filter_map(|(n, c)| Some((n, c?)))
+                .collect(),
+            index,
+        }
+    }
+
+    /// The previous copy of chain `b` when its key is `key` there too, its entries copied into
+    /// `packed` and its jumps pointed at the new copy's chains; `None` to decode it.
+    pub(super) fn carry_over(
+        &self,
+        name: &str,
+        builtin: bool,
+        key: u64,
+        packed: &mut Packed,
+    ) -> Option<XtChain> {
+        let old = self.by_name.get(name)?;
+        if old.key != key || old.builtin != builtin {
+            return None;
+        }
+        let mut rules = Vec::with_capacity(old.rules.len());
+        for r in &old.rules {
+            let verdict = match r.verdict {
+                Verdict::Jump { chain, goto } => {
+                    let name = self.table.chains.get(chain as usize)?.name.as_str();
+                    Verdict::Jump {
+                        chain: *self.index.get(name)?,
+                        goto,
+                    }
+                }
+                v => v,
+            };
+            rules.push(XtRule {
+                fingerprint: r.fingerprint,
+                packed_at: packed.copy_from(&self.table.entries, r.packed_at)?,
+                verdict,
+            });
+        }
+        Some(XtChain {
+            name: name.to_string(),
+            builtin,
+            policy: old.policy.clone(),
+            rules,
+            key,
+            sets: old.sets.clone(),
+        })
+    }
+}
+
+/// A hash of a chain's entries (`idx`, the policy's included) as they define its rules: every
+/// byte of each entry but `comefrom` and the counters (which the kernel and the writer fill as
+/// they like), with a jump's target (an offset, which moves when an earlier chain grows)
+/// replaced by the name of the chain it lands in. Reads each entry's bytes once, decoding
+/// nothing: entries that pass 1 walked, so their sizes are known to fit.
+pub(super) fn chain_key(
+    l: &Layout,
+    blob: &[u8],
+    idx: &[u32],
+    landing: &Landing,
+    names: &[&str],
+) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = foldhash::fast::FixedState::with_seed(0x6b65_7973).build_hasher();
+    h.write_usize(idx.len());
+    // The entry header up to `next_offset`; what follows it up to the first match is
+    // `comefrom` and the counters.
+    let header = l.next_offset_at + 2;
+    for &off in idx {
+        let at = off as usize;
+        let (Some(next), Some(target)) = (
+            u16_at(blob, at + l.next_offset_at),
+            u16_at(blob, at + l.target_offset_at),
+        ) else {
+            h.write_u8(0xff);
+            continue;
+        };
+        let e = blob.get(at..at + usize::from(next)).unwrap_or(&[]);
+        let target = usize::from(target);
+        let (Some(head), Some(matches), Some(t)) = (
+            e.get(..header),
+            e.get(l.entry_size..target),
+            e.get(target..),
+        ) else {
+            h.write(e);
+            continue;
+        };
+        h.write(head);
+        h.write(matches);
+        // A standard target: no name, then the verdict.
+        let standard = t.len() >= 36 && t[2..EXT_NAME_END].iter().all(|&c| c == 0);
+        match standard.then(|| i32_at(t, 32)).flatten() {
+            Some(v) if v >= 0 => {
+                h.write(&t[..32]);
+                if v as u64 == u64::from(off) + u64::from(next) {
+                    h.write_u8(1);
+                } else if let Some(&c) = landing.get(&(v as u32)) {
+                    h.write_u8(2);
+                    h.write(names.get(c as usize).map_or(&b""[..], |n| n.as_bytes()));
+                    h.write_u8(0);
+                } else {
+                    h.write_u8(3);
+                    h.write_i32(v);
+                }
+            }
+            _ => h.write(t),
+        }
+    }
+    h.finish()
+}
+
+/// The end of a match's or target's name in its header (`u16 size; char name[29]`).
+const EXT_NAME_END: usize = 31;
