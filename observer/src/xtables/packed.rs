@@ -70,6 +70,13 @@ impl Packed {
 
     /// Where the entry packed at `at` ends, checked the way [`Packed::unpack`] checks it.
     fn entry_end(&self, at: usize) -> Option<usize> {
+        self.walk(at, |_, _| {})
+    }
+
+    /// Walk the entry packed at `at`: `group(literal, zeros)` for each of its groups in order;
+    /// returns where it ends, `None` when `at` is not an entry (a group past the store, an
+    /// empty group, lengths that do not add up to the entry's).
+    fn walk(&self, at: usize, mut group: impl FnMut(&[u8], usize)) -> Option<usize> {
         let b = &self.bytes;
         let read16 = |p: usize| -> Option<usize> {
             let s = b.get(p..p + 2)?;
@@ -80,36 +87,25 @@ impl Packed {
         while len < total {
             let (literal, zeros) = (read16(pos)?, read16(pos + 2)?);
             if literal == 0 && zeros == 0 {
-                return None;
+                return None; // not a packed entry: it would never end
             }
-            pos += 4 + literal;
+            pos += 4;
+            group(b.get(pos..pos + literal)?, zeros);
+            pos += literal;
             len += literal + zeros;
         }
-        (len == total && pos <= b.len()).then_some(pos)
+        (len == total).then_some(pos)
     }
 
     /// The entry packed at `at`, as the kernel returned it; `None` when `at` is not one.
     pub fn unpack(&self, at: u32) -> Option<Vec<u8>> {
-        let b = &self.bytes;
-        let mut pos = usize::try_from(at).ok()?;
-        let read16 = |p: usize| -> Option<usize> {
-            let s = b.get(p..p + 2)?;
-            Some(usize::from(u16::from_ne_bytes([s[0], s[1]])))
-        };
-        let total = read16(pos)?;
-        pos += 2;
-        let mut out = Vec::with_capacity(total);
-        while out.len() < total {
-            let (literal, zeros) = (read16(pos)?, read16(pos + 2)?);
-            if literal == 0 && zeros == 0 {
-                return None; // not a packed entry: it would never end
-            }
-            pos += 4;
-            out.extend_from_slice(b.get(pos..pos + literal)?);
-            pos += literal;
+        let at = usize::try_from(at).ok()?;
+        let mut out = Vec::new();
+        self.walk(at, |literal, zeros| {
+            out.extend_from_slice(literal);
             out.resize(out.len() + zeros, 0);
-        }
-        (out.len() == total).then_some(out)
+        })?;
+        Some(out)
     }
 }
 
