@@ -183,10 +183,13 @@ impl Engine {
         }
         // The table the writer installed, as the kernel side copied it: exactly this writer's
         // change, whatever was installed after it.
+        // The copy held now: the decode (or the read) takes the chains that did not change
+        // from it.
+        let prev = w.legacy.get(&key).cloned();
         let installed = x
             .blob
             .take()
-            .and_then(|b| installed_table(proto, &table, b, w.legacy.get(&key).map(|t| &**t)))
+            .and_then(|b| installed_table(proto, &table, b, prev.as_deref()))
             .and_then(|mut t| {
                 // `-m set` refers to its sets by index: they are named through the namespace's
                 // sockets; before those are open, the table is read back, which opens them.
@@ -197,8 +200,6 @@ impl Engine {
             });
         let read_back = installed.is_none();
         let began = boot_now_ns();
-        // The copy held now: the read takes the chains that did not change from it.
-        let prev = w.legacy.get(&key).cloned();
         let read = if let Some(t) = installed {
             Ok((None, Ok(t)))
         } else {

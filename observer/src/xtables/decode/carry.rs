@@ -6,7 +6,7 @@
 //! [`Earlier::carry_over`] before decoding a chain; it imports `bytes`, `packed`, the entry
 //! layout and the `xtables` types.
 
-use super::entry::Layout;
+use super::entry::{Layout, EXT_HEADER, EXT_NAME_LEN};
 use crate::xtables::bytes::{i32_at, u16_at};
 use crate::xtables::packed::Packed;
 use crate::xtables::{Verdict, XtChain, XtRule, XtTable};
@@ -18,9 +18,9 @@ pub(super) type Landing = foldhash::HashMap<u32, u32>;
 /// The chains of the previous copy of a table, to carry the unchanged ones over.
 pub(super) struct Earlier<'p> {
     table: &'p XtTable,
-    /// Previous chains by name; a name held by more than one chain is left out (such chains
+    /// Previous chains by name; `None` for a name held by more than one chain (such chains
     /// are decoded).
-    by_name: foldhash::HashMap<&'p str, &'p XtChain>,
+    by_name: foldhash::HashMap<&'p str, Option<&'p XtChain>>,
     /// The new copy's chains by name (the first of a name), where jumps are pointed again.
     index: foldhash::HashMap<&'p str, u32>,
 }
@@ -43,10 +43,7 @@ impl<'p> Earlier<'p> {
         }
         Earlier {
             table,
-            by_name: by_name
-                .into_iter()
-                .filter_map(|(n, c)| Some((n, c?)))
-                .collect(),
+            by_name,
             index,
         }
     }
@@ -60,7 +57,7 @@ impl<'p> Earlier<'p> {
         key: u64,
         packed: &mut Packed,
     ) -> Option<XtChain> {
-        let old = self.by_name.get(name)?;
+        let old = (*self.by_name.get(name)?)?;
         if old.key != key || old.builtin != builtin {
             return None;
         }
@@ -133,10 +130,10 @@ pub(super) fn chain_key(
         h.write(head);
         h.write(matches);
         // A standard target: no name, then the verdict.
-        let standard = t.len() >= 36 && t[2..EXT_NAME_END].iter().all(|&c| c == 0);
-        match standard.then(|| i32_at(t, 32)).flatten() {
+        let standard = t.len() >= EXT_HEADER + 4 && t[2..2 + EXT_NAME_LEN].iter().all(|&c| c == 0);
+        match standard.then(|| i32_at(t, EXT_HEADER)).flatten() {
             Some(v) if v >= 0 => {
-                h.write(&t[..32]);
+                h.write(&t[..EXT_HEADER]);
                 if v as u64 == u64::from(off) + u64::from(next) {
                     h.write_u8(1);
                 } else if let Some(&c) = landing.get(&(v as u32)) {
@@ -153,6 +150,3 @@ pub(super) fn chain_key(
     }
     h.finish()
 }
-
-/// The end of a match's or target's name in its header (`u16 size; char name[29]`).
-const EXT_NAME_END: usize = 31;

@@ -10,7 +10,7 @@ use crate::xtables::{XtError, XtProto};
 /// Size of the `xt_entry_match` / `xt_entry_target` header (`u16 size; char name[29]; u8 rev`).
 pub(crate) const EXT_HEADER: usize = 32;
 /// Length of an extension name field (`XT_EXTENSION_MAXNAMELEN`).
-const EXT_NAME_LEN: usize = 29;
+pub(super) const EXT_NAME_LEN: usize = 29;
 /// `XT_RETURN`: the verdict of a user chain's final entry.
 pub(crate) const VERDICT_RETURN: i32 = -5;
 
