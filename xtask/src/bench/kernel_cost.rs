@@ -67,7 +67,7 @@ pub(super) fn kernel_cost(
      -> Result<u64> {
         let mut reported = 0;
         for (op, verb) in [("chain_create", "add"), ("chain_delete", "delete")] {
-            let o = measure_ops(obs, backend, op, names, |c| f(verb, c))?;
+            let o = measure_ops(obs, backend, op, names, |c| Ok(f(verb, c)))?;
             reported += o.dist.map_or(0, |d| d.n) as u64;
             missed.extend(o.missed.into_iter().map(|m| format!("{backend} {op} {m}")));
         }

@@ -21,7 +21,7 @@ use super::{
 
 /// The ring buffer under which the big table (7.5 MB) is copied from the writer: 16 MiB, of
 /// which half may hold one table.
-const COPYING_RING: u32 = 16 << 20;
+pub(super) const COPYING_RING: u32 = 16 << 20;
 
 pub(super) struct Rss {
     /// The default ring buffer (4 MiB): the table is read back.

@@ -2,8 +2,9 @@
 //! inside network namespaces of its own, and write the figures into BENCHMARKS.md.
 //!
 //! Six parts (BENCHMARKS.md explains each figure and its aim), one module each:
-//! 1. event latency: a chain created (and deleted) with iptables-legacy and with nft, from the
-//!    writer's exit to observer's JSON line arriving on our pipe ([`latency`]);
+//! 1. event latency of every op on a chain (create, rule add, rule delete, flush, delete) with
+//!    iptables-legacy and with nft, from the writer's exit to observer's JSON line arriving on
+//!    our pipe, beside empty tables and beside the 20,003-rule table ([`latency`]);
 //! 2. x_tables read+diff cost (`observer bench-xt`) against `iptables-legacy-save` on a
 //!    20,000-rule filter table ([`read`]; the table is built by [`table`]);
 //! 3. idle CPU and context switches of `observer tail` while nothing happens ([`idle`]);
@@ -53,7 +54,7 @@ mod table;
 
 use idle::Idle;
 use kernel_cost::KernelCost;
-use latency::OpLatency;
+use latency::{Latency, Setting};
 use memory::Rss;
 pub(crate) use netns::remove_stale_namespaces;
 use netns::Netns;
@@ -70,7 +71,7 @@ pub struct BenchArgs {
     /// Print the figures only; leave BENCHMARKS.md as it is
     #[arg(long)]
     no_write: bool,
-    /// Measure only these parts (1 to 6, repeatable; the 20,000-rule table is built when 2, 4 or
+    /// Measure only these parts (1 to 6, repeatable; the 20,000-rule table is built when 1, 2, 4 or
     /// 6 is asked for). Implies --no-write: BENCHMARKS.md keeps one whole run
     #[arg(long, value_parser = clap::value_parser!(u8).range(1..=6))]
     part: Vec<u8>,
@@ -79,8 +80,10 @@ pub struct BenchArgs {
 /// How much to measure.
 struct Plan {
     quick: bool,
-    /// Chains created (then deleted) per backend for the latency figures.
+    /// Chains taken through every op per backend for the latency figures, beside empty tables.
     events: usize,
+    /// The same beside the 20,003-rule table (each iptables-legacy command there rewrites it).
+    big_events: usize,
     /// Runs of `iptables-legacy-save` and of `ip netns exec NS true` (medians).
     save_runs: usize,
     /// Rounds of `observer bench-xt`.
@@ -95,6 +98,7 @@ impl Plan {
         Plan {
             quick,
             events: if quick { 30 } else { 200 },
+            big_events: if quick { 10 } else { 50 },
             save_runs: if quick { 5 } else { 10 },
             rounds: 20,
             idle: Duration::from_secs(if quick { 3 } else { 10 }),
@@ -154,18 +158,31 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
     let big = Netns::add(format!("obs-bench-{tag}-big"))?;
     let mut notes = Vec::new();
 
-    let latency = skipped(&args.part, 1).unwrap_or_else(|| {
-        part("bench: 1. event latency", || {
-            latency::latency(&bin, &small, plan.events, &mut notes)
-        })
-    });
-    let table = if wanted(2) || wanted(4) || wanted(6) {
+    let mut latency = vec![Latency {
+        setting: Setting::Empty,
+        ops: skipped(&args.part, 1).unwrap_or_else(|| {
+            part("bench: 1. event latency, empty tables", || {
+                latency::latency(&bin, &small, Setting::Empty, plan.events, &mut notes)
+            })
+        }),
+    }];
+    let table = if wanted(1) || wanted(2) || wanted(4) || wanted(6) {
         part("bench: build the 20,000-rule table", || {
             build_big_table(&big)
         })
     } else {
         Err("not built in this run (--part)".to_owned())
     };
+    for setting in [Setting::Big, Setting::BigCopied] {
+        let ops = skipped(&args.part, 1).unwrap_or_else(|| match &table {
+            Ok(_) => part(
+                &format!("bench: 1. event latency, {}", setting.label()),
+                || latency::latency(&bin, &big, setting, plan.big_events, &mut notes),
+            ),
+            Err(e) => Err(format!("the big table could not be built: {e}")),
+        });
+        latency.push(Latency { setting, ops });
+    }
     let xt = skipped(&args.part, 2).unwrap_or_else(|| match &table {
         Ok(t) => part(
             "bench: 2. x_tables read+diff vs iptables-legacy-save",
@@ -302,7 +319,7 @@ impl Environment {
 struct Results {
     env: Environment,
     plan: Plan,
-    latency: Result<Vec<OpLatency>, String>,
+    latency: Vec<Latency>,
     table: Result<BigTable, String>,
     xt: Result<XtCost, String>,
     idle: Result<Idle, String>,
@@ -334,7 +351,7 @@ fn not_measured(e: &str) -> String {
 
 impl Results {
     fn all_ok(&self) -> bool {
-        self.latency.is_ok()
+        self.latency.iter().all(|l| l.ops.is_ok())
             && self.table.is_ok()
             && self.xt.is_ok()
             && self.idle.is_ok()
@@ -367,8 +384,9 @@ impl Results {
         h.push((
             "plan",
             format!(
-                "{} changes per backend and op, {} save runs, {} bench-xt rounds, {} s idle{}",
+                "{} changes per backend and op ({} beside the 20,003-rule table), {} save runs, {} bench-xt rounds, {} s idle{}",
                 self.plan.events,
+                self.plan.big_events,
                 self.plan.save_runs,
                 self.plan.rounds,
                 self.plan.idle.as_secs(),
@@ -397,6 +415,9 @@ impl Results {
         }
         for n in &self.notes {
             let _ = writeln!(out, "  note: {n}");
+        }
+        if let Some(t) = latency::table(&self.latency) {
+            let _ = write!(out, "\n{t}");
         }
         if let Some(t) = kernel_cost::table(&self.kcost) {
             let _ = write!(out, "\n{t}");
@@ -439,6 +460,9 @@ impl Results {
             for n in &self.notes {
                 let _ = writeln!(md, "- note: {}", cell(n));
             }
+        }
+        if let Some(t) = latency::table(&self.latency) {
+            let _ = write!(md, "\n{t}");
         }
         if let Some(t) = kernel_cost::table(&self.kcost) {
             let _ = write!(md, "\n{t}");
