@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use globset::{Glob, GlobMatcher};
+use globset::{Glob, GlobMatcher, GlobSet, GlobSetBuilder};
 use serde::{Deserialize, Serialize};
 
 use crate::attribution::ProcessInfo;
@@ -46,7 +46,7 @@ pub enum Claim {
 /// One entry of the catalog or the file.
 #[derive(Debug, Clone)]
 struct Rule {
-    patterns: Vec<GlobMatcher>,
+    patterns: Vec<Glob>,
     claim: Claim,
 }
 
@@ -254,6 +254,10 @@ const CATALOG_ALIASES: &[(&str, &[&str])] = &[
 #[derive(Debug, Clone)]
 pub struct Owners {
     rules: Vec<Rule>,
+    /// Every rule's patterns in one matcher (looked up for every change: one automaton instead
+    /// of one regex per pattern), and the rule each pattern is of.
+    chain_globs: GlobSet,
+    glob_rule: Vec<usize>,
     /// (writer, owner): `writer` may change `owner`'s objects on its behalf.
     delegates: Vec<(String, String)>,
     /// nftables tables owned whole, first match wins (the file's before the catalog's).
@@ -336,15 +340,24 @@ fn table_pattern(p: &str) -> Result<(Family, GlobMatcher), OwnersError> {
     Ok((family, name))
 }
 
-fn globs(patterns: &[&str]) -> Vec<GlobMatcher> {
+fn globs(patterns: &[&str]) -> Vec<Glob> {
     patterns
         .iter()
-        .map(|p| {
-            Glob::new(p)
-                .expect("catalog globs are valid")
-                .compile_matcher()
-        })
+        .map(|p| Glob::new(p).expect("catalog globs are valid"))
         .collect()
+}
+
+/// One matcher over every rule's patterns, and the rule of each pattern.
+fn index(rules: &[Rule]) -> Result<(GlobSet, Vec<usize>), globset::Error> {
+    let mut set = GlobSetBuilder::new();
+    let mut glob_rule = Vec::new();
+    for (i, r) in rules.iter().enumerate() {
+        for g in &r.patterns {
+            set.add(g.clone());
+            glob_rule.push(i);
+        }
+    }
+    Ok((set.build()?, glob_rule))
 }
 
 impl Owners {
@@ -394,8 +407,11 @@ impl Owners {
             .iter()
             .flat_map(|(via, owners)| owners.iter().map(|o| (via.to_string(), o.to_string())))
             .collect();
+        let (chain_globs, glob_rule) = index(&rules).expect("catalog globs are valid");
         Owners {
             rules,
+            chain_globs,
+            glob_rule,
             delegates,
             tables,
             aliases,
@@ -426,15 +442,13 @@ impl Owners {
     }
 
     pub(crate) fn apply(&mut self, file: OwnersFile) -> Result<(), OwnersError> {
-        let compile = |patterns: &[String]| -> Result<Vec<GlobMatcher>, OwnersError> {
+        let compile = |patterns: &[String]| -> Result<Vec<Glob>, OwnersError> {
             patterns
                 .iter()
                 .map(|p| {
-                    Glob::new(p).map(|g| g.compile_matcher()).map_err(|cause| {
-                        OwnersError::ChainPattern {
-                            pattern: p.clone(),
-                            cause,
-                        }
+                    Glob::new(p).map_err(|cause| OwnersError::ChainPattern {
+                        pattern: p.clone(),
+                        cause,
                     })
                 })
                 .collect()
@@ -490,7 +504,13 @@ impl Owners {
             );
         }
         rules.append(&mut self.rules);
+        let (chain_globs, glob_rule) = index(&rules).map_err(|cause| OwnersError::ChainPattern {
+            pattern: cause.glob().unwrap_or("?").to_string(),
+            cause,
+        })?;
         self.rules = rules;
+        self.chain_globs = chain_globs;
+        self.glob_rule = glob_rule;
         tables.append(&mut self.tables);
         self.tables = tables;
         Ok(())
@@ -519,10 +539,13 @@ impl Owners {
 
     /// What the catalog or the file says about this chain, if anything.
     pub fn claim(&self, chain: &str) -> Option<&Claim> {
-        self.rules
-            .iter()
-            .find(|r| r.patterns.iter().any(|g| g.is_match(chain)))
-            .map(|r| &r.claim)
+        // The first rule with a matching pattern (patterns are indexed in rule order); most
+        // names match none, which `is_match` says without collecting anything.
+        if !self.chain_globs.is_match(chain) {
+            return None;
+        }
+        let first = self.chain_globs.matches(chain).into_iter().min()?;
+        self.rules.get(*self.glob_rule.get(first)?).map(|r| &r.claim)
     }
 
     /// The owner name a writer acts for: by its actor name, then by its systemd unit (with and
