@@ -6,7 +6,9 @@
 
 use std::path::{Path, PathBuf};
 
-use globset::{Glob, GlobMatcher, GlobSet, GlobSetBuilder};
+use globset::{Glob, GlobMatcher, GlobSet};
+
+use patterns::{globs, index, table_pattern};
 use serde::{Deserialize, Serialize};
 
 use crate::attribution::ProcessInfo;
@@ -254,8 +256,7 @@ const CATALOG_ALIASES: &[(&str, &[&str])] = &[
 #[derive(Debug, Clone)]
 pub struct Owners {
     rules: Vec<Rule>,
-    /// Every rule's patterns in one matcher (looked up for every change: one automaton instead
-    /// of one regex per pattern), and the rule each pattern is of.
+    /// Every rule's patterns in one matcher (one automaton), and the rule of each pattern.
     chain_globs: GlobSet,
     glob_rule: Vec<usize>,
     /// (writer, owner): `writer` may change `owner`'s objects on its behalf.
@@ -309,55 +310,6 @@ struct TableRule {
     family: Family,
     name: GlobMatcher,
     claim: Claim,
-}
-
-/// `"inet firewalld"` → (family, name glob).
-fn table_pattern(p: &str) -> Result<(Family, GlobMatcher), OwnersError> {
-    let bad = |why: String| OwnersError::Table {
-        pattern: p.to_string(),
-        why,
-    };
-    let (fam, name) = p
-        .trim()
-        .split_once(char::is_whitespace)
-        .ok_or_else(|| bad("give the family and the name, e.g. `inet mytable`".into()))?;
-    let family = match fam {
-        "ip" => Family::Ip,
-        "ip6" => Family::Ip6,
-        "inet" => Family::Inet,
-        "arp" => Family::Arp,
-        "bridge" => Family::Bridge,
-        "netdev" => Family::Netdev,
-        other => {
-            return Err(bad(format!(
-                "`{other}` is not an nftables family (ip, ip6, inet, arp, bridge, netdev)"
-            )))
-        }
-    };
-    let name = Glob::new(name.trim())
-        .map(|g| g.compile_matcher())
-        .map_err(|e| bad(e.to_string()))?;
-    Ok((family, name))
-}
-
-fn globs(patterns: &[&str]) -> Vec<Glob> {
-    patterns
-        .iter()
-        .map(|p| Glob::new(p).expect("catalog globs are valid"))
-        .collect()
-}
-
-/// One matcher over every rule's patterns, and the rule of each pattern.
-fn index(rules: &[Rule]) -> Result<(GlobSet, Vec<usize>), globset::Error> {
-    let mut set = GlobSetBuilder::new();
-    let mut glob_rule = Vec::new();
-    for (i, r) in rules.iter().enumerate() {
-        for g in &r.patterns {
-            set.add(g.clone());
-            glob_rule.push(i);
-        }
-    }
-    Ok((set.build()?, glob_rule))
 }
 
 impl Owners {
@@ -504,10 +456,11 @@ impl Owners {
             );
         }
         rules.append(&mut self.rules);
-        let (chain_globs, glob_rule) = index(&rules).map_err(|cause| OwnersError::ChainPattern {
-            pattern: cause.glob().unwrap_or("?").to_string(),
-            cause,
-        })?;
+        let (chain_globs, glob_rule) =
+            index(&rules).map_err(|cause| OwnersError::ChainPattern {
+                pattern: cause.glob().unwrap_or("?").to_string(),
+                cause,
+            })?;
         self.rules = rules;
         self.chain_globs = chain_globs;
         self.glob_rule = glob_rule;
@@ -539,13 +492,14 @@ impl Owners {
 
     /// What the catalog or the file says about this chain, if anything.
     pub fn claim(&self, chain: &str) -> Option<&Claim> {
-        // The first rule with a matching pattern (patterns are indexed in rule order); most
-        // names match none, which `is_match` says without collecting anything.
+        // The first rule with a matching pattern; most names match none (`is_match` says so).
         if !self.chain_globs.is_match(chain) {
             return None;
         }
         let first = self.chain_globs.matches(chain).into_iter().min()?;
-        self.rules.get(*self.glob_rule.get(first)?).map(|r| &r.claim)
+        self.rules
+            .get(*self.glob_rule.get(first)?)
+            .map(|r| &r.claim)
     }
 
     /// The owner name a writer acts for: by its actor name, then by its systemd unit (with and
@@ -599,5 +553,6 @@ pub fn parse_file(path: &Path, text: &str) -> Result<OwnersFile, OwnersError> {
     }
 }
 
+mod patterns;
 #[cfg(test)]
 mod tests;
