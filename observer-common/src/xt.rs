@@ -105,6 +105,8 @@ pub const BLOB_CHUNK: usize = 64 * 1024;
 /// more than 8,192 jumps is refused: 2,048 rounds were, and cost 1.4 s of verification, so the
 /// pieces grew instead of their count.
 pub const BLOB_MAX_CHUNKS: u32 = 256;
+/// The largest replace struct copied: [`BLOB_MAX_CHUNKS`] chunks of [`BLOB_CHUNK`] bytes.
+pub const BLOB_MAX_BYTES: u32 = BLOB_MAX_CHUNKS * BLOB_CHUNK as u32;
 /// The share of the ring buffer a table's pieces may take (1/2): userspace copies tables up to
 /// that size, and the pieces of one table stop (the table is read back instead) when the ring
 /// buffer is fuller than that, so that a table never takes the room other records need.

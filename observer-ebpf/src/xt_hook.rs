@@ -19,8 +19,8 @@ use observer_common::{
     process::Process,
     xt::{
         is_replace, level_of_pf, replace_head_len, Pending, XtBlob, XtReplace, ARGS_LEN,
-        BLOB_CHUNK, BLOB_LOST, BLOB_MAX_CHUNKS, BLOB_NONE, BLOB_RING_SHARE_SHIFT, BLOB_WHOLE,
-        TABLE_NAME_LEN,
+        BLOB_CHUNK, BLOB_LOST, BLOB_MAX_BYTES, BLOB_MAX_CHUNKS, BLOB_NONE, BLOB_RING_SHARE_SHIFT,
+        BLOB_WHOLE, TABLE_NAME_LEN,
     },
     Event, DROP_PENDING, DROP_READ, DROP_RINGBUF, KIND_XT_BLOB, KIND_XT_REPLACE,
 };
@@ -155,7 +155,7 @@ fn copy_blob(pending: &Pending, cookie: u64) -> (u32, u32) {
     let Some(total) = head.checked_add(pending.size) else {
         return (0, BLOB_NONE);
     };
-    if pending.optval == 0 || total > max || total > BLOB_MAX_CHUNKS * BLOB_CHUNK as u32 {
+    if pending.optval == 0 || total > max || total > BLOB_MAX_BYTES {
         return (0, BLOB_NONE);
     }
     let pid_tgid = bpf_get_current_pid_tgid();

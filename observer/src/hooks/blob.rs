@@ -26,7 +26,7 @@
 
 use std::collections::HashMap;
 
-use observer_common::xt::{BLOB_CHUNK, BLOB_MAX_CHUNKS, BLOB_RING_SHARE_SHIFT};
+use observer_common::xt::{BLOB_CHUNK, BLOB_MAX_BYTES, BLOB_RING_SHARE_SHIFT};
 
 use super::decode::{BlobChunk, XtReplaceEvent};
 
@@ -43,7 +43,7 @@ pub fn max_bytes(ring_bytes: u32) -> u32 {
     if ring_bytes < MIN_RING {
         return 0;
     }
-    (ring_bytes >> BLOB_RING_SHARE_SHIFT).min(BLOB_MAX_CHUNKS * BLOB_CHUNK as u32)
+    (ring_bytes >> BLOB_RING_SHARE_SHIFT).min(BLOB_MAX_BYTES)
 }
 
 /// A blob being put together from its pieces.
@@ -74,7 +74,7 @@ impl Blobs {
             buf: Vec::new(),
             broken: false,
         });
-        let fits = p.buf.len() + chunk.data.len() <= (BLOB_MAX_CHUNKS as usize) * BLOB_CHUNK;
+        let fits = p.buf.len() + chunk.data.len() <= BLOB_MAX_BYTES as usize;
         if p.broken || chunk.offset as usize != p.buf.len() || !fits {
             p.broken = true;
             p.buf = Vec::new();
@@ -82,7 +82,7 @@ impl Blobs {
         }
         if p.buf.is_empty() {
             // Once, for the whole struct (bounded above): no copy as it grows.
-            let total = (chunk.total as usize).min((BLOB_MAX_CHUNKS as usize) * BLOB_CHUNK);
+            let total = (chunk.total as usize).min(BLOB_MAX_BYTES as usize);
             p.buf.reserve_exact(total.max(chunk.data.len()));
         }
         p.buf.extend_from_slice(&chunk.data);
