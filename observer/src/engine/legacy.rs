@@ -181,11 +181,11 @@ impl Engine {
             // namespace's first read): what observer holds already has this change.
             return;
         }
-        // The table the writer installed, as the kernel side copied it: exactly this writer's
-        // change, whatever was installed after it.
         // The copy held now: the decode (or the read) takes the chains that did not change
         // from it.
         let prev = w.legacy.get(&key).cloned();
+        // The table the writer installed, as the kernel side copied it: exactly this writer's
+        // change, whatever was installed after it.
         let installed = x
             .blob
             .take()
