@@ -158,14 +158,6 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
     let big = Netns::add(format!("obs-bench-{tag}-big"))?;
     let mut notes = Vec::new();
 
-    let mut latency = vec![Latency {
-        setting: Setting::Empty,
-        ops: skipped(&args.part, 1).unwrap_or_else(|| {
-            part("bench: 1. event latency, empty tables", || {
-                latency::latency(&bin, &small, Setting::Empty, plan.events, &mut notes)
-            })
-        }),
-    }];
     let table = if wanted(1) || wanted(2) || wanted(4) || wanted(6) {
         part("bench: build the 20,000-rule table", || {
             build_big_table(&big)
@@ -173,13 +165,20 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
     } else {
         Err("not built in this run (--part)".to_owned())
     };
-    for setting in [Setting::Big, Setting::BigCopied] {
+    let mut latency = Vec::new();
+    for setting in [Setting::Empty, Setting::Big, Setting::BigCopied] {
+        let (ns, events) = match setting {
+            Setting::Empty => (&small, plan.events),
+            Setting::Big | Setting::BigCopied => (&big, plan.big_events),
+        };
         let ops = skipped(&args.part, 1).unwrap_or_else(|| match &table {
-            Ok(_) => part(
+            Err(e) if setting != Setting::Empty => {
+                Err(format!("the big table could not be built: {e}"))
+            }
+            _ => part(
                 &format!("bench: 1. event latency, {}", setting.label()),
-                || latency::latency(&bin, &big, setting, plan.big_events, &mut notes),
+                || latency::latency(&bin, ns, setting, events, &mut notes),
             ),
-            Err(e) => Err(format!("the big table could not be built: {e}")),
         });
         latency.push(Latency { setting, ops });
     }
