@@ -264,7 +264,15 @@ fn two_nodes_publish_every_change_once_in_order_across_a_server_crash() {
         );
     }
 
-    // The stream: every printed change of each node, once, in its order.
+    // The stream: every printed change of each node, once, in its order. A daemon watches
+    // every namespace of the machine, so the stream may already hold rows past the last one read
+    // here (other tests' changes, recorded and published before their stdout lines are read):
+    // what is compared is the stream up to the last printed seq, and the rest must follow it in
+    // order.
+    let last_printed: Vec<u64> = printed
+        .iter()
+        .map(|p| p.last().and_then(|v| v["seq"].as_u64()).expect("a change"))
+        .collect();
     let deadline = Instant::now() + Duration::from_secs(60);
     let by_node = loop {
         let msgs = read_stream(&url);
@@ -275,24 +283,34 @@ fn two_nodes_publish_every_change_once_in_order_across_a_server_crash() {
                 by_node.entry(node).or_default().push((headers, payload));
             }
         }
-        let complete = nodes
-            .iter()
-            .zip(&printed)
-            .all(|(node, p)| by_node.get(*node).map_or(0, Vec::len) >= p.len());
+        let complete = nodes.iter().zip(&last_printed).all(|(node, last)| {
+            by_node
+                .get(*node)
+                .is_some_and(|m| m.iter().any(|(_, v)| v["seq"].as_u64() >= Some(*last)))
+        });
         if complete || Instant::now() > deadline {
             break by_node;
         }
         std::thread::sleep(Duration::from_millis(500));
     };
-    for (node, p) in nodes.iter().zip(&printed) {
-        let got = by_node.get(*node).map(Vec::as_slice).unwrap_or_default();
+    for ((node, p), last) in nodes.iter().zip(&printed).zip(&last_printed) {
+        let all = by_node.get(*node).map(Vec::as_slice).unwrap_or_default();
+        let all_seqs: Vec<u64> = all.iter().filter_map(|(_, v)| v["seq"].as_u64()).collect();
+        assert!(
+            all_seqs.windows(2).all(|w| w[0] < w[1]),
+            "{node}: the stream's seqs are not each once and increasing: {all_seqs:?}"
+        );
+        let got: Vec<&Message> = all
+            .iter()
+            .filter(|(_, v)| v["seq"].as_u64().is_some_and(|s| s <= *last))
+            .collect();
         let want_seqs: Vec<u64> = p.iter().filter_map(|v| v["seq"].as_u64()).collect();
         let got_seqs: Vec<u64> = got.iter().filter_map(|(_, v)| v["seq"].as_u64()).collect();
         assert_eq!(
             got_seqs, want_seqs,
             "{node}: the stream does not hold each printed change exactly once, in order"
         );
-        for ((headers, payload), printed) in got.iter().zip(p) {
+        for ((headers, payload), printed) in got.into_iter().zip(p) {
             assert_eq!(
                 payload, printed,
                 "{node}: the message is not the printed line"
@@ -310,22 +328,23 @@ fn two_nodes_publish_every_change_once_in_order_across_a_server_crash() {
         assert!(!subject_token.contains('.'));
     }
 
-    // The fleet tail: each node's changes, named, in order, across the crash.
-    for (node, p) in nodes.iter().zip(&printed) {
-        let last = p.last().expect("a change")["seq"].clone();
+    // The fleet tail: each node's changes, named, in order, across the crash (up to the last
+    // one printed here; later ones may be other tests').
+    for (node, last) in nodes.iter().zip(&last_printed) {
         wait_for(
             &tail.lines,
             &mut tail.seen,
             &format!("{node}'s last change in the fleet tail"),
-            |v| v["kind"] == "change" && v["node"] == *node && v["seq"] == last,
+            |v| v["kind"] == "change" && v["node"] == *node && v["seq"].as_u64() == Some(*last),
         );
     }
-    for (node, p) in nodes.iter().zip(&printed) {
+    for ((node, p), last) in nodes.iter().zip(&printed).zip(&last_printed) {
         let shown: Vec<u64> = tail
             .seen
             .iter()
             .filter(|v| v["kind"] == "change" && v["node"] == *node)
             .filter_map(|v| v["seq"].as_u64())
+            .filter(|s| s <= last)
             .collect();
         let want: Vec<u64> = p.iter().filter_map(|v| v["seq"].as_u64()).collect();
         assert_eq!(shown, want, "{node}: the fleet tail's changes");
@@ -354,7 +373,8 @@ fn two_nodes_publish_every_change_once_in_order_across_a_server_crash() {
     let last = node_a.expect("the last change after the restart", |v| {
         v["table"] == "restarted4"
     });
-    let new_rows = node_a.seen.iter().filter(|v| v["kind"] == "change").count();
+    let changes_printed = |d: &Daemon| d.seen.iter().filter(|v| v["kind"] == "change").count();
+    let new_rows = changes_printed(&node_a);
     assert!(new_rows >= 5, "{new_rows}");
     let last_seq = last["seq"].as_u64().expect("seq");
     assert!(
@@ -367,12 +387,23 @@ fn two_nodes_publish_every_change_once_in_order_across_a_server_crash() {
         "the restarted node's last change",
         |v| v["node"] == nodes[0] && v["seq"].as_u64() == Some(last_seq),
     );
+    // Other tests' changes may go on meanwhile: the count is read, then the lines printed by
+    // then (recorded, so published or about to be) are collected. Published again from the
+    // start, the record would add every one of the changes printed before the restart.
     let (_, m) = get(port, "/metrics", &[]);
-    let published = common::metric(&m, "observer_nats_published_total", &[("kind", "change")]);
-    assert_eq!(
-        published,
-        Some(new_rows as f64),
-        "after a restart the node published more than its new changes:\n{m}"
+    let published = common::metric(&m, "observer_nats_published_total", &[("kind", "change")])
+        .expect("observer_nats_published_total") as usize;
+    while node_a
+        .lines
+        .recv_timeout(Duration::from_millis(500))
+        .map(|v| node_a.seen.push(v))
+        .is_ok()
+    {}
+    let printed_since = changes_printed(&node_a);
+    assert!(
+        (new_rows..=printed_since).contains(&published),
+        "after a restart the node published {published} changes, not its new ones \
+         ({new_rows} to {printed_since} printed):\n{m}"
     );
     node_a.stop();
     for d in daemons {

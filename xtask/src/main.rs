@@ -395,33 +395,52 @@ fn test(args: &[OsString]) -> Result<i32> {
         let bin = target.join("release").join("observer");
         cmd::phase("image", || image::build(&root(), &target, &bin))?;
     }
-    // Every test binary runs even when one fails: a CI log then shows every failure at once.
+    // Every phase runs even when one before it failed, and every test binary even when one
+    // fails: a CI log then shows every failure at once, and ends with the list of what failed.
+    let mut failed: Vec<String> = Vec::new();
     let mut c = cargo_test(&["--no-fail-fast"]);
     if !cmd::is_root() {
         eprintln!("xtask: note: not root, so the integration tests will skip");
     }
     eprintln!("xtask: == {}", cmd::describe(&c));
-    let host = cmd::run_status(&mut c)?;
-    if host != 0 {
-        return Ok(host);
+    match cmd::run_status(&mut c) {
+        Ok(0) => {}
+        Ok(code) => failed.push(format!("host tests (cargo test exited with {code})")),
+        Err(e) => failed.push(format!("host tests ({e:#})")),
     }
     // Every fuzz target for a short while (a crash fails the run).
     if !args.is_empty() || std::env::var_os("OBSERVER_SKIP_FUZZ").is_some_and(|v| v == "1") {
         println!("fuzz: skipped: it runs after the whole test suite (no ARGS), unless OBSERVER_SKIP_FUZZ=1");
-    } else {
-        cmd::phase("fuzz", || fuzz::test_step(&root()))?;
+    } else if let Err(e) = cmd::phase("fuzz", || fuzz::test_step(&root())) {
+        failed.push(format!("fuzz ({e:#})"));
     }
     // Then the kprobe and fentry backends, in a guest (the host's kernel has neither). The
     // guest's `test result:` lines come last.
     if std::env::var_os("OBSERVER_SKIP_VM").is_some_and(|v| v == "1") {
         println!("vm-test: skipped: OBSERVER_SKIP_VM=1");
-        return Ok(0);
-    }
-    if !args.is_empty() || !cmd::is_root() {
+    } else if !args.is_empty() || !cmd::is_root() {
         println!("vm-test: skipped: it runs after the whole test suite (no ARGS), as root");
-        return Ok(0);
+    } else {
+        match vm::vm_test(&ready) {
+            Ok(None | Some(0)) => {}
+            Ok(Some(_)) => failed.push("vm-test (a guest's tests failed; see above)".into()),
+            Err(e) => failed.push(format!("vm-test ({e:#})")),
+        }
     }
-    Ok(vm::vm_test(&ready)?.unwrap_or(0))
+    Ok(phases_summary(&failed))
+}
+
+/// Prints which phases of `cargo xtask test` failed (or that none did); the exit status.
+fn phases_summary(failed: &[String]) -> i32 {
+    if failed.is_empty() {
+        eprintln!("xtask: every test phase passed");
+        return 0;
+    }
+    eprintln!("xtask: {} test phase(s) failed:", failed.len());
+    for f in failed {
+        eprintln!("xtask:   - {f}");
+    }
+    1
 }
 
 fn tail(args: &[OsString]) -> Result<i32> {
@@ -471,6 +490,12 @@ mod tests {
     use clap::CommandFactory as _;
 
     use super::*;
+
+    #[test]
+    fn a_failed_phase_fails_the_run() {
+        assert_eq!(phases_summary(&[]), 0);
+        assert_eq!(phases_summary(&["host tests (cargo test exited with 101)".into()]), 1);
+    }
 
     #[test]
     fn cli_is_well_formed() {
