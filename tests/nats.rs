@@ -387,12 +387,21 @@ fn two_nodes_publish_every_change_once_in_order_across_a_server_crash() {
         "the restarted node's last change",
         |v| v["node"] == nodes[0] && v["seq"].as_u64() == Some(last_seq),
     );
-    // Other tests' changes may go on meanwhile: the count is read, then the lines printed by
-    // then (recorded, so published or about to be) are collected. Published again from the
-    // start, the record would add every one of the changes printed before the restart.
-    let (_, m) = get(port, "/metrics", &[]);
-    let published = common::metric(&m, "observer_nats_published_total", &[("kind", "change")])
-        .expect("observer_nats_published_total") as usize;
+    // The counter moves when the acknowledgement is handled, which may come just after the fleet
+    // tail got the message: it is read until it covers the new rows. Other tests' changes may go
+    // on meanwhile, so the lines printed by then (recorded, so published or about to be) are
+    // collected after it. Published again from the start, the record would add every one of the
+    // changes printed before the restart.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (published, m) = loop {
+        let (_, m) = get(port, "/metrics", &[]);
+        let published = common::metric(&m, "observer_nats_published_total", &[("kind", "change")])
+            .unwrap_or(0.0) as usize;
+        if published >= new_rows || Instant::now() > deadline {
+            break (published, m);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
     while node_a
         .lines
         .recv_timeout(Duration::from_millis(500))
