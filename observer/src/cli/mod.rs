@@ -2,6 +2,7 @@
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+pub mod nats;
 pub mod query;
 pub mod run;
 
@@ -268,6 +269,10 @@ pub struct TailArgs {
     /// With `--nats`: the JetStream stream the nodes publish to.
     #[arg(long, value_name = "NAME", default_value = run::DEFAULT_NATS_STREAM)]
     pub nats_stream: String,
+
+    /// With `--nats`: TLS and credentials.
+    #[command(flatten)]
+    pub nats_auth: nats::NatsAuthArgs,
 }
 
 /// How observer sees changes and turns them into incidents (shared by every command that watches).

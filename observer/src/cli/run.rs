@@ -25,7 +25,9 @@ pub struct RunArgs {
     /// retain, max_record, hooks, ringbuf_size, netlink_rcvbuf, owners, flap_cycles,
     /// flap_window, mass_window, repair_within, pod_logs, container_logs, tls_cert, tls_key,
     /// tls_client_ca, insecure_plaintext, nats, node, nats_stream, nats_max_age, nats_max_bytes,
-    /// nats_replicas). Flags and environment variables win over it.
+    /// nats_replicas, nats_ca, nats_cert, nats_key, nats_creds, nats_nkey, nats_token_file,
+    /// nats_user, nats_password_file, nats_insecure). Flags and environment variables win over
+    /// it.
     #[arg(long, env = "OBSERVER_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
 
@@ -172,6 +174,10 @@ pub struct RunArgs {
     /// When the stream is created: its replicas in a NATS cluster [default: 1].
     #[arg(long, env = "OBSERVER_NATS_REPLICAS", value_name = "N", value_parser = clap::value_parser!(u8).range(1..=5))]
     pub nats_replicas: Option<u8>,
+
+    /// TLS and credentials for --nats.
+    #[command(flatten)]
+    pub nats_auth: super::nats::NatsAuthArgs,
 }
 
 /// `7d`, `36h`, `90m`, `1w`...

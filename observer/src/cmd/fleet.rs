@@ -53,10 +53,13 @@ pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
         }
         _ => "observer.>".to_string(),
     };
-    let client = async_nats::ConnectOptions::new()
-        .name("observer tail")
+    let client = args
+        .nats_auth
+        .auth()
+        .options(&url, "observer tail".into())
+        .await?
         .connection_timeout(Duration::from_secs(5))
-        .connect(url.as_str())
+        .connect(crate::nats::auth::url_list(&url))
         .await
         .with_context(|| {
             format!("cannot connect to the NATS server at {url} (is it running? check --nats)")

@@ -55,6 +55,13 @@ pub enum ConfigError {
     /// Client certificates asked for without a certificate and key of the server's own.
     #[error("{at}: mutual TLS needs tls_cert and tls_key too")]
     ClientCaAlone { at: String },
+    /// The NATS TLS or credential settings cannot be used.
+    #[error("{at}{cause}")]
+    Nats {
+        at: String,
+        #[source]
+        cause: crate::nats::auth::NatsAuthError,
+    },
     /// Publishing to NATS without a record to spool from.
     #[error(
         "{at}: publishing to NATS needs the record (it is the spool that keeps what the server \
@@ -105,6 +112,15 @@ struct FileConfig {
     nats_max_age: Option<String>,
     nats_max_bytes: Option<String>,
     nats_replicas: Option<u8>,
+    nats_ca: Option<PathBuf>,
+    nats_cert: Option<PathBuf>,
+    nats_key: Option<PathBuf>,
+    nats_creds: Option<PathBuf>,
+    nats_nkey: Option<PathBuf>,
+    nats_token_file: Option<PathBuf>,
+    nats_user: Option<String>,
+    nats_password_file: Option<PathBuf>,
+    nats_insecure: Option<bool>,
 }
 
 /// Resolved settings.
@@ -285,7 +301,30 @@ impl RunArgs {
                     .node
                     .or(file.node)
                     .unwrap_or_else(crate::nats::host_name);
+                let a = &self.nats_auth;
+                let auth = crate::nats::auth::NatsAuth {
+                    ca: a.nats_ca.clone().or(file.nats_ca.clone()),
+                    cert: a.nats_cert.clone().or(file.nats_cert.clone()),
+                    key: a.nats_key.clone().or(file.nats_key.clone()),
+                    creds: a.nats_creds.clone().or(file.nats_creds.clone()),
+                    nkey: a.nats_nkey.clone().or(file.nats_nkey.clone()),
+                    token_file: a.nats_token_file.clone().or(file.nats_token_file.clone()),
+                    user: a.nats_user.clone().or(file.nats_user.clone()),
+                    password_file: a
+                        .nats_password_file
+                        .clone()
+                        .or(file.nats_password_file.clone()),
+                    insecure: a.nats_insecure || file.nats_insecure == Some(true),
+                };
+                auth.check(&url).map_err(|cause| ConfigError::Nats {
+                    at: match &self.config {
+                        Some(p) => format!("{} (its NATS settings with the flags): ", p.display()),
+                        None => String::new(),
+                    },
+                    cause,
+                })?;
                 Some(crate::nats::NatsSettings {
+                    auth,
                     url,
                     node,
                     stream: self

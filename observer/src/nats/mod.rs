@@ -10,6 +10,7 @@
 //! JetStream drops a message it already holds under that id (within the stream's duplicate
 //! window), so a publish retried after a lost acknowledgement is stored once.
 
+pub mod auth;
 pub mod publish;
 
 use std::time::Duration;
@@ -36,6 +37,8 @@ pub struct NatsSettings {
     pub max_age: Duration,
     pub max_bytes: u64,
     pub replicas: usize,
+    /// TLS and credentials.
+    pub auth: auth::NatsAuth,
 }
 
 /// The kinds of line published, and their subject suffixes.

@@ -38,6 +38,9 @@ pub enum PublishError {
         #[source]
         cause: async_nats::ConnectError,
     },
+    /// The TLS or credential files could not be read.
+    #[error(transparent)]
+    Auth(#[from] super::auth::NatsAuthError),
     /// The stream could not be looked up or created.
     #[error("cannot get or create the stream {stream}")]
     Stream {
@@ -160,11 +163,13 @@ impl Publisher {
     /// One connection: find where the stream is, then publish until an error.
     async fn session(&self, failing: &mut bool) -> Result<(), PublishError> {
         let s = &self.settings;
-        let client = async_nats::ConnectOptions::new()
-            .name(format!("observer {}", s.node))
+        let client = s
+            .auth
+            .options(&s.url, format!("observer {}", s.node))
+            .await?
             .connection_timeout(Duration::from_secs(5))
             .request_timeout(Some(Duration::from_secs(5)))
-            .connect(s.url.as_str())
+            .connect(super::auth::url_list(&s.url))
             .await
             .map_err(|cause| PublishError::Connect {
                 url: s.url.clone(),
