@@ -224,3 +224,4 @@ mod carry;
 mod changes;
 mod corpus;
 mod live;
+mod suite;
