@@ -330,11 +330,9 @@ fn rate(o: &mut String, period: u64, scale: u64) -> u64 {
 fn hashlimit_bytes(o: &mut String, avg: u64, burst: u64) -> u64 {
     const UNITS: [(&str, u64); 3] = [("m", 1024 * 1024), ("k", 1024), ("", 1)];
     let cost_to_bytes = |cost: u64| {
-        let r = if cost != 0 {
-            u64::from(u32::MAX) / cost
-        } else {
-            u64::from(u32::MAX)
-        };
+        let r = u64::from(u32::MAX)
+            .checked_div(cost)
+            .unwrap_or(u64::from(u32::MAX));
         r.wrapping_sub(1) << 4
     };
     let bytes_to_cost = |bytes: u64| {
