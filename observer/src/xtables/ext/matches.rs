@@ -100,8 +100,9 @@ fn mark_mask(out: &mut String, mark: u32, mask: u32) {
     }
 }
 
+/// ` [!] OPT lo[:hi]`; iptables 1.8.9 leaves the full range out, even inverted.
 fn ports(out: &mut String, opt: &str, lo: u16, hi: u16, invert: bool) {
-    if lo == 0 && hi == u16::MAX && !invert {
+    if lo == 0 && hi == u16::MAX {
         return;
     }
     inv(out, invert);
