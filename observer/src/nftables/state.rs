@@ -15,6 +15,7 @@ use super::fields;
 use super::render::{self, SetSource};
 use super::socket::Dump;
 use super::xt_syntax::{self, XtText};
+use crate::ruleset::RuleForms;
 
 /// Elements listed in one element change before the list is cut short.
 pub const ELEMENTS_SHOWN: usize = 32;
@@ -30,6 +31,17 @@ pub struct RuleState {
     pub xt: Option<XtText>,
     /// Structural fingerprint (see `expr::fingerprint`).
     pub fingerprint: u64,
+}
+
+impl RuleState {
+    /// The rule in its writer's syntax and its forms, for a change.
+    pub fn forms(&self) -> (String, RuleForms) {
+        let xt = self.xt.as_ref().map(|x| match x {
+            XtText::Saved(s) => Ok(s.as_str()),
+            XtText::Unreadable(why) => Err(why.as_str()),
+        });
+        RuleForms::of(&self.text, xt)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

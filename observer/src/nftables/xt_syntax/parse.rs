@@ -178,7 +178,7 @@ pub(super) fn parse(proto: XtProto, exprs: &[Expr]) -> Result<Parsed, Unreadable
                     p.target = Some((text, false));
                 }
             }
-            other => return Err(unreadable(other)),
+            other => return Err(unreadable(format!("expression {other}"))),
         }
     }
     if pending_gte.is_some() {
@@ -211,6 +211,15 @@ fn layout(proto: XtProto) -> (u32, u32, u32) {
     match proto {
         XtProto::Ipv6 => (8, 24, 16),
         _ => (12, 16, 4),
+    }
+}
+
+/// Where the TTL (IPv4) or hop limit (IPv6) lives in the network header.
+fn ttl_offset(proto: XtProto) -> u32 {
+    if proto == XtProto::Ipv6 {
+        7
+    } else {
+        8
     }
 }
 
@@ -302,6 +311,22 @@ fn cmp(
             Some(m),
         ) if proto == XtProto::Ipv4 && m == [0x1f, 0xff] && value == [0, 0] => {
             set_once(&mut p.frag, neq, "-f")
+        }
+        // `-m ttl --ttl-eq` / `-m hl --hl-eq`, which iptables-nft reads from `ip ttl` and
+        // `ip6 hoplimit` compares.
+        (
+            &Load::Payload {
+                base: 1,
+                offset,
+                len: 1,
+            },
+            None,
+        ) if value.len() == 1 && offset == ttl_offset(proto) => {
+            let name = if proto == XtProto::Ipv6 { "hl" } else { "ttl" };
+            let not = if neq { " !" } else { "" };
+            p.matches
+                .push(Match::Text(format!("{name}{not} --{name}-eq {}", value[0])));
+            Ok(())
         }
         (
             Load::Payload {
