@@ -478,6 +478,38 @@ mod tests {
     }
 
     #[test]
+    fn an_iptables_nft_rule_carries_its_nft_form_and_reads_back() {
+        let mut c = sample();
+        c.backend = Backend::Nft;
+        c.forms = RuleForms {
+            rule_syntax: Some(RuleSyntax::Iptables),
+            rule_nft: Some("counter drop".into()),
+            iptables_unreadable: None,
+        };
+        let line = serde_json::to_string(&Record::Change(c.clone())).unwrap();
+        assert!(
+            line.contains(r#""rule":"-j DROP","rule_syntax":"iptables","rule_nft":"counter drop""#),
+            "{line}"
+        );
+        assert!(!line.contains("iptables_unreadable"), "{line}");
+        let Record::Change(back) = serde_json::from_str(&line).unwrap() else {
+            panic!("not a change: {line}");
+        };
+        assert_eq!(back.forms, c.forms);
+        assert_eq!(back.rule_backend(), Backend::Legacy);
+        // A legacy line has none of these fields, and reads back without them.
+        let legacy = serde_json::to_string(&Record::Change(sample())).unwrap();
+        assert!(
+            !legacy.contains("rule_nft") && !legacy.contains("rule_syntax"),
+            "{legacy}"
+        );
+        let Record::Change(back) = serde_json::from_str(&legacy).unwrap() else {
+            panic!("not a change: {legacy}");
+        };
+        assert!(back.forms.is_empty());
+    }
+
+    #[test]
     fn result_and_status_state_read_back_as_they_are_written() {
         let mut c = sample();
         let v = serde_json::to_value(&c).unwrap();

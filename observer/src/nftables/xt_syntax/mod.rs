@@ -28,8 +28,11 @@ use super::fields::{NFPROTO_IPV4, NFPROTO_IPV6};
 use crate::xtables::{ext_text, proto_name, XtProto};
 use parse::{Addr, Match, Parsed};
 
-/// The tables iptables-nft manages, with their built-in chains: (name, hook, priority).
-pub(crate) const TABLES: &[(&str, &[(&str, u32, i32)])] = &[
+/// A built-in chain: name, hook number, priority.
+type Builtin = (&'static str, u32, i32);
+
+/// The tables iptables-nft manages, with their built-in chains.
+pub(crate) const TABLES: &[(&str, &[Builtin])] = &[
     (
         "filter",
         &[("INPUT", 1, 0), ("FORWARD", 2, 0), ("OUTPUT", 3, 0)],

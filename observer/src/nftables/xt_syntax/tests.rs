@@ -305,3 +305,70 @@ fn changes_carry_the_writers_syntax_and_the_nft_form() {
     assert_eq!(deleted[0].op, Op::RuleDelete);
     assert_eq!(deleted[0].rule.as_deref(), Some(portmap));
 }
+
+/// Debian's containernetworking-plugins as containerd chains them for a pod: bridge (ipMasq,
+/// host-local), portmap, firewall. `$1` ADD/DEL, `$2` container id, `$3` the pod's netns name,
+/// `$4` the host port, `$5` a scratch directory.
+const CNI_CHAIN: &str = r#"set -e
+export CNI_COMMAND=$1 CNI_CONTAINERID=$2 CNI_NETNS=/run/netns/$3 CNI_IFNAME=eth0 CNI_PATH=/usr/lib/cni
+base='{"cniVersion":"1.0.0","name":"k8s-pod-network"}'
+bridge=$(echo "$base" | jq -c --arg d "$5" '. + {"type":"bridge","bridge":"cni0","isGateway":true,"ipMasq":true,"ipam":{"type":"host-local","ranges":[[{"subnet":"10.88.0.0/16"}]],"dataDir":$d}}')
+prev=$(echo "$bridge" | /usr/lib/cni/bridge)
+[ "$1" = DEL ] && prev='{"cniVersion":"1.0.0"}'
+echo "$base" | jq -c --argjson p "$prev" --argjson port "$4" '. + {"type":"portmap","capabilities":{"portMappings":true},"runtimeConfig":{"portMappings":[{"hostPort":$port,"containerPort":80,"protocol":"tcp"}]},"prevResult":$p}' | /usr/lib/cni/portmap >/dev/null
+echo "$base" | jq -c --argjson p "$prev" '. + {"type":"firewall","backend":"iptables","prevResult":$p}' | /usr/lib/cni/firewall >/dev/null
+"#;
+
+#[test]
+fn cni_plugins_rules_read_as_iptables_nft_save_prints_them() {
+    if let Some(reason) = root_skip_reason()
+        .or_else(iptables_skip_reason)
+        .or_else(|| test_support::skip_reason(&["jq"]))
+    {
+        test_support::skip(format_args!("{reason}"));
+        return;
+    }
+    if !std::path::Path::new("/usr/lib/cni/portmap").exists() {
+        test_support::skip(format_args!(
+            "/usr/lib/cni/portmap missing: apt-get install containernetworking-plugins"
+        ));
+        return;
+    }
+    // The plugins run `iptables`: it must be iptables-nft for this test to mean anything.
+    let iptables = std::fs::canonicalize("/usr/sbin/iptables").unwrap_or_default();
+    assert!(
+        iptables.ends_with("xtables-nft-multi"),
+        "iptables is {iptables:?}"
+    );
+    let node = Netns::new("cninode");
+    let pods = [Netns::new("cnipod1"), Netns::new("cnipod2")];
+    let dir = std::env::temp_dir().join(format!("obs-xt-cni-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let script = dir.join("chain.sh");
+    std::fs::write(&script, CNI_CHAIN).expect("write script");
+    let run = |op: &str, id: &str, pod: &Netns, port: u16| {
+        node.sh(&format!(
+            "sh {} {op} {id} {} {port} {}",
+            script.display(),
+            pod.name,
+            dir.join("ipam").display()
+        ));
+    };
+    let mut counts = Vec::new();
+    for step in ["add 1", "add 2", "del 1"] {
+        match step {
+            "add 1" => run("ADD", "c0ffee01", &pods[0], 8081),
+            "add 2" => run("ADD", "c0ffee02", &pods[1], 8082),
+            _ => run("DEL", "c0ffee01", &pods[0], 8081),
+        }
+        let want = saved(&node, "iptables-nft-save");
+        let got = observed(&node, 2);
+        let (same, diffs) = compare(&want, &got);
+        assert!(diffs.is_empty(), "after {step}:\n{}", diffs.join("\n"));
+        counts.push(same);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    eprintln!("CNI rules identical to iptables-nft-save after add, add, del: {counts:?}");
+    assert!(counts[1] > counts[0] && counts[2] < counts[1], "{counts:?}");
+    assert!(counts[0] >= 10, "{counts:?}");
+}
