@@ -702,7 +702,7 @@ fn kube_router_drops_the_mark_match_nft() {
         "drift-nft",
         "iptables-nft",
         "nft",
-        "meta mark & 0x00008000 == 0x00008000",
+        "-m mark --mark 0x8000/0x8000",
     );
 }
 

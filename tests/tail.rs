@@ -386,10 +386,16 @@ fn iptables_nft_changes() {
         here(v) && change("rule_add", Some("OBS-FW"))(v)
     });
     let rule = v["rule"].as_str().unwrap_or_default();
-    assert_eq!(rule, "meta mark & 0x00008000 == 0x00008000 counter drop");
+    // In its writer's syntax (iptables-nft-save's), the nft form beside it.
+    assert_eq!(rule, "-m mark --mark 0x8000/0x8000 -j DROP");
+    assert_eq!(v["rule_syntax"], "iptables", "{v}");
+    assert_eq!(
+        v["rule_nft"], "meta mark & 0x00008000 == 0x00008000 counter drop",
+        "{v}"
+    );
     ns.write(&w, &["iptables-nft", "-A", "OBS-FW", "-j", "ACCEPT"]);
     obs.expect("rule_add 2", WAIT, |v| {
-        here(v) && change("rule_add", Some("OBS-FW"))(v) && v["rule"] == "counter accept"
+        here(v) && change("rule_add", Some("OBS-FW"))(v) && v["rule"] == "-j ACCEPT"
     });
     ns.write(&w, &["iptables-nft", "-F", "OBS-FW"]);
     obs.expect("chain_flush", WAIT, |v| {

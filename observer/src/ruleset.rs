@@ -12,6 +12,9 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+mod forms;
+pub use forms::{RuleForms, RuleSyntax};
+
 /// Which kernel subsystem holds the ruleset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -250,6 +253,8 @@ pub struct Change {
     /// A structural fingerprint of the rule (not of its text, not of its counters), used to see
     /// that a deleted and re-added rule is the same rule. `None` for non-rule ops.
     pub fingerprint: Option<u64>,
+    /// For nftables rule ops: the syntax of `rule` and the rule's nft form.
+    pub forms: RuleForms,
 }
 
 impl Change {
@@ -264,6 +269,7 @@ impl Change {
             detail: None,
             position: None,
             fingerprint: None,
+            forms: RuleForms::default(),
         }
     }
 
@@ -277,6 +283,19 @@ impl Change {
         self.position = position;
         self.fingerprint = Some(fp);
         self
+    }
+
+    /// An nftables rule: `rule` in its writer's syntax, the nft form beside it.
+    pub fn nft_rule(
+        self,
+        (text, forms): (String, RuleForms),
+        position: Option<usize>,
+        fp: u64,
+    ) -> Change {
+        Change {
+            forms,
+            ..self.rule(text, position, fp)
+        }
     }
 
     pub fn detail(mut self, detail: impl Into<String>) -> Change {
@@ -387,9 +406,15 @@ fn summarize_table(
         // The only rule of a chain deleted looks exactly like a flush of that chain: keep the
         // rule, so that [`settle_flushes`] can say which it was.
         let only = (idx.len() == 1).then(|| template.rule.clone()).flatten();
+        let forms = if only.is_some() {
+            template.forms.clone()
+        } else {
+            RuleForms::default()
+        };
         changes[*first] = Some(Change {
             op: Op::ChainFlush,
             rule: only,
+            forms,
             position: None,
             fingerprint: None,
             detail: Some(plural(idx.len(), "rule deleted", "rules deleted")),
@@ -405,6 +430,7 @@ fn summarize_table(
             op: Op::TableFlush,
             chain: None,
             rule: None,
+            forms: RuleForms::default(),
             detail: Some(format!("{} chains, {} rules deleted", flushed.len(), rules)),
             ..first
         }];

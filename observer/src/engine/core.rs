@@ -91,6 +91,7 @@ impl Core {
                     chain: c.chain,
                     op: c.op,
                     rule: c.rule,
+                    forms: c.forms,
                     position: c.position,
                     detail: c.detail,
                     txn: ctx.txn.clone(),

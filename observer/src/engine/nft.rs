@@ -39,7 +39,7 @@ pub(super) fn established(state: &NftState) -> Vec<Change> {
                 out.push(
                     Change::new(Op::RuleAdd, family, name.clone())
                         .chain(chain_name.clone())
-                        .rule(rule.text.clone(), Some(pos), rule.fingerprint),
+                        .nft_rule(rule.forms(), Some(pos), rule.fingerprint),
                 );
             }
         }

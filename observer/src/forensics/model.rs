@@ -133,7 +133,8 @@ impl Tables {
                             Chain {
                                 name: c.chain.name.clone(),
                                 head: describe_chain(&c.chain),
-                                rules: c.rules.iter().map(|r| r.text.clone()).collect(),
+                                // In the writer's syntax, as the change lines replayed on top of it.
+                                rules: c.rules.iter().map(|r| r.forms().0).collect(),
                                 last: None,
                             },
                         )

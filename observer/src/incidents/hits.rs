@@ -90,7 +90,7 @@ impl Correlator {
                         }
                     }
                     if let (Some(k), Some(rule)) = (&key, c.rule.as_deref()) {
-                        for j in drift::jump_targets(c.backend, rule) {
+                        for j in drift::jump_targets(c.rule_backend(), rule) {
                             unhooks.push((target_key(&j), k.3.clone(), c.seq));
                         }
                     }
@@ -103,14 +103,14 @@ impl Correlator {
                         .unwrap_or_default();
                     let new = c.rule.as_deref().unwrap_or_default();
                     if let Some(k) = &key {
-                        let new_jumps = drift::jump_targets(c.backend, new);
-                        for j in drift::jump_targets(c.backend, was) {
+                        let new_jumps = drift::jump_targets(c.rule_backend(), new);
+                        for j in drift::jump_targets(c.rule_backend(), was) {
                             if !new_jumps.contains(&j) {
                                 unhooks.push((target_key(&j), k.3.clone(), c.seq));
                             }
                         }
                         if let Some(i) = info {
-                            let d = drift::diff(c.backend, was, new);
+                            let d = drift::diff(c.rule_backend(), was, new);
                             if !was.is_empty() && d.is_drift() {
                                 let mut what = Vec::new();
                                 if !d.lost.is_empty() {
@@ -250,14 +250,14 @@ impl Correlator {
                         Op::RuleAdd => {
                             info.rules += 1;
                             if let Some(r) = &c.rule {
-                                info.jumps.extend(drift::jump_targets(c.backend, r));
+                                info.jumps.extend(drift::jump_targets(c.rule_backend(), r));
                             }
                             restored.push((key.clone(), c.seq));
                         }
                         Op::RuleDelete => {
                             info.rules = info.rules.saturating_sub(1);
                             if let Some(r) = &c.rule {
-                                for j in drift::jump_targets(c.backend, r) {
+                                for j in drift::jump_targets(c.rule_backend(), r) {
                                     if let Some(p) = info.jumps.iter().position(|x| *x == j) {
                                         info.jumps.swap_remove(p);
                                     }
@@ -267,7 +267,7 @@ impl Correlator {
                         Op::RuleReplace => {
                             let was = c.detail.as_deref().and_then(|d| d.strip_prefix("was: "));
                             for j in was
-                                .map(|w| drift::jump_targets(c.backend, w))
+                                .map(|w| drift::jump_targets(c.rule_backend(), w))
                                 .unwrap_or_default()
                             {
                                 if let Some(p) = info.jumps.iter().position(|x| *x == j) {
@@ -275,7 +275,7 @@ impl Correlator {
                                 }
                             }
                             if let Some(r) = &c.rule {
-                                info.jumps.extend(drift::jump_targets(c.backend, r));
+                                info.jumps.extend(drift::jump_targets(c.rule_backend(), r));
                             }
                         }
                         Op::ChainFlush => {

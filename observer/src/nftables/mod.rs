@@ -47,6 +47,7 @@ mod testutil;
 mod txn;
 mod txn_apply;
 mod values;
+pub mod xt_syntax;
 
 #[cfg(test)]
 mod tests;

@@ -145,6 +145,8 @@ impl<'a> Renderer<'a> {
             .map(|(s, _)| s.text)
             .collect();
         for c in self.comments.iter().map(String::as_str).chain(comment) {
+            // Quotes inside are escaped, so that the text stays one nft string.
+            let c = c.replace('\\', "\\\\").replace('"', "\\\"");
             parts.push(format!("comment \"{c}\""));
         }
         parts.join(" ")

@@ -14,6 +14,8 @@ use super::expr::{self, Fnv};
 use super::fields;
 use super::render::{self, SetSource};
 use super::socket::Dump;
+use super::xt_syntax::{self, XtText};
+use crate::ruleset::RuleForms;
 
 /// Elements listed in one element change before the list is cut short.
 pub const ELEMENTS_SHOWN: usize = 32;
@@ -24,8 +26,22 @@ pub struct RuleState {
     pub handle: u64,
     /// The rule in `nft list ruleset` syntax.
     pub text: String,
+    /// For a rule of a table iptables-nft manages: its `iptables-nft-save` text, or why
+    /// iptables-nft cannot read it back. `None` for nft's own tables.
+    pub xt: Option<XtText>,
     /// Structural fingerprint (see `expr::fingerprint`).
     pub fingerprint: u64,
+}
+
+impl RuleState {
+    /// The rule in its writer's syntax and its forms, for a change.
+    pub fn forms(&self) -> (String, RuleForms) {
+        let xt = self.xt.as_ref().map(|x| match x {
+            XtText::Saved(s) => Ok(s.as_str()),
+            XtText::Unreadable(why) => Err(why.as_str()),
+        });
+        RuleForms::of(&self.text, xt)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,6 +103,7 @@ impl TableState {
         RuleState {
             handle: rule.handle,
             text: render::rule(rule, self),
+            xt: xt_syntax::rule_text(rule, self.chains.get(&rule.chain).map(|c| &c.chain)),
             fingerprint: expr::fingerprint(&rule.exprs, &|n| self.anon_digest(n)),
         }
     }

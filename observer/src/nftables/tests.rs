@@ -70,6 +70,10 @@ fn nft_ops_expected() -> Vec<Vec<String>> {
 fn iptables_ops_expected() -> Vec<Vec<String>> {
     let marked = format!("meta mark & 0x00008000 == 0x00008000 counter drop {KUBE_FW_COMMENT}");
     let unmarked = format!("counter drop {KUBE_FW_COMMENT}");
+    // The old rule of a replace is in its writer's syntax (iptables-nft-save's).
+    let xt_comment = "-m comment --comment \"kubernetes firewall for dropping marked packets\"";
+    let xt_marked = format!("-m mark --mark 0x8000/0x8000 {xt_comment} -j DROP");
+    let xt_unmarked = format!("{xt_comment} -j DROP");
     vec![
         vec![
             "table_create ip filter".into(),
@@ -85,13 +89,13 @@ fn iptables_ops_expected() -> Vec<Vec<String>> {
         vec!["rule_add ip filter KUBE-FIREWALL @0: ip saddr 10.0.0.0/8 counter accept".into()],
         // iptables -R: the kernel deletes the old rule and adds the new one with its handle.
         vec![format!(
-            "rule_replace ip filter KUBE-FIREWALL @1: {marked} (was: {unmarked})"
+            "rule_replace ip filter KUBE-FIREWALL @1: {marked} (was: {xt_unmarked})"
         )],
         // iptables-nft-restore --noflush rewriting the chain as it was: no change.
         vec![],
         // ... and dropping `-m mark` from the DROP rule (seeds/003): a replace.
         vec![format!(
-            "rule_replace ip filter KUBE-FIREWALL @1: {unmarked} (was: {marked})"
+            "rule_replace ip filter KUBE-FIREWALL @1: {unmarked} (was: {xt_marked})"
         )],
         vec![
             "chain_update ip filter INPUT (type filter hook input priority filter; policy drop \

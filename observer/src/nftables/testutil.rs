@@ -179,7 +179,8 @@ pub fn line(c: &crate::ruleset::Change) -> String {
     if let Some(p) = c.position {
         s = format!("{s} @{p}");
     }
-    if let Some(r) = &c.rule {
+    // The nft form, when the rule is also in its writer's (iptables-nft-save) syntax.
+    if let Some(r) = c.forms.rule_nft.as_ref().or(c.rule.as_ref()) {
         s = format!("{s}: {r}");
     }
     if let Some(d) = &c.detail {

@@ -155,7 +155,7 @@ impl Txn {
                 };
                 let change = Change::new(Op::RuleAdd, fam, r.table.clone())
                     .chain(r.chain.clone())
-                    .rule(rs.text.clone(), None, rs.fingerprint);
+                    .nft_rule(rs.forms(), None, rs.fingerprint);
                 c.rules.insert(idx, rs);
                 let slot = self.push(change);
                 self.added.push((key, r.handle, slot));
@@ -189,7 +189,7 @@ impl Txn {
                 self.push(
                     Change::new(Op::RuleDelete, fam, r.table)
                         .chain(r.chain)
-                        .rule(rs.text, position, rs.fingerprint),
+                        .nft_rule(rs.forms(), position, rs.fingerprint),
                 );
             }
         }

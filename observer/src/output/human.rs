@@ -126,6 +126,10 @@ fn change(c: &ChangeRecord, colour: bool) -> String {
         .as_ref()
         .map(|d| format!("  ({d})"))
         .unwrap_or_default();
+    let detail = match &c.forms.iptables_unreadable {
+        Some(why) => format!("{detail}  (iptables-nft cannot read this rule: {why})"),
+        None => detail,
+    };
     let who = format!(
         "by {} [{} {}{}]",
         c.process.actor,
@@ -185,6 +189,7 @@ mod tests {
             chain: Some("c".into()),
             op: Op::ChainFlush,
             rule: None,
+            forms: Default::default(),
             position: None,
             detail: Some("3 rules deleted".into()),
             txn: "x".into(),

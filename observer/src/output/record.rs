@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::attribution::ProcessInfo;
-use crate::ruleset::{Backend, ChangeResult, Family, Op};
+use crate::ruleset::{Backend, ChangeResult, Family, Op, RuleForms, RuleSyntax};
 use crate::timestamp::Timestamp;
 
 /// Where a change was seen.
@@ -175,6 +175,10 @@ pub struct ChangeRecord {
     pub op: Op,
     /// The rule, for rule ops (backend syntax); the elements, for element ops.
     pub rule: Option<String>,
+    /// For nftables rule ops: `rule_syntax` (`iptables` or `nft`: the syntax of `rule`),
+    /// `rule_nft` (the rule in nft syntax) and `iptables_unreadable` (see [`RuleForms`]).
+    #[serde(flatten, default)]
+    pub forms: RuleForms,
     /// The rule's position in its chain, from 0: before the transaction for a delete, after it
     /// for an add or a replace. What `observer query --at` replays rules at.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -198,6 +202,18 @@ pub struct ChangeRecord {
     /// writing there meanwhile, when that is one writer (else `unknown`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub recovered: bool,
+}
+
+impl ChangeRecord {
+    /// The backend whose syntax `rule` is written in: an iptables-nft rule printed as
+    /// `iptables-nft-save` prints it reads like a legacy one.
+    pub fn rule_backend(&self) -> Backend {
+        if self.forms.rule_syntax == Some(RuleSyntax::Iptables) {
+            Backend::Legacy
+        } else {
+            self.backend
+        }
+    }
 }
 
 /// Where a line happened, for people: the namespace's name (else its inode), after the node's
@@ -395,6 +411,7 @@ mod tests {
             chain: Some("KUBE-FIREWALL".into()),
             op: Op::RuleAdd,
             rule: Some("-j DROP".into()),
+            forms: Default::default(),
             position: None,
             detail: None,
             txn: "xt-1".into(),
@@ -458,6 +475,38 @@ mod tests {
             line.starts_with(r#"{"kind":"status","state":"ready""#),
             "{line}"
         );
+    }
+
+    #[test]
+    fn an_iptables_nft_rule_carries_its_nft_form_and_reads_back() {
+        let mut c = sample();
+        c.backend = Backend::Nft;
+        c.forms = RuleForms {
+            rule_syntax: Some(RuleSyntax::Iptables),
+            rule_nft: Some("counter drop".into()),
+            iptables_unreadable: None,
+        };
+        let line = serde_json::to_string(&Record::Change(c.clone())).unwrap();
+        assert!(
+            line.contains(r#""rule":"-j DROP","rule_syntax":"iptables","rule_nft":"counter drop""#),
+            "{line}"
+        );
+        assert!(!line.contains("iptables_unreadable"), "{line}");
+        let Record::Change(back) = serde_json::from_str(&line).unwrap() else {
+            panic!("not a change: {line}");
+        };
+        assert_eq!(back.forms, c.forms);
+        assert_eq!(back.rule_backend(), Backend::Legacy);
+        // A legacy line has none of these fields, and reads back without them.
+        let legacy = serde_json::to_string(&Record::Change(sample())).unwrap();
+        assert!(
+            !legacy.contains("rule_nft") && !legacy.contains("rule_syntax"),
+            "{legacy}"
+        );
+        let Record::Change(back) = serde_json::from_str(&legacy).unwrap() else {
+            panic!("not a change: {legacy}");
+        };
+        assert!(back.forms.is_empty());
     }
 
     #[test]

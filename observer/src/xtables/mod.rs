@@ -36,6 +36,7 @@ mod tests;
 pub use attempt::replace_attempt;
 pub use decode::decode_replace;
 pub use diff::diff;
+pub(crate) use render::{ext_text, proto_name};
 pub use sockopt::{
     name_sets, read_existing_table, read_table, read_table_against, table_names, XtSockets,
 };

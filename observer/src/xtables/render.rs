@@ -124,7 +124,7 @@ fn iface(out: &mut String, letter: char, name: &[u8], mask: &[u8], invert: bool)
 
 /// `-p`: the name `iptables-save` prints, which is `getprotobynumber()`'s: this is Debian
 /// netbase's `/etc/protocols` (fixed here so that the output does not depend on the host).
-fn proto_name(p: u16) -> Option<&'static str> {
+pub(crate) fn proto_name(p: u16) -> Option<&'static str> {
     Some(match p {
         1 => "icmp",
         2 => "igmp",
@@ -375,4 +375,41 @@ fn target(out: &mut String, cx: &Cx<'_>, e: &Entry<'_>, verdict: Verdict) {
             }
         }
     }
+}
+
+/// An extension's `iptables-save` options (`tcp --dport 80`, `DNAT --to-destination ...`) from
+/// its name, revision and payload, outside any x_tables blob: what iptables-nft's `match` and
+/// `target` compat expressions carry. `None` when the printers do not know it.
+pub(crate) fn ext_text(
+    proto: XtProto,
+    is_match: bool,
+    name: &str,
+    revision: u8,
+    data: &[u8],
+) -> Option<String> {
+    let table = XtTable {
+        proto,
+        name: String::new(),
+        chains: Vec::new(),
+        entries: Default::default(),
+        set_refs: Vec::new(),
+        set_names: Default::default(),
+        carried: 0,
+    };
+    let cx = Cx {
+        table: &table,
+        proto,
+    };
+    let ext = Ext {
+        name: name.as_bytes(),
+        revision,
+        data,
+    };
+    let mut out = String::new();
+    if is_match {
+        ext::match_options(&mut out, &cx, &ext)?;
+    } else {
+        ext::target_options(&mut out, &cx, &ext)?;
+    }
+    Some(out)
 }

@@ -79,6 +79,7 @@ impl Gen {
                     chain: Some(chain),
                     op,
                     rule,
+                    forms: Default::default(),
                     position: None,
                     detail: None,
                     txn: txn.clone(),

@@ -253,6 +253,7 @@ pub fn record(args: crate::cli::BenchRecordArgs) -> anyhow::Result<()> {
                 chain: Some(line.chain),
                 op: line.op,
                 rule: line.rule,
+                forms: Default::default(),
                 position: line.position,
                 detail: line.detail,
                 txn: format!("xt-4026531840-{time_ns}"),

@@ -57,6 +57,7 @@ fn change(op: Op, chain: &str, rule: Option<&str>) -> Change {
     Change {
         chain: Some(chain.into()),
         rule: rule.map(str::to_string),
+        forms: Default::default(),
         ..Change::new(op, Family::Ip, "nat")
     }
 }

@@ -18,6 +18,7 @@ fn change(seq: u64, txn: &str, op: Op, chain: &str, rule: Option<&str>) -> Chang
         chain: Some(chain.into()),
         op,
         rule: rule.map(str::to_string),
+        forms: Default::default(),
         position: None,
         detail: None,
         txn: txn.into(),
