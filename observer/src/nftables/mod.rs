@@ -43,6 +43,10 @@ pub mod socket;
 pub mod state;
 mod stmts;
 #[cfg(test)]
+mod suite;
+#[cfg(test)]
+mod suite_load;
+#[cfg(test)]
 mod testutil;
 mod txn;
 mod txn_apply;
