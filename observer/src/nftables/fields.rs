@@ -45,6 +45,11 @@ impl Field {
         self
     }
 
+    /// A field of the given type, byte order and width in bytes.
+    pub(crate) fn sized(text: impl Into<String>, ty: Ty, order: Order, full_len: usize) -> Field {
+        Field::new(text, ty, order, full_len)
+    }
+
     pub(crate) fn opaque(text: impl Into<String>) -> Field {
         Field::new(text, Ty::Other, Order::Big, 0)
     }
@@ -239,6 +244,33 @@ fn transport_field(proto: u32, o: u32, l: u32) -> Option<Field> {
                 (4, 4, "mtu", Ty::Integer),
             ],
         ),
+        51 => (
+            "ah",
+            &[
+                (0, 1, "nexthdr", Ty::InetProto),
+                (1, 1, "hdrlength", Ty::Integer),
+                (2, 2, "reserved", Ty::Integer),
+                (4, 4, "spi", Ty::Integer),
+                (8, 4, "sequence", Ty::Integer),
+            ],
+        ),
+        108 => (
+            "comp",
+            &[
+                (0, 1, "nexthdr", Ty::InetProto),
+                (1, 1, "flags", Ty::Hex),
+                (2, 2, "cpi", Ty::Integer),
+            ],
+        ),
+        2 => (
+            "igmp",
+            &[
+                (0, 1, "type", Ty::IgmpType),
+                (1, 1, "mrt", Ty::Integer),
+                (2, 2, "checksum", Ty::Integer),
+                (4, 4, "group", Ty::Integer),
+            ],
+        ),
         50 => (
             "esp",
             &[(0, 4, "spi", Ty::Integer), (4, 4, "sequence", Ty::Integer)],
@@ -250,6 +282,52 @@ fn transport_field(proto: u32, o: u32, l: u32) -> Option<Field> {
         .find(|(fo, fl, _, _)| *fo == o && *fl == l)
         .map(|(_, fl, field, ty)| {
             Field::new(format!("{name} {field}"), *ty, Order::Big, *fl as usize)
+        })
+}
+
+/// Header fields that are not whole bytes, by base, bit offset and bit length (nft's
+/// `HDR_BITFIELD` templates): `(protocol it needs, base, bit offset, bit length, name, type)`.
+/// The network protocol is an NFPROTO (2, 10), the transport one an IP protocol; 0x8100 << 16
+/// stands for a VLAN header after the Ethernet one.
+const BITFIELDS: &[(Layer, u32, u32, u32, u32, &str, Ty)] = &[
+    (Layer::L3, 2, 1, 0, 4, "ip version", Ty::Integer),
+    (Layer::L3, 2, 1, 4, 4, "ip hdrlength", Ty::Integer),
+    (Layer::L3, 2, 1, 8, 6, "ip dscp", Ty::Dscp),
+    (Layer::L3, 2, 1, 14, 2, "ip ecn", Ty::Ecn),
+    (Layer::L3, 10, 1, 0, 4, "ip6 version", Ty::Integer),
+    (Layer::L3, 10, 1, 4, 6, "ip6 dscp", Ty::Dscp),
+    (Layer::L3, 10, 1, 10, 2, "ip6 ecn", Ty::Ecn),
+    (Layer::L3, 10, 1, 12, 20, "ip6 flowlabel", Ty::Integer),
+    (Layer::L3, 0x8100 << 16, 0, 112, 3, "vlan pcp", Ty::Integer),
+    (Layer::L3, 0x8100 << 16, 0, 115, 1, "vlan dei", Ty::Integer),
+    (Layer::L3, 0x8100 << 16, 0, 116, 12, "vlan id", Ty::Integer),
+    (Layer::L4, 6, 2, 96, 4, "tcp doff", Ty::Integer),
+    (Layer::L4, 6, 2, 100, 4, "tcp reserved", Ty::Integer),
+    (Layer::L4, 33, 2, 67, 4, "dccp type", Ty::DccpType),
+];
+
+/// A header field narrower than its bytes (`ip hdrlength`, `vlan id`), by bit offset and
+/// length within the base, in the protocol context the rule has established.
+pub(crate) fn payload_bits(
+    base: u32,
+    off: u32,
+    len: u32,
+    l3: Option<u32>,
+    l4: Option<u32>,
+) -> Option<Field> {
+    BITFIELDS
+        .iter()
+        .find(|(layer, proto, b, o, l, _, _)| {
+            let pinned = match layer {
+                Layer::L3 => l3,
+                Layer::L4 => l4,
+            };
+            pinned == Some(*proto) && *b == base && *o == off && *l == len
+        })
+        .map(|(layer, proto, _, _, l, name, ty)| {
+            let mut f = Field::new(*name, *ty, Order::Big, l.div_ceil(8) as usize);
+            f.needs = Some((*layer, *proto));
+            f
         })
 }
 

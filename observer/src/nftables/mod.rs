@@ -31,6 +31,7 @@ mod corpus;
 pub mod decode;
 mod elements;
 mod expr;
+mod exthdrs;
 mod fields;
 pub mod generation;
 pub mod ifnames;

@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use super::decode::{Element, Set};
 use super::elements::elements_text;
 use super::expr::{Attrs, REG_VERDICT};
+use super::exthdrs;
 use super::fields::{self, Field, Layer, NFPROTO_ARP, NFPROTO_IPV4, NFPROTO_IPV6};
 use super::values::{self, Order, Ty};
 
@@ -64,6 +65,15 @@ pub(crate) enum Val {
         left: bool,
         n: u64,
     },
+    /// An extension header, TCP option or SCTP chunk load (offset and length in bytes).
+    Exthdr {
+        op: u32,
+        ty: u8,
+        off: u32,
+        len: u32,
+    },
+    /// A value whose byte order a `byteorder` expression reversed.
+    Swapped(Box<Val>),
     /// The result of a map lookup, already printed (`ip saddr map @m`).
     Text(String),
     Unknown,
@@ -165,6 +175,11 @@ impl<'a> Renderer<'a> {
         });
     }
 
+    /// Record a protocol the next statement relies on.
+    pub(crate) fn need(&mut self, need: (Layer, u32)) {
+        self.needs.push(need);
+    }
+
     pub(crate) fn comment(&mut self, text: String) {
         self.comments.push(text);
     }
@@ -197,11 +212,20 @@ impl<'a> Renderer<'a> {
                 fields::payload(*base, *offset, *len, self.l3(), self.l4)
             }
             Val::Meta(k) => fields::meta(*k),
+            Val::Exthdr { op, ty, off, len } => {
+                let (o, l) = (off * 8, len * 8);
+                exthdrs::field(*op, *ty, o, l).unwrap_or_else(|| exthdrs::raw(*op, *ty, o, l))
+            }
             Val::Ct { key, dir } => fields::ct(*key, *dir),
             Val::Field(f) => f.clone(),
             Val::Presence(t) | Val::Text(t) => Field::opaque(t.clone()),
             Val::Imm(b) => Field::opaque(values::hex(b, Order::Big)),
             Val::Bits { src, mask, xor } => {
+                if xor.iter().all(|b| *b == 0) {
+                    if let Some((f, 0)) = self.bit_field(src, mask) {
+                        return f;
+                    }
+                }
                 let f = self.field(src);
                 let mut text = format!("{} & {}", f.text, values::format(f.ty, f.order, mask));
                 if xor.iter().any(|b| *b != 0) {
@@ -217,12 +241,48 @@ impl<'a> Renderer<'a> {
                     ..f
                 }
             }
+            Val::Swapped(src) => {
+                let f = self.field(src);
+                let order = match f.order {
+                    Order::Host => Order::Big,
+                    Order::Big => Order::Host,
+                };
+                // The needs were recorded by the inner call.
+                return Field { order, ..f };
+            }
             Val::Unknown => Field::opaque("?"),
         };
         if let Some(n) = f.needs {
             self.needs.push(n);
         }
         f
+    }
+
+    /// A masked load that is one header field narrower than its bytes (`ip hdrlength`,
+    /// `frag frag-off`, `tcp option mptcp subtype`): the field, and how far its value sits to
+    /// the left in the register. Records the protocol the field relies on.
+    pub(crate) fn bit_field(&mut self, src: &Val, mask: &[u8]) -> Option<(Field, u32)> {
+        if mask.is_empty() || mask.len() > 16 {
+            return None;
+        }
+        let m = mask.iter().fold(0u128, |v, b| (v << 8) | u128::from(*b));
+        let bits = mask.len() as u32 * 8;
+        let (ones, tz) = (m.count_ones(), m.trailing_zeros());
+        if ones == 0 || ones == bits || (m >> tz) != (1u128 << ones) - 1 {
+            return None;
+        }
+        let lead = bits - ones - tz;
+        let f = match src {
+            Val::Exthdr { op, ty, off, .. } => exthdrs::field(*op, *ty, off * 8 + lead, ones),
+            Val::Payload { base, offset, .. } => {
+                fields::payload_bits(*base, offset * 8 + lead, ones, self.l3(), self.l4)
+            }
+            _ => None,
+        }?;
+        if let Some(n) = f.needs {
+            self.needs.push(n);
+        }
+        Some((f, tz))
     }
 
     /// `<field> set <value>` for payload/meta/ct writes.
@@ -326,6 +386,13 @@ impl<'a> Renderer<'a> {
     }
 
     fn cmp_masked(&mut self, src: &Val, mask: &[u8], op: u32, data: &[u8]) {
+        if let Some((f, shift)) = self.bit_field(src, mask) {
+            let v = data.iter().fold(0u128, |v, b| (v << 8) | u128::from(*b)) >> shift;
+            let bytes = v.to_be_bytes();
+            let value = values::format(f.ty, Order::Big, &bytes[16 - f.full_len.max(1)..]);
+            self.emit(format!("{} {}{value}", f.text, op_prefix(op)));
+            return;
+        }
         if let Val::Payload {
             base: 0,
             offset: 14,
@@ -384,6 +451,19 @@ impl<'a> Renderer<'a> {
     }
 
     pub(super) fn range(&mut self, v: &Val, neq: bool, from: &[u8], to: &[u8]) {
+        if let Val::Bits { src, mask, .. } = v {
+            if let Some((f, shift)) = self.bit_field(src, mask) {
+                let at = |d: &[u8]| {
+                    let v = d.iter().fold(0u128, |v, b| (v << 8) | u128::from(*b)) >> shift;
+                    let bytes = v.to_be_bytes();
+                    values::format(f.ty, Order::Big, &bytes[16 - f.full_len.max(1)..])
+                };
+                let ne = if neq { "!= " } else { "" };
+                let text = format!("{} {ne}{}-{}", f.text, at(from), at(to));
+                self.emit(text);
+                return;
+            }
+        }
         let f = self.field(v);
         let ne = if neq { "!= " } else { "" };
         let text = format!(

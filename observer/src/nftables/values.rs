@@ -47,6 +47,11 @@ pub(crate) enum Ty {
     PktType,
     ArpOp,
     Dscp,
+    /// IPv6 mobility header type.
+    MhType,
+    Ecn,
+    IgmpType,
+    DccpType,
     Boolean,
     Verdict,
     /// A tc handle (`meta priority`): `major:minor`.
@@ -113,7 +118,15 @@ impl Ty {
             Ty::Ipv6 => 16,
             Ty::Port | Ty::EtherType | Ty::ArpOp => 2,
             Ty::InetProto | Ty::NfProto | Ty::IcmpType | Ty::Icmp6Type | Ty::TcpFlags => 1,
-            Ty::PktType | Ty::Dscp | Ty::CtDir | Ty::IcmpCode | Ty::Boolean => 1,
+            Ty::PktType
+            | Ty::Dscp
+            | Ty::MhType
+            | Ty::Ecn
+            | Ty::IgmpType
+            | Ty::DccpType
+            | Ty::CtDir
+            | Ty::IcmpCode
+            | Ty::Boolean => 1,
             Ty::EtherAddr => 6,
             Ty::Ifname => 16,
             _ => return None,
@@ -226,6 +239,10 @@ pub(crate) fn format(ty: Ty, order: Order, bytes: &[u8]) -> String {
         Ty::PktType => named(PKTTYPE, n),
         Ty::ArpOp => named(ARPOP, n),
         Ty::Dscp => named(DSCP, n),
+        Ty::MhType => named(MH_TYPE, n),
+        Ty::Ecn => named(ECN, n),
+        Ty::IgmpType => named(IGMP_TYPE, n),
+        Ty::DccpType => named(DCCP_TYPE, n),
         Ty::Verdict => n.to_string(),
         Ty::TcHandle => match n {
             0xffff_ffff => "root".into(),
@@ -485,6 +502,45 @@ const ARPOP: &[(u64, &str)] = &[
     (8, "inrequest"),
     (9, "inreply"),
     (10, "nak"),
+];
+
+const ECN: &[(u64, &str)] = &[(0, "not-ect"), (1, "ect1"), (2, "ect0"), (3, "ce")];
+
+const IGMP_TYPE: &[(u64, &str)] = &[
+    (0x11, "membership-query"),
+    (0x12, "membership-report-v1"),
+    (0x16, "membership-report-v2"),
+    (0x22, "membership-report-v3"),
+    (0x17, "leave-group"),
+];
+
+const DCCP_TYPE: &[(u64, &str)] = &[
+    (0, "request"),
+    (1, "response"),
+    (2, "data"),
+    (3, "ack"),
+    (4, "dataack"),
+    (5, "closereq"),
+    (6, "close"),
+    (7, "reset"),
+    (8, "sync"),
+    (9, "syncack"),
+];
+
+const MH_TYPE: &[(u64, &str)] = &[
+    (0, "binding-refresh-request"),
+    (1, "home-test-init"),
+    (2, "careof-test-init"),
+    (3, "home-test"),
+    (4, "careof-test"),
+    (5, "binding-update"),
+    (6, "binding-acknowledgement"),
+    (7, "binding-error"),
+    (8, "fast-binding-update"),
+    (9, "fast-binding-acknowledgement"),
+    (10, "fast-binding-advertisement"),
+    (11, "experimental-mobility-header"),
+    (12, "home-agent-switch-message"),
 ];
 
 const DSCP: &[(u64, &str)] = &[
