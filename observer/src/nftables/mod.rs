@@ -47,6 +47,7 @@ mod stmts;
 mod suite;
 #[cfg(test)]
 mod suite_load;
+mod symbols;
 #[cfg(test)]
 mod testutil;
 mod txn;

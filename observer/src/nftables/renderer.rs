@@ -227,10 +227,21 @@ impl<'a> Renderer<'a> {
                     }
                 }
                 let f = self.field(src);
-                let mut text = format!("{} & {}", f.text, values::format(f.ty, f.order, mask));
-                if xor.iter().any(|b| *b != 0) {
-                    text = format!("({text}) ^ {}", values::format(f.ty, f.order, xor));
-                }
+                let (m, x) = (
+                    values::format(f.ty, f.order, mask),
+                    values::format(f.ty, f.order, xor),
+                );
+                let inverse =
+                    mask.len() == xor.len() && mask.iter().zip(xor).all(|(a, b)| *a == !b);
+                let text = if xor.iter().all(|b| *b == 0) {
+                    format!("{} & {m}", f.text)
+                } else if inverse {
+                    format!("{} | {x}", f.text)
+                } else if mask.iter().all(|b| *b == 0xff) {
+                    format!("{} ^ {x}", f.text)
+                } else {
+                    format!("({} & {m}) ^ {x}", f.text)
+                };
                 Field { text, ..f }
             }
             Val::Shift { src, left, n } => {
@@ -351,6 +362,11 @@ impl<'a> Renderer<'a> {
                     None => self.cmp_plain(&v, op, &data),
                 }
             }
+            Val::Bits { .. } => {
+                let f = self.field(&v);
+                let sym = if op == CMP_EQ { "== " } else { op_prefix(op) };
+                self.emit(format!("{} {sym}{}", f.text, rhs(&f, &data)));
+            }
             _ => self.cmp_plain(&v, op, &data),
         }
     }
@@ -469,8 +485,8 @@ impl<'a> Renderer<'a> {
         let text = format!(
             "{} {ne}{}-{}",
             f.text,
-            values::format(f.ty, f.order, from),
-            values::format(f.ty, f.order, to)
+            values::range_end(f.ty, f.order, from),
+            values::range_end(f.ty, f.order, to)
         );
         self.emit(text);
     }

@@ -49,6 +49,18 @@ pub(crate) enum Ty {
     Dscp,
     /// IPv6 mobility header type.
     MhType,
+    /// A device group (`iifgroup "default"`).
+    Devgroup,
+    /// A routing realm (`meta rtclassid "cosmos"`).
+    Realm,
+    /// Nanoseconds since the epoch (`meta time "2019-07-01 00:00:00"`, UTC).
+    Time,
+    /// A day of the week (`meta day "Saturday"`).
+    Day,
+    /// Seconds since midnight (`meta hour "17:00"`).
+    Hour,
+    /// Milliseconds (`ct expiration 30s`).
+    Msecs,
     Ecn,
     IgmpType,
     DccpType,
@@ -129,6 +141,9 @@ impl Ty {
             | Ty::Boolean => 1,
             Ty::EtherAddr => 6,
             Ty::Ifname => 16,
+            Ty::Devgroup | Ty::Realm | Ty::Hour | Ty::Msecs => 4,
+            Ty::Time => 8,
+            Ty::Day => 1,
             _ => return None,
         })
     }
@@ -212,7 +227,10 @@ pub(crate) fn format(ty: Ty, order: Order, bytes: &[u8]) -> String {
         },
         Ty::Integer | Ty::Port => n.to_string(),
         Ty::Boolean => if n == 0 { "false" } else { "true" }.into(),
-        Ty::InetProto => named(INET_PROTO, n),
+        Ty::InetProto => match super::symbols::protocol(n) {
+            Some(name) => name.to_string(),
+            None => named(INET_PROTO, n),
+        },
         Ty::EtherType => match n {
             0x0800 => "ip".into(),
             0x86dd => "ip6".into(),
@@ -240,6 +258,22 @@ pub(crate) fn format(ty: Ty, order: Order, bytes: &[u8]) -> String {
         Ty::ArpOp => named(ARPOP, n),
         Ty::Dscp => named(DSCP, n),
         Ty::MhType => named(MH_TYPE, n),
+        Ty::Devgroup => quoted(super::symbols::devgroup(n), n),
+        Ty::Realm => quoted(super::symbols::realm(n), n),
+        Ty::Time => date(n),
+        Ty::Day => match DAYS.get(n as usize) {
+            Some(d) => format!("\"{d}\""),
+            None => n.to_string(),
+        },
+        Ty::Hour => {
+            let (h, m, s) = (n / 3600, n / 60 % 60, n % 60);
+            if s == 0 {
+                format!("\"{h:02}:{m:02}\"")
+            } else {
+                format!("\"{h:02}:{m:02}:{s:02}\"")
+            }
+        }
+        Ty::Msecs => super::stmts::duration(n),
         Ty::Ecn => named(ECN, n),
         Ty::IgmpType => named(IGMP_TYPE, n),
         Ty::DccpType => named(DCCP_TYPE, n),
@@ -290,6 +324,43 @@ pub(super) fn push_log_flags(text: &mut String, flags: u32) {
     }
     if flags & 0x20 != 0 {
         text.push_str(" flags ether");
+    }
+}
+
+fn quoted(name: Option<&str>, n: u64) -> String {
+    match name {
+        Some(name) => format!("\"{name}\""),
+        None => n.to_string(),
+    }
+}
+
+const DAYS: [&str; 7] = [
+    "Sunday",
+    "Monday",
+    "Tuesday",
+    "Wednesday",
+    "Thursday",
+    "Friday",
+    "Saturday",
+];
+
+/// Nanoseconds since the epoch as nft prints a date (nft uses local time; observer UTC).
+fn date(ns: u64) -> String {
+    let fmt = time::macros::format_description!("[year]-[month]-[day] [hour]:[minute]:[second]");
+    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ns))
+        .ok()
+        .and_then(|t| t.format(&fmt).ok())
+        .map(|t| format!("\"{t}\""))
+        .unwrap_or_else(|| ns.to_string())
+}
+
+/// How a value prints as one end of a range: symbolic protocol numbers stay numbers, and
+/// milliseconds print as seconds, as nft prints them there.
+pub(crate) fn range_end(ty: Ty, order: Order, bytes: &[u8]) -> String {
+    match ty {
+        Ty::InetProto => int(bytes, order).to_string(),
+        Ty::Msecs => format!("{}s", int(bytes, order) / 1000),
+        _ => format(ty, order, bytes),
     }
 }
 
@@ -361,8 +432,8 @@ pub(crate) fn interval(ty: Ty, order: Order, start: &[u8], end_inclusive: &[u8])
     }
     format!(
         "{}-{}",
-        format(ty, order, start),
-        format(ty, order, end_inclusive)
+        range_end(ty, order, start),
+        range_end(ty, order, end_inclusive)
     )
 }
 
