@@ -8,6 +8,8 @@ use super::values::{Order, Ty};
 /// (`meta nfproto ipv4`, `meta l4proto tcp`...).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Layer {
+    /// Link layer; the value is an ARPHRD type (`meta iiftype ether`).
+    L2,
     /// Network layer; the value is an NFPROTO (2 ipv4, 10 ipv6, 3 arp).
     L3,
     /// Transport layer; the value is an IP protocol number.
@@ -73,12 +75,17 @@ pub(crate) fn payload(base: u32, offset: u32, len: u32, l3: Option<u32>, l4: Opt
     };
     let (o, l) = (offset, len);
     match base {
-        0 => match (o, l) {
-            (0, 6) => Field::new("ether daddr", Ty::EtherAddr, Order::Big, 6),
-            (6, 6) => Field::new("ether saddr", Ty::EtherAddr, Order::Big, 6),
-            (12, 2) => Field::new("ether type", Ty::EtherType, Order::Big, 2).key(Layer::L3),
-            _ => raw("ll"),
-        },
+        0 => {
+            let mut f = match (o, l) {
+                (0, 6) => Field::new("ether daddr", Ty::EtherAddr, Order::Big, 6),
+                (6, 6) => Field::new("ether saddr", Ty::EtherAddr, Order::Big, 6),
+                (12, 2) => Field::new("ether type", Ty::EtherType, Order::Big, 2).key(Layer::L3),
+                _ => return raw("ll"),
+            };
+            // An Ethernet header: nft pins `meta iiftype ether` first where it is not implied.
+            f.needs = Some((Layer::L2, 1));
+            f
+        }
         1 => {
             let f = match l3 {
                 Some(2) => ipv4_field(o, l),
@@ -319,6 +326,7 @@ pub(crate) fn payload_bits(
         .iter()
         .find(|(layer, proto, b, o, l, _, _)| {
             let pinned = match layer {
+                Layer::L2 => None,
                 Layer::L3 => l3,
                 Layer::L4 => l4,
             };
@@ -343,8 +351,8 @@ pub(crate) fn meta(key: u32) -> Field {
         5 => host("oif", Ty::Ifindex),
         6 => Field::new("iifname", Ty::Ifname, Order::Big, 16),
         7 => Field::new("oifname", Ty::Ifname, Order::Big, 16),
-        8 => host("iiftype", Ty::Integer),
-        9 => host("oiftype", Ty::Integer),
+        8 => Field::new("meta iiftype", Ty::Arphrd, Order::Host, 2).key(Layer::L2),
+        9 => Field::new("meta oiftype", Ty::Arphrd, Order::Host, 2),
         10 => host("meta skuid", Ty::Integer),
         11 => host("meta skgid", Ty::Integer),
         12 => host("meta nftrace", Ty::Integer),

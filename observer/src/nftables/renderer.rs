@@ -293,6 +293,9 @@ impl<'a> Renderer<'a> {
         if let Some(n) = f.needs {
             self.needs.push(n);
         }
+        if matches!(src, Val::Payload { base: 0, .. }) {
+            self.needs.push((Layer::L2, 1));
+        }
         Some((f, tz))
     }
 
@@ -387,6 +390,7 @@ impl<'a> Renderer<'a> {
                     _ => raw,
                 };
                 match layer {
+                    Layer::L2 => {}
                     Layer::L3 => self.l3 = Some(proto),
                     Layer::L4 => self.l4 = Some(proto),
                 }

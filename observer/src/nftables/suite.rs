@@ -164,7 +164,7 @@ fn nftables_suite_renders_as_nft_lists_it() {
     }
     let mut kinds: Vec<_> = by_kind.into_iter().collect();
     kinds.sort_by_key(|(k, v)| (std::cmp::Reverse(v.len()), k.clone()));
-    report += &format!("differences by kind (nft's words where observer's text departs):\n");
+    report += "differences by kind (nft's words where observer's text departs):\n";
     for (k, v) in &kinds {
         let o = v[0];
         report += &format!(
@@ -186,8 +186,12 @@ fn nftables_suite_renders_as_nft_lists_it() {
         .iter()
         .map(|o| {
             let r = &o.rule;
+            let file = match &r.expected {
+                Some(e) => format!(" (the file expects: {e})"),
+                None => String::new(),
+            };
             format!(
-                "{} {} {} {}\n  rule: {}\n  nft:  {}\n  got:  {}\n",
+                "{} {} {} {}\n  rule: {}{file}\n  nft:  {}\n  got:  {}\n",
                 r.origin, r.family, r.table, r.chain, r.text, o.want, o.got
             )
         })

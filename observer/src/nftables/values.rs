@@ -49,6 +49,8 @@ pub(crate) enum Ty {
     Dscp,
     /// IPv6 mobility header type.
     MhType,
+    /// A link type (ARPHRD_*: `meta iiftype ether`).
+    Arphrd,
     /// A device group (`iifgroup "default"`).
     Devgroup,
     /// A routing realm (`meta rtclassid "cosmos"`).
@@ -140,6 +142,7 @@ impl Ty {
             | Ty::IcmpCode
             | Ty::Boolean => 1,
             Ty::EtherAddr => 6,
+            Ty::Arphrd => 2,
             Ty::Ifname => 16,
             Ty::Devgroup | Ty::Realm | Ty::Hour | Ty::Msecs => 4,
             Ty::Time => 8,
@@ -258,6 +261,7 @@ pub(crate) fn format(ty: Ty, order: Order, bytes: &[u8]) -> String {
         Ty::ArpOp => named(ARPOP, n),
         Ty::Dscp => named(DSCP, n),
         Ty::MhType => named(MH_TYPE, n),
+        Ty::Arphrd => named(ARPHRD, n),
         Ty::Devgroup => quoted(super::symbols::devgroup(n), n),
         Ty::Realm => quoted(super::symbols::realm(n), n),
         Ty::Time => date(n),
@@ -596,6 +600,16 @@ const DCCP_TYPE: &[(u64, &str)] = &[
     (7, "reset"),
     (8, "sync"),
     (9, "syncack"),
+];
+
+const ARPHRD: &[(u64, &str)] = &[
+    (1, "ether"),
+    (512, "ppp"),
+    (768, "ipip"),
+    (769, "ipip6"),
+    (772, "loopback"),
+    (776, "sit"),
+    (778, "ipgre"),
 ];
 
 const MH_TYPE: &[(u64, &str)] = &[
