@@ -48,6 +48,7 @@ mod suite;
 #[cfg(test)]
 mod suite_load;
 mod symbols;
+mod symtab;
 #[cfg(test)]
 mod testutil;
 mod txn;
