@@ -74,7 +74,17 @@ pub(crate) fn element_items(set: &Set, elems: &[&Element], key: &[(Ty, Order)]) 
             (ty, ty.natural_order())
         });
     let mut sorted: Vec<&Element> = elems.to_vec();
-    sorted.sort_by(|a, b| a.key.cmp(&b.key).then(a.flags.cmp(&b.flags)));
+    // nft sorts by value: a host-order key compares from its last byte; the catch-all
+    // element comes last.
+    let host = matches!(key.as_slice(), [(ty, Order::Host)] if *ty != Ty::Ifname);
+    let value = |e: &Element| {
+        let mut k = e.key.clone();
+        if host && cfg!(target_endian = "little") {
+            k.reverse();
+        }
+        (e.flags & decode::NFT_SET_ELEM_CATCHALL != 0, k)
+    };
+    sorted.sort_by(|a, b| value(a).cmp(&value(b)).then(a.flags.cmp(&b.flags)));
     let interval = set.flags & decode::NFT_SET_INTERVAL != 0;
     let mut out = Vec::new();
     let mut open: Option<&Element> = None;

@@ -8,6 +8,8 @@ use super::values::{Order, Ty};
 /// (`meta nfproto ipv4`, `meta l4proto tcp`...).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Layer {
+    /// Link layer; the value is an ARPHRD type (`meta iiftype ether`).
+    L2,
     /// Network layer; the value is an NFPROTO (2 ipv4, 10 ipv6, 3 arp).
     L3,
     /// Transport layer; the value is an IP protocol number.
@@ -45,6 +47,11 @@ impl Field {
         self
     }
 
+    /// A field of the given type, byte order and width in bytes.
+    pub(crate) fn sized(text: impl Into<String>, ty: Ty, order: Order, full_len: usize) -> Field {
+        Field::new(text, ty, order, full_len)
+    }
+
     pub(crate) fn opaque(text: impl Into<String>) -> Field {
         Field::new(text, Ty::Other, Order::Big, 0)
     }
@@ -68,12 +75,17 @@ pub(crate) fn payload(base: u32, offset: u32, len: u32, l3: Option<u32>, l4: Opt
     };
     let (o, l) = (offset, len);
     match base {
-        0 => match (o, l) {
-            (0, 6) => Field::new("ether daddr", Ty::EtherAddr, Order::Big, 6),
-            (6, 6) => Field::new("ether saddr", Ty::EtherAddr, Order::Big, 6),
-            (12, 2) => Field::new("ether type", Ty::EtherType, Order::Big, 2).key(Layer::L3),
-            _ => raw("ll"),
-        },
+        0 => {
+            let mut f = match (o, l) {
+                (0, 6) => Field::new("ether daddr", Ty::EtherAddr, Order::Big, 6),
+                (6, 6) => Field::new("ether saddr", Ty::EtherAddr, Order::Big, 6),
+                (12, 2) => Field::new("ether type", Ty::EtherType, Order::Big, 2).key(Layer::L3),
+                _ => return raw("ll"),
+            };
+            // An Ethernet header: nft pins `meta iiftype ether` first where it is not implied.
+            f.needs = Some((Layer::L2, 1));
+            f
+        }
         1 => {
             let f = match l3 {
                 Some(2) => ipv4_field(o, l),
@@ -239,6 +251,33 @@ fn transport_field(proto: u32, o: u32, l: u32) -> Option<Field> {
                 (4, 4, "mtu", Ty::Integer),
             ],
         ),
+        51 => (
+            "ah",
+            &[
+                (0, 1, "nexthdr", Ty::InetProto),
+                (1, 1, "hdrlength", Ty::Integer),
+                (2, 2, "reserved", Ty::Integer),
+                (4, 4, "spi", Ty::Integer),
+                (8, 4, "sequence", Ty::Integer),
+            ],
+        ),
+        108 => (
+            "comp",
+            &[
+                (0, 1, "nexthdr", Ty::InetProto),
+                (1, 1, "flags", Ty::Hex),
+                (2, 2, "cpi", Ty::Integer),
+            ],
+        ),
+        2 => (
+            "igmp",
+            &[
+                (0, 1, "type", Ty::IgmpType),
+                (1, 1, "mrt", Ty::Integer),
+                (2, 2, "checksum", Ty::Integer),
+                (4, 4, "group", Ty::Integer),
+            ],
+        ),
         50 => (
             "esp",
             &[(0, 4, "spi", Ty::Integer), (4, 4, "sequence", Ty::Integer)],
@@ -250,6 +289,53 @@ fn transport_field(proto: u32, o: u32, l: u32) -> Option<Field> {
         .find(|(fo, fl, _, _)| *fo == o && *fl == l)
         .map(|(_, fl, field, ty)| {
             Field::new(format!("{name} {field}"), *ty, Order::Big, *fl as usize)
+        })
+}
+
+/// Header fields that are not whole bytes, by base, bit offset and bit length (nft's
+/// `HDR_BITFIELD` templates): `(protocol it needs, base, bit offset, bit length, name, type)`.
+/// The network protocol is an NFPROTO (2, 10), the transport one an IP protocol; 0x8100 << 16
+/// stands for a VLAN header after the Ethernet one.
+const BITFIELDS: &[(Layer, u32, u32, u32, u32, &str, Ty)] = &[
+    (Layer::L3, 2, 1, 0, 4, "ip version", Ty::Integer),
+    (Layer::L3, 2, 1, 4, 4, "ip hdrlength", Ty::Integer),
+    (Layer::L3, 2, 1, 8, 6, "ip dscp", Ty::Dscp),
+    (Layer::L3, 2, 1, 14, 2, "ip ecn", Ty::Ecn),
+    (Layer::L3, 10, 1, 0, 4, "ip6 version", Ty::Integer),
+    (Layer::L3, 10, 1, 4, 6, "ip6 dscp", Ty::Dscp),
+    (Layer::L3, 10, 1, 10, 2, "ip6 ecn", Ty::Ecn),
+    (Layer::L3, 10, 1, 12, 20, "ip6 flowlabel", Ty::Integer),
+    (Layer::L3, 0x8100 << 16, 0, 112, 3, "vlan pcp", Ty::Integer),
+    (Layer::L3, 0x8100 << 16, 0, 115, 1, "vlan dei", Ty::Integer),
+    (Layer::L3, 0x8100 << 16, 0, 116, 12, "vlan id", Ty::Integer),
+    (Layer::L4, 6, 2, 96, 4, "tcp doff", Ty::Integer),
+    (Layer::L4, 6, 2, 100, 4, "tcp reserved", Ty::Integer),
+    (Layer::L4, 33, 2, 67, 4, "dccp type", Ty::DccpType),
+];
+
+/// A header field narrower than its bytes (`ip hdrlength`, `vlan id`), by bit offset and
+/// length within the base, in the protocol context the rule has established.
+pub(crate) fn payload_bits(
+    base: u32,
+    off: u32,
+    len: u32,
+    l3: Option<u32>,
+    l4: Option<u32>,
+) -> Option<Field> {
+    BITFIELDS
+        .iter()
+        .find(|(layer, proto, b, o, l, _, _)| {
+            let pinned = match layer {
+                Layer::L2 => None,
+                Layer::L3 => l3,
+                Layer::L4 => l4,
+            };
+            pinned == Some(*proto) && *b == base && *o == off && *l == len
+        })
+        .map(|(layer, proto, _, _, l, name, ty)| {
+            let mut f = Field::new(*name, *ty, Order::Big, l.div_ceil(8) as usize);
+            f.needs = Some((*layer, *proto));
+            f
         })
 }
 
@@ -265,12 +351,12 @@ pub(crate) fn meta(key: u32) -> Field {
         5 => host("oif", Ty::Ifindex),
         6 => Field::new("iifname", Ty::Ifname, Order::Big, 16),
         7 => Field::new("oifname", Ty::Ifname, Order::Big, 16),
-        8 => host("iiftype", Ty::Integer),
-        9 => host("oiftype", Ty::Integer),
+        8 => Field::new("meta iiftype", Ty::Arphrd, Order::Host, 2).key(Layer::L2),
+        9 => Field::new("meta oiftype", Ty::Arphrd, Order::Host, 2),
         10 => host("meta skuid", Ty::Integer),
         11 => host("meta skgid", Ty::Integer),
         12 => host("meta nftrace", Ty::Integer),
-        13 => host("meta rtclassid", Ty::Integer),
+        13 => host("meta rtclassid", Ty::Realm),
         14 => host("meta secmark", Ty::Integer),
         15 => Field::new("meta nfproto", Ty::NfProto, Order::Host, 1).key(Layer::L3),
         16 => Field::new("meta l4proto", Ty::InetProto, Order::Host, 1).key(Layer::L4),
@@ -278,8 +364,8 @@ pub(crate) fn meta(key: u32) -> Field {
         18 => Field::new("meta obrname", Ty::Ifname, Order::Big, 16),
         19 => Field::new("meta pkttype", Ty::PktType, Order::Host, 1),
         20 => host("meta cpu", Ty::Integer),
-        21 => host("iifgroup", Ty::Integer),
-        22 => host("oifgroup", Ty::Integer),
+        21 => host("iifgroup", Ty::Devgroup),
+        22 => host("oifgroup", Ty::Devgroup),
         23 => host("meta cgroup", Ty::Integer),
         24 => Field::new("meta random", Ty::Integer, Order::Big, 4),
         25 => Field::new("meta ipsec", Ty::Boolean, Order::Host, 1),
@@ -287,9 +373,9 @@ pub(crate) fn meta(key: u32) -> Field {
         27 => Field::new("meta oifkind", Ty::Ifname, Order::Big, 16),
         28 => host("meta ibrpvid", Ty::Integer),
         29 => host("meta ibrvproto", Ty::EtherType),
-        30 => host("meta time", Ty::Integer),
-        31 => host("meta day", Ty::Integer),
-        32 => host("meta hour", Ty::Integer),
+        30 => Field::new("meta time", Ty::Time, Order::Host, 8),
+        31 => Field::new("meta day", Ty::Day, Order::Host, 1),
+        32 => host("meta hour", Ty::Hour),
         33 => host("meta sdif", Ty::Ifindex),
         34 => Field::new("meta sdifname", Ty::Ifname, Order::Big, 16),
         35 => host("meta broute", Ty::Integer),
@@ -312,7 +398,7 @@ pub(crate) fn ct(key: u32, dir: Option<u8>) -> Field {
         2 => host("status", Ty::CtStatus),
         3 => host("mark", Ty::Mark),
         4 => host("secmark", Ty::Integer),
-        5 => host("expiration", Ty::Integer),
+        5 => host("expiration", Ty::Msecs),
         6 => big("helper", Ty::Ifname, 16),
         7 => Field::new(format!("ct {d}l3proto"), Ty::NfProto, Order::Host, 1),
         8 => big("saddr", Ty::Ipv4, 4),

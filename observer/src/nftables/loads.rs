@@ -8,6 +8,7 @@
 
 use super::decode::Expr;
 use super::expr::Attrs;
+use super::exthdrs;
 use super::fields::Field;
 use super::renderer::{Renderer, Val};
 use super::values::{Order, Ty};
@@ -160,55 +161,25 @@ fn field(text: impl Into<String>, ty: Ty, order: Order, full_len: usize) -> Fiel
 
 fn exthdr(r: &mut Renderer<'_>, a: &Attrs<'_>) {
     let ty = a.bytes(2).and_then(|b| b.first().copied()).unwrap_or(0);
-    let (off, len) = (
-        u64::from(a.u32(3).unwrap_or(0)),
-        u64::from(a.u32(4).unwrap_or(0)),
-    );
+    let (off, len) = (a.u32(3).unwrap_or(0), a.u32(4).unwrap_or(0));
     let present = a.u32(5).unwrap_or(0) & 1 != 0;
-    let text = match a.u32(6).unwrap_or(0) {
-        1 => {
-            let name = match ty {
-                0 => "eol",
-                1 => "nop",
-                2 => "maxseg",
-                3 => "window",
-                4 => "sack-perm",
-                5 => "sack",
-                8 => "timestamp",
-                30 => "mptcp",
-                _ => "",
-            };
-            let field = match (ty, off, len) {
-                (_, 0, 1) => "kind",
-                (_, 1, 1) => "length",
-                (2, 2, 2) => "size",
-                (3, 2, 1) => "count",
-                (8, 2, 4) => "tsval",
-                (8, 6, 4) => "tsecr",
-                (5, 2, 4) => "left",
-                (5, 6, 4) => "right",
-                _ => "",
-            };
-            match (name, field, present) {
-                ("", _, _) => format!("tcp option @{ty},{},{}", off * 8, len * 8),
-                (n, _, true) => format!("tcp option {n}"),
-                (n, "", _) => format!("tcp option {n} @{},{}", off * 8, len * 8),
-                (n, f, _) => format!("tcp option {n} {f}"),
-            }
+    let op = a.u32(6).unwrap_or(0);
+    if present {
+        if let Some(need) = exthdrs::presence_needs(op) {
+            r.need(need);
         }
-        2 => format!("ip option @{ty},{},{}", off * 8, len * 8),
-        op => format!("exthdr op {op} type {ty} @{},{}", off * 8, len * 8),
-    };
-    let v = if present {
-        Val::Presence(text)
-    } else {
-        Val::Field(field(text, Ty::Integer, Order::Big, len.min(64) as usize))
-    };
+        r.store(a.reg(1), Val::Presence(exthdrs::header(op, ty)));
+        return;
+    }
+    let v = Val::Exthdr { op, ty, off, len };
     if a.has(1) {
         r.store(a.reg(1), v);
-    } else if let Val::Field(f) = v {
+    } else if a.has(7) {
+        let f = r.field(&v);
         let src = r.load(a.reg(7));
         let value = r.value_text(&src, &f);
         r.emit(format!("{} set {value}", f.text));
+    } else {
+        r.emit(format!("reset {}", exthdrs::header(op, ty)));
     }
 }

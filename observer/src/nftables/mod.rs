@@ -31,6 +31,7 @@ mod corpus;
 pub mod decode;
 mod elements;
 mod expr;
+mod exthdrs;
 mod fields;
 pub mod generation;
 pub mod ifnames;
@@ -42,6 +43,12 @@ mod scenarios;
 pub mod socket;
 pub mod state;
 mod stmts;
+#[cfg(test)]
+mod suite;
+#[cfg(test)]
+mod suite_load;
+mod symbols;
+mod symtab;
 #[cfg(test)]
 mod testutil;
 mod txn;

@@ -119,9 +119,11 @@ impl<'a> Renderer<'a> {
                 };
                 self.store(a.reg(2), v);
             }
+            // hton turns a host-order value into network order before a range or a set
+            // lookup (nft stores those in network order); ntoh the other way.
             "byteorder" => {
                 let v = self.load(a.reg(1));
-                self.store(a.reg(2), v);
+                self.store(a.reg(2), Val::Swapped(Box::new(v)));
             }
             "cmp" => self.cmp(a),
             "range" => {

@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use super::decode::{Element, Set};
 use super::elements::elements_text;
 use super::expr::{Attrs, REG_VERDICT};
+use super::exthdrs;
 use super::fields::{self, Field, Layer, NFPROTO_ARP, NFPROTO_IPV4, NFPROTO_IPV6};
 use super::values::{self, Order, Ty};
 
@@ -64,6 +65,15 @@ pub(crate) enum Val {
         left: bool,
         n: u64,
     },
+    /// An extension header, TCP option or SCTP chunk load (offset and length in bytes).
+    Exthdr {
+        op: u32,
+        ty: u8,
+        off: u32,
+        len: u32,
+    },
+    /// A value whose byte order a `byteorder` expression reversed.
+    Swapped(Box<Val>),
     /// The result of a map lookup, already printed (`ip saddr map @m`).
     Text(String),
     Unknown,
@@ -167,6 +177,11 @@ impl<'a> Renderer<'a> {
         });
     }
 
+    /// Record a protocol the next statement relies on.
+    pub(crate) fn need(&mut self, need: (Layer, u32)) {
+        self.needs.push(need);
+    }
+
     pub(crate) fn comment(&mut self, text: String) {
         self.comments.push(text);
     }
@@ -199,16 +214,36 @@ impl<'a> Renderer<'a> {
                 fields::payload(*base, *offset, *len, self.l3(), self.l4)
             }
             Val::Meta(k) => fields::meta(*k),
+            Val::Exthdr { op, ty, off, len } => {
+                let (o, l) = (off * 8, len * 8);
+                exthdrs::field(*op, *ty, o, l).unwrap_or_else(|| exthdrs::raw(*op, *ty, o, l))
+            }
             Val::Ct { key, dir } => fields::ct(*key, *dir),
             Val::Field(f) => f.clone(),
             Val::Presence(t) | Val::Text(t) => Field::opaque(t.clone()),
             Val::Imm(b) => Field::opaque(values::hex(b, Order::Big)),
             Val::Bits { src, mask, xor } => {
-                let f = self.field(src);
-                let mut text = format!("{} & {}", f.text, values::format(f.ty, f.order, mask));
-                if xor.iter().any(|b| *b != 0) {
-                    text = format!("({text}) ^ {}", values::format(f.ty, f.order, xor));
+                if xor.iter().all(|b| *b == 0) {
+                    if let Some((f, 0)) = self.bit_field(src, mask) {
+                        return f;
+                    }
                 }
+                let f = self.field(src);
+                let (m, x) = (
+                    values::format(f.ty, f.order, mask),
+                    values::format(f.ty, f.order, xor),
+                );
+                let inverse =
+                    mask.len() == xor.len() && mask.iter().zip(xor).all(|(a, b)| *a == !b);
+                let text = if xor.iter().all(|b| *b == 0) {
+                    format!("{} & {m}", f.text)
+                } else if inverse {
+                    format!("{} | {x}", f.text)
+                } else if mask.iter().all(|b| *b == 0xff) {
+                    format!("{} ^ {x}", f.text)
+                } else {
+                    format!("({} & {m}) ^ {x}", f.text)
+                };
                 Field { text, ..f }
             }
             Val::Shift { src, left, n } => {
@@ -219,12 +254,51 @@ impl<'a> Renderer<'a> {
                     ..f
                 }
             }
+            Val::Swapped(src) => {
+                let f = self.field(src);
+                let order = match f.order {
+                    Order::Host => Order::Big,
+                    Order::Big => Order::Host,
+                };
+                // The needs were recorded by the inner call.
+                return Field { order, ..f };
+            }
             Val::Unknown => Field::opaque("?"),
         };
         if let Some(n) = f.needs {
             self.needs.push(n);
         }
         f
+    }
+
+    /// A masked load that is one header field narrower than its bytes (`ip hdrlength`,
+    /// `frag frag-off`, `tcp option mptcp subtype`): the field, and how far its value sits to
+    /// the left in the register. Records the protocol the field relies on.
+    pub(crate) fn bit_field(&mut self, src: &Val, mask: &[u8]) -> Option<(Field, u32)> {
+        if mask.is_empty() || mask.len() > 16 {
+            return None;
+        }
+        let m = mask.iter().fold(0u128, |v, b| (v << 8) | u128::from(*b));
+        let bits = mask.len() as u32 * 8;
+        let (ones, tz) = (m.count_ones(), m.trailing_zeros());
+        if ones == 0 || ones == bits || (m >> tz) != (1u128 << ones) - 1 {
+            return None;
+        }
+        let lead = bits - ones - tz;
+        let f = match src {
+            Val::Exthdr { op, ty, off, .. } => exthdrs::field(*op, *ty, off * 8 + lead, ones),
+            Val::Payload { base, offset, .. } => {
+                fields::payload_bits(*base, offset * 8 + lead, ones, self.l3(), self.l4)
+            }
+            _ => None,
+        }?;
+        if let Some(n) = f.needs {
+            self.needs.push(n);
+        }
+        if matches!(src, Val::Payload { base: 0, .. }) {
+            self.needs.push((Layer::L2, 1));
+        }
+        Some((f, tz))
     }
 
     /// `<field> set <value>` for payload/meta/ct writes.
@@ -293,6 +367,11 @@ impl<'a> Renderer<'a> {
                     None => self.cmp_plain(&v, op, &data),
                 }
             }
+            Val::Bits { .. } => {
+                let f = self.field(&v);
+                let sym = if op == CMP_EQ { "== " } else { op_prefix(op) };
+                self.emit(format!("{} {sym}{}", f.text, rhs(&f, &data)));
+            }
             _ => self.cmp_plain(&v, op, &data),
         }
     }
@@ -313,6 +392,7 @@ impl<'a> Renderer<'a> {
                     _ => raw,
                 };
                 match layer {
+                    Layer::L2 => {}
                     Layer::L3 => self.l3 = Some(proto),
                     Layer::L4 => self.l4 = Some(proto),
                 }
@@ -328,6 +408,13 @@ impl<'a> Renderer<'a> {
     }
 
     fn cmp_masked(&mut self, src: &Val, mask: &[u8], op: u32, data: &[u8]) {
+        if let Some((f, shift)) = self.bit_field(src, mask) {
+            let v = data.iter().fold(0u128, |v, b| (v << 8) | u128::from(*b)) >> shift;
+            let bytes = v.to_be_bytes();
+            let value = values::format(f.ty, Order::Big, &bytes[16 - f.full_len.max(1)..]);
+            self.emit(format!("{} {}{value}", f.text, op_prefix(op)));
+            return;
+        }
         if let Val::Payload {
             base: 0,
             offset: 14,
@@ -386,13 +473,26 @@ impl<'a> Renderer<'a> {
     }
 
     pub(super) fn range(&mut self, v: &Val, neq: bool, from: &[u8], to: &[u8]) {
+        if let Val::Bits { src, mask, .. } = v {
+            if let Some((f, shift)) = self.bit_field(src, mask) {
+                let at = |d: &[u8]| {
+                    let v = d.iter().fold(0u128, |v, b| (v << 8) | u128::from(*b)) >> shift;
+                    let bytes = v.to_be_bytes();
+                    values::format(f.ty, Order::Big, &bytes[16 - f.full_len.max(1)..])
+                };
+                let ne = if neq { "!= " } else { "" };
+                let text = format!("{} {ne}{}-{}", f.text, at(from), at(to));
+                self.emit(text);
+                return;
+            }
+        }
         let f = self.field(v);
         let ne = if neq { "!= " } else { "" };
         let text = format!(
             "{} {ne}{}-{}",
             f.text,
-            values::format(f.ty, f.order, from),
-            values::format(f.ty, f.order, to)
+            values::range_end(f.ty, f.order, from),
+            values::range_end(f.ty, f.order, to)
         );
         self.emit(text);
     }

@@ -40,6 +40,11 @@ impl Netns {
             .unwrap_or_else(|e| panic!("`{cmd}` failed: {e}"))
     }
 
+    /// Run a shell command inside the namespace: its stdout, or why it failed (with stderr).
+    pub fn try_sh(&self, cmd: &str) -> Result<String, String> {
+        self.ns.run("sh", &["-c", cmd]).map_err(|e| e.to_string())
+    }
+
     /// Open the notification socket and a request socket inside the namespace, from a thread
     /// that entered it (the test thread stays in the host namespace).
     pub fn sockets(&self) -> Result<(Socket, Socket), NftError> {

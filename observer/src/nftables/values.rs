@@ -11,6 +11,8 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
+use super::symtab::*;
+
 /// How a value is laid out in a register.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Order {
@@ -47,6 +49,25 @@ pub(crate) enum Ty {
     PktType,
     ArpOp,
     Dscp,
+    /// IPv6 mobility header type.
+    MhType,
+    /// A link type (ARPHRD_*: `meta iiftype ether`).
+    Arphrd,
+    /// A device group (`iifgroup "default"`).
+    Devgroup,
+    /// A routing realm (`meta rtclassid "cosmos"`).
+    Realm,
+    /// Nanoseconds since the epoch (`meta time "2019-07-01 00:00:00"`, UTC).
+    Time,
+    /// A day of the week (`meta day "Saturday"`).
+    Day,
+    /// Seconds since midnight (`meta hour "17:00"`).
+    Hour,
+    /// Milliseconds (`ct expiration 30s`).
+    Msecs,
+    Ecn,
+    IgmpType,
+    DccpType,
     Boolean,
     Verdict,
     /// A tc handle (`meta priority`): `major:minor`.
@@ -113,9 +134,21 @@ impl Ty {
             Ty::Ipv6 => 16,
             Ty::Port | Ty::EtherType | Ty::ArpOp => 2,
             Ty::InetProto | Ty::NfProto | Ty::IcmpType | Ty::Icmp6Type | Ty::TcpFlags => 1,
-            Ty::PktType | Ty::Dscp | Ty::CtDir | Ty::IcmpCode | Ty::Boolean => 1,
+            Ty::PktType
+            | Ty::Dscp
+            | Ty::MhType
+            | Ty::Ecn
+            | Ty::IgmpType
+            | Ty::DccpType
+            | Ty::CtDir
+            | Ty::IcmpCode
+            | Ty::Boolean => 1,
             Ty::EtherAddr => 6,
+            Ty::Arphrd => 2,
             Ty::Ifname => 16,
+            Ty::Devgroup | Ty::Realm | Ty::Hour | Ty::Msecs => 4,
+            Ty::Time => 8,
+            Ty::Day => 1,
             _ => return None,
         })
     }
@@ -199,7 +232,10 @@ pub(crate) fn format(ty: Ty, order: Order, bytes: &[u8]) -> String {
         },
         Ty::Integer | Ty::Port => n.to_string(),
         Ty::Boolean => if n == 0 { "false" } else { "true" }.into(),
-        Ty::InetProto => named(INET_PROTO, n),
+        Ty::InetProto => match super::symbols::protocol(n) {
+            Some(name) => name.to_string(),
+            None => named(INET_PROTO, n),
+        },
         Ty::EtherType => match n {
             0x0800 => "ip".into(),
             0x86dd => "ip6".into(),
@@ -226,6 +262,27 @@ pub(crate) fn format(ty: Ty, order: Order, bytes: &[u8]) -> String {
         Ty::PktType => named(PKTTYPE, n),
         Ty::ArpOp => named(ARPOP, n),
         Ty::Dscp => named(DSCP, n),
+        Ty::MhType => named(MH_TYPE, n),
+        Ty::Arphrd => named(ARPHRD, n),
+        Ty::Devgroup => quoted(super::symbols::devgroup(n), n),
+        Ty::Realm => quoted(super::symbols::realm(n), n),
+        Ty::Time => date(n),
+        Ty::Day => match DAYS.get(n as usize) {
+            Some(d) => format!("\"{d}\""),
+            None => n.to_string(),
+        },
+        Ty::Hour => {
+            let (h, m, s) = (n / 3600, n / 60 % 60, n % 60);
+            if s == 0 {
+                format!("\"{h:02}:{m:02}\"")
+            } else {
+                format!("\"{h:02}:{m:02}:{s:02}\"")
+            }
+        }
+        Ty::Msecs => super::stmts::duration(n),
+        Ty::Ecn => named(ECN, n),
+        Ty::IgmpType => named(IGMP_TYPE, n),
+        Ty::DccpType => named(DCCP_TYPE, n),
         Ty::Verdict => n.to_string(),
         Ty::TcHandle => match n {
             0xffff_ffff => "root".into(),
@@ -273,6 +330,43 @@ pub(super) fn push_log_flags(text: &mut String, flags: u32) {
     }
     if flags & 0x20 != 0 {
         text.push_str(" flags ether");
+    }
+}
+
+fn quoted(name: Option<&str>, n: u64) -> String {
+    match name {
+        Some(name) => format!("\"{name}\""),
+        None => n.to_string(),
+    }
+}
+
+const DAYS: [&str; 7] = [
+    "Sunday",
+    "Monday",
+    "Tuesday",
+    "Wednesday",
+    "Thursday",
+    "Friday",
+    "Saturday",
+];
+
+/// Nanoseconds since the epoch as nft prints a date (nft uses local time; observer UTC).
+fn date(ns: u64) -> String {
+    let fmt = time::macros::format_description!("[year]-[month]-[day] [hour]:[minute]:[second]");
+    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ns))
+        .ok()
+        .and_then(|t| t.format(&fmt).ok())
+        .map(|t| format!("\"{t}\""))
+        .unwrap_or_else(|| ns.to_string())
+}
+
+/// How a value prints as one end of a range: symbolic protocol numbers stay numbers, and
+/// milliseconds print as seconds, as nft prints them there.
+pub(crate) fn range_end(ty: Ty, order: Order, bytes: &[u8]) -> String {
+    match ty {
+        Ty::InetProto => int(bytes, order).to_string(),
+        Ty::Msecs => format!("{}s", int(bytes, order) / 1000),
+        _ => format(ty, order, bytes),
     }
 }
 
@@ -344,8 +438,8 @@ pub(crate) fn interval(ty: Ty, order: Order, start: &[u8], end_inclusive: &[u8])
     }
     format!(
         "{}-{}",
-        format(ty, order, start),
-        format(ty, order, end_inclusive)
+        range_end(ty, order, start),
+        range_end(ty, order, end_inclusive)
     )
 }
 
@@ -362,155 +456,6 @@ pub(crate) fn minus_one(bytes: &[u8]) -> Vec<u8> {
     }
     v
 }
-
-const INET_PROTO: &[(u64, &str)] = &[
-    (1, "icmp"),
-    (2, "igmp"),
-    (4, "ipencap"),
-    (6, "tcp"),
-    (17, "udp"),
-    (33, "dccp"),
-    (41, "ipv6"),
-    (47, "gre"),
-    (50, "esp"),
-    (51, "ah"),
-    (58, "ipv6-icmp"),
-    (132, "sctp"),
-    (136, "udplite"),
-];
-
-const CT_STATE: &[(u64, &str)] = &[
-    (1, "invalid"),
-    (2, "established"),
-    (4, "related"),
-    (8, "new"),
-    (64, "untracked"),
-];
-
-const CT_STATUS: &[(u64, &str)] = &[
-    (1, "expected"),
-    (2, "seen-reply"),
-    (4, "assured"),
-    (8, "confirmed"),
-    (16, "snat"),
-    (32, "dnat"),
-    (512, "dying"),
-];
-
-const TCP_FLAGS: &[(u64, &str)] = &[
-    (1, "fin"),
-    (2, "syn"),
-    (4, "rst"),
-    (8, "psh"),
-    (16, "ack"),
-    (32, "urg"),
-    (64, "ecn"),
-    (128, "cwr"),
-];
-
-const ICMP_TYPE: &[(u64, &str)] = &[
-    (0, "echo-reply"),
-    (3, "destination-unreachable"),
-    (4, "source-quench"),
-    (5, "redirect"),
-    (8, "echo-request"),
-    (9, "router-advertisement"),
-    (10, "router-solicitation"),
-    (11, "time-exceeded"),
-    (12, "parameter-problem"),
-    (13, "timestamp-request"),
-    (14, "timestamp-reply"),
-    (15, "info-request"),
-    (16, "info-reply"),
-    (17, "address-mask-request"),
-    (18, "address-mask-reply"),
-];
-
-const ICMP6_TYPE: &[(u64, &str)] = &[
-    (1, "destination-unreachable"),
-    (2, "packet-too-big"),
-    (3, "time-exceeded"),
-    (4, "parameter-problem"),
-    (128, "echo-request"),
-    (129, "echo-reply"),
-    (130, "mld-listener-query"),
-    (131, "mld-listener-report"),
-    (132, "mld-listener-done"),
-    (133, "nd-router-solicit"),
-    (134, "nd-router-advert"),
-    (135, "nd-neighbor-solicit"),
-    (136, "nd-neighbor-advert"),
-    (137, "nd-redirect"),
-    (138, "router-renumbering"),
-    (141, "ind-neighbor-solicit"),
-    (142, "ind-neighbor-advert"),
-    (143, "mld2-listener-report"),
-];
-
-/// icmp codes as `reject with icmp <code>` prints them (ICMP_DEST_UNREACH codes).
-const ICMP_CODE: &[(u64, &str)] = &[
-    (0, "net-unreachable"),
-    (1, "host-unreachable"),
-    (2, "prot-unreachable"),
-    (3, "port-unreachable"),
-    (9, "net-prohibited"),
-    (10, "host-prohibited"),
-    (13, "admin-prohibited"),
-];
-
-const FIB_ADDR: &[(u64, &str)] = &[
-    (0, "unspec"),
-    (1, "unicast"),
-    (2, "local"),
-    (3, "broadcast"),
-    (4, "anycast"),
-    (5, "multicast"),
-    (6, "blackhole"),
-    (7, "unreachable"),
-    (8, "prohibit"),
-];
-
-const PKTTYPE: &[(u64, &str)] = &[
-    (0, "host"),
-    (1, "broadcast"),
-    (2, "multicast"),
-    (3, "other"),
-];
-
-const ARPOP: &[(u64, &str)] = &[
-    (1, "request"),
-    (2, "reply"),
-    (3, "rrequest"),
-    (4, "rreply"),
-    (8, "inrequest"),
-    (9, "inreply"),
-    (10, "nak"),
-];
-
-const DSCP: &[(u64, &str)] = &[
-    (0, "cs0"),
-    (8, "cs1"),
-    (16, "cs2"),
-    (24, "cs3"),
-    (32, "cs4"),
-    (40, "cs5"),
-    (48, "cs6"),
-    (56, "cs7"),
-    (10, "af11"),
-    (12, "af12"),
-    (14, "af13"),
-    (18, "af21"),
-    (20, "af22"),
-    (22, "af23"),
-    (26, "af31"),
-    (28, "af32"),
-    (30, "af33"),
-    (34, "af41"),
-    (36, "af42"),
-    (38, "af43"),
-    (44, "va"),
-    (46, "ef"),
-];
 
 #[cfg(test)]
 mod tests {
