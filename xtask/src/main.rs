@@ -494,7 +494,10 @@ mod tests {
     #[test]
     fn a_failed_phase_fails_the_run() {
         assert_eq!(phases_summary(&[]), 0);
-        assert_eq!(phases_summary(&["host tests (cargo test exited with 101)".into()]), 1);
+        assert_eq!(
+            phases_summary(&["host tests (cargo test exited with 101)".into()]),
+            1
+        );
     }
 
     #[test]
