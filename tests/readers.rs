@@ -91,10 +91,8 @@ fn events(port: u16, inode: u64) -> mpsc::Receiver<u64> {
             let Ok(v) = serde_json::from_str::<Value>(data) else {
                 continue;
             };
-            if is_rule(&v, inode) {
-                if tx.send(v["seq"].as_u64().expect("seq")).is_err() {
-                    return;
-                }
+            if is_rule(&v, inode) && tx.send(v["seq"].as_u64().expect("seq")).is_err() {
+                return;
             }
         }
     });
@@ -231,14 +229,7 @@ fn fds(pid: u32) -> usize {
 fn half_sent_requests_are_closed_in_time_and_capped() {
     skip_unless!("ip", "nft");
     let port = free_port();
-    let mut d = common::Daemon::start(
-        port,
-        &[
-            "--no-record",
-            "--http-max-connections",
-            "1010",
-        ],
-    );
+    let mut d = common::Daemon::start(port, &["--no-record", "--http-max-connections", "1010"]);
     let pid = d.child.id();
     let ns = Netns::new("halfsent");
     let inode = ns.inode();
@@ -368,11 +359,7 @@ fn speak(mut s: TcpStream) {
         }
         let words: Vec<&str> = line.split_whitespace().collect();
         match words.first().map(|w| w.to_ascii_uppercase()).as_deref() {
-            Some("PING") => {
-                if s.write_all(b"PONG\r\n").is_err() {
-                    return;
-                }
-            }
+            Some("PING") if s.write_all(b"PONG\r\n").is_err() => return,
             // A message: its payload (the last number is its size) is read and ignored.
             Some("PUB") | Some("HPUB") => {
                 let n: usize = words.last().and_then(|w| w.parse().ok()).unwrap_or(0);
