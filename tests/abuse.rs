@@ -147,7 +147,8 @@ fn a_huge_header_is_refused_and_the_daemon_goes_on() {
 fn two_thousand_idle_connections_leave_it_serving() {
     skip_unless!("ip", "nft");
     let port = free_port();
-    let mut d = Daemon::start(port, &["--no-record"]);
+    // Above the cap of open connections (past it, a connection is answered 503).
+    let mut d = Daemon::start(port, &["--no-record", "--http-max-connections", "4096"]);
     let rss_before = rss_mib(&d);
     let idle: Vec<TcpStream> = (0..2000)
         .map(|_| TcpStream::connect(("127.0.0.1", port)).expect("connect"))

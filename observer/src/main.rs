@@ -41,6 +41,8 @@ fn main() -> ExitCode {
             cli::Command::BenchIncidents(b) => bench::incidents::run(b),
         }
     });
+    // Threads blocked in a read or a write (a namespace that does not answer) do not hold the exit.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         // `observer tail ... | head`: the reader has what it wanted.

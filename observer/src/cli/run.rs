@@ -14,6 +14,9 @@ pub const DEFAULT_RECORD: &str = "/var/lib/observer/record.db";
 pub const DEFAULT_RETAIN: &str = "7d";
 pub const DEFAULT_MAX_RECORD: &str = "512MiB";
 pub const DEFAULT_NETLINK_RCVBUF: &str = "32MiB";
+pub const DEFAULT_HTTP_HEAD_TIMEOUT: &str = "5s";
+pub const DEFAULT_HTTP_IDLE_TIMEOUT: &str = "60s";
+pub const DEFAULT_HTTP_MAX_CONNECTIONS: usize = 256;
 /// The NATS JetStream stream `run --nats` creates and `tail --nats` reads, and its limits.
 pub const DEFAULT_NATS_STREAM: &str = "OBSERVER";
 pub const DEFAULT_NATS_MAX_AGE: &str = "7d";
@@ -78,6 +81,21 @@ pub struct RunArgs {
     /// `record.db` in it.
     #[arg(long, env = "OBSERVER_RECORD", value_name = "PATH")]
     pub record: Option<PathBuf>,
+
+    /// Close an HTTP connection that has not sent a whole request head this long after it
+    /// opened or after the first byte of its next request [default: 5s].
+    #[arg(long, env = "OBSERVER_HTTP_HEAD_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
+    pub http_head_timeout: Option<Duration>,
+
+    /// Close a kept-alive HTTP connection that sends no next request this long after its last
+    /// answer [default: 60s].
+    #[arg(long, env = "OBSERVER_HTTP_IDLE_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
+    pub http_idle_timeout: Option<Duration>,
+
+    /// Open HTTP connections at most; beyond it a connection is answered 503 with
+    /// `Retry-After` and closed [default: 256].
+    #[arg(long, env = "OBSERVER_HTTP_MAX_CONNECTIONS", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub http_max_connections: Option<u32>,
 
     /// Keep no record (streams only; a reconnecting client can then only catch up on recent
     /// events held in memory).

@@ -21,6 +21,27 @@ pub mod tail;
 pub struct ReaderGone;
 
 /// A write to the output that failed: [`ReaderGone`] when its reader went away, else the error.
+/// After SIGTERM or SIGINT, end the process `grace` later whatever holds it: a stdout that
+/// nobody reads (a stalled log pipe, a paused terminal) can block a write forever, and the
+/// kubelet kills what does not exit in time. The normal stop, when it comes first, is not
+/// changed. Exits with `code`, without a word (stderr may be stalled too).
+pub fn exit_after_signal(grace: std::time::Duration, code: i32) -> std::io::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        std::thread::spawn(move || {
+            std::thread::sleep(grace);
+            std::process::exit(code);
+        });
+    });
+    Ok(())
+}
+
 pub fn output_error(e: std::io::Error) -> anyhow::Error {
     if e.kind() == std::io::ErrorKind::BrokenPipe {
         ReaderGone.into()

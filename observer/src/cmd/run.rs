@@ -15,6 +15,7 @@ use anyhow::{bail, Context as _};
 use crate::cli::run::RunArgs;
 use crate::daemon::config::Settings;
 use crate::daemon::hub::{self, Hub};
+use crate::daemon::limits::{Limited, MakeMarked};
 use crate::daemon::sink::DaemonOutput;
 use crate::daemon::{http, metrics, tls, token_from};
 use crate::recorder;
@@ -22,6 +23,9 @@ use crate::store;
 
 /// How many records may wait for the record writer before new ones are dropped (and counted).
 const STORE_QUEUE: usize = 65_536;
+
+/// How long the exit waits for stdout to take the lines queued for it.
+const STDOUT_DRAIN: Duration = Duration::from_secs(1);
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut settings = args.resolve().map_err(anyhow::Error::msg)?;
@@ -110,30 +114,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let shutdown = async move {
         let _ = stopped.wait_for(|s| *s).await;
     };
+    let limits = settings.http;
     let server = match tls {
         Some(tls) => {
             tracing::info!("HTTP endpoint on https://{}", settings.listen);
             let listener = tls::TlsListener::new(listener, Arc::new(tls))
                 .map_err(|e| listen_error(settings.listen, e))?;
-            tokio::spawn(async move {
-                let res = axum::serve(listener, app)
-                    .with_graceful_shutdown(shutdown)
-                    .await;
-                if let Err(e) = res {
-                    tracing::error!("HTTP endpoint stopped: {e}");
-                }
-            })
+            tokio::spawn(serve(Limited::new(listener, limits), app, shutdown))
         }
         None => {
             tracing::info!("HTTP endpoint on http://{}", settings.listen);
-            tokio::spawn(async move {
-                let res = axum::serve(listener, app)
-                    .with_graceful_shutdown(shutdown)
-                    .await;
-                if let Err(e) = res {
-                    tracing::error!("HTTP endpoint stopped: {e}");
-                }
-            })
+            tokio::spawn(serve(Limited::new(listener, limits), app, shutdown))
         }
     };
 
@@ -141,7 +132,22 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         Some((s, j)) => (Some(s), Some(j)),
         None => (None, None),
     };
-    let output = DaemonOutput::new(hub.clone(), sender, last_incident, settings.snapshots);
+    let stdout = crate::daemon::stdout::StdoutQueue::spawn(
+        crate::daemon::stdout::RawStdout,
+        crate::daemon::stdout::STDOUT_QUEUE,
+        hub.metrics.dropped("stdout"),
+    )
+    .context("starting the stdout writer thread")?;
+    // Whatever holds the stop (a disk that does not answer), the kubelet does not have to kill
+    // observer: it ends 9 s after SIGTERM at the latest, with status 1.
+    super::exit_after_signal(Duration::from_secs(9), 1)?;
+    let output = DaemonOutput::new(
+        hub.clone(),
+        Some(stdout.clone()),
+        sender,
+        last_incident,
+        settings.snapshots,
+    );
     // The engine owns the output: when it returns, the record's sender is gone and the writer
     // finishes what is queued.
     let result = crate::engine::run(&settings.source.engine_config(), Box::new(output)).await;
@@ -159,9 +165,40 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     if let Some(p) = publisher {
         // It stops at the shutdown signal; what it had not published waits in the record.
-        let _ = p.await;
+        if tokio::time::timeout(Duration::from_secs(2), p)
+            .await
+            .is_err()
+        {
+            tracing::warn!("the NATS publisher did not stop within 2 s; leaving it");
+        }
+    }
+    // stdout gets what is queued if it reads; a stalled pipe does not hold the exit.
+    let drained = tokio::task::spawn_blocking(move || stdout.drain(STDOUT_DRAIN)).await;
+    if !matches!(drained, Ok(true)) {
+        tracing::warn!(
+            "stdout did not take its last lines within {} s; exiting without them",
+            STDOUT_DRAIN.as_secs()
+        );
     }
     Ok(result?)
+}
+
+/// Serve `app` on `listener` until `shutdown`.
+async fn serve<L>(
+    listener: Limited<L>,
+    app: axum::Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+    L::Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let res = axum::serve(listener, MakeMarked(app))
+        .with_graceful_shutdown(shutdown)
+        .await;
+    if let Err(e) = res {
+        tracing::error!("HTTP endpoint stopped: {e}");
+    }
 }
 
 fn read_token(s: &Settings) -> anyhow::Result<Option<String>> {

@@ -103,6 +103,8 @@ pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
         );
     }
     let output = tail_output(&args)?;
+    // A terminal that stopped reading does not hold the exit.
+    super::exit_after_signal(std::time::Duration::from_secs(5), 0)?;
     Ok(engine::run(&args.source.engine_config(), output).await?)
 }
 

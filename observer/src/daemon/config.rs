@@ -10,8 +10,9 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::cli::run::{
-    parse_duration, parse_size, RunArgs, DEFAULT_LISTEN, DEFAULT_MAX_RECORD,
-    DEFAULT_NETLINK_RCVBUF, DEFAULT_RECORD, DEFAULT_RETAIN,
+    parse_duration, parse_size, RunArgs, DEFAULT_HTTP_HEAD_TIMEOUT, DEFAULT_HTTP_IDLE_TIMEOUT,
+    DEFAULT_HTTP_MAX_CONNECTIONS, DEFAULT_LISTEN, DEFAULT_MAX_RECORD, DEFAULT_NETLINK_RCVBUF,
+    DEFAULT_RECORD, DEFAULT_RETAIN,
 };
 use crate::cli::{ArgError, HooksMode, SourceArgs};
 
@@ -46,6 +47,12 @@ pub enum ConfigError {
     /// `flap_cycles` of zero.
     #[error("{at}: must be at least 1")]
     FlapCycles { at: String },
+    /// `http_max_connections` of zero.
+    #[error("{at}: must be at least 1")]
+    NoConnections { at: String },
+    /// An HTTP timeout of zero.
+    #[error("{at}: must be longer than 0s")]
+    ZeroTimeout { at: String },
     /// A certificate without its key.
     #[error("{at}: needs tls_key too")]
     NoTlsKey { at: String },
@@ -90,6 +97,9 @@ struct FileConfig {
     tls_key: Option<PathBuf>,
     tls_client_ca: Option<PathBuf>,
     insecure_plaintext: Option<bool>,
+    http_head_timeout: Option<String>,
+    http_idle_timeout: Option<String>,
+    http_max_connections: Option<u32>,
     record: Option<PathBuf>,
     no_record: Option<bool>,
     retain: Option<String>,
@@ -130,6 +140,8 @@ pub struct Settings {
     pub token_file: Option<PathBuf>,
     /// HTTPS instead of HTTP.
     pub tls: Option<super::tls::TlsFiles>,
+    /// What one HTTP connection may hold, and how many.
+    pub http: super::limits::HttpLimits,
     /// None: no record.
     pub record: Option<PathBuf>,
     pub retain: Duration,
@@ -337,6 +349,37 @@ impl RunArgs {
                 })
             }
         };
+        let timeout = |flag, file: &Option<String>, key: &str, default: &str| {
+            let d = flag_or_file(flag, file.as_deref(), parse_duration, || in_file(key))?
+                .unwrap_or_else(|| builtin(parse_duration, default));
+            if d.is_zero() {
+                return Err(ConfigError::ZeroTimeout { at: in_file(key) });
+            }
+            Ok(d)
+        };
+        let http = super::limits::HttpLimits {
+            head_timeout: timeout(
+                self.http_head_timeout,
+                &file.http_head_timeout,
+                "http_head_timeout",
+                DEFAULT_HTTP_HEAD_TIMEOUT,
+            )?,
+            idle_timeout: timeout(
+                self.http_idle_timeout,
+                &file.http_idle_timeout,
+                "http_idle_timeout",
+                DEFAULT_HTTP_IDLE_TIMEOUT,
+            )?,
+            max_connections: match self.http_max_connections.or(file.http_max_connections) {
+                Some(0) => {
+                    return Err(ConfigError::NoConnections {
+                        at: in_file("http_max_connections"),
+                    })
+                }
+                Some(n) => n as usize,
+                None => DEFAULT_HTTP_MAX_CONNECTIONS,
+            },
+        };
         let insecure = self.insecure_plaintext || file.insecure_plaintext == Some(true);
         if tls.is_none() && !listen.ip().is_loopback() && !insecure {
             return Err(ConfigError::PlainHttp(listen));
@@ -345,6 +388,7 @@ impl RunArgs {
             nats,
             listen,
             tls,
+            http,
             token_file: self.token_file.or(file.token_file),
             record,
             retain,

@@ -36,6 +36,13 @@ pub struct KernelErrorLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SinkLabels {
+    /// `stdout` (the HTTP streams' clients catch up from memory and the record; the NATS
+    /// publisher from the record).
+    pub sink: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HookLabels {
     pub backend: String,
 }
@@ -54,6 +61,8 @@ pub struct Metrics {
     pub netns_watched: Gauge,
     pub sse_clients: Gauge,
     pub ready: Gauge,
+    /// Lines a reader lost because it did not keep up, by reader.
+    pub sink_dropped: Family<SinkLabels, Counter>,
 }
 
 impl Metrics {
@@ -133,6 +142,17 @@ impl Metrics {
             "1 once every hook is attached and every subscription open",
             ready.clone(),
         );
+        let sink_dropped = Family::<SinkLabels, Counter>::default();
+        // The series exists from the start, at 0 (the NATS publisher and the stream clients
+        // catch up from the record and lose nothing).
+        let _ = sink_dropped.get_or_create(&SinkLabels {
+            sink: "stdout".into(),
+        });
+        registry.register(
+            "sink_dropped",
+            "Lines a reader did not get because it did not keep up, by reader",
+            sink_dropped.clone(),
+        );
         if let Some(stats) = store {
             registry.register(
                 "record_rows",
@@ -176,7 +196,15 @@ impl Metrics {
             netns_watched,
             sse_clients,
             ready,
+            sink_dropped,
         }
+    }
+
+    /// The drop counter of one reader.
+    pub fn dropped(&self, sink: &str) -> Counter {
+        self.sink_dropped
+            .get_or_create(&SinkLabels { sink: sink.into() })
+            .clone()
     }
 
     pub fn encode(&self) -> String {

@@ -6,10 +6,12 @@
 pub mod config;
 pub(crate) mod http;
 pub(crate) mod hub;
+pub mod limits;
 pub(crate) mod metrics;
 mod params;
 mod ruleset;
 pub(crate) mod sink;
+pub(crate) mod stdout;
 pub mod tls;
 
 use std::path::{Path, PathBuf};

@@ -5,12 +5,11 @@
 //! carry. The metrics are counted from the typed record.
 
 use std::collections::HashMap;
-use std::io::Write;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::hub::{Event, Hub, Meta, Stream};
 use super::metrics::{ChangeLabels, GapLabels, HookLabels, IncidentLabels};
+use super::stdout::StdoutQueue;
 use crate::engine::Output;
 use crate::output::record::{Gap, IncidentState, StatusState};
 use crate::output::{Record, StatusRecord};
@@ -30,32 +29,22 @@ pub struct DaemonOutput {
     snapshots: crate::forensics::SnapshotPolicy,
 }
 
-/// Streams a line: stdout, then the HTTP clients. With a record, the record's writer runs it
-/// once the line's row is committed, so that nothing is streamed that the record lacks.
+/// Streams a line: into stdout's queue, then to the HTTP clients. With a record, the record's
+/// writer runs it once the line's row is committed, so that nothing is streamed that the record
+/// lacks. Neither waits for its reader: stdout has a bounded queue of its own
+/// ([`super::stdout`]), the clients a ring they catch up from ([`super::hub`]).
 struct Streamer {
     hub: Arc<Hub>,
-    stdout_failed: AtomicBool,
+    stdout: Option<StdoutQueue>,
 }
 
 impl Streamer {
-    fn stream(&self, json: &str, publish: Option<(Stream, Event)>) {
-        self.print(json);
+    fn stream(&self, json: Arc<str>, publish: Option<(Stream, Event)>) {
+        if let Some(out) = &self.stdout {
+            out.push(json);
+        }
         if let Some((s, ev)) = publish {
             self.hub.publish(s, ev);
-        }
-    }
-
-    fn print(&self, json: &str) {
-        let mut out = std::io::stdout().lock();
-        let res = out
-            .write_all(json.as_bytes())
-            .and_then(|_| out.write_all(b"\n"))
-            .and_then(|_| out.flush());
-        if let Err(e) = res {
-            // The stream, the record and the metrics go on without stdout.
-            if !self.stdout_failed.swap(true, Ordering::Relaxed) {
-                tracing::error!("cannot write to stdout ({e}); going on without it");
-            }
         }
     }
 }
@@ -63,6 +52,7 @@ impl Streamer {
 impl DaemonOutput {
     pub fn new(
         hub: Arc<Hub>,
+        stdout: Option<StdoutQueue>,
         store: Option<StoreSender>,
         last_incident: u64,
         snapshots: crate::forensics::SnapshotPolicy,
@@ -70,7 +60,7 @@ impl DaemonOutput {
         DaemonOutput {
             streamer: Arc::new(Streamer {
                 hub: hub.clone(),
-                stdout_failed: AtomicBool::new(false),
+                stdout,
             }),
             hub,
             store,
@@ -84,7 +74,7 @@ impl DaemonOutput {
     /// after the row's commit with one.
     fn out(&self, row: Option<Row>, json: Arc<str>, publish: Option<(Stream, Event)>) {
         let streamer = self.streamer.clone();
-        let then = move || streamer.stream(&json, publish);
+        let then = move || streamer.stream(json, publish);
         match &self.store {
             Some(st) => {
                 st.send_then(row, Some(Box::new(then)));

@@ -9,6 +9,7 @@ fn output() -> (DaemonOutput, Arc<Hub>) {
     let out = DaemonOutput::new(
         hub.clone(),
         None,
+        None,
         0,
         crate::forensics::SnapshotPolicy::default(),
     );
