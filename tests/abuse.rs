@@ -40,7 +40,18 @@ fn a_client_that_stops_reading_slows_nothing_and_misses_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");
     let record = dir.path().join("record.db");
     let port = free_port();
-    let mut d = Daemon::start(port, &["--record", record.to_str().expect("utf-8")]);
+    // Stdout is this test's reference for what the client must get: it gets a queue that holds
+    // the whole burst, so that this test's own reader falling behind cannot drop lines from it
+    // (a stalled stdout is `tests/readers.rs`'s subject).
+    let mut d = Daemon::start(
+        port,
+        &[
+            "--record",
+            record.to_str().expect("utf-8"),
+            "--stdout-queue",
+            "65536",
+        ],
+    );
     let rss_before = rss_mib(&d);
 
     // A client reading nothing after the headers (the stream is far larger than the sockets'

@@ -27,7 +27,7 @@ pub struct RunArgs {
     /// TOML file with any of the settings below (keys: listen, token_file, record, no_record,
     /// retain, max_record, hooks, ringbuf_size, netlink_rcvbuf, owners, flap_cycles,
     /// flap_window, mass_window, repair_within, pod_logs, container_logs, tls_cert, tls_key,
-    /// tls_client_ca, insecure_plaintext, nats, node, nats_stream, nats_max_age, nats_max_bytes,
+    /// tls_client_ca, insecure_plaintext, stdout_queue, nats, node, nats_stream, nats_max_age, nats_max_bytes,
     /// nats_replicas, nats_ca, nats_cert, nats_key, nats_creds, nats_nkey, nats_token_file,
     /// nats_user, nats_password_file, nats_insecure). Flags and environment variables win over
     /// it.
@@ -96,6 +96,12 @@ pub struct RunArgs {
     /// `Retry-After` and closed [default: 256].
     #[arg(long, env = "OBSERVER_HTTP_MAX_CONNECTIONS", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub http_max_connections: Option<u32>,
+
+    /// Lines waiting for stdout at most; when stdout is not read fast enough (a stalled log
+    /// pipe), newer lines are dropped from stdout only (counted, and told with a gap line): the
+    /// record and the HTTP streams keep them [default: 4096].
+    #[arg(long, env = "OBSERVER_STDOUT_QUEUE", value_name = "LINES", value_parser = clap::value_parser!(u32).range(1..))]
+    pub stdout_queue: Option<u32>,
 
     /// Keep no record (streams only; a reconnecting client can then only catch up on recent
     /// events held in memory).

@@ -134,7 +134,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let stdout = crate::daemon::stdout::StdoutQueue::spawn(
         crate::daemon::stdout::RawStdout,
-        crate::daemon::stdout::STDOUT_QUEUE,
+        settings.stdout_queue,
         hub.metrics.dropped("stdout"),
     )
     .context("starting the stdout writer thread")?;

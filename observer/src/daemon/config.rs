@@ -47,7 +47,7 @@ pub enum ConfigError {
     /// `flap_cycles` of zero.
     #[error("{at}: must be at least 1")]
     FlapCycles { at: String },
-    /// `http_max_connections` of zero.
+    /// `http_max_connections` or `stdout_queue` of zero.
     #[error("{at}: must be at least 1")]
     NoConnections { at: String },
     /// An HTTP timeout of zero.
@@ -100,6 +100,7 @@ struct FileConfig {
     http_head_timeout: Option<String>,
     http_idle_timeout: Option<String>,
     http_max_connections: Option<u32>,
+    stdout_queue: Option<u32>,
     record: Option<PathBuf>,
     no_record: Option<bool>,
     retain: Option<String>,
@@ -142,6 +143,8 @@ pub struct Settings {
     pub tls: Option<super::tls::TlsFiles>,
     /// What one HTTP connection may hold, and how many.
     pub http: super::limits::HttpLimits,
+    /// Lines waiting for stdout at most.
+    pub stdout_queue: usize,
     /// None: no record.
     pub record: Option<PathBuf>,
     pub retain: Duration,
@@ -380,6 +383,15 @@ impl RunArgs {
                 None => DEFAULT_HTTP_MAX_CONNECTIONS,
             },
         };
+        let stdout_queue = match self.stdout_queue.or(file.stdout_queue) {
+            Some(0) => {
+                return Err(ConfigError::NoConnections {
+                    at: in_file("stdout_queue"),
+                })
+            }
+            Some(n) => n as usize,
+            None => super::stdout::STDOUT_QUEUE,
+        };
         let insecure = self.insecure_plaintext || file.insecure_plaintext == Some(true);
         if tls.is_none() && !listen.ip().is_loopback() && !insecure {
             return Err(ConfigError::PlainHttp(listen));
@@ -389,6 +401,7 @@ impl RunArgs {
             listen,
             tls,
             http,
+            stdout_queue,
             token_file: self.token_file.or(file.token_file),
             record,
             retain,
