@@ -23,7 +23,8 @@ use super::elements::verdict;
 use super::expr::{nested_expr, Attrs, REG_VERDICT};
 use super::loads;
 use super::renderer::{Renderer, Val, CMP_GTE, CMP_LTE};
-use super::stmts::{self, duration};
+use super::stmts;
+use super::values::duration;
 use super::values::{self, Order};
 use crate::netlink;
 

@@ -362,27 +362,6 @@ fn queue(r: &mut Renderer<'_>, a: &Attrs<'_>) -> String {
     }
 }
 
-/// A timeout as nft prints it: `1d2h3m4s500ms`.
-pub(crate) fn duration(ms: u64) -> String {
-    let mut out = String::new();
-    let mut rest = ms;
-    for (unit, name) in [
-        (86_400_000, "d"),
-        (3_600_000, "h"),
-        (60_000, "m"),
-        (1000, "s"),
-    ] {
-        if rest >= unit {
-            out.push_str(&format!("{}{name}", rest / unit));
-            rest %= unit;
-        }
-    }
-    if rest > 0 || out.is_empty() {
-        out.push_str(&format!("{rest}ms"));
-    }
-    out
-}
-
 fn objref(r: &mut Renderer<'_>, a: &Attrs<'_>) -> String {
     let what = match a.u32(1).unwrap_or(0) {
         1 => "counter name",
@@ -442,6 +421,8 @@ fn tproxy(r: &mut Renderer<'_>, a: &Attrs<'_>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use crate::nftables::values::duration;
 
     #[test]
     fn durations_and_units() {

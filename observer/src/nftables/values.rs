@@ -279,7 +279,7 @@ pub(crate) fn format(ty: Ty, order: Order, bytes: &[u8]) -> String {
                 format!("\"{h:02}:{m:02}:{s:02}\"")
             }
         }
-        Ty::Msecs => super::stmts::duration(n),
+        Ty::Msecs => duration(n),
         Ty::Ecn => named(ECN, n),
         Ty::IgmpType => named(IGMP_TYPE, n),
         Ty::DccpType => named(DCCP_TYPE, n),
@@ -455,6 +455,27 @@ pub(crate) fn minus_one(bytes: &[u8]) -> Vec<u8> {
         }
     }
     v
+}
+
+/// A timeout as nft prints it: `1d2h3m4s500ms`.
+pub(crate) fn duration(ms: u64) -> String {
+    let mut out = String::new();
+    let mut rest = ms;
+    for (unit, name) in [
+        (86_400_000, "d"),
+        (3_600_000, "h"),
+        (60_000, "m"),
+        (1000, "s"),
+    ] {
+        if rest >= unit {
+            out.push_str(&format!("{}{name}", rest / unit));
+            rest %= unit;
+        }
+    }
+    if rest > 0 || out.is_empty() {
+        out.push_str(&format!("{rest}ms"));
+    }
+    out
 }
 
 #[cfg(test)]

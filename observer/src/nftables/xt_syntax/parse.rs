@@ -426,7 +426,10 @@ fn limit(a: &Attrs<'_>) -> Result<String, Unreadable> {
     if a.u32(4).unwrap_or(0) != 0 || a.u32(5).unwrap_or(0) != 0 || rate == 0 {
         return Err(unreadable("limit in bytes or inverted"));
     }
-    let avg = u32::try_from(10_000 * unit / rate).map_err(|_| unreadable("limit rate"))?;
+    let avg = unit
+        .checked_mul(10_000)
+        .and_then(|per| u32::try_from(per / rate).ok())
+        .ok_or_else(|| unreadable("limit rate"))?;
     let mut info = Vec::new();
     info.extend_from_slice(&avg.to_ne_bytes());
     info.extend_from_slice(&burst.to_ne_bytes());
