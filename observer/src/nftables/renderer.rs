@@ -215,7 +215,7 @@ impl<'a> Renderer<'a> {
             }
             Val::Meta(k) => fields::meta(*k),
             Val::Exthdr { op, ty, off, len } => {
-                let (o, l) = (off * 8, len * 8);
+                let (o, l) = (off.saturating_mul(8), len.saturating_mul(8));
                 exthdrs::field(*op, *ty, o, l).unwrap_or_else(|| exthdrs::raw(*op, *ty, o, l))
             }
             Val::Ct { key, dir } => fields::ct(*key, *dir),
@@ -286,10 +286,16 @@ impl<'a> Renderer<'a> {
         }
         let lead = bits - ones - tz;
         let f = match src {
-            Val::Exthdr { op, ty, off, .. } => exthdrs::field(*op, *ty, off * 8 + lead, ones),
-            Val::Payload { base, offset, .. } => {
-                fields::payload_bits(*base, offset * 8 + lead, ones, self.l3(), self.l4)
+            Val::Exthdr { op, ty, off, .. } => {
+                exthdrs::field(*op, *ty, off.checked_mul(8)?.checked_add(lead)?, ones)
             }
+            Val::Payload { base, offset, .. } => fields::payload_bits(
+                *base,
+                offset.checked_mul(8)?.checked_add(lead)?,
+                ones,
+                self.l3(),
+                self.l4,
+            ),
             _ => None,
         }?;
         if let Some(n) = f.needs {
