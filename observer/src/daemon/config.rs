@@ -49,7 +49,7 @@ pub enum ConfigError {
     FlapCycles { at: String },
     /// `http_max_connections` or `stdout_queue` of zero.
     #[error("{at}: must be at least 1")]
-    NoConnections { at: String },
+    Zero { at: String },
     /// An HTTP timeout of zero.
     #[error("{at}: must be longer than 0s")]
     ZeroTimeout { at: String },
@@ -316,21 +316,17 @@ impl RunArgs {
                     .node
                     .or(file.node)
                     .unwrap_or_else(crate::nats::host_name);
-                let a = &self.nats_auth;
-                let auth = crate::nats::auth::NatsAuth {
-                    ca: a.nats_ca.clone().or(file.nats_ca.clone()),
-                    cert: a.nats_cert.clone().or(file.nats_cert.clone()),
-                    key: a.nats_key.clone().or(file.nats_key.clone()),
-                    creds: a.nats_creds.clone().or(file.nats_creds.clone()),
-                    nkey: a.nats_nkey.clone().or(file.nats_nkey.clone()),
-                    token_file: a.nats_token_file.clone().or(file.nats_token_file.clone()),
-                    user: a.nats_user.clone().or(file.nats_user.clone()),
-                    password_file: a
-                        .nats_password_file
-                        .clone()
-                        .or(file.nats_password_file.clone()),
-                    insecure: a.nats_insecure || file.nats_insecure == Some(true),
-                };
+                let auth = self.nats_auth.auth().or(crate::nats::auth::NatsAuth {
+                    ca: file.nats_ca.clone(),
+                    cert: file.nats_cert.clone(),
+                    key: file.nats_key.clone(),
+                    creds: file.nats_creds.clone(),
+                    nkey: file.nats_nkey.clone(),
+                    token_file: file.nats_token_file.clone(),
+                    user: file.nats_user.clone(),
+                    password_file: file.nats_password_file.clone(),
+                    insecure: file.nats_insecure == Some(true),
+                });
                 auth.check(&url).map_err(|cause| ConfigError::Nats {
                     at: match &self.config {
                         Some(p) => format!("{} (its NATS settings with the flags): ", p.display()),
@@ -360,6 +356,11 @@ impl RunArgs {
             }
             Ok(d)
         };
+        let at_least_one = |given: Option<u32>, key: &str, default: usize| match given {
+            Some(0) => Err(ConfigError::Zero { at: in_file(key) }),
+            Some(n) => Ok(n as usize),
+            None => Ok(default),
+        };
         let http = super::limits::HttpLimits {
             head_timeout: timeout(
                 self.http_head_timeout,
@@ -373,25 +374,17 @@ impl RunArgs {
                 "http_idle_timeout",
                 DEFAULT_HTTP_IDLE_TIMEOUT,
             )?,
-            max_connections: match self.http_max_connections.or(file.http_max_connections) {
-                Some(0) => {
-                    return Err(ConfigError::NoConnections {
-                        at: in_file("http_max_connections"),
-                    })
-                }
-                Some(n) => n as usize,
-                None => DEFAULT_HTTP_MAX_CONNECTIONS,
-            },
+            max_connections: at_least_one(
+                self.http_max_connections.or(file.http_max_connections),
+                "http_max_connections",
+                DEFAULT_HTTP_MAX_CONNECTIONS,
+            )?,
         };
-        let stdout_queue = match self.stdout_queue.or(file.stdout_queue) {
-            Some(0) => {
-                return Err(ConfigError::NoConnections {
-                    at: in_file("stdout_queue"),
-                })
-            }
-            Some(n) => n as usize,
-            None => super::stdout::STDOUT_QUEUE,
-        };
+        let stdout_queue = at_least_one(
+            self.stdout_queue.or(file.stdout_queue),
+            "stdout_queue",
+            super::stdout::STDOUT_QUEUE,
+        )?;
         let insecure = self.insecure_plaintext || file.insecure_plaintext == Some(true);
         if tls.is_none() && !listen.ip().is_loopback() && !insecure {
             return Err(ConfigError::PlainHttp(listen));

@@ -162,6 +162,21 @@ fn read_seed(path: &Path) -> Result<String, NatsAuthError> {
 }
 
 impl NatsAuth {
+    /// Each setting from `self` where given, else from `other` (flags over the config file).
+    pub fn or(self, other: NatsAuth) -> NatsAuth {
+        NatsAuth {
+            ca: self.ca.or(other.ca),
+            cert: self.cert.or(other.cert),
+            key: self.key.or(other.key),
+            creds: self.creds.or(other.creds),
+            nkey: self.nkey.or(other.nkey),
+            token_file: self.token_file.or(other.token_file),
+            user: self.user.or(other.user),
+            password_file: self.password_file.or(other.password_file),
+            insecure: self.insecure || other.insecure,
+        }
+    }
+
     /// The kinds of credentials given (flags' names).
     fn credentials(&self) -> Vec<&'static str> {
         [
