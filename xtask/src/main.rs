@@ -368,7 +368,10 @@ fn build_profile(profile: &str) -> Result<setup::Ready> {
 }
 
 fn test(args: &[OsString]) -> Result<i32> {
-    let ready = build()?;
+    // No `cargo build -p observer` first: `cargo test --no-run` builds target/release/observer
+    // as well, and with the test build's features (dev-dependencies unify them), so a build of
+    // its own before it would compile every shared dependency twice.
+    let ready = setup_lenient()?;
     deploy_check()?;
     let cargo_test = |extra: &[&str]| {
         let mut c = cargo();
@@ -385,13 +388,15 @@ fn test(args: &[OsString]) -> Result<i32> {
         ready.apply(&mut c);
         c
     };
-    // The image of the binary the tests run (cargo test builds target/release/observer with
-    // the test profile's features, which may differ from `cargo build`'s), for tests/image.rs.
+    cmd::phase("cargo test --no-run", || {
+        cmd::run(&mut cargo_test(&["--no-run"])).context(
+            "building observer and its tests failed (see cargo's output above); `cargo xtask \
+             setup` checks the toolchain",
+        )
+    })?;
+    // The image of the binary the tests run, for tests/image.rs.
     if cmd::is_root() {
         let target = target_dir()?;
-        cmd::phase("cargo test --no-run", || {
-            cmd::run(&mut cargo_test(&["--no-run"])).context("building the tests failed")
-        })?;
         let bin = target.join("release").join("observer");
         cmd::phase("image", || image::build(&root(), &target, &bin))?;
     }
