@@ -20,7 +20,7 @@ const VM_PACKAGES: &[&str] = &["qemu-system-x86", "linux-image-amd64", "busybox-
 const KERNEL_SERIES: &[&str] = &["6.1", "6.12"];
 
 /// The guest's boot and tests may not take longer than this (software emulation on 2 cores).
-const VM_TIMEOUT_SECS: u64 = 1500;
+const VM_TIMEOUT_SECS: u64 = 1800;
 
 /// What the VM test needs from the host, or why it cannot run here.
 pub struct VmTools {
