@@ -202,12 +202,14 @@ fn two_nodes_publish_every_change_once_in_order_across_a_server_crash() {
     let mut nats = NatsServer::start(dir.path());
     let url = nats.url();
     let nodes = ["node-a.fleet.test", "node-b.fleet.test"];
+    let ports: Vec<u16> = nodes.iter().map(|_| free_port()).collect();
     let mut daemons: Vec<Daemon> = nodes
         .iter()
-        .map(|node| {
+        .zip(&ports)
+        .map(|(node, &port)| {
             let record = dir.path().join(format!("{node}.db"));
             Daemon::start(
-                free_port(),
+                port,
                 &[
                     "--record",
                     record.to_str().expect("utf-8"),
@@ -248,6 +250,17 @@ fn two_nodes_publish_every_change_once_in_order_across_a_server_crash() {
         });
     }
     std::thread::sleep(Duration::from_secs(7));
+    // What waits is in sight: at least the round made during the outage, its oldest row
+    // recorded seconds ago.
+    for (node, &port) in nodes.iter().zip(&ports) {
+        let (_, m) = get(port, "/metrics", &[]);
+        let rows = common::metric(&m, "observer_nats_backlog_rows", &[]).unwrap_or(0.0);
+        let age = common::metric(&m, "observer_nats_backlog_oldest_seconds", &[]).unwrap_or(0.0);
+        assert!(
+            rows >= 30.0 && age >= 4.0,
+            "{node}'s backlog during the outage: {rows} rows, the oldest {age} s old:\n{m}"
+        );
+    }
     nats.restart();
     round("after");
 
@@ -414,6 +427,21 @@ fn two_nodes_publish_every_change_once_in_order_across_a_server_crash() {
         "after a restart the node published {published} changes, not its new ones \
          ({new_rows} to {printed_since} printed):\n{m}"
     );
+    // Everything acknowledged: the backlog comes back to nothing.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (_, m) = get(port, "/metrics", &[]);
+        let rows = common::metric(&m, "observer_nats_backlog_rows", &[]);
+        let age = common::metric(&m, "observer_nats_backlog_oldest_seconds", &[]);
+        if rows == Some(0.0) && age == Some(0.0) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the backlog stays at {rows:?} rows ({age:?} s) once everything is published:\n{m}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     node_a.stop();
     for d in daemons {
         d.stop();

@@ -183,6 +183,18 @@ impl Metrics {
                 "1 while connected to the NATS server and publishing",
                 nats.connected.clone(),
             );
+            registry.register(
+                "nats_backlog_rows",
+                "Rows of the record not yet acknowledged by NATS JetStream (within the stream's \
+                 max age)",
+                nats.backlog.clone(),
+            );
+            registry.register(
+                "nats_backlog_oldest_seconds",
+                "Seconds since the oldest row not yet acknowledged by NATS JetStream was \
+                 recorded (0: none waits)",
+                nats.backlog_age.clone(),
+            );
         }
         Metrics {
             registry,

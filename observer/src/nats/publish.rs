@@ -10,6 +10,7 @@
 //! message id, and JetStream stores it once.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -82,6 +83,22 @@ pub struct NatsStats {
     pub published: Family<KindLabel, Counter>,
     /// 1 while connected to the server and publishing.
     pub connected: Gauge,
+    /// Rows of the record that JetStream has not acknowledged yet (changes and incident lines
+    /// within the stream's max age), counted once a second from the record.
+    pub backlog: Gauge,
+    /// Seconds since the oldest of them was recorded (0: none waits).
+    pub backlog_age: Gauge<f64, AtomicU64>,
+    /// The last change and incident line acknowledged (what the backlog is counted after).
+    acked_change: AtomicU64,
+    acked_incident: AtomicU64,
+}
+
+impl NatsStats {
+    fn acked(&self, cursor: Cursor) {
+        self.acked_change.store(cursor.change, Ordering::Relaxed);
+        self.acked_incident
+            .store(cursor.incident, Ordering::Relaxed);
+    }
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
@@ -125,6 +142,12 @@ pub fn spawn(
         stats,
         store: spool.stats,
     };
+    tokio::spawn(count_backlog(
+        p.record.clone(),
+        p.settings.max_age,
+        p.stats.clone(),
+        shutdown.clone(),
+    ));
     tokio::spawn(async move {
         let mut delay = Duration::from_millis(250);
         let mut failing = false;
@@ -191,6 +214,7 @@ impl Publisher {
         let since_ns = crate::timestamp::Timestamp::now()
             .unix_nanos()
             .saturating_sub(i64::try_from(s.max_age.as_nanos()).unwrap_or(i64::MAX));
+        self.stats.acked(cursor);
         let mut conn = self.open_record().await?;
         let mut ino = store::inode(&self.record);
         self.stats.connected.set(1);
@@ -225,6 +249,7 @@ impl Publisher {
                     Kind::Change => cursor.change = row.number,
                     Kind::Incident => cursor.incident = row.number,
                 }
+                self.stats.acked(cursor);
             }
         }
     }
@@ -286,6 +311,59 @@ impl Publisher {
             })
             .inc();
         Ok(())
+    }
+}
+
+/// How often the backlog gauges are counted.
+const BACKLOG_EVERY: Duration = Duration::from_secs(1);
+
+/// Count, once a second until `shutdown`, the rows of the record after the last acknowledged
+/// ones (within the stream's max age) into the backlog gauges: apart from the publisher, so
+/// that they still move while it waits on a server that does not answer.
+async fn count_backlog(
+    record: PathBuf,
+    max_age: Duration,
+    stats: Arc<NatsStats>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut conn: Option<(Option<u64>, Arc<Mutex<rusqlite::Connection>>)> = None;
+    loop {
+        let ino = store::inode(&record);
+        if conn.as_ref().is_none_or(|(i, _)| *i != ino) {
+            let path = record.clone();
+            conn = match tokio::task::spawn_blocking(move || store::open_ro(&path)).await {
+                Ok(Ok(c)) => Some((ino, Arc::new(Mutex::new(c)))),
+                _ => None,
+            };
+        }
+        if let Some((_, c)) = &conn {
+            let c = c.clone();
+            let (change, incident) = (
+                stats.acked_change.load(Ordering::Relaxed),
+                stats.acked_incident.load(Ordering::Relaxed),
+            );
+            let now = crate::timestamp::Timestamp::now().unix_nanos();
+            let since_ns =
+                now.saturating_sub(i64::try_from(max_age.as_nanos()).unwrap_or(i64::MAX));
+            let counted = tokio::task::spawn_blocking(move || {
+                let conn = c.lock().map_err(|_| PublishError::Poisoned)?;
+                Ok::<_, PublishError>(store::pending(&conn, change, incident, since_ns)?)
+            })
+            .await;
+            match counted {
+                Ok(Ok(p)) => {
+                    stats.backlog.set(i64::try_from(p.rows).unwrap_or(i64::MAX));
+                    let age = p.oldest_ns.map_or(0.0, |t| (now - t).max(0) as f64 / 1e9);
+                    stats.backlog_age.set(age);
+                }
+                Ok(Err(e)) => tracing::debug!("counting the NATS backlog: {e}"),
+                Err(e) => tracing::debug!("counting the NATS backlog: {e}"),
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(BACKLOG_EVERY) => {}
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
     }
 }
 

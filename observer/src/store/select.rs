@@ -312,6 +312,41 @@ pub fn select_incidents(conn: &Connection, s: &Selection) -> Result<Vec<Stored>,
     )
 }
 
+/// Rows of the record after a reader's position: how many, and the time of the oldest.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pending {
+    pub rows: u64,
+    /// `time_ns` of the oldest of them (None: there are none).
+    pub oldest_ns: Option<i64>,
+}
+
+/// The changes after `change` and the incident lines after `incident` that are not older than
+/// `since_ns`: what a reader at that position (the NATS publisher) has still to deliver.
+pub fn pending(
+    conn: &Connection,
+    change: u64,
+    incident: u64,
+    since_ns: i64,
+) -> Result<Pending, StoreError> {
+    let mut total = Pending::default();
+    for (table, number, after) in [("changes", "seq", change), ("incidents", "no", incident)] {
+        let after = after.min(i64::MAX as u64) as i64;
+        let (rows, oldest): (i64, Option<i64>) = conn.query_row(
+            &format!(
+                "SELECT count(*), min(time_ns) FROM {table} WHERE {number} > ?1 AND time_ns >= ?2"
+            ),
+            rusqlite::params![after, since_ns],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        total.rows += rows.max(0) as u64;
+        total.oldest_ns = match (total.oldest_ns, oldest) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+    Ok(total)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
