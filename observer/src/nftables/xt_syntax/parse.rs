@@ -339,6 +339,25 @@ fn cmp(
             let v = be16(value)?;
             port(p, load, (v, v), neq)
         }
+        // Both ports in one compare: iptables-nft's `--sport A --dport B`.
+        (
+            Load::Payload {
+                base: 2,
+                offset: 0,
+                len: 4,
+            },
+            None,
+        ) if value.len() == 4 && !neq => {
+            for (offset, v) in [(0, be16(&value[..2])?), (2, be16(&value[2..])?)] {
+                let half = Load::Payload {
+                    base: 2,
+                    offset,
+                    len: 2,
+                };
+                port(p, &half, (v, v), false)?;
+            }
+            Ok(())
+        }
         (
             Load::Payload {
                 base: 2,
@@ -346,10 +365,14 @@ fn cmp(
                 len: 1,
             },
             mask,
-        ) if value.len() == 1 && !neq => {
+        ) if value.len() == 1 => {
             let mask = mask.and_then(|m| m.first().copied()).unwrap_or(0xff);
             let l4 = l4_match(p, 6)?;
             l4.flags = (mask, value[0]);
+            if neq {
+                // XT_TCP_INV_FLAGS
+                l4.invflags |= 4;
+            }
             Ok(())
         }
         _ => Err(unreadable(format!("cmp on {base:?}"))),
