@@ -112,6 +112,8 @@ const COMMANDS: &[&str] = &[
     "iptables-nft -t mangle -A OUTPUT -j MARK --set-mark 1",
     "iptables-nft -t raw -A OUTPUT -p udp --dport 53 -j CT --notrack",
     "iptables-nft -A INPUT -p tcp --sport 1 --dport 65535 ! --tcp-flags SYN,ACK SYN",
+    "iptables-nft -A INPUT -j NFLOG --nflog-group 3 --nflog-prefix 'nf: ' --nflog-size 128 --nflog-threshold 2",
+    "iptables-nft -t raw -A PREROUTING -j TRACE",
     "ip6tables-nft -A INPUT -s 2001:db8::/32 -p tcp --dport 443 -j ACCEPT",
     "ip6tables-nft -A INPUT ! -d fe80::1/128 -p ipv6-icmp -j ACCEPT",
     "ip6tables-nft -A INPUT -i lo -m conntrack --ctstate INVALID -j DROP",
