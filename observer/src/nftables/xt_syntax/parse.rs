@@ -76,7 +76,7 @@ enum Load {
         mask: Vec<u8>,
     },
     /// A constant an `immediate` put there (the source of `meta nftrace set 1`).
-    Imm,
+    Imm(Vec<u8>),
 }
 
 const META_MARK: u32 = 3;
@@ -120,11 +120,12 @@ pub(super) fn parse(proto: XtProto, exprs: &[Expr]) -> Result<Parsed, Unreadable
                 );
             }
             // `-j TRACE`: iptables-nft writes `meta nftrace set 1` (an immediate, then a meta
-            // set from its register) and reads any nftrace set back as TRACE.
+            // set from its register); `meta nftrace set 0` it refuses ("trace is cleared").
             "meta" if a.has(3) => match (a.u32(2), regs.get(&a.reg(3).unwrap_or(0))) {
-                (Some(META_NFTRACE), Some(Load::Imm)) => {
+                (Some(META_NFTRACE), Some(Load::Imm(v))) if v.first().is_some_and(|&b| b != 0) => {
                     p.target = Some(("TRACE".to_string(), false));
                 }
+                (Some(META_NFTRACE), _) => return Err(unreadable("trace is cleared")),
                 (key, _) => return Err(unreadable(format!("meta set {key:?}"))),
             },
             "bitwise" if a.u32(6).unwrap_or(0) == 0 => {
@@ -182,8 +183,8 @@ pub(super) fn parse(proto: XtProto, exprs: &[Expr]) -> Result<Parsed, Unreadable
                 (Some(REG_VERDICT), Some(Data::Verdict(v))) => {
                     p.target = Some(verdict(v.code, v.chain.as_deref())?);
                 }
-                (Some(reg), Some(Data::Value(_))) if reg != REG_VERDICT => {
-                    regs.insert(reg, Load::Imm);
+                (Some(reg), Some(Data::Value(v))) if reg != REG_VERDICT => {
+                    regs.insert(reg, Load::Imm(v));
                 }
                 _ => return Err(unreadable("immediate")),
             },
