@@ -54,6 +54,8 @@ mod testutil;
 mod txn;
 mod txn_apply;
 mod values;
+#[cfg(test)]
+mod xt_suite;
 pub mod xt_syntax;
 
 #[cfg(test)]

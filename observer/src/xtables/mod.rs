@@ -31,7 +31,7 @@ mod text;
 #[cfg(test)]
 mod testblob;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use attempt::replace_attempt;
 pub use decode::decode_replace;

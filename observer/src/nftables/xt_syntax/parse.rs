@@ -1,7 +1,8 @@
 //! Read one rule's expressions back into the parts of an iptables command, as iptables-nft's
 //! own parser does (`nft_rule_to_iptables_command_state`): the loads and compares it writes
 //! for `-s`/`-d`/`-i`/`-o`/`-p`/`-f`, the native forms of `-m tcp`/`-m udp` ports and flags,
-//! `-m mark` and `-m limit`, the `match`/`target` compat expressions, the verdict. Any other
+//! `-m mark` and `-m limit`, the native `log` of `-j NFLOG` and `meta nftrace set` of `-j TRACE`,
+//! the `match`/`target` compat expressions, the verdict. Any other
 //! expression, or a load/compare pair it does not build, makes the rule one iptables-nft
 //! cannot read back ([`Unreadable`]).
 //!
@@ -64,12 +65,22 @@ pub(super) struct Parsed {
 /// What a register holds.
 #[derive(Debug, Clone)]
 enum Load {
-    Payload { base: u32, offset: u32, len: u32 },
+    Payload {
+        base: u32,
+        offset: u32,
+        len: u32,
+    },
     Meta(u32),
-    Masked { base: Box<Load>, mask: Vec<u8> },
+    Masked {
+        base: Box<Load>,
+        mask: Vec<u8>,
+    },
+    /// A constant an `immediate` put there (the source of `meta nftrace set 1`).
+    Imm(Vec<u8>),
 }
 
 const META_MARK: u32 = 3;
+const META_NFTRACE: u32 = 12;
 const META_IIFNAME: u32 = 6;
 const META_OIFNAME: u32 = 7;
 const META_L4PROTO: u32 = 16;
@@ -108,6 +119,15 @@ pub(super) fn parse(proto: XtProto, exprs: &[Expr]) -> Result<Parsed, Unreadable
                     Load::Meta(a.u32(2).unwrap_or(u32::MAX)),
                 );
             }
+            // `-j TRACE`: iptables-nft writes `meta nftrace set 1` (an immediate, then a meta
+            // set from its register); `meta nftrace set 0` it refuses ("trace is cleared").
+            "meta" if a.has(3) => match (a.u32(2), regs.get(&a.reg(3).unwrap_or(0))) {
+                (Some(META_NFTRACE), Some(Load::Imm(v))) if v.first().is_some_and(|&b| b != 0) => {
+                    p.target = Some(("TRACE".to_string(), false));
+                }
+                (Some(META_NFTRACE), _) => return Err(unreadable("trace is cleared")),
+                (key, _) => return Err(unreadable(format!("meta set {key:?}"))),
+            },
             "bitwise" if a.u32(6).unwrap_or(0) == 0 => {
                 let src = regs
                     .get(&a.reg(1).unwrap_or(0))
@@ -158,11 +178,15 @@ pub(super) fn parse(proto: XtProto, exprs: &[Expr]) -> Result<Parsed, Unreadable
             }
             "counter" => {}
             "limit" => p.matches.push(Match::Text(limit(&a)?)),
+            "log" => p.target = Some((nflog(proto, &a)?, false)),
             "immediate" => match (a.reg(1), a.data(2)) {
                 (Some(REG_VERDICT), Some(Data::Verdict(v))) => {
                     p.target = Some(verdict(v.code, v.chain.as_deref())?);
                 }
-                _ => return Err(unreadable("immediate to a data register")),
+                (Some(reg), Some(Data::Value(v))) if reg != REG_VERDICT => {
+                    regs.insert(reg, Load::Imm(v));
+                }
+                _ => return Err(unreadable("immediate")),
             },
             "match" | "target" => {
                 let name = a.string(1).unwrap_or_default();
@@ -339,6 +363,25 @@ fn cmp(
             let v = be16(value)?;
             port(p, load, (v, v), neq)
         }
+        // Both ports in one compare: iptables-nft's `--sport A --dport B`.
+        (
+            Load::Payload {
+                base: 2,
+                offset: 0,
+                len: 4,
+            },
+            None,
+        ) if value.len() == 4 && !neq => {
+            for (offset, v) in [(0, be16(&value[..2])?), (2, be16(&value[2..])?)] {
+                let half = Load::Payload {
+                    base: 2,
+                    offset,
+                    len: 2,
+                };
+                port(p, &half, (v, v), false)?;
+            }
+            Ok(())
+        }
         (
             Load::Payload {
                 base: 2,
@@ -346,10 +389,14 @@ fn cmp(
                 len: 1,
             },
             mask,
-        ) if value.len() == 1 && !neq => {
+        ) if value.len() == 1 => {
             let mask = mask.and_then(|m| m.first().copied()).unwrap_or(0xff);
             let l4 = l4_match(p, 6)?;
             l4.flags = (mask, value[0]);
+            if neq {
+                // XT_TCP_INV_FLAGS
+                l4.invflags |= 4;
+            }
             Ok(())
         }
         _ => Err(unreadable(format!("cmp on {base:?}"))),
@@ -434,6 +481,29 @@ fn limit(a: &Attrs<'_>) -> Result<String, Unreadable> {
     info.extend_from_slice(&avg.to_ne_bytes());
     info.extend_from_slice(&burst.to_ne_bytes());
     ext_text(XtProto::Ipv4, true, "limit", 0, &info).ok_or_else(|| unreadable("limit"))
+}
+
+/// Native `log group N` → `-j NFLOG`, through its x_tables payload (xt_nflog_info: len, group,
+/// threshold, flags, pad, prefix), with room for nft's longer prefix as iptables-nft makes.
+/// A log without a group is not one iptables-nft wrote.
+fn nflog(proto: XtProto, a: &Attrs<'_>) -> Result<String, Unreadable> {
+    let be16 = |kind| match a.bytes(kind) {
+        Some([x, y]) => Some(u16::from_be_bytes([*x, *y])),
+        _ => None,
+    };
+    let group = be16(1).ok_or_else(|| unreadable("log without a group"))?;
+    let threshold = be16(4).unwrap_or(0);
+    let snaplen = a.u32(3);
+    let prefix = a.string(2).unwrap_or_default();
+    let mut info = Vec::with_capacity(12 + 64.max(prefix.len() + 1));
+    info.extend_from_slice(&snaplen.unwrap_or(0).to_ne_bytes());
+    info.extend_from_slice(&group.to_ne_bytes());
+    info.extend_from_slice(&threshold.to_ne_bytes());
+    info.extend_from_slice(&u16::from(snaplen.is_some()).to_ne_bytes());
+    info.extend_from_slice(&[0, 0]);
+    info.extend_from_slice(prefix.as_bytes());
+    info.resize(12 + 64.max(prefix.len() + 1), 0);
+    ext_text(proto, false, "NFLOG", 0, &info).ok_or_else(|| unreadable("log"))
 }
 
 fn verdict(code: i32, chain: Option<&str>) -> Result<(String, bool), Unreadable> {

@@ -111,6 +111,9 @@ const COMMANDS: &[&str] = &[
     "iptables-nft -A INPUT -m comment --comment 'a \"quoted\" word'",
     "iptables-nft -t mangle -A OUTPUT -j MARK --set-mark 1",
     "iptables-nft -t raw -A OUTPUT -p udp --dport 53 -j CT --notrack",
+    "iptables-nft -A INPUT -p tcp --sport 1 --dport 65535 ! --tcp-flags SYN,ACK SYN",
+    "iptables-nft -A INPUT -j NFLOG --nflog-group 3 --nflog-prefix 'nf: ' --nflog-size 128 --nflog-threshold 2",
+    "iptables-nft -t raw -A PREROUTING -j TRACE",
     "ip6tables-nft -A INPUT -s 2001:db8::/32 -p tcp --dport 443 -j ACCEPT",
     "ip6tables-nft -A INPUT ! -d fe80::1/128 -p ipv6-icmp -j ACCEPT",
     "ip6tables-nft -A INPUT -i lo -m conntrack --ctstate INVALID -j DROP",
@@ -230,6 +233,11 @@ fn a_rule_nft_wrote_into_an_iptables_table_keeps_nft_syntax() {
     ns.sh("iptables-nft -A INPUT -s 10.0.0.0/8 -j ACCEPT");
     ns.sh("nft add rule ip filter INPUT ct mark 5 counter accept");
     ns.sh("nft add rule ip filter INPUT ip ttl != 5 counter accept");
+    // What iptables-nft 1.8.9 reads as targets, and the forms it refuses.
+    ns.sh(r#"nft add rule ip filter INPUT log group 2 prefix '"b"'"#);
+    ns.sh(r#"nft add rule ip filter INPUT log prefix '"b"'"#);
+    ns.sh("nft add rule ip filter INPUT meta nftrace set 1");
+    ns.sh("nft add rule ip filter INPUT meta nftrace set 0");
     ns.sh(
         "nft add table ip own; nft add chain ip own c; nft add rule ip own c tcp dport 22 accept",
     );
@@ -253,6 +261,18 @@ fn a_rule_nft_wrote_into_an_iptables_table_keeps_nft_syntax() {
     assert_eq!(
         input[2].xt,
         Some(XtText::Saved("-m ttl ! --ttl-eq 5 -j ACCEPT".into()))
+    );
+    let xt: Vec<_> = input[3..].iter().map(|r| r.xt.clone()).collect();
+    assert_eq!(
+        xt,
+        [
+            Some(XtText::Saved(
+                "-j NFLOG --nflog-prefix b --nflog-group 2".into()
+            )),
+            Some(XtText::Unreadable("log without a group".into())),
+            Some(XtText::Saved("-j TRACE".into())),
+            Some(XtText::Unreadable("trace is cleared".into())),
+        ]
     );
     let own = &st.tables[&(2, "own".to_string())].chains["c"].rules;
     assert_eq!(own[0].xt, None, "a table iptables-nft does not manage");

@@ -120,9 +120,11 @@ pub(super) const MATCHES: &[Row] = &[
 
 pub(super) const TARGETS: &[Row] = &[
     ("NFLOG", 0, 0, |o, _, d, _| {
-        // xt_nflog_info: len, group, threshold, flags, pad, prefix[64].
+        // xt_nflog_info: len, group, threshold, flags, pad, prefix[64] (iptables-nft reads nft's
+        // longer prefixes into a longer buffer: the prefix runs to its NUL).
         let (len, group, threshold) = (u32_at(d, 0)?, u16_at(d, 4)?, u16_at(d, 6)?);
-        let (flags, prefix) = (u16_at(d, 8)?, str_at(d, 12, 64)?);
+        let prefix_len = d.len().saturating_sub(12).max(64);
+        let (flags, prefix) = (u16_at(d, 8)?, str_at(d, 12, prefix_len)?);
         if !prefix.is_empty() {
             o.push_str(" --nflog-prefix");
             save_string(o, &prefix);

@@ -222,5 +222,5 @@ mod blobs;
 mod carry;
 mod changes;
 mod corpus;
-mod live;
-mod suite;
+pub(crate) mod live;
+pub(crate) mod suite;

@@ -22,25 +22,47 @@ use std::path::{Path, PathBuf};
 use super::live::{run_stdin, Netns};
 use super::*;
 
-/// One rule to add: its table, chain and text, and where it comes from.
-struct Rule {
-    table: String,
-    chain: String,
-    text: String,
-    lineno: usize,
+/// Which iptables the files are replayed through: the result column of a line depends on it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Variant {
+    Legacy,
+    Nft,
 }
 
-enum Step {
+impl Variant {
+    fn name(self) -> &'static str {
+        match self {
+            Variant::Legacy => "legacy",
+            Variant::Nft => "nft",
+        }
+    }
+}
+
+/// One rule to add: its table, chain and text, and where it comes from.
+pub(crate) struct Rule {
+    pub(crate) table: String,
+    pub(crate) chain: String,
+    pub(crate) text: String,
+    pub(crate) lineno: usize,
+}
+
+pub(crate) enum Step {
     Rule(Rule),
     /// An `@` or `%` line: a command run as is (`%`: with the variant's binary).
     Command(Vec<String>),
 }
 
-/// The result of a `;`-separated line for the legacy variant: upstream's `variant_res`.
-fn legacy_result(fields: &[&str]) -> Option<bool> {
+/// The result of a `;`-separated line for a variant: upstream's `variant_res` (a result scoped
+/// to the other variant is inverted there, unless the line gives this variant's own).
+fn variant_result(fields: &[&str], variant: Variant) -> Option<bool> {
     let res = fields.get(2)?.trim();
+    let own = match variant {
+        Variant::Legacy => "LEGACY",
+        Variant::Nft => "NFT",
+    };
     let ok = match fields.get(3).map(|v| v.trim()) {
-        None | Some("") | Some("LEGACY") => res == "OK",
+        None | Some("") => res == "OK",
+        Some(v) if v == own => res == "OK",
         Some(_) => match fields.get(4).map(|r| r.trim()) {
             Some(alt) => alt == "OK",
             None => res != "OK",
@@ -49,8 +71,8 @@ fn legacy_result(fields: &[&str]) -> Option<bool> {
     Some(ok)
 }
 
-/// The steps of one `.t` file for one family.
-fn parse(text: &str, proto: XtProto) -> Vec<Step> {
+/// The steps of one `.t` file for one family and variant.
+pub(crate) fn parse(text: &str, proto: XtProto, variant: Variant) -> Vec<Step> {
     let (mut table, mut chain) = ("filter".to_string(), None::<String>);
     let mut steps = Vec::new();
     for (i, line) in text.lines().enumerate() {
@@ -69,13 +91,13 @@ fn parse(text: &str, proto: XtProto) -> Vec<Step> {
         if let Some(cmd) = line.strip_prefix('@').or_else(|| line.strip_prefix('%')) {
             let mut words: Vec<String> = cmd.split_whitespace().map(str::to_string).collect();
             if line.starts_with('%') && words.first().is_some_and(|w| w == "iptables") {
-                words[0] = tool(proto, "").to_string();
+                words[0] = tool(proto, variant, "");
             }
             steps.push(Step::Command(words));
             continue;
         }
         let fields: Vec<&str> = line.split(';').collect();
-        let (Some(chain), Some(true)) = (&chain, legacy_result(&fields)) else {
+        let (Some(chain), Some(true)) = (&chain, variant_result(&fields, variant)) else {
             continue;
         };
         let mut text = fields[0].trim();
@@ -101,14 +123,15 @@ fn parse(text: &str, proto: XtProto) -> Vec<Step> {
     steps
 }
 
-fn tool(proto: XtProto, suffix: &str) -> String {
+pub(crate) fn tool(proto: XtProto, variant: Variant, suffix: &str) -> String {
+    let v = variant.name();
     match proto {
-        XtProto::Ipv6 => format!("ip6tables-legacy{suffix}"),
-        _ => format!("iptables-legacy{suffix}"),
+        XtProto::Ipv6 => format!("ip6tables-{v}{suffix}"),
+        _ => format!("iptables-{v}{suffix}"),
     }
 }
 
-fn families(file: &str) -> &'static [XtProto] {
+pub(crate) fn families(file: &str) -> &'static [XtProto] {
     if file.starts_with("libxt_") {
         &[XtProto::Ipv4, XtProto::Ipv6]
     } else if file.starts_with("libipt_") || file == "iptables.t" {
@@ -120,7 +143,7 @@ fn families(file: &str) -> &'static [XtProto] {
     }
 }
 
-fn family_name(proto: XtProto) -> &'static str {
+pub(crate) fn family_name(proto: XtProto) -> &'static str {
     if proto == XtProto::Ipv6 {
         "ipv6"
     } else {
@@ -129,7 +152,7 @@ fn family_name(proto: XtProto) -> &'static str {
 }
 
 /// The tool's complaint, on one line.
-fn reason(err: &str) -> String {
+pub(crate) fn reason(err: &str) -> String {
     err.lines()
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with("Error occurred at line"))
@@ -138,20 +161,26 @@ fn reason(err: &str) -> String {
 }
 
 #[derive(Default)]
-struct Tally {
-    accepted: usize,
-    compared: usize,
-    identical: usize,
-    refused: Vec<String>,
-    different: Vec<String>,
+pub(crate) struct Tally {
+    pub(crate) accepted: usize,
+    pub(crate) compared: usize,
+    pub(crate) identical: usize,
+    pub(crate) refused: Vec<String>,
+    pub(crate) different: Vec<String>,
 }
 
 /// Add a batch of rules of one table; one by one when the batch is refused.
-fn add(ns: &Netns, proto: XtProto, file: &str, batch: &mut Vec<Rule>, tally: &mut Tally) {
+pub(crate) fn add(
+    ns: &Netns,
+    (proto, variant): (XtProto, Variant),
+    file: &str,
+    batch: &mut Vec<Rule>,
+    tally: &mut Tally,
+) {
     let Some(first) = batch.first() else {
         return;
     };
-    let restore = tool(proto, "-restore");
+    let restore = tool(proto, variant, "-restore");
     let input = |rules: &[Rule]| {
         let mut s = format!("*{}\n", first.table);
         for r in rules {
@@ -192,11 +221,11 @@ fn replay(dir: &Path, file: &str, proto: XtProto, tally: &mut Tally) {
     let ns = Netns::add(format!("obs-xt-suite-{}", std::process::id())).expect("netns");
     let mut tables: Vec<String> = Vec::new();
     let mut batch: Vec<Rule> = Vec::new();
-    for step in parse(&text, proto) {
+    for step in parse(&text, proto, Variant::Legacy) {
         match step {
             Step::Rule(r) => {
                 if batch.first().is_some_and(|b| b.table != r.table) {
-                    add(&ns, proto, file, &mut batch, tally);
+                    add(&ns, (proto, Variant::Legacy), file, &mut batch, tally);
                 }
                 if !tables.contains(&r.table) {
                     tables.push(r.table.clone());
@@ -204,7 +233,7 @@ fn replay(dir: &Path, file: &str, proto: XtProto, tally: &mut Tally) {
                 batch.push(r);
             }
             Step::Command(words) => {
-                add(&ns, proto, file, &mut batch, tally);
+                add(&ns, (proto, Variant::Legacy), file, &mut batch, tally);
                 let args: Vec<&str> = words[1..].iter().map(String::as_str).collect();
                 if let Err(e) = ns.run(&words[0], &args) {
                     tally.refused.push(format!(
@@ -217,7 +246,7 @@ fn replay(dir: &Path, file: &str, proto: XtProto, tally: &mut Tally) {
             }
         }
     }
-    add(&ns, proto, file, &mut batch, tally);
+    add(&ns, (proto, Variant::Legacy), file, &mut batch, tally);
     for table in tables {
         let t = table.clone();
         let ours = ns
@@ -225,7 +254,7 @@ fn replay(dir: &Path, file: &str, proto: XtProto, tally: &mut Tally) {
             .expect("thread")
             .unwrap_or_else(|e| panic!("{file} {table}: {e}"));
         let saved = ns
-            .run(&tool(proto, "-save"), &["-t", &table])
+            .run(&tool(proto, Variant::Legacy, "-save"), &["-t", &table])
             .expect("save");
         let rules = |s: &str| -> Vec<String> {
             s.lines()
@@ -251,7 +280,7 @@ fn replay(dir: &Path, file: &str, proto: XtProto, tally: &mut Tally) {
     }
 }
 
-fn suite_dir() -> PathBuf {
+pub(crate) fn suite_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src/xtables/testdata/suite")
 }
 
@@ -260,7 +289,7 @@ fn the_rules_of_iptables_extension_tests_render_as_iptables_save_prints_them() {
     let mut programs = vec!["ip".to_string()];
     for p in [XtProto::Ipv4, XtProto::Ipv6] {
         for s in ["", "-save", "-restore"] {
-            programs.push(tool(p, s));
+            programs.push(tool(p, Variant::Legacy, s));
         }
     }
     let programs: Vec<&str> = programs.iter().map(String::as_str).collect();
