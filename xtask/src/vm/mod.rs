@@ -57,8 +57,15 @@ const MODULES: &[&str] = &[
 /// that was only slow (its tests still passing one after another) was cut and failed.
 const RUN_TIMEOUT_SECS: u64 = 600;
 
-/// The integration test binary, built (release) on the host.
-fn build_test_binary(ready: &crate::setup::Ready) -> Result<(PathBuf, Option<PathBuf>)> {
+/// The test executables the guest runs, and the library's unit tests (run on the host against
+/// the guest kernel's BTF), built (release) on the host.
+struct TestBinaries {
+    tail: PathBuf,
+    attribution: Option<PathBuf>,
+    unit: Option<PathBuf>,
+}
+
+fn build_test_binary(ready: &crate::setup::Ready) -> Result<TestBinaries> {
     let mut c = crate::cargo();
     // The same packages and flags as `cargo xtask test`'s host run, so nothing is rebuilt.
     c.args([
@@ -72,14 +79,27 @@ fn build_test_binary(ready: &crate::setup::Ready) -> Result<(PathBuf, Option<Pat
     ]);
     ready.apply(&mut c);
     let out = cmd::output(&mut c).context("building the integration test binary")?;
-    let executable = |name: &str| {
-        out.lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter(|v| v["reason"] == "compiler-artifact" && v["target"]["name"] == name)
+    let artifacts: Vec<serde_json::Value> = out
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["reason"] == "compiler-artifact")
+        .collect();
+    let executable = |name: &str, kind: &str| {
+        artifacts
+            .iter()
+            .filter(|v| v["target"]["name"] == name)
+            .filter(|v| {
+                v["target"]["kind"]
+                    .as_array()
+                    .is_some_and(|k| k.iter().any(|k| k == kind))
+            })
             .find_map(|v| v["executable"].as_str().map(PathBuf::from))
     };
-    let tail = executable("tail").context("cargo built no `tail` test executable")?;
-    Ok((tail, executable("attribution")))
+    Ok(TestBinaries {
+        tail: executable("tail", "test").context("cargo built no `tail` test executable")?,
+        attribution: executable("attribution", "test"),
+        unit: executable("observer", "lib"),
+    })
 }
 
 /// The script the guest runs: load the modules, run the tests once per backend, and leave each
@@ -291,8 +311,7 @@ pub fn vm_test(ready: &crate::setup::Ready) -> Result<Option<i32>> {
             tools.vng.display()
         );
     }
-    let (test_bin, attribution) =
-        cmd::phase("build the integration tests", || build_test_binary(ready))?;
+    let bins = cmd::phase("build the integration tests", || build_test_binary(ready))?;
     let observer_bin = crate::target_dir()?.join("release").join("observer");
     let keep = crate::target_dir()?.join("vm");
     let mut failed = 0;
@@ -305,37 +324,34 @@ pub fn vm_test(ready: &crate::setup::Ready) -> Result<Option<i32>> {
                     &tools,
                     kernel,
                     &observer_bin,
-                    &test_bin,
-                    attribution.as_deref(),
+                    &bins.tail,
+                    bins.attribution.as_deref(),
                     &keep,
                 )
             },
         )?;
         failed += guest.failed;
         runs += BACKENDS.len() + 1;
-        // The offset resolver's unit tests on the guest kernel's BTF as well as the host's.
-        match &guest.btf {
-            Some(btf) => {
-                let mut c = crate::cargo();
-                c.args([
-                    "test",
-                    "--release",
-                    "--workspace",
-                    "--exclude",
-                    crate::EBPF_CRATE,
-                    "hooks::btf",
-                    "--",
-                    "--nocapture",
-                ])
-                .env("OBSERVER_KERNEL_BTF", btf);
-                ready.apply(&mut c);
+        // The offset resolver's unit tests on the guest kernel's BTF as well as the host's: the
+        // unit test executable itself (through cargo, the new environment variable would make
+        // observer's build script build the eBPF object again).
+        match (&guest.btf, &bins.unit) {
+            (Some(btf), Some(unit)) => {
+                let mut c = std::process::Command::new(unit);
+                c.args(["hooks::btf", "--nocapture"])
+                    .env("OBSERVER_KERNEL_BTF", btf)
+                    .current_dir(crate::root().join("observer"));
                 eprintln!("xtask: == {}", cmd::describe(&c));
                 if cmd::run_status(&mut c)? != 0 {
                     println!("vm-test: the BTF offset tests failed on {}", btf.display());
                     failed += 1;
                 }
             }
-            None => println!(
+            (Some(_), None) => {
+                println!("vm-test: cargo built no unit test executable for observer");
+                failed += 1;
+            }
+            (None, _) => println!(
                 "vm-test: the guest {} left no BTF file; offset tests on it not run",
                 kernel.display()
             ),
