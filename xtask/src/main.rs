@@ -3,6 +3,7 @@
 //! Each verb is one variant of [`Verb`] and one function; add a verb by adding both.
 
 mod bench;
+mod bench_bignode;
 mod bench_daemon;
 mod bench_forensics;
 mod bench_incidents;
@@ -109,6 +110,25 @@ enum Verb {
         shorter and noisier."
     )]
     Bench(bench::BenchArgs),
+
+    /// Build observer, then measure its cost per kube-proxy sync on a big legacy nat table
+    #[command(
+        long_about = "Run setup's checks, build observer (release), then, for each size \
+        (--services, default 2,500 and 10,000 services), in a network namespace of its own \
+        (`obs-bignode-PID-N`, deleted at the end; the host's ruleset is never touched): start \
+        `observer tail --json --netns NS`, load a nat table shaped like kube-proxy's iptables \
+        mode (4 chains and 11 rules per service) with one `iptables-legacy-restore`, then make \
+        --syncs partial syncs one a second (`iptables-legacy-restore --noflush` of one \
+        KUBE-SEP- chain rewritten with a new endpoint IP). Measures observer's CPU per sync \
+        (utime + stime from /proc), the latency from the restore's exit to the first line \
+        naming the chain (p50, p95), observer's VmRSS and VmHWM, and `iptables-legacy-save -t \
+        nat` of the same table (wall and CPU, median of 3): the ratio of observer's CPU per \
+        sync to one save, and how both grow from one size to the next. Prints the table and \
+        writes it into BENCHMARKS.md between its bench-bignode markers. Needs root and \
+        iptables-legacy-restore. Some minutes (10,000 services take a while to load); `--quick` \
+        is 500 and 2,000 services with 3 syncs."
+    )]
+    BenchBignode(bench_bignode::BenchBignodeArgs),
 
     /// Run the integration tests in a QEMU guest with kprobes and fentry, once per backend
     #[command(
@@ -281,6 +301,7 @@ fn main() -> ExitCode {
         Verb::Test(a) => test(&a.args),
         Verb::Tail(a) => tail(&a.args),
         Verb::Bench(a) => bench::run(&a),
+        Verb::BenchBignode(a) => bench_bignode::run(&a),
         Verb::VmBench(a) => vmbench::run(&a),
         Verb::BenchOverhead(a) => overhead::run(&a),
         Verb::OverheadWorkload(a) => overhead::workload(&a),

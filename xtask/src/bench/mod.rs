@@ -45,12 +45,12 @@ mod idle;
 mod kernel_cost;
 mod latency;
 mod memory;
-mod netns;
-mod procfs;
+pub(crate) mod netns;
+pub(crate) mod procfs;
 mod read;
-mod spawn;
-mod stats;
-mod table;
+pub(crate) mod spawn;
+pub(crate) mod stats;
+pub(crate) mod table;
 
 use idle::Idle;
 use kernel_cost::KernelCost;
@@ -257,17 +257,17 @@ fn part<T>(name: &str, f: impl FnOnce() -> Result<T>) -> Result<T, String> {
 // ---------------------------------------------------------------------------------------------
 // Report
 
-struct Environment {
-    date: String,
-    kernel: String,
-    cpus: String,
-    command: String,
-    revision: String,
-    tools: String,
+pub(crate) struct Environment {
+    pub(crate) date: String,
+    pub(crate) kernel: String,
+    pub(crate) cpus: String,
+    pub(crate) command: String,
+    pub(crate) revision: String,
+    pub(crate) tools: String,
 }
 
 impl Environment {
-    fn collect() -> Environment {
+    pub(crate) fn collect() -> Environment {
         let first_line = |c: &mut Command| {
             cmd::output(c)
                 .ok()

@@ -9,13 +9,13 @@ use anyhow::Result;
 use crate::cmd;
 
 /// A network namespace made with `ip netns add`, deleted when dropped (test-support's).
-pub(super) struct Netns {
-    pub(super) name: String,
+pub(crate) struct Netns {
+    pub(crate) name: String,
     ns: test_support::Netns,
 }
 
 impl Netns {
-    pub(super) fn add(name: String) -> Result<Netns> {
+    pub(crate) fn add(name: String) -> Result<Netns> {
         let ns = test_support::Netns::add(name)?;
         Ok(Netns {
             name: ns.name().to_string(),
@@ -24,18 +24,18 @@ impl Netns {
     }
 
     /// `ip netns exec NAME PROGRAM`.
-    pub(super) fn cmd(&self, program: &str) -> Command {
+    pub(crate) fn cmd(&self, program: &str) -> Command {
         self.ns.command(program)
     }
 
-    pub(super) fn legacy(&self, args: &[&str]) -> Command {
+    pub(crate) fn legacy(&self, args: &[&str]) -> Command {
         // -w: /run/xtables.lock is shared by every namespace, and others may hold it briefly.
         let mut c = self.cmd("iptables-legacy");
         c.args(["-w", "5"]).args(args);
         c
     }
 
-    pub(super) fn nft(&self, args: &str) -> Command {
+    pub(crate) fn nft(&self, args: &str) -> Command {
         let mut c = self.cmd("nft");
         c.args(args.split(' '));
         c

@@ -7,11 +7,11 @@ use anyhow::{Context as _, Result};
 
 /// Linux's USER_HZ, the unit of utime and stime in /proc/PID/stat (100 on every architecture
 /// observer runs on).
-pub(super) const USER_HZ: u64 = 100;
+pub(crate) const USER_HZ: u64 = 100;
 
 /// The sum of fields `fields` (numbered as in proc(5): utime 14, stime 15, cutime 16, cstime
 /// 17) of `/proc/PID/stat`, in clock ticks.
-pub(super) fn stat_ticks(pid: u32, fields: [usize; 2]) -> Result<u64> {
+pub(crate) fn stat_ticks(pid: u32, fields: [usize; 2]) -> Result<u64> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat"))
         .with_context(|| format!("reading /proc/{pid}/stat (did the process exit?)"))?;
     // Fields after "(comm)", which may hold spaces: state is field 3.
@@ -26,7 +26,7 @@ pub(super) fn stat_ticks(pid: u32, fields: [usize; 2]) -> Result<u64> {
     })
 }
 
-pub(super) fn status_kib(pid: u32, key: &str) -> Result<u64> {
+pub(crate) fn status_kib(pid: u32, key: &str) -> Result<u64> {
     let status = fs::read_to_string(format!("/proc/{pid}/status"))?;
     status
         .lines()

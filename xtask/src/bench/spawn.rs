@@ -19,7 +19,7 @@ use crate::cmd;
 
 /// Runs the command (stdin and stdout to /dev/null) and returns when its process was reaped and
 /// how long it ran. Fails, with its stderr, unless it exits with 0.
-pub(super) fn run_timed(c: &mut Command) -> Result<(Instant, Duration)> {
+pub(crate) fn run_timed(c: &mut Command) -> Result<(Instant, Duration)> {
     let desc = cmd::describe(c);
     c.stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -38,7 +38,7 @@ pub(super) fn run_timed(c: &mut Command) -> Result<(Instant, Duration)> {
 
 /// Runs a command that may be slow or hang, with stdin from `input`, its stdout and stderr in
 /// temporary files; kills it after `limit`. Returns its stdout.
-pub(super) fn run_bounded(
+pub(crate) fn run_bounded(
     c: &mut Command,
     input: Option<&[u8]>,
     limit: Duration,
@@ -97,19 +97,19 @@ fn last_lines(s: &str, n: usize) -> String {
 
 /// A running `observer tail --json`, its stdout read on a thread that timestamps every line the
 /// moment it arrives. Stopped with SIGINT when dropped (or by [`Observer::stop`]).
-pub(super) struct Observer {
+pub(crate) struct Observer {
     child: Option<Child>,
-    pub(super) pid: u32,
+    pub(crate) pid: u32,
     lines: mpsc::Receiver<(Instant, String)>,
     /// JSON lines the last wait skipped.
-    pub(super) skipped: Vec<Value>,
+    pub(crate) skipped: Vec<Value>,
     stderr: PathBuf,
     desc: String,
 }
 
 impl Observer {
     /// Starts it and waits for the `{"kind":"status","state":"ready"}` line.
-    pub(super) fn start(bin: &Path, args: &[&str], tag: &str) -> Result<Observer> {
+    pub(crate) fn start(bin: &Path, args: &[&str], tag: &str) -> Result<Observer> {
         let stderr = env::temp_dir().join(format!("obs-bench-{}-{tag}.stderr", process::id()));
         let file =
             fs::File::create(&stderr).with_context(|| format!("creating {}", stderr.display()))?;
@@ -141,7 +141,7 @@ impl Observer {
 
     /// Skips lines until a JSON line for which `want` is true; fails after `timeout` or when
     /// observer exits.
-    pub(super) fn wait(
+    pub(crate) fn wait(
         &mut self,
         timeout: Duration,
         what: &str,
@@ -158,7 +158,7 @@ impl Observer {
 
     /// Like [`Observer::wait`], but `None` after `timeout`. The JSON lines skipped on the way
     /// are kept in `self.skipped`.
-    pub(super) fn wait_opt(
+    pub(crate) fn wait_opt(
         &mut self,
         timeout: Duration,
         what: &str,
@@ -196,11 +196,11 @@ impl Observer {
     }
 
     /// Lines that arrived and were not read yet.
-    pub(super) fn drain(&self) -> Vec<(Instant, String)> {
+    pub(crate) fn drain(&self) -> Vec<(Instant, String)> {
         self.lines.try_iter().collect()
     }
 
-    pub(super) fn stderr_tail(&self) -> String {
+    pub(crate) fn stderr_tail(&self) -> String {
         let text = fs::read_to_string(&self.stderr).unwrap_or_default();
         if text.trim().is_empty() {
             format!(" (`{}`; its stderr is empty)", self.desc)
@@ -246,7 +246,7 @@ impl Observer {
     }
 
     /// Stops it and adds a note unless it exited with status 0.
-    pub(super) fn finish(mut self, part: &str, notes: &mut Vec<String>) {
+    pub(crate) fn finish(mut self, part: &str, notes: &mut Vec<String>) {
         match self.stop() {
             Ok(s) if s.success() => {}
             Ok(s) => notes.push(format!(
@@ -260,7 +260,7 @@ impl Observer {
 
 /// Reads `out` on a thread of its own and sends each line (without its line end) with the
 /// instant it arrived: one timestamp per read, so every line of one chunk arrived then.
-pub(super) fn timed_lines(
+pub(crate) fn timed_lines(
     mut out: impl io::Read + Send + 'static,
 ) -> mpsc::Receiver<(Instant, String)> {
     let (tx, rx) = mpsc::channel();
@@ -298,6 +298,6 @@ impl Drop for Observer {
     }
 }
 
-pub(super) fn is_change(v: &Value, backend: &str, op: &str, chain: &str) -> bool {
+pub(crate) fn is_change(v: &Value, backend: &str, op: &str, chain: &str) -> bool {
     v["kind"] == "change" && v["backend"] == backend && v["op"] == op && v["chain"] == chain
 }

@@ -4,24 +4,24 @@
 
 use std::time::{Duration, Instant};
 
-pub(super) fn ms(d: Duration) -> f64 {
+pub(crate) fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
 /// `later - earlier` in ms, negative when `later` is in fact earlier.
-pub(super) fn signed_ms(later: Instant, earlier: Instant) -> f64 {
+pub(crate) fn signed_ms(later: Instant, earlier: Instant) -> f64 {
     match later.checked_duration_since(earlier) {
         Some(d) => ms(d),
         None => -ms(earlier - later),
     }
 }
 
-pub(super) struct Dist {
-    pub(super) n: usize,
-    pub(super) min: f64,
-    pub(super) median: f64,
-    pub(super) p99: f64,
-    pub(super) max: f64,
+pub(crate) struct Dist {
+    pub(crate) n: usize,
+    pub(crate) min: f64,
+    pub(crate) median: f64,
+    pub(crate) p99: f64,
+    pub(crate) max: f64,
 }
 
 /// The median (the mean of the middle two for an even count); NaN when `v` is empty.
@@ -41,7 +41,7 @@ pub(crate) fn median_opt(v: &[f64]) -> Option<f64> {
 }
 
 impl Dist {
-    pub(super) fn of(v: &[f64]) -> Option<Dist> {
+    pub(crate) fn of(v: &[f64]) -> Option<Dist> {
         let mut s = v.to_vec();
         s.sort_by(f64::total_cmp);
         let n = s.len();
@@ -57,11 +57,21 @@ impl Dist {
     }
 }
 
-pub(super) fn mib(kib: u64) -> String {
+/// The nearest-rank percentile `p` (in (0, 100]) of `v`: the smallest value with at least `p` %
+/// of the values at or below it; `None` when `v` is empty.
+pub(crate) fn percentile(v: &[f64], p: f64) -> Option<f64> {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    let rank = ((p / 100.0) * n as f64).ceil().max(1.0) as usize;
+    s.get(rank.min(n).checked_sub(1)?).copied()
+}
+
+pub(crate) fn mib(kib: u64) -> String {
     format!("{:.1} MiB", kib as f64 / 1024.0)
 }
 
-pub(super) fn thousands(n: u64) -> String {
+pub(crate) fn thousands(n: u64) -> String {
     let digits = n.to_string().into_bytes();
     let groups: Vec<&[u8]> = digits.rchunks(3).rev().collect();
     groups
@@ -84,6 +94,17 @@ mod tests {
         let d = Dist::of(&[3.0, -1.0, 2.0]).unwrap();
         assert_eq!((d.min, d.median, d.p99, d.max), (-1.0, 2.0, 3.0, 3.0));
         assert!(Dist::of(&[]).is_none());
+    }
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let v: Vec<f64> = (1..=20).rev().map(f64::from).collect();
+        assert_eq!(percentile(&v, 50.0), Some(10.0));
+        assert_eq!(percentile(&v, 95.0), Some(19.0));
+        assert_eq!(percentile(&v, 100.0), Some(20.0));
+        assert_eq!(percentile(&[7.0, 3.0, 5.0], 95.0), Some(7.0));
+        assert_eq!(percentile(&[4.0], 50.0), Some(4.0));
+        assert_eq!(percentile(&[], 50.0), None);
     }
 
     #[test]

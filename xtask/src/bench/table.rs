@@ -24,7 +24,7 @@ pub(super) struct BigTable {
 }
 
 /// A kube-proxy-like chain name: KUBE-SVC-/KUBE-SEP- and 16 base32 characters.
-fn chain_hash(seed: u64) -> String {
+pub(crate) fn chain_hash(seed: u64) -> String {
     const ALPHABET: &[u8; 32] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
     let mut x = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
     let mut out = String::with_capacity(16);
