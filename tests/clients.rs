@@ -6,6 +6,7 @@
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -700,16 +701,17 @@ struct Dockerd {
 
 impl Dockerd {
     fn start(ns: &Netns, bus: Option<&Bus>) -> Dockerd {
-        Dockerd::start_with(ns, bus, false)
+        Dockerd::start_with(ns, bus, false, true)
     }
 
     /// With `bridge`, docker's default bridge network (docker0 in `ns`), for containers with
     /// published ports; the host's cgroup hierarchy stays visible under the namespace's /sys,
-    /// where runc puts the containers.
-    fn start_with(ns: &Netns, bus: Option<&Bus>, bridge: bool) -> Dockerd {
+    /// where runc puts the containers. With `legacy`, its `iptables` is iptables-legacy, else
+    /// Debian's default, iptables-nft.
+    fn start_with(ns: &Netns, bus: Option<&Bus>, bridge: bool, legacy: bool) -> Dockerd {
         let dir = tempfile::tempdir().expect("tempdir");
         let d = dir.path();
-        let mut setup = private_mounts(&[], true);
+        let mut setup = private_mounts(&[], legacy);
         if bridge {
             let keep = d.join("cgroup");
             std::fs::create_dir_all(&keep).expect("mkdir");
@@ -869,55 +871,17 @@ fn dockerd_publishes_a_containers_port_and_only_dockerd_writes() {
     let mut obs = Observer::start(&[]);
     let ns = Netns::new("docker-port");
     let here = in_ns(&ns);
-    let d = Dockerd::start_with(&ns, None, true);
+    let d = Dockerd::start_with(&ns, None, true, true);
     obs.expect("docker's nat chain", WAIT, |v| {
         here(v) && v["chain"] == "DOCKER" && v["table"] == "nat" && v["op"] == "chain_create"
     });
-    // An image built here from Debian's busybox-static: nothing pulled.
-    let dir = tempfile::tempdir().expect("tempdir");
-    let rootfs = dir.path().join("rootfs");
-    std::fs::create_dir_all(rootfs.join("bin")).expect("mkdir");
-    let busybox = ["/bin/busybox", "/usr/bin/busybox"]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-        .expect("busybox");
-    std::fs::copy(busybox, rootfs.join("bin/busybox")).expect("copy busybox");
-    let tar = dir.path().join("busybox.tar");
-    common::run(
-        "tar",
-        &[
-            "-C",
-            rootfs.to_str().expect("utf-8"),
-            "-cf",
-            tar.to_str().expect("utf-8"),
-            ".",
-        ],
-    );
-    d.must(&["import", tar.to_str().expect("utf-8"), "obs-busybox:test"]);
+    let _image = busybox_image(&d);
     // observer restarts with docker's chains in place: known from the catalog.
     obs.drain(500);
     obs.stop();
     let mut obs = Observer::start(&[]);
     let cgroup_parent = format!("/obs-docker-test-{}", std::process::id());
-    d.must(&[
-        "run",
-        "-d",
-        "--name",
-        "web",
-        "--cgroup-parent",
-        &cgroup_parent,
-        // runc may not raise the limits docker asks for by default where the test runs.
-        "--ulimit",
-        "nofile=1024:1024",
-        "-p",
-        "8080:80",
-        "obs-busybox:test",
-        "/bin/busybox",
-        "httpd",
-        "-f",
-        "-p",
-        "80",
-    ]);
+    run_web(&d, &cgroup_parent);
     let dnat = obs.expect("the published port's DNAT rule", WAIT, |v| {
         here(v)
             && v["chain"] == "DOCKER"
@@ -943,13 +907,516 @@ fn dockerd_publishes_a_containers_port_and_only_dockerd_writes() {
     // docker on its own chains: no incident, before or after the restart.
     assert_no_incidents(&obs, &ns);
     obs.stop();
+    remove_cgroup(&cgroup_parent);
+    assert_eq!(host_rulesets(), host_before, "the host's ruleset changed");
+}
+
+/// firewalld's iptables backend on Debian's default iptables, iptables-nft: every IPv4 rule it
+/// writes reads in observer's lines as `iptables-nft-save` prints it, in order, after its start
+/// and after a reload (which rewrites everything); firewalld is the only writer, and its own
+/// reload is no incident.
+#[test]
+fn firewalld_iptables_backend_through_iptables_nft_reads_as_iptables_nft_save_prints_it() {
+    skip_unless!(
+        "ip",
+        "iptables-nft-save",
+        "firewalld",
+        "firewall-cmd",
+        "dbus-daemon"
+    );
+    let host_before = host_rulesets();
+    let mut obs = Observer::start(&[]);
+    let ns = Netns::new("fwd-iptnft");
+    let here = in_ns(&ns);
+    let fw = Firewalld::start(&ns, "iptables", false);
+    obs.expect("firewalld's chains, through iptables-nft", WAIT, |v| {
+        here(v) && v["backend"] == "nft" && v["chain"] == "INPUT_direct"
+    });
+    obs.drain(2000);
+    let started = assert_rules_read_as_saved(&obs, &ns, "after firewalld started");
+    assert!(started >= 20, "only {started} rules compared");
+    fw.must(&["--reload"]);
+    obs.drain(3000);
+    let reloaded = assert_rules_read_as_saved(&obs, &ns, "after a reload");
+    assert_eq!(reloaded, started, "a reload writes the same rules again");
+    drop(fw);
+    obs.drain(1000);
+    assert_actors(&obs, &ns, &["firewalld"]);
+    assert_no_incidents(&obs, &ns);
+    obs.stop();
+    eprintln!("firewalld's iptables backend through iptables-nft: {started} rules identical to iptables-nft-save, {reloaded} after a reload");
+    assert_eq!(host_rulesets(), host_before, "the host's ruleset changed");
+}
+
+/// One rule event `xtables-monitor -e` printed: `add` (`-A`, `-I`) or `delete` (`-D`), table,
+/// chain and rule text.
+fn monitor_event(line: &str) -> Option<(String, String, String, String)> {
+    let rest = line.trim_start().strip_prefix("EVENT: -")?;
+    let (_family, rest) = rest.split_once(" -t ")?;
+    let (table, rest) = rest.split_once(' ')?;
+    let (op, rest) = rest.split_once(' ')?;
+    if !["-A", "-D", "-I"].contains(&op) {
+        return None;
+    }
+    let (chain, rule) = rest.split_once(' ').unwrap_or((rest, ""));
+    let op = if op == "-D" { "delete" } else { "add" };
+    Some((op.into(), table.into(), chain.into(), rule.into()))
+}
+
+/// Side by side with `xtables-monitor -e`, iptables' own event monitor, on the same changes:
+/// every rule it prints, observer prints with the same text, table and chain; observer names
+/// the writer where the monitor says only `iptables-nft` and its pid; a rule that `nft` wrote
+/// into an iptables-nft table, which the monitor cannot parse, observer prints in nft syntax
+/// and says why iptables-nft cannot read it back.
+#[test]
+fn xtables_monitor_and_observer_print_the_same_rules_and_observer_names_the_writer() {
+    skip_unless!(
+        "ip",
+        "iptables-nft",
+        "ip6tables-nft",
+        "xtables-monitor",
+        "nft",
+        "stdbuf"
+    );
+    let mut obs = Observer::start(&[]);
+    let ns = Netns::new("xtmon");
+    let here = in_ns(&ns);
+    let mut monitor = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &ns.name,
+            "stdbuf",
+            "-oL",
+            "xtables-monitor",
+            "-e",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start xtables-monitor");
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let out = monitor.stdout.take().expect("stdout");
+    std::thread::spawn(move || {
+        use std::io::BufRead as _;
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    // The monitor subscribes as it starts: a first change, waited for, says it listens.
+    let writer = Writer::new("xtmonwriter");
+    let wait_monitor = |what: &str, pred: &dyn Fn(&str) -> bool, seen: &mut Vec<String>| {
+        let deadline = Instant::now() + Duration::from_secs(WAIT);
+        while !seen.iter().any(|l| pred(l)) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(l) => seen.push(l),
+                Err(_) => panic!("xtables-monitor printed no {what}:\n{}", seen.join("\n")),
+            }
+        }
+    };
+    let mut printed = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(WAIT);
+    loop {
+        ns.write(&writer, &["iptables-nft", "-N", "XTMON"]);
+        let got = rx.recv_timeout(Duration::from_secs(1));
+        if let Ok(l) = got {
+            printed.push(l);
+            break;
+        }
+        assert!(Instant::now() < deadline, "xtables-monitor printed nothing");
+        ns.write(&writer, &["iptables-nft", "-X", "XTMON"]);
+    }
+    let commands: &[&[&str]] = &[
+        &[
+            "iptables-nft",
+            "-A",
+            "XTMON",
+            "-p",
+            "tcp",
+            "--dport",
+            "80",
+            "-m",
+            "comment",
+            "--comment",
+            "a \"quoted\" word",
+            "-j",
+            "ACCEPT",
+        ],
+        &[
+            "iptables-nft",
+            "-A",
+            "XTMON",
+            "-s",
+            "10.0.0.0/8",
+            "-i",
+            "eth+",
+            "-m",
+            "conntrack",
+            "--ctstate",
+            "ESTABLISHED,RELATED",
+            "-j",
+            "RETURN",
+        ],
+        &[
+            "iptables-nft",
+            "-I",
+            "XTMON",
+            "-p",
+            "udp",
+            "-m",
+            "multiport",
+            "--dports",
+            "53,5353",
+            "-j",
+            "DROP",
+        ],
+        &["iptables-nft", "-t", "nat", "-N", "XTMON-DNAT"],
+        &[
+            "iptables-nft",
+            "-t",
+            "nat",
+            "-A",
+            "XTMON-DNAT",
+            "-p",
+            "tcp",
+            "-m",
+            "tcp",
+            "--dport",
+            "8080",
+            "-j",
+            "DNAT",
+            "--to-destination",
+            "10.244.1.5:80",
+        ],
+        &[
+            "ip6tables-nft",
+            "-A",
+            "INPUT",
+            "-s",
+            "2001:db8::/32",
+            "-p",
+            "tcp",
+            "--dport",
+            "443",
+            "-j",
+            "REJECT",
+            "--reject-with",
+            "tcp-reset",
+        ],
+        &["iptables-nft", "-D", "XTMON", "1"],
+    ];
+    for c in commands {
+        ns.write(&writer, c);
+    }
+    // Written by nft into the iptables-nft table: iptables-nft cannot read it back.
+    ns.write(
+        &writer,
+        &[
+            "nft", "add", "rule", "ip", "filter", "XTMON", "ct", "mark", "0x1", "accept",
+        ],
+    );
+    // Its last rule event, then observer's.
+    wait_monitor(
+        "delete of the multiport rule",
+        &|l: &str| l.contains("-D XTMON") && l.contains("multiport"),
+        &mut printed,
+    );
+    let unreadable = obs.expect("the rule nft wrote", WAIT, |v| {
+        here(v) && v["op"] == "rule_add" && v["chain"] == "XTMON" && v["rule_syntax"] == "nft"
+    });
+    assert!(
+        unreadable["iptables_unreadable"]
+            .as_str()
+            .is_some_and(|w| !w.is_empty()),
+        "{unreadable}"
+    );
+    assert!(
+        unreadable["rule"]
+            .as_str()
+            .is_some_and(|r| r.contains("ct mark")),
+        "{unreadable}"
+    );
+    obs.drain(1000);
+    let _ = monitor.kill();
+    let _ = monitor.wait();
+    while let Ok(l) = rx.recv_timeout(Duration::from_millis(200)) {
+        printed.push(l);
+    }
+    let from_monitor: Vec<(String, String, String, String)> =
+        printed.iter().filter_map(|l| monitor_event(l)).collect();
+    let ours: Vec<(String, String, String, String)> = obs
+        .changes()
+        .into_iter()
+        .filter(|v| {
+            here(v)
+                && v["rule_syntax"] == "iptables"
+                && (v["op"] == "rule_add" || v["op"] == "rule_delete")
+        })
+        .map(|v| {
+            let op = if v["op"] == "rule_delete" {
+                "delete"
+            } else {
+                "add"
+            };
+            (
+                op.to_string(),
+                v["table"].as_str().unwrap_or_default().to_string(),
+                v["chain"].as_str().unwrap_or_default().to_string(),
+                v["rule"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        ours,
+        from_monitor,
+        "observer's rule lines (left) against xtables-monitor's (right):\n{}",
+        printed.join("\n")
+    );
+    assert_eq!(
+        from_monitor.len(),
+        commands.len() - 1,
+        "{}",
+        printed.join("\n")
+    );
+    // Who: the monitor has the command's name and pid; observer the writer behind it.
+    assert!(
+        printed.iter().any(|l| l.contains("NAME=iptables-nft")),
+        "{}",
+        printed.join("\n")
+    );
+    assert!(
+        !printed.iter().any(|l| l.contains("xtmonwriter")),
+        "{}",
+        printed.join("\n")
+    );
+    assert_actors(&obs, &ns, &["xtmonwriter"]);
+    obs.stop();
+    eprintln!(
+        "xtables-monitor and observer: {} rule events, the same text; the nft-written rule: {}",
+        from_monitor.len(),
+        unreadable["iptables_unreadable"]
+    );
+}
+
+/// An image built from Debian's busybox-static and imported into `d` as `obs-busybox:test`:
+/// nothing pulled. The directory holds its files.
+fn busybox_image(d: &Dockerd) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rootfs = dir.path().join("rootfs");
+    std::fs::create_dir_all(rootfs.join("bin")).expect("mkdir");
+    let busybox = ["/bin/busybox", "/usr/bin/busybox"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("busybox");
+    std::fs::copy(busybox, rootfs.join("bin/busybox")).expect("copy busybox");
+    let tar = dir.path().join("busybox.tar");
+    common::run(
+        "tar",
+        &[
+            "-C",
+            rootfs.to_str().expect("utf-8"),
+            "-cf",
+            tar.to_str().expect("utf-8"),
+            ".",
+        ],
+    );
+    d.must(&["import", tar.to_str().expect("utf-8"), "obs-busybox:test"]);
+    dir
+}
+
+/// `docker run` of a web server with port 8080 published, in the cgroup `parent`.
+fn run_web(d: &Dockerd, parent: &str) {
+    d.must(&[
+        "run",
+        "-d",
+        "--name",
+        "web",
+        "--cgroup-parent",
+        parent,
+        // runc may not raise the limits docker asks for by default where the test runs.
+        "--ulimit",
+        "nofile=1024:1024",
+        "-p",
+        "8080:80",
+        "obs-busybox:test",
+        "/bin/busybox",
+        "httpd",
+        "-f",
+        "-p",
+        "80",
+    ]);
+}
+
+fn remove_cgroup(parent: &str) {
     for c in std::fs::read_dir("/sys/fs/cgroup")
         .into_iter()
         .flatten()
         .flatten()
     {
-        let _ = std::fs::remove_dir(c.path().join(cgroup_parent.trim_start_matches('/')));
+        let _ = std::fs::remove_dir(c.path().join(parent.trim_start_matches('/')));
     }
+}
+
+/// The IPv4 nftables rules of `ns` as observer's changes leave them, by (table, chain), in
+/// order: each rule op replayed at its `position`, flushes and deletes applied.
+fn replayed_rules(obs: &Observer, ns: &Netns) -> BTreeMap<(String, String), Vec<String>> {
+    let here = in_ns(ns);
+    let mut out: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    for v in obs.changes() {
+        if !here(v) || v["backend"] != "nft" || v["family"] != "ip" || v["result"] != "ok" {
+            continue;
+        }
+        let table = v["table"].as_str().unwrap_or_default().to_string();
+        let key = (
+            table.clone(),
+            v["chain"].as_str().unwrap_or_default().to_string(),
+        );
+        let at = v["position"].as_u64().map(|p| p as usize);
+        let rule = v["rule"].as_str().unwrap_or_default().to_string();
+        match v["op"].as_str().unwrap_or_default() {
+            "rule_add" => {
+                let rules = out.entry(key).or_default();
+                let at = at.unwrap_or(rules.len()).min(rules.len());
+                rules.insert(at, rule);
+            }
+            "rule_delete" => {
+                // Its position is the one before its transaction: in a transaction that deletes
+                // several, the rule is found by its text where the position no longer holds.
+                let rules = out.entry(key).or_default();
+                let found = at
+                    .filter(|&p| rules.get(p) == Some(&rule))
+                    .or_else(|| rules.iter().position(|r| *r == rule))
+                    .unwrap_or_else(|| panic!("a delete of a rule never added: {v}"));
+                rules.remove(found);
+            }
+            "rule_replace" => {
+                let rules = out.entry(key).or_default();
+                let at = at.unwrap_or_else(|| panic!("a replace without a position: {v}"));
+                rules[at] = rule;
+            }
+            "chain_flush" | "chain_delete" => {
+                out.remove(&key);
+            }
+            "table_flush" | "table_delete" => out.retain(|(t, _), _| *t != table),
+            _ => {}
+        }
+    }
+    out.retain(|_, rules| !rules.is_empty());
+    out
+}
+
+/// `iptables-nft-save`'s rules in `ns`, by (table, chain), in order, without `-A CHAIN `.
+fn saved_rules(ns: &Netns) -> BTreeMap<(String, String), Vec<String>> {
+    let mut out: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    let mut table = String::new();
+    for line in ns.read(&["iptables-nft-save"]).lines() {
+        if let Some(t) = line.strip_prefix('*') {
+            table = t.to_string();
+        } else if let Some(rest) = line.strip_prefix("-A ") {
+            let (chain, rule) = rest.split_once(' ').unwrap_or((rest, ""));
+            out.entry((table.clone(), chain.to_string()))
+                .or_default()
+                .push(rule.to_string());
+        }
+    }
+    out
+}
+
+/// Every rule observer printed for `ns` reads as `iptables-nft-save` prints it now, chain by
+/// chain and in order; every IPv4 and IPv6 rule line was in iptables syntax with its nft form
+/// beside it (ebtables-nft's bridge rules are still printed in nft syntax). Returns how many
+/// rules were compared.
+fn assert_rules_read_as_saved(obs: &Observer, ns: &Netns, when: &str) -> usize {
+    let here = in_ns(ns);
+    for v in obs.changes() {
+        if here(v)
+            && v["backend"] == "nft"
+            && (v["family"] == "ip" || v["family"] == "ip6")
+            && v["op"].as_str().is_some_and(|o| o.starts_with("rule_"))
+        {
+            assert_eq!(v["rule_syntax"], "iptables", "{when}: {v}");
+            assert!(
+                v["rule_nft"].as_str().is_some_and(|r| !r.is_empty()),
+                "{when}: {v}"
+            );
+        }
+    }
+    let (want, got) = (saved_rules(ns), replayed_rules(obs, ns));
+    assert_eq!(
+        got, want,
+        "{when}: observer's rules (left) against iptables-nft-save's (right)"
+    );
+    want.values().map(Vec::len).sum()
+}
+
+/// docker on Debian's default iptables, iptables-nft: every rule it writes, for its chains and
+/// for a published port, reads in observer's lines as `iptables-nft-save` prints it, in order,
+/// before and after the container goes; dockerd is the only writer and no incident is raised.
+#[test]
+fn dockerd_through_iptables_nft_writes_rules_that_read_as_iptables_nft_save_prints_them() {
+    skip_unless!(
+        "ip",
+        "iptables-nft",
+        "iptables-nft-save",
+        "dockerd",
+        "busybox"
+    );
+    if !Path::new(DOCKER).exists() {
+        test_support::skip(format!("{DOCKER} (Debian's docker.io) is missing"));
+        return;
+    }
+    let host_before = host_rulesets();
+    let mut obs = Observer::start(&[]);
+    let ns = Netns::new("docker-nft");
+    let here = in_ns(&ns);
+    let d = Dockerd::start_with(&ns, None, true, false);
+    obs.expect("docker's nat chain, through iptables-nft", WAIT, |v| {
+        here(v)
+            && v["backend"] == "nft"
+            && v["chain"] == "DOCKER"
+            && v["table"] == "nat"
+            && v["op"] == "chain_create"
+    });
+    let _image = busybox_image(&d);
+    let cgroup_parent = format!("/obs-docker-nft-test-{}", std::process::id());
+    run_web(&d, &cgroup_parent);
+    let dnat = obs.expect("the published port's DNAT rule", WAIT, |v| {
+        here(v)
+            && v["chain"] == "DOCKER"
+            && v["op"] == "rule_add"
+            && v["rule"]
+                .as_str()
+                .is_some_and(|r| r.contains("--dport 8080") && r.contains("-j DNAT"))
+    });
+    assert_eq!(dnat["process"]["actor"], "dockerd", "{dnat}");
+    obs.drain(1500);
+    let running = assert_rules_read_as_saved(&obs, &ns, "with the container running");
+    assert!(running >= 10, "only {running} rules compared");
+    d.must(&["rm", "-f", "web"]);
+    obs.expect("the DNAT rule removed", WAIT, |v| {
+        here(v)
+            && v["chain"] == "DOCKER"
+            && v["op"] == "rule_delete"
+            && v["rule"]
+                .as_str()
+                .is_some_and(|r| r.contains("--dport 8080"))
+    });
+    obs.drain(1500);
+    let after = assert_rules_read_as_saved(&obs, &ns, "after the container went");
+    assert!(after < running, "{after} rules after, {running} before");
+    d.stop();
+    obs.drain(1000);
+    assert_actors(&obs, &ns, &["dockerd"]);
+    assert_no_incidents(&obs, &ns);
+    obs.stop();
+    remove_cgroup(&cgroup_parent);
+    eprintln!(
+        "dockerd through iptables-nft: {running} rules identical to iptables-nft-save with the \
+         container, {after} after"
+    );
     assert_eq!(host_rulesets(), host_before, "the host's ruleset changed");
 }
 

@@ -57,9 +57,10 @@ pub(crate) const TABLES: &[(&str, &[Builtin])] = &[
         ],
     ),
     ("raw", &[("PREROUTING", 0, -300), ("OUTPUT", 3, -300)]),
+    // 150, as iptables-nft 1.8.9 makes them (the kernel's x_tables security table is at 50).
     (
         "security",
-        &[("INPUT", 1, 50), ("FORWARD", 2, 50), ("OUTPUT", 3, 50)],
+        &[("INPUT", 1, 150), ("FORWARD", 2, 150), ("OUTPUT", 3, 150)],
     ),
 ];
 

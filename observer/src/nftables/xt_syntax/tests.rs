@@ -114,6 +114,10 @@ const COMMANDS: &[&str] = &[
     "iptables-nft -A INPUT -p tcp --sport 1 --dport 65535 ! --tcp-flags SYN,ACK SYN",
     "iptables-nft -A INPUT -j NFLOG --nflog-group 3 --nflog-prefix 'nf: ' --nflog-size 128 --nflog-threshold 2",
     "iptables-nft -t raw -A PREROUTING -j TRACE",
+    // firewalld's iptables backend hooks the security table (built-in chains at priority 150).
+    "iptables-nft -t security -N INPUT_direct",
+    "iptables-nft -t security -A INPUT -j INPUT_direct",
+    "ip6tables-nft -t security -A OUTPUT -j ACCEPT",
     "ip6tables-nft -A INPUT -s 2001:db8::/32 -p tcp --dport 443 -j ACCEPT",
     "ip6tables-nft -A INPUT ! -d fe80::1/128 -p ipv6-icmp -j ACCEPT",
     "ip6tables-nft -A INPUT -i lo -m conntrack --ctstate INVALID -j DROP",
