@@ -131,30 +131,19 @@ fn replay(file: &str, proto: XtProto, tally: &mut Tally) {
                 got.insert(name.clone(), lines);
             }
         }
+        let label = format!(
+            "{} {file} ({}) -t {table}",
+            extension(file),
+            family_name(proto)
+        );
         for (chain, w) in &want {
             let g = got.remove(chain).unwrap_or_default();
-            tally.compared += w.len();
-            for i in 0..w.len().max(g.len()) {
-                let (w, g) = (w.get(i), g.get(i));
-                if w.is_some() && w == g {
-                    tally.identical += 1;
-                } else {
-                    tally.different.push(format!(
-                        "{} {file} ({}) -t {table}\n    save:     {}\n    observer: {}",
-                        extension(file),
-                        family_name(proto),
-                        w.map_or("(none)", String::as_str),
-                        g.map_or("(none)", String::as_str),
-                    ));
-                }
-            }
+            tally.compare(w, &g, &label);
         }
         for (chain, g) in got {
             for l in g {
                 tally.different.push(format!(
-                    "{} {file} ({}) -t {table}\n    save:     (none in {chain})\n    observer: {l}",
-                    extension(file),
-                    family_name(proto),
+                    "{label}\n    save:     (none in {chain})\n    observer: {l}"
                 ));
             }
         }

@@ -263,15 +263,23 @@ fn replay(dir: &Path, file: &str, proto: XtProto, tally: &mut Tally) {
                 .collect()
         };
         let (want, got) = (rules(&saved), rules(&ours.save_text()));
-        tally.compared += want.len();
+        let label = format!("{file} ({}) -t {table}", family_name(proto));
+        tally.compare(&want, &got, &label);
+    }
+}
+
+impl Tally {
+    /// Compare the tool's lines with observer's, in order: each line the tool printed counts
+    /// as compared, identical or a difference listed under `label`.
+    pub(crate) fn compare(&mut self, want: &[String], got: &[String], label: &str) {
+        self.compared += want.len();
         for i in 0..want.len().max(got.len()) {
             let (w, g) = (want.get(i), got.get(i));
             if w.is_some() && w == g {
-                tally.identical += 1;
+                self.identical += 1;
             } else {
-                tally.different.push(format!(
-                    "{file} ({}) -t {table}\n    save:     {}\n    observer: {}",
-                    family_name(proto),
+                self.different.push(format!(
+                    "{label}\n    save:     {}\n    observer: {}",
                     w.map_or("(none)", String::as_str),
                     g.map_or("(none)", String::as_str),
                 ));
