@@ -926,11 +926,11 @@ fn firewalld_iptables_backend_through_iptables_nft_reads_as_iptables_nft_save_pr
         here(v) && v["backend"] == "nft" && v["chain"] == "INPUT_direct"
     });
     obs.drain(2000);
-    let started = assert_rules_read_as_saved(&obs, &ns, "after firewalld started");
+    let started = assert_rules_read_as_saved(&mut obs, &ns, "after firewalld started");
     assert!(started >= 20, "only {started} rules compared");
     fw.must(&["--reload"]);
     obs.drain(3000);
-    let reloaded = assert_rules_read_as_saved(&obs, &ns, "after a reload");
+    let reloaded = assert_rules_read_as_saved(&mut obs, &ns, "after a reload");
     assert_eq!(reloaded, started, "a reload writes the same rules again");
     drop(fw);
     obs.drain(1000);
@@ -1386,7 +1386,17 @@ fn saved_rules(ns: &Netns, tool: &str) -> BTreeMap<(String, String), Vec<String>
 /// `ip6tables-nft-save` print it now, chain by chain and in order; every IPv4 and IPv6 rule line was in iptables syntax with its nft form
 /// beside it (ebtables-nft's bridge rules are still printed in nft syntax). Returns how many
 /// rules were compared.
-fn assert_rules_read_as_saved(obs: &Observer, ns: &Netns, when: &str) -> usize {
+fn assert_rules_read_as_saved(obs: &mut Observer, ns: &Netns, when: &str) -> usize {
+    // The writer is done; observer's last lines may still be on their way on a busy machine.
+    let deadline = Instant::now() + Duration::from_secs(WAIT);
+    let tools = [("ip", "iptables-nft-save"), ("ip6", "ip6tables-nft-save")];
+    while Instant::now() < deadline
+        && tools
+            .iter()
+            .any(|&(family, tool)| saved_rules(ns, tool) != replayed_rules(obs, ns, family))
+    {
+        obs.drain(500);
+    }
     let here = in_ns(ns);
     for v in obs.changes() {
         if here(v)
@@ -1402,7 +1412,7 @@ fn assert_rules_read_as_saved(obs: &Observer, ns: &Netns, when: &str) -> usize {
         }
     }
     let mut compared = 0;
-    for (family, tool) in [("ip", "iptables-nft-save"), ("ip6", "ip6tables-nft-save")] {
+    for (family, tool) in tools {
         let (want, got) = (saved_rules(ns, tool), replayed_rules(obs, ns, family));
         assert_eq!(
             got, want,
@@ -1447,7 +1457,7 @@ fn dockerd_through_iptables_nft_writes_rules_that_read_as_iptables_nft_save_prin
     run_web(&d, &cgroup_parent);
     expect_dnat(&mut obs, &ns);
     obs.drain(1500);
-    let running = assert_rules_read_as_saved(&obs, &ns, "with the container running");
+    let running = assert_rules_read_as_saved(&mut obs, &ns, "with the container running");
     assert!(running >= 10, "only {running} rules compared");
     d.must(&["rm", "-f", "web"]);
     obs.expect("the DNAT rule removed", WAIT, |v| {
@@ -1459,7 +1469,7 @@ fn dockerd_through_iptables_nft_writes_rules_that_read_as_iptables_nft_save_prin
                 .is_some_and(|r| r.contains("--dport 8080"))
     });
     obs.drain(1500);
-    let after = assert_rules_read_as_saved(&obs, &ns, "after the container went");
+    let after = assert_rules_read_as_saved(&mut obs, &ns, "after the container went");
     assert!(after < running, "{after} rules after, {running} before");
     d.stop();
     obs.drain(1000);
