@@ -466,3 +466,30 @@ fn a_nats_server_that_never_acknowledges_holds_only_the_publisher() {
         conns.load(Ordering::Relaxed)
     );
 }
+
+/// `observer tail` on a terminal nobody reads (a paused terminal, a stalled pipe): SIGTERM ends
+/// it within its 5 s grace, cleanly, though its writes to stdout block.
+#[test]
+fn a_tail_whose_terminal_is_never_read_still_ends_on_sigterm() {
+    skip_unless!("ip", "nft");
+    let mut child = Command::new(observer_bin())
+        .args(["tail", "--json"])
+        .env_remove("OBSERVER_CONFIG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start observer tail");
+    // Its ready line says it watches; nothing more is read from it.
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut ready = String::new();
+    out.read_line(&mut ready).expect("the ready line");
+    assert!(ready.contains("\"state\":\"ready\""), "{ready}");
+    let ns = Netns::new("stalledtail");
+    let writer = Writer::new("tailwriter");
+    one_transaction(&ns, &writer, 0, 20_000);
+    // 20,000 lines are far more than a pipe holds: the tail is blocked on stdout by now.
+    std::thread::sleep(Duration::from_secs(2));
+    let exit = stop_within_10s(&mut child);
+    eprintln!("observer tail with a stalled terminal: exit {exit:?} after SIGTERM");
+    drop(out);
+}
