@@ -1367,19 +1367,7 @@ fn replayed_rules(
 /// `tool`'s (`iptables-nft-save`, `ip6tables-nft-save`) rules in `ns`, by (table, chain), in
 /// order, without `-A CHAIN `.
 fn saved_rules(ns: &Netns, tool: &str) -> BTreeMap<(String, String), Vec<String>> {
-    let mut out: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
-    let mut table = String::new();
-    for line in ns.read(&[tool]).lines() {
-        if let Some(t) = line.strip_prefix('*') {
-            table = t.to_string();
-        } else if let Some(rest) = line.strip_prefix("-A ") {
-            let (chain, rule) = rest.split_once(' ').unwrap_or((rest, ""));
-            out.entry((table.clone(), chain.to_string()))
-                .or_default()
-                .push(rule.to_string());
-        }
-    }
-    out
+    test_support::save_rules(&ns.read(&[tool]))
 }
 
 /// Every IPv4 and IPv6 rule observer printed for `ns` reads as `iptables-nft-save` and

@@ -7,11 +7,14 @@
 //!   also when the test fails, so that nothing is ever changed in the host's namespace.
 //! - [`json_lines`] and [`wait_for`]: a child's stdout read as JSON lines, and a line waited for
 //!   with a deadline that names what did not arrive.
+//! - [`save_rules`]: an `iptables-save` text as rules by table and chain.
 
 mod ci;
 mod lines;
 mod netns;
+mod save;
 
 pub use ci::{in_ci, skip, skip_reason};
 pub use lines::{free_port, json_lines, wait_for, wait_within, WAIT};
 pub use netns::{Netns, NetnsError};
+pub use save::save_rules;

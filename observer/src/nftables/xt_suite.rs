@@ -19,7 +19,8 @@ use super::state::NftState;
 use super::xt_syntax::XtText;
 use crate::xtables::tests::live::Netns;
 use crate::xtables::tests::suite::{
-    add, families, family_name, parse, reason, suite_dir, tool, Rule, Step, Tally, Variant,
+    add, families, family_name, parse, reason, suite_dir, suite_files, tool, Rule, Step, Tally,
+    Variant,
 };
 use crate::xtables::XtProto;
 
@@ -153,24 +154,9 @@ fn replay(file: &str, proto: XtProto, tally: &mut Tally) {
 #[test]
 fn the_rules_of_iptables_extension_tests_through_iptables_nft_render_as_iptables_nft_save_prints_them(
 ) {
-    let mut programs = vec!["ip".to_string()];
-    for p in [XtProto::Ipv4, XtProto::Ipv6] {
-        for s in ["", "-save", "-restore"] {
-            programs.push(tool(p, NFT, s));
-        }
-    }
-    let programs: Vec<&str> = programs.iter().map(String::as_str).collect();
-    if let Some(why) = test_support::skip_reason(&programs) {
-        test_support::skip(format_args!("{why}"));
+    let Some(files) = suite_files(NFT) else {
         return;
-    }
-    let mut files: Vec<String> = std::fs::read_dir(suite_dir())
-        .expect("the suite's directory")
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|n| n.ends_with(".t"))
-        .collect();
-    files.sort();
-    assert!(files.len() > 100, "only {} .t files", files.len());
+    };
     let mut tally = Tally::default();
     for file in &files {
         for &proto in families(file) {

@@ -126,19 +126,7 @@ const COMMANDS: &[&str] = &[
 
 /// `iptables-nft-save`'s rules, by (table, chain), in order, without `-A CHAIN `.
 fn saved(ns: &Netns, tool: &str) -> BTreeMap<(String, String), Vec<String>> {
-    let mut out: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
-    let mut table = String::new();
-    for line in ns.sh(tool).lines() {
-        if let Some(t) = line.strip_prefix('*') {
-            table = t.to_string();
-        } else if let Some(rest) = line.strip_prefix("-A ") {
-            let (chain, rule) = rest.split_once(' ').unwrap_or((rest, ""));
-            out.entry((table.clone(), chain.to_string()))
-                .or_default()
-                .push(rule.to_string());
-        }
-    }
-    out
+    test_support::save_rules(&ns.sh(tool))
 }
 
 /// observer's reading of the same tables, from a dump of the namespace.

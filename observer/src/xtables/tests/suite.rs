@@ -292,27 +292,36 @@ pub(crate) fn suite_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src/xtables/testdata/suite")
 }
 
-#[test]
-fn the_rules_of_iptables_extension_tests_render_as_iptables_save_prints_them() {
+/// The suite's `.t` files, sorted, when `variant`'s tools (and `ip`) are installed; `None`
+/// after saying why the test is skipped (it fails instead under `CI=true`).
+pub(crate) fn suite_files(variant: Variant) -> Option<Vec<String>> {
     let mut programs = vec!["ip".to_string()];
     for p in [XtProto::Ipv4, XtProto::Ipv6] {
         for s in ["", "-save", "-restore"] {
-            programs.push(tool(p, Variant::Legacy, s));
+            programs.push(tool(p, variant, s));
         }
     }
     let programs: Vec<&str> = programs.iter().map(String::as_str).collect();
     if let Some(why) = test_support::skip_reason(&programs) {
         test_support::skip(format_args!("{why}"));
-        return;
+        return None;
     }
-    let dir = suite_dir();
-    let mut files: Vec<String> = std::fs::read_dir(&dir)
+    let mut files: Vec<String> = std::fs::read_dir(suite_dir())
         .expect("the suite's directory")
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
         .filter(|n| n.ends_with(".t"))
         .collect();
     files.sort();
     assert!(files.len() > 100, "only {} .t files", files.len());
+    Some(files)
+}
+
+#[test]
+fn the_rules_of_iptables_extension_tests_render_as_iptables_save_prints_them() {
+    let Some(files) = suite_files(Variant::Legacy) else {
+        return;
+    };
+    let dir = suite_dir();
     let mut tally = Tally::default();
     for file in &files {
         for &proto in families(file) {
