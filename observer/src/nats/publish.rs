@@ -211,11 +211,9 @@ impl Publisher {
             incident: self.last_held(&stream, Kind::Incident).await?,
         };
         // Rows older than the stream keeps are not sent again after the stream lost them.
-        let since_ns = crate::timestamp::Timestamp::now()
-            .unix_nanos()
-            .saturating_sub(i64::try_from(s.max_age.as_nanos()).unwrap_or(i64::MAX));
+        let since_ns = oldest_kept(crate::timestamp::Timestamp::now().unix_nanos(), s.max_age);
         self.stats.acked(cursor);
-        let mut conn = self.open_record().await?;
+        let mut conn = open_record(&self.record).await?;
         let mut ino = store::inode(&self.record);
         self.stats.connected.set(1);
         if *failing {
@@ -235,7 +233,7 @@ impl Publisher {
             // The writer makes a new record when the file was deleted or replaced: follow it.
             let now = store::inode(&self.record);
             if now != ino {
-                conn = self.open_record().await?;
+                conn = open_record(&self.record).await?;
                 ino = now;
             }
             let rows = read_after(&conn, cursor, since_ns).await?;
@@ -252,14 +250,6 @@ impl Publisher {
                 self.stats.acked(cursor);
             }
         }
-    }
-
-    async fn open_record(&self) -> Result<Arc<Mutex<rusqlite::Connection>>, PublishError> {
-        let path = self.record.clone();
-        let conn = tokio::task::spawn_blocking(move || store::open_ro(&path))
-            .await
-            .map_err(PublishError::Open)??;
-        Ok(Arc::new(Mutex::new(conn)))
     }
 
     /// The number of the last row of this record the stream holds on `kind`'s subject (0: none).
@@ -314,6 +304,23 @@ impl Publisher {
     }
 }
 
+/// The record, read-only, for the publisher or the backlog count.
+async fn open_record(
+    path: &std::path::Path,
+) -> Result<Arc<Mutex<rusqlite::Connection>>, PublishError> {
+    let path = path.to_path_buf();
+    let conn = tokio::task::spawn_blocking(move || store::open_ro(&path))
+        .await
+        .map_err(PublishError::Open)??;
+    Ok(Arc::new(Mutex::new(conn)))
+}
+
+/// The time (ns) of the oldest row the stream still keeps at `now_ns`: rows older than its max
+/// age are neither sent nor counted as waiting.
+fn oldest_kept(now_ns: i64, max_age: Duration) -> i64 {
+    now_ns.saturating_sub(i64::try_from(max_age.as_nanos()).unwrap_or(i64::MAX))
+}
+
 /// How often the backlog gauges are counted.
 const BACKLOG_EVERY: Duration = Duration::from_secs(1);
 
@@ -330,11 +337,7 @@ async fn count_backlog(
     loop {
         let ino = store::inode(&record);
         if conn.as_ref().is_none_or(|(i, _)| *i != ino) {
-            let path = record.clone();
-            conn = match tokio::task::spawn_blocking(move || store::open_ro(&path)).await {
-                Ok(Ok(c)) => Some((ino, Arc::new(Mutex::new(c)))),
-                _ => None,
-            };
+            conn = open_record(&record).await.ok().map(|c| (ino, c));
         }
         if let Some((_, c)) = &conn {
             let c = c.clone();
@@ -343,8 +346,7 @@ async fn count_backlog(
                 stats.acked_incident.load(Ordering::Relaxed),
             );
             let now = crate::timestamp::Timestamp::now().unix_nanos();
-            let since_ns =
-                now.saturating_sub(i64::try_from(max_age.as_nanos()).unwrap_or(i64::MAX));
+            let since_ns = oldest_kept(now, max_age);
             let counted = tokio::task::spawn_blocking(move || {
                 let conn = c.lock().map_err(|_| PublishError::Poisoned)?;
                 Ok::<_, PublishError>(store::pending(&conn, change, incident, since_ns)?)
