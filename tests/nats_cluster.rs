@@ -195,41 +195,8 @@ impl Client {
     }
 
     /// Every message of the stream on `observer.>`: its headers and payload, in stream order.
-    fn read_all(&self) -> Vec<(String, HashMap<String, String>, Value)> {
-        use futures_util::StreamExt as _;
-        self.rt.block_on(async {
-            let mut stream = self.js.get_stream(STREAM).await.expect("the stream");
-            let total = stream.info().await.expect("stream info").state.messages;
-            let consumer = stream
-                .create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig {
-                    filter_subject: "observer.>".into(),
-                    deliver_policy: async_nats::jetstream::consumer::DeliverPolicy::All,
-                    ..Default::default()
-                })
-                .await
-                .expect("consumer");
-            let mut messages = consumer.messages().await.expect("messages");
-            let mut out = Vec::new();
-            while (out.len() as u64) < total {
-                let m = tokio::time::timeout(Duration::from_secs(10), messages.next())
-                    .await
-                    .expect("the stream's messages within 10 s")
-                    .expect("a message")
-                    .expect("no error");
-                let headers = m
-                    .headers
-                    .iter()
-                    .flat_map(|h| h.iter())
-                    .map(|(k, v)| {
-                        let v = v.first().map(|v| v.as_str().to_string());
-                        (k.to_string(), v.unwrap_or_default())
-                    })
-                    .collect();
-                let payload: Value = serde_json::from_slice(&m.payload).expect("JSON payload");
-                out.push((m.subject.to_string(), headers, payload));
-            }
-            out
-        })
+    fn read_all(&self) -> Vec<common::StreamMessage> {
+        self.rt.block_on(common::stream_messages(&self.js, STREAM))
     }
 }
 
