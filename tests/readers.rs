@@ -126,7 +126,7 @@ fn metrics(port: u16) -> String {
 }
 
 /// Read `out` until a gap line; returns the changes of `inode` before it and the gap line.
-fn read_to_gap(out: ChildStdout, inode: u64) -> (ChildStdout, usize, Value) {
+fn read_to_gap(out: ChildStdout, inode: u64) -> (BufReader<ChildStdout>, usize, Value) {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let mut r = BufReader::new(out);
@@ -142,8 +142,7 @@ fn read_to_gap(out: ChildStdout, inode: u64) -> (ChildStdout, usize, Value) {
                 ours += 1;
             }
             if v["kind"] == "status" && v["state"] == "gap" {
-                // What the buffered reader holds beyond the gap line is not needed.
-                let _ = tx.send((r.into_inner(), ours, v));
+                let _ = tx.send((r, ours, v));
                 return;
             }
         }
@@ -214,8 +213,48 @@ fn a_stdout_nobody_reads_loses_only_its_own_lines() {
     expect_changes(&client, &mut got, 22_000, "/events");
     let exit = stop_within_10s(&mut child);
     assert_eq!(recorded(&record, inode), 22_000, "the record after SIGTERM");
-    eprintln!("exit {exit:?} after SIGTERM with stdout stalled");
-    drop(out);
+    // Read once more: what the pipe kept, then a last gap line that tells what it never got.
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let lines: Vec<Value> = out
+            .lines()
+            .map_while(Result::ok)
+            .map(|l| serde_json::from_str(&l).expect("stdout line is JSON"))
+            .collect();
+        let _ = tx.send(lines);
+    });
+    let rest = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("stdout did not end within 30 s of the exit");
+    let last = rest.last().expect("lines after the first gap");
+    assert_eq!(last["state"], "gap", "{last}");
+    let at_exit = last["message"]
+        .as_str()
+        .filter(|m| m.contains("when observer stopped"))
+        .and_then(|m| m.split_whitespace().next()?.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("not the last gap line: {last}"));
+    // Each of the last 2,000 rules came out, or is counted in a gap line after the first.
+    let ours = rest.iter().filter(|v| is_rule(v, inode)).count() as u64;
+    let told: u64 = rest
+        .iter()
+        .filter(|v| v["state"] == "gap")
+        .filter_map(|v| {
+            v["message"]
+                .as_str()?
+                .split_whitespace()
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum();
+    assert!(
+        at_exit > 0 && ours + told >= 2_000,
+        "{ours} rules and {told} told: {last}"
+    );
+    eprintln!(
+        "exit {exit:?} after SIGTERM with stdout stalled; read again: {ours} rules, then the last \
+         gap line: {at_exit} lines never written"
+    );
 }
 
 /// The daemon's open descriptors.

@@ -133,7 +133,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         None => (None, None),
     };
     let stdout = crate::daemon::stdout::StdoutQueue::spawn(
-        crate::daemon::stdout::RawStdout,
+        crate::daemon::stdout::FdOut::stdout().context("opening stdout")?,
         settings.stdout_queue,
         hub.metrics.dropped("stdout"),
     )
@@ -172,13 +172,27 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             tracing::warn!("the NATS publisher did not stop within 2 s; leaving it");
         }
     }
-    // stdout gets what is queued if it reads; a stalled pipe does not hold the exit.
-    let drained = tokio::task::spawn_blocking(move || stdout.drain(STDOUT_DRAIN)).await;
-    if !matches!(drained, Ok(true)) {
-        tracing::warn!(
-            "stdout did not take its last lines within {} s; exiting without them",
-            STDOUT_DRAIN.as_secs()
-        );
+    // stdout gets what is queued if it reads; a stalled pipe does not hold the exit, and gets a
+    // last gap line that says how many lines it never got.
+    let closed = tokio::task::spawn_blocking(move || {
+        if stdout.drain(STDOUT_DRAIN) {
+            return Ok(());
+        }
+        Err(stdout.close(STDOUT_DRAIN))
+    })
+    .await;
+    if let Ok(Err(lost)) = closed {
+        match lost {
+            Some(n) => tracing::warn!(
+                "stdout did not take its last lines within {} s; exiting without {n} of them, \
+                 told in a last gap line",
+                STDOUT_DRAIN.as_secs()
+            ),
+            None => tracing::warn!(
+                "stdout did not take its last lines within {} s; exiting without them",
+                STDOUT_DRAIN.as_secs()
+            ),
+        }
     }
     Ok(result?)
 }
