@@ -468,11 +468,11 @@ impl FdOut {
     }
 
     /// The pipe's size, and the bytes in it not read yet.
-    fn pipe_fill(&self) -> io::Result<(usize, usize)> {
-        let size = nix::fcntl::fcntl(self.fd.as_raw_fd(), nix::fcntl::FcntlArg::F_GETPIPE_SZ)?;
+    fn pipe_fill(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<(usize, usize)> {
+        let size = nix::fcntl::fcntl(fd.as_raw_fd(), nix::fcntl::FcntlArg::F_GETPIPE_SZ)?;
         let mut unread: libc::c_int = 0;
         // SAFETY: FIONREAD writes one int at the pointer given, which lives across the call.
-        let r = unsafe { libc::ioctl(self.fd.as_raw_fd(), libc::FIONREAD, &mut unread) };
+        let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc::FIONREAD, &mut unread) };
         if r < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -499,17 +499,11 @@ impl FdOut {
 
 impl Out for FdOut {
     fn room(&mut self) -> usize {
-        let Some(fill) = self.pipe.as_ref().map(|_| self.pipe_fill()) else {
-            return usize::MAX;
-        };
-        let Ok((size, unread)) = fill else {
-            // Not measurable: written as it takes lines.
-            return usize::MAX;
-        };
         let Some(b) = self.pipe.as_mut() else {
             return usize::MAX;
         };
-        b.room(size, unread)
+        // Not measurable: written as it takes lines.
+        FdOut::pipe_fill(self.fd.as_fd()).map_or(usize::MAX, |(size, unread)| b.room(size, unread))
     }
 
     fn most_room(&self) -> usize {
