@@ -28,10 +28,11 @@ pub const STDOUT_QUEUE: usize = 4096;
 /// The most lines written in one `write`.
 const BATCH: usize = 256;
 
-/// How soon a thread waiting for room in the pipe looks again: at once at first (a reader that
-/// reads empties a pipe in microseconds), then less and less often while the pipe stays full.
-const RETRY_FIRST: Duration = Duration::from_millis(1);
-const RETRY_LAST: Duration = Duration::from_millis(50);
+/// How soon a thread waiting for room in a pipe that still has a page free looks again: soon
+/// while the reader reads (it empties a pipe in microseconds), then less and less often while it
+/// reads nothing. A full pipe is waited for in `poll`, which a read ends at once.
+const PAUSE_READING: Duration = Duration::from_millis(1);
+const PAUSE_STALLED: Duration = Duration::from_millis(50);
 
 /// Where the thread writes: a plain writer, or stdout with room kept for a last line.
 pub trait Out: Send + 'static {
@@ -48,6 +49,12 @@ pub trait Out: Send + 'static {
 
     /// Write a prefix of `buf`: how many bytes were taken. `WouldBlock` when none fit now.
     fn write_some(&mut self, buf: &[u8]) -> io::Result<usize>;
+
+    /// A write found no room: wait for some, or say how long to pause before looking again
+    /// (zero when it waited already). Short, so that the thread sees soon that observer stops.
+    fn wait_room(&mut self) -> Duration {
+        PAUSE_READING
+    }
 
     /// Write `line` into the room kept for it, without waiting: false when it did not fit.
     fn write_last(&mut self, line: &[u8]) -> io::Result<bool> {
@@ -293,7 +300,6 @@ fn write_loop<O: Out>(sh: &Shared, mut out: O) {
             }
         }
         let mut pos = 0;
-        let mut retry = RETRY_FIRST;
         while pos < batch.bytes.len() {
             if sh.lock().closing {
                 return finish(sh, &mut out, &batch, pos);
@@ -309,18 +315,15 @@ fn write_loop<O: Out>(sh: &Shared, mut out: O) {
                 Err(io::ErrorKind::WouldBlock.into())
             };
             match wrote {
-                Ok(n) => {
-                    pos += n;
-                    retry = RETRY_FIRST;
-                }
+                Ok(n) => pos += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    // No room: look again soon, or at once when observer stops.
+                    // No room: wait for the reader; a pause ends at once when observer stops.
+                    let pause = out.wait_room();
                     let st = sh.lock();
-                    if !st.closing {
-                        let _ = sh.ready.wait_timeout(st, retry);
+                    if !st.closing && !pause.is_zero() {
+                        let _ = sh.ready.wait_timeout(st, pause);
                     }
-                    retry = (retry * 2).min(RETRY_LAST);
                 }
                 Err(e) => {
                     // The record, the streams and the metrics go on without stdout.
@@ -412,6 +415,9 @@ struct PipeBook {
     written: u64,
     /// Where each write not yet wholly read ends, in `written`'s count.
     ends: VecDeque<u64>,
+    /// Bytes read from the pipe when the thread last waited for room, and its pause then.
+    read_before: u64,
+    pause: Duration,
 }
 
 impl FdOut {
@@ -463,6 +469,8 @@ impl FdOut {
                 size,
                 written: 0,
                 ends: VecDeque::new(),
+                read_before: 0,
+                pause: PAUSE_READING,
             }),
         })
     }
@@ -512,6 +520,39 @@ impl Out for FdOut {
 
     fn write_some(&mut self, buf: &[u8]) -> io::Result<usize> {
         self.write_fd(buf)
+    }
+
+    fn wait_room(&mut self) -> Duration {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        let ready = |ms: u16| {
+            let mut fds = [PollFd::new(self.fd.as_fd(), PollFlags::POLLOUT)];
+            // An error (EINTR) is a wait that ended: the thread looks again.
+            poll(&mut fds, PollTimeout::from(ms)).map_or(true, |n| n > 0)
+        };
+        // Full to its last page (the reader took more than the book allowed for, or not a pipe):
+        // a read wakes `poll` at once.
+        if !ready(0) {
+            let most = u16::try_from(PAUSE_STALLED.as_millis()).unwrap_or(u16::MAX);
+            ready(most);
+            return Duration::ZERO;
+        }
+        let Some(b) = self.pipe.as_mut() else {
+            return PAUSE_READING;
+        };
+        // A page is free, perhaps only the one kept: `poll` says no more (it reports a pipe
+        // writable while one page is free), so the thread pauses and looks again; soon while the
+        // reader reads, less and less often while it does not.
+        let Ok((_, unread)) = FdOut::pipe_fill(self.fd.as_fd()) else {
+            return PAUSE_READING;
+        };
+        let read = b.written.saturating_sub(unread as u64);
+        b.pause = if read > b.read_before {
+            PAUSE_READING
+        } else {
+            (b.pause * 2).min(PAUSE_STALLED)
+        };
+        b.read_before = read;
+        b.pause
     }
 
     fn write_last(&mut self, line: &[u8]) -> io::Result<bool> {
