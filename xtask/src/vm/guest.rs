@@ -198,7 +198,7 @@ fn bullseye_files(mirror: &str) -> (String, String) {
          Signed-By: {DEBIAN_KEYRING}\n"
     );
     let pin = "# Written by `cargo xtask vm-test`: from bullseye, only the 5.10 kernel image.\n\
-               Package: linux-image-5.10.0-*-amd64-unsigned\n\
+               Package: /^linux-image-5\\.10\\.0-[0-9]+-amd64-unsigned$/\n\
                Pin: release n=bullseye\n\
                Pin-Priority: 500\n\
                \n\
@@ -446,7 +446,7 @@ mod tests {
         assert!(sources.contains(&format!("Signed-By: {DEBIAN_KEYRING}")));
         // The kernel image's stanza comes first; everything else from bullseye is refused.
         let kernel = pin
-            .find("Package: linux-image-5.10.0-*-amd64-unsigned")
+            .find("Package: /^linux-image-5\\.10\\.0-[0-9]+-amd64-unsigned$/\n")
             .unwrap();
         let rest = pin
             .find("Package: *\nPin: release n=bullseye\nPin-Priority: -1")
