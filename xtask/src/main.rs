@@ -136,9 +136,11 @@ enum Verb {
     /// Run the integration tests in a QEMU guest with kprobes and fentry, once per backend
     #[command(
         long_about = "Install what the guest needs when missing (Debian packages qemu-system-x86, \
-        linux-image-amd64, busybox-static; `pip install virtme-ng`), build observer and the \
-        integration tests on the host, boot the newest /boot/vmlinuz-* (or OBSERVER_VM_KERNEL) \
-        with `vng --disable-kvm`, load the netfilter modules, and run the integration tests \
+        linux-image-amd64, busybox-static, Debian 12's 6.12 kernel and Debian 11's 5.10 one, the \
+        latter from bullseye through a sources file and pin of its own; `pip install \
+        virtme-ng`), build observer and the integration tests on the host, boot the newest \
+        /boot/vmlinuz-* of each series 5.10, 6.1 and 6.12 (or OBSERVER_VM_KERNEL, paths \
+        separated by `:`) with `vng --disable-kvm`, one guest each, load the netfilter modules, and run the integration tests \
         once with `--hooks kprobe` and once with `--hooks fentry`. Each run fails unless its \
         ready line names that backend and every legacy change carries it as `source`. Exits \
         non-zero when a run fails; skips (exit 0, with the reason) when no guest can be had. \
