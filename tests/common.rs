@@ -194,6 +194,12 @@ pub fn legacy_source() -> String {
         .unwrap_or_else(|| "tracepoint".into())
 }
 
+/// The backend of the hooks other than x_tables in this run (refusals, generations): the forced
+/// one, else the host kernel's tracepoints.
+pub fn hooks_source() -> String {
+    forced_hooks().unwrap_or_else(|| "tracepoint".into())
+}
+
 /// Where the x_tables hook went when `forced` refused it alone: the ready line's `hooks` puts it
 /// on another backend with `(x_tables: FORCED refused: REASON)`, and every other hook on
 /// `forced`. `None` when it is on `forced`, or when the line says anything else.

@@ -760,7 +760,7 @@ fn a_refused_nft_batch_is_a_failed_attempt_not_a_change() {
     // replies (tracepoint).
     assert_eq!(
         v["source"].as_str(),
-        Some(common::legacy_source().as_str()),
+        Some(common::hooks_source().as_str()),
         "{v}"
     );
     assert_eq!(v["process"]["comm"], "nft");
@@ -846,7 +846,7 @@ fn nft_generations_are_joined_to_their_writer() {
     let [by_id, by_thread, from_proc] = counts[..] else {
         panic!("unexpected summary: {err}");
     };
-    match common::legacy_source().as_str() {
+    match common::hooks_source().as_str() {
         // Under emulation (a slowdown over 1) a generation's record can reach userspace after
         // the 10 ms the reader waits for it; the thread's batch then names the writer. Natively
         // every generation is joined by its id.
