@@ -145,8 +145,7 @@ fn printed_changes(d: &mut Daemon, last_table: &str) -> Vec<Value> {
 type Message = (HashMap<String, String>, Value);
 
 /// Every message in the stream: (subject, headers, payload), read with a JetStream client.
-fn read_stream(url: &str) -> Vec<(String, HashMap<String, String>, Value)> {
-    use futures_util::StreamExt as _;
+fn read_stream(url: &str) -> Vec<common::StreamMessage> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -154,44 +153,7 @@ fn read_stream(url: &str) -> Vec<(String, HashMap<String, String>, Value)> {
     rt.block_on(async {
         let client = async_nats::connect(url).await.expect("connect to nats");
         let js = async_nats::jetstream::new(client);
-        let mut stream = js
-            .get_stream("OBSERVER")
-            .await
-            .expect("the OBSERVER stream");
-        let total = stream.info().await.expect("stream info").state.messages;
-        let consumer = stream
-            .create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig {
-                filter_subject: "observer.>".into(),
-                deliver_policy: async_nats::jetstream::consumer::DeliverPolicy::All,
-                ..Default::default()
-            })
-            .await
-            .expect("consumer");
-        let mut messages = consumer.messages().await.expect("messages");
-        let mut out = Vec::new();
-        while (out.len() as u64) < total {
-            let m = tokio::time::timeout(Duration::from_secs(10), messages.next())
-                .await
-                .expect("the stream's messages within 10 s")
-                .expect("a message")
-                .expect("no error");
-            let headers = m
-                .headers
-                .iter()
-                .flat_map(|h| h.iter())
-                .map(|(k, v)| {
-                    (
-                        k.to_string(),
-                        v.first()
-                            .map(|v| v.as_str().to_string())
-                            .unwrap_or_default(),
-                    )
-                })
-                .collect();
-            let payload: Value = serde_json::from_slice(&m.payload).expect("JSON payload");
-            out.push((m.subject.to_string(), headers, payload));
-        }
-        out
+        common::stream_messages(&js, "OBSERVER").await
     })
 }
 

@@ -1,10 +1,11 @@
 //! Fleet streaming to a NATS server that asks for TLS and credentials, as production servers
 //! do: Debian's nats-server, started by the test with a configuration file, requires mutual TLS
 //! (a CA and client certificates made by the test) with a user and password, or a token, or an
-//! nkey. For each, `observer run --nats tls://...` publishes a change made in a namespace of the
-//! test's own and `observer tail --nats` with the same settings shows it; wrong credentials are
-//! refused with the server's reason, and a client without the certificate gets nothing. Needs
-//! root (the daemon loads its hooks) and nats-server.
+//! nkey, or, in operator mode, a `.creds` file (a user JWT signed by an account the operator
+//! signed, all made by the test). For each, `observer run --nats tls://...` publishes a change
+//! made in a namespace of the test's own and `observer tail --nats` with the same settings shows
+//! it; wrong credentials are refused with the server's reason, and a client without the
+//! certificate gets nothing. Needs root (the daemon loads its hooks) and nats-server.
 
 mod certs;
 mod common;
@@ -17,7 +18,7 @@ use certs::{write_pair, Ca};
 use common::{free_port, get, json_lines, observer_bin, wait_for, Daemon, Netns, Writer};
 
 /// nats-server with JetStream and TLS, from a configuration file; `auth` is its
-/// `authorization { ... }` block.
+/// authentication: an `authorization { ... }` block, or an operator and its accounts.
 struct SecureNats {
     child: Child,
     port: u16,
@@ -35,7 +36,7 @@ impl SecureNats {
                  http: 127.0.0.1:{monitor}\n\
                  jetstream {{ store_dir: {store:?} }}\n\
                  tls {{ cert_file: {cert:?}, key_file: {key:?}, ca_file: {ca:?}, verify: true }}\n\
-                 authorization {{ {auth} }}\n",
+                 {auth}\n",
                 store = dir.join(format!("js-{port}")),
                 cert = tls.server.0,
                 key = tls.server.1,
@@ -43,11 +44,12 @@ impl SecureNats {
             ),
         )
         .expect("write nats.conf");
+        let log = dir.join(format!("nats-{port}.log"));
         let child = Command::new("nats-server")
             .arg("-c")
             .arg(&conf)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("create the server's log"))
             .spawn()
             .expect("start nats-server");
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -56,8 +58,9 @@ impl SecureNats {
         {
             assert!(
                 Instant::now() < deadline,
-                "nats-server did not become healthy within 30 s ({})",
-                conf.display()
+                "nats-server did not become healthy within 30 s ({}):\n{}",
+                conf.display(),
+                std::fs::read_to_string(&log).unwrap_or_default()
             );
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -187,7 +190,11 @@ fn mutual_tls_with_a_user_and_password() {
     skip_unless!("nats-server", "ip", "nft");
     let dir = tempfile::tempdir().expect("tempdir");
     let tls = Tls::new(dir.path());
-    let nats = SecureNats::start(dir.path(), &tls, "user: observer, password: \"s3cret pw\"");
+    let nats = SecureNats::start(
+        dir.path(),
+        &tls,
+        "authorization { user: observer, password: \"s3cret pw\" }",
+    );
     let mut flags = tls.flags();
     flags.extend([
         "--nats-user".into(),
@@ -227,7 +234,11 @@ fn tls_with_a_token() {
     skip_unless!("nats-server", "ip", "nft");
     let dir = tempfile::tempdir().expect("tempdir");
     let tls = Tls::new(dir.path());
-    let nats = SecureNats::start(dir.path(), &tls, "token: \"t0ken-for-observer\"");
+    let nats = SecureNats::start(
+        dir.path(),
+        &tls,
+        "authorization { token: \"t0ken-for-observer\" }",
+    );
     let mut flags = tls.flags();
     flags.extend([
         "--nats-token-file".into(),
@@ -255,7 +266,10 @@ fn tls_with_an_nkey() {
     let nats = SecureNats::start(
         dir.path(),
         &tls,
-        &format!("users: [ {{ nkey: {} }} ]", user.public_key()),
+        &format!(
+            "authorization {{ users: [ {{ nkey: {} }} ] }}",
+            user.public_key()
+        ),
     );
     let mut flags = tls.flags();
     flags.extend([
@@ -273,6 +287,149 @@ fn tls_with_an_nkey() {
     assert!(
         err.to_lowercase().contains("authorization"),
         "an unknown nkey: {err}"
+    );
+}
+
+/// base64url without padding, as JWTs encode their parts.
+fn base64url(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..=chunk.len() {
+            out.push(char::from(ALPHABET[(n >> (18 - 6 * i)) as usize & 63]));
+        }
+    }
+    out
+}
+
+/// A NATS JWT: `nats` claims about `subject`'s public key, named `name`, signed by `issuer`.
+fn jwt(issuer: &nkeys::KeyPair, subject: &str, name: &str, nats: serde_json::Value) -> String {
+    let iat = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs();
+    let claims = serde_json::json!({
+        // Unique per token; the server does not read it back.
+        "jti": format!("{subject}{iat}"),
+        "iat": iat,
+        "iss": issuer.public_key(),
+        "sub": subject,
+        "name": name,
+        "nats": nats,
+    });
+    let header = base64url(br#"{"typ":"JWT","alg":"ed25519-nkey"}"#);
+    let body = base64url(claims.to_string().as_bytes());
+    let signing_input = format!("{header}.{body}");
+    let signature = issuer.sign(signing_input.as_bytes()).expect("sign");
+    format!("{signing_input}.{}", base64url(&signature))
+}
+
+/// An account's JWT signed by the operator, with no limits, and JetStream enabled unless it is
+/// the system account (which the server does not allow to use JetStream).
+fn account_jwt(
+    operator: &nkeys::KeyPair,
+    account: &nkeys::KeyPair,
+    name: &str,
+    jetstream: bool,
+) -> String {
+    let mut limits = serde_json::json!({
+        "subs": -1, "data": -1, "payload": -1, "imports": -1, "exports": -1,
+        "wildcards": true, "conn": -1, "leaf": -1,
+    });
+    if jetstream {
+        for k in ["mem_storage", "disk_storage", "streams", "consumer"] {
+            limits[k] = (-1).into();
+        }
+    }
+    jwt(
+        operator,
+        &account.public_key(),
+        name,
+        serde_json::json!({"type": "account", "version": 2, "limits": limits}),
+    )
+}
+
+/// A `.creds` file for a user of `account`, as `nsc` writes it: the user's JWT and nkey seed.
+fn creds(dir: &Path, file: &str, account: &nkeys::KeyPair) -> String {
+    let user = nkeys::KeyPair::new_user();
+    let token = jwt(
+        account,
+        &user.public_key(),
+        "observer",
+        serde_json::json!({
+            "type": "user", "version": 2,
+            "pub": {}, "sub": {}, "subs": -1, "data": -1, "payload": -1,
+        }),
+    );
+    let seed = user.seed().expect("seed");
+    secret(
+        dir,
+        file,
+        &format!(
+            "-----BEGIN NATS USER JWT-----\n{token}\n------END NATS USER JWT------\n\n\
+             ************************* IMPORTANT *************************\n\
+             NKEY Seed printed below can be used to sign and prove identity.\n\
+             NKEYs are sensitive and should be treated as secrets.\n\n\
+             -----BEGIN USER NKEY SEED-----\n{seed}\n------END USER NKEY SEED------\n\n\
+             *************************************************************"
+        ),
+    )
+}
+
+#[test]
+fn tls_with_a_creds_file_of_an_operator_mode_server() {
+    skip_unless!("nats-server", "ip", "nft");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tls = Tls::new(dir.path());
+    // An operator, the system account and the account observer's user belongs to, their JWTs
+    // given to the server in its configuration (the memory resolver).
+    let operator = nkeys::KeyPair::new_operator();
+    let system = nkeys::KeyPair::new_account();
+    let account = nkeys::KeyPair::new_account();
+    let operator_jwt = jwt(
+        &operator,
+        &operator.public_key(),
+        "observer-test-operator",
+        serde_json::json!({"type": "operator", "version": 2, "system_account": system.public_key()}),
+    );
+    let nats = SecureNats::start(
+        dir.path(),
+        &tls,
+        &format!(
+            "operator: {operator_jwt:?}\n\
+             system_account: {sys}\n\
+             resolver: MEMORY\n\
+             resolver_preload: {{ {sys}: {sys_jwt:?}, {acc}: {acc_jwt:?} }}",
+            sys = system.public_key(),
+            sys_jwt = account_jwt(&operator, &system, "SYS", false),
+            acc = account.public_key(),
+            acc_jwt = account_jwt(&operator, &account, "fleet", true),
+        ),
+    );
+    let mut flags = tls.flags();
+    flags.extend([
+        "--nats-creds".into(),
+        creds(dir.path(), "observer.creds", &account),
+    ]);
+    publishes_and_follows(dir.path(), &nats.url(), &flags, "natscreds");
+
+    // A user of an account the server does not know: refused with the server's reason.
+    let stranger = nkeys::KeyPair::new_account();
+    let mut wrong = tls.flags();
+    wrong.extend([
+        "--nats-creds".into(),
+        creds(dir.path(), "stranger.creds", &stranger),
+    ]);
+    let err = refused_tail(&nats.url(), &wrong);
+    assert!(
+        err.to_lowercase().contains("authorization"),
+        "a user of an unknown account: {err}"
     );
 }
 
