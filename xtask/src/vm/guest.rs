@@ -60,7 +60,7 @@ impl VmTools {
 }
 
 /// The series of a `vmlinuz-6.12.107+deb12-amd64` or `vmlinuz-6.1.0-56-amd64` file: `6.12`.
-fn series(kernel: &Path) -> Option<String> {
+pub(super) fn series(kernel: &Path) -> Option<String> {
     let v = kernel.file_name()?.to_str()?.strip_prefix("vmlinuz-")?;
     let mut parts = v.split(['.', '-', '+']);
     Some(format!("{}.{}", parts.next()?, parts.next()?))
@@ -320,12 +320,21 @@ pub fn ensure_tools() -> Result<std::result::Result<VmTools, String>> {
 
 /// Boot the guest with `dir` shared read-write (and as its working directory), run `exec` in
 /// it, and return the exit status of the boot (the guest's own results are files in `dir`).
-pub fn boot(tools: &VmTools, kernel: &Path, dir: &Path, exec: &str) -> Result<i32> {
-    boot_niced(tools, kernel, dir, exec, VM_TIMEOUT_SECS, 0)
+/// Each line of the guest's console is printed after `[label] `: guests that run side by side
+/// keep their lines apart.
+pub fn boot_labelled(
+    tools: &VmTools,
+    kernel: &Path,
+    dir: &Path,
+    exec: &str,
+    label: &str,
+) -> Result<i32> {
+    run_guest(tools, kernel, dir, exec, VM_TIMEOUT_SECS, 0, Some(label))
 }
 
-/// [`boot`] with its own time limit, and the emulator at niceness `nice` (0: as we are) so
-/// that a long benchmark does not starve the rest of the machine.
+/// [`boot_labelled`] with its own time limit, the console copied as it is, and the emulator at
+/// niceness `nice` (0: as we are) so that a long benchmark does not starve the rest of the
+/// machine.
 pub fn boot_niced(
     tools: &VmTools,
     kernel: &Path,
@@ -333,6 +342,18 @@ pub fn boot_niced(
     exec: &str,
     timeout_secs: u64,
     nice: u8,
+) -> Result<i32> {
+    run_guest(tools, kernel, dir, exec, timeout_secs, nice, None)
+}
+
+fn run_guest(
+    tools: &VmTools,
+    kernel: &Path,
+    dir: &Path,
+    exec: &str,
+    timeout_secs: u64,
+    nice: u8,
+    label: Option<&str>,
 ) -> Result<i32> {
     let mut c = Command::new("nice");
     c.arg("-n")
@@ -366,9 +387,24 @@ pub fn boot_niced(
         })
     });
     if let Some(mut console) = child.stdout.take() {
-        let mut out = std::io::stdout();
         // A closed stdout of ours ends the copy, not the guest.
-        let _ = std::io::copy(&mut console, &mut out);
+        match label {
+            None => {
+                let _ = std::io::copy(&mut console, &mut std::io::stdout());
+            }
+            Some(label) => {
+                use std::io::{BufRead as _, Write as _};
+                for line in std::io::BufReader::new(console).split(b'\n') {
+                    let Ok(line) = line else { break };
+                    let mut out = std::io::stdout().lock();
+                    let _ = write!(out, "[{label}] ");
+                    let _ = out.write_all(&line);
+                    if writeln!(out).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
     }
     let status = child.wait().context("waiting for the guest")?;
     if let Some(t) = errors {
