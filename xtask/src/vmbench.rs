@@ -235,7 +235,7 @@ pub fn run(args: &VmBenchArgs) -> Result<i32> {
     let start = Instant::now();
     let status = vm::boot_niced(
         &tools,
-        tools.oldest(),
+        tools.bench_kernel(),
         &dir,
         "sh run.sh",
         VM_BENCH_TIMEOUT_SECS,
