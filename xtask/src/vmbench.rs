@@ -240,6 +240,7 @@ pub fn run(args: &VmBenchArgs) -> Result<i32> {
         "sh run.sh",
         VM_BENCH_TIMEOUT_SECS,
         10,
+        None,
     )?;
     let took = start.elapsed().as_secs_f64();
     let kernel = fs::read_to_string(dir.join("kernel")).unwrap_or_default();

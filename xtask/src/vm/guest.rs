@@ -329,24 +329,13 @@ pub fn boot_labelled(
     exec: &str,
     label: &str,
 ) -> Result<i32> {
-    run_guest(tools, kernel, dir, exec, VM_TIMEOUT_SECS, 0, Some(label))
+    boot_niced(tools, kernel, dir, exec, VM_TIMEOUT_SECS, 0, Some(label))
 }
 
-/// [`boot_labelled`] with its own time limit, the console copied as it is, and the emulator at
-/// niceness `nice` (0: as we are) so that a long benchmark does not starve the rest of the
-/// machine.
+/// [`boot_labelled`] with its own time limit, and the emulator at niceness `nice` (0: as we
+/// are) so that a long benchmark does not starve the rest of the machine; without a label the
+/// console is copied as it is.
 pub fn boot_niced(
-    tools: &VmTools,
-    kernel: &Path,
-    dir: &Path,
-    exec: &str,
-    timeout_secs: u64,
-    nice: u8,
-) -> Result<i32> {
-    run_guest(tools, kernel, dir, exec, timeout_secs, nice, None)
-}
-
-fn run_guest(
     tools: &VmTools,
     kernel: &Path,
     dir: &Path,

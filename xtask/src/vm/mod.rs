@@ -118,6 +118,16 @@ const HOST_ONLY_TESTS: &[&str] = &[
 const TEST_ARGS: &str = "--test-threads=1 -Z unstable-options --report-time";
 const TEST_ENV: &str = "RUSTC_BOOTSTRAP=1";
 
+/// A test executable run in the guest on the backend `$b`, bounded by [`RUN_TIMEOUT_SECS`];
+/// its filters follow.
+fn test_command(bin: &Path) -> String {
+    format!(
+        "{TEST_ENV} OBSERVER_TEST_HOOKS=$b OBSERVER_TEST_SLOWDOWN=5 timeout -k 10 \
+         {RUN_TIMEOUT_SECS} {} {TEST_ARGS}",
+        bin.display()
+    )
+}
+
 /// The script the guest runs: load the modules, run the tests once per backend, and leave each
 /// run's output and exit status in `dir`. Waits are 5 times longer (software emulation); the
 /// [`HOST_ONLY_TESTS`] are skipped.
@@ -130,9 +140,8 @@ fn guest_script(
     // The ipset writers' tests too (an ipset command is seen only through the writer hook).
     let ipset = attribution.map_or(String::new(), |a| {
         format!(
-            "[ $rc = 0 ] && {{ {TEST_ENV} OBSERVER_TEST_HOOKS=$b OBSERVER_TEST_SLOWDOWN=5 timeout -k 10 \
-             {RUN_TIMEOUT_SECS} {a} {TEST_ARGS} ipset >> $out 2>&1; rc=$?; }}\n",
-            a = a.display()
+            "[ $rc = 0 ] && {{ {} ipset >> $out 2>&1; rc=$?; }}\n",
+            test_command(a)
         )
     });
     let mut s = String::from("#!/bin/sh\n");
@@ -153,8 +162,7 @@ fn guest_script(
     // output is kept), so that one hang of the emulated guest does not hide the others.
     s.push_str(&format!(
         "run() {{ b=$1; out=$2\n\
-         {TEST_ENV} OBSERVER_TEST_HOOKS=$b OBSERVER_TEST_SLOWDOWN=5 timeout -k 10 {RUN_TIMEOUT_SECS} \
-         {bin} {TEST_ARGS} {skips} > $out 2>&1\n\
+         {test} {skips} > $out 2>&1\n\
          rc=$?\n\
          {ipset}\
          if [ $rc = 124 ] || [ $rc = 137 ]; then\n\
@@ -164,7 +172,7 @@ fn guest_script(
          fi\n\
          return $rc\n\
          }}\n",
-        bin = test_bin.display(),
+        test = test_command(test_bin),
         skips = HOST_ONLY_TESTS
             .iter()
             .map(|t| format!("--skip {t}"))
