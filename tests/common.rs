@@ -181,9 +181,41 @@ pub fn forced_hooks() -> Option<String> {
         .filter(|v| !v.is_empty() && v != "auto")
 }
 
+/// The backend the x_tables hook went on when the forced one refused that hook alone (fentry
+/// on 5.10), as the first ready line that said so named it.
+static XT_FALLBACK: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
 /// The `source` every legacy change must carry in this run.
 pub fn legacy_source() -> String {
+    XT_FALLBACK
+        .get()
+        .cloned()
+        .or_else(forced_hooks)
+        .unwrap_or_else(|| "tracepoint".into())
+}
+
+/// The backend of the hooks other than x_tables in this run (refusals, generations): the forced
+/// one, else the host kernel's tracepoints.
+pub fn hooks_source() -> String {
     forced_hooks().unwrap_or_else(|| "tracepoint".into())
+}
+
+/// Where the x_tables hook went when `forced` refused it alone: the ready line's `hooks` puts it
+/// on another backend with `(x_tables: FORCED refused: REASON)`, and every other hook on
+/// `forced`. `None` when it is on `forced`, or when the line says anything else.
+pub fn xt_fallback(hooks: &str, forced: &str) -> Option<String> {
+    let on = hooks.strip_prefix("x_tables=")?.split(' ').next()?;
+    let others_on_forced = [
+        "namespaces",
+        "umount",
+        "nf_writers",
+        "nft_gens",
+        "nf_refusals",
+    ]
+    .iter()
+    .all(|h| hooks.contains(&format!(" {h}={forced}")));
+    (on != forced && others_on_forced && hooks.contains(&format!("(x_tables: {forced} refused: ")))
+        .then(|| on.to_string())
 }
 
 /// How many times longer than on real hardware to wait for a change: OBSERVER_TEST_SLOWDOWN
@@ -236,6 +268,14 @@ impl Observer {
         assert_eq!(first["kind"], "status", "first line: {first}");
         assert_eq!(first["state"], "ready", "first line: {first}");
         let hooks = first["hooks"].as_str().unwrap_or("");
+        if let Some(on) = forced.as_deref().and_then(|f| xt_fallback(hooks, f)) {
+            if XT_FALLBACK.set(on.clone()).is_ok() {
+                println!(
+                    "the x_tables hook is on {on}: this kernel refuses it alone on the forced \
+                     backend: {hooks}"
+                );
+            }
+        }
         let want = format!("x_tables={}", legacy_source());
         assert!(
             hooks.starts_with(&want) || args.windows(2).any(|a| a == ["--hooks", "netlink"]),

@@ -14,9 +14,7 @@ use crate::xt_hook::{self, SetsockoptArgs};
 // and the result at once, still in the writer's context, so one program is enough.
 #[fexit(function = "nf_setsockopt")]
 pub fn xt_fexit(ctx: FExitContext) -> u32 {
-    let Ok(ret) = ctx.ret::<i64>() else {
-        return 0;
-    };
+    let ret: i64 = crate::kfunc::fexit_ret(&ctx, 6);
     let sk: u64 = ctx.arg(0);
     let pf: u64 = ctx.arg(1);
     let val: u64 = ctx.arg(2);

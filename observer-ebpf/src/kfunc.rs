@@ -47,6 +47,14 @@ static PENDING_NSFS_UMOUNT: HashMap<u64, u8> = HashMap::with_max_entries(1024, 0
 /// `CLONE_NEWNET`.
 const CLONE_NEWNET: u64 = 0x4000_0000;
 
+/// The traced function's result in an fexit program: the slot after its `nargs` argument slots
+/// (a 16-byte struct argument takes two). Read from the context, as every kernel with
+/// trampolines (5.5+) allows, rather than with `bpf_get_func_ret` (`FExitContext::ret`), which
+/// kernels before 5.17 do not have: 5.10's verifier refuses a program that calls it.
+pub(crate) fn fexit_ret<T: aya_ebpf::Argument>(ctx: &FExitContext, nargs: usize) -> T {
+    ctx.arg(nargs)
+}
+
 /// The kernel's error pointers (`IS_ERR`): the last page of the address space.
 fn is_err_or_null(ptr: u64) -> bool {
     ptr == 0 || ptr >= (-4095i64) as u64
@@ -112,9 +120,8 @@ pub fn nl_unicast_fentry(ctx: FEntryContext) -> u32 {
 // match-proto: as above; fexit slots 0 ssk, 1 skb, 2 portid, 3 nonblock, then the result.
 #[fexit(function = "netlink_unicast")]
 pub fn nl_unicast_fexit(ctx: FExitContext) -> u32 {
-    if let Ok(ret) = ctx.ret::<i64>() {
-        netlink::finish_request(ret as i32 as i64);
-    }
+    let ret: i64 = fexit_ret(&ctx, 4);
+    netlink::finish_request(ret as i32 as i64);
     0
 }
 
@@ -210,9 +217,7 @@ pub fn netns_new_fexit(ctx: FExitContext) -> u32 {
     if flags & CLONE_NEWNET == 0 {
         return 0;
     }
-    if let Ok(net) = ctx.ret::<u64>() {
-        on_new_net(net);
-    }
+    on_new_net(fexit_ret(&ctx, 3));
     0
 }
 
@@ -255,7 +260,7 @@ fn report_nsfs_umount() {
 // whoever opened the namespace, and a stale read elsewhere only costs a needless re-read.
 #[fexit(function = "path_umount")]
 pub fn umount_fexit(ctx: FExitContext) -> u32 {
-    if ctx.ret::<i64>() != Ok(0) {
+    if fexit_ret::<i64>(&ctx, 2) as i32 != 0 {
         return 0;
     }
     if is_nsfs(ctx.arg(0)) {

@@ -489,6 +489,59 @@ pub fn run(args: &FuzzArgs, root: &Path) -> Result<i32> {
     }
 }
 
+/// The fuzz step of `cargo xtask test` running beside the guests: `cargo xtask fuzz --seconds
+/// TEST_SECONDS` at niceness 10 (the emulated guests, whose tests wait on the clock, keep the
+/// CPUs first; the build fills what they leave), its output in a file, printed at the end.
+pub struct Background {
+    child: std::process::Child,
+    log: PathBuf,
+    start: Instant,
+}
+
+impl Background {
+    pub fn start(root: &Path) -> Result<Background> {
+        let logs = fuzz_dir(root).join("target");
+        fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
+        let log = logs.join("test-step.log");
+        let out = fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let xtask = std::env::current_exe().context("this program's path")?;
+        let mut c = Command::new("nice");
+        c.args(["-n", "10"])
+            .arg(xtask)
+            .args(["fuzz", "--seconds", &TEST_SECONDS.to_string()])
+            .current_dir(root)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out);
+        eprintln!(
+            "xtask: == fuzz, beside the guests: {} (output: {}, printed when it ends)",
+            cmd::describe(&c),
+            log.display()
+        );
+        let child = c
+            .spawn()
+            .with_context(|| format!("could not start `{}`", cmd::describe(&c)))?;
+        Ok(Background {
+            child,
+            log,
+            start: Instant::now(),
+        })
+    }
+
+    /// Wait for it, print its output, and fail as [`test_step`] would.
+    pub fn finish(mut self) -> Result<()> {
+        let status = self.child.wait().context("waiting for the fuzz step")?;
+        let took = self.start.elapsed().as_secs_f64();
+        println!("---- fuzz (run beside the guests) ----");
+        print!("{}", fs::read_to_string(&self.log).unwrap_or_default());
+        eprintln!("xtask: == fuzz, beside the guests: ended with {status} after {took:.1}s");
+        if !status.success() {
+            bail!("fuzzing failed ({status}; see its output above)");
+        }
+        Ok(())
+    }
+}
+
 /// The step of `cargo xtask test`: every target for [`TEST_SECONDS`], after one build.
 pub fn test_step(root: &Path) -> Result<()> {
     let targets: Vec<&str> = TARGETS.iter().map(|t| t.0).collect();

@@ -82,12 +82,15 @@ enum Verb {
         Integration tests need root (they create network namespaces and load eBPF programs); \
         without root they skip with a message. ARGS go to cargo test unchanged, e.g. \
         `cargo xtask test -- -p observer nft -- --nocapture`.\n\n\
-        Without ARGS, as root, and when the host tests pass, `vm-test` follows: the integration \
-        tests in a QEMU guest on the kprobe and fentry backends (skipped with the reason when \
-        no guest can be had; OBSERVER_SKIP_VM=1 skips it).\n\n\
-        Without ARGS, between the two, every fuzz target of fuzz/ runs for 18 s after one \
-        build (`cargo xtask fuzz --seconds 18`); a crash, timeout or OOM fails the run \
-        (OBSERVER_SKIP_FUZZ=1 skips it)."
+        Without ARGS and as root, `vm-test` follows: the integration \
+        tests in QEMU guests (Debian's 5.10, 6.1 and 6.12 kernels) on the kprobe and fentry \
+        backends (skipped with the reason when no guest can be had; OBSERVER_SKIP_VM=1 skips \
+        it).\n\n\
+        Without ARGS, after the host tests, every fuzz target of fuzz/ runs for 18 s after one \
+        build (`cargo xtask fuzz --seconds 18`), at niceness 10 beside the guests when they \
+        run (its output printed when it ends); a crash, timeout or OOM fails the run \
+        (OBSERVER_SKIP_FUZZ=1 skips it). Every phase runs even when one before it failed; the \
+        run ends with the list of the phases that failed."
     )]
     Test(PassThrough),
 
@@ -133,10 +136,14 @@ enum Verb {
     /// Run the integration tests in a QEMU guest with kprobes and fentry, once per backend
     #[command(
         long_about = "Install what the guest needs when missing (Debian packages qemu-system-x86, \
-        linux-image-amd64, busybox-static; `pip install virtme-ng`), build observer and the \
-        integration tests on the host, boot the newest /boot/vmlinuz-* (or OBSERVER_VM_KERNEL) \
-        with `vng --disable-kvm`, load the netfilter modules, and run the integration tests \
-        once with `--hooks kprobe` and once with `--hooks fentry`. Each run fails unless its \
+        linux-image-amd64, busybox-static, Debian 12's 6.12 kernel and Debian 11's 5.10 one, the \
+        latter from bullseye through a sources file and pin of its own; `pip install \
+        virtme-ng`), build observer and the integration tests on the host, boot the newest \
+        /boot/vmlinuz-* of each series 5.10, 6.1 and 6.12 (or OBSERVER_VM_KERNEL, paths \
+        separated by `:`) with `vng --disable-kvm`, one guest each, two guests at a time \
+        (OBSERVER_VM_PARALLEL=N for another number), load the netfilter modules, and run the \
+        integration tests once with `--hooks kprobe` and once with `--hooks fentry`, each test's \
+        time in the log. Each run fails unless its \
         ready line names that backend and every legacy change carries it as `source`. Exits \
         non-zero when a run fails; skips (exit 0, with the reason) when no guest can be had. \
         Needs root. A few minutes under software emulation."
@@ -434,23 +441,47 @@ fn test(args: &[OsString]) -> Result<i32> {
         Ok(code) => failed.push(format!("host tests (cargo test exited with {code})")),
         Err(e) => failed.push(format!("host tests ({e:#})")),
     }
-    // Every fuzz target for a short while (a crash fails the run).
-    if !args.is_empty() || std::env::var_os("OBSERVER_SKIP_FUZZ").is_some_and(|v| v == "1") {
+    // Every fuzz target for a short while (a crash fails the run), and the kprobe and fentry
+    // backends in the guests (the host's kernel has neither). The guests wait on an emulated
+    // clock more than they compute, so the fuzz step runs beside them (niced) when both run.
+    let fuzz = if !args.is_empty()
+        || std::env::var_os("OBSERVER_SKIP_FUZZ").is_some_and(|v| v == "1")
+    {
         println!("fuzz: skipped: it runs after the whole test suite (no ARGS), unless OBSERVER_SKIP_FUZZ=1");
-    } else if let Err(e) = cmd::phase("fuzz", || fuzz::test_step(&root())) {
-        failed.push(format!("fuzz ({e:#})"));
-    }
-    // Then the kprobe and fentry backends, in a guest (the host's kernel has neither). The
-    // guest's `test result:` lines come last.
-    if std::env::var_os("OBSERVER_SKIP_VM").is_some_and(|v| v == "1") {
+        false
+    } else {
+        true
+    };
+    let vm = if std::env::var_os("OBSERVER_SKIP_VM").is_some_and(|v| v == "1") {
         println!("vm-test: skipped: OBSERVER_SKIP_VM=1");
+        false
     } else if !args.is_empty() || !cmd::is_root() {
         println!("vm-test: skipped: it runs after the whole test suite (no ARGS), as root");
+        false
     } else {
+        true
+    };
+    let mut beside = None;
+    if fuzz && vm {
+        match fuzz::Background::start(&root()) {
+            Ok(b) => beside = Some(b),
+            Err(e) => failed.push(format!("fuzz ({e:#})")),
+        }
+    } else if fuzz {
+        if let Err(e) = cmd::phase("fuzz", || fuzz::test_step(&root())) {
+            failed.push(format!("fuzz ({e:#})"));
+        }
+    }
+    if vm {
         match vm::vm_test(&ready) {
             Ok(None | Some(0)) => {}
             Ok(Some(_)) => failed.push("vm-test (a guest's tests failed; see above)".into()),
             Err(e) => failed.push(format!("vm-test ({e:#})")),
+        }
+    }
+    if let Some(b) = beside {
+        if let Err(e) = b.finish() {
+            failed.push(format!("fuzz ({e:#})"));
         }
     }
     Ok(phases_summary(&failed))

@@ -509,7 +509,7 @@ pub fn run(args: &OverheadArgs) -> Result<i32> {
                         script(&dir, &xtask, &observer, &configs, true, args.rounds),
                     )?;
                     let start = Instant::now();
-                    let status = vm::boot_niced(&tools, kernel, &dir, "sh run.sh", 3600, 0)?;
+                    let status = vm::boot_niced(&tools, kernel, &dir, "sh run.sh", 3600, 0, None)?;
                     if !dir.join("done").exists() {
                         bail!("the guest of {name} did not finish (status {status})");
                     }

@@ -235,11 +235,12 @@ pub fn run(args: &VmBenchArgs) -> Result<i32> {
     let start = Instant::now();
     let status = vm::boot_niced(
         &tools,
-        tools.oldest(),
+        tools.bench_kernel(),
         &dir,
         "sh run.sh",
         VM_BENCH_TIMEOUT_SECS,
         10,
+        None,
     )?;
     let took = start.elapsed().as_secs_f64();
     let kernel = fs::read_to_string(dir.join("kernel")).unwrap_or_default();

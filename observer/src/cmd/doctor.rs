@@ -36,6 +36,9 @@ struct Report {
     running: Vec<Running>,
     /// What `tail` would not see.
     lost: Vec<String>,
+    /// Hooks this kernel puts on a worse backend than the others (a function it refuses on
+    /// theirs, e.g. x_tables on 5.10's fentry), and what that costs.
+    degraded: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -184,7 +187,7 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<()> {
         }
     };
     // The definitive BPF test: load and attach the real programs, then detach.
-    let (bpf_ok, bpf_detail, placement, writers_lost, attached, cost) =
+    let (bpf_ok, bpf_detail, placement, writers_lost, attached, cost, degraded) =
         match hooks::KernelHooks::load(&hooks::HookOptions::default()) {
             Ok(h) => (
                 true,
@@ -193,8 +196,17 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<()> {
                 h.report.netlink_lost.clone(),
                 h.report.attached.clone(),
                 cost_of(Some(&h.report.placement)),
+                h.report.placement.degraded(),
             ),
-            Err(e) => (false, e.to_string(), None, None, Vec::new(), cost_of(None)),
+            Err(e) => (
+                false,
+                e.to_string(),
+                None,
+                None,
+                Vec::new(),
+                cost_of(None),
+                Vec::new(),
+            ),
         };
     checks.push(check(
         "bpf",
@@ -250,6 +262,7 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<()> {
         running,
         checks,
         lost,
+        degraded,
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -269,6 +282,9 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<()> {
     println!("\nhooks: tail would use {}", report.hooks);
     println!("attached: {}", report.attached.join(", "));
     println!("cost: {}", report.cost);
+    for d in &report.degraded {
+        println!("degraded on this kernel: {d}");
+    }
     for r in &report.running {
         let e = &r.errors;
         println!(

@@ -188,14 +188,54 @@ impl Placer<'_> {
     /// a backend means proving it); otherwise the tracepoint backend is the fallback, and a hook
     /// that attaches nowhere is left off with its reasons in the placement.
     pub fn place(&mut self, hook: &Hook, strict: bool) -> Result<(), HookError> {
-        let only = self.only;
-        let mut candidates: Vec<HookBackend> = match only {
+        let mut candidates: Vec<HookBackend> = match self.only {
             Some(b) => vec![b],
             None => HookBackend::BEST_FIRST.to_vec(),
         };
         if !strict && !candidates.contains(&HookBackend::Tracepoint) {
             candidates.push(HookBackend::Tracepoint);
         }
+        self.place_on(hook, candidates, strict, self.only.is_some())
+    }
+
+    /// Place `hook`, which the backend asked for refused (`reason`) although it carries the
+    /// other hooks on this kernel: the kernel refuses that one function there (5.10's
+    /// trampolines take no struct argument, and `nf_setsockopt` takes one). The refusal is kept
+    /// for the ready line and `doctor`, and the hook goes on the next backend that attaches.
+    pub fn place_after_refusal(
+        &mut self,
+        hook: &Hook,
+        refused: HookBackend,
+        reason: String,
+    ) -> Result<(), HookError> {
+        tracing::warn!(
+            "{} hook: {} refused ({reason}); the other hooks are on {}, this one goes on the \
+             next backend",
+            hook.name,
+            refused.as_str(),
+            refused.as_str()
+        );
+        self.placement.refused.push(Refusal {
+            hook: hook.name,
+            backend: refused,
+            reason,
+        });
+        let next: Vec<HookBackend> = HookBackend::BEST_FIRST
+            .into_iter()
+            .skip_while(|b| *b != refused)
+            .skip(1)
+            .collect();
+        self.place_on(hook, next, true, false)
+    }
+
+    /// Try `candidates` in order; `fail_fast`: the first failure is the error.
+    fn place_on(
+        &mut self,
+        hook: &Hook,
+        candidates: Vec<HookBackend>,
+        strict: bool,
+        fail_fast: bool,
+    ) -> Result<(), HookError> {
         for backend in candidates {
             if backend == HookBackend::Tracepoint && hook.tracepoint.is_empty() {
                 continue;
@@ -213,8 +253,8 @@ impl Placer<'_> {
                     return Ok(());
                 }
                 Err(e) => {
-                    let reason = e.to_string();
-                    if strict && only.is_some() {
+                    let reason = tidy_reason(&e.to_string());
+                    if strict && fail_fast {
                         return Err(HookError::Backend {
                             backend: backend.as_str(),
                             reason,
@@ -243,6 +283,28 @@ impl Placer<'_> {
         }
         Ok(())
     }
+}
+
+/// A refusal as the ready line and `doctor` give it: the verifier's statistics (time, stack
+/// depth, instructions processed) dropped, and a kernel's refusal of a struct argument (5.10's
+/// trampolines) said in words.
+fn tidy_reason(reason: &str) -> String {
+    let mut s: String = reason
+        .lines()
+        .filter(|l| {
+            !(l.starts_with("verification time")
+                || l.starts_with("stack depth")
+                || l.starts_with("processed ")
+                || l.trim().is_empty())
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
+    if s.contains("type STRUCT is unsupported") {
+        s.push_str(
+            " (this kernel's trampolines take no struct argument by value; 6.1 and later do)",
+        );
+    }
+    s
 }
 
 /// A program of the object as its type, if it is there and of that type.

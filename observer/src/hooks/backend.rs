@@ -7,7 +7,10 @@
 //!
 //! Each hook ([`Hook`]) has programs for every backend. The x_tables replace hook is placed on
 //! the first backend that attaches (`--hooks auto`), or on the one asked for, failing with the
-//! kernel's own error when it cannot attach. The others (nftables and ipset writers, nftables
+//! kernel's own error when it cannot attach; unless that backend carries every other hook and
+//! the kernel refuses only the x_tables function on it (fentry on 5.10: its trampolines take no
+//! struct argument, and `nf_setsockopt` takes one), when the hook goes on the next backend with
+//! the reason kept. The others (nftables and ipset writers, nftables
 //! generations, namespaces, unmounts, refused batches) follow the same order and fall back to the
 //! syscall tracepoints when a better backend is refused, since losing them is worse than paying
 //! for them. On a kprobe or fentry kernel no syscall tracepoint is attached at all: the hooks sit
@@ -265,12 +268,13 @@ impl Placement {
             name(self.nft_gens, "thread"),
             name(self.refusals, "none"),
         );
-        // A backend the kernel refuses for x_tables it refuses for every hook, for the same
-        // reason (no kprobes, no trampolines): said once.
+        // A backend the kernel refuses for x_tables and for every other hook it refuses for
+        // the same reason (no kprobes, no trampolines): said once. One that carries other hooks
+        // refused the x_tables function alone (5.10's fentry): each reason is its own.
         let kernel_wide: Vec<HookBackend> = self
             .refused
             .iter()
-            .filter(|r| r.hook == "x_tables")
+            .filter(|r| r.hook == "x_tables" && !self.carries(r.backend))
             .map(|r| r.backend)
             .collect();
         let mut others_too = false;
@@ -290,6 +294,64 @@ impl Placement {
             s.push_str(" (the other hooks: refused there for the same reason)");
         }
         s
+    }
+
+    /// Each hook's name and backend.
+    fn hooks(&self) -> [(&'static str, Option<HookBackend>); 6] {
+        [
+            ("x_tables", self.x_tables),
+            ("namespaces", self.namespaces),
+            ("umount", self.umount),
+            ("nf_writers", self.nf_writers),
+            ("nft_gens", self.nft_gens),
+            ("nf_refusals", self.refusals),
+        ]
+    }
+
+    /// Whether some hook other than x_tables is on `backend`.
+    pub fn carries(&self, backend: HookBackend) -> bool {
+        self.hooks()
+            .iter()
+            .any(|(h, b)| *h != "x_tables" && *b == Some(backend))
+    }
+
+    /// The hooks this kernel put on a worse backend than the one it gives the others: each
+    /// refusal of a backend that carries other hooks (it is the hook's function the kernel
+    /// refuses there, not the backend), with where the hook went and what that costs. Empty
+    /// when every refusal is the kernel's whole backend (no kprobes, no trampolines), which the
+    /// summary already says.
+    pub fn degraded(&self) -> Vec<String> {
+        let hooks = self.hooks();
+        self.refused
+            .iter()
+            .filter(|r| {
+                hooks
+                    .iter()
+                    .any(|(h, b)| *h != r.hook && *b == Some(r.backend))
+            })
+            .filter_map(|r| {
+                let on = hooks.iter().find(|(h, _)| *h == r.hook)?.1;
+                let cost = match on {
+                    Some(HookBackend::Kprobe) => {
+                        "a kprobe and a kretprobe run per call instead of one trampoline \
+                         program: more kernel time in the writer; nothing is missed"
+                    }
+                    Some(HookBackend::Tracepoint) => {
+                        "syscall tracepoints: a program runs on every such syscall of every \
+                         process; nothing is missed"
+                    }
+                    Some(HookBackend::Fentry) => "nothing is missed",
+                    None => "its changes are not seen from the kernel",
+                };
+                Some(format!(
+                    "{} on {}, not {} (refused: {}): {cost}",
+                    r.hook,
+                    on.map_or("nothing", HookBackend::as_str),
+                    r.backend.as_str(),
+                    r.reason
+                ))
+            })
+            .collect()
     }
 
     /// Whether the nftables and ipset writers are captured in the kernel.

@@ -76,8 +76,8 @@ fn privilege_hint(msg: &str) -> &'static str {
 pub struct HookOptions {
     /// Ring buffer size in bytes (a power of two, a multiple of the page size).
     pub ringbuf_bytes: u32,
-    /// Put the x_tables hook on this backend only (fail if it cannot attach); `None` tries the
-    /// best first.
+    /// Put the x_tables hook on this backend only (fail if it cannot attach, unless the backend
+    /// carries the other hooks: then the next one, the reason kept); `None` tries the best first.
     pub backend: Option<backend::HookBackend>,
 }
 
@@ -196,15 +196,33 @@ impl KernelHooks {
             placement: &mut report.placement,
             attached: &mut report.attached,
         };
-        placer.place(&backend::X_TABLES, true)?;
+        // A backend asked for that refuses the x_tables hook fails the start, unless it
+        // carries the other hooks: then the kernel refuses that one function there (5.10's
+        // trampolines take no struct argument, and `nf_setsockopt` takes a `sockptr_t` by
+        // value), and the hook goes on the next backend with the reason in the ready line.
+        let xt_refused = match (placer.place(&backend::X_TABLES, true), opts.backend) {
+            (Ok(()), _) => None,
+            (Err(HookError::Backend { reason, .. }), Some(asked)) => Some((asked, reason)),
+            (Err(e), _) => return Err(e),
+        };
         placer.place(&backend::NAMESPACES, false)?;
         placer.place(&backend::UNMOUNTS, false)?;
-        // The writer hooks read the socket behind a descriptor (tracepoint) or the socket buffer
-        // (kprobe, fentry); the generation and refusal hooks are worth nothing without them.
+        // The writer hooks read the socket buffer (kprobe, fentry) or the socket behind a
+        // descriptor (tracepoint); the generation and refusal hooks are worth nothing without
+        // them.
         if writers_ok {
             placer.place(&backend::NF_WRITERS, false)?;
             placer.place(&backend::NFT_GENS, false)?;
             placer.place(&backend::NF_REFUSALS, false)?;
+        }
+        if let Some((asked, reason)) = xt_refused {
+            if !placer.placement.carries(asked) {
+                return Err(HookError::Backend {
+                    backend: asked.as_str(),
+                    reason,
+                });
+            }
+            placer.place_after_refusal(&backend::X_TABLES, asked, reason)?;
         }
         let placement = &report.placement;
         if placement.nf_writers.is_none() && report.netlink_lost.is_none() {

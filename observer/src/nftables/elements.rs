@@ -74,12 +74,25 @@ pub(crate) fn element_items(set: &Set, elems: &[&Element], key: &[(Ty, Order)]) 
             (ty, ty.natural_order())
         });
     let mut sorted: Vec<&Element> = elems.to_vec();
-    // nft sorts by value: a host-order key compares from its last byte; the catch-all
-    // element comes last.
-    let host = matches!(key.as_slice(), [(ty, Order::Host)] if *ty != Ty::Ifname);
+    // nft sorts by value: a key whose parts are all host-order (strings are too) compares as
+    // one host-order number, from its last byte; the catch-all element comes last.
+    let host = !key.is_empty()
+        && key
+            .iter()
+            .all(|(ty, order)| *order == Order::Host || *ty == Ty::Ifname);
+    // Flag words come in nft's order for them: by their lowest flag, more flags first (`{ fin
+    // | ack, fin, syn | ack, syn }`): the bits reversed, descending.
+    let flags = match key.as_slice() {
+        [(ty, order)] if ty.is_flags() => Some((*ty, *order)),
+        _ => None,
+    };
     let value = |e: &Element| {
         let mut k = e.key.clone();
-        if host && cfg!(target_endian = "little") {
+        if let Some((_, order)) = flags {
+            k = (!values::int(&k, order).reverse_bits())
+                .to_be_bytes()
+                .to_vec();
+        } else if host && cfg!(target_endian = "little") {
             k.reverse();
         }
         (e.flags & decode::NFT_SET_ELEM_CATCHALL != 0, k)
@@ -112,9 +125,14 @@ pub(crate) fn element_items(set: &Set, elems: &[&Element], key: &[(Ty, Order)]) 
             }
             continue;
         }
+        // Adjacent intervals have no end element between them: one ends where the next starts.
         if let Some(start) = open.replace(e) {
-            let top = vec![0xff; start.key.len()];
-            out.push(with_data(key_range(&key, &start.key, &top), start, data_ty));
+            let last = values::minus_one(&e.key);
+            out.push(with_data(
+                key_range(&key, &start.key, &last),
+                start,
+                data_ty,
+            ));
         }
     }
     if let Some(start) = open {
@@ -165,7 +183,13 @@ fn key_parts<'k>(key: &[(Ty, Order)], bytes: &'k [u8]) -> Vec<(Ty, Order, &'k [u
 fn key_value(key: &[(Ty, Order)], bytes: &[u8]) -> String {
     key_parts(key, bytes)
         .into_iter()
-        .map(|(ty, order, b)| values::format(ty, order, b))
+        .map(|(ty, order, b)| {
+            if ty.is_flags() && key.len() == 1 {
+                values::flags_or(ty, values::int(b, order))
+            } else {
+                values::format(ty, order, b)
+            }
+        })
         .collect::<Vec<_>>()
         .join(" . ")
 }

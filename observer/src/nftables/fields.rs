@@ -14,6 +14,9 @@ pub(crate) enum Layer {
     L3,
     /// Transport layer; the value is an IP protocol number.
     L4,
+    /// The ICMP or ICMPv6 type, which some fields of the header depend on (`icmp mtu` only
+    /// exists in destination-unreachable messages).
+    IcmpType,
 }
 
 /// How to print what a register holds.
@@ -28,6 +31,9 @@ pub(crate) struct Field {
     pub key_of: Option<Layer>,
     /// This field only makes sense once the layer's protocol is pinned to this value.
     pub needs: Option<(Layer, u32)>,
+    /// The ICMP type this field belongs to, for the dependency nft hides (`icmp type
+    /// redirect` before `icmp gateway`); echo fields have none since either echo type fits.
+    pub icmp_need: Option<u32>,
 }
 
 impl Field {
@@ -39,6 +45,7 @@ impl Field {
             full_len,
             key_of: None,
             needs: None,
+            icmp_need: None,
         }
     }
 
@@ -60,15 +67,26 @@ impl Field {
 pub(crate) const NFPROTO_INET: u8 = 1;
 pub(crate) const NFPROTO_IPV4: u8 = 2;
 pub(crate) const NFPROTO_ARP: u8 = 3;
+pub(crate) const NFPROTO_NETDEV: u8 = 5;
+pub(crate) const NFPROTO_BRIDGE: u8 = 7;
 pub(crate) const NFPROTO_IPV6: u8 = 10;
 
-/// A payload field. `l3` and `l4` are the protocols the rule has pinned so far (or that the
-/// table family implies for `l3`).
-pub(crate) fn payload(base: u32, offset: u32, len: u32, l3: Option<u32>, l4: Option<u32>) -> Field {
+/// The protocols a rule has pinned so far: network (an NFPROTO, or what the table family
+/// implies), transport (an IP protocol) and the ICMP type a single `icmp type` match gave.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Ctx {
+    pub l3: Option<u32>,
+    pub l4: Option<u32>,
+    pub icmp: Option<u32>,
+}
+
+/// A payload field in the protocol context the rule has established.
+pub(crate) fn payload(base: u32, offset: u32, len: u32, ctx: Ctx) -> Field {
+    let Ctx { l3, l4, icmp } = ctx;
     let raw = |tag: &str| {
         Field::new(
             format!("@{tag},{},{}", u64::from(offset) * 8, u64::from(len) * 8),
-            if len <= 8 { Ty::Integer } else { Ty::Hex },
+            Ty::HexInt,
             Order::Big,
             len as usize,
         )
@@ -109,7 +127,7 @@ pub(crate) fn payload(base: u32, offset: u32, len: u32, l3: Option<u32>, l4: Opt
                     _ => raw("th"),
                 };
             };
-            match transport_field(p, o, l) {
+            match transport_field(p, o, l, icmp) {
                 Some(mut f) => {
                     f.needs = Some((Layer::L4, p));
                     f
@@ -128,8 +146,7 @@ pub(crate) fn expand(
     base: u32,
     offset: u32,
     len: u32,
-    l3: Option<u32>,
-    l4: Option<u32>,
+    ctx: Ctx,
 ) -> Option<Vec<(Field, usize, usize)>> {
     // nft merges loads only within one 16-byte register.
     if len > 16 {
@@ -139,7 +156,7 @@ pub(crate) fn expand(
     let mut cur = 0;
     while cur < len {
         let found = (1..=len - cur).rev().find_map(|l| {
-            let f = payload(base, offset + cur, l, l3, l4);
+            let f = payload(base, offset + cur, l, ctx);
             (!f.text.starts_with('@') && f.full_len == l as usize).then_some((f, l))
         });
         let (f, l) = found?;
@@ -192,103 +209,139 @@ fn arp_field(o: u32, l: u32) -> Option<Field> {
     })
 }
 
-fn transport_field(proto: u32, o: u32, l: u32) -> Option<Field> {
-    let (name, fields): (&str, &[(u32, u32, &str, Ty)]) = match proto {
+/// ICMP types whose messages carry a field (nft's `icmp_dep`): the type nft pins for it and
+/// whether it hides that dependency (not for echo fields: request or reply both fit).
+const ICMP_ECHO: &[u32] = &[0, 8];
+const ICMP_UNREACH: &[u32] = &[3];
+const ICMP_REDIRECT: &[u32] = &[5];
+const ICMP6_ECHO: &[u32] = &[128, 129];
+const ICMP6_TOO_BIG: &[u32] = &[2];
+const ICMP6_MLD: &[u32] = &[130, 131, 132];
+
+/// Header templates of the transport protocols: `(offset, length, name, type, icmp types)`,
+/// in nft's order. A template for given ICMP types applies when the rule pinned none of the
+/// type or one of these; otherwise the next one at that offset is tried.
+type Template = (u32, u32, &'static str, Ty, &'static [u32]);
+
+fn transport_field(proto: u32, o: u32, l: u32, icmp: Option<u32>) -> Option<Field> {
+    let (name, fields): (&str, &[Template]) = match proto {
         6 => (
             "tcp",
             &[
-                (0, 2, "sport", Ty::Port),
-                (2, 2, "dport", Ty::Port),
-                (4, 4, "sequence", Ty::Integer),
-                (8, 4, "ackseq", Ty::Integer),
-                (13, 1, "flags", Ty::TcpFlags),
-                (14, 2, "window", Ty::Integer),
-                (16, 2, "checksum", Ty::Integer),
-                (18, 2, "urgptr", Ty::Integer),
+                (0, 2, "sport", Ty::Port, &[]),
+                (2, 2, "dport", Ty::Port, &[]),
+                (4, 4, "sequence", Ty::Integer, &[]),
+                (8, 4, "ackseq", Ty::Integer, &[]),
+                (13, 1, "flags", Ty::TcpFlags, &[]),
+                (14, 2, "window", Ty::Integer, &[]),
+                (16, 2, "checksum", Ty::Integer, &[]),
+                (18, 2, "urgptr", Ty::Integer, &[]),
             ],
         ),
         17 | 136 => (
             if proto == 17 { "udp" } else { "udplite" },
             &[
-                (0, 2, "sport", Ty::Port),
-                (2, 2, "dport", Ty::Port),
-                (4, 2, "length", Ty::Integer),
-                (6, 2, "checksum", Ty::Integer),
+                (0, 2, "sport", Ty::Port, &[]),
+                (2, 2, "dport", Ty::Port, &[]),
+                (4, 2, "length", Ty::Integer, &[]),
+                (6, 2, "checksum", Ty::Integer, &[]),
             ],
         ),
         132 => (
             "sctp",
             &[
-                (0, 2, "sport", Ty::Port),
-                (2, 2, "dport", Ty::Port),
-                (4, 4, "vtag", Ty::Integer),
-                (8, 4, "checksum", Ty::Integer),
+                (0, 2, "sport", Ty::Port, &[]),
+                (2, 2, "dport", Ty::Port, &[]),
+                (4, 4, "vtag", Ty::Integer, &[]),
+                (8, 4, "checksum", Ty::Integer, &[]),
             ],
         ),
         33 => (
             "dccp",
-            &[(0, 2, "sport", Ty::Port), (2, 2, "dport", Ty::Port)],
+            &[
+                (0, 2, "sport", Ty::Port, &[]),
+                (2, 2, "dport", Ty::Port, &[]),
+            ],
         ),
         1 => (
             "icmp",
             &[
-                (0, 1, "type", Ty::IcmpType),
-                (1, 1, "code", Ty::IcmpCode),
-                (2, 2, "checksum", Ty::Integer),
-                (4, 2, "id", Ty::Integer),
-                (6, 2, "sequence", Ty::Integer),
-                (4, 4, "gateway", Ty::Ipv4),
+                (0, 1, "type", Ty::IcmpType, &[]),
+                (1, 1, "code", Ty::IcmpCode, &[]),
+                (2, 2, "checksum", Ty::Integer, &[]),
+                (4, 2, "id", Ty::Integer, ICMP_ECHO),
+                (6, 2, "sequence", Ty::Integer, ICMP_ECHO),
+                (4, 4, "gateway", Ty::Integer, ICMP_REDIRECT),
+                (6, 2, "mtu", Ty::Integer, ICMP_UNREACH),
             ],
         ),
         58 => (
             "icmpv6",
             &[
-                (0, 1, "type", Ty::Icmp6Type),
-                (1, 1, "code", Ty::Integer),
-                (2, 2, "checksum", Ty::Integer),
-                (4, 2, "id", Ty::Integer),
-                (6, 2, "sequence", Ty::Integer),
-                (4, 4, "mtu", Ty::Integer),
+                (0, 1, "type", Ty::Icmp6Type, &[]),
+                (1, 1, "code", Ty::Icmp6Code, &[]),
+                (2, 2, "checksum", Ty::Integer, &[]),
+                (4, 4, "mtu", Ty::Integer, ICMP6_TOO_BIG),
+                (4, 2, "id", Ty::Integer, ICMP6_ECHO),
+                (6, 2, "sequence", Ty::Integer, ICMP6_ECHO),
+                (4, 2, "max-delay", Ty::Integer, ICMP6_MLD),
             ],
         ),
         51 => (
             "ah",
             &[
-                (0, 1, "nexthdr", Ty::InetProto),
-                (1, 1, "hdrlength", Ty::Integer),
-                (2, 2, "reserved", Ty::Integer),
-                (4, 4, "spi", Ty::Integer),
-                (8, 4, "sequence", Ty::Integer),
+                (0, 1, "nexthdr", Ty::InetProto, &[]),
+                (1, 1, "hdrlength", Ty::Integer, &[]),
+                (2, 2, "reserved", Ty::Integer, &[]),
+                (4, 4, "spi", Ty::Integer, &[]),
+                (8, 4, "sequence", Ty::Integer, &[]),
             ],
         ),
         108 => (
             "comp",
             &[
-                (0, 1, "nexthdr", Ty::InetProto),
-                (1, 1, "flags", Ty::Hex),
-                (2, 2, "cpi", Ty::Integer),
+                (0, 1, "nexthdr", Ty::InetProto, &[]),
+                (1, 1, "flags", Ty::HexInt, &[]),
+                (2, 2, "cpi", Ty::Integer, &[]),
             ],
         ),
         2 => (
             "igmp",
             &[
-                (0, 1, "type", Ty::IgmpType),
-                (1, 1, "mrt", Ty::Integer),
-                (2, 2, "checksum", Ty::Integer),
-                (4, 4, "group", Ty::Integer),
+                (0, 1, "type", Ty::IgmpType, &[]),
+                (1, 1, "mrt", Ty::Integer, &[]),
+                (2, 2, "checksum", Ty::Integer, &[]),
+                (4, 4, "group", Ty::Integer, &[]),
             ],
         ),
         50 => (
             "esp",
-            &[(0, 4, "spi", Ty::Integer), (4, 4, "sequence", Ty::Integer)],
+            &[
+                (0, 4, "spi", Ty::Integer, &[]),
+                (4, 4, "sequence", Ty::Integer, &[]),
+            ],
         ),
         _ => return None,
     };
     fields
         .iter()
-        .find(|(fo, fl, _, _)| *fo == o && *fl == l)
-        .map(|(_, fl, field, ty)| {
-            Field::new(format!("{name} {field}"), *ty, Order::Big, *fl as usize)
+        .filter(|(fo, _, _, _, types)| {
+            *fo == o && (types.is_empty() || icmp.is_none_or(|t| types.contains(&t)))
+        })
+        // The first template at this offset that fits decides (nft's order): a 4-byte load
+        // at an echo message's offset 4 is `id` and `sequence`, not `gateway`.
+        .find(|(_, fl, _, _, _)| *fl <= l)
+        .filter(|(_, fl, _, _, _)| *fl == l)
+        .map(|(_, fl, field, ty, types)| {
+            let mut f = Field::new(format!("{name} {field}"), *ty, Order::Big, *fl as usize);
+            // Echo fields fit both echo types: nft keeps the `icmp type` match before them.
+            if *types != ICMP_ECHO && *types != ICMP6_ECHO {
+                f.icmp_need = icmp.filter(|t| types.contains(t));
+            }
+            if f.text.ends_with(" type") && (proto == 1 || proto == 58) {
+                f.key_of = Some(Layer::IcmpType);
+            }
+            f
         })
 }
 
@@ -315,18 +368,13 @@ const BITFIELDS: &[(Layer, u32, u32, u32, u32, &str, Ty)] = &[
 
 /// A header field narrower than its bytes (`ip hdrlength`, `vlan id`), by bit offset and
 /// length within the base, in the protocol context the rule has established.
-pub(crate) fn payload_bits(
-    base: u32,
-    off: u32,
-    len: u32,
-    l3: Option<u32>,
-    l4: Option<u32>,
-) -> Option<Field> {
+pub(crate) fn payload_bits(base: u32, off: u32, len: u32, ctx: Ctx) -> Option<Field> {
+    let Ctx { l3, l4, .. } = ctx;
     BITFIELDS
         .iter()
         .find(|(layer, proto, b, o, l, _, _)| {
             let pinned = match layer {
-                Layer::L2 => None,
+                Layer::L2 | Layer::IcmpType => None,
                 Layer::L3 => l3,
                 Layer::L4 => l4,
             };
@@ -411,7 +459,7 @@ pub(crate) fn ct(key: u32, dir: Option<u8>) -> Field {
         15 => Field::new(format!("ct {d}bytes"), Ty::Integer, Order::Host, 8),
         16 => Field::new(format!("ct {d}avgpkt"), Ty::Integer, Order::Host, 8),
         17 => Field::new(format!("ct {d}zone"), Ty::Integer, Order::Host, 2),
-        18 => host("event", Ty::Integer),
+        18 => host("event", Ty::CtEvent),
         19 => big("ip saddr", Ty::Ipv4, 4),
         20 => big("ip daddr", Ty::Ipv4, 4),
         21 => big("ip6 saddr", Ty::Ipv6, 16),
@@ -483,15 +531,26 @@ mod tests {
 
     #[test]
     fn payload_fields_follow_the_protocol_context() {
-        assert_eq!(payload(2, 2, 2, Some(2), Some(6)).text, "tcp dport");
-        assert_eq!(payload(2, 2, 2, Some(2), None).text, "th dport");
+        let ctx = |l3, l4| Ctx { l3, l4, icmp: None };
+        assert_eq!(payload(2, 2, 2, ctx(Some(2), Some(6))).text, "tcp dport");
+        assert_eq!(payload(2, 2, 2, ctx(Some(2), None)).text, "th dport");
         assert_eq!(
-            payload(2, 2, 2, Some(2), Some(17)).needs,
+            payload(2, 2, 2, ctx(Some(2), Some(17))).needs,
             Some((Layer::L4, 17))
         );
-        assert_eq!(payload(1, 12, 1, Some(2), None).text, "ip saddr");
-        assert_eq!(payload(1, 12, 4, None, None).text, "@nh,96,32");
-        assert_eq!(payload(1, 9, 1, Some(2), None).key_of, Some(Layer::L4));
+        assert_eq!(payload(1, 12, 1, ctx(Some(2), None)).text, "ip saddr");
+        assert_eq!(payload(1, 12, 4, ctx(None, None)).text, "@nh,96,32");
+        assert_eq!(payload(1, 9, 1, ctx(Some(2), None)).key_of, Some(Layer::L4));
+        let icmp = |t| Ctx {
+            l3: Some(2),
+            l4: Some(1),
+            icmp: t,
+        };
+        assert_eq!(payload(2, 6, 2, icmp(None)).text, "icmp sequence");
+        assert_eq!(payload(2, 6, 2, icmp(Some(3))).text, "icmp mtu");
+        assert_eq!(payload(2, 6, 2, icmp(Some(3))).icmp_need, Some(3));
+        assert_eq!(payload(2, 4, 4, icmp(Some(5))).text, "icmp gateway");
+        assert_eq!(payload(2, 4, 4, icmp(None)).text, "@th,32,32");
     }
 
     #[test]

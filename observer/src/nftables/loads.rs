@@ -45,7 +45,7 @@ pub(crate) fn render(r: &mut Renderer<'_>, e: &Expr, a: &Attrs<'_>) {
         }
         "rt" => {
             let (text, ty, order, len) = match a.u32(2).unwrap_or(u32::MAX) {
-                0 => ("rt classid", Ty::Integer, Order::Host, 4),
+                0 => ("rt classid", Ty::Realm, Order::Host, 4),
                 1 => ("rt ip nexthop", Ty::Ipv4, Order::Big, 4),
                 2 => ("rt ip6 nexthop", Ty::Ipv6, Order::Big, 16),
                 3 => ("rt mtu", Ty::Integer, Order::Host, 2),

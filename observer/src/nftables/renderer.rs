@@ -14,7 +14,10 @@ use super::decode::{Element, Set};
 use super::elements::elements_text;
 use super::expr::{Attrs, REG_VERDICT};
 use super::exthdrs;
-use super::fields::{self, Field, Layer, NFPROTO_ARP, NFPROTO_IPV4, NFPROTO_IPV6};
+use super::fields::{
+    self, Field, Layer, NFPROTO_ARP, NFPROTO_BRIDGE, NFPROTO_INET, NFPROTO_IPV4, NFPROTO_IPV6,
+    NFPROTO_NETDEV,
+};
 use super::values::{self, Order, Ty};
 
 /// Where the renderer finds sets referenced by rules (`@name`, anonymous `{ ... }`).
@@ -84,8 +87,14 @@ struct Stmt {
     text: String,
     /// This statement pins a layer's protocol (`meta l4proto tcp`).
     dep: Option<(Layer, u32)>,
+    /// The dependency is a network header field (`ip protocol`, `ip6 nexthdr`), which nft keeps
+    /// before transport fields where the family does not imply the network protocol.
+    dep_nh: bool,
     /// Protocols this statement's fields rely on.
     needs: Vec<(Layer, u32)>,
+    /// Layers whose dependency this statement hides whatever its protocol (`reject with icmp`
+    /// hides `meta nfproto ipv4`).
+    releases: Vec<Layer>,
 }
 
 pub(crate) struct Renderer<'a> {
@@ -94,9 +103,12 @@ pub(crate) struct Renderer<'a> {
     regs: HashMap<u32, Val>,
     l3: Option<u32>,
     pub(crate) l4: Option<u32>,
+    /// The ICMP type a single `icmp type` match pinned.
+    icmp: Option<u32>,
     stmts: Vec<Stmt>,
     comments: Vec<String>,
     needs: Vec<(Layer, u32)>,
+    releases: Vec<Layer>,
 }
 
 const CMP_EQ: u32 = 0;
@@ -112,9 +124,11 @@ impl<'a> Renderer<'a> {
             regs: HashMap::new(),
             l3: None,
             l4: None,
+            icmp: None,
             stmts: Vec::new(),
             comments: Vec::new(),
             needs: Vec::new(),
+            releases: Vec::new(),
         }
     }
 
@@ -122,9 +136,20 @@ impl<'a> Renderer<'a> {
     pub(crate) fn finish(self, comment: Option<&str>) -> String {
         let mut killed = vec![false; self.stmts.len()];
         let mut deps: HashMap<Layer, (usize, u32)> = HashMap::new();
+        // In these families `ip protocol` is also what says the packet is IPv4 (nft's
+        // payload_may_dependency_kill).
+        let keeps_nh = matches!(self.family, NFPROTO_INET | NFPROTO_BRIDGE | NFPROTO_NETDEV);
         for (i, s) in self.stmts.iter().enumerate() {
+            for layer in &s.releases {
+                if let Some((j, _)) = deps.remove(layer) {
+                    killed[j] = true;
+                }
+            }
             for (layer, proto) in &s.needs {
                 if let Some(&(j, p)) = deps.get(layer) {
+                    if *layer == Layer::L4 && keeps_nh && self.stmts[j].dep_nh {
+                        continue;
+                    }
                     if p == *proto {
                         killed[j] = true;
                         deps.remove(layer);
@@ -170,11 +195,19 @@ impl<'a> Renderer<'a> {
 
     pub(crate) fn emit(&mut self, text: impl Into<String>) {
         let needs = std::mem::take(&mut self.needs);
+        let releases = std::mem::take(&mut self.releases);
         self.stmts.push(Stmt {
             text: text.into(),
             dep: None,
+            dep_nh: false,
             needs,
+            releases,
         });
+    }
+
+    /// The next statement hides the dependency that pinned this layer, whichever protocol.
+    pub(crate) fn release(&mut self, layer: Layer) {
+        self.releases.push(layer);
     }
 
     /// Record a protocol the next statement relies on.
@@ -207,12 +240,19 @@ impl<'a> Renderer<'a> {
         }
     }
 
+    /// The protocol context payload fields are named in.
+    pub(crate) fn ctx(&self) -> fields::Ctx {
+        fields::Ctx {
+            l3: self.l3(),
+            l4: self.l4,
+            icmp: self.icmp,
+        }
+    }
+
     /// How to print a register's content; records the protocols it relies on.
     pub(crate) fn field(&mut self, v: &Val) -> Field {
         let f = match v {
-            Val::Payload { base, offset, len } => {
-                fields::payload(*base, *offset, *len, self.l3(), self.l4)
-            }
+            Val::Payload { base, offset, len } => fields::payload(*base, *offset, *len, self.ctx()),
             Val::Meta(k) => fields::meta(*k),
             Val::Exthdr { op, ty, off, len } => {
                 let (o, l) = (off.saturating_mul(8), len.saturating_mul(8));
@@ -230,7 +270,7 @@ impl<'a> Renderer<'a> {
                 }
                 let f = self.field(src);
                 let (m, x) = (
-                    values::format(f.ty, f.order, mask),
+                    mask_text(f.ty, f.order, mask),
                     values::format(f.ty, f.order, xor),
                 );
                 let inverse =
@@ -265,10 +305,18 @@ impl<'a> Renderer<'a> {
             }
             Val::Unknown => Field::opaque("?"),
         };
+        self.note_needs(&f);
+        f
+    }
+
+    /// Record the protocols a field relies on.
+    fn note_needs(&mut self, f: &Field) {
         if let Some(n) = f.needs {
             self.needs.push(n);
         }
-        f
+        if let Some(t) = f.icmp_need {
+            self.needs.push((Layer::IcmpType, t));
+        }
     }
 
     /// A masked load that is one header field narrower than its bytes (`ip hdrlength`,
@@ -293,24 +341,46 @@ impl<'a> Renderer<'a> {
                 *base,
                 offset.checked_mul(8)?.checked_add(lead)?,
                 ones,
-                self.l3(),
-                self.l4,
+                self.ctx(),
             ),
             _ => None,
         }?;
-        if let Some(n) = f.needs {
-            self.needs.push(n);
-        }
+        self.note_needs(&f);
         if matches!(src, Val::Payload { base: 0, .. }) {
             self.needs.push((Layer::L2, 1));
         }
         Some((f, tz))
     }
 
-    /// `<field> set <value>` for payload/meta/ct writes.
+    /// `<field> set <value>` for payload/meta/ct writes. A write to a header field narrower
+    /// than its bytes is a read-modify-write of those bytes (`@nh,0,16 set (@nh,0,16 & 0xfffc)
+    /// ^ 0x1`): the bits the mask clears are the field, the xor its new value (`ip ecn set ect1`).
     pub(super) fn set_stmt(&mut self, dst: &Val, sreg: Option<u32>) {
-        let f = self.field(dst);
         let v = self.load(sreg);
+        if let (Val::Payload { .. }, Val::Bits { src, mask, xor }) = (dst, &v) {
+            let same = match (src.as_ref(), dst) {
+                (
+                    Val::Payload { base, offset, len },
+                    Val::Payload {
+                        base: b,
+                        offset: o,
+                        len: l,
+                    },
+                ) => (base, offset, len) == (b, o, l),
+                _ => false,
+            };
+            let keep: Vec<u8> = mask.iter().map(|b| !b).collect();
+            let x = to_u128(xor);
+            if same && xor.len() == mask.len() && x & to_u128(mask) == 0 {
+                if let Some((f, shift)) = self.bit_field(dst, &keep) {
+                    let value = (x >> shift).to_be_bytes();
+                    let text = values::format(f.ty, Order::Big, &value[16 - f.full_len.max(1)..]);
+                    self.emit(format!("{} set {text}", f.text));
+                    return;
+                }
+            }
+        }
+        let f = self.field(dst);
         let value = self.value_text(&v, &f);
         self.emit(format!("{} set {value}", f.text));
     }
@@ -359,14 +429,11 @@ impl<'a> Renderer<'a> {
                 self.emit(format!("{text} {word}"));
             }
             Val::Payload { base, offset, len } if op == CMP_EQ => {
-                let (l3, l4) = (self.l3(), self.l4);
-                match fields::expand(*base, *offset, *len, l3, l4) {
+                match fields::expand(*base, *offset, *len, self.ctx()) {
                     Some(parts) => {
                         for (f, at, n) in parts {
                             let part = data.get(at..at + n).unwrap_or(&[]);
-                            if let Some(need) = f.needs {
-                                self.needs.push(need);
-                            }
+                            self.note_needs(&f);
                             self.emit(format!("{} {}", f.text, rhs(&f, part)));
                         }
                     }
@@ -384,7 +451,20 @@ impl<'a> Renderer<'a> {
 
     fn cmp_plain(&mut self, v: &Val, op: u32, data: &[u8]) {
         let f = self.field(v);
-        let text = format!("{} {}{}", f.text, op_prefix(op), rhs(&f, data));
+        let text = if f.ty.is_flags() && (op == CMP_EQ || op == CMP_NEQ) {
+            // A whole flag word compared: nft says `==` (the bare form tests any of the bits)
+            // and names only a single flag.
+            let n = values::int(data, f.order);
+            let value = if n.count_ones() == 1 {
+                values::flags(f.ty, n)
+            } else {
+                format!("0x{n:x}")
+            };
+            let sym = if op == CMP_EQ { "== " } else { "!= " };
+            format!("{} {sym}{value}", f.text)
+        } else {
+            format!("{} {}{}", f.text, op_prefix(op), rhs(&f, data))
+        };
         match f.key_of {
             Some(layer) if op == CMP_EQ => {
                 let raw = values::int(data, f.order) as u32;
@@ -401,12 +481,16 @@ impl<'a> Renderer<'a> {
                     Layer::L2 => {}
                     Layer::L3 => self.l3 = Some(proto),
                     Layer::L4 => self.l4 = Some(proto),
+                    Layer::IcmpType => self.icmp = Some(proto),
                 }
                 let needs = std::mem::take(&mut self.needs);
+                let releases = std::mem::take(&mut self.releases);
                 self.stmts.push(Stmt {
                     text,
                     dep: Some((layer, proto)),
+                    dep_nh: matches!(v, Val::Payload { base: 1, .. }),
                     needs,
+                    releases,
                 });
             }
             _ => self.emit(text),
@@ -447,6 +531,11 @@ impl<'a> Renderer<'a> {
             let text = match (d, op) {
                 (0, CMP_NEQ) => format!("{} {}", f.text, values::flags(f.ty, m)),
                 (0, CMP_EQ) => format!("{} ! {}", f.text, values::flags(f.ty, m)),
+                (_, CMP_EQ | CMP_NEQ) if d == m && m.count_ones() == 1 => {
+                    let sym = if op == CMP_EQ { "==" } else { "!=" };
+                    let name = values::flags(f.ty, m);
+                    format!("{} & {name} {sym} {name}", f.text)
+                }
                 (_, op) => format!(
                     "{} {}{} / {}",
                     f.text,
@@ -505,12 +594,38 @@ impl<'a> Renderer<'a> {
 
     pub(super) fn lookup(&mut self, a: &Attrs<'_>) {
         let name = a.string(1).unwrap_or_default();
-        let (key, types) = self.key_text(a.reg(2), &name);
-        let set = self.set_ref(&name, &types, RULE_SET_MAX);
         let inv = a.u32(5).unwrap_or(0) & 1 != 0;
+        let loaded = self.load(a.reg(2));
+        let mut masked = false;
+        let (key, set) = match &loaded {
+            // A header field narrower than its bytes: the set holds the masked bytes, printed
+            // as the field's values (`ip dscp { cs1, af41 }`).
+            Val::Bits { src, mask, xor } if xor.iter().all(|b| *b == 0) => {
+                match self.bit_field(src, mask) {
+                    Some((f, shift)) => {
+                        let set = self.shifted_set_ref(&name, f.ty, shift);
+                        (f.text, set)
+                    }
+                    None => {
+                        masked = true;
+                        let (key, types) = self.key_text(a.reg(2), &name);
+                        (key, self.set_ref(&name, &types, RULE_SET_MAX))
+                    }
+                }
+            }
+            _ => {
+                let (key, types) = self.key_text(a.reg(2), &name);
+                (key, self.set_ref(&name, &types, RULE_SET_MAX))
+            }
+        };
         match a.reg(3) {
             None => {
-                let ne = if inv { "!= " } else { "" };
+                // A masked key is a binary operation: nft spells out `==`.
+                let ne = match (inv, masked) {
+                    (true, _) => "!= ",
+                    (false, true) => "== ",
+                    _ => "",
+                };
                 self.emit(format!("{key} {ne}{set}"));
             }
             Some(REG_VERDICT) => self.emit(format!("{key} vmap {set}")),
@@ -549,6 +664,30 @@ impl<'a> Renderer<'a> {
         (texts.join(" . "), types)
     }
 
+    /// The elements of an anonymous set keyed by a bit field, each shifted down to the field.
+    fn shifted_set_ref(&self, name: &str, ty: Ty, shift: u32) -> String {
+        match self.sets.set_info(name) {
+            Some((set, elems)) if set.is_anonymous() => {
+                let shift_key = |k: &[u8]| -> Vec<u8> {
+                    let v = (to_u128(k) >> shift).to_be_bytes();
+                    v[16 - k.len().min(16)..].to_vec()
+                };
+                let moved: Vec<Element> = elems
+                    .iter()
+                    .map(|e| {
+                        let mut e = (*e).clone();
+                        e.key = shift_key(&e.key);
+                        e.key_end = e.key_end.as_deref().map(shift_key);
+                        e
+                    })
+                    .collect();
+                let refs: Vec<&Element> = moved.iter().collect();
+                elements_text(set, &refs, &[(ty, Order::Big)], RULE_SET_MAX)
+            }
+            _ => format!("@{name}"),
+        }
+    }
+
     /// `@name`, or the elements of an anonymous set.
     pub(crate) fn set_ref(&self, name: &str, key: &[(Ty, Order)], max: usize) -> String {
         match self.sets.set_info(name) {
@@ -556,6 +695,25 @@ impl<'a> Renderer<'a> {
             _ => format!("@{name}"),
         }
     }
+}
+
+/// Bytes as one big-endian number (the last 16 bytes).
+fn to_u128(bytes: &[u8]) -> u128 {
+    bytes.iter().fold(0u128, |v, b| (v << 8) | u128::from(*b))
+}
+
+/// The mask of a bit operation: flags as `(syn | ack)`, anything else as a value.
+fn mask_text(ty: Ty, order: Order, mask: &[u8]) -> String {
+    if ty.is_flags() {
+        let m = values::int(mask, order);
+        let names = values::flags_or(ty, m);
+        return if names.contains(" | ") {
+            format!("({names})")
+        } else {
+            names
+        };
+    }
+    values::format(ty, order, mask)
 }
 
 fn op_prefix(op: u32) -> &'static str {

@@ -9,7 +9,9 @@
 
 use super::decode::Expr;
 use super::expr::Attrs;
-use super::fields::{NFPROTO_INET, NFPROTO_IPV6};
+use super::fields::{
+    Layer, NFPROTO_BRIDGE, NFPROTO_INET, NFPROTO_IPV4, NFPROTO_IPV6, NFPROTO_NETDEV,
+};
 use super::renderer::{Renderer, Val};
 use super::values::{self, push_log_flags, Order, Ty};
 use crate::netlink;
@@ -85,10 +87,17 @@ pub(crate) fn render(r: &mut Renderer<'_>, e: &Expr, a: &Attrs<'_>) {
         "synproxy" => {
             let flags = a.u32(3).unwrap_or(0);
             let mut text = "synproxy".to_string();
+            // The values are sent either way; the flags say which options were given.
             if let Some(mss) = a.bytes(1).and_then(|b| netlink::be_u16(b).ok()) {
-                text = format!("{text} mss {mss}");
+                if flags & 0x1 != 0 {
+                    text = format!("{text} mss {mss}");
+                }
             }
-            if let Some(ws) = a.bytes(2).and_then(|b| b.first().copied()) {
+            if let Some(ws) = a
+                .bytes(2)
+                .and_then(|b| b.first().copied())
+                .filter(|_| flags & 0x2 != 0)
+            {
                 text = format!("{text} wscale {ws}");
             }
             if flags & 0x8 != 0 {
@@ -202,9 +211,20 @@ fn limit(a: &Attrs<'_>) -> String {
     }
 }
 
-fn reject(r: &Renderer<'_>, a: &Attrs<'_>) -> String {
+/// `reject ...`. Like nft (stmt_reject_postprocess), it hides the dependency its type implies:
+/// `meta l4proto tcp` before a TCP reset in ip and ip6 tables; in inet, bridge and netdev
+/// tables, the network protocol match before an icmp or icmpv6 reject or a TCP reset.
+fn reject(r: &mut Renderer<'_>, a: &Attrs<'_>) -> String {
     let code = a.bytes(2).and_then(|b| b.first().copied()).unwrap_or(0);
-    match a.u32(1).unwrap_or(0) {
+    let ty = a.u32(1).unwrap_or(0);
+    if ty != 2 {
+        match r.family {
+            NFPROTO_IPV4 | NFPROTO_IPV6 if ty == 1 => r.release(Layer::L4),
+            NFPROTO_INET | NFPROTO_BRIDGE | NFPROTO_NETDEV => r.release(Layer::L3),
+            _ => {}
+        }
+    }
+    match ty {
         1 => "reject with tcp reset".into(),
         2 => {
             const ICMPX: [&str; 4] = [
@@ -238,7 +258,7 @@ fn reject(r: &Renderer<'_>, a: &Attrs<'_>) -> String {
                 let name = ICMP6.get(code as usize).map(|s| s.to_string());
                 format!("reject with icmpv6 {}", name.unwrap_or(code.to_string()))
             } else {
-                if code == 3 && r.family != NFPROTO_INET {
+                if code == 3 && r.family == NFPROTO_IPV4 {
                     return "reject".into();
                 }
                 let name = values::format(Ty::IcmpCode, Order::Big, &[code]);

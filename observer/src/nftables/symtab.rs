@@ -36,6 +36,21 @@ pub(super) const CT_STATUS: &[(u64, &str)] = &[
     (512, "dying"),
 ];
 
+/// Conntrack event bits (enum ip_conntrack_events), as `ct event set` names them.
+pub(super) const CT_EVENT: &[(u64, &str)] = &[
+    (1, "new"),
+    (2, "related"),
+    (4, "destroy"),
+    (8, "reply"),
+    (16, "assured"),
+    (32, "protoinfo"),
+    (64, "helper"),
+    (128, "mark"),
+    (256, "seqadj"),
+    (512, "secmark"),
+    (1024, "label"),
+];
+
 pub(super) const TCP_FLAGS: &[(u64, &str)] = &[
     (1, "fin"),
     (2, "syn"),
@@ -92,9 +107,19 @@ pub(super) const ICMP_CODE: &[(u64, &str)] = &[
     (1, "host-unreachable"),
     (2, "prot-unreachable"),
     (3, "port-unreachable"),
+    (4, "frag-needed"),
     (9, "net-prohibited"),
     (10, "host-prohibited"),
     (13, "admin-prohibited"),
+];
+
+pub(super) const ICMP6_CODE: &[(u64, &str)] = &[
+    (0, "no-route"),
+    (1, "admin-prohibited"),
+    (3, "addr-unreachable"),
+    (4, "port-unreachable"),
+    (5, "policy-fail"),
+    (6, "reject-route"),
 ];
 
 pub(super) const FIB_ADDR: &[(u64, &str)] = &[

@@ -28,6 +28,8 @@ pub(crate) enum Ty {
     Integer,
     /// Printed as hex (`0x...`), zero-padded to the value's width.
     Hex,
+    /// An integer nft prints in hex without padding (raw payload `@nh,8,8 0xff`, `comp flags`).
+    HexInt,
     Mark,
     Ipv4,
     Ipv6,
@@ -41,10 +43,13 @@ pub(crate) enum Ty {
     CtState,
     CtStatus,
     CtDir,
+    /// Conntrack event bits (`ct event set new,destroy`).
+    CtEvent,
     TcpFlags,
     IcmpType,
     Icmp6Type,
     IcmpCode,
+    Icmp6Code,
     FibAddrType,
     PktType,
     ArpOp,
@@ -118,6 +123,7 @@ impl Ty {
             | Ty::CtState
             | Ty::CtStatus
             | Ty::CtDir
+            | Ty::CtEvent
             | Ty::FibAddrType
             | Ty::PktType
             | Ty::NfProto
@@ -130,10 +136,21 @@ impl Ty {
     /// Size in bytes of one value of this type in a set key, before padding.
     pub(crate) fn size(self) -> Option<usize> {
         Some(match self {
-            Ty::Ipv4 | Ty::Mark | Ty::Ifindex | Ty::CtState | Ty::CtStatus | Ty::Integer => 4,
+            Ty::Ipv4
+            | Ty::Mark
+            | Ty::Ifindex
+            | Ty::CtState
+            | Ty::CtStatus
+            | Ty::CtEvent
+            | Ty::Integer => 4,
             Ty::Ipv6 => 16,
             Ty::Port | Ty::EtherType | Ty::ArpOp => 2,
-            Ty::InetProto | Ty::NfProto | Ty::IcmpType | Ty::Icmp6Type | Ty::TcpFlags => 1,
+            Ty::InetProto
+            | Ty::NfProto
+            | Ty::IcmpType
+            | Ty::Icmp6Type
+            | Ty::Icmp6Code
+            | Ty::TcpFlags => 1,
             Ty::PktType
             | Ty::Dscp
             | Ty::MhType
@@ -218,8 +235,24 @@ pub(crate) fn format(ty: Ty, order: Order, bytes: &[u8]) -> String {
             Ok(a) => Ipv6Addr::from(a).to_string(),
             Err(_) => hex(bytes, Order::Big),
         },
-        Ty::Ifname => format!("\"{}\"", crate::netlink::string(bytes)),
+        // A whole name ending in `*` escapes it: unescaped, it would read as a wildcard.
+        Ty::Ifname => {
+            let s = crate::netlink::string(bytes);
+            match s.strip_suffix('*') {
+                Some(stem) => format!("\"{stem}\\*\""),
+                None => format!("\"{s}\""),
+            }
+        }
         Ty::Mark | Ty::Hex | Ty::Other => hex(bytes, order),
+        Ty::HexInt => {
+            if bytes.len() <= 8 {
+                format!("0x{n:x}")
+            } else {
+                let digits: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+                let digits = digits.trim_start_matches('0');
+                format!("0x{}", if digits.is_empty() { "0" } else { digits })
+            }
+        }
         Ty::EtherAddr => bytes
             .iter()
             .map(|b| format!("{b:02x}"))
@@ -231,7 +264,7 @@ pub(crate) fn format(ty: Ty, order: Order, bytes: &[u8]) -> String {
             None => n.to_string(),
         },
         Ty::Integer | Ty::Port => n.to_string(),
-        Ty::Boolean => if n == 0 { "false" } else { "true" }.into(),
+        Ty::Boolean => if n == 0 { "missing" } else { "exists" }.into(),
         Ty::InetProto => match super::symbols::protocol(n) {
             Some(name) => name.to_string(),
             None => named(INET_PROTO, n),
@@ -254,10 +287,11 @@ pub(crate) fn format(ty: Ty, order: Order, bytes: &[u8]) -> String {
             1 => "reply".into(),
             _ => n.to_string(),
         },
-        Ty::CtState | Ty::CtStatus | Ty::TcpFlags => flags(ty, n),
+        Ty::CtState | Ty::CtStatus | Ty::TcpFlags | Ty::CtEvent => flags(ty, n),
         Ty::IcmpType => named(ICMP_TYPE, n),
         Ty::Icmp6Type => named(ICMP6_TYPE, n),
         Ty::IcmpCode => named(ICMP_CODE, n),
+        Ty::Icmp6Code => named(ICMP6_CODE, n),
         Ty::FibAddrType => named(FIB_ADDR, n),
         Ty::PktType => named(PKTTYPE, n),
         Ty::ArpOp => named(ARPOP, n),
@@ -298,6 +332,7 @@ pub(crate) fn flags(ty: Ty, v: u64) -> String {
         Ty::CtState => CT_STATE,
         Ty::CtStatus => CT_STATUS,
         Ty::TcpFlags => TCP_FLAGS,
+        Ty::CtEvent => CT_EVENT,
         _ => &[],
     };
     let mut names = Vec::new();
@@ -312,6 +347,11 @@ pub(crate) fn flags(ty: Ty, v: u64) -> String {
         names.push(format!("0x{rest:x}"));
     }
     names.join(",")
+}
+
+/// A flag set as nft prints a set element or a mask: names joined by ` | `, in bit order.
+pub(crate) fn flags_or(ty: Ty, v: u64) -> String {
+    flags(ty, v).replace(',', " | ")
 }
 
 /// The `flags ...` words of a log statement (NF_LOG_* bits), as nft prints them one by one.

@@ -1,6 +1,12 @@
 //! The QEMU guest of vm-test, vm-bench and bench-overhead: what it needs from the host (qemu,
-//! Debian's 6.1 and 6.12 kernels, busybox, virtme-ng), installed when missing, and its boot with
-//! `vng --disable-kvm`, a directory shared read-write with it.
+//! Debian's 5.10, 6.1 and 6.12 kernels, busybox, virtme-ng), installed when missing, and its boot
+//! with `vng --disable-kvm`, a directory shared read-write with it.
+//!
+//! Debian 12 has no 5.10 kernel: it comes from Debian 11 (`bullseye`), through a sources file of
+//! the set-up's own ([`BULLSEYE_SOURCES`], the mirror the machine's own Debian sources name) and a
+//! pin ([`BULLSEYE_PIN`]) that lets apt take nothing else from that suite. virtme-ng boots the
+//! guest on the host's root file system, so the modules the package puts in /lib/modules are the
+//! ones the guest loads.
 
 use std::{
     fs,
@@ -16,8 +22,20 @@ use crate::cmd;
 /// busybox. The 6.12 kernel's package name carries its version: see [`kernel_612_package`].
 const VM_PACKAGES: &[&str] = &["qemu-system-x86", "linux-image-amd64", "busybox-static"];
 
-/// The kernel series every vm-test runs on.
-const KERNEL_SERIES: &[&str] = &["6.1", "6.12"];
+/// The kernel series every vm-test runs on, oldest first.
+const KERNEL_SERIES: &[&str] = &["5.10", "6.1", "6.12"];
+
+/// The series vm-bench runs on.
+const BENCH_SERIES: &str = "6.1";
+
+/// The sources file of the set-up's own that adds Debian 11 (for its 5.10 kernel only).
+const BULLSEYE_SOURCES: &str = "/etc/apt/sources.list.d/observer-bullseye.sources";
+
+/// Its pin: from bullseye, apt may take the 5.10 kernel image and nothing else.
+const BULLSEYE_PIN: &str = "/etc/apt/preferences.d/observer-bullseye";
+
+/// The Debian key ring every Debian machine has, which signs bullseye too.
+const DEBIAN_KEYRING: &str = "/usr/share/keyrings/debian-archive-keyring.gpg";
 
 /// The guest's boot and tests may not take longer than this (software emulation on 2 cores).
 const VM_TIMEOUT_SECS: u64 = 1800;
@@ -30,17 +48,19 @@ pub struct VmTools {
 }
 
 impl VmTools {
-    /// The oldest kernel (the benchmarks run on one: 6.1, as their earlier figures did).
-    pub fn oldest(&self) -> &Path {
+    /// The kernel vm-bench runs on: 6.1, as its earlier figures did, else the oldest.
+    pub fn bench_kernel(&self) -> &Path {
         self.kernels
-            .first()
+            .iter()
+            .find(|k| series(k).as_deref() == Some(BENCH_SERIES))
+            .or(self.kernels.first())
             .map(PathBuf::as_path)
             .unwrap_or(Path::new(""))
     }
 }
 
 /// The series of a `vmlinuz-6.12.107+deb12-amd64` or `vmlinuz-6.1.0-56-amd64` file: `6.12`.
-fn series(kernel: &Path) -> Option<String> {
+pub(super) fn series(kernel: &Path) -> Option<String> {
     let v = kernel.file_name()?.to_str()?.strip_prefix("vmlinuz-")?;
     let mut parts = v.split(['.', '-', '+']);
     Some(format!("{}.{}", parts.next()?, parts.next()?))
@@ -67,25 +87,141 @@ fn find_kernels() -> Vec<PathBuf> {
         .collect()
 }
 
-/// The newest Debian 6.12 kernel package with 9p (virtme-ng's root filesystem), as apt knows
-/// it today (`linux-image-6.12.107+deb12-amd64-unsigned`): its name carries the version.
-fn kernel_612_package() -> Option<String> {
+/// The package of a guest kernel series, as apt knows it today: 6.1 is Debian 12's own
+/// (`linux-image-amd64`); 6.12 (Debian 12's backports) and 5.10 (Debian 11) carry their version
+/// in their name (`linux-image-6.12.117+deb12-amd64-unsigned`,
+/// `linux-image-5.10.0-32-amd64-unsigned`), so the newest of them is searched for.
+fn kernel_package(series: &str) -> Option<String> {
+    if series == "6.1" {
+        return Some("linux-image-amd64".into());
+    }
+    let pattern = format!(
+        r"^linux-image-{}[.-].*-amd64-unsigned$",
+        series.replace('.', r"\.")
+    );
     let out = Command::new("apt-cache")
-        .args([
-            "search",
-            "--names-only",
-            r"^linux-image-6\.12\..*-amd64-unsigned$",
-        ])
+        .args(["search", "--names-only", &pattern])
         .output()
         .ok()?;
-    let mut names: Vec<String> = String::from_utf8_lossy(&out.stdout)
+    newest_plain_kernel(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// The newest plain-flavour kernel package of `apt-cache search` lines, by the numbers in its
+/// name (5.10.0-32 after 5.10.0-9).
+fn newest_plain_kernel(search: &str) -> Option<String> {
+    search
         .lines()
-        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
-        // The cloud flavour has no 9p and the realtime one is another kernel.
+        .filter_map(|l| l.split_whitespace().next())
+        // The cloud flavour has no 9p (virtme-ng's root file system); the realtime one is
+        // another kernel.
         .filter(|n| !n.contains("-cloud-") && !n.contains("-rt-"))
-        .collect();
-    names.sort();
-    names.pop()
+        .max_by_key(|n| {
+            n.split(|c: char| !c.is_ascii_digit())
+                .filter_map(|d| d.parse::<u64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .map(str::to_string)
+}
+
+/// The Debian mirror the machine's own apt sources use for its main suite (not the security
+/// one): the first `URIs:` of a deb822 `.sources` file or URI of a `deb` line naming one.
+fn debian_mirror(files: &[(String, String)]) -> Option<String> {
+    let is_main = |uri: &str| !uri.contains("security") && uri.contains("debian");
+    for (name, text) in files {
+        if name.ends_with(".sources") {
+            for stanza in text.split("\n\n") {
+                let field = |f: &str| {
+                    stanza
+                        .lines()
+                        .find_map(|l| l.strip_prefix(f))
+                        .map(str::trim)
+                        .unwrap_or_default()
+                        .to_string()
+                };
+                let types = field("Types:");
+                let uri = field("URIs:");
+                let uri = uri.split_whitespace().next().unwrap_or_default();
+                if types.split_whitespace().any(|t| t == "deb") && is_main(uri) {
+                    return Some(uri.to_string());
+                }
+            }
+        } else {
+            for l in text.lines().map(str::trim) {
+                let Some(rest) = l.strip_prefix("deb ") else {
+                    continue;
+                };
+                let mut words = rest.split_whitespace();
+                let mut uri = words.next().unwrap_or_default();
+                if uri.starts_with('[') {
+                    // Options: `[signed-by=... arch=amd64]`.
+                    uri = words
+                        .by_ref()
+                        .find(|w| w.ends_with(']'))
+                        .and_then(|_| words.next())
+                        .unwrap_or_default();
+                }
+                if is_main(uri) {
+                    return Some(uri.to_string());
+                }
+            }
+        }
+    }
+    None
+}
+
+/// The machine's apt sources (`sources.list` and `sources.list.d/*.list`, `*.sources`), but
+/// ours, by name and text.
+fn apt_sources() -> Vec<(String, String)> {
+    let mut paths = vec![PathBuf::from("/etc/apt/sources.list")];
+    let mut more: Vec<PathBuf> = fs::read_dir("/etc/apt/sources.list.d")
+        .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    more.sort();
+    paths.extend(more);
+    paths
+        .into_iter()
+        .filter(|p| p.as_path() != Path::new(BULLSEYE_SOURCES))
+        .filter(|p| p.extension().is_some_and(|e| e == "list" || e == "sources"))
+        .filter_map(|p| Some((p.display().to_string(), fs::read_to_string(&p).ok()?)))
+        .collect()
+}
+
+/// The bullseye sources file and its pin: the 5.10 kernel image may come from bullseye,
+/// nothing else may.
+fn bullseye_files(mirror: &str) -> (String, String) {
+    let sources = format!(
+        "# Written by `cargo xtask vm-test`: Debian 11 for its 5.10 kernel only (see {BULLSEYE_PIN}).\n\
+         Types: deb\n\
+         URIs: {mirror}\n\
+         Suites: bullseye\n\
+         Components: main\n\
+         Signed-By: {DEBIAN_KEYRING}\n"
+    );
+    let pin = "# Written by `cargo xtask vm-test`: from bullseye, only the 5.10 kernel image.\n\
+               Package: /^linux-image-5\\.10\\.0-[0-9]+-amd64-unsigned$/\n\
+               Pin: release n=bullseye\n\
+               Pin-Priority: 500\n\
+               \n\
+               Package: *\n\
+               Pin: release n=bullseye\n\
+               Pin-Priority: -1\n"
+        .to_string();
+    (sources, pin)
+}
+
+/// Add Debian 11 to apt, for its 5.10 kernel only (idempotent).
+fn add_bullseye() -> std::result::Result<(), String> {
+    let mirror = debian_mirror(&apt_sources()).ok_or_else(|| {
+        "no Debian mirror in /etc/apt/sources.list* to take bullseye's 5.10 kernel from".to_string()
+    })?;
+    let (sources, pin) = bullseye_files(&mirror);
+    for (path, text) in [(BULLSEYE_SOURCES, sources), (BULLSEYE_PIN, pin)] {
+        if fs::read_to_string(path).ok().as_deref() != Some(text.as_str()) {
+            println!("writing {path} (Debian 11's 5.10 kernel, from {mirror})");
+            fs::write(path, text).map_err(|e| format!("writing {path}: {e}"))?;
+        }
+    }
+    Ok(())
 }
 
 fn find_vng() -> Option<PathBuf> {
@@ -107,39 +243,53 @@ fn apt_install(packages: &[String]) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// The series of [`KERNEL_SERIES`] no /boot/vmlinuz-* gives.
+fn missing_series(kernels: &[PathBuf]) -> Vec<&'static str> {
+    KERNEL_SERIES
+        .iter()
+        .copied()
+        .filter(|s| !kernels.iter().any(|k| series(k).as_deref() == Some(*s)))
+        .collect()
+}
+
 /// Find, or install, what the guest needs. `Ok(Err(reason))`: it cannot be had here (skip).
+/// Only what is missing is installed: a kernel series already in /boot is left as it is.
 pub fn ensure_tools() -> Result<std::result::Result<VmTools, String>> {
     let have_qemu = cmd::which("qemu-system-x86_64").is_some();
-    let kernels = find_kernels();
-    let missing_series =
-        std::env::var_os("OBSERVER_VM_KERNEL").is_none() && kernels.len() < KERNEL_SERIES.len();
-    if !have_qemu || missing_series || cmd::which("busybox").is_none() {
+    let missing = if std::env::var_os("OBSERVER_VM_KERNEL").is_some() {
+        Vec::new()
+    } else {
+        missing_series(&find_kernels())
+    };
+    if !have_qemu || !missing.is_empty() || cmd::which("busybox").is_none() {
         if cmd::which("apt-get").is_none() || !cmd::is_root() {
             return Ok(Err(format!(
                 "qemu or a guest kernel ({}) is missing and cannot be installed here (needs \
-                 apt-get and root): install {} and Debian's 6.12 kernel by hand",
+                 apt-get and root): install {} and Debian's 5.10 and 6.12 kernels by hand",
                 KERNEL_SERIES.join(", "),
                 VM_PACKAGES.join(" ")
             )));
         }
-        let mut packages: Vec<String> = VM_PACKAGES.iter().map(|p| p.to_string()).collect();
+        if missing.contains(&"5.10") {
+            if let Err(why) = add_bullseye() {
+                return Ok(Err(why));
+            }
+        }
+        let packages: Vec<String> = VM_PACKAGES.iter().map(|p| p.to_string()).collect();
         if !apt_install(&packages) {
             return Ok(Err(format!(
                 "installing {} with apt-get failed",
                 VM_PACKAGES.join(" ")
             )));
         }
-        match kernel_612_package() {
-            Some(k) => {
-                packages = vec![k];
-                if !apt_install(&packages) {
-                    return Ok(Err(format!(
-                        "installing {} with apt-get failed",
-                        packages[0]
-                    )));
-                }
+        // apt's lists are fresh now (apt_install updated them).
+        for s in missing.iter().filter(|s| **s != "6.1") {
+            let Some(k) = kernel_package(s) else {
+                return Ok(Err(format!("apt knows no Debian {s} kernel package")));
+            };
+            if !apt_install(std::slice::from_ref(&k)) {
+                return Ok(Err(format!("installing {k} with apt-get failed")));
             }
-            None => return Ok(Err("apt knows no Debian 6.12 kernel package".into())),
         }
     }
     if find_vng().is_none() {
@@ -170,12 +320,21 @@ pub fn ensure_tools() -> Result<std::result::Result<VmTools, String>> {
 
 /// Boot the guest with `dir` shared read-write (and as its working directory), run `exec` in
 /// it, and return the exit status of the boot (the guest's own results are files in `dir`).
-pub fn boot(tools: &VmTools, kernel: &Path, dir: &Path, exec: &str) -> Result<i32> {
-    boot_niced(tools, kernel, dir, exec, VM_TIMEOUT_SECS, 0)
+/// Each line of the guest's console is printed after `[label] `: guests that run side by side
+/// keep their lines apart.
+pub fn boot_labelled(
+    tools: &VmTools,
+    kernel: &Path,
+    dir: &Path,
+    exec: &str,
+    label: &str,
+) -> Result<i32> {
+    boot_niced(tools, kernel, dir, exec, VM_TIMEOUT_SECS, 0, Some(label))
 }
 
-/// [`boot`] with its own time limit, and the emulator at niceness `nice` (0: as we are) so
-/// that a long benchmark does not starve the rest of the machine.
+/// [`boot_labelled`] with its own time limit, and the emulator at niceness `nice` (0: as we
+/// are) so that a long benchmark does not starve the rest of the machine; without a label the
+/// console is copied as it is.
 pub fn boot_niced(
     tools: &VmTools,
     kernel: &Path,
@@ -183,6 +342,7 @@ pub fn boot_niced(
     exec: &str,
     timeout_secs: u64,
     nice: u8,
+    label: Option<&str>,
 ) -> Result<i32> {
     let mut c = Command::new("nice");
     c.arg("-n")
@@ -216,9 +376,24 @@ pub fn boot_niced(
         })
     });
     if let Some(mut console) = child.stdout.take() {
-        let mut out = std::io::stdout();
         // A closed stdout of ours ends the copy, not the guest.
-        let _ = std::io::copy(&mut console, &mut out);
+        match label {
+            None => {
+                let _ = std::io::copy(&mut console, &mut std::io::stdout());
+            }
+            Some(label) => {
+                use std::io::{BufRead as _, Write as _};
+                for line in std::io::BufReader::new(console).split(b'\n') {
+                    let Ok(line) = line else { break };
+                    let mut out = std::io::stdout().lock();
+                    let _ = write!(out, "[{label}] ");
+                    let _ = out.write_all(&line);
+                    if writeln!(out).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
     }
     let status = child.wait().context("waiting for the guest")?;
     if let Some(t) = errors {
@@ -244,5 +419,63 @@ mod tests {
         );
         assert_eq!(s("/boot/initrd.img-6.12.107+deb12-amd64"), None);
         assert_eq!(s("/boot/vmlinuz-6"), None);
+        assert_eq!(s("/boot/vmlinuz-5.10.0-32-amd64").as_deref(), Some("5.10"));
+    }
+
+    #[test]
+    fn the_newest_plain_kernel_is_chosen_by_its_numbers() {
+        let search = "linux-image-5.10.0-9-amd64-unsigned - Linux 5.10 for 64-bit PCs\n\
+                      linux-image-5.10.0-32-amd64-unsigned - Linux 5.10 for 64-bit PCs\n\
+                      linux-image-5.10.0-33-cloud-amd64-unsigned - Linux 5.10 for x86-64 cloud\n\
+                      linux-image-5.10.0-33-rt-amd64-unsigned - Linux 5.10 for 64-bit PCs, PREEMPT_RT\n";
+        assert_eq!(
+            newest_plain_kernel(search).as_deref(),
+            Some("linux-image-5.10.0-32-amd64-unsigned")
+        );
+        let search = "linux-image-6.12.99+deb12-amd64-unsigned - x\n\
+                      linux-image-6.12.117+deb12-amd64-unsigned - x\n";
+        assert_eq!(
+            newest_plain_kernel(search).as_deref(),
+            Some("linux-image-6.12.117+deb12-amd64-unsigned")
+        );
+        assert_eq!(newest_plain_kernel(""), None);
+    }
+
+    #[test]
+    fn the_mirror_is_the_machines_own_main_debian_source() {
+        let deb822 = "Types: deb\n\
+                      # a comment\n\
+                      URIs: http://mirror.example/debian\n\
+                      Suites: bookworm bookworm-updates\n\
+                      Components: main\n\
+                      \n\
+                      Types: deb\n\
+                      URIs: http://mirror.example/debian-security\n\
+                      Suites: bookworm-security\n";
+        let files = |name: &str, text: &str| vec![(name.to_string(), text.to_string())];
+        assert_eq!(
+            debian_mirror(&files("debian.sources", deb822)).as_deref(),
+            Some("http://mirror.example/debian")
+        );
+        let list = "# deb http://old.example/debian bookworm main\n\
+                    deb http://security.example/debian-security bookworm-security main\n\
+                    deb [signed-by=/k.gpg arch=amd64] http://mirror.example/debian bookworm main\n";
+        assert_eq!(
+            debian_mirror(&files("sources.list", list)).as_deref(),
+            Some("http://mirror.example/debian")
+        );
+        let other = "Types: deb\nURIs: https://vendor.example/apt\nSuites: stable\n";
+        assert_eq!(debian_mirror(&files("vendor.sources", other)), None);
+        let (sources, pin) = bullseye_files("http://mirror.example/debian");
+        assert!(sources.contains("URIs: http://mirror.example/debian\nSuites: bullseye\n"));
+        assert!(sources.contains(&format!("Signed-By: {DEBIAN_KEYRING}")));
+        // The kernel image's stanza comes first; everything else from bullseye is refused.
+        let kernel = pin
+            .find("Package: /^linux-image-5\\.10\\.0-[0-9]+-amd64-unsigned$/\n")
+            .unwrap();
+        let rest = pin
+            .find("Package: *\nPin: release n=bullseye\nPin-Priority: -1")
+            .unwrap();
+        assert!(kernel < rest, "{pin}");
     }
 }

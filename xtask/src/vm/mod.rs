@@ -1,8 +1,10 @@
 //! `cargo xtask vm-test`: the integration tests on kernels that have kprobes and fentry.
 //!
 //! The CI host's kernel has no kprobes and refuses fentry, so those backends are proven in a
-//! QEMU guest running Debian's kernels, 6.1 and 6.12 (KPROBES=y, BTF, netfilter as modules), one
-//! guest per kernel. virtme-ng boots it
+//! QEMU guest running Debian's kernels, 5.10, 6.1 and 6.12 (KPROBES=y, BTF, netfilter as
+//! modules), one guest per kernel. On 5.10 the fentry run has the x_tables hook on kprobe (5.10's
+//! trampolines take no struct argument, and `nf_setsockopt` takes one): the tests read where it
+//! went from the ready line, which must give fentry's refusal. virtme-ng boots it
 //! with the host's root filesystem (read-only), so the binaries built here run there unchanged;
 //! a directory shared read-write with the guest carries the script in and the results out.
 //! The integration tests run once per forced backend (`OBSERVER_TEST_HOOKS`): each run's ready
@@ -23,7 +25,7 @@ use crate::cmd;
 
 mod guest;
 
-pub use guest::{boot, boot_niced, ensure_tools, VmTools};
+pub use guest::{boot_labelled, boot_niced, ensure_tools, VmTools};
 
 /// The backends proven in the guest.
 const BACKENDS: &[&str] = &["kprobe", "fentry"];
@@ -102,10 +104,33 @@ fn build_test_binary(ready: &crate::setup::Ready) -> Result<TestBinaries> {
     })
 }
 
+/// Tests of the `tail` executable left to the host: they test observer's userspace, not a hook.
+/// The Ctrl-C-under-load test tests the engine (and its 40 replaces of a 4,000-rule table take
+/// minutes under emulation); the closed-reader test tests the output's end.
+const HOST_ONLY_TESTS: &[&str] = &[
+    "ctrl_c_while_busy",
+    "a_reader_that_goes_away_ends_the_tail_quietly",
+];
+
+/// The test harness's arguments in the guest: one test at a time, each with its time (the
+/// log then shows where a guest's minutes go; `--report-time` is one of libtest's unstable
+/// options, which [`TEST_ENV`] lets a stable build's harness take).
+const TEST_ARGS: &str = "--test-threads=1 -Z unstable-options --report-time";
+const TEST_ENV: &str = "RUSTC_BOOTSTRAP=1";
+
+/// A test executable run in the guest on the backend `$b`, bounded by [`RUN_TIMEOUT_SECS`];
+/// its filters follow.
+fn test_command(bin: &Path) -> String {
+    format!(
+        "{TEST_ENV} OBSERVER_TEST_HOOKS=$b OBSERVER_TEST_SLOWDOWN=5 timeout -k 10 \
+         {RUN_TIMEOUT_SECS} {} {TEST_ARGS}",
+        bin.display()
+    )
+}
+
 /// The script the guest runs: load the modules, run the tests once per backend, and leave each
 /// run's output and exit status in `dir`. Waits are 5 times longer (software emulation); the
-/// Ctrl-C-under-load test is left to the host (it tests the engine, not a hook, and its 40
-/// replaces of a 4,000-rule table take minutes under emulation).
+/// [`HOST_ONLY_TESTS`] are skipped.
 fn guest_script(
     test_bin: &Path,
     attribution: Option<&Path>,
@@ -115,9 +140,8 @@ fn guest_script(
     // The ipset writers' tests too (an ipset command is seen only through the writer hook).
     let ipset = attribution.map_or(String::new(), |a| {
         format!(
-            "[ $rc = 0 ] && {{ OBSERVER_TEST_HOOKS=$b OBSERVER_TEST_SLOWDOWN=5 timeout -k 10 \
-             {RUN_TIMEOUT_SECS} {a} --test-threads=1 ipset >> $out 2>&1; rc=$?; }}\n",
-            a = a.display()
+            "[ $rc = 0 ] && {{ {} ipset >> $out 2>&1; rc=$?; }}\n",
+            test_command(a)
         )
     });
     let mut s = String::from("#!/bin/sh\n");
@@ -138,8 +162,7 @@ fn guest_script(
     // output is kept), so that one hang of the emulated guest does not hide the others.
     s.push_str(&format!(
         "run() {{ b=$1; out=$2\n\
-         OBSERVER_TEST_HOOKS=$b OBSERVER_TEST_SLOWDOWN=5 timeout -k 10 {RUN_TIMEOUT_SECS} {bin} \
-         --test-threads=1 --skip ctrl_c_while_busy > $out 2>&1\n\
+         {test} {skips} > $out 2>&1\n\
          rc=$?\n\
          {ipset}\
          if [ $rc = 124 ] || [ $rc = 137 ]; then\n\
@@ -149,7 +172,12 @@ fn guest_script(
          fi\n\
          return $rc\n\
          }}\n",
-        bin = test_bin.display(),
+        test = test_command(test_bin),
+        skips = HOST_ONLY_TESTS
+            .iter()
+            .map(|t| format!("--skip {t}"))
+            .collect::<Vec<_>>()
+            .join(" "),
     ));
     // The fallback backend must load on these kernels too (their verifiers are older than the
     // host's): its ready line names where each hook went and why a backend was refused.
@@ -179,6 +207,23 @@ fn guest_script(
     s
 }
 
+/// How many guests run at once: OBSERVER_VM_PARALLEL, default 2. A guest under software
+/// emulation keeps about one core busy (its tests wait on the emulated machine more than they
+/// compute), so two share these 2-core machines; more would only slow each down.
+fn guests_side_by_side() -> usize {
+    std::env::var("OBSERVER_VM_PARALLEL")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n: &usize| n >= 1)
+        .unwrap_or(2)
+}
+
+/// A kernel series ("5.10") as numbers, for ordering.
+fn series_key(s: String) -> (u32, u32) {
+    let mut p = s.split('.').map(|n| n.parse().unwrap_or(0));
+    (p.next().unwrap_or(0), p.next().unwrap_or(0))
+}
+
 /// What the guest left behind.
 pub struct GuestResult {
     /// Backends whose run failed.
@@ -196,7 +241,8 @@ pub fn run_in_vm(
     attribution: Option<&Path>,
     keep: &Path,
 ) -> Result<GuestResult> {
-    let dir = std::env::temp_dir().join(format!("observer-vm-{}", std::process::id()));
+    let label = guest::series(kernel).unwrap_or_else(|| "guest".into());
+    let dir = std::env::temp_dir().join(format!("observer-vm-{}-{label}", std::process::id()));
     let _ = fs::remove_dir_all(&dir);
     fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let script = dir.join("run.sh");
@@ -211,9 +257,18 @@ pub fn run_in_vm(
         );
     }
     let start = Instant::now();
-    let status = boot(tools, kernel, &dir, &format!("sh {}", script.display()))?;
+    let status = boot_labelled(
+        tools,
+        kernel,
+        &dir,
+        &format!("sh {}", script.display()),
+        &label,
+    )?;
     let took = start.elapsed().as_secs_f64();
     let k = kernel.display();
+    // One guest's report at a time, when guests run side by side.
+    static REPORT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _report = REPORT.lock().unwrap_or_else(|e| e.into_inner());
     eprintln!("xtask: guest {k} exited with {status} after {took:.0}s (boot and both runs)");
     let mut failed = 0;
     for b in BACKENDS {
@@ -316,20 +371,46 @@ pub fn vm_test(ready: &crate::setup::Ready) -> Result<Option<i32>> {
     let keep = crate::target_dir()?.join("vm");
     let mut failed = 0;
     let mut runs = 0;
-    for kernel in &tools.kernels {
-        let guest = cmd::phase(
-            &format!("integration tests in the guest {}", kernel.display()),
-            || {
-                run_in_vm(
-                    &tools,
-                    kernel,
-                    &observer_bin,
-                    &bins.tail,
-                    bins.attribution.as_deref(),
-                    &keep,
-                )
-            },
-        )?;
+    let side_by_side = guests_side_by_side();
+    println!(
+        "vm-test: {} guest(s), {side_by_side} at a time (OBSERVER_VM_PARALLEL)",
+        tools.kernels.len()
+    );
+    // The oldest kernel first: its guest is the slowest.
+    let mut kernels: Vec<&PathBuf> = tools.kernels.iter().collect();
+    kernels.sort_by_key(|k| guest::series(k).map(series_key));
+    let next = std::sync::Mutex::new(kernels.into_iter());
+    let results = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..side_by_side {
+            s.spawn(|| loop {
+                let Some(kernel) = next.lock().unwrap_or_else(|e| e.into_inner()).next() else {
+                    return;
+                };
+                let guest = cmd::phase(
+                    &format!("integration tests in the guest {}", kernel.display()),
+                    || {
+                        run_in_vm(
+                            &tools,
+                            kernel,
+                            &observer_bin,
+                            &bins.tail,
+                            bins.attribution.as_deref(),
+                            &keep,
+                        )
+                    },
+                );
+                results
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((kernel, guest));
+            });
+        }
+    });
+    let mut results = results.into_inner().unwrap_or_else(|e| e.into_inner());
+    results.sort_by_key(|(k, _)| *k);
+    for (kernel, guest) in results {
+        let guest = guest.with_context(|| format!("the guest {}", kernel.display()))?;
         failed += guest.failed;
         runs += BACKENDS.len() + 1;
         // The offset resolver's unit tests on the guest kernel's BTF as well as the host's: the
@@ -392,7 +473,7 @@ mod tests {
             "{s}"
         );
         assert!(
-            s.contains("/t/attribution-1 --test-threads=1 ipset >> $out"),
+            s.contains(&format!("/t/attribution-1 {TEST_ARGS} ipset >> $out")),
             "{s}"
         );
         for b in BACKENDS {
@@ -401,7 +482,8 @@ mod tests {
         }
         assert!(
             s.contains(&format!(
-                "OBSERVER_TEST_HOOKS=$b OBSERVER_TEST_SLOWDOWN=5 timeout -k 10 {RUN_TIMEOUT_SECS} /t/tail-1 --test-threads=1"
+                "{TEST_ENV} OBSERVER_TEST_HOOKS=$b OBSERVER_TEST_SLOWDOWN=5 timeout -k 10 \
+                 {RUN_TIMEOUT_SECS} /t/tail-1 {TEST_ARGS}"
             )),
             "{s}"
         );

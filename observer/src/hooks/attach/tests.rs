@@ -37,3 +37,21 @@ fn refusal_reasons_carry_the_kernels_error_and_its_causes() {
         "a field its programs read is unknown (sk_buff.sk is not in this kernel's BTF)"
     );
 }
+
+#[test]
+fn a_refusal_is_told_without_the_verifiers_statistics() {
+    let raw = "loading fexit on nf_setsockopt: the BPF_PROG_LOAD syscall returned Invalid \
+               argument (os error 22). Verifier output: The function nf_setsockopt arg3 type \
+               STRUCT is unsupported.\nverification time 437 usec\nstack depth 0+0+0+0\n\
+               processed 0 insns (limit 1000000) max_states_per_insn 0 total_states 0 \
+               peak_states 0 mark_read 0\n: Invalid argument (os error 22)";
+    let r = super::tidy_reason(raw);
+    assert!(!r.contains('\n') && !r.contains("verification time"), "{r}");
+    assert!(r.contains("arg3 type STRUCT is unsupported."), "{r}");
+    assert!(r.contains("os error 22"), "{r}");
+    assert!(
+        r.ends_with("take no struct argument by value; 6.1 and later do)"),
+        "{r}"
+    );
+    assert_eq!(super::tidy_reason("EPERM"), "EPERM");
+}

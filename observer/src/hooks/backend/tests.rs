@@ -84,3 +84,52 @@ fn record_sources_map_to_backends() {
     assert_eq!(HookBackend::from_raw(0), None);
     assert_eq!(Source::from(HookBackend::Kprobe), Source::Kprobe);
 }
+
+#[test]
+fn a_function_refused_on_a_backend_that_carries_the_others_is_degraded() {
+    use HookBackend::*;
+    let reason = "loading fexit on nf_setsockopt: arg3 type STRUCT is unsupported";
+    // 5.10: fentry carries every hook but x_tables.
+    let p = Placement {
+        x_tables: Some(Kprobe),
+        namespaces: Some(Fentry),
+        umount: Some(Fentry),
+        nf_writers: Some(Fentry),
+        nft_gens: Some(Fentry),
+        refusals: Some(Fentry),
+        refused: vec![Refusal {
+            hook: "x_tables",
+            backend: Fentry,
+            reason: reason.into(),
+        }],
+    };
+    assert!(p.carries(Fentry));
+    assert!(!p.carries(Kprobe));
+    let d = p.degraded();
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert!(
+        d[0].starts_with("x_tables on kprobe, not fentry (refused: loading fexit on nf_setsockopt"),
+        "{d:?}"
+    );
+    assert!(d[0].contains("nothing is missed"), "{d:?}");
+    // A kernel that refuses the whole backend (no trampolines at all): nothing degraded, the
+    // summary says it.
+    let host = Placement {
+        x_tables: Some(Tracepoint),
+        namespaces: Some(Tracepoint),
+        refused: vec![
+            Refusal {
+                hook: "x_tables",
+                backend: Fentry,
+                reason: "EPERM".into(),
+            },
+            Refusal {
+                hook: "namespaces",
+                backend: Fentry,
+                reason: "EPERM".into(),
+            },
+        ],
+        ..Placement::default()
+    };
+    assert!(host.degraded().is_empty(), "{:?}", host.degraded());
+}
