@@ -492,6 +492,31 @@ fn a_nats_server_that_never_acknowledges_holds_only_the_publisher() {
         backlog >= 20_000.0 && age >= 5.0,
         "backlog {backlog} rows, the oldest {age} s old, with a silent NATS"
     );
+    // `observer doctor --remote` tells the same from the daemon's API.
+    let out = Command::new(observer_bin())
+        .args(["doctor", "--json", "--remote", &format!("127.0.0.1:{port}")])
+        .output()
+        .expect("observer doctor");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "doctor --json: {e}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let nats = &report["daemon"]["nats"];
+    assert_eq!(nats["connected"], false, "{report}");
+    assert!(
+        nats["backlog_rows"].as_u64().unwrap_or(0) >= 20_000
+            && nats["backlog_oldest_seconds"].as_f64().unwrap_or(0.0) >= 5.0,
+        "doctor --remote: {nats}"
+    );
+    assert!(
+        report["checks"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["name"] == "nats" && c["ok"] == false)),
+        "{report}"
+    );
     let rss_later = rss_mib(pid);
     assert!(
         rss - rss_before < 128.0 && rss_later - rss < 16.0,

@@ -34,7 +34,7 @@ fn main() -> ExitCode {
             cli::Command::Tail(t) => tail::tail(*t).await,
             cli::Command::Run(r) => run::run(*r).await,
             cli::Command::Query(q) => query::run(*q),
-            cli::Command::Doctor(d) => doctor::run(d),
+            cli::Command::Doctor(d) => doctor::run(d).await,
             cli::Command::BenchXt(b) => bench::run(b),
             cli::Command::BenchRecord(b) => bench::record(b),
             cli::Command::Owners(o) => owners::run(o),

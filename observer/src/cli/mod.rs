@@ -234,22 +234,8 @@ pub struct TailArgs {
     #[arg(long, value_name = "WHEN")]
     pub since: Option<String>,
 
-    /// With `--remote https://`: verify the daemon's certificate against this CA (PEM) instead
-    /// of the system's roots.
-    #[arg(long, value_name = "FILE", requires = "remote")]
-    pub ca: Option<std::path::PathBuf>,
-
-    /// With `--remote https://` and mutual TLS: the client certificate to present (PEM).
-    #[arg(long, value_name = "FILE", requires_all = ["remote", "client_key"])]
-    pub client_cert: Option<std::path::PathBuf>,
-
-    /// The client certificate's private key (PEM).
-    #[arg(long, value_name = "FILE", requires = "client_cert")]
-    pub client_key: Option<std::path::PathBuf>,
-
-    /// File holding the bearer token for `--remote`.
-    #[arg(long, value_name = "FILE", requires = "remote")]
-    pub token_file: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub access: RemoteAccess,
 
     /// The fleet view: follow every node that publishes to this NATS server
     /// (`observer run --nats URL`), e.g. `nats://nats.observer:4222`. Lines name their node;
@@ -378,8 +364,39 @@ pub struct OwnersArgs {
     pub owners: Option<std::path::PathBuf>,
 }
 
+/// How to reach a daemon's HTTP API at `--remote` (TLS and its bearer token).
+#[derive(Debug, Args, Default)]
+pub struct RemoteAccess {
+    /// With `--remote https://`: verify the daemon's certificate against this CA (PEM) instead
+    /// of the system's roots.
+    #[arg(long, value_name = "FILE", requires = "remote")]
+    pub ca: Option<std::path::PathBuf>,
+
+    /// With `--remote https://` and mutual TLS: the client certificate to present (PEM).
+    #[arg(long, value_name = "FILE", requires_all = ["remote", "client_key"])]
+    pub client_cert: Option<std::path::PathBuf>,
+
+    /// The client certificate's private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "client_cert")]
+    pub client_key: Option<std::path::PathBuf>,
+
+    /// File holding the bearer token for `--remote`.
+    #[arg(long, value_name = "FILE", requires = "remote")]
+    pub token_file: Option<std::path::PathBuf>,
+}
+
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
+    /// Also ask a running `observer run` at this URL (its HTTP API, e.g.
+    /// `http://127.0.0.1:9820`) how its readers stand: whether it is connected to NATS, how
+    /// many recorded rows JetStream has not acknowledged yet and how old the oldest is, and
+    /// what each stream (stdout, the record) dropped. Needs no root.
+    #[arg(long, value_name = "URL")]
+    pub remote: Option<String>,
+
+    #[command(flatten)]
+    pub access: RemoteAccess,
+
     /// Print the report as one JSON object.
     #[arg(long)]
     pub json: bool,

@@ -39,6 +39,78 @@ struct Report {
     /// Hooks this kernel puts on a worse backend than the others (a function it refuses on
     /// theirs, e.g. x_tables on 5.10's fentry), and what that costs.
     degraded: Vec<String>,
+    /// With `--remote`: how the readers of that `observer run` stand.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    daemon: Option<Daemon>,
+}
+
+/// A running `observer run`'s readers, from its `/metrics`.
+#[derive(Debug, Serialize, PartialEq)]
+struct Daemon {
+    url: String,
+    /// `None` when it does not publish to NATS.
+    nats: Option<NatsState>,
+    /// Lines each stream dropped since it started (`observer_sink_dropped_total`), by stream.
+    dropped: std::collections::BTreeMap<String, u64>,
+    /// Rows the record dropped (its queue was full: the disk too slow or full).
+    record_dropped: u64,
+}
+
+#[derive(Debug, Serialize, PartialEq)]
+struct NatsState {
+    connected: bool,
+    /// Rows recorded that JetStream has not acknowledged yet.
+    backlog_rows: u64,
+    /// How long the oldest of them has waited, in seconds.
+    backlog_oldest_seconds: f64,
+}
+
+/// The value of `name` with exactly these labels in Prometheus text (`None`: absent).
+fn sample(text: &str, name: &str, labels: &str) -> Option<f64> {
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        let (key, value) = l.rsplit_once(' ')?;
+        let (n, l) = match key.split_once('{') {
+            Some((n, rest)) => (n, rest.strip_suffix('}')?),
+            None => (key, ""),
+        };
+        (n == name && l == labels).then(|| value.parse().ok())?
+    })
+}
+
+/// What `/metrics` says of the daemon's readers.
+fn daemon_state(url: &str, text: &str) -> Daemon {
+    let count = |name: &str, labels: &str| sample(text, name, labels).unwrap_or(0.0) as u64;
+    let nats = sample(text, "observer_nats_connected", "").map(|c| NatsState {
+        connected: c >= 1.0,
+        backlog_rows: count("observer_nats_backlog_rows", ""),
+        backlog_oldest_seconds: sample(text, "observer_nats_backlog_oldest_seconds", "")
+            .unwrap_or(0.0),
+    });
+    let dropped = text
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("observer_sink_dropped_total{sink=\"")?;
+            let (sink, value) = rest.split_once("\"} ")?;
+            Some((sink.to_string(), value.trim().parse::<f64>().ok()? as u64))
+        })
+        .collect();
+    Daemon {
+        url: url.to_string(),
+        nats,
+        dropped,
+        record_dropped: count("observer_record_rows_total", "outcome=\"dropped\""),
+    }
+}
+
+/// Ask the daemon at `url` for its `/metrics`.
+async fn ask_daemon(url: &str, access: &crate::cli::RemoteAccess) -> anyhow::Result<Daemon> {
+    let text = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        crate::cmd::remote::get_text(url, "/metrics", access),
+    )
+    .await
+    .map_err(|_| anyhow::anyhow!("{url}/metrics did not answer within 10 s"))??;
+    Ok(daemon_state(url, &text))
 }
 
 #[derive(Debug, Serialize)]
@@ -93,7 +165,12 @@ fn kprobes_available() -> bool {
     Path::new("/sys/bus/event_source/devices/kprobe/type").exists()
 }
 
-pub fn run(args: DoctorArgs) -> anyhow::Result<()> {
+pub async fn run(args: DoctorArgs) -> anyhow::Result<()> {
+    if let Some(url) = &args.remote {
+        // A URL that is not one is a usage error, found before anything else is tried.
+        url.parse::<hyper::Uri>()
+            .map_err(|e| anyhow::anyhow!("--remote {url}: {e} (a URL like http://HOST:9820)"))?;
+    }
     let mut checks = Vec::new();
     let caps = cap_eff();
     let has = |bit: u32| caps & (1u64 << bit) != 0;
@@ -253,7 +330,46 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<()> {
     if let Some(why) = writers_lost {
         lost.push(format!("{why}; refused nftables batches are not seen"));
     }
+    let daemon = match &args.remote {
+        Some(url) => match ask_daemon(url, &args.access).await {
+            Ok(d) => {
+                if let Some(n) = &d.nats {
+                    checks.push(check(
+                        "nats",
+                        n.connected,
+                        format!(
+                            "{}; {} recorded rows not yet acknowledged by JetStream, the oldest \
+                             {:.1} s old",
+                            if n.connected {
+                                "connected"
+                            } else {
+                                "not connected"
+                            },
+                            n.backlog_rows,
+                            n.backlog_oldest_seconds
+                        ),
+                        "nothing is lost while the rows wait in the record (they are published \
+                         when the server answers again); the daemon's log says why it cannot \
+                         publish",
+                    ));
+                }
+                Some(d)
+            }
+            Err(e) => {
+                checks.push(check(
+                    "daemon",
+                    false,
+                    format!("{e:#}"),
+                    "is `observer run --listen` serving at that URL (and, with a token or TLS, \
+                     are --token-file, --ca and --client-cert given)?",
+                ));
+                None
+            }
+        },
+        None => None,
+    };
     let report = Report {
+        daemon,
         hooks: placement.unwrap_or_else(|| {
             "x_tables=none namespaces=none nf_tables=netlink nf_writers=proc".into()
         }),
@@ -293,6 +409,22 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<()> {
             r.map_id, e.ringbuf_full, e.pending_full, e.read_failed, e.map_full
         );
     }
+    if let Some(d) = &report.daemon {
+        let dropped: Vec<String> = d.dropped.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        println!(
+            "observer run at {}: lines dropped by stream: {}; record rows dropped {}",
+            d.url,
+            if dropped.is_empty() {
+                "none counted".to_string()
+            } else {
+                dropped.join(", ")
+            },
+            d.record_dropped
+        );
+        if d.nats.is_none() {
+            println!("observer run at {}: does not publish to NATS", d.url);
+        }
+    }
     if report.lost.is_empty() {
         println!("nothing is lost: every iptables-legacy and nftables change is seen");
     } else {
@@ -301,4 +433,45 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const METRICS: &str = "# HELP observer_nats_connected 1 while connected.\n\
+        # TYPE observer_nats_connected gauge\n\
+        observer_nats_connected 0\n\
+        observer_nats_backlog_rows 20013\n\
+        observer_nats_backlog_oldest_seconds 7.25\n\
+        observer_sink_dropped_total{sink=\"stdout\"} 12\n\
+        observer_sink_dropped_total{sink=\"events\"} 0\n\
+        observer_record_rows_total{outcome=\"written\"} 20013\n\
+        observer_record_rows_total{outcome=\"dropped\"} 3\n";
+
+    #[test]
+    fn the_daemon_state_is_read_from_its_metrics() {
+        let d = daemon_state("http://n:9820", METRICS);
+        assert_eq!(
+            d.nats,
+            Some(NatsState {
+                connected: false,
+                backlog_rows: 20013,
+                backlog_oldest_seconds: 7.25
+            })
+        );
+        assert_eq!(d.dropped.get("stdout"), Some(&12));
+        assert_eq!(d.dropped.get("events"), Some(&0));
+        assert_eq!(d.record_dropped, 3);
+    }
+
+    #[test]
+    fn a_daemon_without_nats_has_no_nats_state() {
+        let d = daemon_state(
+            "http://n:9820",
+            "observer_record_rows_total{outcome=\"dropped\"} 0\n",
+        );
+        assert_eq!(d.nats, None);
+        assert!(d.dropped.is_empty());
+    }
 }

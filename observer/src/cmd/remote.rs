@@ -13,7 +13,7 @@ use hyper::{Request, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
 
-use crate::cli::TailArgs;
+use crate::cli::{RemoteAccess, TailArgs};
 use crate::output::screen::Screen;
 use crate::output::Record;
 
@@ -95,12 +95,7 @@ impl SseParser {
 
 /// The `/events` URL with the tail filters as query parameters.
 fn events_uri(base: &str, args: &TailArgs) -> anyhow::Result<Uri> {
-    let base = base.trim_end_matches('/');
-    let base = if base.starts_with("http://") || base.starts_with("https://") {
-        base.to_string()
-    } else {
-        format!("http://{base}")
-    };
+    let base = base_url(base);
     let mut q = form_urlencoded::Serializer::new(String::new());
     if args.netns != "all" {
         q.append_pair("netns", &args.netns);
@@ -138,27 +133,10 @@ fn events_uri(base: &str, args: &TailArgs) -> anyhow::Result<Uri> {
 pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
     let base = args.remote.clone().unwrap_or_default();
     let uri = events_uri(&base, &args)?;
-    let token = args
-        .token_file
-        .as_deref()
-        .map(crate::daemon::token_from)
-        .transpose()?;
+    let (tls, token) = access(&uri, &args.access)?;
     let mut printer = Printer {
         screen: (!args.json).then(|| Box::new(crate::cmd::tail::tail_screen(&args))),
         last_status: None,
-    };
-    let tls = if uri.scheme_str() == Some("https") {
-        let cfg = crate::daemon::tls::client_config(
-            args.ca.as_deref(),
-            args.client_cert.as_deref(),
-            args.client_key.as_deref(),
-        )?;
-        Some(tokio_rustls::TlsConnector::from(std::sync::Arc::new(cfg)))
-    } else {
-        if args.ca.is_some() || args.client_cert.is_some() {
-            bail!("--ca and --client-cert are for an https:// --remote URL");
-        }
-        None
     };
     let mut last_id: Option<String> = None;
     let mut delay = Duration::from_millis(250);
@@ -212,6 +190,59 @@ impl From<std::io::Error> for FollowError {
     }
 }
 
+/// The TLS connector (for an `https://` URL) and the bearer token that `access` gives.
+fn access(
+    uri: &Uri,
+    access: &RemoteAccess,
+) -> anyhow::Result<(Option<tokio_rustls::TlsConnector>, Option<String>)> {
+    let token = access
+        .token_file
+        .as_deref()
+        .map(crate::daemon::token_from)
+        .transpose()?;
+    if uri.scheme_str() != Some("https") {
+        if access.ca.is_some() || access.client_cert.is_some() {
+            bail!("--ca and --client-cert are for an https:// --remote URL");
+        }
+        return Ok((None, token));
+    }
+    let cfg = crate::daemon::tls::client_config(
+        access.ca.as_deref(),
+        access.client_cert.as_deref(),
+        access.client_key.as_deref(),
+    )?;
+    Ok((
+        Some(tokio_rustls::TlsConnector::from(std::sync::Arc::new(cfg))),
+        token,
+    ))
+}
+
+/// `base` (`HOST:PORT` or a URL) with `http://` when it names no scheme.
+fn base_url(base: &str) -> String {
+    let base = base.trim_end_matches('/');
+    if base.starts_with("http://") || base.starts_with("https://") {
+        base.to_string()
+    } else {
+        format!("http://{base}")
+    }
+}
+
+/// One `GET` of `path` (e.g. `/metrics`) from the daemon at `base`: the body, or why not.
+pub async fn get_text(base: &str, path: &str, how: &RemoteAccess) -> anyhow::Result<String> {
+    let url = format!("{}{path}", base_url(base));
+    let uri: Uri = url
+        .parse()
+        .with_context(|| format!("--remote {base}: not a URL like http://HOST:9820"))?;
+    let (tls, token) = access(&uri, how)?;
+    let (resp, conn) = request(&uri, tls.as_ref(), token.as_deref(), "text/plain", None)
+        .await
+        .map_err(|(Fatal(e) | Retry(e))| e)?;
+    let body = resp.into_body().collect().await;
+    conn.abort();
+    let body = body.with_context(|| format!("reading {uri}"))?;
+    Ok(String::from_utf8_lossy(&body.to_bytes()).into_owned())
+}
+
 /// A connection to the daemon, plain or TLS.
 trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
 impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
@@ -245,30 +276,40 @@ async fn connect(
     }
 }
 
-async fn follow(
+/// Send `GET uri` with the token and `accept`, and `Last-Event-ID` when given: the answer when
+/// it is `200 OK`, with the task that drives the connection (abort it when done), else why not
+/// (a refused token or a bad request is fatal).
+async fn request(
     uri: &Uri,
     tls: Option<&tokio_rustls::TlsConnector>,
     token: Option<&str>,
-    last_id: &mut Option<String>,
-    printer: &mut Printer,
-    connected_once: &mut bool,
-) -> Result<(), FollowError> {
+    accept: &str,
+    last_id: Option<&str>,
+) -> Result<
+    (
+        hyper::Response<hyper::body::Incoming>,
+        tokio::task::JoinHandle<()>,
+    ),
+    FollowError,
+> {
     let host = uri.host().unwrap_or("127.0.0.1");
     let stream = connect(uri, tls).await?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| Retry(e.into()))?;
-    let conn = tokio::spawn(conn);
+    let conn = tokio::spawn(async move {
+        let _ = conn.await;
+    });
     let mut req = Request::get(uri.clone())
         .header(
             hyper::header::HOST,
             uri.authority().map(|a| a.as_str()).unwrap_or(host),
         )
-        .header(hyper::header::ACCEPT, "text/event-stream");
+        .header(hyper::header::ACCEPT, accept);
     if let Some(t) = token {
         req = req.header(hyper::header::AUTHORIZATION, format!("Bearer {t}"));
     }
-    if let Some(id) = last_id.as_deref() {
+    if let Some(id) = last_id {
         req = req.header("last-event-id", id);
     }
     let req = req
@@ -295,6 +336,18 @@ async fn follow(
             _ => Retry(e),
         });
     }
+    Ok((resp, conn))
+}
+
+async fn follow(
+    uri: &Uri,
+    tls: Option<&tokio_rustls::TlsConnector>,
+    token: Option<&str>,
+    last_id: &mut Option<String>,
+    printer: &mut Printer,
+    connected_once: &mut bool,
+) -> Result<(), FollowError> {
+    let (resp, conn) = request(uri, tls, token, "text/event-stream", last_id.as_deref()).await?;
     *connected_once = true;
     let mut body = resp.into_body();
     let mut parser = SseParser::default();
