@@ -136,7 +136,7 @@ pub(crate) fn render(r: &mut Renderer<'_>, e: &Expr, a: &Attrs<'_>) {
             if let Some(n) = a.u32(4).filter(|n| *n != 0) {
                 text = format!("{text} spnum {n}");
             }
-            let order = if matches!(ty, Ty::Integer) {
+            let order = if key == "reqid" {
                 Order::Host
             } else {
                 Order::Big
