@@ -487,7 +487,7 @@ pub(crate) fn ct(key: u32, dir: Option<u8>) -> Field {
         10 => Field::new(format!("ct {d}protocol"), Ty::InetProto, Order::Host, 1),
         11 => big("proto-src", Ty::Port, 2),
         12 => big("proto-dst", Ty::Port, 2),
-        13 => big("label", Ty::Hex, 16),
+        13 => big("label", Ty::CtLabel, 16),
         14 => Field::new(format!("ct {d}packets"), Ty::Integer, Order::Host, 8),
         15 => Field::new(format!("ct {d}bytes"), Ty::Integer, Order::Host, 8),
         16 => Field::new(format!("ct {d}avgpkt"), Ty::Integer, Order::Host, 8),

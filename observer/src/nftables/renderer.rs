@@ -282,6 +282,27 @@ impl<'a> Renderer<'a> {
                 let (o, l) = (off.saturating_mul(8), len.saturating_mul(8));
                 exthdrs::field(*op, *ty, o, l).unwrap_or_else(|| exthdrs::raw(*op, *ty, o, l))
             }
+            // Addresses name their protocol where the rule pinned it (`ct original ip saddr`).
+            Val::Ct {
+                key: key @ (8 | 9),
+                dir,
+            } if matches!(self.l3(), Some(2 | 10)) => {
+                let p = self.l3().unwrap_or(2);
+                let (name, ty, len) = match (p, key) {
+                    (10, 8) => ("ip6 saddr", Ty::Ipv6, 16),
+                    (10, _) => ("ip6 daddr", Ty::Ipv6, 16),
+                    (_, 8) => ("ip saddr", Ty::Ipv4, 4),
+                    _ => ("ip daddr", Ty::Ipv4, 4),
+                };
+                let d = match dir {
+                    Some(0) => "original ",
+                    Some(1) => "reply ",
+                    _ => "",
+                };
+                let mut f = Field::sized(format!("ct {d}{name}"), ty, Order::Big, len);
+                f.needs = Some((Layer::L3, p));
+                f
+            }
             Val::Ct { key, dir } => fields::ct(*key, *dir),
             Val::Field(f) => f.clone(),
             Val::Presence(t) | Val::Text(t) => Field::opaque(t.clone()),
@@ -566,6 +587,11 @@ impl<'a> Renderer<'a> {
                 self.emit_match(format!("{} {}{p}", f.text, op_prefix(op)));
                 return;
             }
+        }
+        if f.ty == Ty::CtLabel && op == CMP_NEQ && data.iter().all(|b| *b == 0) {
+            let label = values::format(f.ty, f.order, mask);
+            self.emit_match(format!("{} {label}", f.text));
+            return;
         }
         if f.ty.is_flags() && mask.len() == f.full_len && mask.iter().all(|b| *b == 0xff) {
             // The mask covers the whole field: a plain compare.

@@ -72,7 +72,16 @@ pub(crate) fn render(r: &mut Renderer<'_>, e: &Expr, a: &Attrs<'_>) {
                 (a.reg(1), a.reg(2))
             };
             let dev = r.load(dev_reg);
-            let mut text = format!("{} to", e.name);
+            let mut text = e.name.clone();
+            // fwd to an address names the address family.
+            if e.name == "fwd" && addr_reg.is_some() {
+                match a.u32(3) {
+                    Some(2) => text.push_str(" ip"),
+                    Some(10) => text.push_str(" ip6"),
+                    _ => {}
+                }
+            }
+            text.push_str(" to");
             if let Some(addr) = addr_reg {
                 let v = r.load(Some(addr));
                 text = format!("{text} {}", value_as(r, &v, Ty::Ipv4));
@@ -321,23 +330,38 @@ fn nat(r: &mut Renderer<'_>, a: &Attrs<'_>) -> String {
     let fam = a.u32(2).unwrap_or(2);
     let addr_ty = if fam == 10 { Ty::Ipv6 } else { Ty::Ipv4 };
     let mut text = kind.to_string();
-    if r.family == NFPROTO_INET {
+    // The address family is named where the table's does not say it, and only for an address.
+    if r.family == NFPROTO_INET && a.reg(3).is_some() {
         text.push_str(if fam == 10 { " ip6" } else { " ip" });
     }
+    let v6 = addr_ty == Ty::Ipv6;
     let addr = a.reg(3).map(|min| {
         let lo_v = r.load(Some(min));
         let lo = value_as(r, &lo_v, addr_ty);
         match a.reg(4) {
             Some(max) if max != min => {
                 let hi_v = r.load(Some(max));
-                format!("{lo}-{}", value_as(r, &hi_v, addr_ty))
+                // A range that is exactly a prefix prints as one (`192.168.3.0/24`).
+                if let (Val::Imm(l), Val::Imm(h)) = (&lo_v, &hi_v) {
+                    let whole = values::interval(addr_ty, Order::Big, l, h);
+                    if whole.contains('/') {
+                        return whole;
+                    }
+                }
+                let hi = value_as(r, &hi_v, addr_ty);
+                if v6 && a.reg(5).is_some() {
+                    format!("[{lo}]-[{hi}]")
+                } else {
+                    format!("{lo}-{hi}")
+                }
             }
+            _ if v6 && a.reg(5).is_some() => format!("[{lo}]"),
             _ => lo,
         }
     });
     let port = ports(r, a.reg(5), a.reg(6));
     match (addr, port) {
-        (Some(ad), Some(p)) if addr_ty == Ty::Ipv6 => text = format!("{text} to [{ad}]:{p}"),
+        (Some(ad), Some(p)) if ad.starts_with('[') => text = format!("{text} to {ad}:{p}"),
         (Some(ad), Some(p)) => text = format!("{text} to {ad}:{p}"),
         (Some(ad), None) => text = format!("{text} to {ad}"),
         (None, Some(p)) => text = format!("{text} to :{p}"),
@@ -432,6 +456,7 @@ fn tproxy(r: &mut Renderer<'_>, a: &Attrs<'_>) -> String {
     match (addr, port) {
         (Some(ad), Some(p)) if ty == Ty::Ipv6 => format!("{text} to [{ad}]:{p}"),
         (Some(ad), Some(p)) => format!("{text} to {ad}:{p}"),
+        (Some(ad), None) if ty == Ty::Ipv6 => format!("{text} to [{ad}]"),
         (Some(ad), None) => format!("{text} to {ad}"),
         (None, Some(p)) => format!("{text} to :{p}"),
         (None, None) => text,
