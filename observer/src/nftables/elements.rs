@@ -66,13 +66,21 @@ pub(crate) fn element_items(set: &Set, elems: &[&Element], key: &[(Ty, Order)]) 
     } else {
         key.to_vec()
     };
-    let data_ty = set
+    // A map's data: one type or a concatenation (`192.168.2.3 . 80`), in the byte order the
+    // set's userdata gives.
+    let data_ty: Option<Vec<(Ty, Order)>> = set
         .data_type
         .filter(|t| *t != decode::NFT_DATA_VERDICT)
         .map(|t| {
-            let ty = Ty::from_nft_id(t);
-            (ty, ty.natural_order())
+            values::concat_types(t)
+                .into_iter()
+                .map(|ty| match set.data_host_order {
+                    Some(true) if t <= 0x3f => (ty, Order::Host),
+                    _ => (ty, ty.natural_order()),
+                })
+                .collect()
         });
+    let data_ty = data_ty.as_deref();
     let mut sorted: Vec<&Element> = elems.to_vec();
     // nft sorts by value: a key whose parts are all host-order (strings are too) compares as
     // one host-order number, from its last byte; the catch-all element comes last.
@@ -142,13 +150,13 @@ pub(crate) fn element_items(set: &Set, elems: &[&Element], key: &[(Ty, Order)]) 
     out
 }
 
-fn with_data(text: String, e: &Element, data_ty: Option<(Ty, Order)>) -> String {
+fn with_data(text: String, e: &Element, data_ty: Option<&[(Ty, Order)]>) -> String {
     let mut text = text;
     match &e.data {
         Some(Data::Verdict(v)) => text = format!("{text} : {}", verdict(v)),
         Some(Data::Value(v)) => {
-            let (ty, order) = data_ty.unwrap_or((Ty::Other, Order::Big));
-            text = format!("{text} : {}", values::format(ty, order, v));
+            let types = data_ty.unwrap_or(&[(Ty::Other, Order::Big)]);
+            text = format!("{text} : {}", key_value(types, v));
         }
         None => {}
     }

@@ -335,6 +335,16 @@ fn nat(r: &mut Renderer<'_>, a: &Attrs<'_>) -> String {
         text.push_str(if fam == 10 { " ip6" } else { " ip" });
     }
     let v6 = addr_ty == Ty::Ipv6;
+    // A map whose data is address . port fills both registers: nft prints the map once, after
+    // the family (`snat ip to ip saddr map { 10.0.0.1 : 192.168.2.3 . 80 }`).
+    if let (Some(addr), Some(port)) = (a.reg(3), a.reg(5)) {
+        if let (Val::Text(map), Val::Unknown) = (r.load(Some(addr)), r.load(Some(port))) {
+            if r.family != NFPROTO_INET {
+                text.push_str(if fam == 10 { " ip6" } else { " ip" });
+            }
+            return format!("{text} to {map}{}", nat_flags(a.u32(7).unwrap_or(0)));
+        }
+    }
     let addr = a.reg(3).map(|min| {
         let lo_v = r.load(Some(min));
         let lo = value_as(r, &lo_v, addr_ty);
@@ -407,7 +417,12 @@ fn queue(r: &mut Renderer<'_>, a: &Attrs<'_>) -> String {
 }
 
 fn objref(r: &mut Renderer<'_>, a: &Attrs<'_>) -> String {
-    let what = match a.u32(1).unwrap_or(0) {
+    let set = a.string(4).unwrap_or_default();
+    // An object map says the objects' type in the set, not in the expression.
+    let ty = a
+        .u32(1)
+        .or_else(|| r.sets.set_info(&set).and_then(|(s, _)| s.obj_type));
+    let what = match ty.unwrap_or(0) {
         1 => "counter name",
         2 => "quota name",
         3 => "ct helper set",
@@ -423,15 +438,14 @@ fn objref(r: &mut Renderer<'_>, a: &Attrs<'_>) -> String {
     if let Some(name) = a.string(2) {
         return format!("{what} \"{name}\"");
     }
-    let set = a.string(4).unwrap_or_default();
     let (key, types) = r.key_text(a.reg(3), &set);
     let set_text = r.set_ref(&set, &types, 1000);
     let what = if what == "objref" {
-        "objref"
+        "objref name"
     } else {
-        what.split(' ').next().unwrap_or(what)
+        what
     };
-    format!("{what} name {key} map {set_text}")
+    format!("{what} {key} map {set_text}")
 }
 
 fn tproxy(r: &mut Renderer<'_>, a: &Attrs<'_>) -> String {
