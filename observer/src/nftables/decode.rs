@@ -159,6 +159,9 @@ pub struct Set {
     pub key_host_order: Option<bool>,
     /// From the set's userdata: a map's data is in host byte order.
     pub data_host_order: Option<bool>,
+    /// From the set's userdata: each of a map's values is an interval, its low ends then its
+    /// high ends (`192.168.2.2-192.168.2.4`, nat to a range by map).
+    pub data_interval: bool,
     /// For object maps: the type of the objects (NFT_OBJECT_COUNTER...).
     pub obj_type: Option<u32>,
 }
@@ -397,6 +400,8 @@ fn set(family: u8, list: &[Attr<'_>]) -> Result<Set, Malformed> {
         })
     };
     let (key_host_order, data_host_order) = (host_order(0), host_order(1));
+    // NFTNL_UDATA_SET_DATA_INTERVAL = 6: a host-order u32, non-zero when map data are ranges.
+    let data_interval = udata_get(udata, 6).is_some_and(|v| v.iter().any(|b| *b != 0));
     Ok(Set {
         family,
         table: required_str(list, 1, "set table")?,
@@ -409,6 +414,7 @@ fn set(family: u8, list: &[Attr<'_>]) -> Result<Set, Malformed> {
         data_len: opt_u32(list, 7)?,
         key_host_order,
         data_host_order,
+        data_interval,
         obj_type: opt_u32(list, 15)?,
     })
 }

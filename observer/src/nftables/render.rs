@@ -160,7 +160,7 @@ fn dynset(r: &mut Renderer<'_>, a: &Attrs<'_>) -> String {
         _ => "delete",
     };
     let set = a.string(1).unwrap_or_default();
-    let (key, _) = r.key_text(a.reg(4), &set);
+    let (key, _, _) = r.key_text(a.reg(4), &set);
     let mut inner = key;
     if let Some(t) = a.u64(6).filter(|t| *t != 0) {
         inner = format!("{inner} timeout {}", duration(t));

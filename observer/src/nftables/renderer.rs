@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 
 use super::decode::{Element, Set};
-use super::elements::elements_text;
+use super::elements::{elements_text, elements_text_sized};
 use super::expr::{Attrs, REG_VERDICT};
 use super::exthdrs;
 use super::fields::{
@@ -77,8 +77,15 @@ pub(crate) enum Val {
     },
     /// A value whose byte order a `byteorder` expression reversed.
     Swapped(Box<Val>),
-    /// The result of a map lookup, already printed (`ip saddr map @m`).
+    /// Text already printed (`bitwise …`).
     Text(String),
+    /// The result of a map lookup, already printed (`ip saddr map @m`), with the map's name and
+    /// the protocols its key relies on: they count for the statement that uses the value.
+    Map {
+        text: String,
+        set: String,
+        needs: Vec<(Layer, u32)>,
+    },
     Unknown,
 }
 
@@ -228,6 +235,17 @@ impl<'a> Renderer<'a> {
         });
     }
 
+    /// How many protocols the next statement relies on so far (see [`Renderer::forget_needs`]).
+    pub(crate) fn needs_mark(&self) -> usize {
+        self.needs.len()
+    }
+
+    /// The next statement relies on none of the protocols recorded since `mark`: nft does not
+    /// let the ports of a nat, masquerade or redirect statement hide a dependency.
+    pub(crate) fn forget_needs(&mut self, mark: usize) {
+        self.needs.truncate(mark);
+    }
+
     /// The next statement hides the dependency that pinned this layer, whichever protocol.
     pub(crate) fn release(&mut self, layer: Layer) {
         self.releases.push(layer);
@@ -306,6 +324,10 @@ impl<'a> Renderer<'a> {
             Val::Ct { key, dir } => fields::ct(*key, *dir),
             Val::Field(f) => f.clone(),
             Val::Presence(t) | Val::Text(t) => Field::opaque(t.clone()),
+            Val::Map { text, needs, .. } => {
+                self.needs.extend(needs.iter().copied());
+                Field::opaque(text.clone())
+            }
             Val::Imm(b) => Field::opaque(values::hex(b, Order::Big)),
             Val::Bits { src, mask, xor } => {
                 if xor.iter().all(|b| *b == 0) {
@@ -685,6 +707,7 @@ impl<'a> Renderer<'a> {
         let inv = a.u32(5).unwrap_or(0) & 1 != 0;
         let loaded = self.load(a.reg(2));
         let mut masked = false;
+        let mark = self.needs.len();
         let (key, set) = match &loaded {
             // A header field narrower than its bytes: the set holds the masked bytes, printed
             // as the field's values (`ip dscp { cs1, af41 }`).
@@ -696,14 +719,14 @@ impl<'a> Renderer<'a> {
                     }
                     None => {
                         masked = true;
-                        let (key, types) = self.key_text(a.reg(2), &name);
-                        (key, self.set_ref(&name, &types, RULE_SET_MAX))
+                        let (key, types, sizes) = self.key_text(a.reg(2), &name);
+                        (key, self.set_ref(&name, &types, &sizes, RULE_SET_MAX))
                     }
                 }
             }
             _ => {
-                let (key, types) = self.key_text(a.reg(2), &name);
-                (key, self.set_ref(&name, &types, RULE_SET_MAX))
+                let (key, types, sizes) = self.key_text(a.reg(2), &name);
+                (key, self.set_ref(&name, &types, &sizes, RULE_SET_MAX))
             }
         };
         match a.reg(3) {
@@ -720,14 +743,26 @@ impl<'a> Renderer<'a> {
             reg => {
                 // The map's value is consumed by a later statement (nat, set...), which
                 // inherits the protocols the key relied on.
-                self.store(reg, Val::Text(format!("{key} map {set}")));
+                let needs = self.needs.split_off(mark.min(self.needs.len()));
+                let v = Val::Map {
+                    text: format!("{key} map {set}"),
+                    set: name,
+                    needs,
+                };
+                self.store(reg, v);
             }
         }
     }
 
     /// The key of a set operation starting at register `sreg`: one field, or a concatenation
     /// spanning several registers when the set's key type says so.
-    pub(crate) fn key_text(&mut self, sreg: Option<u32>, set: &str) -> (String, Vec<(Ty, Order)>) {
+    /// Also the parts' types and byte sizes: a part of a type nft gives no size (integers,
+    /// raw payloads) is as wide as its load (`vlan id` 2 bytes, `@th,160,128` 16).
+    pub(crate) fn key_text(
+        &mut self,
+        sreg: Option<u32>,
+        set: &str,
+    ) -> (String, Vec<(Ty, Order)>, Vec<usize>) {
         let set_types = self
             .sets
             .set_info(set)
@@ -736,6 +771,7 @@ impl<'a> Renderer<'a> {
         let count = set_types.len().max(1);
         let mut texts = Vec::new();
         let mut types = Vec::new();
+        let mut sizes = Vec::new();
         let mut reg = sreg;
         for i in 0..count {
             let v = self.load(reg);
@@ -745,12 +781,18 @@ impl<'a> Renderer<'a> {
                 Some(Ty::Integer) if f.ty == Ty::HexInt => f.ty,
                 Some(t) => *t,
             };
-            let size = ty.size().unwrap_or(f.full_len.max(1));
+            let sizeless = matches!(ty, Ty::Integer | Ty::Hex | Ty::HexInt | Ty::Other);
+            let size = match ty.size() {
+                Some(_) if sizeless && f.full_len > 0 => f.full_len,
+                Some(n) => n,
+                None => f.full_len.max(1),
+            };
             types.push((ty, f.order));
+            sizes.push(size);
             texts.push(f.text);
             reg = reg.map(|r| r.saturating_add(size.div_ceil(4) as u32));
         }
-        (texts.join(" . "), types)
+        (texts.join(" . "), types, sizes)
     }
 
     /// The elements of an anonymous set keyed by a bit field, each shifted down to the field.
@@ -778,9 +820,17 @@ impl<'a> Renderer<'a> {
     }
 
     /// `@name`, or the elements of an anonymous set.
-    pub(crate) fn set_ref(&self, name: &str, key: &[(Ty, Order)], max: usize) -> String {
+    pub(crate) fn set_ref(
+        &self,
+        name: &str,
+        key: &[(Ty, Order)],
+        sizes: &[usize],
+        max: usize,
+    ) -> String {
         match self.sets.set_info(name) {
-            Some((set, elems)) if set.is_anonymous() => elements_text(set, &elems, key, max),
+            Some((set, elems)) if set.is_anonymous() => {
+                elements_text_sized(set, &elems, key, sizes, max)
+            }
             _ => format!("@{name}"),
         }
     }
