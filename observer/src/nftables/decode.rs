@@ -162,6 +162,8 @@ pub struct Set {
     /// From the set's userdata: each of a map's values is an interval, its low ends then its
     /// high ends (`192.168.2.2-192.168.2.4`, nat to a range by map).
     pub data_interval: bool,
+    /// The size the set was declared with (`NFTA_SET_DESC_SIZE`), if any.
+    pub size: Option<u32>,
     /// For object maps: the type of the objects (NFT_OBJECT_COUNTER...).
     pub obj_type: Option<u32>,
 }
@@ -402,6 +404,11 @@ fn set(family: u8, list: &[Attr<'_>]) -> Result<Set, Malformed> {
     let (key_host_order, data_host_order) = (host_order(0), host_order(1));
     // NFTNL_UDATA_SET_DATA_INTERVAL = 6: a host-order u32, non-zero when map data are ranges.
     let data_interval = udata_get(udata, 6).is_some_and(|v| v.iter().any(|b| *b != 0));
+    // NFTA_SET_DESC = 9, holding NFTA_SET_DESC_SIZE = 1.
+    let size = match netlink::find(list, 9) {
+        Some(desc) => opt_u32(&netlink::attrs(desc.value)?, 1)?,
+        None => None,
+    };
     Ok(Set {
         family,
         table: required_str(list, 1, "set table")?,
@@ -415,6 +422,7 @@ fn set(family: u8, list: &[Attr<'_>]) -> Result<Set, Malformed> {
         key_host_order,
         data_host_order,
         data_interval,
+        size,
         obj_type: opt_u32(list, 15)?,
     })
 }
