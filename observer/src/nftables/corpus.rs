@@ -1,8 +1,9 @@
 //! The rendering corpus: real rulesets (firewalld, kube-proxy in nftables mode, fail2ban and a
 //! hand-written one using maps, vmaps, intervals, concatenations, named objects, `ct`, `meta`,
-//! `fib`, `socket`, `tproxy`, `synproxy` and interface names) are loaded with the real `nft` in a
-//! throw-away namespace, read back over netlink, and every rule observer renders is compared with
-//! what `nft -a list ruleset` prints for the same handle (counters aside).
+//! `fib`, `socket`, `tproxy`, `synproxy`, interface names, nat by map and meters) are loaded with
+//! the real `nft` in a throw-away namespace, read back over netlink, and every rule observer
+//! renders is compared with what `nft -a list ruleset` prints for the same handle (counters
+//! aside).
 
 use super::ifnames;
 use super::socket;

@@ -157,6 +157,15 @@ pub struct Set {
     pub data_len: Option<u32>,
     /// From the set's userdata: the key is in host byte order.
     pub key_host_order: Option<bool>,
+    /// From the set's userdata: a map's data is in host byte order.
+    pub data_host_order: Option<bool>,
+    /// From the set's userdata: each of a map's values is an interval, its low ends then its
+    /// high ends (`192.168.2.2-192.168.2.4`, nat to a range by map).
+    pub data_interval: bool,
+    /// The size the set was declared with (`NFTA_SET_DESC_SIZE`), if any.
+    pub size: Option<u32>,
+    /// For object maps: the type of the objects (NFT_OBJECT_COUNTER...).
+    pub obj_type: Option<u32>,
 }
 
 /// Set flags (enum nft_set_flags).
@@ -385,10 +394,21 @@ fn set(family: u8, list: &[Attr<'_>]) -> Result<Set, Malformed> {
     let udata = netlink::find(list, 13).map(|a| a.value).unwrap_or(&[]);
     // NFTNL_UDATA_SET_KEYBYTEORDER = 0: nft's enum byteorder as a host-order u32
     // (1 = host endian, 2 = big endian).
-    let key_host_order = udata_get(udata, 0).and_then(|v| {
-        let raw = <[u8; 4]>::try_from(v).ok()?;
-        Some(u32::from_ne_bytes(raw) == 1)
-    });
+    // NFTNL_UDATA_SET_DATABYTEORDER = 1, the same for a map's data.
+    let host_order = |ty| {
+        udata_get(udata, ty).and_then(|v| {
+            let raw = <[u8; 4]>::try_from(v).ok()?;
+            Some(u32::from_ne_bytes(raw) == 1)
+        })
+    };
+    let (key_host_order, data_host_order) = (host_order(0), host_order(1));
+    // NFTNL_UDATA_SET_DATA_INTERVAL = 6: a host-order u32, non-zero when map data are ranges.
+    let data_interval = udata_get(udata, 6).is_some_and(|v| v.iter().any(|b| *b != 0));
+    // NFTA_SET_DESC = 9, holding NFTA_SET_DESC_SIZE = 1.
+    let size = match netlink::find(list, 9) {
+        Some(desc) => opt_u32(&netlink::attrs(desc.value)?, 1)?,
+        None => None,
+    };
     Ok(Set {
         family,
         table: required_str(list, 1, "set table")?,
@@ -400,6 +420,10 @@ fn set(family: u8, list: &[Attr<'_>]) -> Result<Set, Malformed> {
         data_type: opt_u32(list, 6)?,
         data_len: opt_u32(list, 7)?,
         key_host_order,
+        data_host_order,
+        data_interval,
+        size,
+        obj_type: opt_u32(list, 15)?,
     })
 }
 

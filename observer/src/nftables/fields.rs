@@ -76,13 +76,15 @@ pub(crate) const NFPROTO_IPV6: u8 = 10;
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Ctx {
     pub l3: Option<u32>,
+    /// What the link layer header said comes next, whatever the family (`ether type 8021q`).
+    pub link: Option<u32>,
     pub l4: Option<u32>,
     pub icmp: Option<u32>,
 }
 
 /// A payload field in the protocol context the rule has established.
 pub(crate) fn payload(base: u32, offset: u32, len: u32, ctx: Ctx) -> Field {
-    let Ctx { l3, l4, icmp } = ctx;
+    let Ctx { l3, l4, icmp, .. } = ctx;
     let raw = |tag: &str| {
         Field::new(
             format!("@{tag},{},{}", u64::from(offset) * 8, u64::from(len) * 8),
@@ -94,6 +96,14 @@ pub(crate) fn payload(base: u32, offset: u32, len: u32, ctx: Ctx) -> Field {
     let (o, l) = (offset, len);
     match base {
         0 => {
+            if let Some((depth, need)) = ctx.link.and_then(vlan_ctx) {
+                if (o, l) == (16 + 4 * depth, 2) {
+                    let mut f =
+                        Field::new("vlan type", Ty::EtherType, Order::Big, 2).key(Layer::L3);
+                    f.needs = need;
+                    return f;
+                }
+            }
             let mut f = match (o, l) {
                 (0, 6) => Field::new("ether daddr", Ty::EtherAddr, Order::Big, 6),
                 (6, 6) => Field::new("ether saddr", Ty::EtherAddr, Order::Big, 6),
@@ -358,9 +368,6 @@ const BITFIELDS: &[(Layer, u32, u32, u32, u32, &str, Ty)] = &[
     (Layer::L3, 10, 1, 4, 6, "ip6 dscp", Ty::Dscp),
     (Layer::L3, 10, 1, 10, 2, "ip6 ecn", Ty::Ecn),
     (Layer::L3, 10, 1, 12, 20, "ip6 flowlabel", Ty::Integer),
-    (Layer::L3, 0x8100 << 16, 0, 112, 3, "vlan pcp", Ty::Integer),
-    (Layer::L3, 0x8100 << 16, 0, 115, 1, "vlan dei", Ty::Integer),
-    (Layer::L3, 0x8100 << 16, 0, 116, 12, "vlan id", Ty::Integer),
     (Layer::L4, 6, 2, 96, 4, "tcp doff", Ty::Integer),
     (Layer::L4, 6, 2, 100, 4, "tcp reserved", Ty::Integer),
     (Layer::L4, 33, 2, 67, 4, "dccp type", Ty::DccpType),
@@ -368,8 +375,34 @@ const BITFIELDS: &[(Layer, u32, u32, u32, u32, &str, Ty)] = &[
 
 /// A header field narrower than its bytes (`ip hdrlength`, `vlan id`), by bit offset and
 /// length within the base, in the protocol context the rule has established.
+/// Where the rule is inside VLAN headers (`ether type 8021q`, `8021ad`, then `vlan type
+/// 8021q`...): how many headers deep the current one is, and the dependency its fields hide
+/// (only the plain 802.1Q one nft adds itself).
+fn vlan_ctx(l3: u32) -> Option<(u32, Option<(Layer, u32)>)> {
+    if !matches!(l3 >> 16, 0x8100 | 0x88a8) {
+        return None;
+    }
+    let need = (l3 == 0x8100 << 16).then_some((Layer::L3, l3));
+    Some((l3 & 0xff, need))
+}
+
+/// The fields of a VLAN header, by bit offset from its start.
+const VLAN_BITS: &[(u32, u32, &str)] =
+    &[(0, 3, "vlan pcp"), (3, 1, "vlan dei"), (4, 12, "vlan id")];
+
 pub(crate) fn payload_bits(base: u32, off: u32, len: u32, ctx: Ctx) -> Option<Field> {
     let Ctx { l3, l4, .. } = ctx;
+    if let Some((depth, need)) = ctx.link.filter(|_| base == 0).and_then(vlan_ctx) {
+        let start = (14 + 4 * depth) * 8;
+        if let Some((_, _, name)) = VLAN_BITS
+            .iter()
+            .find(|(o, l, _)| off.checked_sub(start) == Some(*o) && *l == len)
+        {
+            let mut f = Field::new(*name, Ty::Integer, Order::Big, len.div_ceil(8) as usize);
+            f.needs = need;
+            return Some(f);
+        }
+    }
     BITFIELDS
         .iter()
         .find(|(layer, proto, b, o, l, _, _)| {
@@ -454,7 +487,7 @@ pub(crate) fn ct(key: u32, dir: Option<u8>) -> Field {
         10 => Field::new(format!("ct {d}protocol"), Ty::InetProto, Order::Host, 1),
         11 => big("proto-src", Ty::Port, 2),
         12 => big("proto-dst", Ty::Port, 2),
-        13 => big("label", Ty::Hex, 16),
+        13 => big("label", Ty::CtLabel, 16),
         14 => Field::new(format!("ct {d}packets"), Ty::Integer, Order::Host, 8),
         15 => Field::new(format!("ct {d}bytes"), Ty::Integer, Order::Host, 8),
         16 => Field::new(format!("ct {d}avgpkt"), Ty::Integer, Order::Host, 8),
@@ -464,7 +497,7 @@ pub(crate) fn ct(key: u32, dir: Option<u8>) -> Field {
         20 => big("ip daddr", Ty::Ipv4, 4),
         21 => big("ip6 saddr", Ty::Ipv6, 16),
         22 => big("ip6 daddr", Ty::Ipv6, 16),
-        23 => host("id", Ty::Integer),
+        23 => big("id", Ty::Integer, 4),
         _ => Field::opaque(format!("ct key {key}")),
     }
 }
@@ -531,7 +564,11 @@ mod tests {
 
     #[test]
     fn payload_fields_follow_the_protocol_context() {
-        let ctx = |l3, l4| Ctx { l3, l4, icmp: None };
+        let ctx = |l3, l4| Ctx {
+            l3,
+            l4,
+            ..Ctx::default()
+        };
         assert_eq!(payload(2, 2, 2, ctx(Some(2), Some(6))).text, "tcp dport");
         assert_eq!(payload(2, 2, 2, ctx(Some(2), None)).text, "th dport");
         assert_eq!(
@@ -545,6 +582,7 @@ mod tests {
             l3: Some(2),
             l4: Some(1),
             icmp: t,
+            ..Ctx::default()
         };
         assert_eq!(payload(2, 6, 2, icmp(None)).text, "icmp sequence");
         assert_eq!(payload(2, 6, 2, icmp(Some(3))).text, "icmp mtu");

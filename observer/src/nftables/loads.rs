@@ -84,9 +84,21 @@ pub(crate) fn render(r: &mut Renderer<'_>, e: &Expr, a: &Attrs<'_>) {
             let mut text = if a.u32(7) == Some(1) {
                 "symhash".to_string()
             } else {
-                let src = r.load(a.reg(1));
-                let f = r.field(&src);
-                format!("jhash {}", f.text)
+                // The key spans as many registers as its length needs: a concatenation.
+                let len = a.u32(3).unwrap_or(0) as usize;
+                let (mut reg, mut done, mut parts) = (a.reg(1), 0, Vec::new());
+                loop {
+                    let src = r.load(reg);
+                    let f = r.field(&src);
+                    let width = f.full_len.max(1).div_ceil(4) * 4;
+                    parts.push(f.text);
+                    done += width;
+                    if done >= len || parts.len() >= 16 {
+                        break;
+                    }
+                    reg = reg.map(|x| x + (width / 4) as u32);
+                }
+                format!("jhash {}", parts.join(" . "))
             };
             text = format!("{text} mod {}", a.u32(4).unwrap_or(0));
             if let Some(seed) = a.u32(5).filter(|_| a.u32(7) != Some(1)) {
@@ -136,7 +148,7 @@ pub(crate) fn render(r: &mut Renderer<'_>, e: &Expr, a: &Attrs<'_>) {
             if let Some(n) = a.u32(4).filter(|n| *n != 0) {
                 text = format!("{text} spnum {n}");
             }
-            let order = if matches!(ty, Ty::Integer) {
+            let order = if key == "reqid" {
                 Order::Host
             } else {
                 Order::Big

@@ -160,7 +160,7 @@ fn dynset(r: &mut Renderer<'_>, a: &Attrs<'_>) -> String {
         _ => "delete",
     };
     let set = a.string(1).unwrap_or_default();
-    let (key, _) = r.key_text(a.reg(4), &set);
+    let (key, _, _) = r.key_text(a.reg(4), &set);
     let mut inner = key;
     if let Some(t) = a.u64(6).filter(|t| *t != 0) {
         inner = format!("{inner} timeout {}", duration(t));
@@ -176,10 +176,22 @@ fn dynset(r: &mut Renderer<'_>, a: &Attrs<'_>) -> String {
             }
         }
     }
+    // An update of an anonymous set with a statement and no data is what `meter` makes: nft
+    // prints it as the meter, with the set's size and only the first statement.
+    let meter = match r.sets.set_info(&set) {
+        Some((s, _)) if s.is_anonymous() && a.reg(5).is_none() && !nested.is_empty() => {
+            nested.truncate(1);
+            Some(s.size.unwrap_or(0))
+        }
+        _ => None,
+    };
     if !nested.is_empty() {
         let mut sub = Renderer::new(r.family, r.sets);
         sub.run(&nested);
         inner = format!("{inner} {}", sub.take_text());
+    }
+    if let Some(size) = meter {
+        return format!("meter {set} size {size} {{ {inner} }}");
     }
     if let Some(dreg) = a.reg(5) {
         let v = r.load(Some(dreg));

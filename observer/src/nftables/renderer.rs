@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 
 use super::decode::{Element, Set};
-use super::elements::elements_text;
+use super::elements::{elements_text, elements_text_sized};
 use super::expr::{Attrs, REG_VERDICT};
 use super::exthdrs;
 use super::fields::{
@@ -77,8 +77,15 @@ pub(crate) enum Val {
     },
     /// A value whose byte order a `byteorder` expression reversed.
     Swapped(Box<Val>),
-    /// The result of a map lookup, already printed (`ip saddr map @m`).
+    /// Text already printed (`bitwise …`).
     Text(String),
+    /// The result of a map lookup, already printed (`ip saddr map @m`), with the map's name and
+    /// the protocols its key relies on: they count for the statement that uses the value.
+    Map {
+        text: String,
+        set: String,
+        needs: Vec<(Layer, u32)>,
+    },
     Unknown,
 }
 
@@ -87,9 +94,14 @@ struct Stmt {
     text: String,
     /// This statement pins a layer's protocol (`meta l4proto tcp`).
     dep: Option<(Layer, u32)>,
-    /// The dependency is a network header field (`ip protocol`, `ip6 nexthdr`), which nft keeps
-    /// before transport fields where the family does not imply the network protocol.
-    dep_nh: bool,
+    /// The payload base of the dependency's field (1 for `ip protocol`, 0 for `ether type`):
+    /// nft keeps a network header dependency before transport fields where the family does not
+    /// imply the network protocol, and a dependency before a protocol field of its own header
+    /// (`ether type 8021q` before `vlan type ip`).
+    dep_base: Option<u32>,
+    /// A match (`tcp dport 22`), not a statement (`counter`, `meta mark set 1`): a statement
+    /// hides the dependencies its own fields rely on, then ends the reach of earlier ones.
+    is_match: bool,
     /// Protocols this statement's fields rely on.
     needs: Vec<(Layer, u32)>,
     /// Layers whose dependency this statement hides whatever its protocol (`reject with icmp`
@@ -147,7 +159,11 @@ impl<'a> Renderer<'a> {
             }
             for (layer, proto) in &s.needs {
                 if let Some(&(j, p)) = deps.get(layer) {
-                    if *layer == Layer::L4 && keeps_nh && self.stmts[j].dep_nh {
+                    let base = self.stmts[j].dep_base;
+                    if *layer == Layer::L4 && keeps_nh && base == Some(1) {
+                        continue;
+                    }
+                    if s.dep.is_some() && base.is_some() && base == s.dep_base {
                         continue;
                     }
                     if p == *proto {
@@ -171,6 +187,9 @@ impl<'a> Renderer<'a> {
             if let Some((layer, proto)) = s.dep {
                 deps.insert(layer, (i, proto));
             }
+            if !s.is_match {
+                deps.clear();
+            }
         }
         let mut parts: Vec<String> = self
             .stmts
@@ -193,16 +212,38 @@ impl<'a> Renderer<'a> {
         s.join(" ")
     }
 
+    /// Add a statement (`counter`, `meta mark set 1`, `reject`).
     pub(crate) fn emit(&mut self, text: impl Into<String>) {
+        self.push(text.into(), None, None, false);
+    }
+
+    /// Add a match (`tcp dport 22`).
+    pub(crate) fn emit_match(&mut self, text: impl Into<String>) {
+        self.push(text.into(), None, None, true);
+    }
+
+    fn push(&mut self, text: String, dep: Option<(Layer, u32)>, base: Option<u32>, m: bool) {
         let needs = std::mem::take(&mut self.needs);
         let releases = std::mem::take(&mut self.releases);
         self.stmts.push(Stmt {
-            text: text.into(),
-            dep: None,
-            dep_nh: false,
+            text,
+            dep,
+            dep_base: base,
+            is_match: m,
             needs,
             releases,
         });
+    }
+
+    /// How many protocols the next statement relies on so far (see [`Renderer::forget_needs`]).
+    pub(crate) fn needs_mark(&self) -> usize {
+        self.needs.len()
+    }
+
+    /// The next statement relies on none of the protocols recorded since `mark`: nft does not
+    /// let the ports of a nat, masquerade or redirect statement hide a dependency.
+    pub(crate) fn forget_needs(&mut self, mark: usize) {
+        self.needs.truncate(mark);
     }
 
     /// The next statement hides the dependency that pinned this layer, whichever protocol.
@@ -244,6 +285,7 @@ impl<'a> Renderer<'a> {
     pub(crate) fn ctx(&self) -> fields::Ctx {
         fields::Ctx {
             l3: self.l3(),
+            link: self.l3,
             l4: self.l4,
             icmp: self.icmp,
         }
@@ -258,9 +300,34 @@ impl<'a> Renderer<'a> {
                 let (o, l) = (off.saturating_mul(8), len.saturating_mul(8));
                 exthdrs::field(*op, *ty, o, l).unwrap_or_else(|| exthdrs::raw(*op, *ty, o, l))
             }
+            // Addresses name their protocol where the rule pinned it (`ct original ip saddr`).
+            Val::Ct {
+                key: key @ (8 | 9),
+                dir,
+            } if matches!(self.l3(), Some(2 | 10)) => {
+                let p = self.l3().unwrap_or(2);
+                let (name, ty, len) = match (p, key) {
+                    (10, 8) => ("ip6 saddr", Ty::Ipv6, 16),
+                    (10, _) => ("ip6 daddr", Ty::Ipv6, 16),
+                    (_, 8) => ("ip saddr", Ty::Ipv4, 4),
+                    _ => ("ip daddr", Ty::Ipv4, 4),
+                };
+                let d = match dir {
+                    Some(0) => "original ",
+                    Some(1) => "reply ",
+                    _ => "",
+                };
+                let mut f = Field::sized(format!("ct {d}{name}"), ty, Order::Big, len);
+                f.needs = Some((Layer::L3, p));
+                f
+            }
             Val::Ct { key, dir } => fields::ct(*key, *dir),
             Val::Field(f) => f.clone(),
             Val::Presence(t) | Val::Text(t) => Field::opaque(t.clone()),
+            Val::Map { text, needs, .. } => {
+                self.needs.extend(needs.iter().copied());
+                Field::opaque(text.clone())
+            }
             Val::Imm(b) => Field::opaque(values::hex(b, Order::Big)),
             Val::Bits { src, mask, xor } => {
                 if xor.iter().all(|b| *b == 0) {
@@ -289,10 +356,13 @@ impl<'a> Renderer<'a> {
             Val::Shift { src, left, n } => {
                 let f = self.field(src);
                 let op = if *left { "<<" } else { ">>" };
-                Field {
-                    text: format!("{} {op} {n}", f.text),
-                    ..f
-                }
+                // A bit operation under the shift keeps its parentheses.
+                let text = if matches!(**src, Val::Bits { .. }) {
+                    format!("({}) {op} {n}", f.text)
+                } else {
+                    format!("{} {op} {n}", f.text)
+                };
+                Field { text, ..f }
             }
             Val::Swapped(src) => {
                 let f = self.field(src);
@@ -352,6 +422,27 @@ impl<'a> Renderer<'a> {
         Some((f, tz))
     }
 
+    /// A masked payload load that is exactly a whole-byte header field inside it (`ip ttl` in a
+    /// 16-bit rewrite): the field and how far its value sits to the left.
+    fn byte_field(&mut self, src: &Val, mask: &[u8]) -> Option<(Field, u32)> {
+        let Val::Payload { base, offset, .. } = src else {
+            return None;
+        };
+        let m = to_u128(mask);
+        let bits = mask.len() as u32 * 8;
+        let (ones, tz) = (m.count_ones(), m.trailing_zeros());
+        if ones == 0 || ones % 8 != 0 || tz % 8 != 0 || (m >> tz) != (1u128 << ones) - 1 {
+            return None;
+        }
+        let at = offset + (bits - ones - tz) / 8;
+        let f = fields::payload(*base, at, ones / 8, self.ctx());
+        if f.text.starts_with('@') || f.full_len != (ones / 8) as usize {
+            return None;
+        }
+        self.note_needs(&f);
+        Some((f, tz))
+    }
+
     /// `<field> set <value>` for payload/meta/ct writes. A write to a header field narrower
     /// than its bytes is a read-modify-write of those bytes (`@nh,0,16 set (@nh,0,16 & 0xfffc)
     /// ^ 0x1`): the bits the mask clears are the field, the xor its new value (`ip ecn set ect1`).
@@ -372,7 +463,10 @@ impl<'a> Renderer<'a> {
             let keep: Vec<u8> = mask.iter().map(|b| !b).collect();
             let x = to_u128(xor);
             if same && xor.len() == mask.len() && x & to_u128(mask) == 0 {
-                if let Some((f, shift)) = self.bit_field(dst, &keep) {
+                if let Some((f, shift)) = self
+                    .bit_field(dst, &keep)
+                    .or_else(|| self.byte_field(dst, &keep))
+                {
                     let value = (x >> shift).to_be_bytes();
                     let text = values::format(f.ty, Order::Big, &value[16 - f.full_len.max(1)..]);
                     self.emit(format!("{} set {text}", f.text));
@@ -421,12 +515,9 @@ impl<'a> Renderer<'a> {
             }
             Val::Presence(text) => {
                 let present = values::int(&data, Order::Host) != 0;
-                let word = if present == (op == CMP_EQ) {
-                    "exists"
-                } else {
-                    "missing"
-                };
-                self.emit(format!("{text} {word}"));
+                let word = if present { "exists" } else { "missing" };
+                let ne = if op == CMP_EQ { "" } else { "!= " };
+                self.emit_match(format!("{text} {ne}{word}"));
             }
             Val::Payload { base, offset, len } if op == CMP_EQ => {
                 match fields::expand(*base, *offset, *len, self.ctx()) {
@@ -434,7 +525,7 @@ impl<'a> Renderer<'a> {
                         for (f, at, n) in parts {
                             let part = data.get(at..at + n).unwrap_or(&[]);
                             self.note_needs(&f);
-                            self.emit(format!("{} {}", f.text, rhs(&f, part)));
+                            self.cmp_field(f, Some(*base), op, part);
                         }
                     }
                     None => self.cmp_plain(&v, op, &data),
@@ -443,7 +534,7 @@ impl<'a> Renderer<'a> {
             Val::Bits { .. } => {
                 let f = self.field(&v);
                 let sym = if op == CMP_EQ { "== " } else { op_prefix(op) };
-                self.emit(format!("{} {sym}{}", f.text, rhs(&f, &data)));
+                self.emit_match(format!("{} {sym}{}", f.text, rhs(&f, &data)));
             }
             _ => self.cmp_plain(&v, op, &data),
         }
@@ -451,6 +542,16 @@ impl<'a> Renderer<'a> {
 
     fn cmp_plain(&mut self, v: &Val, op: u32, data: &[u8]) {
         let f = self.field(v);
+        let base = match v {
+            Val::Payload { base, .. } => Some(*base),
+            _ => None,
+        };
+        self.cmp_field(f, base, op, data);
+    }
+
+    /// A field (of payload base `base`, if a payload) compared with a value; a match on a field
+    /// that names a layer's protocol is a dependency for what follows.
+    fn cmp_field(&mut self, f: Field, base: Option<u32>, op: u32, data: &[u8]) {
         let text = if f.ty.is_flags() && (op == CMP_EQ || op == CMP_NEQ) {
             // A whole flag word compared: nft says `==` (the bare form tests any of the bits)
             // and names only a single flag.
@@ -473,6 +574,10 @@ impl<'a> Renderer<'a> {
                         0x0800 => 2,
                         0x86dd => 10,
                         0x0806 => 3,
+                        // A VLAN header inside a VLAN header: one deeper.
+                        other if f.text == "vlan type" => {
+                            (other << 16) | (self.l3.map_or(0, |p| p & 0xff) + 1)
+                        }
                         other => other << 16,
                     },
                     _ => raw,
@@ -483,17 +588,9 @@ impl<'a> Renderer<'a> {
                     Layer::L4 => self.l4 = Some(proto),
                     Layer::IcmpType => self.icmp = Some(proto),
                 }
-                let needs = std::mem::take(&mut self.needs);
-                let releases = std::mem::take(&mut self.releases);
-                self.stmts.push(Stmt {
-                    text,
-                    dep: Some((layer, proto)),
-                    dep_nh: matches!(v, Val::Payload { base: 1, .. }),
-                    needs,
-                    releases,
-                });
+                self.push(text, Some((layer, proto)), base, true);
             }
-            _ => self.emit(text),
+            _ => self.emit_match(text),
         }
     }
 
@@ -502,27 +599,40 @@ impl<'a> Renderer<'a> {
             let v = data.iter().fold(0u128, |v, b| (v << 8) | u128::from(*b)) >> shift;
             let bytes = v.to_be_bytes();
             let value = values::format(f.ty, Order::Big, &bytes[16 - f.full_len.max(1)..]);
-            self.emit(format!("{} {}{value}", f.text, op_prefix(op)));
+            self.emit_match(format!("{} {}{value}", f.text, op_prefix(op)));
             return;
-        }
-        if let Val::Payload {
-            base: 0,
-            offset: 14,
-            len: 2,
-        } = src
-        {
-            if mask == [0x0f, 0xff] && self.l3 == Some(0x8100 << 16) {
-                self.needs.push((Layer::L3, 0x8100 << 16));
-                let id = values::int(data, Order::Big);
-                self.emit(format!("vlan id {}{id}", op_prefix(op)));
-                return;
-            }
         }
         let f = self.field(src);
         if matches!(f.ty, Ty::Ipv4 | Ty::Ipv6) {
             if let Some(plen) = values::prefix_len(mask) {
                 let p = values::prefix(f.ty, data, plen);
-                self.emit(format!("{} {}{p}", f.text, op_prefix(op)));
+                self.emit_match(format!("{} {}{p}", f.text, op_prefix(op)));
+                return;
+            }
+        }
+        if f.ty == Ty::CtLabel && op == CMP_NEQ && data.iter().all(|b| *b == 0) {
+            let label = values::format(f.ty, f.order, mask);
+            self.emit_match(format!("{} {label}", f.text));
+            return;
+        }
+        if f.ty.is_flags() && mask.len() == f.full_len && mask.iter().all(|b| *b == 0xff) {
+            // The mask covers the whole field: a plain compare.
+            self.cmp_plain(src, op, data);
+            return;
+        }
+        if f.ty == Ty::Mark && (op == CMP_EQ || op == CMP_NEQ) {
+            let (m, d) = (values::int(mask, f.order), values::int(data, f.order));
+            // A mask of leading ones is a prefix: `meta mark 0x12340000/16`.
+            let bits = mask.len() as u32 * 8;
+            let plen = if bits <= 32 {
+                (m << (64 - bits)).leading_ones()
+            } else {
+                0
+            };
+            let prefix = plen > 0 && plen < bits && m.count_ones() == plen;
+            if prefix && d & !m == 0 {
+                let value = values::format(f.ty, f.order, data);
+                self.emit_match(format!("{} {}{value}/{plen}", f.text, op_prefix(op)));
                 return;
             }
         }
@@ -544,13 +654,13 @@ impl<'a> Renderer<'a> {
                     values::flags(f.ty, m)
                 ),
             };
-            self.emit(text);
+            self.emit_match(text);
             return;
         }
         if f.text == "ip dscp" || (mask == [0xfc] && f.text == "@nh,8,8" && self.l3() == Some(2)) {
             let d = values::int(data, Order::Big) >> 2;
             let name = values::format(Ty::Dscp, Order::Big, &[d as u8]);
-            self.emit(format!("ip dscp {}{name}", op_prefix(op)));
+            self.emit_match(format!("ip dscp {}{name}", op_prefix(op)));
             return;
         }
         let sym = if op == CMP_EQ {
@@ -564,7 +674,7 @@ impl<'a> Renderer<'a> {
             values::format(f.ty, f.order, mask),
             values::format(f.ty, f.order, data)
         );
-        self.emit(text);
+        self.emit_match(text);
     }
 
     pub(super) fn range(&mut self, v: &Val, neq: bool, from: &[u8], to: &[u8]) {
@@ -577,7 +687,7 @@ impl<'a> Renderer<'a> {
                 };
                 let ne = if neq { "!= " } else { "" };
                 let text = format!("{} {ne}{}-{}", f.text, at(from), at(to));
-                self.emit(text);
+                self.emit_match(text);
                 return;
             }
         }
@@ -589,7 +699,7 @@ impl<'a> Renderer<'a> {
             values::range_end(f.ty, f.order, from),
             values::range_end(f.ty, f.order, to)
         );
-        self.emit(text);
+        self.emit_match(text);
     }
 
     pub(super) fn lookup(&mut self, a: &Attrs<'_>) {
@@ -597,6 +707,7 @@ impl<'a> Renderer<'a> {
         let inv = a.u32(5).unwrap_or(0) & 1 != 0;
         let loaded = self.load(a.reg(2));
         let mut masked = false;
+        let mark = self.needs.len();
         let (key, set) = match &loaded {
             // A header field narrower than its bytes: the set holds the masked bytes, printed
             // as the field's values (`ip dscp { cs1, af41 }`).
@@ -608,14 +719,14 @@ impl<'a> Renderer<'a> {
                     }
                     None => {
                         masked = true;
-                        let (key, types) = self.key_text(a.reg(2), &name);
-                        (key, self.set_ref(&name, &types, RULE_SET_MAX))
+                        let (key, types, sizes) = self.key_text(a.reg(2), &name);
+                        (key, self.set_ref(&name, &types, &sizes, RULE_SET_MAX))
                     }
                 }
             }
             _ => {
-                let (key, types) = self.key_text(a.reg(2), &name);
-                (key, self.set_ref(&name, &types, RULE_SET_MAX))
+                let (key, types, sizes) = self.key_text(a.reg(2), &name);
+                (key, self.set_ref(&name, &types, &sizes, RULE_SET_MAX))
             }
         };
         match a.reg(3) {
@@ -626,20 +737,32 @@ impl<'a> Renderer<'a> {
                     (false, true) => "== ",
                     _ => "",
                 };
-                self.emit(format!("{key} {ne}{set}"));
+                self.emit_match(format!("{key} {ne}{set}"));
             }
-            Some(REG_VERDICT) => self.emit(format!("{key} vmap {set}")),
+            Some(REG_VERDICT) => self.emit_match(format!("{key} vmap {set}")),
             reg => {
                 // The map's value is consumed by a later statement (nat, set...), which
                 // inherits the protocols the key relied on.
-                self.store(reg, Val::Text(format!("{key} map {set}")));
+                let needs = self.needs.split_off(mark.min(self.needs.len()));
+                let v = Val::Map {
+                    text: format!("{key} map {set}"),
+                    set: name,
+                    needs,
+                };
+                self.store(reg, v);
             }
         }
     }
 
     /// The key of a set operation starting at register `sreg`: one field, or a concatenation
     /// spanning several registers when the set's key type says so.
-    pub(crate) fn key_text(&mut self, sreg: Option<u32>, set: &str) -> (String, Vec<(Ty, Order)>) {
+    /// Also the parts' types and byte sizes: a part of a type nft gives no size (integers,
+    /// raw payloads) is as wide as its load (`vlan id` 2 bytes, `@th,160,128` 16).
+    pub(crate) fn key_text(
+        &mut self,
+        sreg: Option<u32>,
+        set: &str,
+    ) -> (String, Vec<(Ty, Order)>, Vec<usize>) {
         let set_types = self
             .sets
             .set_info(set)
@@ -648,20 +771,28 @@ impl<'a> Renderer<'a> {
         let count = set_types.len().max(1);
         let mut texts = Vec::new();
         let mut types = Vec::new();
+        let mut sizes = Vec::new();
         let mut reg = sreg;
         for i in 0..count {
             let v = self.load(reg);
             let f = self.field(&v);
             let ty = match set_types.get(i) {
                 Some(Ty::Other) | None => f.ty,
+                Some(Ty::Integer) if f.ty == Ty::HexInt => f.ty,
                 Some(t) => *t,
             };
-            let size = ty.size().unwrap_or(f.full_len.max(1));
+            let sizeless = matches!(ty, Ty::Integer | Ty::Hex | Ty::HexInt | Ty::Other);
+            let size = match ty.size() {
+                Some(_) if sizeless && f.full_len > 0 => f.full_len,
+                Some(n) => n,
+                None => f.full_len.max(1),
+            };
             types.push((ty, f.order));
+            sizes.push(size);
             texts.push(f.text);
             reg = reg.map(|r| r.saturating_add(size.div_ceil(4) as u32));
         }
-        (texts.join(" . "), types)
+        (texts.join(" . "), types, sizes)
     }
 
     /// The elements of an anonymous set keyed by a bit field, each shifted down to the field.
@@ -689,9 +820,17 @@ impl<'a> Renderer<'a> {
     }
 
     /// `@name`, or the elements of an anonymous set.
-    pub(crate) fn set_ref(&self, name: &str, key: &[(Ty, Order)], max: usize) -> String {
+    pub(crate) fn set_ref(
+        &self,
+        name: &str,
+        key: &[(Ty, Order)],
+        sizes: &[usize],
+        max: usize,
+    ) -> String {
         match self.sets.set_info(name) {
-            Some((set, elems)) if set.is_anonymous() => elements_text(set, &elems, key, max),
+            Some((set, elems)) if set.is_anonymous() => {
+                elements_text_sized(set, &elems, key, sizes, max)
+            }
             _ => format!("@{name}"),
         }
     }

@@ -45,12 +45,16 @@ pub(crate) fn render(r: &mut Renderer<'_>, e: &Expr, a: &Attrs<'_>) {
             let text = nat(r, a);
             r.emit(text);
         }
+        // nft hides no dependency for the ports of a masquerade or redirect (`ip protocol tcp
+        // redirect to :tcp dport map { 22 : 8000 }` keeps its `ip protocol tcp`).
         "masq" => {
             let text = ports_stmt(r, "masquerade", a.reg(2), a.reg(3), a.u32(1));
+            r.forget_needs(0);
             r.emit(text);
         }
         "redir" => {
             let text = ports_stmt(r, "redirect", a.reg(1), a.reg(2), a.u32(3));
+            r.forget_needs(0);
             r.emit(text);
         }
         "queue" => {
@@ -72,7 +76,16 @@ pub(crate) fn render(r: &mut Renderer<'_>, e: &Expr, a: &Attrs<'_>) {
                 (a.reg(1), a.reg(2))
             };
             let dev = r.load(dev_reg);
-            let mut text = format!("{} to", e.name);
+            let mut text = e.name.clone();
+            // fwd to an address names the address family.
+            if e.name == "fwd" && addr_reg.is_some() {
+                match a.u32(3) {
+                    Some(2) => text.push_str(" ip"),
+                    Some(10) => text.push_str(" ip6"),
+                    _ => {}
+                }
+            }
+            text.push_str(" to");
             if let Some(addr) = addr_reg {
                 let v = r.load(Some(addr));
                 text = format!("{text} {}", value_as(r, &v, Ty::Ipv4));
@@ -316,34 +329,79 @@ fn ports_stmt(
     format!("{text}{}", nat_flags(flags.unwrap_or(0)))
 }
 
+/// `snat`/`dnat`. As nft does: the address family is named in inet tables, and wherever the
+/// address comes from a map whose values are ranges or address . port pairs; the addresses'
+/// fields can hide a dependency, the ports' cannot.
 fn nat(r: &mut Renderer<'_>, a: &Attrs<'_>) -> String {
     let kind = if a.u32(1) == Some(1) { "dnat" } else { "snat" };
     let fam = a.u32(2).unwrap_or(2);
+    let flags = a.u32(7).unwrap_or(0);
     let addr_ty = if fam == 10 { Ty::Ipv6 } else { Ty::Ipv4 };
+    let fam_word = if fam == 10 { " ip6" } else { " ip" };
+    // NF_NAT_RANGE_NETMAP: the map's addresses are prefixes mapped onto prefixes.
+    let prefix = if flags & 0x40 != 0 { " prefix" } else { "" };
+    let v6 = addr_ty == Ty::Ipv6;
+    let addr_bits = if v6 { 128 } else { 32 };
+    let max_reg = a.reg(4).filter(|m| Some(*m) != a.reg(3));
+    let addr_v = r.load(a.reg(3));
+    if let Val::Map { text: map, set, .. } = &addr_v {
+        let (interval, bits) = r
+            .sets
+            .set_info(set)
+            .map(|(s, _)| (s.data_interval, s.data_len.unwrap_or(0) * 8))
+            .unwrap_or((false, 0));
+        // Values that are ranges (of addresses, or of address . port), or address . port
+        // pairs: the map fills every register of the statement.
+        let ranges = interval && (bits == 2 * addr_bits || bits == 2 * (addr_bits + 32));
+        let pairs = max_reg.is_none() && bits == addr_bits + 32;
+        if ranges || pairs {
+            // The key's fields, which can hide a dependency.
+            r.field(&addr_v);
+            return format!("{kind}{fam_word}{prefix} to {map}{}", nat_flags(flags));
+        }
+    }
     let mut text = kind.to_string();
-    if r.family == NFPROTO_INET {
-        text.push_str(if fam == 10 { " ip6" } else { " ip" });
+    // The address family is named where the table's does not say it, and only for an address.
+    if r.family == NFPROTO_INET && a.reg(3).is_some() {
+        text.push_str(fam_word);
+    }
+    if a.reg(3).is_some() || a.reg(5).is_some() {
+        text.push_str(prefix);
     }
     let addr = a.reg(3).map(|min| {
         let lo_v = r.load(Some(min));
         let lo = value_as(r, &lo_v, addr_ty);
-        match a.reg(4) {
-            Some(max) if max != min => {
+        match max_reg {
+            Some(max) => {
                 let hi_v = r.load(Some(max));
-                format!("{lo}-{}", value_as(r, &hi_v, addr_ty))
+                // A range that is exactly a prefix prints as one (`192.168.3.0/24`).
+                if let (Val::Imm(l), Val::Imm(h)) = (&lo_v, &hi_v) {
+                    let whole = values::interval(addr_ty, Order::Big, l, h);
+                    if whole.contains('/') {
+                        return whole;
+                    }
+                }
+                let hi = value_as(r, &hi_v, addr_ty);
+                if v6 && a.reg(5).is_some() {
+                    format!("[{lo}]-[{hi}]")
+                } else {
+                    format!("{lo}-{hi}")
+                }
             }
+            _ if v6 && a.reg(5).is_some() => format!("[{lo}]"),
             _ => lo,
         }
     });
+    let mark = r.needs_mark();
     let port = ports(r, a.reg(5), a.reg(6));
+    r.forget_needs(mark);
     match (addr, port) {
-        (Some(ad), Some(p)) if addr_ty == Ty::Ipv6 => text = format!("{text} to [{ad}]:{p}"),
         (Some(ad), Some(p)) => text = format!("{text} to {ad}:{p}"),
         (Some(ad), None) => text = format!("{text} to {ad}"),
         (None, Some(p)) => text = format!("{text} to :{p}"),
         (None, None) => {}
     }
-    format!("{text}{}", nat_flags(a.u32(7).unwrap_or(0)))
+    format!("{text}{}", nat_flags(flags))
 }
 
 fn queue(r: &mut Renderer<'_>, a: &Attrs<'_>) -> String {
@@ -383,7 +441,12 @@ fn queue(r: &mut Renderer<'_>, a: &Attrs<'_>) -> String {
 }
 
 fn objref(r: &mut Renderer<'_>, a: &Attrs<'_>) -> String {
-    let what = match a.u32(1).unwrap_or(0) {
+    let set = a.string(4).unwrap_or_default();
+    // An object map says the objects' type in the set, not in the expression.
+    let ty = a
+        .u32(1)
+        .or_else(|| r.sets.set_info(&set).and_then(|(s, _)| s.obj_type));
+    let what = match ty.unwrap_or(0) {
         1 => "counter name",
         2 => "quota name",
         3 => "ct helper set",
@@ -399,15 +462,14 @@ fn objref(r: &mut Renderer<'_>, a: &Attrs<'_>) -> String {
     if let Some(name) = a.string(2) {
         return format!("{what} \"{name}\"");
     }
-    let set = a.string(4).unwrap_or_default();
-    let (key, types) = r.key_text(a.reg(3), &set);
-    let set_text = r.set_ref(&set, &types, 1000);
+    let (key, types, sizes) = r.key_text(a.reg(3), &set);
+    let set_text = r.set_ref(&set, &types, &sizes, 1000);
     let what = if what == "objref" {
-        "objref"
+        "objref name"
     } else {
-        what.split(' ').next().unwrap_or(what)
+        what
     };
-    format!("{what} name {key} map {set_text}")
+    format!("{what} {key} map {set_text}")
 }
 
 fn tproxy(r: &mut Renderer<'_>, a: &Attrs<'_>) -> String {
@@ -432,6 +494,7 @@ fn tproxy(r: &mut Renderer<'_>, a: &Attrs<'_>) -> String {
     match (addr, port) {
         (Some(ad), Some(p)) if ty == Ty::Ipv6 => format!("{text} to [{ad}]:{p}"),
         (Some(ad), Some(p)) => format!("{text} to {ad}:{p}"),
+        (Some(ad), None) if ty == Ty::Ipv6 => format!("{text} to [{ad}]"),
         (Some(ad), None) => format!("{text} to {ad}"),
         (None, Some(p)) => format!("{text} to :{p}"),
         (None, None) => text,

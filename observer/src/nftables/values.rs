@@ -45,6 +45,8 @@ pub(crate) enum Ty {
     CtDir,
     /// Conntrack event bits (`ct event set new,destroy`).
     CtEvent,
+    /// Conntrack labels, a bitmap whose bit n is in byte n / 8: printed as the bit number.
+    CtLabel,
     TcpFlags,
     IcmpType,
     Icmp6Type,
@@ -107,7 +109,8 @@ impl Ty {
             28 => Ty::CtStatus,
             29 => Ty::Icmp6Type,
             31 => Ty::PktType,
-            32..=34 => Ty::IcmpCode,
+            32 => Ty::IcmpCode,
+            33 => Ty::Icmp6Code,
             36 => Ty::Dscp,
             38 => Ty::FibAddrType,
             39 => Ty::Boolean,
@@ -223,6 +226,17 @@ pub(crate) fn hex(bytes: &[u8], order: Order) -> String {
     format!("0x{:0width$x}", int(bytes, order), width = bytes.len() * 2)
 }
 
+/// An IPv6 address as inet_ntop writes it, which nft uses: like Rust's, except that an
+/// IPv4-compatible address (`::a.b.c.d`, first 96 bits zero) keeps its dotted tail.
+fn ipv6_text(a: Ipv6Addr) -> String {
+    let w = a.segments();
+    if w[..6].iter().all(|x| *x == 0) && w[6] != 0 {
+        let o = a.octets();
+        return format!("::{}", Ipv4Addr::new(o[12], o[13], o[14], o[15]));
+    }
+    a.to_string()
+}
+
 /// Print one value of a type.
 pub(crate) fn format(ty: Ty, order: Order, bytes: &[u8]) -> String {
     let n = int(bytes, order);
@@ -232,7 +246,7 @@ pub(crate) fn format(ty: Ty, order: Order, bytes: &[u8]) -> String {
             Err(_) => hex(bytes, Order::Big),
         },
         Ty::Ipv6 => match <[u8; 16]>::try_from(bytes) {
-            Ok(a) => Ipv6Addr::from(a).to_string(),
+            Ok(a) => ipv6_text(Ipv6Addr::from(a)),
             Err(_) => hex(bytes, Order::Big),
         },
         // A whole name ending in `*` escapes it: unescaped, it would read as a wildcard.
@@ -295,7 +309,11 @@ pub(crate) fn format(ty: Ty, order: Order, bytes: &[u8]) -> String {
         Ty::FibAddrType => named(FIB_ADDR, n),
         Ty::PktType => named(PKTTYPE, n),
         Ty::ArpOp => named(ARPOP, n),
-        Ty::Dscp => named(DSCP, n),
+        // DSCP values without a name are hex, two digits (`ip6 dscp set 0x3f`).
+        Ty::Dscp => match DSCP.iter().find(|(v, _)| *v == n) {
+            Some((_, name)) => (*name).to_string(),
+            None => format!("0x{n:02x}"),
+        },
         Ty::MhType => named(MH_TYPE, n),
         Ty::Arphrd => named(ARPHRD, n),
         Ty::Devgroup => quoted(super::symbols::devgroup(n), n),
@@ -315,6 +333,15 @@ pub(crate) fn format(ty: Ty, order: Order, bytes: &[u8]) -> String {
         }
         Ty::Msecs => duration(n),
         Ty::Ecn => named(ECN, n),
+        Ty::CtLabel => {
+            let set: Vec<usize> = (0..bytes.len() * 8)
+                .filter(|i| bytes[i / 8] & (1 << (i % 8)) != 0)
+                .collect();
+            match set.as_slice() {
+                [bit] => bit.to_string(),
+                _ => hex(bytes, Order::Big),
+            }
+        }
         Ty::IgmpType => named(IGMP_TYPE, n),
         Ty::DccpType => named(DCCP_TYPE, n),
         Ty::Verdict => n.to_string(),
@@ -404,7 +431,7 @@ fn date(ns: u64) -> String {
 /// milliseconds print as seconds, as nft prints them there.
 pub(crate) fn range_end(ty: Ty, order: Order, bytes: &[u8]) -> String {
     match ty {
-        Ty::InetProto => int(bytes, order).to_string(),
+        Ty::InetProto | Ty::ArpOp | Ty::Icmp6Code => int(bytes, order).to_string(),
         Ty::Msecs => format!("{}s", int(bytes, order) / 1000),
         _ => format(ty, order, bytes),
     }
