@@ -218,6 +218,7 @@ fn fingerprints_ignore_counters() {
     assert_eq!(all.len(), len);
 }
 
+mod arp_live;
 mod blobs;
 mod carry;
 mod changes;
