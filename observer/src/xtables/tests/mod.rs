@@ -223,5 +223,6 @@ mod blobs;
 mod carry;
 mod changes;
 mod corpus;
+mod ebt_atomic;
 pub(crate) mod live;
 pub(crate) mod suite;
