@@ -40,28 +40,30 @@ fn ebt_skip_reason() -> Option<String> {
 /// in `file`: its script, run with the listing command pointed at the file and the table list
 /// (which it takes from /proc/modules) set to `table`.
 fn legacy_save(file: &std::path::Path, table: &str) -> Vec<String> {
-    let path = super::arp_live::which("ebtables-legacy-save");
     let legacy = super::arp_live::which("ebtables-legacy");
+    save_with(
+        &format!("{legacy} --atomic-file {}", file.display()),
+        table,
+        std::process::Command::new("perl"),
+    )
+}
+
+/// The installed save script's lines for `table`, listing it with `tool`, run by `perl`.
+fn save_with(tool: &str, table: &str, mut perl: std::process::Command) -> Vec<String> {
+    let path = super::arp_live::which("ebtables-legacy-save");
     let script = std::fs::read_to_string(path).expect("read ebtables-legacy-save");
     let script = script
         .replace(
             "my $ebtables = \"/usr/sbin/ebtables\";",
-            &format!(
-                "my $ebtables = \"{legacy} --atomic-file {}\";",
-                file.display()
-            ),
+            &format!("my $ebtables = \"{tool}\";"),
         )
         .replace("unless (-x $ebtables) { exit -1 };", "")
         .replace(
             "`grep -E '^ebtable_' /proc/modules | cut -f1 -d' ' | sed s/ebtable_//`",
             &format!("\"{table}\""),
         );
-    assert!(script.contains("--atomic-file"), "unexpected save script");
-    let out = std::process::Command::new("perl")
-        .arg("-e")
-        .arg(&script)
-        .output()
-        .expect("perl");
+    assert!(script.contains(tool), "unexpected save script");
+    let out = perl.arg("-e").arg(&script).output().expect("perl");
     assert!(out.status.success(), "ebtables-legacy-save: {out:?}");
     String::from_utf8_lossy(&out.stdout)
         .lines()
@@ -325,4 +327,73 @@ fn truncated_ebtables_blob_is_an_error() {
     bad[next..next + 4].copy_from_slice(&u32::MAX.to_ne_bytes());
     let e = ebt::decode_atomic(&bad).unwrap_err();
     assert!(e.to_string().contains("next_offset"), "{e}");
+}
+
+/// The kernel's side: real ebtables-legacy in a throw-away netns, the table read back through
+/// `EBT_SO_GET_ENTRIES` from a thread inside it, equal to `ebtables-legacy-save` and diffed at
+/// chain and rule level. Needs root and a kernel with legacy ebtables
+/// (`CONFIG_BRIDGE_NF_EBTABLES_LEGACY`); without them it skips, and fails under CI.
+#[test]
+fn live_ebtables_legacy_read_back() {
+    if let Some(why) = ebt_skip_reason().or_else(|| test_support::skip_reason(&["ip"])) {
+        test_support::skip(format_args!("{why}"));
+        return;
+    }
+    let ns = live::Netns::add(format!("obs-ebt-live-{}", std::process::id())).expect("netns");
+    if let Err(e) = ns.run("ebtables-legacy", &["-t", "filter", "-L"]) {
+        test_support::skip(format_args!("the kernel has no legacy ebtables: {e}"));
+        return;
+    }
+    let legacy = super::arp_live::which("ebtables-legacy");
+    let read = || {
+        ns.enter(|| {
+            let socks = crate::xtables::XtSockets::open()?;
+            ebt::read_table(socks.inet(), "filter")
+        })
+        .expect("thread")
+        .expect("read")
+    };
+    let s = |x: &str| Some(x.to_string());
+    let mut prev = read();
+    let mut step = |args: &[&str]| -> Vec<Seen> {
+        ns.run("ebtables-legacy", args)
+            .unwrap_or_else(|e| panic!("ebtables-legacy {args:?}: {e}"));
+        let now = read();
+        let want = save_with(&legacy, "filter", ns.command("perl"));
+        assert_eq!(now.save_lines(), want, "after {args:?}");
+        let out = ebt::diff(Some(&prev), Some(&now));
+        prev = now;
+        out.into_iter()
+            .map(|c| (c.op, c.chain, c.rule, c.position, c.detail))
+            .collect()
+    };
+    assert_eq!(
+        step(&["-N", "FOO"]),
+        vec![(Op::ChainCreate, s("FOO"), None, None, None)]
+    );
+    let rule = "-p IPv4 -i eth0 --ip-src 10.0.0.1 -j FOO";
+    let mut args = vec!["-A", "FORWARD"];
+    args.extend(shell_words(rule));
+    assert_eq!(
+        step(&args),
+        vec![(Op::RuleAdd, s("FORWARD"), s(rule), Some(0), None)]
+    );
+    assert_eq!(
+        step(&["-P", "INPUT", "DROP"]),
+        vec![(
+            Op::ChainUpdate,
+            s("INPUT"),
+            None,
+            None,
+            s("policy ACCEPT -> DROP")
+        )]
+    );
+    assert_eq!(
+        step(&["-D", "FORWARD", "1"]),
+        vec![(Op::RuleDelete, s("FORWARD"), s(rule), Some(0), None)]
+    );
+    assert_eq!(
+        step(&["-X", "FOO"]),
+        vec![(Op::ChainDelete, s("FOO"), None, None, None)]
+    );
 }
