@@ -169,7 +169,7 @@ pub enum Op {
     ElementAdd,
     ElementDelete,
     /// A whole-table replace seen but not diffed: one the kernel refused (`result` says why), or
-    /// an ebtables replace (not decoded).
+    /// an ebtables replace whose table could not be read back.
     TableReplace,
     /// An ipset renamed (`chain` is the old name, `detail` the new one).
     SetRename,

@@ -160,9 +160,12 @@ impl Engine {
     pub(super) async fn on_replace(&mut self, mut x: XtReplaceEvent) {
         let process = attribution::from_kernel(&x.process);
         let proto = xt_proto(x.kind);
+        if x.ret == 0 && proto.is_none() {
+            return self.on_bridge_replace(x, process).await;
+        }
         if x.ret != 0 || proto.is_none() {
-            // Refused by the kernel (nothing changed: no read, no diff), or an ebtables table,
-            // which is not decoded: one line for the attempt.
+            // Refused by the kernel (nothing changed: no read, no diff): one line for the
+            // attempt.
             let c = crate::xtables::replace_attempt(x.kind, &x.table, x.num_entries, x.ret);
             return self.emit_attempt(&x, process, c);
         }
@@ -275,6 +278,88 @@ impl Engine {
         ruleset::settle_flushes(&mut changes, &ruleset::FlushEvidence::from_args(&x.args));
         if let Some(t) = new {
             w.legacy.insert(key, Arc::new(t));
+        }
+        let name = w.handle.name.clone();
+        let time = Timestamp::from_boot_ns(x.ktime_ns);
+        let txn = format!("xt-{inode}-{}", x.ktime_ns);
+        self.emit_txn(
+            ChangeCtx {
+                inode,
+                name,
+                backend: Backend::Legacy,
+                time,
+                txn,
+                source: x.source.into(),
+                process,
+                replayed: false,
+                recovered: false,
+            },
+            changes,
+        );
+    }
+
+    /// An ebtables replace the kernel took: the table is read back through the namespace's
+    /// sockets (`EBT_SO_GET_ENTRIES`) and diffed with the copy held, into chain and rule
+    /// changes. A table not held yet (its first replace since observer started) is reported
+    /// whole. When it cannot be read, the replace is reported as one `table_replace` line.
+    async fn on_bridge_replace(&mut self, x: XtReplaceEvent, process: ProcessInfo) {
+        if !self.ensure_namespace(&x.process).await {
+            return;
+        }
+        let inode = x.process.netns;
+        let Some(w) = self.watched.get(&inode) else {
+            return;
+        };
+        let table = x.table.clone();
+        let read = match w.xt_socks.clone() {
+            Some(socks) => tokio::task::spawn_blocking(move || {
+                (None, xtables::ebt::read_table(socks.inet(), &table))
+            })
+            .await
+            .map_err(|e| e.to_string()),
+            None => {
+                let file = match w.handle.file.try_clone() {
+                    Ok(f) => f,
+                    Err(e) => return self.warn(format!("namespace {inode}: {e}")),
+                };
+                tokio::task::spawn_blocking(move || {
+                    netns::run_in(&file, move || match xtables::XtSockets::open() {
+                        Ok(socks) => {
+                            let t = xtables::ebt::read_table(socks.inet(), &table);
+                            (Some(socks), t)
+                        }
+                        Err(e) => (None, Err(e)),
+                    })
+                })
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| format!("entering the namespace: {e}")))
+            }
+        };
+        let (socks, new) = match read {
+            Ok((socks, Ok(t))) => (socks, Some(t)),
+            Ok((socks, Err(XtError::NoSuchTable { .. }))) => (socks, None),
+            Ok((_, Err(e))) => {
+                self.warn(format!(
+                    "reading ebtables table {} in namespace {inode}: {e}",
+                    x.table
+                ));
+                let c = crate::xtables::replace_attempt(x.kind, &x.table, x.num_entries, x.ret);
+                return self.emit_attempt(&x, process, c);
+            }
+            Err(e) => return self.warn(format!("namespace {inode}: {e}")),
+        };
+        let Some(w) = self.watched.get_mut(&inode) else {
+            return;
+        };
+        if let Some(s) = socks {
+            w.xt_socks = Some(Arc::new(s));
+        }
+        let old = w.bridge.remove(&x.table);
+        let mut changes = xtables::ebt::diff(old.as_ref(), new.as_ref());
+        ruleset::settle_flushes(&mut changes, &ruleset::FlushEvidence::from_args(&x.args));
+        if let Some(t) = new {
+            w.bridge.insert(x.table.clone(), t);
         }
         let name = w.handle.name.clone();
         let time = Timestamp::from_boot_ns(x.ktime_ns);

@@ -91,6 +91,8 @@ struct Watched {
     /// began: the copy of such a replace, still queued, must not be diffed against it (the
     /// read may also hold later replaces, which the diff would show undone).
     read_at: HashMap<(XtProto, String), u64>,
+    /// The ebtables tables as last read back after a replace, by name.
+    bridge: HashMap<String, xtables::ebt::EbTable>,
 }
 
 impl Drop for Watched {

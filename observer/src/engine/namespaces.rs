@@ -76,6 +76,7 @@ impl Engine {
             nft_reader: None,
             nft_snapshot: wants.then(|| Arc::new(AtomicBool::new(false))),
             xt_socks: None,
+            bridge: Default::default(),
         };
         if let (Some(sock), Some((state, gen))) = (baseline.socket, baseline.nft) {
             if new && !state.tables.is_empty() {

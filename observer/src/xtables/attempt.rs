@@ -1,6 +1,7 @@
 //! A legacy table replace reported as one line instead of a diff: one the kernel refused (the
 //! table is unchanged, so there is nothing to read or diff, but a person must see that a writer
-//! tried and failed), and ebtables replaces, whose tables observer does not decode.
+//! tried and failed), and ebtables replaces whose table could not be read back (the others are
+//! decoded and diffed like x_tables ones).
 
 use crate::hooks::decode::XtKind;
 use crate::ruleset::{Change, ChangeResult, Family, Op};
@@ -37,13 +38,15 @@ pub fn replace_attempt(
     let mut c = Change::new(Op::TableReplace, family, table);
     let (detail, result) = match (kind, ret) {
         (XtKind::Bridge, 0) => (
-            format!("ebtables table replaced ({entries} rules); ebtables rules are not decoded"),
+            format!(
+                "ebtables table replaced ({entries} rules); it could not be read back, so its \
+                 changes are not known"
+            ),
             ChangeResult::Applied,
         ),
         (XtKind::Bridge, _) => (
             format!(
-                "the kernel refused an ebtables replace ({entries} rules); ebtables rules are not \
-                 decoded"
+                "the kernel refused an ebtables replace ({entries} rules); the table is unchanged"
             ),
             ChangeResult::Refused(errno_text(ret)),
         ),
@@ -103,12 +106,13 @@ mod tests {
     }
 
     #[test]
-    fn ebtables_replaces_say_they_are_not_decoded() {
+    fn ebtables_replace_lines_say_why_there_is_no_diff() {
         let (c, result) = replace_attempt(XtKind::Bridge, "broute", 3, 0);
         assert_eq!(result, "ok");
         assert_eq!(c.family, Family::Bridge);
-        assert!(c.detail.unwrap().contains("not decoded"));
-        let (_, result) = replace_attempt(XtKind::Bridge, "filter", 3, -22);
+        assert!(c.detail.unwrap().contains("could not be read back"));
+        let (c, result) = replace_attempt(XtKind::Bridge, "filter", 3, -22);
         assert_eq!(result, "EINVAL: Invalid argument");
+        assert!(c.detail.unwrap().contains("unchanged"));
     }
 }

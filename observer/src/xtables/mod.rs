@@ -22,6 +22,7 @@ pub(crate) mod attempt;
 mod bytes;
 pub mod decode;
 pub mod diff;
+pub mod ebt;
 mod ext;
 mod packed;
 mod render;

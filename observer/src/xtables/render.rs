@@ -29,6 +29,10 @@ pub(crate) fn rule_text(table: &XtTable, rule: &XtRule) -> String {
     };
     let mut out = String::with_capacity(128);
     let header = e.header();
+    if table.proto == XtProto::Arp {
+        arp_rule(&mut out, table, &e, rule.verdict, header);
+        return out;
+    }
     match table.proto {
         XtProto::Ipv4 => ipv4_header(&mut out, header),
         XtProto::Ipv6 => ipv6_header(&mut out, header),
@@ -52,6 +56,32 @@ pub(crate) fn rule_text(table: &XtTable, rule: &XtRule) -> String {
         out.remove(0);
     }
     out
+}
+
+/// An arp_tables rule as arptables-legacy (0.0.5) lists it, which `arptables-legacy-save` copies:
+/// the target name first, then the `arpt_arp` fields, then the target's options (arp_tables
+/// has no matches).
+fn arp_rule(out: &mut String, table: &XtTable, e: &Entry<'_>, verdict: Verdict, header: &[u8]) {
+    let cx = Cx {
+        table,
+        proto: table.proto,
+    };
+    let mut t = String::new();
+    target(&mut t, &cx, e, verdict);
+    // " -j NAME[ options]": the name goes first, the options last.
+    let (name, options) = match t.strip_prefix(" -j ") {
+        Some(rest) => match rest.find(' ') {
+            Some(i) => (&t[..4 + i], &rest[i..]),
+            None => (t.as_str(), ""),
+        },
+        None => (t.as_str(), ""),
+    };
+    out.push_str(name);
+    arp_header(out, header);
+    out.push_str(options);
+    if out.starts_with(' ') {
+        out.remove(0);
+    }
 }
 
 /// `/24`, or `/255.0.255.0` for a mask that is not a prefix; nothing for `/32` when `omit_host`

@@ -105,6 +105,11 @@ impl XtSockets {
         })
     }
 
+    /// The IPv4 raw socket, through which ebtables is read too.
+    pub(crate) fn inet(&self) -> &OwnedFd {
+        &self.inet
+    }
+
     fn for_proto(&self, proto: XtProto) -> Result<&OwnedFd, XtError> {
         match proto {
             XtProto::Ipv4 | XtProto::Arp => Ok(&self.inet),
@@ -273,7 +278,7 @@ fn raw_socket(family: libc::c_int) -> Result<OwnedFd, XtError> {
 }
 
 /// `getsockopt` into `buf`; returns the length the kernel reported.
-fn getsockopt(
+pub(crate) fn getsockopt(
     sock: &OwnedFd,
     level: libc::c_int,
     opt: libc::c_int,

@@ -33,6 +33,17 @@ const DEB_PACKAGES: &[DebPackage] = &[
         ],
         optional: false,
     },
+    // arp_tables and ebtables (the legacy tools; their tests compare with the *-legacy-save).
+    DebPackage {
+        name: "arptables",
+        binaries: &["arptables-legacy", "arptables-legacy-save"],
+        optional: false,
+    },
+    DebPackage {
+        name: "ebtables",
+        binaries: &["ebtables-legacy", "ebtables-legacy-save"],
+        optional: false,
+    },
     DebPackage {
         name: "iproute2",
         binaries: &["ip"],

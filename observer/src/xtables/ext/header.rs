@@ -127,9 +127,50 @@ pub(super) const TARGETS: &[Row] = &[
         }
         Some(())
     }),
-    ("CLASSIFY", 0, 0, |o, _, d, _| {
+    ("CLASSIFY", 0, 0, |o, cx, d, _| {
         let p = crate::xtables::bytes::u32_at(d, 0)?;
-        let _ = write!(o, " --set-class {:04x}:{:04x}", p >> 16, p & 0xffff);
+        if cx.proto == crate::xtables::XtProto::Arp {
+            // arptables prints the class unpadded.
+            let _ = write!(o, " --set-class {:x}:{:x}", p >> 16, p & 0xffff);
+        } else {
+            let _ = write!(o, " --set-class {:04x}:{:04x}", p >> 16, p & 0xffff);
+        }
+        Some(())
+    }),
+    // arp_tables' `struct arpt_mangle`: source and target hardware addresses (16 bytes each),
+    // source and target IPv4 addresses, flags, then an int verdict at 44.
+    ("mangle", 0, 0, |o, cx, d, _| {
+        if cx.proto != crate::xtables::XtProto::Arp || d.len() < 48 {
+            return None;
+        }
+        let flags = u8_at(d, 40)?;
+        let mac = |o: &mut String, opt: &str, at: usize| {
+            let _ = write!(o, " {opt} ");
+            for (i, b) in d[at..at + 6].iter().enumerate() {
+                if i > 0 {
+                    o.push(':');
+                }
+                let _ = write!(o, "{b:02x}");
+            }
+        };
+        let ip = |at: usize| std::net::Ipv4Addr::new(d[at], d[at + 1], d[at + 2], d[at + 3]);
+        if flags & 0x04 != 0 {
+            let _ = write!(o, " --mangle-ip-s {}", ip(32));
+        }
+        if flags & 0x01 != 0 {
+            mac(o, "--mangle-mac-s", 0);
+        }
+        if flags & 0x08 != 0 {
+            let _ = write!(o, " --mangle-ip-d {}", ip(36));
+        }
+        if flags & 0x02 != 0 {
+            mac(o, "--mangle-mac-d", 16);
+        }
+        match crate::xtables::bytes::u32_at(d, 44)? {
+            1 => {}
+            0 => o.push_str(" --mangle-target DROP"),
+            _ => o.push_str(" --mangle-target CONTINUE"),
+        }
         Some(())
     }),
 ];

@@ -54,7 +54,7 @@ fn arp_tables_decode() {
     let input = &t.chains[0];
     assert_eq!(
         t.rule_text(&input.rules[0]),
-        "-s 10.0.0.1 --opcode 1 -j DROP"
+        "-j DROP -s 10.0.0.1 --opcode 1"
     );
     assert_eq!(t.rule_text(&input.rules[1]), "-j ARPCHAIN");
     assert_eq!(

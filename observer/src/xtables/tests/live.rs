@@ -312,7 +312,7 @@ fn live_iptables_legacy_changes() {
         ]
     );
 
-    // arp_tables: no legacy arptables binary here, so write a table with SET_REPLACE ourselves.
+    // arp_tables through a hand-built SET_REPLACE (arp_live.rs drives the real arptables-legacy).
     let arp = ns.enter(live_arp_roundtrip).expect("thread");
     arp.expect("arp round trip");
 }
@@ -409,9 +409,9 @@ fn live_arp_roundtrip() -> Result<(), String> {
     let t = read_table(XtProto::Arp, "filter").map_err(|e| e.to_string())?;
     let got: Vec<String> = rule_lines(&t);
     let want = vec![
-        "-A INPUT -s 10.0.0.1 --opcode 1 -j DROP",
+        "-A INPUT -j DROP -s 10.0.0.1 --opcode 1",
         "-A INPUT -j ARPCHAIN",
-        "-A ARPCHAIN -d 10.0.0.2/24 -j ACCEPT",
+        "-A ARPCHAIN -j ACCEPT -d 10.0.0.2/24",
     ];
     if got != want {
         return Err(format!("arp rules: {got:#?}"));

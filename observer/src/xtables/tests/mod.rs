@@ -218,9 +218,11 @@ fn fingerprints_ignore_counters() {
     assert_eq!(all.len(), len);
 }
 
+mod arp_live;
 mod blobs;
 mod carry;
 mod changes;
 mod corpus;
+mod ebt_atomic;
 pub(crate) mod live;
 pub(crate) mod suite;

@@ -1,0 +1,940 @@
+//! ebtables (ebtables-legacy): decode a bridge table as the kernel returns it
+//! (`EBT_SO_GET_ENTRIES`, the same blob `EBT_SO_SET_REPLACE` takes and an `--atomic-file`
+//! holds after its `struct ebt_replace`), render each rule as `ebtables-legacy-save` prints it,
+//! and diff two copies into chain and rule changes.
+//!
+//! The layout (`include/uapi/linux/netfilter_bridge/ebtables.h`): the entries are a sequence of
+//! chains, each a `struct ebt_entries` (48 bytes: distinguisher 0, name, counter offset,
+//! policy, rule count) followed by its rules, each a `struct ebt_entry` (112 bytes: bitmask
+//! with bit 0 set, inverse flags, ethertype, four interface names, source and destination MAC
+//! with masks, then the offsets of its watchers, target and next entry, all from the entry's
+//! start). Between the header and the watchers sit the matches, then the watchers, then one
+//! target; each extension is a 32-byte name, a 4-byte size and its data 8-byte aligned at 40.
+//! Built-in chains come first, in hook order; user chains follow. A standard target's verdict
+//! is -1 ACCEPT, -2 DROP, -3 CONTINUE, -4 RETURN, or the byte offset of the chain jumped to.
+//!
+//! Rendering follows ebtables 2.0.11's listing (`ebtables -L`, which `ebtables-legacy-save`
+//! copies with `-A CHAIN` before it and the trailing blank removed): the header fields, the
+//! matches, the watchers, then `-j TARGET` and the target's options. Extensions it does not
+//! know print as `-m NAME [data 0x...]` (`-j NAME [data 0x...]` for a target), so nothing in a
+//! rule is dropped. Decoding never panics: a short or inconsistent blob is an
+//! [`XtError::Malformed`].
+
+use std::fmt::Write as _;
+use std::hash::BuildHasher as _;
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use crate::ruleset::{self, Change, Family, Op};
+
+use super::diff::{edit_script, Edit};
+use super::XtError;
+
+const ENTRIES_LEN: usize = 48;
+const ENTRY_LEN: usize = 112;
+const EXT_HEAD: usize = 40;
+/// `struct ebt_replace` on 64-bit (the info `EBT_SO_GET_INFO` returns, the atomic file's head).
+pub const REPLACE_LEN: usize = 120;
+
+/// The hooks of a bridge table, in `valid_hooks` bit order (`NF_BR_*`).
+const HOOKS: [&str; 6] = [
+    "PREROUTING",
+    "INPUT",
+    "FORWARD",
+    "OUTPUT",
+    "POSTROUTING",
+    "BROUTING",
+];
+
+/// One ebtables table as decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EbTable {
+    pub name: String,
+    /// Built-in chains in hook order, then user chains.
+    pub chains: Vec<EbChain>,
+}
+
+/// One chain of an [`EbTable`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EbChain {
+    pub name: String,
+    pub builtin: bool,
+    /// ebtables gives every chain a policy (user chains too: RETURN unless set).
+    pub policy: String,
+    pub rules: Vec<EbRule>,
+}
+
+/// One rule, rendered at decode time (ebtables tables are small).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EbRule {
+    /// The rule as `ebtables-legacy-save` prints it, without `-A CHAIN `.
+    pub text: String,
+    /// A hash of the text: what the diff compares.
+    pub fingerprint: u64,
+}
+
+/// The parts of `struct ebt_replace` decoding needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EbInfo {
+    pub valid_hooks: u32,
+    pub nentries: u32,
+    pub entries_size: u32,
+}
+
+fn malformed(offset: usize, reason: &'static str) -> XtError {
+    XtError::Malformed { offset, reason }
+}
+
+fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_ne_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+fn i32_at(b: &[u8], at: usize) -> Option<i32> {
+    Some(i32::from_ne_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+fn u16_at(b: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_ne_bytes(b.get(at..at + 2)?.try_into().ok()?))
+}
+
+fn be16_at(b: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_be_bytes(b.get(at..at + 2)?.try_into().ok()?))
+}
+
+fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_ne_bytes(b.get(at..at + 8)?.try_into().ok()?))
+}
+
+/// A NUL-terminated name in a fixed field.
+fn cstr(b: &[u8]) -> String {
+    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    String::from_utf8_lossy(&b[..end]).into_owned()
+}
+
+/// The name, valid hooks, entry count and entries' size of a `struct ebt_replace`.
+pub fn parse_info(b: &[u8]) -> Result<(String, EbInfo), XtError> {
+    if b.len() < REPLACE_LEN {
+        return Err(malformed(b.len(), "ebt_replace shorter than 120 bytes"));
+    }
+    let name = cstr(&b[..32]);
+    let info = EbInfo {
+        valid_hooks: u32_at(b, 32).unwrap_or(0),
+        nentries: u32_at(b, 36).unwrap_or(0),
+        entries_size: u32_at(b, 40).unwrap_or(0),
+    };
+    Ok((name, info))
+}
+
+/// Decode an atomic file (`ebtables --atomic-file`): the `struct ebt_replace`, the entries,
+/// then the counters.
+pub fn decode_atomic(b: &[u8]) -> Result<EbTable, XtError> {
+    let (name, info) = parse_info(b)?;
+    let end = REPLACE_LEN
+        .checked_add(info.entries_size as usize)
+        .filter(|&e| e <= b.len())
+        .ok_or_else(|| malformed(b.len(), "entries_size runs past the end"))?;
+    decode_table(&name, &info, &b[REPLACE_LEN..end])
+}
+
+/// Decode the entries of table `name`.
+pub fn decode_table(name: &str, info: &EbInfo, entries: &[u8]) -> Result<EbTable, XtError> {
+    if entries.len() != info.entries_size as usize {
+        return Err(malformed(
+            entries.len(),
+            "entries_size does not match the data",
+        ));
+    }
+    let hooks: Vec<&str> = (0..HOOKS.len())
+        .filter(|h| info.valid_hooks & (1 << h) != 0)
+        .map(|h| HOOKS[h])
+        .collect();
+    // First pass: where each chain starts, and its rules' offsets.
+    struct Raw {
+        at: usize,
+        name: String,
+        policy: i32,
+        rules: Vec<usize>,
+    }
+    let mut raws: Vec<Raw> = Vec::new();
+    let mut at = 0usize;
+    let mut seen_entries = 0u32;
+    while at < entries.len() {
+        let bitmask = u32_at(entries, at).ok_or_else(|| malformed(at, "truncated entry"))?;
+        if bitmask & 1 == 0 {
+            if entries.len() - at < ENTRIES_LEN {
+                return Err(malformed(at, "truncated ebt_entries"));
+            }
+            let name = cstr(&entries[at + 4..at + 36]);
+            let policy = i32_at(entries, at + 40).unwrap_or(0);
+            let n = u32_at(entries, at + 44).unwrap_or(0);
+            raws.push(Raw {
+                at,
+                name,
+                policy,
+                rules: Vec::with_capacity(n.min(4096) as usize),
+            });
+            at += ENTRIES_LEN;
+            continue;
+        }
+        let chain = raws
+            .last_mut()
+            .ok_or_else(|| malformed(at, "rule before any chain"))?;
+        if entries.len() - at < ENTRY_LEN {
+            return Err(malformed(at, "truncated ebt_entry"));
+        }
+        let next = u32_at(entries, at + 108).unwrap_or(0) as usize;
+        if next < ENTRY_LEN || next > entries.len() - at {
+            return Err(malformed(at + 108, "bad next_offset"));
+        }
+        chain.rules.push(at);
+        seen_entries += 1;
+        at += next;
+    }
+    if seen_entries != info.nentries {
+        return Err(malformed(at, "rule count differs from nentries"));
+    }
+    if raws.len() < hooks.len() {
+        return Err(malformed(at, "fewer chains than valid hooks"));
+    }
+    let names: Vec<(usize, String)> = raws.iter().map(|r| (r.at, r.name.clone())).collect();
+    let mut chains = Vec::with_capacity(raws.len());
+    for (i, r) in raws.iter().enumerate() {
+        let declared = u32_at(entries, r.at + 44).unwrap_or(0) as usize;
+        if declared != r.rules.len() {
+            return Err(malformed(
+                r.at + 44,
+                "chain's nentries differs from its rules",
+            ));
+        }
+        let mut rules = Vec::with_capacity(r.rules.len());
+        for &e in &r.rules {
+            let text = render_entry(entries, e, &names)?;
+            let fingerprint = foldhash::fast::FixedState::with_seed(0).hash_one(&text);
+            rules.push(EbRule { text, fingerprint });
+        }
+        let builtin = i < hooks.len();
+        chains.push(EbChain {
+            name: if r.name.is_empty() && builtin {
+                hooks[i].to_string()
+            } else {
+                r.name.clone()
+            },
+            builtin,
+            policy: verdict_name(r.policy).unwrap_or("?").to_string(),
+            rules,
+        });
+    }
+    Ok(EbTable {
+        name: name.to_string(),
+        chains,
+    })
+}
+
+fn verdict_name(v: i32) -> Option<&'static str> {
+    Some(match v {
+        -1 => "ACCEPT",
+        -2 => "DROP",
+        -3 => "CONTINUE",
+        -4 => "RETURN",
+        _ => return None,
+    })
+}
+
+/// `/etc/ethertypes` as Debian's netbase ships it (ebtables prints these names).
+const ETHERTYPES: &[(&str, u16)] = &[
+    ("IPv4", 0x0800),
+    ("X25", 0x0805),
+    ("ARP", 0x0806),
+    ("FR_ARP", 0x0808),
+    ("BPQ", 0x08FF),
+    ("TRILL", 0x22F3),
+    ("L2-IS-IS", 0x22F4),
+    ("TEB", 0x6558),
+    ("RAW_FR", 0x6559),
+    ("RARP", 0x8035),
+    ("ATALK", 0x809B),
+    ("AARP", 0x80F3),
+    ("802_1Q", 0x8100),
+    ("IPX", 0x8137),
+    ("NetBEUI", 0x8191),
+    ("IPv6", 0x86DD),
+    ("PPP", 0x880B),
+    ("MPLS", 0x8847),
+    ("MPLS_MULTI", 0x8848),
+    ("ATMMPOA", 0x884C),
+    ("PPP_DISC", 0x8863),
+    ("PPP_SES", 0x8864),
+    ("ATMFATE", 0x8884),
+    ("EAPOL", 0x888E),
+    ("S-TAG", 0x88A8),
+    ("EAP_PREAUTH", 0x88C7),
+    ("LLDP", 0x88CC),
+    ("MACSEC", 0x88E5),
+    ("PBB", 0x88E7),
+    ("MVRP", 0x88F5),
+    ("PTP", 0x88F7),
+    ("FCOE", 0x8906),
+    ("FIP", 0x8914),
+    ("ROCE", 0x8915),
+    ("LoWPAN", 0xA0ED),
+];
+
+fn ethertype(out: &mut String, v: u16) {
+    match ETHERTYPES.iter().find(|(_, n)| *n == v) {
+        Some((name, _)) => out.push_str(name),
+        None => {
+            let _ = write!(out, "0x{v:x}");
+        }
+    }
+}
+
+/// `ether_ntoa`: `0:1:2:3:4:5`.
+fn mac(out: &mut String, m: &[u8]) {
+    for (i, b) in m.iter().enumerate() {
+        if i > 0 {
+            out.push(':');
+        }
+        let _ = write!(out, "{b:x}");
+    }
+}
+
+/// A MAC with its mask, or the names ebtables gives well-known pairs.
+fn mac_and_mask(out: &mut String, m: &[u8], k: &[u8]) {
+    const MC: [u8; 6] = [1, 0, 0, 0, 0, 0];
+    const BGA: [u8; 6] = [0x01, 0x80, 0xc2, 0, 0, 0];
+    if k == MC {
+        if m == [0; 6] {
+            out.push_str("Unicast");
+            return;
+        }
+        if m == MC {
+            out.push_str("Multicast");
+            return;
+        }
+    }
+    if k == [0xff; 6] {
+        if m == [0xff; 6] {
+            out.push_str("Broadcast");
+            return;
+        }
+        if m == BGA {
+            out.push_str("BGA");
+            return;
+        }
+    }
+    mac(out, m);
+    if k != [0xff; 6] {
+        out.push('/');
+        mac(out, k);
+    }
+}
+
+/// An interface name; byte 1 is ebtables' `+` wildcard.
+fn iface(b: &[u8]) -> String {
+    cstr(b).replace('\u{1}', "+")
+}
+
+fn bang(out: &mut String, invert: bool) {
+    if invert {
+        out.push_str("! ");
+    }
+}
+
+/// One extension of an entry: name and data.
+struct Ext<'a> {
+    name: String,
+    data: &'a [u8],
+}
+
+/// The extensions packed in `b[from..to]` of entry bytes `e`.
+fn exts(e: &[u8], from: usize, to: usize, base: usize) -> Result<Vec<Ext<'_>>, XtError> {
+    let mut out = Vec::new();
+    let mut at = from;
+    while at < to {
+        if to - at < EXT_HEAD {
+            return Err(malformed(base + at, "truncated extension header"));
+        }
+        let size = u32_at(e, at + 32).unwrap_or(0) as usize;
+        let end = at
+            .checked_add(EXT_HEAD)
+            .and_then(|s| s.checked_add(size))
+            .filter(|&end| end <= to)
+            .ok_or_else(|| malformed(base + at + 32, "extension size runs past its section"))?;
+        out.push(Ext {
+            name: cstr(&e[at..at + 31]),
+            data: &e[at + EXT_HEAD..end],
+        });
+        at = end;
+    }
+    Ok(out)
+}
+
+/// Render the entry at `at` of `entries`; `chains` are the chains' offsets and names.
+fn render_entry(entries: &[u8], at: usize, chains: &[(usize, String)]) -> Result<String, XtError> {
+    let next = u32_at(entries, at + 108).unwrap_or(0) as usize;
+    let e = &entries[at..at + next];
+    let bitmask = u32_at(e, 0).unwrap_or(0);
+    let inv = u32_at(e, 4).unwrap_or(0);
+    let watchers = u32_at(e, 100).unwrap_or(0) as usize;
+    let target = u32_at(e, 104).unwrap_or(0) as usize;
+    if !(ENTRY_LEN <= watchers && watchers <= target && target <= next) {
+        return Err(malformed(at + 100, "entry offsets out of order"));
+    }
+    let mut out = String::with_capacity(96);
+    // EBT_NOPROTO 0x02, EBT_802_3 0x04, EBT_SOURCEMAC 0x08, EBT_DESTMAC 0x10.
+    if bitmask & 0x02 == 0 {
+        out.push_str("-p ");
+        bang(&mut out, inv & 0x01 != 0);
+        if bitmask & 0x04 != 0 {
+            out.push_str("Length");
+        } else {
+            ethertype(&mut out, be16_at(e, 8).unwrap_or(0));
+        }
+        out.push(' ');
+    }
+    if bitmask & 0x08 != 0 {
+        out.push_str("-s ");
+        bang(&mut out, inv & 0x08 != 0);
+        mac_and_mask(&mut out, &e[74..80], &e[80..86]);
+        out.push(' ');
+    }
+    if bitmask & 0x10 != 0 {
+        out.push_str("-d ");
+        bang(&mut out, inv & 0x10 != 0);
+        mac_and_mask(&mut out, &e[86..92], &e[92..98]);
+        out.push(' ');
+    }
+    // in 10, logical_in 26, out 42, logical_out 58; EBT_IIN 0x02, EBT_IOUT 0x04,
+    // EBT_ILOGICALIN 0x20, EBT_ILOGICALOUT 0x40.
+    for (opt, field, bit) in [
+        ("-i", 10, 0x02),
+        ("--logical-in", 26, 0x20),
+        ("--logical-out", 58, 0x40),
+        ("-o", 42, 0x04),
+    ] {
+        let name = iface(&e[field..field + 16]);
+        if !name.is_empty() {
+            let _ = write!(out, "{opt} ");
+            bang(&mut out, inv & bit != 0);
+            let _ = write!(out, "{name} ");
+        }
+    }
+    for m in exts(e, ENTRY_LEN, watchers, at)? {
+        let start = out.len();
+        if match_text(&mut out, &m).is_none() {
+            out.truncate(start);
+            generic(&mut out, "-m", &m);
+        }
+    }
+    for w in exts(e, watchers, target, at)? {
+        generic(&mut out, "--watcher", &w);
+    }
+    let t = exts(e, target, next, at)?;
+    let [t] = t.as_slice() else {
+        return Err(malformed(at + 104, "entry without exactly one target"));
+    };
+    out.push_str("-j ");
+    if t.name == "standard" {
+        let v = i32_at(t.data, 0).ok_or_else(|| malformed(at + target, "short verdict"))?;
+        match verdict_name(v) {
+            Some(n) => out.push_str(n),
+            None => match chains.iter().find(|(off, _)| *off as i64 == i64::from(v)) {
+                Some((_, name)) => out.push_str(name),
+                None => {
+                    let _ = write!(out, "[jump to byte {v}]");
+                }
+            },
+        }
+    } else {
+        let start = out.len();
+        if target_text(&mut out, t).is_none() {
+            // Drop the "-j " too: the generic form writes its own.
+            out.truncate(start - 3);
+            generic(&mut out, "-j", t);
+        }
+    }
+    Ok(out.trim_end().to_string())
+}
+
+/// `-m NAME [data 0x...] `: an extension this renderer does not know.
+fn generic(out: &mut String, opt: &str, x: &Ext<'_>) {
+    let _ = write!(out, "{opt} {} [data 0x", x.name);
+    for b in x.data {
+        let _ = write!(out, "{b:02x}");
+    }
+    out.push_str("] ");
+}
+
+fn ipv4(b: &[u8], at: usize) -> Option<Ipv4Addr> {
+    let s: [u8; 4] = b.get(at..at + 4)?.try_into().ok()?;
+    Some(Ipv4Addr::from(s))
+}
+
+/// ebtables' address with mask: bare for a host, `/N` for a prefix, else `/a.b.c.d`.
+fn ip_mask(out: &mut String, addr: Ipv4Addr, mask: Ipv4Addr) {
+    let m = u32::from(mask);
+    let _ = write!(out, "{addr}");
+    if m == u32::MAX {
+        return;
+    }
+    if m.leading_ones() + m.trailing_zeros() == 32 {
+        let _ = write!(out, "/{}", m.leading_ones());
+    } else {
+        let _ = write!(out, "/{mask}");
+    }
+}
+
+fn proto_name(p: u8) -> String {
+    match p {
+        1 => "icmp".into(),
+        2 => "igmp".into(),
+        6 => "tcp".into(),
+        17 => "udp".into(),
+        33 => "dccp".into(),
+        47 => "gre".into(),
+        50 => "esp".into(),
+        51 => "ah".into(),
+        58 => "ipv6-icmp".into(),
+        132 => "sctp".into(),
+        136 => "udplite".into(),
+        _ => p.to_string(),
+    }
+}
+
+fn port_range(out: &mut String, opt: &str, invert: bool, lo: u16, hi: u16) {
+    let _ = write!(out, "{opt} ");
+    bang(out, invert);
+    if lo == hi {
+        let _ = write!(out, "{lo} ");
+    } else {
+        let _ = write!(out, "{lo}:{hi} ");
+    }
+}
+
+/// The options of a match, each followed by a blank; `None`: render it generically.
+fn match_text(out: &mut String, m: &Ext<'_>) -> Option<()> {
+    let d = m.data;
+    match m.name.as_str() {
+        "ip" => {
+            // struct ebt_ip_info: saddr, daddr, smsk, dmsk, tos, protocol, bitmask, invflags,
+            // sport[2], dport[2] (host order).
+            let (bits, inv) = (*d.get(18)?, *d.get(19)?);
+            if bits & 0x01 != 0 {
+                out.push_str("--ip-src ");
+                bang(out, inv & 0x01 != 0);
+                ip_mask(out, ipv4(d, 0)?, ipv4(d, 8)?);
+                out.push(' ');
+            }
+            if bits & 0x02 != 0 {
+                out.push_str("--ip-dst ");
+                bang(out, inv & 0x02 != 0);
+                ip_mask(out, ipv4(d, 4)?, ipv4(d, 12)?);
+                out.push(' ');
+            }
+            if bits & 0x04 != 0 {
+                out.push_str("--ip-tos ");
+                bang(out, inv & 0x04 != 0);
+                let _ = write!(out, "0x{:02x} ", d[16]);
+            }
+            if bits & 0x08 != 0 {
+                out.push_str("--ip-proto ");
+                bang(out, inv & 0x08 != 0);
+                let _ = write!(out, "{} ", proto_name(d[17]));
+            }
+            if bits & 0x10 != 0 {
+                port_range(
+                    out,
+                    "--ip-sport",
+                    inv & 0x10 != 0,
+                    u16_at(d, 20)?,
+                    u16_at(d, 22)?,
+                );
+            }
+            if bits & 0x20 != 0 {
+                port_range(
+                    out,
+                    "--ip-dport",
+                    inv & 0x20 != 0,
+                    u16_at(d, 24)?,
+                    u16_at(d, 26)?,
+                );
+            }
+            if bits & 0xc0 != 0 {
+                return None;
+            }
+        }
+        "ip6" => {
+            // struct ebt_ip6_info: saddr, daddr, smsk, dmsk (16 each), tclass, protocol,
+            // bitmask, invflags, sport[2], dport[2].
+            let (bits, inv) = (*d.get(66)?, *d.get(67)?);
+            let a6 = |at: usize| -> Option<Ipv6Addr> {
+                let s: [u8; 16] = d.get(at..at + 16)?.try_into().ok()?;
+                Some(Ipv6Addr::from(s))
+            };
+            let addr6 = |out: &mut String, a: Ipv6Addr, m: Ipv6Addr| {
+                let mb = u128::from(m);
+                let _ = write!(out, "{a}");
+                if mb == u128::MAX {
+                } else if mb.leading_ones() + mb.trailing_zeros() == 128 {
+                    let _ = write!(out, "/{}", mb.leading_ones());
+                } else {
+                    let _ = write!(out, "/{m}");
+                }
+            };
+            if bits & 0x01 != 0 {
+                out.push_str("--ip6-src ");
+                bang(out, inv & 0x01 != 0);
+                addr6(out, a6(0)?, a6(32)?);
+                out.push(' ');
+            }
+            if bits & 0x02 != 0 {
+                out.push_str("--ip6-dst ");
+                bang(out, inv & 0x02 != 0);
+                addr6(out, a6(16)?, a6(48)?);
+                out.push(' ');
+            }
+            if bits & 0x04 != 0 {
+                out.push_str("--ip6-tclass ");
+                bang(out, inv & 0x04 != 0);
+                let _ = write!(out, "0x{:02x} ", d[64]);
+            }
+            if bits & 0x08 != 0 {
+                out.push_str("--ip6-proto ");
+                bang(out, inv & 0x08 != 0);
+                let _ = write!(out, "{} ", proto_name(d[65]));
+            }
+            if bits & 0x10 != 0 {
+                port_range(
+                    out,
+                    "--ip6-sport",
+                    inv & 0x10 != 0,
+                    u16_at(d, 68)?,
+                    u16_at(d, 70)?,
+                );
+            }
+            if bits & 0x20 != 0 {
+                port_range(
+                    out,
+                    "--ip6-dport",
+                    inv & 0x20 != 0,
+                    u16_at(d, 72)?,
+                    u16_at(d, 74)?,
+                );
+            }
+            if bits & 0xc0 != 0 {
+                return None;
+            }
+        }
+        "vlan" => {
+            // struct ebt_vlan_info: id, prio, encap (be), bitmask, invflags.
+            let (bits, inv) = (*d.get(6)?, *d.get(7)?);
+            if bits & 0x01 != 0 {
+                out.push_str("--vlan-id ");
+                bang(out, inv & 0x01 != 0);
+                let _ = write!(out, "{} ", u16_at(d, 0)?);
+            }
+            if bits & 0x02 != 0 {
+                out.push_str("--vlan-prio ");
+                bang(out, inv & 0x02 != 0);
+                let _ = write!(out, "{} ", d[2]);
+            }
+            if bits & 0x04 != 0 {
+                out.push_str("--vlan-encap ");
+                bang(out, inv & 0x04 != 0);
+                ethertype(out, be16_at(d, 4)?);
+                out.push(' ');
+            }
+        }
+        "mark_m" => {
+            // struct ebt_mark_m_info: unsigned long mark, mask; invert; bitmask.
+            let (mark, mask) = (u64_at(d, 0)?, u64_at(d, 8)?);
+            let (invert, bits) = (*d.get(16)?, *d.get(17)?);
+            out.push_str("--mark ");
+            bang(out, invert != 0);
+            if bits == 0x02 {
+                let _ = write!(out, "/0x{mask:x} ");
+            } else if mask != 0xffff_ffff {
+                let _ = write!(out, "0x{mark:x}/0x{mask:x} ");
+            } else {
+                let _ = write!(out, "0x{mark:x} ");
+            }
+        }
+        "pkttype" => {
+            const TYPES: [&str; 7] = [
+                "host",
+                "broadcast",
+                "multicast",
+                "otherhost",
+                "outgoing",
+                "loopback",
+                "fastroute",
+            ];
+            let (t, invert) = (*d.first()?, *d.get(1)?);
+            out.push_str("--pkttype-type ");
+            bang(out, invert != 0);
+            match TYPES.get(usize::from(t)) {
+                Some(n) => {
+                    let _ = write!(out, "{n} ");
+                }
+                None => {
+                    let _ = write!(out, "{t} ");
+                }
+            }
+        }
+        "limit" => {
+            // struct ebt_limit_info: avg, burst (u32), then the kernel's state.
+            let (avg, burst) = (u32_at(d, 0)?, u32_at(d, 4)?);
+            if avg == 0 {
+                return None;
+            }
+            const SCALE: u32 = 10000;
+            let rates = [
+                ("day", SCALE * 24 * 60 * 60),
+                ("hour", SCALE * 60 * 60),
+                ("min", SCALE * 60),
+                ("sec", SCALE),
+            ];
+            let mut i = 1;
+            while i < rates.len() {
+                let mult = rates[i].1;
+                if avg > mult || mult / avg < mult % avg {
+                    break;
+                }
+                i += 1;
+            }
+            let (name, mult) = rates[i - 1];
+            let _ = write!(out, "--limit {}/{name} --limit-burst {burst} ", mult / avg);
+        }
+        _ => return None,
+    }
+    Some(())
+}
+
+/// A target's verdict field (`int target`) with its action bits removed.
+fn target_verdict(t: i32) -> &'static str {
+    verdict_name(t | !0x0f).unwrap_or("?")
+}
+
+/// `NAME options` of a target after `-j `; `None`: render it generically.
+fn target_text(out: &mut String, t: &Ext<'_>) -> Option<()> {
+    let d = t.data;
+    match t.name.as_str() {
+        "mark" => {
+            // struct ebt_mark_t_info: unsigned long mark; int target (action | verdict).
+            let (mark, target) = (u64_at(d, 0)?, i32_at(d, 8)?);
+            let action = match (target as u32) & 0xffff_fff0 {
+                0xffff_fff0 => "--mark-set",
+                0xffff_ffe0 => "--mark-or",
+                0xffff_ffd0 => "--mark-and",
+                0xffff_ffc0 => "--mark-xor",
+                _ => return None,
+            };
+            let _ = write!(
+                out,
+                "mark {action} 0x{mark:x} --mark-target {}",
+                target_verdict(target)
+            );
+        }
+        "dnat" | "snat" => {
+            // struct ebt_nat_info: mac[6]; int target.
+            let (m, target) = (d.get(0..6)?, i32_at(d, 8)?);
+            let (opt, kind) = if t.name == "dnat" {
+                ("--to-dst", "dnat")
+            } else {
+                ("--to-src", "snat")
+            };
+            let _ = write!(out, "{kind} {opt} ");
+            mac(out, m);
+            // NAT_ARP_BIT is flipped by --snat-arp: clear means set.
+            if kind == "snat" && target & 0x10 == 0 {
+                out.push_str(" --snat-arp");
+            }
+            let _ = write!(out, " --{kind}-target {}", target_verdict(target));
+        }
+        "redirect" => {
+            let target = i32_at(d, 0)?;
+            out.push_str("redirect ");
+            let v = target_verdict(target);
+            if v != "ACCEPT" {
+                let _ = write!(out, " --redirect-target {v}");
+            }
+        }
+        "arpreply" => {
+            // struct ebt_arpreply_info: mac[6]; int target.
+            let (m, target) = (d.get(0..6)?, i32_at(d, 8)?);
+            out.push_str("arpreply --arpreply-mac ");
+            mac(out, m);
+            let v = target_verdict(target);
+            if v != "DROP" {
+                let _ = write!(out, " --arpreply-target {v}");
+            }
+        }
+        _ => return None,
+    }
+    Some(())
+}
+
+/// What happened between two reads of one bridge table (`None`: the table does not exist), in
+/// the ops x_tables changes use.
+pub fn diff(old: Option<&EbTable>, new: Option<&EbTable>) -> Vec<Change> {
+    let fam = Family::Bridge;
+    let mut out = Vec::new();
+    match (old, new) {
+        (None, None) => {}
+        (Some(o), None) => {
+            let rules: usize = o.chains.iter().map(|c| c.rules.len()).sum();
+            out.push(
+                Change::new(Op::TableDelete, fam, &o.name)
+                    .detail(format!("{} chains, {rules} rules", o.chains.len())),
+            );
+        }
+        (None, Some(n)) => {
+            out.push(Change::new(Op::TableCreate, fam, &n.name));
+            for c in &n.chains {
+                chain_created(&mut out, n, c);
+            }
+        }
+        (Some(o), Some(n)) => {
+            for c in &n.chains {
+                if !o.chains.iter().any(|x| x.name == c.name) {
+                    chain_created(&mut out, n, c);
+                }
+            }
+            for c in &n.chains {
+                let Some(oc) = o.chains.iter().find(|x| x.name == c.name) else {
+                    continue;
+                };
+                if oc.policy != c.policy {
+                    out.push(
+                        Change::new(Op::ChainUpdate, fam, &n.name)
+                            .chain(&c.name)
+                            .detail(format!("policy {} -> {}", oc.policy, c.policy)),
+                    );
+                }
+                let a: Vec<u64> = oc.rules.iter().map(|r| r.fingerprint).collect();
+                let b: Vec<u64> = c.rules.iter().map(|r| r.fingerprint).collect();
+                if a == b {
+                    continue;
+                }
+                for edit in edit_script(&a, &b) {
+                    out.push(match edit {
+                        Edit::Delete(i) => Change::new(Op::RuleDelete, fam, &n.name)
+                            .chain(&c.name)
+                            .rule(oc.rules[i].text.clone(), Some(i), oc.rules[i].fingerprint),
+                        Edit::Insert(j) => Change::new(Op::RuleAdd, fam, &n.name)
+                            .chain(&c.name)
+                            .rule(c.rules[j].text.clone(), Some(j), c.rules[j].fingerprint),
+                    });
+                }
+            }
+            for c in &o.chains {
+                if !n.chains.iter().any(|x| x.name == c.name) {
+                    let mut ch = Change::new(Op::ChainDelete, fam, &o.name).chain(&c.name);
+                    if !c.rules.is_empty() {
+                        ch = ch.detail(format!("{} rules deleted", c.rules.len()));
+                    }
+                    out.push(ch);
+                }
+            }
+        }
+    }
+    let counts: foldhash::HashMap<String, usize> = old
+        .map(|o| {
+            o.chains
+                .iter()
+                .map(|c| (c.name.clone(), c.rules.len()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let total: usize = counts.values().sum();
+    let tname = old.map(|o| o.name.clone()).unwrap_or_default();
+    ruleset::summarize(
+        out,
+        |f, table, chain| {
+            if f == fam && table == tname {
+                counts.get(chain).copied().unwrap_or(0)
+            } else {
+                0
+            }
+        },
+        |f, table| if f == fam && table == tname { total } else { 0 },
+    )
+}
+
+fn chain_created(out: &mut Vec<Change>, t: &EbTable, c: &EbChain) {
+    let mut ch = Change::new(Op::ChainCreate, Family::Bridge, &t.name).chain(&c.name);
+    if c.builtin {
+        ch = ch.detail(format!("builtin, policy {}", c.policy));
+    }
+    out.push(ch);
+    for (i, r) in c.rules.iter().enumerate() {
+        out.push(
+            Change::new(Op::RuleAdd, Family::Bridge, &t.name)
+                .chain(&c.name)
+                .rule(r.text.clone(), Some(i), r.fingerprint),
+        );
+    }
+}
+
+impl EbTable {
+    /// The `:CHAIN POLICY` and `-A CHAIN rule` lines, as `ebtables-legacy-save` prints them.
+    pub fn save_lines(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .chains
+            .iter()
+            .map(|c| format!(":{} {}", c.name, c.policy))
+            .collect();
+        for c in &self.chains {
+            for r in &c.rules {
+                out.push(format!("-A {} {}", c.name, r.text));
+            }
+        }
+        out
+    }
+}
+
+/// `EBT_SO_GET_INFO` and `EBT_SO_GET_ENTRIES` (`EBT_BASE_CTL` 128), at level `IPPROTO_IP`.
+const EBT_SO_GET_INFO: libc::c_int = 128;
+const EBT_SO_GET_ENTRIES: libc::c_int = 129;
+
+/// Read bridge table `name` through `sock` (an IPv4 raw socket of the namespace that owns it):
+/// its info, then its entries without counters; a table replaced in between is read again.
+pub fn read_table(sock: &std::os::fd::OwnedFd, name: &str) -> Result<EbTable, XtError> {
+    if name.is_empty() || name.len() >= 32 {
+        return Err(XtError::BadName(name.to_string()));
+    }
+    let io = |op: &'static str, e: std::io::Error| match e.raw_os_error() {
+        Some(libc::ENOENT) => XtError::NoSuchTable {
+            proto: super::XtProto::Ipv4,
+            name: name.to_string(),
+        },
+        Some(libc::EPERM) => XtError::PermissionDenied { op },
+        _ => XtError::Io { op, source: e },
+    };
+    for _ in 0..8 {
+        let mut rep = vec![0u8; REPLACE_LEN];
+        rep[..name.len()].copy_from_slice(name.as_bytes());
+        super::sockopt::getsockopt(sock, libc::IPPROTO_IP, EBT_SO_GET_INFO, &mut rep)
+            .map_err(|e| io("EBT_SO_GET_INFO", e))?;
+        let (_, info) = parse_info(&rep)?;
+        let size = info.entries_size as usize;
+        let mut entries = vec![0u8; size];
+        // struct ebt_replace with num_counters 0 (no counters) and entries pointing at the
+        // buffer; the kernel checks the length and the sizes against the table's own.
+        rep[96..100].copy_from_slice(&0u32.to_ne_bytes());
+        rep[104..112].copy_from_slice(&0u64.to_ne_bytes());
+        rep[112..120].copy_from_slice(&(entries.as_mut_ptr() as u64).to_ne_bytes());
+        let mut buf = rep.clone();
+        buf.resize(REPLACE_LEN + size, 0);
+        match super::sockopt::getsockopt(sock, libc::IPPROTO_IP, EBT_SO_GET_ENTRIES, &mut buf) {
+            Ok(_) => return decode_table(name, &info, &entries),
+            // The table changed size between the two calls: ask again.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => continue,
+            Err(e) => return Err(io("EBT_SO_GET_ENTRIES", e)),
+        }
+    }
+    Err(XtError::Unstable {
+        proto: super::XtProto::Ipv4,
+        name: name.to_string(),
+        attempts: 8,
+    })
+}
