@@ -52,7 +52,16 @@ const MODULES: &[&str] = &[
     "xt_nat",
     "ipt_REJECT",
     "ip6t_REJECT",
+    "ebtables",
+    "ebtable_filter",
+    "ebtable_nat",
+    "ebtable_broute",
 ];
+
+/// Tests for kernel features the host's kernel lacks (legacy ebtables), marked `#[ignore]` on
+/// the host and run in the guests, where they fail rather than skip when they cannot run.
+const GUEST_ONLY_TAIL_TESTS: &str = "ebtables_legacy";
+const GUEST_ONLY_UNIT_TESTS: &str = "xtables::tests::ebt_atomic::live_";
 
 /// The bound of one run of the tests on one backend inside the guest. A run takes 3 to 5
 /// minutes under emulation (6.1's guest is the slower), more on a busy machine: at 300 s a run
@@ -134,6 +143,7 @@ fn test_command(bin: &Path) -> String {
 fn guest_script(
     test_bin: &Path,
     attribution: Option<&Path>,
+    unit: Option<&Path>,
     observer: &Path,
     dir: &Path,
 ) -> String {
@@ -144,6 +154,18 @@ fn guest_script(
             test_command(a)
         )
     });
+    // The tests of what only the guests' kernels have, under CI=true so that they fail when
+    // they cannot run.
+    let mut guest_only = format!(
+        "[ $rc = 0 ] && {{ CI=true {} --ignored {GUEST_ONLY_TAIL_TESTS} >> $out 2>&1; rc=$?; }}\n",
+        test_command(test_bin)
+    );
+    if let Some(u) = unit {
+        guest_only.push_str(&format!(
+            "[ $rc = 0 ] && {{ CI=true {} --ignored {GUEST_ONLY_UNIT_TESTS} >> $out 2>&1; rc=$?; }}\n",
+            test_command(u)
+        ));
+    }
     let mut s = String::from("#!/bin/sh\n");
     s.push_str(&format!(
         "for m in {}; do modprobe $m 2>/dev/null || echo \"vm: note: module $m not loaded\"; \
@@ -165,6 +187,7 @@ fn guest_script(
          {test} {skips} > $out 2>&1\n\
          rc=$?\n\
          {ipset}\
+         {guest_only}\
          if [ $rc = 124 ] || [ $rc = 137 ]; then\n\
          echo \"vm: $b: no end after {RUN_TIMEOUT_SECS}s; still running:\" >> $out\n\
          ps -eo pid,stat,wchan:24,etime,args | grep -E 'observer|iptables|nft|ip netns|tail-' >> $out\n\
@@ -233,12 +256,11 @@ pub struct GuestResult {
 }
 
 /// Boot the guest and run the tests in it.
-pub fn run_in_vm(
+fn run_in_vm(
     tools: &VmTools,
     kernel: &Path,
     observer_bin: &Path,
-    test_bin: &Path,
-    attribution: Option<&Path>,
+    bins: &TestBinaries,
     keep: &Path,
 ) -> Result<GuestResult> {
     let label = guest::series(kernel).unwrap_or_else(|| "guest".into());
@@ -248,7 +270,13 @@ pub fn run_in_vm(
     let script = dir.join("run.sh");
     fs::write(
         &script,
-        guest_script(test_bin, attribution, observer_bin, &dir),
+        guest_script(
+            &bins.tail,
+            bins.attribution.as_deref(),
+            bins.unit.as_deref(),
+            observer_bin,
+            &dir,
+        ),
     )?;
     if !cmd::is_executable(observer_bin) {
         bail!(
@@ -389,16 +417,7 @@ pub fn vm_test(ready: &crate::setup::Ready) -> Result<Option<i32>> {
                 };
                 let guest = cmd::phase(
                     &format!("integration tests in the guest {}", kernel.display()),
-                    || {
-                        run_in_vm(
-                            &tools,
-                            kernel,
-                            &observer_bin,
-                            &bins.tail,
-                            bins.attribution.as_deref(),
-                            &keep,
-                        )
-                    },
+                    || run_in_vm(&tools, kernel, &observer_bin, &bins, &keep),
                 );
                 results
                     .lock()
@@ -465,6 +484,7 @@ mod tests {
         let s = guest_script(
             Path::new("/t/tail-1"),
             Some(Path::new("/t/attribution-1")),
+            Some(Path::new("/t/observer-1")),
             Path::new("/o/observer"),
             Path::new("/r"),
         );
@@ -488,6 +508,20 @@ mod tests {
             "{s}"
         );
         assert!(s.contains("modprobe $m"), "{s}");
+        // What the host's kernel lacks runs here, failing rather than skipping.
+        assert!(
+            s.contains(&format!(
+                "CI=true {TEST_ENV} OBSERVER_TEST_HOOKS=$b OBSERVER_TEST_SLOWDOWN=5 timeout -k 10 \
+                 {RUN_TIMEOUT_SECS} /t/tail-1 {TEST_ARGS} --ignored {GUEST_ONLY_TAIL_TESTS} >> $out"
+            )),
+            "{s}"
+        );
+        assert!(
+            s.contains(&format!(
+                "/t/observer-1 {TEST_ARGS} --ignored {GUEST_ONLY_UNIT_TESTS}"
+            )),
+            "{s}"
+        );
         // The script is valid sh.
         let path = std::env::temp_dir().join(format!("guest-script-{}.sh", std::process::id()));
         std::fs::write(&path, &s).unwrap();
