@@ -364,7 +364,13 @@ fn live_ebtables_legacy_read_back() {
         let now = read();
         let want = save_with(&legacy, "filter", ns.command("perl"));
         assert_eq!(now.save_lines(), want, "after {args:?}");
-        let out = ebt::diff(Some(&prev), Some(&now));
+        let mut out = ebt::diff(Some(&prev), Some(&now));
+        // As the engine does: the command line tells a flush from the delete of a last rule.
+        let argv: Vec<String> = std::iter::once("ebtables-legacy")
+            .chain(args.iter().copied())
+            .map(String::from)
+            .collect();
+        crate::ruleset::settle_flushes(&mut out, &crate::ruleset::FlushEvidence::from_args(&argv));
         prev = now;
         out.into_iter()
             .map(|c| (c.op, c.chain, c.rule, c.position, c.detail))
@@ -394,6 +400,17 @@ fn live_ebtables_legacy_read_back() {
     assert_eq!(
         step(&["-D", "FORWARD", "1"]),
         vec![(Op::RuleDelete, s("FORWARD"), s(rule), Some(0), None)]
+    );
+    step(&args);
+    assert_eq!(
+        step(&["-F", "FORWARD"]),
+        vec![(
+            Op::ChainFlush,
+            s("FORWARD"),
+            s(rule),
+            None,
+            s("1 rule deleted")
+        )]
     );
     assert_eq!(
         step(&["-X", "FOO"]),
