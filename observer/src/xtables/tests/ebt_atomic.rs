@@ -399,7 +399,13 @@ fn live_ebtables_legacy_read_back() {
     );
     assert_eq!(
         step(&["-D", "FORWARD", "1"]),
-        vec![(Op::RuleDelete, s("FORWARD"), s(rule), Some(0), None)]
+        vec![(
+            Op::RuleDelete,
+            s("FORWARD"),
+            s(rule),
+            None,
+            s("the chain's only rule")
+        )]
     );
     step(&args);
     assert_eq!(
