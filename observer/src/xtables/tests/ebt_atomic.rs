@@ -413,7 +413,7 @@ fn live_ebtables_legacy_read_back() {
         vec![(
             Op::ChainFlush,
             s("FORWARD"),
-            s(rule),
+            None,
             None,
             s("1 rule deleted")
         )]
