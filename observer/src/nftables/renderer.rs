@@ -624,7 +624,8 @@ impl<'a> Renderer<'a> {
             let (m, d) = (values::int(mask, f.order), values::int(data, f.order));
             // A mask of leading ones is a prefix: `meta mark 0x12340000/16`.
             let bits = mask.len() as u32 * 8;
-            let plen = if bits <= 32 {
+            // An empty mask (malformed input) has no prefix: no shift by the whole width.
+            let plen = if (1..=32).contains(&bits) {
                 (m << (64 - bits)).leading_ones()
             } else {
                 0
