@@ -243,6 +243,23 @@ pub fn observer_bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_observer"))
 }
 
+/// The observer crate's `bench` example (the measuring tools, outside the shipped binary),
+/// which `cargo test` builds beside the binary unless it was asked for single test targets.
+pub fn bench_bin() -> std::path::PathBuf {
+    let bin = observer_bin()
+        .parent()
+        .expect("the binary's directory")
+        .join("examples")
+        .join("bench");
+    assert!(
+        bin.is_file(),
+        "{} is missing: `cargo test` builds it with the workspace's other targets; after \
+         `cargo test --test NAME` build it with `cargo build --release -p observer --example bench`",
+        bin.display()
+    );
+    bin
+}
+
 impl Observer {
     /// Start `observer tail --json ARGS` and wait for its ready line.
     pub fn start(args: &[&str]) -> Observer {

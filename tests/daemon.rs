@@ -612,8 +612,8 @@ fn bad_input_gets_clear_errors_and_keeps_data() {
     // A real record, then a copy from a future layout and a truncated copy: each refused with
     // the cause and the fix, by `run` and by `query`, and left untouched.
     let good = dir.path().join("good.db");
-    let made = Command::new(observer_bin())
-        .args(["bench-record", "--rows", "5000", "--days", "1", "--out"])
+    let made = Command::new(common::bench_bin())
+        .args(["record", "--rows", "5000", "--days", "1", "--out"])
         .arg(&good)
         .output()
         .unwrap();

@@ -2,7 +2,7 @@
 //! of the library's commands (`cmd`; see `lib.rs` for the data path).
 
 use observer::cli;
-use observer::cmd::{bench, doctor, fleet, follow, owners, query, remote, run, tail};
+use observer::cmd::{doctor, fleet, follow, owners, query, remote, run, tail};
 
 use std::process::ExitCode;
 
@@ -35,10 +35,7 @@ fn main() -> ExitCode {
             cli::Command::Run(r) => run::run(*r).await,
             cli::Command::Query(q) => query::run(*q),
             cli::Command::Doctor(d) => doctor::run(d).await,
-            cli::Command::BenchXt(b) => bench::run(b),
-            cli::Command::BenchRecord(b) => bench::record(b),
             cli::Command::Owners(o) => owners::run(o),
-            cli::Command::BenchIncidents(b) => bench::incidents::run(b),
         }
     });
     // Threads blocked in a read or a write (a namespace that does not answer) do not hold the exit.

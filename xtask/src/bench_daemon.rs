@@ -1,7 +1,7 @@
 //! `cargo xtask bench-daemon`: the forensic record and `observer run` under load.
 //!
 //! 1. A week of synthetic kube-proxy-like churn written through the record's own writer
-//!    (`observer bench-record`): write cost and file size per million changes.
+//!    (`bench record` of the `bench` example`): write cost and file size per million changes.
 //! 2. `observer query` for one chain over that week, timed as a user runs it (process start to
 //!    exit, median of 5).
 //! 3. `observer run` (record on, stdout read by a pipe) while real nft transactions in a
@@ -48,7 +48,7 @@ pub fn run(args: &BenchDaemonArgs) -> Result<i32> {
             bail!("`{tool}` was not found; `cargo xtask setup` installs it");
         }
     }
-    super::build()?;
+    let tools = super::build_bench_tools()?;
     let bin = super::target_dir()?.join("release").join("observer");
     let dir = TempDir::new()?;
     let rows: u64 = if args.quick { 100_000 } else { 1_000_000 };
@@ -56,14 +56,14 @@ pub fn run(args: &BenchDaemonArgs) -> Result<i32> {
 
     let fill_record = |name: &str, extra: &[&str]| -> Result<Value> {
         let out = cmd::output(
-            Command::new(&bin)
-                .arg("bench-record")
+            Command::new(&tools)
+                .arg("record")
                 .arg("--out")
                 .arg(dir.path().join(name))
                 .args(["--rows", &rows.to_string(), "--days", "7"])
                 .args(extra),
         )?;
-        serde_json::from_str(out.trim()).context("bench-record output")
+        serde_json::from_str(out.trim()).context("bench record output")
     };
     let fill = cmd::phase("bench-daemon: 1. a week of churn in a record", || {
         fill_record("week.db", &[])

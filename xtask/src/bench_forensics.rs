@@ -1,6 +1,6 @@
 //! `cargo xtask bench-forensics`: snapshots in the record and `observer query --at`.
 //!
-//! A week of kube-proxy-like churn (`observer bench-record --snapshots`), generated against a
+//! A week of kube-proxy-like churn (`bench record` of the `bench` example --snapshots`), generated against a
 //! 21,000-rule nat table so that every change applies to it and the table keeps its size, is
 //! written twice through the record's own writer: once with the snapshots the daemon's default
 //! policy takes, once without (the same changes). The growth is the difference of the two
@@ -32,13 +32,13 @@ const START: &str = "<!-- bench-forensics:start -->";
 const END: &str = "<!-- bench-forensics:end -->";
 
 pub fn run(args: &BenchForensicsArgs) -> Result<i32> {
-    super::build()?;
+    let tools = super::build_bench_tools()?;
     let bin = super::target_dir()?.join("release").join("observer");
     let dir = TempDir::new()?;
     let fill = |name: &str, extra: &[&str]| -> Result<Value> {
         let out = cmd::output(
-            Command::new(&bin)
-                .arg("bench-record")
+            Command::new(&tools)
+                .arg("record")
                 .arg("--out")
                 .arg(dir.path().join(name))
                 .args([
@@ -50,7 +50,7 @@ pub fn run(args: &BenchForensicsArgs) -> Result<i32> {
                 ])
                 .args(extra),
         )?;
-        serde_json::from_str(out.trim()).context("bench-record output")
+        serde_json::from_str(out.trim()).context("bench record output")
     };
     let without = cmd::phase("bench-forensics: the week without snapshots", || {
         fill("without.db", &["--no-snapshot-rows"])

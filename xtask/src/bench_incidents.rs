@@ -1,6 +1,6 @@
 //! `cargo xtask bench-incidents`: the incident engine's cost per transaction, its incident
 //! latency and its memory under endless kube-proxy churn on a 20,000-rule table
-//! (`observer bench-incidents`, synthetic transactions through the real engine; no root needed),
+//! (`bench incidents` of the `bench` example, synthetic transactions through the real engine; no root needed),
 //! written into BENCHMARKS.md between its own markers.
 
 use std::process::Command;
@@ -23,22 +23,15 @@ const START: &str = "<!-- bench-incidents:start -->";
 const END: &str = "<!-- bench-incidents:end -->";
 
 pub fn run(args: &BenchIncidentsArgs) -> Result<i32> {
-    super::build()?;
-    let bin = super::target_dir()?.join("release").join("observer");
+    let bin = super::build_bench_tools()?;
     let txns = if args.quick { 2_000 } else { 20_000 };
     let out = Command::new(&bin)
-        .args([
-            "bench-incidents",
-            "--txns",
-            &txns.to_string(),
-            "--rounds",
-            "2000",
-        ])
+        .args(["incidents", "--txns", &txns.to_string(), "--rounds", "2000"])
         .output()
         .with_context(|| format!("running {}", bin.display()))?;
     if !out.status.success() {
         bail!(
-            "observer bench-incidents failed: {}",
+            "bench incidents failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
     }
@@ -55,7 +48,7 @@ pub fn run(args: &BenchIncidentsArgs) -> Result<i32> {
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let section = format!(
         "{START}\n## Incident engine\n\n\
-         Command: `cargo xtask bench-incidents` (runs `observer bench-incidents --txns {txns} \
+         Command: `cargo xtask bench-incidents` (runs `bench incidents --txns {txns} \
          --rounds 2000`): synthetic transactions through the real correlation engine, on a model \
          of a kube-proxy nat table of {rules} rules in {chains} chains. Load average at the time: \
          {load}.\n\n\

@@ -395,6 +395,19 @@ fn build_profile(profile: &str) -> Result<setup::Ready> {
     Ok(ready)
 }
 
+/// Build observer (as [`build`]) and the `bench` example, the measuring tools the benches drive
+/// (kept out of the shipped binary); returns the example's path.
+fn build_bench_tools() -> Result<PathBuf> {
+    let ready = build()?;
+    cmd::phase("cargo build --release -p observer --example bench", || {
+        let mut c = cargo();
+        c.args(["build", "--release", "-p", "observer", "--example", "bench"]);
+        ready.apply(&mut c);
+        cmd::run(&mut c).context("building the bench example failed (see cargo's output above)")
+    })?;
+    Ok(target_dir()?.join("release").join("examples").join("bench"))
+}
+
 fn test(args: &[OsString]) -> Result<i32> {
     // No `cargo build -p observer` first: `cargo test --no-run` builds target/release/observer
     // as well, and with the test build's features (dev-dependencies unify them), so a build of

@@ -43,63 +43,6 @@ pub enum Command {
     /// Say what this kernel and this process allow, which sources `tail` would use, and for each
     /// missing piece what is lost and how to fix it.
     Doctor(DoctorArgs),
-    /// Time the read and diff of a legacy table inside a namespace (for `cargo xtask bench`).
-    #[command(hide = true)]
-    BenchXt(BenchXtArgs),
-    /// Fill a new record with synthetic kube-proxy-like churn and time a query (for
-    /// `cargo xtask bench-daemon`).
-    #[command(hide = true)]
-    BenchRecord(BenchRecordArgs),
-    /// Time the incident engine on synthetic kube-proxy churn (for `cargo xtask bench-incidents`).
-    #[command(hide = true)]
-    BenchIncidents(BenchIncidentsArgs),
-}
-
-#[derive(Debug, Args)]
-pub struct BenchRecordArgs {
-    /// The record to create (must not exist).
-    #[arg(long)]
-    pub out: std::path::PathBuf,
-    /// How many changes.
-    #[arg(long, default_value_t = 1_000_000)]
-    pub rows: u64,
-    /// Spread over this many days, ending now.
-    #[arg(long, default_value_t = 7)]
-    pub days: u64,
-    /// Give every endpoint change a chain name never seen before (the record's worst case),
-    /// instead of names from a set of endpoints that churns.
-    #[arg(long)]
-    pub unique_chains: bool,
-    /// Generate the churn against a 21,000-rule nat table (every change applies to it), snapshot
-    /// it at the daemon's default policy, and time `query --at` at the end.
-    #[arg(long)]
-    pub snapshots: bool,
-    /// With --snapshots: the same churn, but write no snapshot (the record's size without them).
-    #[arg(long, requires = "snapshots")]
-    pub no_snapshot_rows: bool,
-}
-
-#[derive(Debug, Args)]
-pub struct BenchIncidentsArgs {
-    /// kube-proxy restores to replay.
-    #[arg(long, default_value_t = 20_000)]
-    pub txns: usize,
-    /// calico-node/kube-proxy conflict rounds.
-    #[arg(long, default_value_t = 2_000)]
-    pub rounds: usize,
-}
-
-#[derive(Debug, Args)]
-pub struct BenchXtArgs {
-    /// The namespace (inode, /run/netns/NAME path or `ip netns` name).
-    #[arg(long)]
-    pub netns: String,
-    /// The IPv4 table.
-    #[arg(long, default_value = "filter")]
-    pub table: String,
-    /// How many read+diff rounds (the median is printed).
-    #[arg(long, default_value_t = 20)]
-    pub rounds: usize,
 }
 
 /// Which kernel hooks to use.

@@ -1,10 +1,9 @@
 //! The commands, one module each: what `main` dispatches to, at the top of the layers. Each
 //! takes its flags from `cli` and puts the library together: `tail` (this node; `follow` for
 //! `tail --record`, `remote` for `tail --remote`, `fleet` for `tail --nats`), `query`, `owners`,
-//! `doctor`, `run` (the node agent, from the parts in `daemon`), and the `bench` commands that
-//! `cargo xtask` drives.
+//! `doctor` and `run` (the node agent, from the parts in `daemon`). The measuring tools that
+//! `cargo xtask` drives are the `bench` example, outside the shipped binary.
 
-pub mod bench;
 pub mod doctor;
 pub mod fleet;
 pub mod follow;

@@ -170,7 +170,7 @@ fn name_sets_on(table: &mut XtTable, sock: Option<&OwnedFd>) {
 }
 
 /// `GET_INFO` then `GET_ENTRIES` in the calling thread's namespace, for a table listed there.
-pub(crate) fn read_raw(proto: XtProto, name: &str) -> Result<RawTable, XtError> {
+pub fn read_raw(proto: XtProto, name: &str) -> Result<RawTable, XtError> {
     check_name(name)?;
     if !table_names(proto)?.iter().any(|n| n == name) {
         return Err(no_such(proto, name));

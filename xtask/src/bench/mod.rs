@@ -5,7 +5,7 @@
 //! 1. event latency of every op on a chain (create, rule add, rule delete, flush, delete) with
 //!    iptables-legacy and with nft, from the writer's exit to observer's JSON line arriving on
 //!    our pipe, beside empty tables and beside the 20,003-rule table ([`latency`]);
-//! 2. x_tables read+diff cost (`observer bench-xt`) against `iptables-legacy-save` on a
+//! 2. x_tables read+diff cost (`bench xt`, the `bench` example) against `iptables-legacy-save` on a
 //!    20,000-rule filter table ([`read`]; the table is built by [`table`]);
 //! 3. idle CPU and context switches of `observer tail` while nothing happens ([`idle`]);
 //! 4. RSS of `observer tail` tracking that 20,000-rule table after one change ([`memory`]);
@@ -86,7 +86,7 @@ struct Plan {
     big_events: usize,
     /// Runs of `iptables-legacy-save` and of `ip netns exec NS true` (medians).
     save_runs: usize,
-    /// Rounds of `observer bench-xt`.
+    /// Rounds of `bench xt`.
     rounds: usize,
     idle: Duration,
     /// Chains created (then deleted) per backend while the kernel's BPF statistics are on.
@@ -115,7 +115,7 @@ const EVENT_TIMEOUT: Duration = Duration::from_secs(3);
 const MAX_MISSES: usize = 3;
 /// Reporting one change of the 20,000-rule table (read + diff of the whole table).
 const BIG_EVENT_TIMEOUT: Duration = Duration::from_secs(60);
-/// `observer bench-xt` and building the big table.
+/// `bench xt` and building the big table.
 const SLOW_COMMAND_TIMEOUT: Duration = Duration::from_secs(180);
 
 const START: &str = "<!-- bench:start -->";
@@ -140,7 +140,7 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
             bail!("`{tool}` was not found; `cargo xtask setup` installs it");
         }
     }
-    super::build()?;
+    let tools = super::build_bench_tools()?;
     let bin = super::target_dir()?.join("release").join("observer");
     if !cmd::is_executable(&bin) {
         bail!(
@@ -185,7 +185,7 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
     let xt = skipped(&args.part, 2).unwrap_or_else(|| match &table {
         Ok(t) => part(
             "bench: 2. x_tables read+diff vs iptables-legacy-save",
-            || read::xt_cost(&bin, &big, t, &plan),
+            || read::xt_cost(&tools, &big, t, &plan),
         ),
         Err(e) => Err(format!("the big table could not be built: {e}")),
     });

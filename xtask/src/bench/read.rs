@@ -1,5 +1,5 @@
 //! Part 2 of `cargo xtask bench`: what observer's read and diff of the 20,000-rule x_tables
-//! table cost (`observer bench-xt`, with the read in its halves), against
+//! table cost (`bench xt`, with the read in its halves), against
 //! `iptables-legacy-save -t filter` of the same table and `ip netns exec NS true`.
 
 use std::{path::Path, process::Command};
@@ -22,7 +22,7 @@ pub(super) struct XtCost {
     save_min_ms: f64,
     true_ms: f64,
     runs: usize,
-    /// `observer bench-xt`'s own line.
+    /// `bench xt`'s own line.
     read_ms: f64,
     /// The read in its halves: the kernel's copy, then decoding and packing.
     kernel_ms: f64,
@@ -68,7 +68,7 @@ pub(super) fn xt_cost(bin: &Path, ns: &Netns, table: &BigTable, plan: &Plan) -> 
     let rounds = plan.rounds.to_string();
     let mut c = Command::new(bin);
     c.args([
-        "bench-xt", "--netns", &ns.name, "--table", "filter", "--rounds", &rounds,
+        "xt", "--netns", &ns.name, "--table", "filter", "--rounds", &rounds,
     ]);
     eprintln!("xtask: == {}", cmd::describe(&c));
     let out = run_bounded(&mut c, None, SLOW_COMMAND_TIMEOUT)?;
@@ -76,16 +76,16 @@ pub(super) fn xt_cost(bin: &Path, ns: &Netns, table: &BigTable, plan: &Plan) -> 
         .lines()
         .rev()
         .find(|l| l.trim_start().starts_with('{'))
-        .with_context(|| format!("observer bench-xt printed no JSON line: {out:?}"))?;
-    let v: Value = serde_json::from_str(line)
-        .with_context(|| format!("parsing observer bench-xt's line {line:?}"))?;
+        .with_context(|| format!("bench xt printed no JSON line: {out:?}"))?;
+    let v: Value =
+        serde_json::from_str(line).with_context(|| format!("parsing bench xt's line {line:?}"))?;
     let num = |k: &str| {
         v[k].as_f64()
-            .with_context(|| format!("observer bench-xt's line has no number `{k}`: {line}"))
+            .with_context(|| format!("bench xt's line has no number `{k}`: {line}"))
     };
     let int = |k: &str| {
         v[k].as_u64()
-            .with_context(|| format!("observer bench-xt's line has no integer `{k}`: {line}"))
+            .with_context(|| format!("bench xt's line has no integer `{k}`: {line}"))
     };
     let cost = XtCost {
         save_ms: median(&saves),
@@ -107,7 +107,7 @@ pub(super) fn xt_cost(bin: &Path, ns: &Netns, table: &BigTable, plan: &Plan) -> 
     };
     if cost.rules < table.rules as u64 {
         bail!(
-            "observer bench-xt read {} rules; iptables-legacy-save shows {}: {line}",
+            "bench xt read {} rules; iptables-legacy-save shows {}: {line}",
             cost.rules,
             table.rules
         );

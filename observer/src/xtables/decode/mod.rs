@@ -106,12 +106,8 @@ pub fn decode_table(proto: XtProto, info: &TableInfo, blob: Vec<u8>) -> Result<X
 
 /// A table as the kernel returned it, before decoding.
 #[derive(Debug, Clone)]
-pub(crate) struct RawTable {
+pub struct RawTable {
     /// The `GET_INFO` reply as bytes.
-    #[cfg_attr(
-        not(test),
-        expect(dead_code, reason = "only the fixture capture stores the raw reply")
-    )]
     pub info_bytes: Vec<u8>,
     pub info: TableInfo,
     /// The `GET_ENTRIES` answer: the `ipt_get_entries` header, then the entries.
@@ -127,7 +123,7 @@ impl RawTable {
 
 /// Decode a table as the kernel's `GET_INFO` and `GET_ENTRIES` returned it, taking the chains
 /// that did not change since `prev` (the last copy of the same table) from it.
-pub(crate) fn decode_raw(
+pub fn decode_raw(
     proto: XtProto,
     raw: RawTable,
     prev: Option<&XtTable>,
@@ -177,7 +173,7 @@ pub fn decode_replace(
 /// The replace struct a writer would hand the kernel to install the table `info` describes
 /// with these `entries` (what [`decode_replace`] reads), with no counters. For measuring
 /// the decode of a writer's copy on a table read from the kernel.
-pub(crate) fn replace_of(proto: XtProto, info: &TableInfo, entries: &[u8]) -> Vec<u8> {
+pub fn replace_of(proto: XtProto, info: &TableInfo, entries: &[u8]) -> Vec<u8> {
     let l = layout(proto);
     let mut name = [0u8; TABLE_NAME_LEN];
     let n = info.name.len().min(TABLE_NAME_LEN - 1);

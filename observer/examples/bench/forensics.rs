@@ -8,11 +8,11 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::forensics::model::{Chain, Table, Tables};
-use crate::forensics::replay::{Recorded, Replay};
-use crate::forensics::{Snapshot, SnapshotPolicy};
-use crate::recorder::Row;
-use crate::ruleset::{Backend, Family, Op};
+use observer::forensics::model::{Chain, Table, Tables};
+use observer::forensics::replay::{Recorded, Replay};
+use observer::forensics::{Snapshot, SnapshotPolicy};
+use observer::recorder::Row;
+use observer::ruleset::{Backend, Family, Op};
 
 /// Endpoints per service.
 const ENDPOINTS: usize = 4;
@@ -246,16 +246,16 @@ impl Sim {
 /// `query --at` timed in process on a record (ms, median of 5), at `at_ns` and just before its
 /// newest snapshot (the most changes to replay), with the snapshots' share of the file.
 pub fn measure(path: &std::path::Path, at_ns: i64) -> anyhow::Result<serde_json::Value> {
-    let ro = crate::store::open_ro(path)?;
+    let ro = observer::store::open_ro(path)?;
     let time = |at_ns: i64| -> anyhow::Result<(f64, usize, usize)> {
         let mut times = Vec::new();
         let (mut rules, mut replayed) = (0, 0);
         for _ in 0..5 {
             let t0 = Instant::now();
-            let (_, states) = crate::forensics::query::at(
+            let (_, states) = observer::forensics::query::at(
                 &ro,
                 at_ns,
-                &crate::forensics::query::Scope::default(),
+                &observer::forensics::query::Scope::default(),
             )?;
             times.push(t0.elapsed().as_secs_f64() * 1e3);
             rules = states
@@ -270,7 +270,7 @@ pub fn measure(path: &std::path::Path, at_ns: i64) -> anyhow::Result<serde_json:
         Ok((times[times.len() / 2], rules, replayed))
     };
     let size = |sql: &str| -> rusqlite::Result<i64> { ro.query_row(sql, [], |r| r.get(0)) };
-    let has = crate::forensics::record::has_snapshots(&ro)?;
+    let has = observer::forensics::record::has_snapshots(&ro)?;
     let (snap_bytes, newest) = if has {
         (
             size("SELECT COALESCE(SUM(length(body)), 0) FROM snapshots")?

@@ -13,13 +13,13 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::attribution::ProcessInfo;
-use crate::cli::BenchIncidentsArgs;
-use crate::incidents::owners::Owners;
-use crate::incidents::{Config, Correlator, InventoryChain};
-use crate::output::record::{ChangeRecord, Source};
-use crate::ruleset::{Backend, Family, Op};
-use crate::timestamp::Timestamp;
+use crate::BenchIncidentsArgs;
+use observer::attribution::ProcessInfo;
+use observer::incidents::owners::Owners;
+use observer::incidents::{Config, Correlator, InventoryChain};
+use observer::output::record::{ChangeRecord, Source};
+use observer::ruleset::{Backend, Family, Op};
+use observer::timestamp::Timestamp;
 
 #[derive(Serialize)]
 struct Figures {

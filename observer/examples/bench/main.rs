@@ -1,17 +1,104 @@
-//! `observer bench-xt`: time what observer does after an x_tables replace (read the table inside
-//! the namespace, decode it, diff it against the last copy), for `cargo xtask bench`. Hidden from
-//! `--help`: a measuring tool, not a feature.
+//! The measuring tools `cargo xtask` drives, kept out of the shipped `observer` binary:
+//!
+//! - `bench xt`: time what observer does after an x_tables replace (read the table inside the
+//!   namespace, decode it, diff it against the last copy), for `cargo xtask bench`;
+//! - `bench record`: fill a new record with synthetic kube-proxy-like churn and time a query, for
+//!   `cargo xtask bench-daemon` and `bench-forensics`;
+//! - `bench incidents`: time the incident engine on synthetic kube-proxy churn, for
+//!   `cargo xtask bench-incidents`.
+//!
+//! Each prints one JSON line of figures.
 
+use std::process::ExitCode;
 use std::time::Instant;
 
+use clap::{Args, Parser, Subcommand};
 use serde::Serialize;
 
-use crate::cli::BenchXtArgs;
-use crate::netns;
-use crate::xtables::{self, XtProto};
+use observer::netns;
+use observer::xtables::{self, XtProto};
 
 mod forensics;
-pub mod incidents;
+mod incidents;
+
+#[derive(Debug, Parser)]
+#[command(name = "bench", about = "observer's measuring tools (for cargo xtask)")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Time the read and diff of a legacy table inside a namespace.
+    Xt(BenchXtArgs),
+    /// Fill a new record with synthetic kube-proxy-like churn and time a query.
+    Record(BenchRecordArgs),
+    /// Time the incident engine on synthetic kube-proxy churn.
+    Incidents(BenchIncidentsArgs),
+}
+
+fn main() -> ExitCode {
+    let result = match Cli::parse().command {
+        Command::Xt(a) => run(a),
+        Command::Record(a) => record(a),
+        Command::Incidents(a) => incidents::run(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct BenchRecordArgs {
+    /// The record to create (must not exist).
+    #[arg(long)]
+    pub out: std::path::PathBuf,
+    /// How many changes.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub rows: u64,
+    /// Spread over this many days, ending now.
+    #[arg(long, default_value_t = 7)]
+    pub days: u64,
+    /// Give every endpoint change a chain name never seen before (the record's worst case),
+    /// instead of names from a set of endpoints that churns.
+    #[arg(long)]
+    pub unique_chains: bool,
+    /// Generate the churn against a 21,000-rule nat table (every change applies to it), snapshot
+    /// it at the daemon's default policy, and time `query --at` at the end.
+    #[arg(long)]
+    pub snapshots: bool,
+    /// With --snapshots: the same churn, but write no snapshot (the record's size without them).
+    #[arg(long, requires = "snapshots")]
+    pub no_snapshot_rows: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchIncidentsArgs {
+    /// kube-proxy restores to replay.
+    #[arg(long, default_value_t = 20_000)]
+    pub txns: usize,
+    /// calico-node/kube-proxy conflict rounds.
+    #[arg(long, default_value_t = 2_000)]
+    pub rounds: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchXtArgs {
+    /// The namespace (inode, /run/netns/NAME path or `ip netns` name).
+    #[arg(long)]
+    pub netns: String,
+    /// The IPv4 table.
+    #[arg(long, default_value = "filter")]
+    pub table: String,
+    /// How many read+diff rounds (the median is printed).
+    #[arg(long, default_value_t = 20)]
+    pub rounds: usize,
+}
 
 #[derive(Serialize)]
 struct Timing {
@@ -45,7 +132,7 @@ fn median(mut v: Vec<f64>) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
-pub fn run(args: BenchXtArgs) -> anyhow::Result<()> {
+fn run(args: BenchXtArgs) -> anyhow::Result<()> {
     let inode = netns::resolve_arg(&args.netns).map_err(anyhow::Error::msg)?;
     let handle = netns::find(inode, &[])
         .ok_or_else(|| anyhow::anyhow!("namespace {} not found", args.netns))?;
@@ -127,12 +214,12 @@ struct RecordFill {
     query_ms: f64,
 }
 
-pub fn record(args: crate::cli::BenchRecordArgs) -> anyhow::Result<()> {
-    use crate::attribution::ProcessInfo;
-    use crate::output::{ChangeRecord, Record, Source};
-    use crate::recorder::{self, Row};
-    use crate::ruleset::{Backend, Family, Op};
-    use crate::store::{self, ChangeRow};
+fn record(args: BenchRecordArgs) -> anyhow::Result<()> {
+    use observer::attribution::ProcessInfo;
+    use observer::output::{ChangeRecord, Record, Source};
+    use observer::recorder::{self, Row};
+    use observer::ruleset::{Backend, Family, Op};
+    use observer::store::{self, ChangeRow};
     use std::sync::Arc;
 
     if args.out.exists() {
@@ -151,7 +238,7 @@ pub fn record(args: crate::cli::BenchRecordArgs) -> anyhow::Result<()> {
     );
     let services = 1000u64;
     let span_ns = args.days as i64 * 86_400 * 1_000_000_000;
-    let start_ns = crate::timestamp::Timestamp::now().unix_nanos() - span_ns;
+    let start_ns = observer::timestamp::Timestamp::now().unix_nanos() - span_ns;
     let step = span_ns / args.rows.max(1) as i64;
     // A small deterministic generator: the same rows every run.
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -243,7 +330,7 @@ pub fn record(args: crate::cli::BenchRecordArgs) -> anyhow::Result<()> {
             seq += 1;
             let c = ChangeRecord {
                 seq,
-                time: crate::timestamp::Timestamp::from_unix_nanos(time_ns),
+                time: observer::timestamp::Timestamp::from_unix_nanos(time_ns),
                 netns: 4026531840,
                 netns_name: None,
                 node: None,
@@ -336,8 +423,10 @@ pub fn record(args: crate::cli::BenchRecordArgs) -> anyhow::Result<()> {
         out["start_rules"] = start_rules.into();
         out["model_rules"] = sim.rules().into();
         if keep_snapshots {
-            out["at"] =
-                forensics::measure(&args.out, crate::timestamp::Timestamp::now().unix_nanos())?;
+            out["at"] = forensics::measure(
+                &args.out,
+                observer::timestamp::Timestamp::now().unix_nanos(),
+            )?;
         }
     }
     println!("{out}");
