@@ -280,15 +280,26 @@ impl Engine {
             w.legacy.insert(key, Arc::new(t));
         }
         let name = w.handle.name.clone();
-        let time = Timestamp::from_boot_ns(x.ktime_ns);
-        let txn = format!("xt-{inode}-{}", x.ktime_ns);
+        self.emit_replace(&x, name, process, changes);
+    }
+
+    /// Report what a replace changed as one transaction of its writer, dated by the kernel's
+    /// clock at the replace.
+    fn emit_replace(
+        &mut self,
+        x: &XtReplaceEvent,
+        name: Option<String>,
+        process: ProcessInfo,
+        changes: Vec<Change>,
+    ) {
+        let inode = x.process.netns;
         self.emit_txn(
             ChangeCtx {
                 inode,
                 name,
                 backend: Backend::Legacy,
-                time,
-                txn,
+                time: Timestamp::from_boot_ns(x.ktime_ns),
+                txn: format!("xt-{inode}-{}", x.ktime_ns),
                 source: x.source.into(),
                 process,
                 replayed: false,
@@ -362,22 +373,7 @@ impl Engine {
             w.bridge.insert(x.table.clone(), t);
         }
         let name = w.handle.name.clone();
-        let time = Timestamp::from_boot_ns(x.ktime_ns);
-        let txn = format!("xt-{inode}-{}", x.ktime_ns);
-        self.emit_txn(
-            ChangeCtx {
-                inode,
-                name,
-                backend: Backend::Legacy,
-                time,
-                txn,
-                source: x.source.into(),
-                process,
-                replayed: false,
-                recovered: false,
-            },
-            changes,
-        );
+        self.emit_replace(&x, name, process, changes);
     }
 
     /// Refused nftables writes (from the replies a writer read, or from the kernel's error path):

@@ -510,67 +510,68 @@ fn port_range(out: &mut String, opt: &str, invert: bool, lo: u16, hi: u16) {
     }
 }
 
+/// The options of the `ip` and `ip6` matches, whose structs differ only in their addresses'
+/// width: after the addresses and masks come, at `class_at`, the tos (tclass), the protocol,
+/// the option bits, their inversions, and the source and destination port ranges. `addr`
+/// prints the source (`true`) or destination address with its mask. `None` for options not
+/// decoded (icmp, igmp types).
+fn ip_options(
+    out: &mut String,
+    d: &[u8],
+    opt: &str,
+    class: &str,
+    class_at: usize,
+    addr: impl Fn(&mut String, bool) -> Option<()>,
+) -> Option<()> {
+    let (bits, inv) = (*d.get(class_at + 2)?, *d.get(class_at + 3)?);
+    for (bit, dir, src) in [(0x01, "src", true), (0x02, "dst", false)] {
+        if bits & bit != 0 {
+            let _ = write!(out, "--{opt}-{dir} ");
+            bang(out, inv & bit != 0);
+            addr(out, src)?;
+            out.push(' ');
+        }
+    }
+    if bits & 0x04 != 0 {
+        let _ = write!(out, "--{opt}-{class} ");
+        bang(out, inv & 0x04 != 0);
+        let _ = write!(out, "0x{:02x} ", d.get(class_at)?);
+    }
+    if bits & 0x08 != 0 {
+        let _ = write!(out, "--{opt}-proto ");
+        bang(out, inv & 0x08 != 0);
+        let _ = write!(out, "{} ", proto_name(*d.get(class_at + 1)?));
+    }
+    for (bit, dir, at) in [(0x10, "sport", class_at + 4), (0x20, "dport", class_at + 8)] {
+        if bits & bit != 0 {
+            let (lo, hi) = (u16_at(d, at)?, u16_at(d, at + 2)?);
+            port_range(out, &format!("--{opt}-{dir}"), inv & bit != 0, lo, hi);
+        }
+    }
+    (bits & 0xc0 == 0).then_some(())
+}
+
 /// The options of a match, each followed by a blank; `None`: render it generically.
 fn match_text(out: &mut String, m: &Ext<'_>) -> Option<()> {
     let d = m.data;
     match m.name.as_str() {
         "ip" => {
-            // struct ebt_ip_info: saddr, daddr, smsk, dmsk, tos, protocol, bitmask, invflags,
-            // sport[2], dport[2] (host order).
-            let (bits, inv) = (*d.get(18)?, *d.get(19)?);
-            if bits & 0x01 != 0 {
-                out.push_str("--ip-src ");
-                bang(out, inv & 0x01 != 0);
-                ip_mask(out, ipv4(d, 0)?, ipv4(d, 8)?);
-                out.push(' ');
-            }
-            if bits & 0x02 != 0 {
-                out.push_str("--ip-dst ");
-                bang(out, inv & 0x02 != 0);
-                ip_mask(out, ipv4(d, 4)?, ipv4(d, 12)?);
-                out.push(' ');
-            }
-            if bits & 0x04 != 0 {
-                out.push_str("--ip-tos ");
-                bang(out, inv & 0x04 != 0);
-                let _ = write!(out, "0x{:02x} ", d[16]);
-            }
-            if bits & 0x08 != 0 {
-                out.push_str("--ip-proto ");
-                bang(out, inv & 0x08 != 0);
-                let _ = write!(out, "{} ", proto_name(d[17]));
-            }
-            if bits & 0x10 != 0 {
-                port_range(
-                    out,
-                    "--ip-sport",
-                    inv & 0x10 != 0,
-                    u16_at(d, 20)?,
-                    u16_at(d, 22)?,
-                );
-            }
-            if bits & 0x20 != 0 {
-                port_range(
-                    out,
-                    "--ip-dport",
-                    inv & 0x20 != 0,
-                    u16_at(d, 24)?,
-                    u16_at(d, 26)?,
-                );
-            }
-            if bits & 0xc0 != 0 {
-                return None;
-            }
+            // struct ebt_ip_info: saddr, daddr, smsk, dmsk, then the common tail at 16.
+            ip_options(out, d, "ip", "tos", 16, |out, src| {
+                let (a, m) = if src { (0, 8) } else { (4, 12) };
+                ip_mask(out, ipv4(d, a)?, ipv4(d, m)?);
+                Some(())
+            })?;
         }
         "ip6" => {
-            // struct ebt_ip6_info: saddr, daddr, smsk, dmsk (16 each), tclass, protocol,
-            // bitmask, invflags, sport[2], dport[2].
-            let (bits, inv) = (*d.get(66)?, *d.get(67)?);
+            // struct ebt_ip6_info: saddr, daddr, smsk, dmsk (16 each), then the common tail at 64.
             let a6 = |at: usize| -> Option<Ipv6Addr> {
                 let s: [u8; 16] = d.get(at..at + 16)?.try_into().ok()?;
                 Some(Ipv6Addr::from(s))
             };
-            let addr6 = |out: &mut String, a: Ipv6Addr, m: Ipv6Addr| {
+            ip_options(out, d, "ip6", "tclass", 64, |out, src| {
+                let (a, m) = if src { (0, 32) } else { (16, 48) };
+                let (a, m) = (a6(a)?, a6(m)?);
                 let mb = u128::from(m);
                 let _ = write!(out, "{a}");
                 if mb == u128::MAX {
@@ -579,50 +580,8 @@ fn match_text(out: &mut String, m: &Ext<'_>) -> Option<()> {
                 } else {
                     let _ = write!(out, "/{m}");
                 }
-            };
-            if bits & 0x01 != 0 {
-                out.push_str("--ip6-src ");
-                bang(out, inv & 0x01 != 0);
-                addr6(out, a6(0)?, a6(32)?);
-                out.push(' ');
-            }
-            if bits & 0x02 != 0 {
-                out.push_str("--ip6-dst ");
-                bang(out, inv & 0x02 != 0);
-                addr6(out, a6(16)?, a6(48)?);
-                out.push(' ');
-            }
-            if bits & 0x04 != 0 {
-                out.push_str("--ip6-tclass ");
-                bang(out, inv & 0x04 != 0);
-                let _ = write!(out, "0x{:02x} ", d[64]);
-            }
-            if bits & 0x08 != 0 {
-                out.push_str("--ip6-proto ");
-                bang(out, inv & 0x08 != 0);
-                let _ = write!(out, "{} ", proto_name(d[65]));
-            }
-            if bits & 0x10 != 0 {
-                port_range(
-                    out,
-                    "--ip6-sport",
-                    inv & 0x10 != 0,
-                    u16_at(d, 68)?,
-                    u16_at(d, 70)?,
-                );
-            }
-            if bits & 0x20 != 0 {
-                port_range(
-                    out,
-                    "--ip6-dport",
-                    inv & 0x20 != 0,
-                    u16_at(d, 72)?,
-                    u16_at(d, 74)?,
-                );
-            }
-            if bits & 0xc0 != 0 {
-                return None;
-            }
+                Some(())
+            })?;
         }
         "vlan" => {
             // struct ebt_vlan_info: id, prio, encap (be), bitmask, invflags.
