@@ -60,6 +60,13 @@ pub struct BenchBignodeArgs {
     /// Print the figures only; leave BENCHMARKS.md as it is
     #[arg(long)]
     no_write: bool,
+    /// Also measure kube-proxy's nftables mode (table ip kube-proxy, one `nft -f` per sync)
+    /// at the same sizes, after the legacy table; its figures go between their own markers
+    #[arg(long)]
+    nft: bool,
+    /// Measure the nftables shape only
+    #[arg(long)]
+    nft_only: bool,
 }
 
 const START: &str = "<!-- bench-bignode:start -->";
@@ -131,6 +138,10 @@ pub fn run(args: &BenchBignodeArgs) -> Result<i32> {
             bin.display()
         );
     }
+    if args.nft_only {
+        let ok = crate::bench_bignode_nft::run(&bin, &sizes, syncs, args.no_write)?;
+        return Ok(if ok { 0 } else { 1 });
+    }
     let env = Environment::collect();
     remove_stale_namespaces(NS_PREFIX);
     let mut notes = Vec::new();
@@ -156,7 +167,8 @@ pub fn run(args: &BenchBignodeArgs) -> Result<i32> {
         write_marked(&path, START, END, &md)?;
         eprintln!("xtask: wrote the figures into {}", path.display());
     }
-    Ok(if results.iter().all(|(_, r)| r.is_ok()) {
+    let nft_ok = !args.nft || crate::bench_bignode_nft::run(&bin, &sizes, syncs, args.no_write)?;
+    Ok(if nft_ok && results.iter().all(|(_, r)| r.is_ok()) {
         0
     } else {
         1

@@ -4,6 +4,7 @@
 
 mod bench;
 mod bench_bignode;
+mod bench_bignode_nft;
 mod bench_daemon;
 mod bench_forensics;
 mod bench_incidents;

@@ -1,0 +1,709 @@
+//! `cargo xtask bench-bignode --nft`: the same question as the legacy part of bench-bignode, for
+//! kube-proxy's nftables mode: what observer costs per sync on a node with a big `ip kube-proxy`
+//! table, against one `nft list table` of the same table, side by side in one run.
+//!
+//! Per size, in a network namespace of its own (made and deleted here; the host's ruleset is
+//! never touched):
+//! 1. `observer tail --json --netns NS` is started and its ready line awaited;
+//! 2. table `ip kube-proxy` of N services is loaded with one `nft -f`: per service a
+//!    `service-HASH-ns/name/tcp/p80` chain (the masquerade mark for traffic from outside the pod
+//!    range, then `numgen random mod 3 vmap { ... }` to its endpoints) and three
+//!    `endpoint-HASH-ns/name/tcp/p80__IP/8080` chains (`ip saddr IP jump mark-for-masquerade`,
+//!    `meta l4proto tcp dnat to IP:8080`), one element of the `service-ips` verdict map, and the
+//!    fixed chains (nat hooks, `services`, `masquerading`, `mark-for-masquerade`); observer's
+//!    lines for it are let through until observer is quiet;
+//! 3. S syncs, one a second, each one `nft -f` transaction as kube-proxy makes it when an
+//!    endpoint changes: a new endpoint chain and its rules, the service chain flushed and
+//!    written again to jump to it, the old endpoint chain deleted. observer's CPU time (utime +
+//!    stime) before the transaction and once its lines are in, and the time from `nft`'s exit to
+//!    the first line naming the new chain;
+//! 4. observer's VmRSS and VmHWM after the syncs; observer is stopped;
+//! 5. `nft list table ip kube-proxy` (after one untimed run that checks the table's shape):
+//!    wall time and CPU, median of 3 (one run above 20,000 services: it takes seconds).
+
+use std::{
+    fmt::Write as _,
+    fs,
+    net::Ipv4Addr,
+    path::Path,
+    process, thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, Context as _, Result};
+use serde_json::Value;
+
+use crate::{
+    bench::{
+        netns::Netns,
+        procfs::{stat_ticks, status_kib, USER_HZ},
+        remove_stale_namespaces,
+        spawn::{run_bounded, run_timed, Observer},
+        stats::{median, mib, ms, percentile, signed_ms, thousands},
+        table::chain_hash,
+        write_marked, Environment,
+    },
+    bench_bignode::{follows, growth_exponent},
+    cmd,
+};
+
+pub(crate) const START: &str = "<!-- bench-bignode-nft:start -->";
+pub(crate) const END: &str = "<!-- bench-bignode-nft:end -->";
+/// The namespaces: `obs-bignft-PID-SERVICES`.
+pub(crate) const NS_PREFIX: &str = "obs-bignft-";
+
+/// Endpoints per service.
+const ENDPOINTS: usize = 3;
+/// Chains of one service: its service chain and one per endpoint.
+const CHAINS_PER_SERVICE: usize = 1 + ENDPOINTS;
+/// Rules of one service: two in its service chain, two per endpoint chain.
+const RULES_PER_SERVICE: usize = 2 + 2 * ENDPOINTS;
+/// nat-prerouting, nat-output, nat-postrouting, services, masquerading, mark-for-masquerade.
+const FIXED_CHAINS: usize = 6;
+/// One jump in each hook chain, the vmap in `services`, three in `masquerading`, one in
+/// `mark-for-masquerade`.
+const FIXED_RULES: usize = 3 + 1 + 3 + 1;
+
+/// Above this size one `nft list table` takes seconds: one timed run only.
+const ONE_LIST_ABOVE: usize = 20_000;
+const LIST_RUNS: usize = 3;
+const SYNC_INTERVAL: Duration = Duration::from_secs(1);
+const LOAD_TIMEOUT: Duration = Duration::from_secs(900);
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(900);
+const SETTLE_QUIET: Duration = Duration::from_secs(2);
+const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
+const SYNC_QUIET: Duration = Duration::from_millis(300);
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Runs the nftables shape at `sizes` with `syncs` syncs each; prints the section and writes it
+/// into BENCHMARKS.md unless `no_write`. True when every size was measured.
+pub(crate) fn run(bin: &Path, sizes: &[usize], syncs: usize, no_write: bool) -> Result<bool> {
+    if cmd::which("nft").is_none() {
+        bail!("`nft` was not found; `cargo xtask setup` installs it (Debian package nftables)");
+    }
+    let env = Environment::collect();
+    remove_stale_namespaces(NS_PREFIX);
+    let mut notes = Vec::new();
+    let mut results = Vec::new();
+    for &services in sizes {
+        let name = format!(
+            "bench-bignode --nft: {} services ({} chains, {} rules), {syncs} syncs",
+            thousands(services as u64),
+            thousands(expected_chains(services) as u64),
+            thousands(expected_rules(services) as u64)
+        );
+        let r = cmd::phase(&name, || measure(bin, services, syncs, &mut notes)).map_err(|e| {
+            eprintln!("xtask: {name}: {e:#}");
+            format!("{e:#}")
+        });
+        results.push((services, r));
+    }
+    let md = markdown(&env, syncs, &results, &notes);
+    print!("{md}");
+    if no_write {
+        eprintln!("xtask: --no-write: BENCHMARKS.md left as it is");
+    } else {
+        let path = crate::root().join("BENCHMARKS.md");
+        write_marked(&path, START, END, &md)?;
+        eprintln!("xtask: wrote the nftables figures into {}", path.display());
+    }
+    Ok(results.iter().all(|(_, r)| r.is_ok()))
+}
+
+// ---------------------------------------------------------------------------------------------
+// The table and the syncs
+
+fn ipv4(base: [u8; 4], offset: usize) -> String {
+    Ipv4Addr::from(u32::from_be_bytes(base).wrapping_add(offset as u32)).to_string()
+}
+
+fn cluster_ip(s: usize) -> String {
+    ipv4([10, 96, 0, 0], s + 1)
+}
+
+fn endpoint_ip(s: usize, e: usize) -> String {
+    ipv4([10, 128, 0, 0], ENDPOINTS * s + e + 1)
+}
+
+/// `ns-N/svc-S/tcp/p80`, kube-proxy's service port name in its chain names.
+fn port_name(s: usize) -> String {
+    format!("ns-{}/svc-{s}/tcp/p80", s % 40)
+}
+
+fn service_chain(s: usize) -> String {
+    format!("service-{}-{}", chain_hash(s as u64 * 4), port_name(s))
+}
+
+/// An endpoint chain's name: kube-proxy hashes the port name and the endpoint.
+fn endpoint_chain(s: usize, ip: &str) -> String {
+    let mut seed = s as u64 * 4 + 1;
+    for b in ip.bytes() {
+        seed = seed.wrapping_mul(0x100_0000_01b3) ^ u64::from(b);
+    }
+    format!("endpoint-{}-{}__{ip}/8080", chain_hash(seed), port_name(s))
+}
+
+fn expected_chains(services: usize) -> usize {
+    FIXED_CHAINS + CHAINS_PER_SERVICE * services
+}
+
+fn expected_rules(services: usize) -> usize {
+    FIXED_RULES + RULES_PER_SERVICE * services
+}
+
+/// An endpoint chain and its two rules, as `nft -f` input.
+fn endpoint_block(out: &mut String, chain: &str, ip: &str) {
+    let _ = writeln!(
+        out,
+        "add chain ip kube-proxy {chain}\n\
+         add rule ip kube-proxy {chain} ip saddr {ip} jump mark-for-masquerade\n\
+         add rule ip kube-proxy {chain} meta l4proto tcp dnat to {ip}:8080"
+    );
+}
+
+/// A service chain's two rules, jumping to `endpoints`.
+fn service_rules(out: &mut String, s: usize, endpoints: &[String]) {
+    let chain = service_chain(s);
+    let arms: Vec<String> = endpoints
+        .iter()
+        .enumerate()
+        .map(|(i, e)| format!("{i} : goto {e}"))
+        .collect();
+    let _ = writeln!(
+        out,
+        "add rule ip kube-proxy {chain} ip daddr {} tcp dport 80 ip saddr != 10.128.0.0/9 \
+         jump mark-for-masquerade\n\
+         add rule ip kube-proxy {chain} numgen random mod {} vmap {{ {} }}",
+        cluster_ip(s),
+        endpoints.len(),
+        arms.join(", ")
+    );
+}
+
+/// The `nft -f` input that makes table `ip kube-proxy` of `services` services; and each
+/// service's endpoint chains.
+fn kube_proxy_table(services: usize) -> (String, Vec<Vec<String>>) {
+    let mut t = String::with_capacity(services * 1_600 + 4_096);
+    t.push_str(
+        "add table ip kube-proxy { comment \"rules for kube-proxy\" ; }\n\
+         add map ip kube-proxy service-ips { type ipv4_addr . inet_proto . inet_service : verdict ; \
+         comment \"ClusterIP, ExternalIP and LoadBalancer IP traffic\" ; }\n\
+         add chain ip kube-proxy nat-prerouting { type nat hook prerouting priority -100 ; }\n\
+         add chain ip kube-proxy nat-output { type nat hook output priority -100 ; }\n\
+         add chain ip kube-proxy nat-postrouting { type nat hook postrouting priority 100 ; }\n\
+         add chain ip kube-proxy services\n\
+         add chain ip kube-proxy masquerading\n\
+         add chain ip kube-proxy mark-for-masquerade\n\
+         add rule ip kube-proxy nat-prerouting jump services\n\
+         add rule ip kube-proxy nat-output jump services\n\
+         add rule ip kube-proxy nat-postrouting jump masquerading\n\
+         add rule ip kube-proxy masquerading meta mark & 0x4000 == 0 return\n\
+         add rule ip kube-proxy masquerading meta mark set meta mark ^ 0x4000\n\
+         add rule ip kube-proxy masquerading masquerade fully-random\n\
+         add rule ip kube-proxy mark-for-masquerade meta mark set meta mark | 0x4000\n\
+         add rule ip kube-proxy services ip daddr . meta l4proto . th dport vmap @service-ips\n",
+    );
+    let mut all = Vec::with_capacity(services);
+    for s in 0..services {
+        let endpoints: Vec<String> = (0..ENDPOINTS)
+            .map(|e| endpoint_chain(s, &endpoint_ip(s, e)))
+            .collect();
+        for (e, chain) in endpoints.iter().enumerate() {
+            endpoint_block(&mut t, chain, &endpoint_ip(s, e));
+        }
+        let _ = writeln!(t, "add chain ip kube-proxy {}", service_chain(s));
+        service_rules(&mut t, s, &endpoints);
+        let _ = writeln!(
+            t,
+            "add element ip kube-proxy service-ips {{ {} . tcp . 80 : goto {} }}",
+            cluster_ip(s),
+            service_chain(s)
+        );
+        all.push(endpoints);
+    }
+    (t, all)
+}
+
+/// One sync: the endpoint chain it makes and its `nft -f` input.
+struct Sync {
+    chain: String,
+    text: String,
+}
+
+/// Sync `k`: endpoint `k % 3` of a service spread over the table gets a new IP. The new
+/// endpoint chain is made, the service chain flushed and written again to jump to it, and the
+/// old endpoint chain deleted, in one transaction. `endpoints` is updated.
+fn sync_block(services: usize, k: usize, endpoints: &mut [Vec<String>]) -> Sync {
+    let s = (k * 7_919 + services / 2) % services;
+    let e = k % ENDPOINTS;
+    let ip = ipv4([10, 64, 0, 0], k + 1);
+    let chain = endpoint_chain(s, &ip);
+    let old = std::mem::replace(&mut endpoints[s][e], chain.clone());
+    let mut text = String::new();
+    endpoint_block(&mut text, &chain, &ip);
+    let _ = writeln!(text, "flush chain ip kube-proxy {}", service_chain(s));
+    service_rules(&mut text, s, &endpoints[s]);
+    let _ = writeln!(text, "delete chain ip kube-proxy {old}");
+    Sync { chain, text }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The measurement
+
+#[derive(Default)]
+struct Size {
+    rules: usize,
+    chains: usize,
+    list_bytes: usize,
+    load_ms: f64,
+    load_lines: usize,
+    load_cpu_ms: f64,
+    load_settle_ms: f64,
+    /// observer's VmRSS once the load is reported (before the syncs).
+    loaded_rss_kib: u64,
+    nft_ms: Vec<f64>,
+    nft_cpu_ms: Vec<f64>,
+    cpu_ms: Vec<f64>,
+    latency_ms: Vec<f64>,
+    lines: Vec<usize>,
+    missed: usize,
+    rss_kib: u64,
+    hwm_kib: u64,
+    list_ms: Vec<f64>,
+    list_cpu_ms: Vec<f64>,
+}
+
+impl Size {
+    fn cpu_median(&self) -> f64 {
+        median(&self.cpu_ms)
+    }
+
+    fn cpu_mean(&self) -> f64 {
+        self.cpu_ms.iter().sum::<f64>() / self.cpu_ms.len().max(1) as f64
+    }
+
+    fn list_cpu(&self) -> f64 {
+        median(&self.list_cpu_ms)
+    }
+}
+
+fn cpu_ms(pid: u32) -> Result<f64> {
+    Ok(stat_ticks(pid, [14, 15])? as f64 * 1e3 / USER_HZ as f64)
+}
+
+/// The user + system CPU time of this process's reaped children, in ms.
+fn children_cpu_ms() -> Result<f64> {
+    // SAFETY: rusage is plain data; zero is a valid value of each field.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes into the struct it is given and nothing else.
+    if unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) } != 0 {
+        bail!(
+            "getrusage(RUSAGE_CHILDREN): {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 * 1e3 + t.tv_usec as f64 / 1e3;
+    Ok(tv(ru.ru_utime) + tv(ru.ru_stime))
+}
+
+fn run_cpu(c: &mut process::Command) -> Result<(Instant, f64, f64)> {
+    let before = children_cpu_ms()?;
+    let (done, took) = run_timed(c)?;
+    Ok((done, ms(took), children_cpu_ms()? - before))
+}
+
+fn count_changes(lines: &[(Instant, String)]) -> usize {
+    lines
+        .iter()
+        .filter(|(_, l)| l.contains(r#""kind":"change""#))
+        .count()
+}
+
+/// Reads observer's lines until none came and its CPU time stood still for `quiet`.
+fn settle(obs: &Observer, quiet: Duration, limit: Duration) -> Result<usize> {
+    let start = Instant::now();
+    let mut changes = 0;
+    let mut last_activity = Instant::now();
+    let mut ticks = cpu_ms(obs.pid)?;
+    loop {
+        thread::sleep(Duration::from_millis(100));
+        let lines = obs.drain();
+        let now_ticks = cpu_ms(obs.pid)?;
+        changes += count_changes(&lines);
+        if !lines.is_empty() || now_ticks != ticks {
+            last_activity = Instant::now();
+            ticks = now_ticks;
+        }
+        if last_activity.elapsed() >= quiet {
+            return Ok(changes);
+        }
+        if start.elapsed() >= limit {
+            bail!(
+                "observer was still busy {limit:?} after the load ({changes} change lines so \
+                 far){}",
+                obs.stderr_tail()
+            );
+        }
+    }
+}
+
+fn measure(bin: &Path, services: usize, syncs: usize, notes: &mut Vec<String>) -> Result<Size> {
+    let ns = Netns::add(format!("{NS_PREFIX}{}-{services}", process::id()))?;
+    let tag = format!("bignft-{services}");
+    let mut obs = Observer::start(bin, &["tail", "--json", "--netns", &ns.name], &tag)?;
+    let file = std::env::temp_dir().join(format!("obs-bignft-{}.nft", process::id()));
+
+    let (table, mut endpoints) = kube_proxy_table(services);
+    fs::write(&file, &table).with_context(|| format!("writing {}", file.display()))?;
+    drop(table);
+    let cpu0 = cpu_ms(obs.pid)?;
+    let t0 = Instant::now();
+    let mut load = ns.cmd("nft");
+    load.arg("-f").arg(&file);
+    run_bounded(&mut load, None, LOAD_TIMEOUT).context("loading table ip kube-proxy")?;
+    let mut size = Size {
+        load_ms: ms(t0.elapsed()),
+        ..Size::default()
+    };
+    let t1 = Instant::now();
+    size.load_lines = settle(&obs, SETTLE_QUIET, SETTLE_TIMEOUT)?;
+    size.load_settle_ms = ms(t1.elapsed()) - ms(SETTLE_QUIET);
+    size.load_cpu_ms = cpu_ms(obs.pid)? - cpu0;
+    size.loaded_rss_kib = status_kib(obs.pid, "VmRSS:")?;
+    if size.load_lines == 0 {
+        notes.push(format!(
+            "{services} services: observer printed no change line for the table's load"
+        ));
+    }
+
+    let mut next = Instant::now();
+    for k in 0..syncs {
+        if let Some(wait) = next.checked_duration_since(Instant::now()) {
+            thread::sleep(wait);
+        }
+        next = Instant::now() + SYNC_INTERVAL;
+        let sync = sync_block(services, k, &mut endpoints);
+        fs::write(&file, &sync.text).with_context(|| format!("writing {}", file.display()))?;
+        obs.drain();
+        let before = cpu_ms(obs.pid)?;
+        let mut c = ns.cmd("nft");
+        c.arg("-f").arg(&file);
+        let (done, wall, cpu) = run_cpu(&mut c)?;
+        size.nft_ms.push(wall);
+        size.nft_cpu_ms.push(cpu);
+        let chain = sync.chain.clone();
+        let hit = obs.wait_opt(
+            SYNC_TIMEOUT,
+            &format!("change line for {chain}"),
+            |v: &Value| v["kind"] == "change" && v["chain"] == chain.as_str(),
+        )?;
+        let Some((at, _)) = hit else {
+            size.missed += 1;
+            notes.push(format!(
+                "{services} services, sync {k}: no line named {chain} within {SYNC_TIMEOUT:?}"
+            ));
+            continue;
+        };
+        size.latency_ms.push(signed_ms(at, done));
+        let earlier = obs.skipped.iter().filter(|v| v["kind"] == "change").count();
+        let mut later = 0;
+        let mut last = Instant::now();
+        while last.elapsed() < SYNC_QUIET {
+            thread::sleep(Duration::from_millis(20));
+            let got = obs.drain();
+            if !got.is_empty() {
+                later += count_changes(&got);
+                last = Instant::now();
+            }
+        }
+        size.cpu_ms.push(cpu_ms(obs.pid)? - before);
+        size.lines.push(earlier + 1 + later);
+    }
+    let _ = fs::remove_file(&file);
+    size.rss_kib = status_kib(obs.pid, "VmRSS:")?;
+    size.hwm_kib = status_kib(obs.pid, "VmHWM:")?;
+    obs.finish(&format!("{services} services (nftables)"), notes);
+
+    let list = || {
+        let mut c = ns.cmd("nft");
+        c.args(["list", "table", "ip", "kube-proxy"]);
+        c
+    };
+    let listed = run_bounded(&mut list(), None, COMMAND_TIMEOUT)?;
+    size.chains = listed
+        .lines()
+        .filter(|l| l.trim_start().starts_with("chain "))
+        .count();
+    size.rules = listed
+        .lines()
+        .map(str::trim)
+        .filter(|l| {
+            !l.is_empty()
+                && !l.starts_with("chain ")
+                && !l.starts_with("type ")
+                && !l.starts_with('}')
+                && (l.contains("jump ")
+                    || l.contains("vmap ")
+                    || l.contains("dnat ")
+                    || l.contains("masquerade")
+                    || l.contains("return")
+                    || l.starts_with("meta mark set"))
+                && !l.starts_with("elements")
+        })
+        .count();
+    size.list_bytes = listed.len();
+    if size.chains != expected_chains(services) || size.rules != expected_rules(services) {
+        bail!(
+            "nft list table shows {} chains and {} rules; expected {} and {}",
+            size.chains,
+            size.rules,
+            expected_chains(services),
+            expected_rules(services)
+        );
+    }
+    let runs = if services > ONE_LIST_ABOVE {
+        1
+    } else {
+        LIST_RUNS
+    };
+    for _ in 0..runs {
+        let (_, wall, cpu) = run_cpu(&mut list())?;
+        size.list_ms.push(wall);
+        size.list_cpu_ms.push(cpu);
+    }
+    drop(ns);
+    Ok(size)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The report
+
+fn markdown(
+    env: &Environment,
+    syncs: usize,
+    results: &[(usize, Result<Size, String>)],
+    notes: &[String],
+) -> String {
+    let mut md = String::new();
+    let _ = writeln!(md, "{START}");
+    md.push_str(
+        "<!-- Generated by `cargo xtask bench-bignode --nft`: edits between these markers are overwritten. -->\n\n",
+    );
+    let _ = writeln!(md, "- date: {}", env.date);
+    let _ = writeln!(md, "- kernel: {}", env.kernel);
+    let _ = writeln!(
+        md,
+        "- CPUs: {}; a shared machine, other builds and tests ran beside the bench",
+        env.cpus
+    );
+    let _ = writeln!(md, "- command: `{}`", env.command);
+    let _ = writeln!(md, "- observer: {}", env.revision);
+    let _ = writeln!(md, "- tools: {}", env.tools);
+    let _ = writeln!(
+        md,
+        "- plan: table `ip kube-proxy`, {syncs} syncs per size one a second (each one `nft -f`: \
+         a new endpoint chain, the service chain rewritten, the old endpoint chain deleted); \
+         {LIST_RUNS} timed `nft list table` per size (1 above {} services)\n",
+        thousands(ONE_LIST_ABOVE as u64)
+    );
+    let head: Vec<String> = results
+        .iter()
+        .map(|(n, _)| format!("{} services", thousands(*n as u64)))
+        .collect();
+    let _ = writeln!(md, "| figure | {} | aim |", head.join(" | "));
+    let _ = writeln!(md, "| --- |{} --- |", " --- |".repeat(results.len()));
+    let mut line = |what: &str, f: &dyn Fn(&Size) -> String, aim: &str| {
+        let cells: Vec<String> = results
+            .iter()
+            .map(|(_, r)| match r {
+                Ok(s) => f(s),
+                Err(_) => "NOT MEASURED".to_owned(),
+            })
+            .collect();
+        let _ = writeln!(md, "| {what} | {} | {aim} |", cells.join(" | "));
+    };
+    line(
+        "table ip kube-proxy: chains / rules (listed size)",
+        &|s| {
+            format!(
+                "{} / {} ({:.1} MiB)",
+                thousands(s.chains as u64),
+                thousands(s.rules as u64),
+                s.list_bytes as f64 / (1 << 20) as f64
+            )
+        },
+        "",
+    );
+    line(
+        "the load: `nft -f` wall; observer's change lines, CPU, time to quiet",
+        &|s| {
+            format!(
+                "{:.0} ms; {} lines, {:.0} ms CPU, {:.1} s",
+                s.load_ms,
+                thousands(s.load_lines as u64),
+                s.load_cpu_ms,
+                s.load_settle_ms / 1e3
+            )
+        },
+        "",
+    );
+    line(
+        "one sync: `nft -f` wall / CPU (median)",
+        &|s| format!("{:.1} / {:.1} ms", median(&s.nft_ms), median(&s.nft_cpu_ms)),
+        "",
+    );
+    line(
+        "observer CPU per sync: median (mean)",
+        &|s| format!("{:.0} ms ({:.1} ms)", s.cpu_median(), s.cpu_mean()),
+        "",
+    );
+    line(
+        "observer lines per sync (median); syncs missed",
+        &|s| {
+            let l: Vec<f64> = s.lines.iter().map(|&n| n as f64).collect();
+            format!("{:.0}; {}", median(&l), s.missed)
+        },
+        "",
+    );
+    line(
+        "latency, `nft` exit → first line naming the new chain: p50 / p95",
+        &|s| match (
+            percentile(&s.latency_ms, 50.0),
+            percentile(&s.latency_ms, 95.0),
+        ) {
+            (Some(a), Some(b)) => format!("{a:.1} / {b:.1} ms"),
+            _ => "no line".to_owned(),
+        },
+        "p95 ≤ 50 ms",
+    );
+    line(
+        "observer VmRSS after the load / after the syncs / VmHWM (peak)",
+        &|s| {
+            format!(
+                "{} / {} / {}",
+                mib(s.loaded_rss_kib),
+                mib(s.rss_kib),
+                mib(s.hwm_kib)
+            )
+        },
+        "< 64 MiB",
+    );
+    line(
+        "`nft list table ip kube-proxy`: wall / CPU (median)",
+        &|s| format!("{:.0} / {:.0} ms", median(&s.list_ms), s.list_cpu()),
+        "",
+    );
+    line(
+        "ratio observer CPU per sync (mean) / list CPU",
+        &|s| format!("{:.4}", s.cpu_mean() / s.list_cpu()),
+        "≤ 0.1",
+    );
+    md.push('\n');
+    let ok: Vec<(usize, &Size)> = results
+        .iter()
+        .filter_map(|(n, r)| r.as_ref().ok().map(|s| (*n, s)))
+        .collect();
+    for pair in ok.windows(2) {
+        let ((n0, a), (n1, b)) = (pair[0], pair[1]);
+        let (x0, x1) = (a.rules as f64, b.rules as f64);
+        let obs = growth_exponent(x0, x1, a.cpu_mean(), b.cpu_mean());
+        let list = growth_exponent(x0, x1, a.list_cpu(), b.list_cpu());
+        let rss = growth_exponent(x0, x1, a.rss_kib as f64, b.rss_kib as f64);
+        let exp = |e: Option<f64>| e.map_or_else(|| "?".to_owned(), |e| format!("{e:.2}"));
+        let _ = writeln!(
+            md,
+            "Curve, {} → {} services: observer CPU per sync (mean) exponent {} (follows {}), \
+             list CPU exponent {} (follows {}), VmRSS exponent {}. Exponent b of cost ∝ rules^b: \
+             1 grows with the table, 0 with the change.\n",
+            thousands(n0 as u64),
+            thousands(n1 as u64),
+            exp(obs),
+            follows(obs),
+            exp(list),
+            follows(list),
+            exp(rss),
+        );
+    }
+    for (n, r) in results {
+        if let Err(e) = r {
+            let _ = writeln!(md, "- {n} services: not measured: {}", e.replace('\n', " "));
+        }
+    }
+    for n in notes {
+        let _ = writeln!(md, "- note: {}", n.replace('\n', " "));
+    }
+    let _ = writeln!(md, "{END}");
+    md
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::*;
+
+    #[test]
+    fn table_has_kube_proxys_nftables_shape() {
+        let n = 23;
+        let (t, endpoints) = kube_proxy_table(n);
+        let chains: Vec<&str> = t
+            .lines()
+            .filter_map(|l| l.strip_prefix("add chain ip kube-proxy "))
+            .map(|l| l.split(' ').next().unwrap())
+            .collect();
+        assert_eq!(chains.len(), expected_chains(n));
+        assert_eq!(chains.iter().collect::<HashSet<_>>().len(), chains.len());
+        let rules: Vec<&str> = t.lines().filter(|l| l.starts_with("add rule ")).collect();
+        assert_eq!(rules.len(), expected_rules(n));
+        assert_eq!(
+            t.lines().filter(|l| l.starts_with("add element ")).count(),
+            n
+        );
+        // Every goto and jump names a chain of the table.
+        for r in &rules {
+            for word in r.split(&[' ', ','][..]) {
+                if word.starts_with("endpoint-") || word.starts_with("service-") {
+                    assert!(chains.contains(&word), "{r}: no chain {word}");
+                }
+            }
+        }
+        assert_eq!(endpoints.len(), n);
+        assert!(endpoints[5][2].starts_with("endpoint-"));
+        assert!(endpoints[5][2].ends_with("-ns-5/svc-5/tcp/p80__10.128.0.18/8080"));
+        assert!(t.contains(&format!(
+            "add rule ip kube-proxy {} numgen random mod 3 vmap {{ 0 : goto {}, 1 : goto {}, 2 : goto {} }}\n",
+            service_chain(5),
+            endpoints[5][0],
+            endpoints[5][1],
+            endpoints[5][2]
+        )));
+    }
+
+    #[test]
+    fn a_sync_swaps_one_endpoint_chain() {
+        let n = 2_500;
+        let (_, mut endpoints) = kube_proxy_table(n);
+        let before = endpoints.clone();
+        let mut seen = HashSet::new();
+        for k in 0..10 {
+            let s = (k * 7_919 + n / 2) % n;
+            let old = endpoints[s][k % ENDPOINTS].clone();
+            let sync = sync_block(n, k, &mut endpoints);
+            let lines: Vec<&str> = sync.text.lines().collect();
+            assert_eq!(lines.len(), 7, "{}", sync.text);
+            assert_eq!(lines[0], format!("add chain ip kube-proxy {}", sync.chain));
+            assert!(lines[1].ends_with("jump mark-for-masquerade"));
+            assert!(lines[2].contains("dnat to 10.64."));
+            assert_eq!(
+                lines[3],
+                format!("flush chain ip kube-proxy {}", service_chain(s))
+            );
+            assert!(lines[5].contains(&format!("goto {}", sync.chain)));
+            assert!(!lines[5].contains(&old));
+            assert_eq!(lines[6], format!("delete chain ip kube-proxy {old}"));
+            assert_ne!(sync.chain, old);
+            assert!(seen.insert(sync.chain));
+        }
+        assert_ne!(before, endpoints);
+    }
+}
