@@ -259,8 +259,12 @@ struct Size {
     load_lines: usize,
     load_cpu_ms: f64,
     load_settle_ms: f64,
+    /// observer's VmRSS at its ready line, before the table (other namespaces' tables in it).
+    ready_rss_kib: u64,
     /// observer's VmRSS once the load is reported (before the syncs).
     loaded_rss_kib: u64,
+    /// Other network namespaces with a name when observer started (observer reads them all).
+    other_namespaces: usize,
     nft_ms: Vec<f64>,
     nft_cpu_ms: Vec<f64>,
     cpu_ms: Vec<f64>,
@@ -352,6 +356,10 @@ fn measure(bin: &Path, services: usize, syncs: usize, notes: &mut Vec<String>) -
     let tag = format!("bignft-{services}");
     let mut obs = Observer::start(bin, &["tail", "--json", "--netns", &ns.name], &tag)?;
     let file = std::env::temp_dir().join(format!("obs-bignft-{}.nft", process::id()));
+    let ready_rss_kib = status_kib(obs.pid, "VmRSS:")?;
+    let other_namespaces = cmd::output(process::Command::new("ip").args(["netns", "list"]))
+        .map(|l| l.lines().filter(|l| !l.starts_with(&ns.name)).count())
+        .unwrap_or(0);
 
     let (table, mut endpoints) = kube_proxy_table(services);
     fs::write(&file, &table).with_context(|| format!("writing {}", file.display()))?;
@@ -363,6 +371,8 @@ fn measure(bin: &Path, services: usize, syncs: usize, notes: &mut Vec<String>) -
     run_bounded(&mut load, None, LOAD_TIMEOUT).context("loading table ip kube-proxy")?;
     let mut size = Size {
         load_ms: ms(t0.elapsed()),
+        ready_rss_kib,
+        other_namespaces,
         ..Size::default()
     };
     let t1 = Instant::now();
@@ -577,16 +587,27 @@ fn markdown(
         "p95 ≤ 50 ms",
     );
     line(
-        "observer VmRSS after the load / after the syncs / VmHWM (peak)",
+        "observer VmRSS at ready / after the load / after the syncs / VmHWM (peak)",
         &|s| {
             format!(
-                "{} / {} / {}",
+                "{} / {} / {} / {}",
+                mib(s.ready_rss_kib),
                 mib(s.loaded_rss_kib),
                 mib(s.rss_kib),
                 mib(s.hwm_kib)
             )
         },
         "< 64 MiB",
+    );
+    line(
+        "VmRSS after the syncs − at ready (the table's share)",
+        &|s| mib(s.rss_kib.saturating_sub(s.ready_rss_kib)),
+        "",
+    );
+    line(
+        "other named network namespaces beside (observer reads every one)",
+        &|s| s.other_namespaces.to_string(),
+        "",
     );
     line(
         "`nft list table ip kube-proxy`: wall / CPU (median)",
