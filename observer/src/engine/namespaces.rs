@@ -202,6 +202,7 @@ impl Engine {
                 } else {
                     format!("nft-{inode}-{gen}")
                 };
+                let large = changes.len() >= super::LARGE_TXN_CHANGES;
                 self.emit_txn(
                     ChangeCtx {
                         inode,
@@ -218,6 +219,9 @@ impl Engine {
                 );
                 if let Some(t) = snapshot {
                     self.emit_snapshot(inode, Backend::Nft, *t);
+                }
+                if large {
+                    super::release_free_heap();
                 }
             }
             NsMsg::Trouble { inode, message } => {
