@@ -130,7 +130,10 @@ enum Verb {
         sync to one save, and how both grow from one size to the next. Prints the table and \
         writes it into BENCHMARKS.md between its bench-bignode markers. Needs root and \
         iptables-legacy-restore. Some minutes (10,000 services take a while to load); `--quick` \
-        is 500 and 2,000 services with 3 syncs."
+        is 500 and 2,000 services with 3 syncs. `--nft` then measures kube-proxy's nftables \
+        mode the same way (table `ip kube-proxy` loaded with one `nft -f`, each sync one `nft -f` \
+        transaction swapping an endpoint chain, against `nft list table`), between its \
+        bench-bignode-nft markers; `--nft-only` measures that part alone."
     )]
     BenchBignode(bench_bignode::BenchBignodeArgs),
 
