@@ -21,6 +21,8 @@ pub const DEFAULT_HTTP_MAX_CONNECTIONS: usize = 256;
 pub const DEFAULT_NATS_STREAM: &str = "OBSERVER";
 pub const DEFAULT_NATS_MAX_AGE: &str = "7d";
 pub const DEFAULT_NATS_MAX_BYTES: &str = "1GiB";
+/// Rows `run --nats` keeps in flight (sent, not yet acknowledged).
+pub const DEFAULT_NATS_WINDOW: usize = 256;
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -28,7 +30,7 @@ pub struct RunArgs {
     /// retain, max_record, hooks, ringbuf_size, netlink_rcvbuf, owners, flap_cycles,
     /// flap_window, mass_window, repair_within, pod_logs, container_logs, tls_cert, tls_key,
     /// tls_client_ca, insecure_plaintext, stdout_queue, nats, node, nats_stream, nats_max_age, nats_max_bytes,
-    /// nats_replicas, nats_ca, nats_cert, nats_key, nats_creds, nats_nkey, nats_token_file,
+    /// nats_replicas, nats_window, nats_ca, nats_cert, nats_key, nats_creds, nats_nkey, nats_token_file,
     /// nats_user, nats_password_file, nats_insecure). Flags and environment variables win over
     /// it.
     #[arg(long, env = "OBSERVER_CONFIG", value_name = "FILE")]
@@ -198,6 +200,13 @@ pub struct RunArgs {
     /// When the stream is created: its replicas in a NATS cluster [default: 1].
     #[arg(long, env = "OBSERVER_NATS_REPLICAS", value_name = "N", value_parser = clap::value_parser!(u8).range(1..=5))]
     pub nats_replicas: Option<u8>,
+
+    /// Rows published to NATS without waiting for their acknowledgement, at most
+    /// [default: 256]. Row n is sent once row n-N is acknowledged; 1 waits for each row's
+    /// acknowledgement before sending the next. Each node's rows stay in order and are stored
+    /// once: a session that fails with rows in flight is repaired when the next one starts.
+    #[arg(long, env = "OBSERVER_NATS_WINDOW", value_name = "N", value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub nats_window: Option<u32>,
 
     /// TLS and credentials for --nats.
     #[command(flatten)]

@@ -6,7 +6,9 @@
 //! gone when the tail stops. With `--durable NAME`, the consumer lives in the server: a tail
 //! that stops, loses its connection or outlives a server restart goes on where it left off
 //! (each message is acknowledged once printed). Lines are numbered per node and record, so a
-//! message delivered again (an acknowledgement lost in a disconnect) is not printed twice.
+//! message delivered again (an acknowledgement lost in a disconnect, or a row the publisher
+//! deleted and published again when it repaired the stream) is not printed twice. A row the
+//! publisher repaired (lost while later rows were stored) is printed when it arrives: late.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -19,6 +21,10 @@ use crate::cli::TailArgs;
 use crate::engine::Output;
 use crate::nats::{subject_token, HEADER_NODE, HEADER_RECORD, HEADER_SEQ};
 use crate::output::{Record, StatusRecord};
+
+/// Numbers remembered per node, record and subject (a repair touches the publisher's last
+/// window of rows, at most 65536).
+const SEEN: usize = 1 << 17;
 
 /// A screen with transactions in progress is drawn after this long without a message.
 const IDLE: Duration = Duration::from_millis(100);
@@ -140,9 +146,9 @@ pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
 struct Printer {
     output: Box<dyn Output>,
     node_glob: Option<globset::GlobMatcher>,
-    /// The last number printed per (node, record, subject): a message delivered again is not
-    /// printed again.
-    last: HashMap<(String, String, String), u64>,
+    /// The numbers printed per (node, record, subject), the latest [`SEEN`] of them: a message
+    /// delivered or stored again is not printed again, and a row stored late still is.
+    last: HashMap<(String, String, String), std::collections::BTreeSet<u64>>,
 }
 
 impl Printer {
@@ -206,11 +212,13 @@ impl Printer {
                 header(HEADER_RECORD).unwrap_or_default(),
                 m.subject.to_string(),
             );
-            let last = self.last.entry(key).or_default();
-            if n <= *last {
+            let seen = self.last.entry(key).or_default();
+            if !seen.insert(n) {
                 return Ok(());
             }
-            *last = n;
+            if seen.len() > SEEN {
+                seen.pop_first();
+            }
         }
         let mut record: Record = match serde_json::from_slice(&m.payload) {
             Ok(r) => r,

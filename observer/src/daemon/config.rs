@@ -78,6 +78,9 @@ pub enum ConfigError {
     /// A replica count JetStream does not take.
     #[error("{at}: must be 1 to 5")]
     NatsReplicas { at: String },
+    /// A NATS window out of range.
+    #[error("{at}: must be 1 to 65536")]
+    NatsWindow { at: String },
     /// Plain HTTP on an address beyond loopback, not accepted with `--insecure-plaintext`.
     #[error(
         "refusing to serve plain HTTP on {0} (beyond loopback, the bearer token and every event \
@@ -123,6 +126,7 @@ struct FileConfig {
     nats_max_age: Option<String>,
     nats_max_bytes: Option<String>,
     nats_replicas: Option<u8>,
+    nats_window: Option<u32>,
     nats_ca: Option<PathBuf>,
     nats_cert: Option<PathBuf>,
     nats_key: Option<PathBuf>,
@@ -312,6 +316,15 @@ impl RunArgs {
                         at: in_file("nats_replicas"),
                     });
                 }
+                let window = self
+                    .nats_window
+                    .or(file.nats_window)
+                    .map_or(crate::nats::DEFAULT_WINDOW, |w| w as usize);
+                if !(1..=65536).contains(&window) {
+                    return Err(ConfigError::NatsWindow {
+                        at: in_file("nats_window"),
+                    });
+                }
                 let node = self
                     .node
                     .or(file.node)
@@ -345,6 +358,7 @@ impl RunArgs {
                     max_age,
                     max_bytes,
                     replicas: usize::from(replicas),
+                    window,
                 })
             }
         };

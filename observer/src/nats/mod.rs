@@ -24,7 +24,7 @@ pub const HEADER_RECORD: &str = "Observer-Record";
 /// The stream's defaults (the flags' defaults).
 pub use crate::cli::run::{
     DEFAULT_NATS_MAX_AGE as DEFAULT_MAX_AGE, DEFAULT_NATS_MAX_BYTES as DEFAULT_MAX_BYTES,
-    DEFAULT_NATS_STREAM as DEFAULT_STREAM,
+    DEFAULT_NATS_STREAM as DEFAULT_STREAM, DEFAULT_NATS_WINDOW as DEFAULT_WINDOW,
 };
 
 /// What `observer run --nats` needs.
@@ -37,6 +37,8 @@ pub struct NatsSettings {
     pub max_age: Duration,
     pub max_bytes: u64,
     pub replicas: usize,
+    /// Rows in flight at most (sent, their acknowledgement not yet received).
+    pub window: usize,
     /// TLS and credentials.
     pub auth: auth::NatsAuth,
 }

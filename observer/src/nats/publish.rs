@@ -1,13 +1,19 @@
 //! `observer run --nats URL`: publish the record's rows to JetStream, in order, each once.
 //!
 //! The record is the spool. The publisher reads the rows after the last one JetStream holds for
-//! this node and record, publishes them one at a time, and moves on only when the server has
-//! acknowledged the row (so the stream keeps each node's order even when a connection dies with
-//! messages in flight). While the server is unreachable nothing is published and nothing is
-//! lost: the rows wait in the record, and when the server is back the publisher asks the stream
-//! for the last row it holds (`Observer-Seq` of the last message on each subject) and goes on
-//! after it. A row published again after an acknowledgement that never arrived carries the same
-//! message id, and JetStream stores it once.
+//! this node and record and keeps up to `--nats-window` of them in flight: row n is sent only
+//! once row n-window is acknowledged, acknowledgements are taken oldest first, and the cursor
+//! moves only over rows acknowledged in order. Any failure ends the session. While the server is
+//! unreachable nothing is published and nothing is lost: the rows wait in the record.
+//!
+//! Every session starts by reconciling each subject with the record ([`plan`]): a connection that
+//! dies with rows in flight can leave a hole (a row lost while a later one was stored, e.g. sent
+//! again from the old connection's queue after a reconnect, or a cluster leader lost mid-window),
+//! and by the window's rule it can only be among the last `window` rows. The publisher reads the
+//! headers of the subject's last messages, keeps the longest in-order run, deletes the messages of
+//! this record stored after it, and publishes again after that run. A row published again after a
+//! delete carries a fresh message id (`.r<epoch>` appended): the stream's duplicate window still
+//! remembers the deleted ids.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -74,6 +80,24 @@ pub enum PublishError {
     /// JetStream did not acknowledge a row.
     #[error("waiting for JetStream's acknowledgement")]
     Ack(#[source] jetstream::context::PublishError),
+    /// JetStream acknowledged a row as a duplicate of a message it already held: the stream is
+    /// read again before going on.
+    #[error("JetStream took {id} for a duplicate of a message it holds")]
+    Duplicate { id: String },
+    /// The subject's last messages could not be read (reconciling the stream with the record).
+    #[error("reading the last messages on {subject}")]
+    Scan {
+        subject: String,
+        #[source]
+        cause: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A message stored out of order could not be deleted.
+    #[error("deleting message {seq} (stored out of order) from the stream")]
+    Delete {
+        seq: u64,
+        #[source]
+        cause: jetstream::stream::DeleteMessageError,
+    },
 }
 
 /// Counters shared with `/metrics`.
@@ -115,6 +139,9 @@ struct Cursor {
 
 struct Publisher {
     settings: NatsSettings,
+    /// Until when rows are published with fresh message ids (a delete or a duplicate was seen:
+    /// the stream's duplicate window may remember ids of messages no longer stored).
+    fresh_until: Mutex<Option<std::time::Instant>>,
     record: PathBuf,
     record_id: String,
     stats: Arc<NatsStats>,
@@ -137,6 +164,7 @@ pub fn spawn(
 ) -> tokio::task::JoinHandle<()> {
     let p = Publisher {
         settings,
+        fresh_until: Mutex::new(None),
         record: spool.path,
         record_id: spool.id,
         stats,
@@ -207,12 +235,17 @@ impl Publisher {
                 cause,
             })?;
         let mut cursor = Cursor {
-            change: self.last_held(&stream, Kind::Change).await?,
-            incident: self.last_held(&stream, Kind::Incident).await?,
+            change: self.reconcile(&stream, Kind::Change).await?,
+            incident: self.reconcile(&stream, Kind::Incident).await?,
         };
+        let epoch = self.fresh_epoch();
         // Rows older than the stream keeps are not sent again after the stream lost them.
         let since_ns = oldest_kept(crate::timestamp::Timestamp::now().unix_nanos(), s.max_age);
         self.stats.acked(cursor);
+        let window = s.window.max(1);
+        let mut sent = cursor;
+        let mut in_flight: std::collections::VecDeque<InFlight> =
+            std::collections::VecDeque::with_capacity(window);
         let mut conn = open_record(&self.record).await?;
         let mut ino = store::inode(&self.record);
         self.stats.connected.set(1);
@@ -236,39 +269,235 @@ impl Publisher {
                 conn = open_record(&self.record).await?;
                 ino = now;
             }
-            let rows = read_after(&conn, cursor, since_ns).await?;
+            let rows = read_after(&conn, sent, since_ns).await?;
             if rows.is_empty() {
+                // Nothing more to send: take the acknowledgements still due, then wait.
+                while let Some(f) = in_flight.pop_front() {
+                    self.acked(f, &mut cursor, epoch.is_some()).await?;
+                }
                 let _ = tokio::time::timeout(POLL, committed).await;
                 continue;
             }
             for (kind, row) in rows {
-                self.publish(&js, kind, &row).await?;
-                match kind {
-                    Kind::Change => cursor.change = row.number,
-                    Kind::Incident => cursor.incident = row.number,
+                if in_flight.len() >= window {
+                    if let Some(f) = in_flight.pop_front() {
+                        self.acked(f, &mut cursor, epoch.is_some()).await?;
+                    }
                 }
-                self.stats.acked(cursor);
+                let id = match epoch {
+                    Some(e) => format!(
+                        "{}.r{e}",
+                        message_id(&s.node, &self.record_id, kind, row.number)
+                    ),
+                    None => message_id(&s.node, &self.record_id, kind, row.number),
+                };
+                let ack = self.send(&js, kind, &row, id.clone()).await?;
+                match kind {
+                    Kind::Change => sent.change = row.number,
+                    Kind::Incident => sent.incident = row.number,
+                }
+                in_flight.push_back(InFlight {
+                    kind,
+                    number: row.number,
+                    id,
+                    ack,
+                });
             }
         }
     }
 
-    /// The number of the last row of this record the stream holds on `kind`'s subject (0: none).
-    async fn last_held(
+    /// The epoch appended to message ids in this session, while fresh ids are due.
+    fn fresh_epoch(&self) -> Option<i64> {
+        let until = self.fresh_until.lock().ok().and_then(|g| *g)?;
+        (std::time::Instant::now() < until).then(|| crate::timestamp::Timestamp::now().unix_nanos())
+    }
+
+    /// From now on, and for the stream's duplicate window, publish with fresh message ids.
+    fn need_fresh_ids(&self) {
+        if let Ok(mut g) = self.fresh_until.lock() {
+            // The duplicate window (120 s) and some margin for clocks and retries.
+            *g = Some(std::time::Instant::now() + Duration::from_secs(300));
+        }
+    }
+
+    /// Wait for the oldest row in flight's acknowledgement and move the cursor over it.
+    async fn acked(
+        &self,
+        f: InFlight,
+        cursor: &mut Cursor,
+        fresh: bool,
+    ) -> Result<(), PublishError> {
+        let ack = f.ack.await.map_err(PublishError::Ack)?;
+        if ack.duplicate {
+            // Within one session every row is sent once, after the stream was read: a duplicate
+            // is a message from an older connection stored meanwhile, or (plain ids) an id the
+            // stream remembers from a deleted message. Read the stream again.
+            if !fresh {
+                self.need_fresh_ids();
+            }
+            return Err(PublishError::Duplicate { id: f.id });
+        }
+        match f.kind {
+            Kind::Change => cursor.change = f.number,
+            Kind::Incident => cursor.incident = f.number,
+        }
+        self.stats.acked(*cursor);
+        self.stats
+            .published
+            .get_or_create(&KindLabel {
+                kind: f.kind.suffix().into(),
+            })
+            .inc();
+        Ok(())
+    }
+
+    /// Reconcile `kind`'s subject with the record (see [`plan`]) and return the last row to
+    /// publish after.
+    async fn reconcile(
         &self,
         stream: &jetstream::stream::Stream,
         kind: Kind,
     ) -> Result<u64, PublishError> {
+        let Some(last) = self.last_held(stream, kind).await? else {
+            return Ok(0);
+        };
+        let window = self.settings.window.max(1) as u64;
+        let scanned = self.scan(stream, kind, last.stream_seq, window).await?;
+        if !scanned.iter().any(|m| m.ours) {
+            return Ok(last.number);
+        }
+        let p = plan(&scanned);
+        if !p.delete.is_empty() {
+            tracing::warn!(
+                "NATS {}: {} {} message(s) of this node were stored out of order after row {}: \
+                 deleting them and publishing again from row {}",
+                self.settings.url,
+                p.delete.len(),
+                kind.suffix(),
+                p.resume_after,
+                p.resume_after + 1
+            );
+        }
+        if p.fresh_ids {
+            self.need_fresh_ids();
+        }
+        for &seq in &p.delete {
+            stream
+                .delete_message(seq)
+                .await
+                .map_err(|cause| PublishError::Delete { seq, cause })?;
+        }
+        Ok(p.resume_after)
+    }
+
+    /// The headers of this record's messages on `kind`'s subject, from far enough back that the
+    /// last `window` rows are all among them, up to the stream sequence `last`.
+    async fn scan(
+        &self,
+        stream: &jetstream::stream::Stream,
+        kind: Kind,
+        last: u64,
+        window: u64,
+    ) -> Result<Vec<Scanned>, PublishError> {
+        let subj = subject(&self.settings.node, kind);
+        let err = |cause: Box<dyn std::error::Error + Send + Sync>| PublishError::Scan {
+            subject: subj.clone(),
+            cause,
+        };
+        let mut back = window.saturating_mul(4);
+        loop {
+            let start = last.saturating_sub(back).max(1);
+            let (ours, foreign_first) = self
+                .scan_from(stream, &subj, start, last)
+                .await
+                .map_err(&err)?;
+            let mine = || ours.iter().filter(|m| m.ours).map(|m| m.number);
+            let max = mine().max().unwrap_or(0);
+            let min = mine().min().unwrap_or(0);
+            if start == 1 || foreign_first || min <= (max + 1).saturating_sub(window).max(1) {
+                return Ok(ours);
+            }
+            back = back.saturating_mul(4);
+        }
+    }
+
+    /// This record's messages on `subj` from stream sequence `start` to `last`, and whether a
+    /// message of another record came before the first of them.
+    async fn scan_from(
+        &self,
+        stream: &jetstream::stream::Stream,
+        subj: &str,
+        start: u64,
+        last: u64,
+    ) -> Result<(Vec<Scanned>, bool), Box<dyn std::error::Error + Send + Sync>> {
+        use futures_util::StreamExt as _;
+        let consumer = stream
+            .create_consumer(jetstream::consumer::pull::OrderedConfig {
+                filter_subject: subj.to_string(),
+                deliver_policy: jetstream::consumer::DeliverPolicy::ByStartSequence {
+                    start_sequence: start,
+                },
+                headers_only: true,
+                ..Default::default()
+            })
+            .await?;
+        let mut messages = consumer.messages().await?;
+        let mut ours = Vec::new();
+        let mut foreign_first = false;
+        loop {
+            let m = match tokio::time::timeout(Duration::from_secs(5), messages.next()).await {
+                Ok(Some(m)) => m?,
+                Ok(None) => return Err("the scan ended early".into()),
+                Err(_) => return Err("no message within 5s".into()),
+            };
+            let info = m.info()?;
+            let seq = info.stream_sequence;
+            let header = |name: &str| {
+                m.headers
+                    .as_ref()
+                    .and_then(|h| h.get(name))
+                    .map(|v| v.as_str().to_string())
+            };
+            let mine = header(HEADER_RECORD).as_deref() == Some(self.record_id.as_str());
+            match header(HEADER_SEQ).and_then(|v| v.parse().ok()) {
+                Some(number) if mine => ours.push(Scanned {
+                    stream_seq: seq,
+                    ours: true,
+                    number,
+                }),
+                _ if !ours.is_empty() => ours.push(Scanned {
+                    stream_seq: seq,
+                    ours: false,
+                    number: 0,
+                }),
+                _ => foreign_first = true,
+            }
+            if seq >= last || info.pending == 0 {
+                return Ok((ours, foreign_first));
+            }
+        }
+    }
+
+    /// The last message on `kind`'s subject if it is of this record: its row and stream sequence.
+    async fn last_held(
+        &self,
+        stream: &jetstream::stream::Stream,
+        kind: Kind,
+    ) -> Result<Option<Last>, PublishError> {
         let subj = subject(&self.settings.node, kind);
         match stream.get_last_raw_message_by_subject(&subj).await {
             Ok(m) => {
                 let header = |name: &str| m.headers.get(name).map(|v| v.as_str().to_string());
                 if header(HEADER_RECORD).as_deref() != Some(self.record_id.as_str()) {
                     // Another record (this node's record was replaced): all of ours is new.
-                    return Ok(0);
+                    return Ok(None);
                 }
-                Ok(header(HEADER_SEQ).and_then(|v| v.parse().ok()).unwrap_or(0))
+                Ok(Some(Last {
+                    number: header(HEADER_SEQ).and_then(|v| v.parse().ok()).unwrap_or(0),
+                    stream_seq: m.sequence,
+                }))
             }
-            Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(0),
+            Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(None),
             Err(cause) => Err(PublishError::LastMessage {
                 subject: subj,
                 cause,
@@ -276,31 +505,90 @@ impl Publisher {
         }
     }
 
-    async fn publish(
+    /// Send one row; its acknowledgement is awaited later, oldest first.
+    async fn send(
         &self,
         js: &jetstream::Context,
         kind: Kind,
         row: &Stored,
-    ) -> Result<(), PublishError> {
+        id: String,
+    ) -> Result<jetstream::context::PublishAckFuture, PublishError> {
         let s = &self.settings;
         let msg = PublishMessage::build()
-            .message_id(message_id(&s.node, &self.record_id, kind, row.number))
+            .message_id(id)
             .header(HEADER_NODE, s.node.as_str())
             .header(HEADER_RECORD, self.record_id.as_str())
             .header(HEADER_SEQ, row.number.to_string().as_str())
             .payload(row.json.clone().into());
         js.send_publish(subject(&s.node, kind), msg)
             .await
-            .map_err(PublishError::Send)?
-            .await
-            .map_err(PublishError::Ack)?;
-        self.stats
-            .published
-            .get_or_create(&KindLabel {
-                kind: kind.suffix().into(),
-            })
-            .inc();
-        Ok(())
+            .map_err(PublishError::Send)
+    }
+}
+
+/// A row sent and not yet acknowledged.
+struct InFlight {
+    kind: Kind,
+    number: u64,
+    id: String,
+    ack: jetstream::context::PublishAckFuture,
+}
+
+/// The last message on a subject, of this record.
+struct Last {
+    number: u64,
+    stream_seq: u64,
+}
+
+/// A message of this record found on a subject: its stream sequence and its row (`Observer-Seq`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Scanned {
+    pub stream_seq: u64,
+    /// Of this record (another record's messages on the subject are left alone).
+    pub ours: bool,
+    pub number: u64,
+}
+
+/// What a session does with a subject before publishing on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Plan {
+    /// The last row of the clean run: publishing goes on after it.
+    pub resume_after: u64,
+    /// The stream sequences of this record's messages stored after the clean run (a hole, a
+    /// duplicate or a row out of order came first): deleted before publishing again.
+    pub delete: Vec<u64>,
+    /// Rows published again must carry fresh message ids (some ids were deleted).
+    pub fresh_ids: bool,
+}
+
+/// Reconcile a subject with the record. `scanned` is this record's messages on the subject in
+/// stream order, from far enough back that it starts before the last `window` rows (every row
+/// before those was acknowledged before a later one was sent, so it is stored, in order). The
+/// clean run is the longest prefix where each row follows the one before; every message after it
+/// is deleted, and publishing resumes after the run's last row.
+pub(crate) fn plan(scanned: &[Scanned]) -> Plan {
+    let scanned: Vec<Scanned> = scanned.iter().copied().filter(|m| m.ours).collect();
+    let Some(first) = scanned.first() else {
+        return Plan {
+            resume_after: 0,
+            delete: Vec::new(),
+            fresh_ids: false,
+        };
+    };
+    let mut end = first.number;
+    let mut clean = 1;
+    for m in &scanned[1..] {
+        if m.number != end + 1 {
+            break;
+        }
+        end = m.number;
+        clean += 1;
+    }
+    let delete: Vec<u64> = scanned[clean..].iter().map(|m| m.stream_seq).collect();
+    Plan {
+        resume_after: end,
+        fresh_ids: !delete.is_empty(),
+        delete,
     }
 }
 
@@ -429,6 +717,111 @@ mod tests {
             time_ns,
             json: String::new(),
         }
+    }
+
+    /// Messages of this record as (stream sequence, row).
+    fn scanned(list: &[(u64, u64)]) -> Vec<Scanned> {
+        list.iter()
+            .map(|&(stream_seq, number)| Scanned {
+                stream_seq,
+                ours: true,
+                number,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_clean_run_resumes_after_its_last_row() {
+        let p = plan(&scanned(&[(10, 5), (11, 6), (14, 7), (20, 8)]));
+        assert_eq!(
+            p,
+            Plan {
+                resume_after: 8,
+                delete: vec![],
+                fresh_ids: false
+            }
+        );
+    }
+
+    #[test]
+    fn a_row_stored_without_its_ack_is_not_sent_again() {
+        // Row 4 was stored and its acknowledgement lost: the stream holds it.
+        let p = plan(&scanned(&[(1, 1), (2, 2), (3, 3), (4, 4)]));
+        assert_eq!(p.resume_after, 4);
+        assert!(p.delete.is_empty() && !p.fresh_ids);
+    }
+
+    #[test]
+    fn rows_lost_at_the_end_are_sent_again() {
+        // Rows 4.. were sent and never stored: nothing to delete, resume after 3.
+        let p = plan(&scanned(&[(1, 1), (2, 2), (3, 3)]));
+        assert_eq!(p.resume_after, 3);
+        assert!(p.delete.is_empty() && !p.fresh_ids);
+    }
+
+    #[test]
+    fn a_hole_deletes_every_later_message_and_resumes_before_it() {
+        // Row 4 lost, rows 5 and 6 stored after: delete them, resume after 3, fresh ids.
+        let p = plan(&scanned(&[(1, 1), (2, 2), (3, 3), (7, 5), (8, 6)]));
+        assert_eq!(
+            p,
+            Plan {
+                resume_after: 3,
+                delete: vec![7, 8],
+                fresh_ids: true
+            }
+        );
+    }
+
+    #[test]
+    fn a_row_stored_twice_is_deleted_with_what_follows() {
+        let p = plan(&scanned(&[(1, 1), (2, 2), (3, 2), (4, 3)]));
+        assert_eq!(p.resume_after, 2);
+        assert_eq!(p.delete, vec![3, 4]);
+        assert!(p.fresh_ids);
+        // A row stored late, before the rows it should follow.
+        let p = plan(&scanned(&[(1, 1), (2, 3), (3, 2)]));
+        assert_eq!(p.resume_after, 1);
+        assert_eq!(p.delete, vec![2, 3]);
+    }
+
+    #[test]
+    fn another_records_rows_are_not_ours() {
+        // The scan keeps this record's messages only: another record's rows in between (stream
+        // sequences 3 and 4) neither break the run nor get deleted.
+        let mut list = scanned(&[(1, 7), (2, 8), (5, 9)]);
+        let other = |stream_seq| Scanned {
+            stream_seq,
+            ours: false,
+            number: 1,
+        };
+        list.insert(2, other(3));
+        list.insert(3, other(4));
+        let p = plan(&list);
+        assert_eq!(p.resume_after, 9);
+        assert!(p.delete.is_empty());
+        // Nor are they deleted after a hole.
+        list.push(other(6));
+        list.push(Scanned {
+            stream_seq: 7,
+            ours: true,
+            number: 11,
+        });
+        let p = plan(&list);
+        assert_eq!(p.resume_after, 9);
+        assert_eq!(p.delete, vec![7]);
+    }
+
+    #[test]
+    fn an_empty_subject_publishes_from_the_start() {
+        assert_eq!(
+            plan(&[]),
+            Plan {
+                resume_after: 0,
+                delete: vec![],
+                fresh_ids: false
+            }
+        );
     }
 
     #[test]
