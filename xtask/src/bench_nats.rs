@@ -8,11 +8,17 @@
 //!    changes every 100 ms), once with `observer run` alone and once with `--nats`: the
 //!    daemon's CPU in both, the publish cost per change (the difference), how many changes
 //!    reached the fleet tail and how far behind it fell.
+//! 3. Burst: one `nft -f` transaction of 20,000 changes (a kube-proxy restore on a big node),
+//!    and the time from its start until JetStream has acknowledged all 20,000 (the daemon's
+//!    `observer_nats_published_total`), on loopback and behind a delaying TCP proxy of 5 and
+//!    20 ms round trip (this kernel has no netem), with `--nats-window 1` (one message per
+//!    round trip) and the default window, side by side.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read as _, Write as _};
+use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -20,7 +26,9 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde_json::Value;
 
-use crate::bench_daemon::{clock_ticks, cpu_ticks, free_port, load_batches, Kill, Netns, TempDir};
+use crate::bench_daemon::{
+    clock_ticks, cpu_ticks, free_port, http_get, load_batches, Kill, Netns, TempDir,
+};
 use crate::cmd;
 
 #[derive(Args)]
@@ -189,6 +197,155 @@ fn load(ns: &Netns, dir: &Path, s: &Session, secs: u64) -> Result<(usize, f64, f
     Ok((count(&s.daemon_lines) - c0, cpu, wall))
 }
 
+/// Changes in the burst: one kube-proxy restore on a big node.
+const BURST: u64 = 20_000;
+/// The window `observer run` uses unless told otherwise.
+const DEFAULT_WINDOW: u32 = 256;
+
+/// A TCP proxy on loopback to `upstream` that holds every chunk `one_way` before passing it
+/// on, in each direction (a link of twice that round trip, without a bandwidth limit); returns
+/// its port. Its threads live until the bench exits.
+fn delay_proxy(upstream: u16, one_way: Duration) -> Result<u16> {
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let port = listener.local_addr()?.port();
+    thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(client) = client else { continue };
+            let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                continue;
+            };
+            let _ = client.set_nodelay(true);
+            let _ = server.set_nodelay(true);
+            if let (Ok(c2), Ok(s2)) = (client.try_clone(), server.try_clone()) {
+                delay_line(client, s2, one_way);
+                delay_line(server, c2, one_way);
+            }
+        }
+    });
+    Ok(port)
+}
+
+/// Copy `from` to `to`, each chunk written `delay` after it was read, in order.
+fn delay_line(mut from: TcpStream, mut to: TcpStream, delay: Duration) {
+    let (tx, rx) = mpsc::channel::<(Instant, Vec<u8>)>();
+    thread::spawn(move || {
+        let mut buf = vec![0u8; 64 * 1024];
+        while let Ok(n @ 1..) = from.read(&mut buf) {
+            if tx
+                .send((Instant::now() + delay, buf[..n].to_vec()))
+                .is_err()
+            {
+                break;
+            }
+        }
+    });
+    thread::spawn(move || {
+        for (due, chunk) in rx {
+            if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                thread::sleep(wait);
+            }
+            if to.write_all(&chunk).is_err() {
+                break;
+            }
+        }
+        let _ = to.shutdown(Shutdown::Write);
+    });
+}
+
+/// `observer_nats_published_total{kind="change"}` of the daemon listening on `port`.
+fn published_changes(port: u16) -> Option<u64> {
+    let text = http_get(port, "/metrics").ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("observer_nats_published_total{kind=\"change\"} "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map(|v| v as u64)
+}
+
+/// One burst through `url`: the seconds until JetStream acknowledged all of it, or how many
+/// it had acknowledged when `cap` ran out.
+struct Burst {
+    acked: u64,
+    secs: f64,
+}
+
+fn burst(bin: &Path, dir: &Path, ns: &Netns, url: &str, window: u32, tag: &str) -> Result<Burst> {
+    let port = free_port()?;
+    let node = format!("burst-{tag}-w{window}");
+    let mut child = Command::new(bin)
+        .args(["run", "--listen", &format!("127.0.0.1:{port}")])
+        .arg("--record")
+        .arg(dir.join(format!("{node}.db")))
+        .args(["--nats", url, "--node", &node])
+        .args(["--nats-window", &window.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting observer run")?;
+    let lines = read_lines(&mut child)?;
+    let _daemon = Kill(child);
+    wait_ready(&lines, "observer run")?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    // The counter has no line before the first publish: none counts as 0.
+    let before = loop {
+        if http_get(port, "/metrics")
+            .is_ok_and(|t| t.lines().any(|l| l.trim() == "observer_nats_connected 1"))
+        {
+            break published_changes(port).unwrap_or(0);
+        }
+        if Instant::now() > deadline {
+            bail!("observer run did not connect to NATS through {url} within 30 s");
+        }
+        thread::sleep(Duration::from_millis(100));
+    };
+    let table = format!("burst_{}", tag.replace('-', "_"));
+    let mut batch = format!("add table ip {table}\nadd chain ip {table} c\n");
+    for i in 0..BURST - 2 {
+        batch.push_str(&format!(
+            "add rule ip {table} c tcp dport {} accept\n",
+            1 + i % 65_000
+        ));
+    }
+    let file = dir.join(format!("{node}.nft"));
+    std::fs::write(&file, batch)?;
+    // One message per round trip would take minutes behind a slow link: stop at the cap and
+    // report how many made it.
+    let cap = if window == 1 {
+        Duration::from_secs(30)
+    } else {
+        Duration::from_secs(120)
+    };
+    let t0 = Instant::now();
+    ns.nft(&["-f", file.to_str().unwrap_or_default()])?;
+    let mut acked = 0;
+    while t0.elapsed() < cap {
+        acked = published_changes(port)
+            .unwrap_or(before)
+            .saturating_sub(before);
+        if acked >= BURST {
+            break;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    ns.nft(&["delete", "table", "ip", &table])?;
+    Ok(Burst { acked, secs })
+}
+
+/// How a burst went, for the table: the time, or how many of the burst were in after the cap.
+fn burst_cell(b: &Burst) -> String {
+    if b.acked >= BURST {
+        format!("{:.1} s", b.secs)
+    } else {
+        format!(
+            "{} of {} after {:.0} s ({:.0}/s)",
+            b.acked,
+            BURST,
+            b.secs,
+            b.acked as f64 / b.secs
+        )
+    }
+}
+
 pub fn run(args: &BenchNatsArgs) -> Result<i32> {
     if !cmd::is_root() {
         bail!("bench-nats needs root: observer run loads eBPF programs and the load runs nft in a network namespace");
@@ -267,6 +424,33 @@ pub fn run(args: &BenchNatsArgs) -> Result<i32> {
         },
     )?;
 
+    let mut bursts = Vec::new();
+    for (rtt_ms, tag) in [(0u64, "loopback"), (5, "rtt5"), (20, "rtt20")] {
+        let via = if rtt_ms == 0 {
+            url.clone()
+        } else {
+            let p = delay_proxy(port, Duration::from_micros(rtt_ms * 500))?;
+            format!("nats://127.0.0.1:{p}")
+        };
+        let mut row = Vec::new();
+        for window in [1, DEFAULT_WINDOW] {
+            let b = cmd::phase(
+                &format!(
+                    "bench-nats: 3. a burst of {BURST} changes, {tag}, --nats-window {window}"
+                ),
+                || burst(&bin, dir.path(), &ns, &via, window, tag),
+            )?;
+            row.push(burst_cell(&b));
+        }
+        let link = if rtt_ms == 0 {
+            "loopback".to_string()
+        } else {
+            format!("{rtt_ms} ms round trip (delaying proxy)")
+        };
+        let aim = if rtt_ms == 20 { "≤ 4 s" } else { "≤ 2 s" };
+        bursts.push(format!("| {link} | {} | {} | {aim} |", row[0], row[1]));
+    }
+
     let date =
         cmd::output(Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"])).unwrap_or_default();
     let server = cmd::output(Command::new("nats-server").arg("--version")).unwrap_or_default();
@@ -285,12 +469,17 @@ pub fn run(args: &BenchNatsArgs) -> Result<i32> {
         | daemon CPU during the load (user + system) | {cpu_p:.1} % of one core | {cpu_n:.1} % of one core | |\n\
         | publish cost (CPU per change, --nats minus alone) | | {cost_us:.1} µs | |\n\
         | changes that reached the fleet tail (of those the daemon printed) | | {got} of {printed} | all |\n\
-        | fleet tail behind the change during the load (p50 / p99 / max) | | {l50:.0} / {l99:.0} / {lmax:.0} ms | |\n\n\
-        The publisher sends one message at a time and waits for JetStream's acknowledgement before \
-        the next (so that each node's order survives a connection lost with messages in flight): \
-        its rate is bounded by the round trip to the server, here on loopback. The fleet tail's \
-        latency includes the record (the publisher reads the rows the record writer has just \
-        committed), the acknowledged publish and the server's delivery to the tail.\n\
+        | fleet tail behind the change during the load (p50 / p99 / max) | | {l50:.0} / {l99:.0} / {lmax:.0} ms | p99 ≤ 50 ms |\n\n\
+        A burst of {BURST} changes in one nft transaction, from the transaction's start until \
+        JetStream acknowledged the last of them (the record's write included):\n\n\
+        | link to the server | --nats-window 1 (one message per round trip) | --nats-window {DEFAULT_WINDOW} (the default) | aim |\n| --- | --- | --- | --- |\n\
+        {bursts}\n\n\
+        The publisher keeps up to --nats-window messages in flight and moves on over those \
+        acknowledged in order; each session starts by reconciling the stream's last messages of \
+        this node with the record (see the README's fleet section). Parts 1 and 2 run with the \
+        default window. The fleet tail's latency includes the record (the publisher reads the \
+        rows the record writer has just committed), the acknowledged publish and the server's \
+        delivery to the tail.\n\
         {END}\n",
         date = date.trim(),
         server = server.trim(),
@@ -310,6 +499,7 @@ pub fn run(args: &BenchNatsArgs) -> Result<i32> {
         l50 = ms(&fleet, 0.5),
         l99 = ms(&fleet, 0.99),
         lmax = ms(&fleet, 1.0),
+        bursts = bursts.join("\n"),
     );
     print!("{section}");
     if !args.no_write {
