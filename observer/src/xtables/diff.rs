@@ -24,9 +24,17 @@ pub fn diff(old: Option<&XtTable>, new: Option<&XtTable>) -> Vec<Change> {
     let Some(old) = old else {
         return ruleset::summarize(raw, |_, _, _| 0, |_, _| 0);
     };
+    // The rule counts of the chains the changes name, only: a sync that rewrote one chain of
+    // 40,000 should not index all 40,000.
+    let named: HashMap<&str, ()> = raw
+        .iter()
+        .filter_map(|c| c.chain.as_deref())
+        .map(|c| (c, ()))
+        .collect();
     let counts: HashMap<&str, usize> = old
         .chains
         .iter()
+        .filter(|c| named.contains_key(c.name.as_str()))
         .map(|c| (c.name.as_str(), c.rules.len()))
         .collect();
     let family = old.proto.family();
@@ -70,6 +78,13 @@ pub(crate) fn raw_changes(old: Option<&XtTable>, new: Option<&XtTable>) -> Vec<C
                 chain_created(&mut out, n, c);
             }
         }
+        (Some(o), Some(n)) if same_chains(o, n) => {
+            // The same chains in the same order (a replace that rewrote rules, not chains): the
+            // k-th chain of a name is the chain at the same place in both.
+            for (oc, c) in o.chains.iter().zip(&n.chains) {
+                chain_changed(&mut out, o, oc, n, c);
+            }
+        }
         (Some(o), Some(n)) => {
             let (old_keyed, new_keyed) = (keyed(o), keyed(n));
             let old_by_key: HashMap<ChainKey, &XtChain> = old_keyed.iter().copied().collect();
@@ -99,6 +114,15 @@ pub(crate) fn raw_changes(old: Option<&XtTable>, new: Option<&XtTable>) -> Vec<C
         }
     }
     out
+}
+
+/// Whether both copies hold chains of the same names in the same order.
+fn same_chains(o: &XtTable, n: &XtTable) -> bool {
+    o.chains.len() == n.chains.len()
+        && o.chains
+            .iter()
+            .zip(&n.chains)
+            .all(|(a, b)| a.name == b.name)
 }
 
 /// A chain's name and how many chains of the table before it have that name: the kernel does not

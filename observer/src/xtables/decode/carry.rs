@@ -18,6 +18,10 @@ pub(super) type Landing = foldhash::HashMap<u32, u32>;
 /// The chains of the previous copy of a table, to carry the unchanged ones over.
 pub(super) struct Earlier<'p> {
     table: &'p XtTable,
+    /// The new copy has the previous copy's chains, by name, in the same order (a replace that
+    /// rewrote rules, not chains): a chain is found at its own index and its jumps keep theirs,
+    /// and the maps below stay empty.
+    same_order: bool,
     /// Previous chains by name; `None` for a name held by more than one chain (such chains
     /// are decoded).
     by_name: foldhash::HashMap<&'p str, Option<&'p XtChain>>,
@@ -28,6 +32,16 @@ pub(super) struct Earlier<'p> {
 impl<'p> Earlier<'p> {
     /// `names`: the new copy's chains, in order.
     pub(super) fn new(table: &'p XtTable, names: &[&'p str]) -> Self {
+        let same_order = table.chains.len() == names.len()
+            && table.chains.iter().zip(names).all(|(c, n)| c.name == *n);
+        if same_order {
+            return Earlier {
+                table,
+                same_order,
+                by_name: Default::default(),
+                index: Default::default(),
+            };
+        }
         let mut by_name: foldhash::HashMap<&str, Option<&XtChain>> =
             foldhash::HashMap::with_capacity_and_hasher(table.chains.len(), Default::default());
         for c in &table.chains {
@@ -43,27 +57,36 @@ impl<'p> Earlier<'p> {
         }
         Earlier {
             table,
+            same_order,
             by_name,
             index,
         }
     }
 
-    /// The previous copy of chain `b` when its key is `key` there too, its entries copied into
-    /// `packed` and its jumps pointed at the new copy's chains; `None` to decode it.
+    /// The previous copy of chain `at` (named `name`) of the new copy when its key is `key`
+    /// there too, its entries copied into `packed` and its jumps pointed at the new copy's
+    /// chains; `None` to decode it.
     pub(super) fn carry_over(
         &self,
+        at: usize,
         name: &str,
         builtin: bool,
         key: u64,
         packed: &mut Packed,
     ) -> Option<XtChain> {
-        let old = (*self.by_name.get(name)?)?;
+        let old = if self.same_order {
+            self.table.chains.get(at)?
+        } else {
+            (*self.by_name.get(name)?)?
+        };
         if old.key != key || old.builtin != builtin {
             return None;
         }
         let mut rules = Vec::with_capacity(old.rules.len());
         for r in &old.rules {
             let verdict = match r.verdict {
+                // The same chains at the same places: the index is right as it is.
+                Verdict::Jump { .. } if self.same_order => r.verdict,
                 Verdict::Jump { chain, goto } => {
                     let name = self.table.chains.get(chain as usize)?.name.as_str();
                     Verdict::Jump {

@@ -318,12 +318,12 @@ pub(crate) fn decode_table_against(
     let mut packed = Packed::with_capacity(prev.map_or(0, |p| p.kept_bytes() + p.kept_bytes() / 8));
     let mut chains = Vec::with_capacity(builds.len());
     let mut carried = 0;
-    for b in &builds {
+    for (at, b) in builds.iter().enumerate() {
         let idx = &offsets[b.first..b.end];
         let key = chain_key(l, blob, idx, &landing, &names);
         if let Some(c) = earlier
             .as_ref()
-            .and_then(|e| e.carry_over(&b.name, b.builtin, key, &mut packed))
+            .and_then(|e| e.carry_over(at, &b.name, b.builtin, key, &mut packed))
         {
             set_refs.extend_from_slice(&c.sets);
             chains.push(c);

@@ -88,3 +88,116 @@ fn a_jump_to_another_chain_at_the_same_offset_is_a_change() {
         "{changes:?}"
     );
 }
+
+#[test]
+fn with_the_same_chains_in_the_same_order_a_grown_chain_moves_the_rest_and_only_it_changes() {
+    // A rule added to A: B and C, and the entries INPUT jumps to, sit further on.
+    let before = table(
+        vec![drop_rule(1), R::new(T::Jump("C".into()))],
+        vec![user("A", &[3]), user("B", &[4]), user("C", &[5, 6])],
+    );
+    let after = table(
+        vec![drop_rule(1), R::new(T::Jump("C".into()))],
+        vec![user("A", &[3, 8]), user("B", &[4]), user("C", &[5, 6])],
+    );
+    let old = decode(&before, None);
+    let alone = decode(&after, None);
+    let against = decode(&after, Some(&old));
+    // All but A.
+    assert_eq!(against.carried_chains(), against.chains.len() - 1);
+    assert_eq!(against.chains, alone.chains);
+    assert_eq!(against.save_text(), alone.save_text());
+    assert_eq!(against.jump_targets(&against.chains[0]), ["C"]);
+    let changes = diff(Some(&old), Some(&against));
+    assert_eq!(changes, diff(Some(&old), Some(&alone)));
+    assert_eq!(changes.len(), 1, "{changes:?}");
+    assert_eq!(changes[0].op, Op::RuleAdd);
+    assert_eq!(changes[0].chain.as_deref(), Some("A"));
+}
+
+#[test]
+fn a_rule_whose_counters_alone_changed_is_carried_over() {
+    let t = table(
+        vec![drop_rule(1), R::new(T::Jump("A".into()))],
+        vec![user("A", &[3])],
+    );
+    let old = decode(&t, None);
+    // The first entry (INPUT's first rule): its packet and byte counters, after `comefrom`.
+    let mut counted = t.clone();
+    let l = layout(XtProto::Ipv4);
+    let counters = l.next_offset_at + 6;
+    counted.1[counters..l.entry_size].copy_from_slice(&[7u8; 16]);
+    let against = decode(&counted, Some(&old));
+    assert_eq!(against.carried_chains(), against.chains.len());
+    assert!(diff(Some(&old), Some(&against)).is_empty());
+}
+
+#[test]
+fn one_changed_byte_of_a_match_is_a_change_in_the_same_order() {
+    let with = |b: u8| {
+        table(
+            vec![drop_rule(1).with_match("mark", 1, vec![1, 0, 0, 0, b, 0, 0, 0, 0, 0, 0, 0])],
+            vec![user("A", &[3])],
+        )
+    };
+    let old = decode(&with(0xff), None);
+    let after = with(0xfe);
+    let against = decode(&after, Some(&old));
+    // FORWARD, OUTPUT and A; not INPUT.
+    assert_eq!(against.carried_chains(), against.chains.len() - 1);
+    assert_eq!(against.chains, decode(&after, None).chains);
+    let changes = diff(Some(&old), Some(&against));
+    assert!(
+        changes.iter().all(|c| c.chain.as_deref() == Some("INPUT")) && !changes.is_empty(),
+        "{changes:?}"
+    );
+}
+
+#[test]
+fn a_renamed_chain_is_deleted_and_created_and_the_others_are_carried() {
+    let before = table(
+        vec![R::new(T::Jump("B".into()))],
+        vec![user("A", &[1]), user("B", &[2]), user("C", &[3])],
+    );
+    let after = table(
+        vec![R::new(T::Jump("B2".into()))],
+        vec![user("A", &[1]), user("B2", &[2]), user("C", &[3])],
+    );
+    let old = decode(&before, None);
+    let alone = decode(&after, None);
+    let against = decode(&after, Some(&old));
+    // FORWARD, OUTPUT, A and C; not INPUT (its jump's target is another name), not B2.
+    assert_eq!(against.carried_chains(), 4);
+    assert_eq!(against.chains, alone.chains);
+    assert_eq!(against.save_text(), alone.save_text());
+    let changes = diff(Some(&old), Some(&against));
+    assert_eq!(changes, diff(Some(&old), Some(&alone)));
+    let has = |op: Op, chain: &str| {
+        changes
+            .iter()
+            .any(|c| c.op == op && c.chain.as_deref() == Some(chain))
+    };
+    assert!(has(Op::ChainCreate, "B2"), "{changes:?}");
+    assert!(has(Op::ChainDelete, "B"), "{changes:?}");
+    assert!(changes
+        .iter()
+        .all(|c| ["B", "B2", "INPUT"].contains(&c.chain.as_deref().unwrap_or(""))));
+}
+
+#[test]
+fn a_chain_emptied_in_the_same_order_is_a_flush() {
+    let before = table(
+        vec![],
+        vec![user("A", &[1]), user("B", &[2, 3]), user("C", &[4])],
+    );
+    let after = table(
+        vec![],
+        vec![user("A", &[1]), user("B", &[]), user("C", &[4])],
+    );
+    let old = decode(&before, None);
+    let against = decode(&after, Some(&old));
+    let changes = diff(Some(&old), Some(&against));
+    assert_eq!(changes.len(), 1, "{changes:?}");
+    assert_eq!(changes[0].op, Op::ChainFlush);
+    assert_eq!(changes[0].chain.as_deref(), Some("B"));
+}
