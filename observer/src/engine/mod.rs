@@ -429,7 +429,7 @@ async fn run_here(config: &EngineConfig, output: Box<dyn Output>) -> Result<(), 
     Ok(())
 }
 
-/// A transaction of this many changes or more (a whole table loaded, a namespace read) leaves
+/// A transaction or replace of this many changes or more (a whole table loaded, a namespace read) leaves
 /// its notifications, bookkeeping and lines freed behind it: the heap is trimmed after it.
 pub(crate) const LARGE_TXN_CHANGES: usize = 1_000;
 
