@@ -179,7 +179,7 @@ pub fn run(args: &BenchBignodeArgs) -> Result<i32> {
 // The table and the syncs
 
 /// `base` + `offset` as a dotted quad.
-fn ipv4(base: [u8; 4], offset: usize) -> String {
+pub(crate) fn ipv4(base: [u8; 4], offset: usize) -> String {
     Ipv4Addr::from(u32::from_be_bytes(base).wrapping_add(offset as u32)).to_string()
 }
 
@@ -191,11 +191,11 @@ fn sep_chain(s: usize, e: usize) -> String {
     format!("KUBE-SEP-{}", chain_hash(s as u64 * 4 + 1 + e as u64))
 }
 
-fn cluster_ip(s: usize) -> String {
+pub(crate) fn cluster_ip(s: usize) -> String {
     ipv4([10, 96, 0, 0], s + 1)
 }
 
-fn endpoint_ip(s: usize, e: usize) -> String {
+pub(crate) fn endpoint_ip(s: usize, e: usize) -> String {
     ipv4([10, 128, 0, 0], ENDPOINTS * s + e + 1)
 }
 
@@ -348,13 +348,13 @@ impl Size {
 }
 
 /// observer's CPU time (utime + stime of every thread, alive or gone), in ms.
-fn cpu_ms(pid: u32) -> Result<f64> {
+pub(crate) fn cpu_ms(pid: u32) -> Result<f64> {
     Ok(stat_ticks(pid, [14, 15])? as f64 * 1e3 / USER_HZ as f64)
 }
 
 /// The user + system CPU time of this process's children that were reaped, in ms
 /// (`getrusage(RUSAGE_CHILDREN)`; a reaped child's own reaped children are in it too).
-fn children_cpu_ms() -> Result<f64> {
+pub(crate) fn children_cpu_ms() -> Result<f64> {
     // SAFETY: rusage is plain data; zero is a valid value of each field.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: getrusage writes into the struct it is given and nothing else.
@@ -369,15 +369,22 @@ fn children_cpu_ms() -> Result<f64> {
 }
 
 /// Runs `c` (stdin and stdout to /dev/null) and returns its wall time and CPU time in ms.
-fn run_cpu(c: &mut process::Command) -> Result<(Instant, f64, f64)> {
+pub(crate) fn run_cpu(c: &mut process::Command) -> Result<(Instant, f64, f64)> {
     let before = children_cpu_ms()?;
     let (done, took) = run_timed(c)?;
     Ok((done, ms(took), children_cpu_ms()? - before))
 }
 
+pub(crate) fn count_changes(lines: &[(Instant, String)]) -> usize {
+    lines
+        .iter()
+        .filter(|(_, l)| l.contains(r#""kind":"change""#))
+        .count()
+}
+
 /// Reads observer's lines until none came and its CPU time stood still for `quiet`; returns
 /// the change lines read. Fails after `limit`.
-fn settle(obs: &Observer, quiet: Duration, limit: Duration) -> Result<usize> {
+pub(crate) fn settle(obs: &Observer, quiet: Duration, limit: Duration) -> Result<usize> {
     let start = Instant::now();
     let mut changes = 0;
     let mut last_activity = Instant::now();
@@ -386,10 +393,7 @@ fn settle(obs: &Observer, quiet: Duration, limit: Duration) -> Result<usize> {
         thread::sleep(Duration::from_millis(100));
         let lines = obs.drain();
         let now_ticks = cpu_ms(obs.pid)?;
-        changes += lines
-            .iter()
-            .filter(|(_, l)| l.contains(r#""kind":"change""#))
-            .count();
+        changes += count_changes(&lines);
         if !lines.is_empty() || now_ticks != ticks {
             last_activity = Instant::now();
             ticks = now_ticks;

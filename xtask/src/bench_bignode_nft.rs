@@ -24,7 +24,6 @@
 use std::{
     fmt::Write as _,
     fs,
-    net::Ipv4Addr,
     path::Path,
     process, thread,
     time::{Duration, Instant},
@@ -36,14 +35,17 @@ use serde_json::Value;
 use crate::{
     bench::{
         netns::Netns,
-        procfs::{stat_ticks, status_kib, USER_HZ},
+        procfs::status_kib,
         remove_stale_namespaces,
-        spawn::{run_bounded, run_timed, Observer},
+        spawn::{run_bounded, Observer},
         stats::{median, mib, ms, percentile, signed_ms, thousands},
         table::chain_hash,
         write_marked, Environment,
     },
-    bench_bignode::{follows, growth_exponent},
+    bench_bignode::{
+        cluster_ip, count_changes, cpu_ms, endpoint_ip, follows, growth_exponent, ipv4, run_cpu,
+        settle,
+    },
     cmd,
 };
 
@@ -112,18 +114,6 @@ pub(crate) fn run(bin: &Path, sizes: &[usize], syncs: usize, no_write: bool) -> 
 
 // ---------------------------------------------------------------------------------------------
 // The table and the syncs
-
-fn ipv4(base: [u8; 4], offset: usize) -> String {
-    Ipv4Addr::from(u32::from_be_bytes(base).wrapping_add(offset as u32)).to_string()
-}
-
-fn cluster_ip(s: usize) -> String {
-    ipv4([10, 96, 0, 0], s + 1)
-}
-
-fn endpoint_ip(s: usize, e: usize) -> String {
-    ipv4([10, 128, 0, 0], ENDPOINTS * s + e + 1)
-}
 
 /// `ns-N/svc-S/tcp/p80`, kube-proxy's service port name in its chain names.
 fn port_name(s: usize) -> String {
@@ -288,66 +278,6 @@ impl Size {
 
     fn list_cpu(&self) -> f64 {
         median(&self.list_cpu_ms)
-    }
-}
-
-fn cpu_ms(pid: u32) -> Result<f64> {
-    Ok(stat_ticks(pid, [14, 15])? as f64 * 1e3 / USER_HZ as f64)
-}
-
-/// The user + system CPU time of this process's reaped children, in ms.
-fn children_cpu_ms() -> Result<f64> {
-    // SAFETY: rusage is plain data; zero is a valid value of each field.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: getrusage writes into the struct it is given and nothing else.
-    if unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) } != 0 {
-        bail!(
-            "getrusage(RUSAGE_CHILDREN): {}",
-            std::io::Error::last_os_error()
-        );
-    }
-    let tv = |t: libc::timeval| t.tv_sec as f64 * 1e3 + t.tv_usec as f64 / 1e3;
-    Ok(tv(ru.ru_utime) + tv(ru.ru_stime))
-}
-
-fn run_cpu(c: &mut process::Command) -> Result<(Instant, f64, f64)> {
-    let before = children_cpu_ms()?;
-    let (done, took) = run_timed(c)?;
-    Ok((done, ms(took), children_cpu_ms()? - before))
-}
-
-fn count_changes(lines: &[(Instant, String)]) -> usize {
-    lines
-        .iter()
-        .filter(|(_, l)| l.contains(r#""kind":"change""#))
-        .count()
-}
-
-/// Reads observer's lines until none came and its CPU time stood still for `quiet`.
-fn settle(obs: &Observer, quiet: Duration, limit: Duration) -> Result<usize> {
-    let start = Instant::now();
-    let mut changes = 0;
-    let mut last_activity = Instant::now();
-    let mut ticks = cpu_ms(obs.pid)?;
-    loop {
-        thread::sleep(Duration::from_millis(100));
-        let lines = obs.drain();
-        let now_ticks = cpu_ms(obs.pid)?;
-        changes += count_changes(&lines);
-        if !lines.is_empty() || now_ticks != ticks {
-            last_activity = Instant::now();
-            ticks = now_ticks;
-        }
-        if last_activity.elapsed() >= quiet {
-            return Ok(changes);
-        }
-        if start.elapsed() >= limit {
-            bail!(
-                "observer was still busy {limit:?} after the load ({changes} change lines so \
-                 far){}",
-                obs.stderr_tail()
-            );
-        }
     }
 }
 
