@@ -284,12 +284,10 @@ impl Publisher {
                         self.acked(f, &mut cursor, epoch.is_some()).await?;
                     }
                 }
+                let id = message_id(&s.node, &self.record_id, kind, row.number);
                 let id = match epoch {
-                    Some(e) => format!(
-                        "{}.r{e}",
-                        message_id(&s.node, &self.record_id, kind, row.number)
-                    ),
-                    None => message_id(&s.node, &self.record_id, kind, row.number),
+                    Some(e) => format!("{id}.r{e}"),
+                    None => id,
                 };
                 let ack = self.send(&js, kind, &row, id.clone()).await?;
                 match kind {
