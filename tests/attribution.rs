@@ -146,6 +146,33 @@ fn short_lived_nftables_writers_are_named_every_time() {
     obs.stop();
 }
 
+/// A namespace made and written while observer could not look (stopped, as on a starved node)
+/// is found after its first write: what it holds is read from its ruleset (`replayed`), and is
+/// still named after the writer the kernel saw sending the batch, not `unknown`.
+#[test]
+fn a_namespace_written_before_it_was_subscribed_names_its_writer() {
+    skip_unless!("ip", "nft");
+    let mut obs = Observer::start(&[]);
+    let w = Writer::new("kube-proxy", None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("early.nft");
+    std::fs::write(&file, "table ip early {\n chain c {\n }\n}\n").expect("write nft file");
+    obs.freeze(true);
+    let ns = Netns::new("attr-early");
+    let written = w.run(&ns, &["nft", "-f", file.to_str().expect("utf-8")], None);
+    obs.freeze(false);
+    assert!(written, "nft -f in the namespace failed");
+    let here = in_ns(&ns);
+    for (op, chain) in [("table_create", None), ("chain_create", Some("c"))] {
+        let v = obs.expect(&format!("{op} early"), WAIT, |v| {
+            here(v) && v["op"] == op && v["table"] == "early" && v["chain"].as_str() == chain
+        });
+        assert_eq!(v["replayed"], true, "found after its first write: {v}");
+        assert_writer(&v, "nft", &w, None);
+    }
+    obs.stop();
+}
+
 #[test]
 fn legacy_writers_that_follow_each_other_unread_each_get_their_own_change() {
     skip_unless!("ip", "iptables-legacy");

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::attribution::ProcessInfo;
 use crate::forensics::model::Tables;
-use crate::hooks::nlattr::WriterCache;
+use crate::hooks::nlattr::{self, WriterCache};
 use crate::netns::{self, NetnsHandle};
 use crate::nftables::generation::GenerationBuilder;
 use crate::output::record::Gap;
@@ -35,6 +35,7 @@ impl Engine {
         // first replace.
         let rcvbuf = self.netlink_rcvbuf;
         let began = boot_now_ns();
+        let read_from = std::time::Instant::now();
         let baseline = tokio::task::spawn_blocking(move || {
             netns::run_in(&file, move || read_baseline(!new, Some(rcvbuf)))
         })
@@ -81,18 +82,9 @@ impl Engine {
         if let (Some(sock), Some((state, gen))) = (baseline.socket, baseline.nft) {
             if new && !state.tables.is_empty() {
                 // Written before the subscription opened: report what was established.
-                let changes = established(&state);
-                let msg = NsMsg::Nft {
-                    inode,
-                    gen,
-                    process: Box::new(ProcessInfo::unknown()),
-                    changes,
-                    time: Timestamp::now(),
-                    replayed: true,
-                    recovered: false,
-                    snapshot: None,
-                };
-                self.on_ns(msg);
+                let name = handle.name.clone();
+                self.emit_found(inode, name, gen, established(&state), read_from)
+                    .await;
             }
             let reader = handle.file.try_clone().and_then(|ns| {
                 let writers = self.nft_writers();
@@ -119,6 +111,60 @@ impl Engine {
         }
         if let Some(t) = nft_snapshot {
             self.emit_snapshot(inode, Backend::Nft, t);
+        }
+    }
+
+    /// Report what a namespace found after its first write already holds, as changes read
+    /// from its ruleset (`replayed`). Their writers are those the kernel hooks saw sending a
+    /// batch there that no notification matched (none could: the namespace was not subscribed
+    /// yet), split among them as a re-read after lost notifications is; `unknown` when the
+    /// hooks saw none. `read_from` is when the ruleset's read began: the ring buffer is read up
+    /// to it first, so the writers of what the read found are in the cache.
+    async fn emit_found(
+        &mut self,
+        inode: u32,
+        name: Option<String>,
+        gen: u32,
+        changes: Vec<crate::ruleset::Change>,
+        read_from: std::time::Instant,
+    ) {
+        let writers = match self.nft_writers() {
+            Some(w) => {
+                if !w.caught_up(read_from, nlattr::NEWGEN_WAIT).await {
+                    tracing::debug!(
+                        "namespace {inode}: the ring buffer was not read up to the ruleset's \
+                         read in time; writers whose record is still queued are not named"
+                    );
+                }
+                w.take_unmatched(inode)
+            }
+            None => Vec::new(),
+        };
+        let parts = nlattr::attribute_recovered(changes, &writers);
+        let several = parts.len() > 1;
+        for (i, (process, changes)) in parts.into_iter().enumerate() {
+            let process = process
+                .map(|p| crate::attribution::from_kernel(&p))
+                .unwrap_or_else(ProcessInfo::unknown);
+            let txn = if several {
+                format!("nft-{inode}-{gen}-found-{}", i + 1)
+            } else {
+                format!("nft-{inode}-{gen}")
+            };
+            self.emit_txn(
+                ChangeCtx {
+                    inode,
+                    name: name.clone(),
+                    backend: Backend::Nft,
+                    time: Timestamp::now(),
+                    txn,
+                    source: Source::Netlink,
+                    process,
+                    replayed: true,
+                    recovered: false,
+                },
+                changes,
+            );
         }
     }
 

@@ -287,6 +287,24 @@ impl WriterCache {
                 .is_some_and(|d| d >= since)
     }
 
+    /// Wait until every record the kernel wrote before `since` is in this cache (the ring
+    /// buffer's reader read the ring empty after it), for at most `wait`; returns whether it is.
+    pub async fn caught_up(&self, since: Instant, wait: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let notified = self.arrived.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.drained_since(since) {
+                return true;
+            }
+            self.drain_wanted.notify_one();
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return self.drained_since(since);
+            }
+        }
+    }
+
     /// Remember who committed generation `genid` in `netns`.
     pub fn insert_gen(&self, netns: u32, genid: u32, process: KernelProcess) {
         {
