@@ -408,4 +408,49 @@ fn two_nodes_publish_every_change_once_in_order_across_a_server_crash() {
     for d in daemons {
         d.stop();
     }
+
+    // A tail started from history says how much there is, prints it, then says it caught up.
+    let held = read_stream(&url).len();
+    assert!(held >= 95, "the stream holds {held} messages");
+    let mut late = FleetTail::start(&url, &["--since", "1h"]);
+    let first = &late.seen[0];
+    let said = first["message"].as_str().unwrap_or_default();
+    assert!(
+        said.contains(&format!(
+            ": {held} messages of history to print before the live ones"
+        )),
+        "the first line of a tail from history: {first}"
+    );
+    let caught = wait_for(
+        &late.lines,
+        &mut late.seen,
+        "the tail from history's line saying it caught up",
+        |v| {
+            v["kind"] == "status"
+                && v["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("caught up"))
+        },
+    );
+    assert!(
+        caught["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(&format!("caught up: {held} messages of history printed"))),
+        "{caught}"
+    );
+    let before = late
+        .seen
+        .iter()
+        .take_while(|v| {
+            v["kind"] != "status"
+                || !v["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("caught up"))
+        })
+        .filter(|v| v["kind"] == "change" || v["kind"] == "incident")
+        .count();
+    assert_eq!(
+        before, held,
+        "lines printed before the tail said it caught up"
+    );
 }

@@ -82,8 +82,9 @@ pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
         output: crate::cmd::tail::tail_output(&args)?,
         node_glob,
         last: HashMap::new(),
+        catch_up: None,
     };
-    printer.status(format!(
+    let following = format!(
         "following stream {} on {url}{}{}",
         args.nats_stream,
         args.node
@@ -94,7 +95,7 @@ pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
             .as_deref()
             .map(|d| format!(", durable consumer {d}"))
             .unwrap_or_default(),
-    ))?;
+    );
     let follow = async {
         match &args.durable {
             Some(name) => {
@@ -110,6 +111,7 @@ pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
                     .get_or_create_consumer(name, config)
                     .await
                     .with_context(|| format!("cannot create the durable consumer {name}"))?;
+                printer.start(following, consumer.cached_info().num_pending)?;
                 loop {
                     match consumer.messages().await {
                         Ok(messages) => printer.follow(messages, true).await?,
@@ -128,6 +130,7 @@ pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
                     .create_consumer(config)
                     .await
                     .context("cannot create a consumer on the stream")?;
+                printer.start(following, consumer.cached_info().num_pending)?;
                 let messages = consumer
                     .messages()
                     .await
@@ -143,8 +146,21 @@ pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
     }
 }
 
+/// While a tail prints the stream's history before its live messages: how much there was.
+struct CatchUp {
+    total: u64,
+    started: std::time::Instant,
+    said: std::time::Instant,
+}
+
+/// How often a tail still printing history says how far behind it is.
+const CATCH_UP_NOTE: Duration = Duration::from_secs(5);
+
 struct Printer {
     output: Box<dyn Output>,
+    /// Printing the history the consumer started with (`--since`, or a durable consumer's
+    /// backlog), until the message after which nothing is pending.
+    catch_up: Option<CatchUp>,
     node_glob: Option<globset::GlobMatcher>,
     /// The numbers printed per (node, record, subject), the latest [`SEEN`] of them: a message
     /// delivered or stored again is not printed again, and a row stored late still is.
@@ -152,6 +168,58 @@ struct Printer {
 }
 
 impl Printer {
+    /// The first line: what is followed, and how many messages of history come before the
+    /// live ones.
+    fn start(&mut self, following: String, pending: u64) -> anyhow::Result<()> {
+        if pending == 0 {
+            return self.status(following);
+        }
+        let now = std::time::Instant::now();
+        self.catch_up = Some(CatchUp {
+            total: pending,
+            started: now,
+            said: now,
+        });
+        self.status(format!(
+            "{following}: {pending} messages of history to print before the live ones"
+        ))
+    }
+
+    /// After a message is printed while catching up: say so when nothing is pending any more,
+    /// and every [`CATCH_UP_NOTE`] how far behind the printed message is.
+    fn caught_up(&mut self, m: &jetstream::Message) -> anyhow::Result<()> {
+        let Some(c) = &self.catch_up else {
+            return Ok(());
+        };
+        let Ok(info) = m.info() else {
+            return Ok(());
+        };
+        if info.pending == 0 {
+            let message = format!(
+                "caught up: {} messages of history printed in {:.1} s; following live",
+                c.total,
+                c.started.elapsed().as_secs_f64()
+            );
+            self.catch_up = None;
+            return self.status(message);
+        }
+        if c.said.elapsed() < CATCH_UP_NOTE {
+            return Ok(());
+        }
+        let behind = (time::OffsetDateTime::now_utc() - info.published).as_seconds_f64();
+        let message = format!(
+            "catching up: {} of {} messages of history still to print; the last printed was \
+             published {:.1} s ago",
+            info.pending,
+            c.total,
+            behind.max(0.0)
+        );
+        if let Some(c) = &mut self.catch_up {
+            c.said = std::time::Instant::now();
+        }
+        self.status(message)
+    }
+
     fn status(&mut self, message: String) -> anyhow::Result<()> {
         let ready = Record::Status(StatusRecord::ready(message));
         self.output.emit(&ready).map_err(super::output_error)?;
@@ -182,6 +250,7 @@ impl Printer {
                 }
                 Some(Ok(m)) => {
                     self.print(&m)?;
+                    self.caught_up(&m)?;
                     if ack {
                         if let Err(e) = m.ack().await {
                             tracing::debug!("acknowledging a message: {e}");

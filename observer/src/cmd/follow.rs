@@ -85,11 +85,12 @@ fn quiet_pipe(e: std::io::Error) -> anyhow::Result<()> {
 }
 
 /// Where the follower is in the record's two streams.
-#[derive(Debug)]
 struct Cursor {
     since_ns: i64,
     change: u64,
     incident: u64,
+    /// The dictionaries of the rows read so far.
+    frames: store::DictFrames,
 }
 
 impl Cursor {
@@ -98,6 +99,7 @@ impl Cursor {
             since_ns,
             change: 0,
             incident: 0,
+            frames: store::DictFrames::default(),
         }
     }
 
@@ -108,7 +110,7 @@ impl Cursor {
             after: Some(after),
             ..Default::default()
         };
-        let changes = store::select_changes(conn, &sel(self.change))?;
+        let changes = store::select_changes_with(conn, &sel(self.change), &mut self.frames)?;
         let incidents = store::select_incidents(conn, &sel(self.incident))?;
         if let Some(last) = changes.last() {
             self.change = last.number;

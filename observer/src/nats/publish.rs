@@ -289,14 +289,15 @@ impl Publisher {
                     Some(e) => format!("{id}.r{e}"),
                     None => id,
                 };
-                let ack = self.send(&js, kind, &row, id.clone()).await?;
+                let number = row.number;
+                let ack = self.send(&js, kind, row, id.clone()).await?;
                 match kind {
-                    Kind::Change => sent.change = row.number,
-                    Kind::Incident => sent.incident = row.number,
+                    Kind::Change => sent.change = number,
+                    Kind::Incident => sent.incident = number,
                 }
                 in_flight.push_back(InFlight {
                     kind,
-                    number: row.number,
+                    number,
                     id,
                     ack,
                 });
@@ -508,7 +509,7 @@ impl Publisher {
         &self,
         js: &jetstream::Context,
         kind: Kind,
-        row: &Stored,
+        row: Stored,
         id: String,
     ) -> Result<jetstream::context::PublishAckFuture, PublishError> {
         let s = &self.settings;
@@ -517,7 +518,7 @@ impl Publisher {
             .header(HEADER_NODE, s.node.as_str())
             .header(HEADER_RECORD, self.record_id.as_str())
             .header(HEADER_SEQ, row.number.to_string().as_str())
-            .payload(row.json.clone().into());
+            .payload(row.json.into());
         js.send_publish(subject(&s.node, kind), msg)
             .await
             .map_err(PublishError::Send)
@@ -590,15 +591,22 @@ pub(crate) fn plan(scanned: &[Scanned]) -> Plan {
     }
 }
 
+/// The record, read-only, with the dictionaries of the rows read so far.
+struct RecordReader {
+    conn: rusqlite::Connection,
+    frames: store::DictFrames,
+}
+
 /// The record, read-only, for the publisher or the backlog count.
-async fn open_record(
-    path: &std::path::Path,
-) -> Result<Arc<Mutex<rusqlite::Connection>>, PublishError> {
+async fn open_record(path: &std::path::Path) -> Result<Arc<Mutex<RecordReader>>, PublishError> {
     let path = path.to_path_buf();
     let conn = tokio::task::spawn_blocking(move || store::open_ro(&path))
         .await
         .map_err(PublishError::Open)??;
-    Ok(Arc::new(Mutex::new(conn)))
+    Ok(Arc::new(Mutex::new(RecordReader {
+        conn,
+        frames: store::DictFrames::default(),
+    })))
 }
 
 /// The time (ns) of the oldest row the stream still keeps at `now_ns`: rows older than its max
@@ -619,7 +627,7 @@ async fn count_backlog(
     stats: Arc<NatsStats>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let mut conn: Option<(Option<u64>, Arc<Mutex<rusqlite::Connection>>)> = None;
+    let mut conn: Option<(Option<u64>, Arc<Mutex<RecordReader>>)> = None;
     loop {
         let ino = store::inode(&record);
         if conn.as_ref().is_none_or(|(i, _)| *i != ino) {
@@ -634,8 +642,8 @@ async fn count_backlog(
             let now = crate::timestamp::Timestamp::now().unix_nanos();
             let since_ns = oldest_kept(now, max_age);
             let counted = tokio::task::spawn_blocking(move || {
-                let conn = c.lock().map_err(|_| PublishError::Poisoned)?;
-                Ok::<_, PublishError>(store::pending(&conn, change, incident, since_ns)?)
+                let reader = c.lock().map_err(|_| PublishError::Poisoned)?;
+                Ok::<_, PublishError>(store::pending(&reader.conn, change, incident, since_ns)?)
             })
             .await;
             match counted {
@@ -658,21 +666,22 @@ async fn count_backlog(
 /// The next rows after `cursor`, changes and incident lines interleaved by time (so that a
 /// fleet tail sees an incident after the changes that made it), each kind in its own order.
 async fn read_after(
-    conn: &Arc<Mutex<rusqlite::Connection>>,
+    conn: &Arc<Mutex<RecordReader>>,
     cursor: Cursor,
     since_ns: i64,
 ) -> Result<Vec<(Kind, Stored)>, PublishError> {
     let conn = conn.clone();
     tokio::task::spawn_blocking(move || -> Result<Vec<(Kind, Stored)>, PublishError> {
-        let conn = conn.lock().map_err(|_| PublishError::Poisoned)?;
+        let mut reader = conn.lock().map_err(|_| PublishError::Poisoned)?;
+        let RecordReader { conn, frames } = &mut *reader;
         let sel = |after: u64| Selection {
             after: Some(after),
             since_ns: Some(since_ns),
             limit: Some(BATCH),
             ..Default::default()
         };
-        let changes = store::select_changes(&conn, &sel(cursor.change))?;
-        let incidents = store::select_incidents(&conn, &sel(cursor.incident))?;
+        let changes = store::select_changes_with(conn, &sel(cursor.change), frames)?;
+        let incidents = store::select_incidents(conn, &sel(cursor.incident))?;
         Ok(merge(changes, incidents))
     })
     .await

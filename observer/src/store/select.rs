@@ -122,21 +122,22 @@ impl Where {
         select: &str,
         order: &str,
         limit: Option<usize>,
+        dec: &mut DictFrames,
     ) -> Result<Vec<Stored>, StoreError> {
         self.sql.push_str(&format!(" ORDER BY {order}"));
         if let Some(l) = limit {
             self.sql.push_str(&format!(" LIMIT {l}"));
         }
-        let mut stmt = conn.prepare(&format!("{select} WHERE 1{}", self.sql))?;
+        // Readers that follow the record ask the same question again and again.
+        let mut stmt = conn.prepare_cached(&format!("{select} WHERE 1{}", self.sql))?;
         let mut rows = stmt.query(rusqlite::params_from_iter(self.args))?;
-        let mut dec = Decoder::default();
         let mut out = Vec::new();
         while let Some(r) = rows.next()? {
             let number = r.get::<_, i64>(0)? as u64;
             out.push(Stored {
                 number,
                 time_ns: r.get(1)?,
-                json: dec.decode(conn, number, r.get(2)?, r.get_ref(3)?)?,
+                json: decode(dec, conn, number, r.get(2)?, r.get_ref(3)?)?,
             });
         }
         Ok(out)
@@ -232,32 +233,24 @@ pub fn frame_size_at_most(frame: &[u8], max: u64) -> Result<usize, FrameSizeErro
         .ok_or(FrameSizeError)
 }
 
-/// Turns stored bodies back into the JSON lines that were streamed.
-#[derive(Default)]
-struct Decoder {
-    frames: DictFrames,
-}
-
-impl Decoder {
-    fn decode(
-        &mut self,
-        conn: &Connection,
-        seq: u64,
-        dict: Option<i64>,
-        body: rusqlite::types::ValueRef<'_>,
-    ) -> Result<String, StoreError> {
-        use rusqlite::types::ValueRef;
-        let damaged = |cause: String| StoreError::Damaged { seq, cause };
-        let bytes = match (dict, body) {
-            (None, ValueRef::Text(t)) | (None, ValueRef::Blob(t)) => t.to_vec(),
-            (Some(id), ValueRef::Blob(b)) => self
-                .frames
-                .decompress(conn, "dicts", id, b)?
-                .map_err(|e| damaged(e.to_string()))?,
-            (_, other) => return Err(damaged(format!("a body of type {:?}", other.data_type()))),
-        };
-        String::from_utf8(bytes).map_err(|e| damaged(format!("not UTF-8: {e}")))
-    }
+/// A stored body turned back into the JSON line that was streamed.
+fn decode(
+    frames: &mut DictFrames,
+    conn: &Connection,
+    seq: u64,
+    dict: Option<i64>,
+    body: rusqlite::types::ValueRef<'_>,
+) -> Result<String, StoreError> {
+    use rusqlite::types::ValueRef;
+    let damaged = |cause: String| StoreError::Damaged { seq, cause };
+    let bytes = match (dict, body) {
+        (None, ValueRef::Text(t)) | (None, ValueRef::Blob(t)) => t.to_vec(),
+        (Some(id), ValueRef::Blob(b)) => frames
+            .decompress(conn, "dicts", id, b)?
+            .map_err(|e| damaged(e.to_string()))?,
+        (_, other) => return Err(damaged(format!("a body of type {:?}", other.data_type()))),
+    };
+    String::from_utf8(bytes).map_err(|e| damaged(format!("not UTF-8: {e}")))
 }
 
 /// The largest JSON line a row may decode to (a guard against a damaged size).
@@ -265,6 +258,16 @@ const MAX_ROW_BYTES: u64 = 64 << 20;
 
 /// Changes matching the selection, oldest first.
 pub fn select_changes(conn: &Connection, s: &Selection) -> Result<Vec<Stored>, StoreError> {
+    select_changes_with(conn, s, &mut DictFrames::default())
+}
+
+/// [`select_changes`] for a reader that reads the record again and again: the dictionaries
+/// its rows were compressed with are loaded once into `frames` (kept for this record only).
+pub fn select_changes_with(
+    conn: &Connection,
+    s: &Selection,
+    frames: &mut DictFrames,
+) -> Result<Vec<Stored>, StoreError> {
     let mut w = Where::for_record(conn)?;
     w.common(s, "seq");
     if let Some(g) = &s.chain_glob {
@@ -293,7 +296,7 @@ pub fn select_changes(conn: &Connection, s: &Selection) -> Result<Vec<Stored>, S
     } else {
         "SELECT seq, time_ns, NULL, json FROM changes"
     };
-    w.run(conn, select, "seq", s.limit)
+    w.run(conn, select, "seq", s.limit, frames)
 }
 
 /// Incidents in the time and number range and of the types asked for, oldest first. Chain,
@@ -309,6 +312,7 @@ pub fn select_incidents(conn: &Connection, s: &Selection) -> Result<Vec<Stored>,
         "SELECT no, time_ns, NULL, json FROM incidents",
         "no",
         s.limit,
+        &mut DictFrames::default(),
     )
 }
 
