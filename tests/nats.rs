@@ -5,7 +5,10 @@
 //! on the same storage while changes go on. Then, read straight from the stream with a JetStream
 //! client: every change each node printed is in the stream exactly once, in that node's order,
 //! with the message id and headers of the contract; and the fleet tail showed each of them, in
-//! order, with its node. Needs root (the daemons load their hooks) and nats-server.
+//! order, with its node. A tail started later from history says how much it has to print and
+//! when it caught up. A second test puts a proxy between a node and the server that loses one
+//! publish and one acknowledgement: the stream still holds every change once, in order. Needs
+//! root (the daemons load their hooks) and nats-server.
 
 mod common;
 
@@ -453,4 +456,270 @@ fn two_nodes_publish_every_change_once_in_order_across_a_server_crash() {
         before, held,
         "lines printed before the tail said it caught up"
     );
+}
+
+/// What the lossy proxy loses: the `pub_at`-th publish of a change (counted from 1) and the
+/// `ack_at`-th JetStream acknowledgement, each once; and what it lost.
+#[derive(Default)]
+struct Losses {
+    pub_at: usize,
+    ack_at: usize,
+    pubs: usize,
+    acks: usize,
+    lost_seq: Option<String>,
+    lost_ack: Option<String>,
+}
+
+/// A TCP proxy to the NATS server at `upstream` that speaks enough of the protocol to lose
+/// whole messages: publishes from the client (`HPUB`) and acknowledgements from the server
+/// (`MSG`/`HMSG` whose payload is a JetStream ack), as `losses` says. Returns its port.
+fn lossy_proxy(upstream: u16, losses: std::sync::Arc<std::sync::Mutex<Losses>>) -> u16 {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
+    let port = listener.local_addr().expect("proxy address").port();
+    // One direction: frames (a protocol line, and its payload when it has one) passed on whole,
+    // or left out when `lose` says so.
+    fn pump(mut from: TcpStream, mut to: TcpStream, lose: impl Fn(&[u8], &[u8]) -> bool) {
+        let mut buf: Vec<u8> = Vec::new();
+        let mut chunk = [0u8; 64 * 1024];
+        loop {
+            let n = match from.read(&mut chunk) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            buf.extend_from_slice(&chunk[..n]);
+            loop {
+                let Some(eol) = buf.windows(2).position(|w| w == b"\r\n") else {
+                    break;
+                };
+                let line = &buf[..eol];
+                let with_payload = [&b"PUB "[..], b"HPUB ", b"MSG ", b"HMSG "]
+                    .iter()
+                    .any(|p| line.starts_with(p));
+                let size = if with_payload {
+                    let last = line.rsplit(|b| *b == b' ').next().unwrap_or_default();
+                    std::str::from_utf8(last)
+                        .ok()
+                        .and_then(|s| s.parse::<usize>().ok())
+                        .map(|n| n + 2)
+                        .unwrap_or(0)
+                } else {
+                    0
+                };
+                let frame = eol + 2 + size;
+                if buf.len() < frame {
+                    break;
+                }
+                if !lose(line, &buf[eol + 2..frame]) && to.write_all(&buf[..frame]).is_err() {
+                    return;
+                }
+                buf.drain(..frame);
+            }
+        }
+        let _ = to.shutdown(std::net::Shutdown::Both);
+    }
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(client) = client else { continue };
+            let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                continue;
+            };
+            let (c2, s2) = (
+                client.try_clone().expect("clone"),
+                server.try_clone().expect("clone"),
+            );
+            let up = losses.clone();
+            std::thread::spawn(move || {
+                pump(client, server, |line, payload| {
+                    if !(line.starts_with(b"HPUB observer.")
+                        && line
+                            .split(|b| *b == b' ')
+                            .nth(1)
+                            .is_some_and(|s| s.ends_with(b".change")))
+                    {
+                        return false;
+                    }
+                    let mut l = up.lock().expect("losses");
+                    l.pubs += 1;
+                    if l.pubs != l.pub_at || l.lost_seq.is_some() {
+                        return false;
+                    }
+                    let text = String::from_utf8_lossy(payload);
+                    l.lost_seq = text
+                        .lines()
+                        .find_map(|h| h.strip_prefix("Observer-Seq: "))
+                        .map(|s| s.trim().to_string());
+                    true
+                })
+            });
+            let down = losses.clone();
+            std::thread::spawn(move || {
+                pump(s2, c2, |line, payload| {
+                    let is_ack = (line.starts_with(b"MSG ") || line.starts_with(b"HMSG "))
+                        && payload.starts_with(b"{\"stream\":")
+                        && payload.windows(6).any(|w| w == b"\"seq\":");
+                    if !is_ack {
+                        return false;
+                    }
+                    let mut l = down.lock().expect("losses");
+                    l.acks += 1;
+                    if l.acks != l.ack_at || l.lost_ack.is_some() {
+                        return false;
+                    }
+                    l.lost_ack = Some(String::from_utf8_lossy(payload).trim().to_string());
+                    true
+                })
+            });
+        }
+    });
+    port
+}
+
+/// `n` changes (tables `<prefix>0..`) in `ns` in one nft transaction: one commit of the
+/// record, read and published together.
+fn changes_at_once(ns: &Netns, writer: &Writer, dir: &Path, prefix: &str, n: usize) {
+    let file = dir.join(format!("{prefix}.nft"));
+    let text: String = (0..n)
+        .map(|i| format!("add table inet {prefix}{i}\n"))
+        .collect();
+    std::fs::write(&file, text).expect("write the nft file");
+    ns.write(writer, &["nft", "-f", file.to_str().expect("utf-8")]);
+}
+
+/// The seqs of the changes `d` printed, once its table `last_table` is there.
+fn printed_seqs(d: &mut Daemon, last_table: &str) -> Vec<u64> {
+    printed_changes(d, last_table)
+        .iter()
+        .filter_map(|v| v["seq"].as_u64())
+        .collect()
+}
+
+/// The change messages of `node` in the stream, in stream order, once it holds every row of
+/// `want` (or after 60 s).
+fn node_changes(url: &str, node: &str, want: &[u64]) -> Vec<common::StreamMessage> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mine: Vec<common::StreamMessage> = read_stream(url)
+            .into_iter()
+            .filter(|(s, h, _)| {
+                s.ends_with(".change") && h.get("Observer-Node").is_some_and(|n| n == node)
+            })
+            .collect();
+        let held: std::collections::HashSet<u64> = mine
+            .iter()
+            .filter_map(|(_, _, v)| v["seq"].as_u64())
+            .collect();
+        if want.iter().all(|s| held.contains(s)) || Instant::now() > deadline {
+            return mine;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// `mine` holds the rows of `want` once each, in order, and nothing in it repeats or goes back.
+fn assert_once_in_order(want: &[u64], mine: &[common::StreamMessage]) {
+    let seqs: Vec<u64> = mine
+        .iter()
+        .filter_map(|(_, _, v)| v["seq"].as_u64())
+        .collect();
+    assert!(
+        seqs.windows(2).all(|w| w[0] < w[1]),
+        "the stream's seqs are not each once and increasing: {seqs:?}"
+    );
+    let last = want.last().copied().unwrap_or(0);
+    let got: Vec<u64> = seqs.iter().copied().filter(|s| *s <= last).collect();
+    assert_eq!(
+        got, want,
+        "the stream does not hold each printed change once, in order"
+    );
+}
+
+/// A publish the server never got while later ones were stored (a hole), then an
+/// acknowledgement the publisher never got (the row is stored; the publisher does not know):
+/// after each, the session ends on the acknowledgement's timeout and the next one reconciles
+/// the stream with the record. Every change the node printed is then in the stream exactly
+/// once, in order: the rows stored after the hole were deleted and the lost row and those after
+/// it published again, with fresh message ids (the server's duplicate window remembers the
+/// deleted ones); the row whose acknowledgement was lost was not published twice.
+#[test]
+fn a_lost_publish_and_a_lost_ack_neither_drop_nor_duplicate_nor_reorder() {
+    skip_unless!("nats-server", "ip", "nft");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let nats = NatsServer::start(dir.path());
+    let losses = std::sync::Arc::new(std::sync::Mutex::new(Losses {
+        pub_at: 10,
+        ..Default::default()
+    }));
+    let proxy = lossy_proxy(nats.port, losses.clone());
+    let node = "lossy.fleet.test";
+    let record = dir.path().join("lossy.db");
+    let mut daemon = Daemon::start(
+        free_port(),
+        &[
+            "--record",
+            record.to_str().expect("utf-8"),
+            "--nats",
+            &format!("nats://127.0.0.1:{proxy}"),
+            "--node",
+            node,
+        ],
+    );
+    let ns = Netns::new("lossy");
+    let writer = Writer::new("lossywriter");
+    let url = nats.url();
+
+    // 1. A hole: the 10th row's publish is lost, the 30 after it (same commit, same window)
+    // are stored.
+    changes_at_once(&ns, &writer, dir.path(), "hole", 40);
+    let want = printed_seqs(&mut daemon, "hole39");
+    let mine = node_changes(&url, node, &want);
+    let lost_seq: u64 = losses
+        .lock()
+        .expect("losses")
+        .lost_seq
+        .clone()
+        .expect("the proxy lost a publish")
+        .parse()
+        .expect("Observer-Seq is a number");
+    assert_once_in_order(&want, &mine);
+    let id = |seq: u64| {
+        mine.iter()
+            .find(|(_, _, v)| v["seq"].as_u64() == Some(seq))
+            .and_then(|(_, h, _)| h.get("Nats-Msg-Id").cloned())
+            .unwrap_or_default()
+    };
+    let record_id = mine[0]
+        .1
+        .get("Observer-Record")
+        .cloned()
+        .unwrap_or_default();
+    for seq in [lost_seq, want.last().copied().unwrap_or(0)] {
+        assert!(
+            id(seq).starts_with(&format!("{node}.{record_id}.c{seq}.r")),
+            "row {seq}, from the lost one on, was published again with a fresh id: {}",
+            id(seq)
+        );
+    }
+
+    // 2. A lost acknowledgement: the fifth from now.
+    {
+        let mut l = losses.lock().expect("losses");
+        l.ack_at = l.acks + 5;
+    }
+    changes_at_once(&ns, &writer, dir.path(), "ack", 40);
+    let want = printed_seqs(&mut daemon, "ack39");
+    let mine = node_changes(&url, node, &want);
+    assert!(
+        losses.lock().expect("losses").lost_ack.is_some(),
+        "the proxy lost an acknowledgement"
+    );
+    assert_once_in_order(&want, &mine);
+    // The publisher gives up waiting for it, reconciles, and goes on without publishing the
+    // stored row again.
+    changes_at_once(&ns, &writer, dir.path(), "after", 10);
+    let want = printed_seqs(&mut daemon, "after9");
+    let mine = node_changes(&url, node, &want);
+    assert_once_in_order(&want, &mine);
+    daemon.stop();
 }

@@ -26,15 +26,12 @@ pub fn diff(old: Option<&XtTable>, new: Option<&XtTable>) -> Vec<Change> {
     };
     // The rule counts of the chains the changes name, only: a sync that rewrote one chain of
     // 40,000 should not index all 40,000.
-    let named: HashMap<&str, ()> = raw
-        .iter()
-        .filter_map(|c| c.chain.as_deref())
-        .map(|c| (c, ()))
-        .collect();
+    let named: std::collections::HashSet<&str> =
+        raw.iter().filter_map(|c| c.chain.as_deref()).collect();
     let counts: HashMap<&str, usize> = old
         .chains
         .iter()
-        .filter(|c| named.contains_key(c.name.as_str()))
+        .filter(|c| named.contains(c.name.as_str()))
         .map(|c| (c.name.as_str(), c.rules.len()))
         .collect();
     let family = old.proto.family();
