@@ -489,10 +489,7 @@ fn lossy_proxy(upstream: u16, losses: std::sync::Arc<std::sync::Mutex<Losses>>) 
                 Ok(n) => n,
             };
             buf.extend_from_slice(&chunk[..n]);
-            loop {
-                let Some(eol) = buf.windows(2).position(|w| w == b"\r\n") else {
-                    break;
-                };
+            while let Some(eol) = buf.windows(2).position(|w| w == b"\r\n") {
                 let line = &buf[..eol];
                 let with_payload = [&b"PUB "[..], b"HPUB ", b"MSG ", b"HMSG "]
                     .iter()
