@@ -18,6 +18,12 @@ use super::baseline::{inventory, read_baseline};
 use super::nft::{established, spawn_nft_reader};
 use super::{ChangeCtx, Engine, NsMsg, Watched};
 
+/// How long the engine waits for the ring buffer's reader to read up to a found namespace's
+/// ruleset read, to name its writers. Short: the engine itself waits, and a reader held up by a
+/// full engine queue cannot finish its read until the engine goes on (then the writers whose
+/// records were still queued are `unknown`).
+const FOUND_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
 impl Engine {
     /// Start watching a namespace. `new` means it appeared while observer ran: whatever it
     /// already holds was made after start and is reported (as found, not seen live).
@@ -130,7 +136,7 @@ impl Engine {
     ) {
         let writers = match self.nft_writers() {
             Some(w) => {
-                if !w.caught_up(read_from, nlattr::NEWGEN_WAIT).await {
+                if !w.caught_up(read_from, FOUND_WAIT).await {
                     tracing::debug!(
                         "namespace {inode}: the ring buffer was not read up to the ruleset's \
                          read in time; writers whose record is still queued are not named"
