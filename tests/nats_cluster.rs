@@ -5,7 +5,7 @@
 //! publishing it, the server that leads the stream is killed (SIGKILL) and later started again
 //! on its storage. Then every change the node printed is in the stream exactly once and in the
 //! node's order, and a fleet tail (`observer tail --nats`, started before the burst) showed each
-//! once, in order. Needs root (the daemon loads its hooks) and nats-server.
+//! once (a repaired row late, as it arrives). Needs root (the daemon loads its hooks) and nats-server.
 
 mod common;
 
@@ -248,14 +248,17 @@ fn a_burst_reaches_a_three_node_cluster_once_in_order_across_a_leader_kill() {
     // The stream, as the publisher created it: three replicas.
     let info = poll("stream created by the daemon", 30, || client.info());
     assert_eq!(info.config.num_replicas, 3, "{:?}", info.config);
-    let mut tail = Command::new(observer_bin())
-        .args(["tail", "--json", "--nats", &urls, "--since", "1h"])
-        .args(["--node", NODE])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start observer tail --nats");
-    let tail_lines: mpsc::Receiver<Value> = json_lines(tail.stdout.take().expect("stdout"));
+    // Killed when the test ends, also when it fails.
+    let mut tail = KillOnDrop(
+        Command::new(observer_bin())
+            .args(["tail", "--json", "--nats", &urls, "--since", "1h"])
+            .args(["--node", NODE])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start observer tail --nats"),
+    );
+    let tail_lines: mpsc::Receiver<Value> = json_lines(tail.0.stdout.take().expect("stdout"));
     let mut tail_seen = Vec::new();
     let first = wait_within(
         Duration::from_secs(30),
@@ -397,12 +400,18 @@ fn a_burst_reaches_a_three_node_cluster_once_in_order_across_a_leader_kill() {
         "the last printed change in the fleet tail",
         |v| v["kind"] == "change" && v["seq"].as_u64() == Some(last_seq),
     );
+    // Each once; a row the publisher repaired (lost while later ones were stored, which were
+    // deleted and published again) is printed when it arrives, so possibly after rows that
+    // follow it.
     let shown = seqs_up_to(&tail_seen, last_seq);
     let tail_at = started.elapsed();
-    if shown != want {
-        let dup = shown.windows(2).filter(|w| w[0] >= w[1]).count();
+    let mut sorted = shown.clone();
+    sorted.sort_unstable();
+    if sorted != want {
+        let late = shown.windows(2).filter(|w| w[0] >= w[1]).count();
+        let again = sorted.windows(2).filter(|w| w[0] == w[1]).count();
         panic!(
-            "the fleet tail showed {} changes for the {} printed ({dup} out of order or again)",
+            "the fleet tail showed {} changes for the {} printed ({again} again, {late} late)",
             shown.len(),
             want.len()
         );
@@ -419,7 +428,16 @@ fn a_burst_reaches_a_three_node_cluster_once_in_order_across_a_leader_kill() {
          change printed at {printed_at:.1?}, in the fleet tail at {tail_at:.1?}",
         want.len(),
     );
-    let _ = tail.kill();
-    let _ = tail.wait();
+    drop(tail);
     daemon.stop();
+}
+
+/// A child process killed and reaped when dropped.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
