@@ -160,9 +160,15 @@ fn read_stream(url: &str) -> Vec<common::StreamMessage> {
     })
 }
 
+/// The tests of this file run one at a time: each picks free ports for its servers and
+/// proxies, and one test's new listener must not take a port another has picked but not yet
+/// bound (a server restarted after its crash binds its ports again).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn two_nodes_publish_every_change_once_in_order_across_a_server_crash() {
     skip_unless!("nats-server", "ip", "nft");
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().expect("tempdir");
     let mut nats = NatsServer::start(dir.path());
     let url = nats.url();
@@ -642,6 +648,7 @@ fn assert_once_in_order(want: &[u64], mine: &[common::StreamMessage]) {
 #[test]
 fn a_lost_publish_and_a_lost_ack_neither_drop_nor_duplicate_nor_reorder() {
     skip_unless!("nats-server", "ip", "nft");
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().expect("tempdir");
     let nats = NatsServer::start(dir.path());
     let losses = std::sync::Arc::new(std::sync::Mutex::new(Losses {
