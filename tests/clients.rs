@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Netns, Observer, Writer};
+use common::{KilledOnDrop, Netns, Observer, Writer};
 use serde_json::Value;
 
 const WAIT: u64 = 40;
@@ -524,16 +524,6 @@ fn ufw_and_its_init_script_are_one_owner_and_never_a_conflict() {
     assert_no_incidents(&obs, &ns);
     obs.stop();
     assert_eq!(host_rulesets(), host_before, "the host's ruleset changed");
-}
-
-/// A daemon stopped with the test, also when the test fails.
-struct KilledOnDrop(Child);
-
-impl Drop for KilledOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// How a fail2ban action shows a ban, an unban, and the jail's stop.

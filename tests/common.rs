@@ -586,6 +586,17 @@ impl Drop for Daemon {
     }
 }
 
+/// A child process (a daemon, a server, a tail) killed and reaped with the test, also when the
+/// test fails.
+pub struct KilledOnDrop(pub Child);
+
+impl Drop for KilledOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A plain HTTP/1.0 GET; returns the status and the body.
 pub fn get(port: u16, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");

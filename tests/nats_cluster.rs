@@ -5,7 +5,8 @@
 //! publishing it, the server that leads the stream is killed (SIGKILL) and later started again
 //! on its storage. Then every change the node printed is in the stream exactly once and in the
 //! node's order, and a fleet tail (`observer tail --nats`, started before the burst) showed each
-//! once (a repaired row late, as it arrives). Needs root (the daemon loads its hooks) and nats-server.
+//! once (a repaired row late, as it arrives). Needs root (the daemon loads its hooks) and
+//! nats-server.
 
 mod common;
 
@@ -248,8 +249,7 @@ fn a_burst_reaches_a_three_node_cluster_once_in_order_across_a_leader_kill() {
     // The stream, as the publisher created it: three replicas.
     let info = poll("stream created by the daemon", 30, || client.info());
     assert_eq!(info.config.num_replicas, 3, "{:?}", info.config);
-    // Killed when the test ends, also when it fails.
-    let mut tail = KillOnDrop(
+    let mut tail = common::KilledOnDrop(
         Command::new(observer_bin())
             .args(["tail", "--json", "--nats", &urls, "--since", "1h"])
             .args(["--node", NODE])
@@ -430,14 +430,4 @@ fn a_burst_reaches_a_three_node_cluster_once_in_order_across_a_leader_kill() {
     );
     drop(tail);
     daemon.stop();
-}
-
-/// A child process killed and reaped when dropped.
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }

@@ -290,18 +290,40 @@ impl WriterCache {
     /// Wait until every record the kernel wrote before `since` is in this cache (the ring
     /// buffer's reader read the ring empty after it), for at most `wait`; returns whether it is.
     pub async fn caught_up(&self, since: Instant, wait: Duration) -> bool {
+        self.wait_for(since, wait, |_| None::<()>).await;
+        self.drained_since(since)
+    }
+
+    /// Try `look` (told whether a wait came before) until it finds something, waking the ring
+    /// buffer's reader between tries; give up when a read of the ring that began after `since`
+    /// found it empty and `look` still finds nothing (what it looks for is not coming), or
+    /// after `wait`.
+    async fn wait_for<T>(
+        &self,
+        since: Instant,
+        wait: Duration,
+        mut look: impl FnMut(bool) -> Option<T>,
+    ) -> Option<T> {
         let deadline = tokio::time::Instant::now() + wait;
+        let mut waited = false;
         loop {
             let notified = self.arrived.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if self.drained_since(since) {
-                return true;
+            // Checked before looking: a drain that began after `since` and found nothing means
+            // the record, if it exists, is already in the cache.
+            let drained = self.drained_since(since);
+            if let Some(found) = look(waited) {
+                return Some(found);
+            }
+            if drained {
+                return None;
             }
             self.drain_wanted.notify_one();
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return self.drained_since(since);
+                return None;
             }
+            waited = true;
         }
     }
 
@@ -468,39 +490,28 @@ impl WriterCache {
         comm: &str,
         wait: Duration,
     ) -> Option<KernelProcess> {
-        let since = Instant::now();
-        let deadline = tokio::time::Instant::now() + wait;
-        let mut waited = false;
         let exact = self.gens_hooked.load(Ordering::Relaxed);
-        loop {
-            let notified = self.arrived.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            // Checked before the record: a drain that began after `since` and found nothing
-            // means the record, if it exists, is already in the cache.
-            let drained = self.drained_since(since);
-            if exact {
-                if let Some(p) = self.take_gen(netns, genid) {
+        let own = self
+            .wait_for(Instant::now(), wait, |waited| {
+                if exact {
+                    let p = self.take_gen(netns, genid)?;
                     self.stats.exact.fetch_add(1, Ordering::Relaxed);
                     return Some(p);
                 }
-            } else if let Some((p, true)) = self.take(netns, tid, comm) {
+                let Some((p, true)) = self.take(netns, tid, comm) else {
+                    return None;
+                };
                 let counter = if waited {
                     &self.stats.waited
                 } else {
                     &self.stats.hits
                 };
                 counter.fetch_add(1, Ordering::Relaxed);
-                return Some(p);
-            }
-            if drained {
-                break;
-            }
-            self.drain_wanted.notify_one();
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                break;
-            }
-            waited = true;
+                Some(p)
+            })
+            .await;
+        if own.is_some() {
+            return own;
         }
         // No record of its own: for a generation, the thread's batch; for a batch, one already
         // matched with an earlier generation of the thread.
