@@ -208,7 +208,7 @@ fn poll<T>(what: &str, secs: u64, mut f: impl FnMut() -> Option<T>) -> T {
         if let Some(v) = f() {
             return v;
         }
-        assert!(Instant::now() < deadline, "no {what} within {secs} s");
+        assert!(Instant::now() < deadline, "waited {secs} s for {what}");
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -299,7 +299,7 @@ fn a_burst_reaches_a_three_node_cluster_once_in_order_across_a_leader_kill() {
     for i in 0..DURING {
         ns.write(&w, &["nft", "add", "table", "inet", &format!("during{i}")]);
     }
-    let new_leader = poll("a new stream leader", 30, || {
+    let new_leader = poll("a new stream leader", 60, || {
         client.info()?.cluster?.leader.filter(|l| *l != leader)
     });
     // Back on its storage; it catches up with the others.

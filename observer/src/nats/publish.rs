@@ -14,6 +14,18 @@
 //! this record stored after it, and publishes again after that run. A row published again after a
 //! delete carries a fresh message id (`.r<epoch>` appended): the stream's duplicate window still
 //! remembers the deleted ids.
+//!
+//! A message of an earlier session can still be stored after the next one read the subject: one
+//! the old connection had queued while it was down and sends once it is back, or one the stream's
+//! new leader commits from its predecessor's log. Two rules keep that from going unseen:
+//! - a session that ends while its connection is down keeps the connection for the next one (what
+//!   it had queued then goes out before anything of the next session); a connection that is up
+//!   is flushed before it is dropped, so nothing of it can follow;
+//! - each session, once its first row of a kind is acknowledged, reads the subject again from the
+//!   run it resumed after to that row ([`Publisher::check_first`]). Anything stored in between
+//!   ends the session, and the next one reconciles it away. After that acknowledgement nothing
+//!   older can be stored: the old messages went out first on the same connection, and a stream
+//!   leader commits what it inherited before its own new entries.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -90,6 +102,16 @@ pub enum PublishError {
         subject: String,
         #[source]
         cause: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A message of an earlier session was stored after this session read the subject.
+    #[error(
+        "{subject} holds rows {rows:?} from row {resume_after} to this session's first: an \
+         earlier session's message was stored late; reconciling again"
+    )]
+    StoredLate {
+        subject: String,
+        resume_after: u64,
+        rows: Vec<u64>,
     },
     /// A message stored out of order could not be deleted.
     #[error("deleting message {seq} (stored out of order) from the stream")]
@@ -179,14 +201,19 @@ pub fn spawn(
     tokio::spawn(async move {
         let mut delay = Duration::from_millis(250);
         let mut failing = false;
+        let mut kept: Option<Kept> = None;
         loop {
             let res = tokio::select! {
-                r = p.session(&mut failing) => r,
+                r = p.session(&mut kept, &mut failing) => r,
                 _ = shutdown.wait_for(|s| *s) => return,
             };
             p.stats.connected.set(0);
             match res {
                 Ok(()) => return,
+                Err(e @ (PublishError::StoredLate { .. } | PublishError::Duplicate { .. })) => {
+                    // The stream is read again at once: not a failure of the server.
+                    tracing::warn!("NATS {}: {}", p.settings.url, crate::hooks::error_chain(&e));
+                }
                 Err(e) => {
                     let e = crate::hooks::error_chain(&e);
                     if !failing {
@@ -202,7 +229,10 @@ pub fn spawn(
                 }
             }
             tokio::select! {
-                _ = tokio::time::sleep(delay) => {}
+                _ = async {
+                    p.settle(&mut kept).await;
+                    tokio::time::sleep(delay).await;
+                } => {}
                 _ = shutdown.wait_for(|s| *s) => return,
             }
             delay = (delay * 2).min(Duration::from_secs(5));
@@ -210,22 +240,73 @@ pub fn spawn(
     })
 }
 
+/// How long a connection that is down is kept from one session to the next (see the module's
+/// doc) before a new one is made, with the credentials read again.
+const KEEP_DOWN: Duration = Duration::from_secs(60);
+
+/// The connection kept from one session to the next.
+struct Kept {
+    client: async_nats::Client,
+    /// Since when it has been down at the end of sessions (None: it was up at the last one).
+    down_since: Option<std::time::Instant>,
+}
+
 impl Publisher {
-    /// One connection: find where the stream is, then publish until an error.
-    async fn session(&self, failing: &mut bool) -> Result<(), PublishError> {
+    /// After a failed session: drop its connection if it is up and everything it was given has
+    /// been written (nothing of it can be sent later); keep it for the next session if it is
+    /// down, for [`KEEP_DOWN`] at most.
+    async fn settle(&self, kept: &mut Option<Kept>) {
+        let Some(k) = kept.as_mut() else { return };
+        let up = k.client.connection_state() == async_nats::connection::State::Connected;
+        if up
+            && tokio::time::timeout(Duration::from_secs(5), k.client.flush())
+                .await
+                .is_ok_and(|r| r.is_ok())
+        {
+            *kept = None;
+            return;
+        }
+        let since = *k.down_since.get_or_insert_with(std::time::Instant::now);
+        if since.elapsed() >= KEEP_DOWN {
+            tracing::debug!(
+                "NATS {}: the connection has been down for {:?}: connecting anew",
+                self.settings.url,
+                since.elapsed()
+            );
+            *kept = None;
+        }
+    }
+
+    /// One session: find where the stream is, then publish until an error.
+    async fn session(
+        &self,
+        kept: &mut Option<Kept>,
+        failing: &mut bool,
+    ) -> Result<(), PublishError> {
         let s = &self.settings;
-        let client = s
-            .auth
-            .options(&s.url, format!("observer {}", s.node))
-            .await?
-            .connection_timeout(Duration::from_secs(5))
-            .request_timeout(Some(Duration::from_secs(5)))
-            .connect(super::auth::url_list(&s.url))
-            .await
-            .map_err(|cause| PublishError::Connect {
-                url: s.url.clone(),
-                cause,
-            })?;
+        let client = match kept {
+            Some(k) => k.client.clone(),
+            None => {
+                let client = s
+                    .auth
+                    .options(&s.url, format!("observer {}", s.node))
+                    .await?
+                    .connection_timeout(Duration::from_secs(5))
+                    .request_timeout(Some(Duration::from_secs(5)))
+                    .connect(super::auth::url_list(&s.url))
+                    .await
+                    .map_err(|cause| PublishError::Connect {
+                        url: s.url.clone(),
+                        cause,
+                    })?;
+                kept.insert(Kept {
+                    client,
+                    down_since: None,
+                })
+                .client
+                .clone()
+            }
+        };
         let js = jetstream::new(client);
         let stream = js
             .get_or_create_stream(stream_config(s))
@@ -234,9 +315,18 @@ impl Publisher {
                 stream: s.stream.clone(),
                 cause,
             })?;
+        if let Some(k) = kept {
+            k.down_since = None;
+        }
+        let change = self.reconcile(&stream, Kind::Change).await?;
+        let incident = self.reconcile(&stream, Kind::Incident).await?;
+        let mut checks = Checks {
+            change: Some(change),
+            incident: Some(incident),
+        };
         let mut cursor = Cursor {
-            change: self.reconcile(&stream, Kind::Change).await?,
-            incident: self.reconcile(&stream, Kind::Incident).await?,
+            change: change.after,
+            incident: incident.after,
         };
         let epoch = self.fresh_epoch();
         // Rows older than the stream keeps are not sent again after the stream lost them.
@@ -273,7 +363,8 @@ impl Publisher {
             if rows.is_empty() {
                 // Nothing more to send: take the acknowledgements still due, then wait.
                 while let Some(f) = in_flight.pop_front() {
-                    self.acked(f, &mut cursor, epoch.is_some()).await?;
+                    self.acked(&stream, f, &mut cursor, &mut checks, epoch.is_some())
+                        .await?;
                 }
                 let _ = tokio::time::timeout(POLL, committed).await;
                 continue;
@@ -281,7 +372,8 @@ impl Publisher {
             for (kind, row) in rows {
                 if in_flight.len() >= window {
                     if let Some(f) = in_flight.pop_front() {
-                        self.acked(f, &mut cursor, epoch.is_some()).await?;
+                        self.acked(&stream, f, &mut cursor, &mut checks, epoch.is_some())
+                            .await?;
                     }
                 }
                 let id = message_id(&s.node, &self.record_id, kind, row.number);
@@ -319,11 +411,14 @@ impl Publisher {
         }
     }
 
-    /// Wait for the oldest row in flight's acknowledgement and move the cursor over it.
+    /// Wait for the oldest row in flight's acknowledgement and move the cursor over it (the
+    /// session's first of its kind is checked first: [`Publisher::check_first`]).
     async fn acked(
         &self,
+        stream: &jetstream::stream::Stream,
         f: InFlight,
         cursor: &mut Cursor,
+        checks: &mut Checks,
         fresh: bool,
     ) -> Result<(), PublishError> {
         let ack = f.ack.await.map_err(PublishError::Ack)?;
@@ -335,6 +430,14 @@ impl Publisher {
                 self.need_fresh_ids();
             }
             return Err(PublishError::Duplicate { id: f.id });
+        }
+        let check = match f.kind {
+            Kind::Change => checks.change.take(),
+            Kind::Incident => checks.incident.take(),
+        };
+        if let Some(from) = check {
+            self.check_first(stream, f.kind, from, f.number, ack.sequence)
+                .await?;
         }
         match f.kind {
             Kind::Change => cursor.change = f.number,
@@ -350,20 +453,30 @@ impl Publisher {
         Ok(())
     }
 
-    /// Reconcile `kind`'s subject with the record (see [`plan`]) and return the last row to
-    /// publish after.
+    /// Reconcile `kind`'s subject with the record (see [`plan`]) and return where publishing
+    /// resumes.
     async fn reconcile(
         &self,
         stream: &jetstream::stream::Stream,
         kind: Kind,
-    ) -> Result<u64, PublishError> {
-        let Some(last) = self.last_held(stream, kind).await? else {
-            return Ok(0);
+    ) -> Result<Resume, PublishError> {
+        let last = match self.last_held(stream, kind).await? {
+            Held::Nothing => return Ok(Resume::default()),
+            Held::Other { stream_seq } => {
+                return Ok(Resume {
+                    after: 0,
+                    stream_seq,
+                })
+            }
+            Held::Ours(last) => last,
         };
         let window = self.settings.window.max(1) as u64;
         let scanned = self.scan(stream, kind, last.stream_seq, window).await?;
         if !scanned.iter().any(|m| m.ours) {
-            return Ok(last.number);
+            return Ok(Resume {
+                after: last.number,
+                stream_seq: last.stream_seq,
+            });
         }
         let p = plan(&scanned);
         if !p.delete.is_empty() {
@@ -386,7 +499,47 @@ impl Publisher {
                 .await
                 .map_err(|cause| PublishError::Delete { seq, cause })?;
         }
-        Ok(p.resume_after)
+        Ok(Resume {
+            after: p.resume_after,
+            stream_seq: p.resume_seq,
+        })
+    }
+
+    /// The session's first row of `kind` (`number`, stored at `stream_seq`) is acknowledged:
+    /// read the subject from where the session resumed to it. Anything of this record there but
+    /// the run's last row and this one was stored late by an earlier session; the session ends,
+    /// and the next one reconciles it away.
+    async fn check_first(
+        &self,
+        stream: &jetstream::stream::Stream,
+        kind: Kind,
+        from: Resume,
+        number: u64,
+        stream_seq: u64,
+    ) -> Result<(), PublishError> {
+        let subj = subject(&self.settings.node, kind);
+        let (scanned, _) = self
+            .scan_from(stream, &subj, from.stream_seq.max(1), stream_seq)
+            .await
+            .map_err(|cause| PublishError::Scan {
+                subject: subj.clone(),
+                cause,
+            })?;
+        let rows: Vec<u64> = scanned
+            .iter()
+            .filter(|m| m.ours && m.stream_seq > from.stream_seq)
+            .map(|m| m.number)
+            .collect();
+        if rows == [number] {
+            return Ok(());
+        }
+        // The late messages are deleted by the next session's plan: fresh ids from then on.
+        self.need_fresh_ids();
+        Err(PublishError::StoredLate {
+            subject: subj,
+            resume_after: from.after,
+            rows,
+        })
     }
 
     /// The headers of this record's messages on `kind`'s subject, from far enough back that the
@@ -477,26 +630,29 @@ impl Publisher {
         }
     }
 
-    /// The last message on `kind`'s subject if it is of this record: its row and stream sequence.
+    /// The last message on `kind`'s subject: whether it is of this record, its row and its
+    /// stream sequence.
     async fn last_held(
         &self,
         stream: &jetstream::stream::Stream,
         kind: Kind,
-    ) -> Result<Option<Last>, PublishError> {
+    ) -> Result<Held, PublishError> {
         let subj = subject(&self.settings.node, kind);
         match stream.get_last_raw_message_by_subject(&subj).await {
             Ok(m) => {
                 let header = |name: &str| m.headers.get(name).map(|v| v.as_str().to_string());
                 if header(HEADER_RECORD).as_deref() != Some(self.record_id.as_str()) {
                     // Another record (this node's record was replaced): all of ours is new.
-                    return Ok(None);
+                    return Ok(Held::Other {
+                        stream_seq: m.sequence,
+                    });
                 }
-                Ok(Some(Last {
+                Ok(Held::Ours(Last {
                     number: header(HEADER_SEQ).and_then(|v| v.parse().ok()).unwrap_or(0),
                     stream_seq: m.sequence,
                 }))
             }
-            Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(None),
+            Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(Held::Nothing),
             Err(cause) => Err(PublishError::LastMessage {
                 subject: subj,
                 cause,
@@ -533,6 +689,31 @@ struct InFlight {
     ack: jetstream::context::PublishAckFuture,
 }
 
+/// What the last message on a subject is.
+enum Held {
+    /// The subject is empty.
+    Nothing,
+    /// A message of another record, at this stream sequence.
+    Other { stream_seq: u64 },
+    /// A message of this record.
+    Ours(Last),
+}
+
+/// Where a session resumes on a subject: after row `after`, stored at `stream_seq` (0, 0: the
+/// subject was empty; row 0 at a stream sequence: another record's message was last).
+#[derive(Debug, Clone, Copy, Default)]
+struct Resume {
+    after: u64,
+    stream_seq: u64,
+}
+
+/// The subjects whose first acknowledged row of the session is still to be checked, and where
+/// the session resumed on them.
+struct Checks {
+    change: Option<Resume>,
+    incident: Option<Resume>,
+}
+
 /// The last message on a subject, of this record.
 struct Last {
     number: u64,
@@ -553,6 +734,8 @@ pub(crate) struct Scanned {
 pub(crate) struct Plan {
     /// The last row of the clean run: publishing goes on after it.
     pub resume_after: u64,
+    /// Its stream sequence.
+    pub resume_seq: u64,
     /// The stream sequences of this record's messages stored after the clean run (a hole, a
     /// duplicate or a row out of order came first): deleted before publishing again.
     pub delete: Vec<u64>,
@@ -570,22 +753,24 @@ pub(crate) fn plan(scanned: &[Scanned]) -> Plan {
     let Some(first) = scanned.first() else {
         return Plan {
             resume_after: 0,
+            resume_seq: 0,
             delete: Vec::new(),
             fresh_ids: false,
         };
     };
-    let mut end = first.number;
+    let mut end = *first;
     let mut clean = 1;
     for m in &scanned[1..] {
-        if m.number != end + 1 {
+        if m.number != end.number + 1 {
             break;
         }
-        end = m.number;
+        end = *m;
         clean += 1;
     }
     let delete: Vec<u64> = scanned[clean..].iter().map(|m| m.stream_seq).collect();
     Plan {
-        resume_after: end,
+        resume_after: end.number,
+        resume_seq: end.stream_seq,
         fresh_ids: !delete.is_empty(),
         delete,
     }
@@ -744,6 +929,7 @@ mod tests {
             p,
             Plan {
                 resume_after: 8,
+                resume_seq: 20,
                 delete: vec![],
                 fresh_ids: false
             }
@@ -774,6 +960,7 @@ mod tests {
             p,
             Plan {
                 resume_after: 3,
+                resume_seq: 3,
                 delete: vec![7, 8],
                 fresh_ids: true
             }
@@ -825,6 +1012,7 @@ mod tests {
             plan(&[]),
             Plan {
                 resume_after: 0,
+                resume_seq: 0,
                 delete: vec![],
                 fresh_ids: false
             }
