@@ -54,18 +54,18 @@ pub(super) fn catch_up(old: &NftState, new: &NftState, dump: &Dump) -> Vec<Notif
             };
             let removed: Vec<Element> = os
                 .elements
-                .iter()
-                .filter(|(k, _)| !ns.elements.contains_key(*k))
-                .map(|(_, e)| e.clone())
+                .values()
+                .filter(|e| !ns.elements.contains(e))
+                .cloned()
                 .collect();
             if !removed.is_empty() {
                 dels.push(elems(Verb::Del, key, name, removed));
             }
             let added: Vec<Element> = ns
                 .elements
-                .iter()
-                .filter(|(k, _)| !os.elements.contains_key(*k))
-                .map(|(_, e)| e.clone())
+                .values()
+                .filter(|e| !os.elements.contains(e))
+                .cloned()
                 .collect();
             if !added.is_empty() {
                 adds.push(elems(Verb::New, key, name, added));

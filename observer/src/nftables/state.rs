@@ -50,11 +50,158 @@ pub struct ChainState {
     pub rules: Vec<RuleState>,
 }
 
+/// Chains shorter than this grow their rule list one rule at a time (and sets their elements).
+const FEW_RULES: usize = 4;
+
+/// Insert `rs` at `idx` in a chain's rules. Most chains hold one to three rules (a kube-proxy
+/// table's 40,000 chains hold two each) and a vector's first growth makes room for four: a
+/// short list grows by one instead, and a long one as vectors do.
+pub(crate) fn insert_rule(rules: &mut Vec<RuleState>, idx: usize, rs: RuleState) {
+    if rules.len() == rules.capacity() && rules.len() < FEW_RULES {
+        rules.reserve_exact(1);
+    }
+    rules.insert(idx, rs);
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SetState {
     pub set: Set,
     /// The elements in the kernel (an interval is a start and an end element).
-    pub elements: BTreeMap<ElemKey, Element>,
+    pub elements: Elements,
+}
+
+/// A set's elements, in the order of their identity ([`ElemKey`]), each once.
+///
+/// Most sets are small: the anonymous set of a rule (`vmap { 0 : goto a, 1 : goto b }`) holds a
+/// few elements, and a big kube-proxy table has one per service. A map's first node has room
+/// for 11 entries (2.3 KiB with an element's size), so a set of up to [`SMALL_SET`] elements is
+/// kept in a sorted vector instead, and becomes a map when it grows past that.
+#[derive(Debug, Clone)]
+pub struct Elements(Repr);
+
+#[derive(Debug, Clone)]
+enum Repr {
+    Small(Vec<Element>),
+    Large(BTreeMap<ElemKey, Element>),
+}
+
+/// The most elements a set keeps in a vector.
+pub const SMALL_SET: usize = 16;
+
+impl Default for Elements {
+    fn default() -> Elements {
+        Elements(Repr::Small(Vec::new()))
+    }
+}
+
+/// An element's identity, borrowed: it orders as [`ElemKey`] does.
+type Ident<'a> = (&'a [u8], Option<&'a [u8]>, u32);
+
+fn ident(e: &Element) -> Ident<'_> {
+    (e.key.as_slice(), e.key_end.as_deref(), identity_flags(e))
+}
+
+fn key_ident(k: &ElemKey) -> Ident<'_> {
+    (k.0.as_slice(), k.1.as_deref(), k.2)
+}
+
+impl Elements {
+    pub fn new() -> Elements {
+        Elements::default()
+    }
+
+    pub fn len(&self) -> usize {
+        match &self.0 {
+            Repr::Small(v) => v.len(),
+            Repr::Large(m) => m.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The elements in order.
+    pub fn values(&self) -> Box<dyn Iterator<Item = &Element> + '_> {
+        match &self.0 {
+            Repr::Small(v) => Box::new(v.iter()),
+            Repr::Large(m) => Box::new(m.values()),
+        }
+    }
+
+    /// Add `e`, or replace the element of the same identity.
+    pub fn insert(&mut self, e: Element) {
+        match &mut self.0 {
+            Repr::Small(v) => match v.binary_search_by(|x| ident(x).cmp(&ident(&e))) {
+                Ok(i) => v[i] = e,
+                Err(_) if v.len() >= SMALL_SET => {
+                    let mut m: BTreeMap<ElemKey, Element> =
+                        v.drain(..).map(|x| (elem_key(&x), x)).collect();
+                    m.insert(elem_key(&e), e);
+                    self.0 = Repr::Large(m);
+                }
+                Err(i) => {
+                    // One at a time, as a short rule list grows (see [`insert_rule`]).
+                    if v.len() == v.capacity() && v.len() < FEW_RULES {
+                        v.reserve_exact(1);
+                    }
+                    v.insert(i, e);
+                }
+            },
+            Repr::Large(m) => {
+                m.insert(elem_key(&e), e);
+            }
+        }
+    }
+
+    /// Remove the element of `e`'s identity, if present.
+    pub fn remove(&mut self, e: &Element) {
+        match &mut self.0 {
+            Repr::Small(v) => {
+                if let Ok(i) = v.binary_search_by(|x| ident(x).cmp(&ident(e))) {
+                    v.remove(i);
+                }
+            }
+            Repr::Large(m) => {
+                m.remove(&elem_key(e));
+            }
+        }
+    }
+
+    /// Whether an element of identity `k` is present.
+    pub fn contains_key(&self, k: &ElemKey) -> bool {
+        match &self.0 {
+            Repr::Small(v) => v.binary_search_by(|x| ident(x).cmp(&key_ident(k))).is_ok(),
+            Repr::Large(m) => m.contains_key(k),
+        }
+    }
+
+    /// Whether an element of `e`'s identity is present.
+    pub fn contains(&self, e: &Element) -> bool {
+        match &self.0 {
+            Repr::Small(v) => v.binary_search_by(|x| ident(x).cmp(&ident(e))).is_ok(),
+            Repr::Large(m) => m.contains_key(&elem_key(e)),
+        }
+    }
+}
+
+/// Two sets hold the same elements whichever way each keeps them.
+impl PartialEq for Elements {
+    fn eq(&self, other: &Elements) -> bool {
+        self.len() == other.len() && self.values().eq(other.values())
+    }
+}
+
+impl Eq for Elements {}
+
+impl FromIterator<Element> for Elements {
+    fn from_iter<I: IntoIterator<Item = Element>>(iter: I) -> Elements {
+        let mut out = Elements::new();
+        for e in iter {
+            out.insert(e);
+        }
+        out
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -145,21 +292,22 @@ impl NftState {
                 s.name.clone(),
                 SetState {
                     set: s.clone(),
-                    elements: BTreeMap::new(),
+                    elements: Elements::new(),
                 },
             );
         }
         for e in &dump.elements {
             if let Some(s) = st.table_mut(e.family, &e.table).sets.get_mut(&e.set) {
                 for el in &e.elements {
-                    s.elements.insert(elem_key(el), el.clone());
+                    s.elements.insert(el.clone());
                 }
             }
         }
         for r in &dump.rules {
             let t = st.table_mut(r.family, &r.table);
             let rs = t.rule_state(r);
-            chain_entry(t, r.family, &r.table, &r.chain).rules.push(rs);
+            let rules = &mut chain_entry(t, r.family, &r.table, &r.chain).rules;
+            insert_rule(rules, rules.len(), rs);
         }
         st
     }
@@ -383,6 +531,97 @@ fn type_name(id: u32) -> &'static str {
 pub type ElemKey = (Vec<u8>, Option<Vec<u8>>, u32);
 
 pub(crate) fn elem_key(e: &Element) -> ElemKey {
-    let flags = e.flags & (decode::NFT_SET_ELEM_INTERVAL_END | decode::NFT_SET_ELEM_CATCHALL);
-    (e.key.clone(), e.key_end.clone(), flags)
+    (e.key.clone(), e.key_end.clone(), identity_flags(e))
+}
+
+/// The flags that are part of an element's identity.
+fn identity_flags(e: &Element) -> u32 {
+    e.flags & (decode::NFT_SET_ELEM_INTERVAL_END | decode::NFT_SET_ELEM_CATCHALL)
+}
+
+#[cfg(test)]
+mod elements_tests {
+    use super::*;
+
+    fn el(key: u32, flags: u32) -> Element {
+        Element {
+            key: key.to_be_bytes().to_vec(),
+            key_end: None,
+            data: None,
+            objref: None,
+            flags,
+            timeout_ms: None,
+            comment: None,
+        }
+    }
+
+    /// The elements as a map keyed by identity would hold them.
+    fn reference(items: &[Element]) -> Vec<Element> {
+        let m: BTreeMap<ElemKey, Element> =
+            items.iter().map(|e| (elem_key(e), e.clone())).collect();
+        m.into_values().collect()
+    }
+
+    #[test]
+    fn small_and_large_sets_keep_the_maps_order_and_identity() {
+        for n in [0, 3, SMALL_SET, SMALL_SET + 1, 100] {
+            // Inserted out of order, one twice, and one interval end beside its start.
+            let mut items: Vec<Element> = (0..n as u32).rev().map(|k| el(k * 7 % 101, 0)).collect();
+            if n > 0 {
+                items.push(el(0, 0));
+                items.push(el(0, decode::NFT_SET_ELEM_INTERVAL_END));
+            }
+            let set: Elements = items.iter().cloned().collect();
+            let want = reference(&items);
+            assert_eq!(set.len(), want.len(), "{n} elements");
+            assert!(set.values().eq(want.iter()), "{n} elements: order");
+            for e in &items {
+                assert!(set.contains(e) && set.contains_key(&elem_key(e)));
+            }
+            assert!(!set.contains(&el(1000, 0)));
+        }
+    }
+
+    #[test]
+    fn removing_and_replacing_follow_identity_and_equality_ignores_the_form() {
+        let mut small: Elements = (0..3).map(|k| el(k, 0)).collect();
+        let mut large: Elements = (0..(SMALL_SET as u32 + 5)).map(|k| el(k, 0)).collect();
+        for k in 3..(SMALL_SET as u32 + 5) {
+            large.remove(&el(k, 0));
+        }
+        // Three elements each, one kept in a vector and one in a map: the same set.
+        assert_eq!(small, large);
+        // The interval-end flag is identity; other flags are not.
+        small.remove(&el(1, decode::NFT_SET_ELEM_INTERVAL_END));
+        assert_eq!(small.len(), 3);
+        let mut replaced = el(2, 0);
+        replaced.comment = Some("new".into());
+        small.insert(replaced.clone());
+        assert_eq!(small.len(), 3);
+        assert!(small.values().any(|e| *e == replaced));
+        assert_ne!(small, large);
+        small.remove(&el(0, 0));
+        assert!(!small.contains(&el(0, 0)) && small.len() == 2);
+    }
+
+    #[test]
+    fn short_rule_lists_grow_one_rule_at_a_time() {
+        let rule = |handle| RuleState {
+            handle,
+            text: String::new(),
+            xt: None,
+            fingerprint: 0,
+        };
+        let mut rules = Vec::new();
+        insert_rule(&mut rules, 0, rule(2));
+        insert_rule(&mut rules, 0, rule(1));
+        assert_eq!(rules.capacity(), 2);
+        for h in 3..20 {
+            let end = rules.len();
+            insert_rule(&mut rules, end, rule(h));
+        }
+        let handles: Vec<u64> = rules.iter().map(|r| r.handle).collect();
+        assert_eq!(handles, (1..20).collect::<Vec<_>>());
+        assert!(rules.capacity() < 40, "long lists grow as vectors do");
+    }
 }

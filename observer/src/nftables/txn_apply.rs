@@ -13,11 +13,10 @@
 //! Layering: below `generation`, above `txn` (the book-keeping); imports `decode`, `state`,
 //! `txn` and `crate::ruleset`.
 
-use std::collections::BTreeMap;
-
 use super::decode::{Chain, Element, Notification, Rule, Set, SetElems, Table, Verb};
 use super::state::{
-    chain_entry, elem_key, merge_chain, ChainKey, ChainState, NftState, SetState, TableState,
+    chain_entry, insert_rule, merge_chain, ChainKey, ChainState, Elements, NftState, SetState,
+    TableState,
 };
 use super::txn::Txn;
 use crate::ruleset::{Change, Family, Op};
@@ -156,7 +155,7 @@ impl Txn {
                 let change = Change::new(Op::RuleAdd, fam, r.table.clone())
                     .chain(r.chain.clone())
                     .nft_rule(rs.forms(), None, rs.fingerprint);
-                c.rules.insert(idx, rs);
+                insert_rule(&mut c.rules, idx, rs);
                 let slot = self.push(change);
                 self.added.push((key, r.handle, slot));
             }
@@ -215,7 +214,7 @@ impl Txn {
                     None => {
                         let ss = SetState {
                             set: s,
-                            elements: BTreeMap::new(),
+                            elements: Elements::new(),
                         };
                         t.sets.insert(ss.set.name.clone(), ss);
                     }
@@ -263,12 +262,8 @@ impl Txn {
         };
         for el in e.elements {
             match verb {
-                Verb::New => {
-                    s.elements.insert(elem_key(&el), el);
-                }
-                Verb::Del => {
-                    s.elements.remove(&elem_key(&el));
-                }
+                Verb::New => s.elements.insert(el),
+                Verb::Del => s.elements.remove(&el),
             }
         }
     }
