@@ -160,7 +160,8 @@ impl Engine {
         self.emit_lines(&ctx, lines);
     }
 
-    /// Write a transaction's lines, then take the snapshot its changes made due.
+    /// Write a transaction's lines, then take the snapshot its changes made due. After a large
+    /// transaction the heap is trimmed: its changes and lines are freed by then.
     fn emit_lines(&mut self, ctx: &ChangeCtx, lines: TxnLines) {
         let (inode, backend, n) = (ctx.inode, ctx.backend, lines.changes.len() as u64);
         for c in lines.changes {
@@ -188,6 +189,9 @@ impl Engine {
                 }
                 Backend::Ipset => {}
             }
+        }
+        if n >= super::LARGE_TXN_CHANGES as u64 {
+            super::release_free_heap();
         }
     }
 

@@ -293,7 +293,6 @@ impl Engine {
         changes: Vec<Change>,
     ) {
         let inode = x.process.netns;
-        let large = changes.len() >= super::LARGE_TXN_CHANGES;
         self.emit_txn(
             ChangeCtx {
                 inode,
@@ -308,10 +307,6 @@ impl Engine {
             },
             changes,
         );
-        // A table loaded whole leaves its change lines freed behind it.
-        if large {
-            super::release_free_heap();
-        }
     }
 
     /// An ebtables replace the kernel took: the table is read back through the namespace's

@@ -254,7 +254,6 @@ impl Engine {
                 } else {
                     format!("nft-{inode}-{gen}")
                 };
-                let large = changes.len() >= super::LARGE_TXN_CHANGES;
                 self.emit_txn(
                     ChangeCtx {
                         inode,
@@ -271,9 +270,6 @@ impl Engine {
                 );
                 if let Some(t) = snapshot {
                     self.emit_snapshot(inode, Backend::Nft, *t);
-                }
-                if large {
-                    super::release_free_heap();
                 }
             }
             NsMsg::Trouble { inode, message } => {

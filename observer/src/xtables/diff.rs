@@ -75,7 +75,7 @@ pub(crate) fn raw_changes(old: Option<&XtTable>, new: Option<&XtTable>) -> Vec<C
                 chain_created(&mut out, n, c);
             }
         }
-        (Some(o), Some(n)) if same_chains(o, n) => {
+        (Some(o), Some(n)) if o.has_chains_named(n.chains.iter().map(|c| c.name.as_str())) => {
             // The same chains in the same order (a replace that rewrote rules, not chains): the
             // k-th chain of a name is the chain at the same place in both.
             for (oc, c) in o.chains.iter().zip(&n.chains) {
@@ -111,15 +111,6 @@ pub(crate) fn raw_changes(old: Option<&XtTable>, new: Option<&XtTable>) -> Vec<C
         }
     }
     out
-}
-
-/// Whether both copies hold chains of the same names in the same order.
-fn same_chains(o: &XtTable, n: &XtTable) -> bool {
-    o.chains.len() == n.chains.len()
-        && o.chains
-            .iter()
-            .zip(&n.chains)
-            .all(|(a, b)| a.name == b.name)
 }
 
 /// A chain's name and how many chains of the table before it have that name: the kernel does not

@@ -193,6 +193,15 @@ pub(crate) enum Verdict {
 }
 
 impl XtTable {
+    /// Whether the table's chains are, in order, the chains `names` (a replace that rewrote
+    /// rules, not chains, keeps them so: the decode and the diff then pair chains by place).
+    pub(crate) fn has_chains_named<'a>(
+        &self,
+        names: impl ExactSizeIterator<Item = &'a str>,
+    ) -> bool {
+        self.chains.len() == names.len() && self.chains.iter().zip(names).all(|(c, n)| c.name == n)
+    }
+
     /// Bytes kept for the rules' entries (packed).
     pub fn kept_bytes(&self) -> usize {
         self.entries.len()

@@ -32,8 +32,7 @@ pub(super) struct Earlier<'p> {
 impl<'p> Earlier<'p> {
     /// `names`: the new copy's chains, in order.
     pub(super) fn new(table: &'p XtTable, names: &[&'p str]) -> Self {
-        let same_order = table.chains.len() == names.len()
-            && table.chains.iter().zip(names).all(|(c, n)| c.name == *n);
+        let same_order = table.has_chains_named(names.iter().copied());
         if same_order {
             return Earlier {
                 table,
