@@ -411,6 +411,77 @@ pub(crate) fn settle(obs: &Observer, quiet: Duration, limit: Duration) -> Result
     }
 }
 
+/// What the syncs of one size measured.
+#[derive(Default)]
+pub(crate) struct SyncFigures {
+    /// The writer's wall and CPU time, every sync.
+    pub writer_ms: Vec<f64>,
+    pub writer_cpu_ms: Vec<f64>,
+    /// observer's CPU, the latency of the line naming the sync's chain and the change lines of
+    /// the sync, for the syncs whose line came.
+    pub cpu_ms: Vec<f64>,
+    pub latency_ms: Vec<f64>,
+    pub lines: Vec<usize>,
+    /// Syncs whose line did not come within [`SYNC_TIMEOUT`].
+    pub missed: usize,
+}
+
+/// Make `syncs` syncs one a second, as kube-proxy does, and measure each: `sync(k)` gives the
+/// chain whose line ends the wait, the input written to `file`, and the writer's command that
+/// reads it.
+pub(crate) fn run_syncs(
+    obs: &mut Observer,
+    services: usize,
+    syncs: usize,
+    file: &Path,
+    notes: &mut Vec<String>,
+    mut sync: impl FnMut(usize) -> (String, String, process::Command),
+) -> Result<SyncFigures> {
+    let mut out = SyncFigures::default();
+    let mut next = Instant::now();
+    for k in 0..syncs {
+        if let Some(wait) = next.checked_duration_since(Instant::now()) {
+            thread::sleep(wait);
+        }
+        next = Instant::now() + SYNC_INTERVAL;
+        let (chain, text, mut writer) = sync(k);
+        fs::write(file, &text).with_context(|| format!("writing {}", file.display()))?;
+        obs.drain();
+        let before = cpu_ms(obs.pid)?;
+        let (done, wall, cpu) = run_cpu(&mut writer)?;
+        out.writer_ms.push(wall);
+        out.writer_cpu_ms.push(cpu);
+        let hit = obs.wait_opt(
+            SYNC_TIMEOUT,
+            &format!("change line for {chain}"),
+            |v: &Value| v["kind"] == "change" && v["chain"] == chain.as_str(),
+        )?;
+        let Some((at, _)) = hit else {
+            out.missed += 1;
+            notes.push(format!(
+                "{services} services, sync {k}: no line named {chain} within {SYNC_TIMEOUT:?}"
+            ));
+            continue;
+        };
+        out.latency_ms.push(signed_ms(at, done));
+        let earlier = obs.skipped.iter().filter(|v| v["kind"] == "change").count();
+        // The rest of this sync's lines, until observer is quiet.
+        let mut later = 0;
+        let mut last = Instant::now();
+        while last.elapsed() < SYNC_QUIET {
+            thread::sleep(Duration::from_millis(20));
+            let got = obs.drain();
+            if !got.is_empty() {
+                later += count_changes(&got);
+                last = Instant::now();
+            }
+        }
+        out.cpu_ms.push(cpu_ms(obs.pid)? - before);
+        out.lines.push(earlier + 1 + later);
+    }
+    Ok(out)
+}
+
 fn measure(bin: &Path, services: usize, syncs: usize, notes: &mut Vec<String>) -> Result<Size> {
     let ns = Netns::add(format!("{NS_PREFIX}{}-{services}", process::id()))?;
     let tag = format!("bignode-{services}");
@@ -457,54 +528,18 @@ fn measure(bin: &Path, services: usize, syncs: usize, notes: &mut Vec<String>) -
         save_ms: Vec::new(),
         save_cpu_ms: Vec::new(),
     };
-    let mut next = Instant::now();
-    for k in 0..syncs {
-        if let Some(wait) = next.checked_duration_since(Instant::now()) {
-            thread::sleep(wait);
-        }
-        next = Instant::now() + SYNC_INTERVAL;
+    let figures = run_syncs(&mut obs, services, syncs, &file, notes, |k| {
         let sync = sync_block(services, k);
-        fs::write(&file, &sync.text).with_context(|| format!("writing {}", file.display()))?;
-        obs.drain();
-        let before = cpu_ms(obs.pid)?;
         let mut c = ns.cmd("iptables-legacy-restore");
         c.args(["-w", "5", "--noflush"]).arg(&file);
-        let (done, wall, cpu) = run_cpu(&mut c)?;
-        size.restore_ms.push(wall);
-        size.restore_cpu_ms.push(cpu);
-        let chain = sync.chain.clone();
-        let hit = obs.wait_opt(
-            SYNC_TIMEOUT,
-            &format!("change line for {chain}"),
-            |v: &Value| v["kind"] == "change" && v["chain"] == chain.as_str(),
-        )?;
-        let Some((at, _)) = hit else {
-            size.missed += 1;
-            notes.push(format!(
-                "{services} services, sync {k}: no line named {} within {SYNC_TIMEOUT:?}",
-                sync.chain
-            ));
-            continue;
-        };
-        size.latency_ms.push(signed_ms(at, done));
-        let earlier = obs.skipped.iter().filter(|v| v["kind"] == "change").count();
-        // The rest of this sync's lines, until observer is quiet.
-        let mut later = 0;
-        let mut last = Instant::now();
-        while last.elapsed() < SYNC_QUIET {
-            thread::sleep(Duration::from_millis(20));
-            let got = obs.drain();
-            if !got.is_empty() {
-                later += got
-                    .iter()
-                    .filter(|(_, l)| l.contains(r#""kind":"change""#))
-                    .count();
-                last = Instant::now();
-            }
-        }
-        size.cpu_ms.push(cpu_ms(obs.pid)? - before);
-        size.lines.push(earlier + 1 + later);
-    }
+        (sync.chain, sync.text, c)
+    })?;
+    size.restore_ms = figures.writer_ms;
+    size.restore_cpu_ms = figures.writer_cpu_ms;
+    size.cpu_ms = figures.cpu_ms;
+    size.latency_ms = figures.latency_ms;
+    size.lines = figures.lines;
+    size.missed = figures.missed;
     let _ = fs::remove_file(&file);
     size.rss_kib = status_kib(obs.pid, "VmRSS:")?;
     size.hwm_kib = status_kib(obs.pid, "VmHWM:")?;

@@ -25,12 +25,9 @@ use std::{
     fmt::Write as _,
     fs,
     path::Path,
-    process, thread,
+    process,
     time::{Duration, Instant},
 };
-
-use anyhow::{bail, Context as _, Result};
-use serde_json::Value;
 
 use crate::{
     bench::{
@@ -38,16 +35,16 @@ use crate::{
         procfs::status_kib,
         remove_stale_namespaces,
         spawn::{run_bounded, Observer},
-        stats::{median, mib, ms, percentile, signed_ms, thousands},
+        stats::{median, mib, ms, percentile, thousands},
         table::chain_hash,
         write_marked, Environment,
     },
     bench_bignode::{
-        cluster_ip, count_changes, cpu_ms, endpoint_ip, follows, growth_exponent, ipv4, run_cpu,
-        settle,
+        cluster_ip, cpu_ms, endpoint_ip, follows, growth_exponent, ipv4, run_cpu, run_syncs, settle,
     },
     cmd,
 };
+use anyhow::{bail, Context as _, Result};
 
 pub(crate) const START: &str = "<!-- bench-bignode-nft:start -->";
 pub(crate) const END: &str = "<!-- bench-bignode-nft:end -->";
@@ -69,12 +66,9 @@ const FIXED_RULES: usize = 3 + 1 + 3 + 1;
 /// Above this size one `nft list table` takes seconds: one timed run only.
 const ONE_LIST_ABOVE: usize = 20_000;
 const LIST_RUNS: usize = 3;
-const SYNC_INTERVAL: Duration = Duration::from_secs(1);
 const LOAD_TIMEOUT: Duration = Duration::from_secs(900);
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(900);
 const SETTLE_QUIET: Duration = Duration::from_secs(2);
-const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
-const SYNC_QUIET: Duration = Duration::from_millis(300);
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Runs the nftables shape at `sizes` with `syncs` syncs each; prints the section and writes it
@@ -316,49 +310,18 @@ fn measure(bin: &Path, services: usize, syncs: usize, notes: &mut Vec<String>) -
         ));
     }
 
-    let mut next = Instant::now();
-    for k in 0..syncs {
-        if let Some(wait) = next.checked_duration_since(Instant::now()) {
-            thread::sleep(wait);
-        }
-        next = Instant::now() + SYNC_INTERVAL;
+    let figures = run_syncs(&mut obs, services, syncs, &file, notes, |k| {
         let sync = sync_block(services, k, &mut endpoints);
-        fs::write(&file, &sync.text).with_context(|| format!("writing {}", file.display()))?;
-        obs.drain();
-        let before = cpu_ms(obs.pid)?;
         let mut c = ns.cmd("nft");
         c.arg("-f").arg(&file);
-        let (done, wall, cpu) = run_cpu(&mut c)?;
-        size.nft_ms.push(wall);
-        size.nft_cpu_ms.push(cpu);
-        let chain = sync.chain.clone();
-        let hit = obs.wait_opt(
-            SYNC_TIMEOUT,
-            &format!("change line for {chain}"),
-            |v: &Value| v["kind"] == "change" && v["chain"] == chain.as_str(),
-        )?;
-        let Some((at, _)) = hit else {
-            size.missed += 1;
-            notes.push(format!(
-                "{services} services, sync {k}: no line named {chain} within {SYNC_TIMEOUT:?}"
-            ));
-            continue;
-        };
-        size.latency_ms.push(signed_ms(at, done));
-        let earlier = obs.skipped.iter().filter(|v| v["kind"] == "change").count();
-        let mut later = 0;
-        let mut last = Instant::now();
-        while last.elapsed() < SYNC_QUIET {
-            thread::sleep(Duration::from_millis(20));
-            let got = obs.drain();
-            if !got.is_empty() {
-                later += count_changes(&got);
-                last = Instant::now();
-            }
-        }
-        size.cpu_ms.push(cpu_ms(obs.pid)? - before);
-        size.lines.push(earlier + 1 + later);
-    }
+        (sync.chain, sync.text, c)
+    })?;
+    size.nft_ms = figures.writer_ms;
+    size.nft_cpu_ms = figures.writer_cpu_ms;
+    size.cpu_ms = figures.cpu_ms;
+    size.latency_ms = figures.latency_ms;
+    size.lines = figures.lines;
+    size.missed = figures.missed;
     let _ = fs::remove_file(&file);
     size.rss_kib = status_kib(obs.pid, "VmRSS:")?;
     size.hwm_kib = status_kib(obs.pid, "VmHWM:")?;
