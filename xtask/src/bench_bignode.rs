@@ -320,12 +320,8 @@ struct Size {
     load_cpu_ms: f64,
     load_settle_ms: f64,
     /// Per sync.
-    restore_ms: Vec<f64>,
-    restore_cpu_ms: Vec<f64>,
-    cpu_ms: Vec<f64>,
-    latency_ms: Vec<f64>,
-    lines: Vec<usize>,
-    missed: usize,
+    /// The syncs (the writer's figures are its restore's or its `nft -f`'s).
+    syncs: SyncFigures,
     rss_kib: u64,
     hwm_kib: u64,
     save_ms: Vec<f64>,
@@ -334,12 +330,12 @@ struct Size {
 
 impl Size {
     fn cpu_median(&self) -> f64 {
-        median(&self.cpu_ms)
+        median(&self.syncs.cpu_ms)
     }
 
     /// The mean per sync: the total over all syncs, finer than one sync's 10 ms ticks.
     fn cpu_mean(&self) -> f64 {
-        self.cpu_ms.iter().sum::<f64>() / self.cpu_ms.len().max(1) as f64
+        self.syncs.cpu_ms.iter().sum::<f64>() / self.syncs.cpu_ms.len().max(1) as f64
     }
 
     fn save_cpu(&self) -> f64 {
@@ -517,29 +513,18 @@ fn measure(bin: &Path, services: usize, syncs: usize, notes: &mut Vec<String>) -
         load_lines,
         load_cpu_ms,
         load_settle_ms,
-        restore_ms: Vec::new(),
-        restore_cpu_ms: Vec::new(),
-        cpu_ms: Vec::new(),
-        latency_ms: Vec::new(),
-        lines: Vec::new(),
-        missed: 0,
+        syncs: SyncFigures::default(),
         rss_kib: 0,
         hwm_kib: 0,
         save_ms: Vec::new(),
         save_cpu_ms: Vec::new(),
     };
-    let figures = run_syncs(&mut obs, services, syncs, &file, notes, |k| {
+    size.syncs = run_syncs(&mut obs, services, syncs, &file, notes, |k| {
         let sync = sync_block(services, k);
         let mut c = ns.cmd("iptables-legacy-restore");
         c.args(["-w", "5", "--noflush"]).arg(&file);
         (sync.chain, sync.text, c)
     })?;
-    size.restore_ms = figures.writer_ms;
-    size.restore_cpu_ms = figures.writer_cpu_ms;
-    size.cpu_ms = figures.cpu_ms;
-    size.latency_ms = figures.latency_ms;
-    size.lines = figures.lines;
-    size.missed = figures.missed;
     let _ = fs::remove_file(&file);
     size.rss_kib = status_kib(obs.pid, "VmRSS:")?;
     size.hwm_kib = status_kib(obs.pid, "VmHWM:")?;
@@ -671,8 +656,8 @@ fn markdown(
         &|s| {
             format!(
                 "{:.1} / {:.1} ms",
-                median(&s.restore_ms),
-                median(&s.restore_cpu_ms)
+                median(&s.syncs.writer_ms),
+                median(&s.syncs.writer_cpu_ms)
             )
         },
         "",
@@ -685,16 +670,16 @@ fn markdown(
     line(
         "observer lines per sync (median); syncs missed",
         &|s| {
-            let l: Vec<f64> = s.lines.iter().map(|&n| n as f64).collect();
-            format!("{:.0}; {}", median(&l), s.missed)
+            let l: Vec<f64> = s.syncs.lines.iter().map(|&n| n as f64).collect();
+            format!("{:.0}; {}", median(&l), s.syncs.missed)
         },
         "",
     );
     line(
         "latency, restore exit → first line naming the chain: p50 / p95",
         &|s| match (
-            percentile(&s.latency_ms, 50.0),
-            percentile(&s.latency_ms, 95.0),
+            percentile(&s.syncs.latency_ms, 50.0),
+            percentile(&s.syncs.latency_ms, 95.0),
         ) {
             (Some(a), Some(b)) => format!("{a:.1} / {b:.1} ms"),
             _ => "no line".to_owned(),
@@ -730,8 +715,8 @@ fn markdown(
         let lat = growth_exponent(
             x0,
             x1,
-            median(&a.latency_ms).max(0.0),
-            median(&b.latency_ms).max(0.0),
+            median(&a.syncs.latency_ms).max(0.0),
+            median(&b.syncs.latency_ms).max(0.0),
         );
         let factor = |y0: f64, y1: f64| {
             if y0 > 0.0 && y1.is_finite() {
@@ -755,7 +740,7 @@ fn markdown(
             factor(a.save_cpu(), b.save_cpu()),
             exp(save),
             follows(save),
-            factor(median(&a.latency_ms), median(&b.latency_ms)),
+            factor(median(&a.syncs.latency_ms), median(&b.syncs.latency_ms)),
             exp(lat),
         );
     }

@@ -40,7 +40,8 @@ use crate::{
         write_marked, Environment,
     },
     bench_bignode::{
-        cluster_ip, cpu_ms, endpoint_ip, follows, growth_exponent, ipv4, run_cpu, run_syncs, settle,
+        cluster_ip, cpu_ms, endpoint_ip, follows, growth_exponent, ipv4, run_cpu, run_syncs,
+        settle, SyncFigures,
     },
     cmd,
 };
@@ -249,12 +250,8 @@ struct Size {
     loaded_rss_kib: u64,
     /// Other network namespaces with a name when observer started (observer reads them all).
     other_namespaces: usize,
-    nft_ms: Vec<f64>,
-    nft_cpu_ms: Vec<f64>,
-    cpu_ms: Vec<f64>,
-    latency_ms: Vec<f64>,
-    lines: Vec<usize>,
-    missed: usize,
+    /// The syncs (the writer's figures are its restore's or its `nft -f`'s).
+    syncs: SyncFigures,
     rss_kib: u64,
     hwm_kib: u64,
     list_ms: Vec<f64>,
@@ -263,11 +260,11 @@ struct Size {
 
 impl Size {
     fn cpu_median(&self) -> f64 {
-        median(&self.cpu_ms)
+        median(&self.syncs.cpu_ms)
     }
 
     fn cpu_mean(&self) -> f64 {
-        self.cpu_ms.iter().sum::<f64>() / self.cpu_ms.len().max(1) as f64
+        self.syncs.cpu_ms.iter().sum::<f64>() / self.syncs.cpu_ms.len().max(1) as f64
     }
 
     fn list_cpu(&self) -> f64 {
@@ -310,18 +307,12 @@ fn measure(bin: &Path, services: usize, syncs: usize, notes: &mut Vec<String>) -
         ));
     }
 
-    let figures = run_syncs(&mut obs, services, syncs, &file, notes, |k| {
+    size.syncs = run_syncs(&mut obs, services, syncs, &file, notes, |k| {
         let sync = sync_block(services, k, &mut endpoints);
         let mut c = ns.cmd("nft");
         c.arg("-f").arg(&file);
         (sync.chain, sync.text, c)
     })?;
-    size.nft_ms = figures.writer_ms;
-    size.nft_cpu_ms = figures.writer_cpu_ms;
-    size.cpu_ms = figures.cpu_ms;
-    size.latency_ms = figures.latency_ms;
-    size.lines = figures.lines;
-    size.missed = figures.missed;
     let _ = fs::remove_file(&file);
     size.rss_kib = status_kib(obs.pid, "VmRSS:")?;
     size.hwm_kib = status_kib(obs.pid, "VmHWM:")?;
@@ -452,7 +443,13 @@ fn markdown(
     );
     line(
         "one sync: `nft -f` wall / CPU (median)",
-        &|s| format!("{:.1} / {:.1} ms", median(&s.nft_ms), median(&s.nft_cpu_ms)),
+        &|s| {
+            format!(
+                "{:.1} / {:.1} ms",
+                median(&s.syncs.writer_ms),
+                median(&s.syncs.writer_cpu_ms)
+            )
+        },
         "",
     );
     line(
@@ -463,16 +460,16 @@ fn markdown(
     line(
         "observer lines per sync (median); syncs missed",
         &|s| {
-            let l: Vec<f64> = s.lines.iter().map(|&n| n as f64).collect();
-            format!("{:.0}; {}", median(&l), s.missed)
+            let l: Vec<f64> = s.syncs.lines.iter().map(|&n| n as f64).collect();
+            format!("{:.0}; {}", median(&l), s.syncs.missed)
         },
         "",
     );
     line(
         "latency, `nft` exit → first line naming the new chain: p50 / p95",
         &|s| match (
-            percentile(&s.latency_ms, 50.0),
-            percentile(&s.latency_ms, 95.0),
+            percentile(&s.syncs.latency_ms, 50.0),
+            percentile(&s.syncs.latency_ms, 95.0),
         ) {
             (Some(a), Some(b)) => format!("{a:.1} / {b:.1} ms"),
             _ => "no line".to_owned(),

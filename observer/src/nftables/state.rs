@@ -544,15 +544,7 @@ mod elements_tests {
     use super::*;
 
     fn el(key: u32, flags: u32) -> Element {
-        Element {
-            key: key.to_be_bytes().to_vec(),
-            key_end: None,
-            data: None,
-            objref: None,
-            flags,
-            timeout_ms: None,
-            comment: None,
-        }
+        super::super::testutil::element(key.to_be_bytes(), flags)
     }
 
     /// The elements as a map keyed by identity would hold them.

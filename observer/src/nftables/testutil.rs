@@ -6,11 +6,24 @@ use std::time::Duration;
 
 use netlink_sys::Socket;
 
-use super::decode::decode;
+use super::decode::{decode, Element};
 use super::generation::{GenerationBuilder, Transaction};
 use super::socket::{self, Dump};
 use super::state::NftState;
 use super::NftError;
+
+/// A set element of a 4-byte key, with no range end, data or comment.
+pub fn element(key: [u8; 4], flags: u32) -> Element {
+    Element {
+        key: key.to_vec(),
+        key_end: None,
+        data: None,
+        objref: None,
+        flags,
+        timeout_ms: None,
+        comment: None,
+    }
+}
 
 /// Why a root test cannot run here, if it cannot.
 pub fn root_skip_reason() -> Option<String> {

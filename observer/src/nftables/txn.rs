@@ -341,19 +341,8 @@ fn nfproto_of(f: Family) -> u8 {
 
 #[cfg(test)]
 mod count_tests {
+    use super::super::testutil::element;
     use super::*;
-
-    fn element(key: [u8; 4], flags: u32) -> Element {
-        Element {
-            key: key.to_vec(),
-            key_end: None,
-            data: None,
-            objref: None,
-            flags,
-            timeout_ms: None,
-            comment: None,
-        }
-    }
 
     #[test]
     fn an_interval_is_one_element() {
