@@ -19,8 +19,9 @@
 //! the old connection had queued while it was down and sends once it is back, or one the stream's
 //! new leader commits from its predecessor's log. Two rules keep that from going unseen:
 //! - a session that ends while its connection is down keeps the connection for the next one (what
-//!   it had queued then goes out before anything of the next session); a connection that is up
-//!   is flushed before it is dropped, so nothing of it can follow;
+//!   it had queued then goes out before anything of the next session) until it is back or gives
+//!   up reconnecting (its queue dies with it); a connection that is up is flushed before it is
+//!   dropped, so nothing of it can follow;
 //! - each session, once its first row of a kind is acknowledged, reads the subject again from the
 //!   run it resumed after to that row ([`Publisher::check_first`]). Anything stored in between
 //!   ends the session, and the next one reconciles it away. After that acknowledgement nothing
@@ -240,39 +241,30 @@ pub fn spawn(
     })
 }
 
-/// How long a connection that is down is kept from one session to the next (see the module's
-/// doc) before a new one is made, with the credentials read again.
-const KEEP_DOWN: Duration = Duration::from_secs(60);
+/// Reconnection attempts before a connection gives up (with async-nats' delays, growing to 4 s
+/// between attempts: one to three minutes). What it had queued is dropped with it, and the next
+/// session connects anew, with the credentials read again.
+const RECONNECTS: usize = 30;
 
 /// The connection kept from one session to the next.
 struct Kept {
     client: async_nats::Client,
-    /// Since when it has been down at the end of sessions (None: it was up at the last one).
-    down_since: Option<std::time::Instant>,
+    /// Set when the connection gave up reconnecting: nothing it had queued can be sent anymore.
+    gave_up: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Publisher {
     /// After a failed session: drop its connection if it is up and everything it was given has
-    /// been written (nothing of it can be sent later); keep it for the next session if it is
-    /// down, for [`KEEP_DOWN`] at most.
+    /// been written, or if it gave up reconnecting (nothing of it can be sent later); keep it
+    /// for the next session while it is down and trying (what it queued then goes out first).
     async fn settle(&self, kept: &mut Option<Kept>) {
         let Some(k) = kept.as_mut() else { return };
         let up = k.client.connection_state() == async_nats::connection::State::Connected;
-        if up
+        let flushed = up
             && tokio::time::timeout(Duration::from_secs(5), k.client.flush())
                 .await
-                .is_ok_and(|r| r.is_ok())
-        {
-            *kept = None;
-            return;
-        }
-        let since = *k.down_since.get_or_insert_with(std::time::Instant::now);
-        if since.elapsed() >= KEEP_DOWN {
-            tracing::debug!(
-                "NATS {}: the connection has been down for {:?}: connecting anew",
-                self.settings.url,
-                since.elapsed()
-            );
+                .is_ok_and(|r| r.is_ok());
+        if flushed || k.gave_up.load(Ordering::Relaxed) {
             *kept = None;
         }
     }
@@ -287,24 +279,31 @@ impl Publisher {
         let client = match kept {
             Some(k) => k.client.clone(),
             None => {
+                let gave_up = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let flag = gave_up.clone();
                 let client = s
                     .auth
                     .options(&s.url, format!("observer {}", s.node))
                     .await?
                     .connection_timeout(Duration::from_secs(5))
                     .request_timeout(Some(Duration::from_secs(5)))
+                    .max_reconnects(RECONNECTS)
+                    .event_callback(move |event| {
+                        if let async_nats::Event::ClientError(
+                            async_nats::ClientError::MaxReconnects,
+                        ) = event
+                        {
+                            flag.store(true, Ordering::Relaxed);
+                        }
+                        std::future::ready(())
+                    })
                     .connect(super::auth::url_list(&s.url))
                     .await
                     .map_err(|cause| PublishError::Connect {
                         url: s.url.clone(),
                         cause,
                     })?;
-                kept.insert(Kept {
-                    client,
-                    down_since: None,
-                })
-                .client
-                .clone()
+                kept.insert(Kept { client, gave_up }).client.clone()
             }
         };
         let js = jetstream::new(client);
@@ -315,9 +314,6 @@ impl Publisher {
                 stream: s.stream.clone(),
                 cause,
             })?;
-        if let Some(k) = kept {
-            k.down_since = None;
-        }
         let change = self.reconcile(&stream, Kind::Change).await?;
         let incident = self.reconcile(&stream, Kind::Incident).await?;
         let mut checks = Checks {
