@@ -28,8 +28,9 @@ pub(super) fn catch_up(old: &NftState, new: &NftState, dump: &Dump) -> Vec<Notif
         if ot.table.flags != nt.table.flags {
             adds.push(Notification::Table(Verb::New, nt.table.clone()));
         }
+        let renamed = Handles::of(nt);
         for (name, oc) in &ot.chains {
-            let Some(nc) = nt.chains.get(name).or_else(|| renamed_to(oc, nt)) else {
+            let Some(nc) = nt.chains.get(name).or_else(|| renamed.other_name(oc)) else {
                 dels.push(Notification::Chain(Verb::Del, oc.chain.clone()));
                 continue;
             };
@@ -78,12 +79,16 @@ pub(super) fn catch_up(old: &NftState, new: &NftState, dump: &Dump) -> Vec<Notif
         if ot.is_none() {
             adds.push(Notification::Table(Verb::New, nt.table.clone()));
         }
+        let renamed = ot.map(Handles::of);
+        // New chains in the order the kernel made them (their handles): the builder's rename
+        // check is skipped for a chain above every handle it has seen.
+        let mut new_chains: Vec<&ChainState> = Vec::new();
         for (name, nc) in &nt.chains {
             let same_name = ot.and_then(|t| t.chains.get(name));
             // A chain renamed keeps its handle (the builder reports the rename).
-            let oc = same_name.or_else(|| ot.and_then(|t| renamed_from(nc, t)));
+            let oc = same_name.or_else(|| renamed.as_ref().and_then(|r| r.other_name(nc)));
             if same_name.is_none() {
-                adds.push(Notification::Chain(Verb::New, nc.chain.clone()));
+                new_chains.push(nc);
             }
             let before: HashMap<u64, u64> = oc
                 .map(|c| c.rules.iter().map(|r| (r.handle, r.fingerprint)).collect())
@@ -94,6 +99,12 @@ pub(super) fn catch_up(old: &NftState, new: &NftState, dump: &Dump) -> Vec<Notif
                 }
             }
         }
+        new_chains.sort_by_key(|c| c.chain.handle);
+        adds.extend(
+            new_chains
+                .into_iter()
+                .map(|c| Notification::Chain(Verb::New, c.chain.clone())),
+        );
         for (name, ns) in &nt.sets {
             if ot.and_then(|t| t.sets.get(name)).is_none() {
                 adds.push(Notification::Set(Verb::New, ns.set.clone()));
@@ -121,17 +132,27 @@ pub(super) fn catch_up(old: &NftState, new: &NftState, dump: &Dump) -> Vec<Notif
 }
 
 /// The chain of `table` that has `old`'s handle under another name.
-fn renamed_to<'t>(old: &ChainState, table: &'t TableState) -> Option<&'t ChainState> {
-    let handle = old.chain.handle?;
-    table
-        .chains
-        .values()
-        .find(|c| c.chain.handle == Some(handle) && c.chain.name != old.chain.name)
-}
+/// A table's chains by handle, to find a chain renamed (it keeps its handle).
+struct Handles<'t>(HashMap<u64, &'t ChainState>);
 
-/// The chain of `table` that had `new`'s handle under another name.
-fn renamed_from<'t>(new: &ChainState, table: &'t TableState) -> Option<&'t ChainState> {
-    renamed_to(new, table)
+impl<'t> Handles<'t> {
+    fn of(table: &'t TableState) -> Handles<'t> {
+        Handles(
+            table
+                .chains
+                .values()
+                .filter_map(|c| Some((c.chain.handle?, c)))
+                .collect(),
+        )
+    }
+
+    /// The chain of the table with `c`'s handle under another name.
+    fn other_name(&self, c: &ChainState) -> Option<&'t ChainState> {
+        self.0
+            .get(&c.chain.handle?)
+            .copied()
+            .filter(|o| o.chain.name != c.chain.name)
+    }
 }
 
 fn bare_rule(family: u8, table: &str, chain: &str, handle: u64) -> Rule {

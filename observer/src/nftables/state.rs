@@ -209,7 +209,37 @@ pub struct TableState {
     pub table: Table,
     pub chains: BTreeMap<String, ChainState>,
     pub sets: BTreeMap<String, SetState>,
+    /// No chain of the table has a higher handle (see [`HandleBound`]).
+    pub(crate) chain_handles: HandleBound,
 }
+
+/// A bound on the handles of a table's chains. The kernel gives each new object of a table the
+/// next handle, so a chain whose handle is above the bound is new, not one renamed: the rename
+/// check, which looks through every chain of the table, is skipped for it (a table of 160,000
+/// chains loaded in one transaction would otherwise look through them for each). The bound may
+/// stay above the handles left after deletes; it is not part of the state's identity.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct HandleBound(pub u64);
+
+impl HandleBound {
+    pub(crate) fn note(&mut self, handle: Option<u64>) {
+        self.0 = self.0.max(handle.unwrap_or(0));
+    }
+
+    /// Whether a chain of `handle` may be one the table already holds.
+    pub(crate) fn may_hold(&self, handle: u64) -> bool {
+        handle <= self.0
+    }
+}
+
+/// Equal whatever their bounds: two copies of a table built in different ways hold the same.
+impl PartialEq for HandleBound {
+    fn eq(&self, _: &HandleBound) -> bool {
+        true
+    }
+}
+
+impl Eq for HandleBound {}
 
 impl SetSource for TableState {
     fn set_info(&self, name: &str) -> Option<(&Set, Vec<&Element>)> {
@@ -225,6 +255,7 @@ impl TableState {
             table,
             chains: BTreeMap::new(),
             sets: BTreeMap::new(),
+            chain_handles: HandleBound::default(),
         }
     }
 
@@ -279,7 +310,9 @@ impl NftState {
                 .insert((t.family, t.name.clone()), TableState::new(t.clone()));
         }
         for c in &dump.chains {
-            st.table_mut(c.family, &c.table).chains.insert(
+            let t = st.table_mut(c.family, &c.table);
+            t.chain_handles.note(c.handle);
+            t.chains.insert(
                 c.name.clone(),
                 ChainState {
                     chain: c.clone(),

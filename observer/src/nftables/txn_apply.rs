@@ -83,12 +83,15 @@ impl Txn {
         if verb == Verb::New {
             // A rename keeps the handle and changes the name.
             let t = st.table_mut(c.family, &c.table);
-            let renamed_from = c.handle.and_then(|h| {
-                t.chains
-                    .iter()
-                    .find(|(name, cs)| cs.chain.handle == Some(h) && **name != c.name)
-                    .map(|(name, _)| name.clone())
-            });
+            let renamed_from = c
+                .handle
+                .filter(|&h| t.chain_handles.may_hold(h))
+                .and_then(|h| {
+                    t.chains
+                        .iter()
+                        .find(|(name, cs)| cs.chain.handle == Some(h) && **name != c.name)
+                        .map(|(name, _)| name.clone())
+                });
             if let Some(old_name) = renamed_from {
                 if let Some(mut cs) = t.chains.remove(&old_name) {
                     cs.chain.name = c.name.clone();
@@ -107,6 +110,7 @@ impl Txn {
         match verb {
             Verb::New => {
                 let t = st.table_mut(c.family, &c.table);
+                t.chain_handles.note(c.handle);
                 match t.chains.get_mut(&c.name) {
                     Some(cs) => merge_chain(&mut cs.chain, &c),
                     None => {
