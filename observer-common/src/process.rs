@@ -10,6 +10,13 @@ pub const COMM_LEN: usize = 16;
 /// `ip netns exec`, an interpreter), to the component itself. Odd, so that `Process` has no
 /// padding before `cgroup_id`.
 pub const ANCESTORS: usize = 7;
+/// How many comms the walk goes on past (shells, interpreters, wrappers, the netfilter front
+/// ends), in a map userspace fills before the programs are attached. The walk stops after the
+/// first ancestor whose comm is not among them: that one is the actor (or a session, init or a
+/// container's supervisor, where a chain of wrappers ends), and nothing above it is used. On
+/// most writes (a component runs `iptables-restore` or `nft` itself) that is the parent, and the
+/// other six levels of reads are saved.
+pub const WALK_PAST_LEN: u32 = 256;
 
 /// The writing task and up to [`ANCESTORS`] of its ancestors.
 #[repr(C)]
@@ -25,7 +32,10 @@ pub struct Process {
     pub netns: u32,
     /// Real uid of the writer.
     pub uid: u32,
-    pub _pad: u32,
+    /// 1 when the walk reached the top of the process tree: the ancestors captured are the
+    /// whole chain. 0 when it stopped before (at [`ANCESTORS`], or at the first ancestor that
+    /// is not a shell, wrapper or front end: see [`WALK_PAST_LEN`]).
+    pub top: u32,
     /// cgroup v2 id of the writer (the cgroup directory's inode number).
     pub cgroup_id: u64,
     /// comm of the writer, NUL-padded.
@@ -42,7 +52,7 @@ impl Process {
             ancestor_tgid: [0; ANCESTORS],
             netns: 0,
             uid: 0,
-            _pad: 0,
+            top: 0,
             cgroup_id: 0,
             comm: [0; COMM_LEN],
             ancestor_comm: [[0; COMM_LEN]; ANCESTORS],

@@ -42,7 +42,7 @@ use observer_common::{
     hook::HOOK_TRACEPOINT,
     ns::{NetnsSeen, PendingUmount, Umount, UMOUNT_PATH_LEN, VIA_CLONE, VIA_SETNS, VIA_UNSHARE},
     offsets::Offsets,
-    process::{Process, ANCESTORS, COMM_LEN},
+    process::{Process, ANCESTORS, COMM_LEN, WALK_PAST_LEN},
     xt::{is_replace, Pending, ARGS_LEN, TABLE_NAME_LEN},
     Event, Header, DROP_COUNTERS, DROP_MAP, DROP_PENDING, DROP_RINGBUF, KIND_NETNS_SEEN,
     KIND_UMOUNT,
@@ -54,6 +54,10 @@ mod nl_ack;
 /// Filled in by userspace from the running kernel's BTF before load.
 #[no_mangle]
 static OFFSETS: Offsets = Offsets::unset();
+
+/// Comms the ancestry walk goes on past (see `WALK_PAST_LEN`); filled by userspace.
+#[map]
+static WALK_PAST: HashMap<[u8; COMM_LEN], u8> = HashMap::with_max_entries(WALK_PAST_LEN, 0);
 
 /// Every record for userspace. Userspace sets the size (`--ringbuf-size`).
 #[map]
@@ -152,6 +156,7 @@ fn fill_process(p: &mut Process) {
     for i in 0..ANCESTORS {
         let parent: u64 = read_at(task, off.task_real_parent).unwrap_or(0);
         if parent == 0 || parent == task {
+            p.top = 1;
             break;
         }
         p.ancestor_tgid[i] = read_at(parent, off.task_tgid).unwrap_or(0);
@@ -162,6 +167,11 @@ fn fill_process(p: &mut Process) {
             read_at(parent, off.task_group_leader).unwrap_or(parent)
         };
         p.ancestor_comm[i] = read_at(leader, off.task_comm).unwrap_or([0; COMM_LEN]);
+        // Past a shell or a wrapper only: the first other ancestor is the actor.
+        // SAFETY: a plain lookup; the value is not used.
+        if unsafe { WALK_PAST.get(&p.ancestor_comm[i]) }.is_none() {
+            break;
+        }
         task = parent;
     }
 }

@@ -36,6 +36,9 @@ pub struct KernelProcess {
     /// 0 when unknown.
     pub netns: u32,
     pub cgroup_id: u64,
+    /// The kernel's walk reached the top of the process tree: `ancestors` is the whole chain.
+    /// Otherwise it stopped at its depth, or after the first ancestor that is no wrapper.
+    pub top_reached: bool,
 }
 
 /// The process fields of an output line.
@@ -108,6 +111,45 @@ static EXTRA_WRAPPERS: OnceLock<Vec<String>> = OnceLock::new();
 /// Wrappers named in the owners file, on top of [`WRAPPERS`] (the first call decides).
 pub fn add_wrappers(names: Vec<String>) {
     let _ = EXTRA_WRAPPERS.set(names);
+}
+
+/// The comms the kernel's ancestry walk goes on past, as `task_struct.comm` holds them (at most
+/// 15 bytes): the wrappers (with the owners file's), and the front ends under their usual
+/// names. The walk stops after the first other ancestor, which [`actor_index`] takes for the
+/// actor or a boundary. A wrapper only [`is_wrapper`] knows (`python3.11`) also stops it: the
+/// chain is then completed from `/proc`, as one longer than the walk is.
+pub fn walk_past() -> Vec<[u8; observer_common::process::COMM_LEN]> {
+    let tools = ["iptables", "ip6tables", "arptables", "ebtables"];
+    let variants = [
+        "",
+        "-legacy",
+        "-nft",
+        "-restore",
+        "-save",
+        "-legacy-restore",
+        "-nft-restore",
+    ];
+    let front_ends = tools
+        .iter()
+        .flat_map(|t| variants.iter().map(move |v| format!("{t}{v}")))
+        .chain(["nft", "ipset", "xtables-nft-multi", "xtables-legacy-multi"].map(String::from));
+    let extra = EXTRA_WRAPPERS.get().into_iter().flatten().cloned();
+    let mut keys: Vec<_> = WRAPPERS
+        .iter()
+        .map(|w| w.to_string())
+        .chain(extra)
+        .chain(front_ends)
+        .map(|name| {
+            let mut key = [0u8; observer_common::process::COMM_LEN];
+            let bytes = name.as_bytes();
+            let n = bytes.len().min(key.len() - 1);
+            key[..n].copy_from_slice(&bytes[..n]);
+            key
+        })
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    keys
 }
 
 /// True for a shell, interpreter or wrapper (see [`WRAPPERS`]); `python3.11` counts as
@@ -241,8 +283,7 @@ fn ancestry_of(p: &KernelProcess) -> (Vec<Ancestor>, Option<usize>) {
             pid: a.tgid,
         })
         .collect();
-    // A capture shorter than the kernel's limit reached the top of the tree.
-    let whole = chain.len() < observer_common::process::ANCESTORS;
+    let whole = p.top_reached;
     let comms = |c: &[Ancestor]| -> Vec<String> {
         std::iter::once(p.comm.clone())
             .chain(c.iter().map(|a| a.comm.clone()))

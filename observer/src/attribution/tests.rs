@@ -86,6 +86,7 @@ fn kernel_attribution_gives_the_ancestry_up_to_the_actor() {
         comm: "iptables".into(),
         cgroup_id: 0,
         netns: 0,
+        top_reached: true,
         ancestors: ["sh", "timeout", "kube-proxy", "containerd-shim", "systemd"]
             .iter()
             .enumerate()
@@ -128,6 +129,7 @@ fn kernel_attribution_names_parent_and_actor() {
         ],
         netns: 1,
         cgroup_id: 77,
+        top_reached: true,
     };
     let info = from_kernel(&p);
     assert_eq!(info.pid, 10);

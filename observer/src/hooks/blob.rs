@@ -144,6 +144,7 @@ mod tests {
                 ancestors: vec![],
                 netns: 1,
                 cgroup_id: 0,
+                top_reached: true,
             },
             kind: XtKind::Ipv4,
             table: "filter".into(),

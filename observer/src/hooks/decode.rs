@@ -158,6 +158,7 @@ fn process(p: &Process) -> KernelProcess {
         ancestors,
         netns: p.netns,
         cgroup_id: p.cgroup_id,
+        top_reached: p.top != 0,
     }
 }
 

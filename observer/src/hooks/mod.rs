@@ -172,6 +172,7 @@ impl KernelHooks {
             .map_max_entries("EVENTS", opts.ringbuf_bytes)
             .load(EBPF_OBJECT)
             .map_err(|e| HookError::Load(error_chain(&e)))?;
+        fill_walk_past(&mut ebpf)?;
         let o = &resolved_nl.offsets;
         let skb_missing = (o.skb_data == u32::MAX || o.skb_len == u32::MAX)
             .then_some("sk_buff.data or sk_buff.len is not in this kernel's BTF");
@@ -483,6 +484,30 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
         cur = src.source();
     }
     s
+}
+
+/// Give the programs the comms their ancestry walk goes on past, before any is attached.
+fn fill_walk_past(ebpf: &mut Ebpf) -> Result<(), HookError> {
+    let map = ebpf
+        .map_mut("WALK_PAST")
+        .ok_or(HookError::Map("WALK_PAST"))?;
+    let mut walk: BpfHashMap<_, [u8; observer_common::process::COMM_LEN], u8> =
+        BpfHashMap::try_from(map).map_err(|e| HookError::Load(error_chain(&e)))?;
+    let names = crate::attribution::walk_past();
+    // The map's room is fixed in the object; the owners file may name more wrappers.
+    let room = observer_common::process::WALK_PAST_LEN as usize;
+    if names.len() > room {
+        tracing::warn!(
+            "{} wrappers and front ends, the kernel's ancestry walk knows {room}: chains \
+             through the others are completed from /proc",
+            names.len()
+        );
+    }
+    for name in names.iter().take(room) {
+        walk.insert(name, 1, 0)
+            .map_err(|e| HookError::Load(error_chain(&e)))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

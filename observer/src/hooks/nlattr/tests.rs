@@ -13,6 +13,7 @@ fn send(netns: u32, tid: u32, comm: &str, parent: &str) -> NfnlSendEvent {
             }],
             netns,
             cgroup_id: 9,
+            top_reached: true,
         },
         sock_netns: netns,
         subsys: NFNL_SUBSYS_NFTABLES,
