@@ -30,12 +30,12 @@ mod xt_hook;
 use aya_ebpf::{
     helpers::{
         bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
-        bpf_get_current_task, bpf_get_current_uid_gid, bpf_ktime_get_boot_ns,
+        bpf_get_current_task, bpf_get_current_uid_gid, bpf_ktime_get_boot_ns, bpf_ktime_get_ns,
         bpf_probe_read_kernel, bpf_probe_read_user, bpf_probe_read_user_buf,
         bpf_probe_read_user_str_bytes,
     },
     macros::{map, tracepoint},
-    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
     programs::TracePointContext,
 };
 use observer_common::{
@@ -45,7 +45,7 @@ use observer_common::{
     process::{Process, ANCESTORS, COMM_LEN, WALK_PAST_LEN},
     xt::{is_replace, Pending, ARGS_LEN, TABLE_NAME_LEN},
     Event, Header, DROP_COUNTERS, DROP_MAP, DROP_PENDING, DROP_RINGBUF, KIND_NETNS_SEEN,
-    KIND_UMOUNT,
+    KIND_UMOUNT, WAKE_LINGER_NS,
 };
 
 mod netlink;
@@ -229,8 +229,38 @@ fn header(kind: u32, len: usize) -> Header {
     }
 }
 
+/// When a record last woke the ring buffer's reader (`bpf_ktime_get_ns`).
+#[map]
+static LAST_WAKE: Array<u64> = Array::with_max_entries(1, 0);
+
+/// `BPF_RB_NO_WAKEUP`: commit a record without waking the reader.
+const RB_NO_WAKEUP: u64 = 1;
+/// `BPF_RB_FORCE_WAKEUP`: wake the reader whatever it has left unread. Without it the kernel
+/// wakes the reader only when it has read everything before the record, and records left
+/// unannounced (the pieces of a table) would keep the next one from waking it.
+const RB_FORCE_WAKEUP: u64 = 2;
+
+/// The commit flags of a record: a wakeup of the reader, unless one was given within the
+/// last [`WAKE_LINGER_NS`] (the reader then reads the ring again by itself before that time is
+/// up). Two CPUs may both wake it at once: a wakeup too many, never one too few.
+fn wake_flags() -> u64 {
+    // SAFETY: no preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let Some(last) = LAST_WAKE.get_ptr_mut(0) else {
+        return 0;
+    };
+    // SAFETY: the map's only slot; a torn race between CPUs costs one extra wakeup.
+    unsafe {
+        if now >= *last && now - *last < WAKE_LINGER_NS {
+            return RB_NO_WAKEUP;
+        }
+        *last = now;
+    }
+    RB_FORCE_WAKEUP
+}
+
 fn output<T: 'static>(event: &Event<T>) {
-    if EVENTS.output::<Event<T>>(event, 0).is_err() {
+    if EVENTS.output::<Event<T>>(event, wake_flags()).is_err() {
         count_drop(DROP_RINGBUF);
     }
 }

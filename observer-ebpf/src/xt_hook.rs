@@ -27,7 +27,7 @@ use observer_common::{
 
 use crate::{
     count_drop, fill_args, fill_process, header, offsets, opaque, output, read_at, verifier_bound,
-    EVENTS, SEEN_NETNS, XT_BLOB_MAX,
+    EVENTS, RB_NO_WAKEUP, SEEN_NETNS, XT_BLOB_MAX,
 };
 
 /// A replace seen at function entry (kprobe), until the function returns (kretprobe).
@@ -234,7 +234,8 @@ fn copy_piece(optval: u64, cookie: u64, pid_tgid: u64, off: u32, total: u32) -> 
         count_drop(DROP_READ);
         return false;
     }
-    entry.submit(0);
+    // The replace record that follows the pieces wakes the reader (or not, as every record).
+    entry.submit(RB_NO_WAKEUP);
     true
 }
 

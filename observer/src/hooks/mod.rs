@@ -401,46 +401,82 @@ async fn read_ring(
 ) {
     writers.set_reader_live(true);
     let mut blobs = blob::Blobs::default();
+    // The programs wake the reader at most once per linger (`WAKE_LINGER_NS`): after a read
+    // that found records, the ring is read again that long after, until a read finds none.
+    let linger = std::time::Duration::from_nanos(observer_common::WAKE_LINGER_NS) + LINGER_MARGIN;
+    let mut again: Option<tokio::time::Instant> = None;
     loop {
-        // Woken by the kernel, or by a NEWGEN that waits for its writer's record (the kernel
-        // wakes the reader only now and then, so the ring may hold it unannounced).
+        // Woken by the kernel, by a NEWGEN that waits for its writer's record (the ring may
+        // hold it unannounced), or when the linger after the last read is up.
         let ready = tokio::select! {
-            r = fd.readable_mut() => Some(r),
-            () = writers.drain_wanted() => None,
+            r = fd.readable_mut() => Wake::Kernel(r),
+            () = writers.drain_wanted() => Wake::Wanted,
+            () = sleep_until(again) => Wake::Linger,
         };
-        let open = match ready {
-            Some(Ok(mut guard)) => {
-                let open = drain(guard.get_inner_mut(), &tx, &stats, &writers, &mut blobs).await;
+        let lingered = matches!(ready, Wake::Linger);
+        let read = match ready {
+            Wake::Kernel(Ok(mut guard)) => {
+                let read = drain(guard.get_inner_mut(), &tx, &stats, &writers, &mut blobs).await;
                 guard.clear_ready();
-                open
+                read
             }
-            Some(Err(e)) => {
+            Wake::Kernel(Err(e)) => {
                 tracing::error!("ring buffer poll failed: {e}");
-                false
+                None
             }
-            None => drain(fd.get_mut(), &tx, &stats, &writers, &mut blobs).await,
+            Wake::Wanted | Wake::Linger => {
+                drain(fd.get_mut(), &tx, &stats, &writers, &mut blobs).await
+            }
         };
-        if !open || tx.is_closed() {
+        let Some(read) = read else {
+            break;
+        };
+        if read > 0 {
+            again = Some(tokio::time::Instant::now() + linger);
+        } else if lingered {
+            again = None;
+        }
+        if tx.is_closed() {
             break;
         }
     }
     writers.set_reader_live(false);
 }
 
-/// Read every record in the ring; `false` when the engine is gone.
+/// Beyond the programs' linger, for the two clocks (the programs' and the reader's timer).
+const LINGER_MARGIN: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// What woke the ring buffer's reader.
+enum Wake<G> {
+    Kernel(std::io::Result<G>),
+    Wanted,
+    Linger,
+}
+
+/// Until `at`; never when there is none.
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Read every record in the ring: how many, or `None` when the engine is gone.
 async fn drain(
     ring: &mut RingBuf<MapData>,
     tx: &mpsc::Sender<KernelEvent>,
     stats: &ReaderStats,
     writers: &nlattr::WriterCache,
     blobs: &mut blob::Blobs,
-) -> bool {
+) -> Option<usize> {
+    let mut read = 0;
     loop {
         let began = std::time::Instant::now();
         let Some(item) = ring.next() else {
             writers.drained(began);
-            return true;
+            return Some(read);
         };
+        read += 1;
         match KernelEvent::parse(&item) {
             // nftables writers go straight to the cache the netlink readers consult: no
             // engine work stands between a batch and its attribution.
@@ -462,7 +498,7 @@ async fn drain(
                 if let Err(mpsc::error::TrySendError::Full(ev)) = tx.try_send(ev) {
                     // Back-pressure rather than loss: wait for room.
                     if tx.send(ev).await.is_err() {
-                        return false;
+                        return None;
                     }
                 }
             }
