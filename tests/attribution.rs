@@ -219,6 +219,33 @@ fn legacy_writers_that_follow_each_other_unread_each_get_their_own_change() {
     obs.stop();
 }
 
+/// The kernel side wakes the reader at most once per 4 ms. Of two replaces made back to back,
+/// the second is committed without a wakeup, most often after the reader has read the first:
+/// it must come all the same, from the read the reader makes by itself once that time is up.
+/// Each round waits for both lines before the next write, which would wake the reader.
+#[test]
+fn a_write_right_after_another_is_not_left_unread() {
+    skip_unless!("ip", "iptables-legacy", "sh");
+    let mut obs = Observer::start(&[]);
+    let ns = Netns::new("attr-linger");
+    let here = in_ns(&ns);
+    let w = Writer::new("obs-linger", None);
+    for round in 0..10 {
+        let (a, b) = (format!("LINGER-A{round}"), format!("LINGER-B{round}"));
+        let cmd = format!("iptables-legacy -N {a} && iptables-legacy -N {b}");
+        assert!(w.run(&ns, &["sh", "-c", &cmd], None));
+        for chain in [&a, &b] {
+            let v = obs.expect(&format!("chain_create {chain}"), WAIT, |v| {
+                here(v) && v["op"] == "chain_create" && v["chain"] == chain.as_str()
+            });
+            assert_eq!(v["process"]["comm"], "iptables-legacy", "{v}");
+            assert_eq!(v["process"]["actor"], w.name.as_str(), "{v}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    obs.stop();
+}
+
 #[test]
 fn a_legacy_table_too_large_to_copy_is_read_back() {
     skip_unless!("ip", "iptables-legacy-restore", "iptables-legacy");
