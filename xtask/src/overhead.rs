@@ -543,11 +543,59 @@ pub fn run(args: &OverheadArgs) -> Result<i32> {
     if let Some(why) = skipped {
         let _ = writeln!(md, "- the guests did not run here: {why}");
     }
+    let bench_md = crate::root().join("BENCHMARKS.md");
+    let kept = if args.host_only {
+        guest_sections(&fs::read_to_string(&bench_md).unwrap_or_default())
+    } else {
+        None
+    };
+    if kept.is_some() {
+        let _ = writeln!(
+            md,
+            "- `--host-only`: the host's section is this run's; the guests' sections are kept \
+             from the last run that had them"
+        );
+    }
     for s in sections {
         let _ = write!(md, "\n{s}");
     }
+    if let Some(kept) = kept {
+        let _ = write!(md, "\n{kept}");
+    }
     let _ = writeln!(md, "\n{END}");
     println!("{md}");
-    crate::bench::write_marked(&crate::root().join("BENCHMARKS.md"), START, END, &md)?;
+    crate::bench::write_marked(&bench_md, START, END, &md)?;
     Ok(0)
+}
+
+/// The guests' sections of the figures between the markers of `text` (from the first guest
+/// heading to the end marker), for a `--host-only` run to keep.
+fn guest_sections(text: &str) -> Option<String> {
+    let start = text.find(START)?;
+    let end = start + text[start..].find(END)?;
+    let block = &text[start..end];
+    let guests = block.find("\n### QEMU guest")?;
+    Some(block[guests + 1..].trim_end().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_host_only_run_keeps_the_guests_sections() {
+        let text = format!(
+            "intro\n{START}\n## What\n\n### host: kernel x\n\nhost table\n\n\
+             ### QEMU guest (software emulation, 2 vCPUs): kernel 6.1\n\nguest table\n\n\
+             ### Reading\n\nprose\n\n{END}\nafter\n"
+        );
+        let kept = guest_sections(&text).expect("the guests' sections");
+        assert!(kept.starts_with("### QEMU guest"), "{kept}");
+        assert!(kept.ends_with("prose"), "{kept}");
+        assert!(
+            !kept.contains("host table") && !kept.contains(END),
+            "{kept}"
+        );
+        assert_eq!(guest_sections("no markers"), None);
+    }
 }
