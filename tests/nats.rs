@@ -490,6 +490,20 @@ struct Held {
     server: std::net::TcpStream,
 }
 
+/// A row number the proxy noted (`field` of its record), once it has.
+fn recorded_seq(
+    losses: &std::sync::Mutex<Losses>,
+    field: impl Fn(&Losses) -> &Option<String>,
+    what: &str,
+) -> u64 {
+    let l = losses.lock().expect("losses");
+    field(&l)
+        .as_deref()
+        .unwrap_or_else(|| panic!("{what}: no row noted"))
+        .parse()
+        .expect("Observer-Seq is a number")
+}
+
 /// The `Observer-Seq` header's value in a publish's payload.
 fn observer_seq(payload: &[u8]) -> Option<String> {
     String::from_utf8_lossy(payload)
@@ -730,14 +744,7 @@ fn a_lost_publish_and_a_lost_ack_neither_drop_nor_duplicate_nor_reorder() {
     changes_at_once(&ns, &writer, dir.path(), "hole", 40);
     let want = printed_seqs(&mut daemon, "hole39");
     let mine = node_changes(&url, node, &want);
-    let lost_seq: u64 = losses
-        .lock()
-        .expect("losses")
-        .lost_seq
-        .clone()
-        .expect("the proxy lost a publish")
-        .parse()
-        .expect("Observer-Seq is a number");
+    let lost_seq = recorded_seq(&losses, |l| &l.lost_seq, "the proxy lost a publish");
     assert_once_in_order(&want, &mine);
     let id = |seq: u64| {
         mine.iter()
@@ -790,14 +797,11 @@ fn a_lost_publish_and_a_lost_ack_neither_drop_nor_duplicate_nor_reorder() {
     changes_at_once(&ns, &writer, dir.path(), "late", 40);
     let want = printed_seqs(&mut daemon, "late39");
     let mine = node_changes(&url, node, &want);
-    let late: u64 = losses
-        .lock()
-        .expect("losses")
-        .late_seq
-        .clone()
-        .expect("the proxy sent a held publish late")
-        .parse()
-        .expect("Observer-Seq is a number");
+    let late = recorded_seq(
+        &losses,
+        |l| &l.late_seq,
+        "the proxy sent a held publish late",
+    );
     assert!(
         want.contains(&late),
         "the late row {late} is one of {want:?}"

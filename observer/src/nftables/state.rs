@@ -105,6 +105,11 @@ fn key_ident(k: &ElemKey) -> Ident<'_> {
     (k.0.as_slice(), k.1.as_deref(), k.2)
 }
 
+/// Where the element of identity `id` is in a small set's sorted vector, or where it would go.
+fn position(v: &[Element], id: Ident<'_>) -> Result<usize, usize> {
+    v.binary_search_by(|x| ident(x).cmp(&id))
+}
+
 impl Elements {
     pub fn new() -> Elements {
         Elements::default()
@@ -132,7 +137,7 @@ impl Elements {
     /// Add `e`, or replace the element of the same identity.
     pub fn insert(&mut self, e: Element) {
         match &mut self.0 {
-            Repr::Small(v) => match v.binary_search_by(|x| ident(x).cmp(&ident(&e))) {
+            Repr::Small(v) => match position(v, ident(&e)) {
                 Ok(i) => v[i] = e,
                 Err(_) if v.len() >= SMALL_SET => {
                     let mut m: BTreeMap<ElemKey, Element> =
@@ -158,7 +163,7 @@ impl Elements {
     pub fn remove(&mut self, e: &Element) {
         match &mut self.0 {
             Repr::Small(v) => {
-                if let Ok(i) = v.binary_search_by(|x| ident(x).cmp(&ident(e))) {
+                if let Ok(i) = position(v, ident(e)) {
                     v.remove(i);
                 }
             }
@@ -171,7 +176,7 @@ impl Elements {
     /// Whether an element of identity `k` is present.
     pub fn contains_key(&self, k: &ElemKey) -> bool {
         match &self.0 {
-            Repr::Small(v) => v.binary_search_by(|x| ident(x).cmp(&key_ident(k))).is_ok(),
+            Repr::Small(v) => position(v, key_ident(k)).is_ok(),
             Repr::Large(m) => m.contains_key(k),
         }
     }
@@ -179,7 +184,7 @@ impl Elements {
     /// Whether an element of `e`'s identity is present.
     pub fn contains(&self, e: &Element) -> bool {
         match &self.0 {
-            Repr::Small(v) => v.binary_search_by(|x| ident(x).cmp(&ident(e))).is_ok(),
+            Repr::Small(v) => position(v, ident(e)).is_ok(),
             Repr::Large(m) => m.contains_key(&elem_key(e)),
         }
     }
