@@ -67,6 +67,11 @@ pub struct BenchBignodeArgs {
     /// Measure the nftables shape only
     #[arg(long)]
     nft_only: bool,
+    /// observer's `--ringbuf-size` for the legacy part: a ring of more than twice the table's
+    /// size in the kernel (at most 16 MiB of table) has each writer's copy decoded instead of
+    /// the table read back
+    #[arg(long, value_name = "BYTES")]
+    ringbuf_size: Option<u32>,
 }
 
 const START: &str = "<!-- bench-bignode:start -->";
@@ -152,7 +157,10 @@ pub fn run(args: &BenchBignodeArgs) -> Result<i32> {
             thousands(services as u64),
             thousands(expected_rules(services) as u64)
         );
-        let r = cmd::phase(&name, || measure(&bin, services, syncs, &mut notes)).map_err(|e| {
+        let r = cmd::phase(&name, || {
+            measure(&bin, services, syncs, args.ringbuf_size, &mut notes)
+        })
+        .map_err(|e| {
             eprintln!("xtask: {name}: {e:#}");
             format!("{e:#}")
         });
@@ -478,10 +486,21 @@ pub(crate) fn run_syncs(
     Ok(out)
 }
 
-fn measure(bin: &Path, services: usize, syncs: usize, notes: &mut Vec<String>) -> Result<Size> {
+fn measure(
+    bin: &Path,
+    services: usize,
+    syncs: usize,
+    ringbuf: Option<u32>,
+    notes: &mut Vec<String>,
+) -> Result<Size> {
     let ns = Netns::add(format!("{NS_PREFIX}{}-{services}", process::id()))?;
     let tag = format!("bignode-{services}");
-    let mut obs = Observer::start(bin, &["tail", "--json", "--netns", &ns.name], &tag)?;
+    let ring = ringbuf.map(|b| b.to_string());
+    let mut args = vec!["tail", "--json", "--netns", &ns.name];
+    if let Some(ring) = &ring {
+        args.extend(["--ringbuf-size", ring.as_str()]);
+    }
+    let mut obs = Observer::start(bin, &args, &tag)?;
 
     // The table, loaded while observer watches.
     let table = nat_table(services);
