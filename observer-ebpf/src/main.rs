@@ -169,7 +169,7 @@ fn fill_process(p: &mut Process) {
         p.ancestor_comm[i] = read_at(leader, off.task_comm).unwrap_or([0; COMM_LEN]);
         // Past a shell or a wrapper only: the first other ancestor is the actor.
         // SAFETY: a plain lookup; the value is not used.
-        if unsafe { WALK_PAST.get(&p.ancestor_comm[i]) }.is_none() {
+        if unsafe { WALK_PAST.get(p.ancestor_comm[i]) }.is_none() {
             break;
         }
         task = parent;
