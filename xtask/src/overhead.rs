@@ -75,9 +75,13 @@ pub struct WorkloadArgs {
     iterations: u64,
 }
 
-/// Run one workload and print its nanoseconds per operation.
+/// Run one workload and print its nanoseconds per operation: the wall time, then the CPU time
+/// (user and system) of this process and the children it waited for (for the writers: the
+/// writer's own CPU, which includes the eBPF programs that run in its syscalls, and not
+/// observer's work on the other CPUs).
 pub fn workload(args: &WorkloadArgs) -> Result<i32> {
     let n = args.iterations.max(1);
+    let cpu_before = cpu_ns();
     let start = Instant::now();
     match args.name.as_str() {
         "udp" => udp(n)?,
@@ -96,8 +100,25 @@ pub fn workload(args: &WorkloadArgs) -> Result<i32> {
         }
         other => bail!("no workload {other}"),
     }
-    println!("{:.0}", start.elapsed().as_nanos() as f64 / n as f64);
+    let wall = start.elapsed().as_nanos() as f64 / n as f64;
+    let cpu = cpu_ns().saturating_sub(cpu_before) as f64 / n as f64;
+    println!("{wall:.0} {cpu:.0}");
     Ok(0)
+}
+
+/// User and system time of this process and of its children waited for, in nanoseconds.
+fn cpu_ns() -> u64 {
+    let of = |who| {
+        // SAFETY: getrusage fills the struct it is given; it is zeroed first.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: as above; `who` is RUSAGE_SELF or RUSAGE_CHILDREN.
+        if unsafe { libc::getrusage(who, &mut ru) } != 0 {
+            return 0;
+        }
+        let tv = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1_000;
+        tv(ru.ru_utime) + tv(ru.ru_stime)
+    };
+    of(libc::RUSAGE_SELF) + of(libc::RUSAGE_CHILDREN)
 }
 
 fn udp(n: u64) -> Result<()> {
@@ -358,12 +379,51 @@ fn base_rules() -> String {
     s
 }
 
-fn values(path: &Path) -> Vec<f64> {
+/// Field `field` of each line of a workload's figures (0: wall time, 1: CPU time, per
+/// operation).
+fn values(path: &Path, field: usize) -> Vec<f64> {
     fs::read_to_string(path)
         .unwrap_or_default()
         .lines()
-        .filter_map(|l| l.trim().parse().ok())
+        .filter_map(|l| l.split_whitespace().nth(field)?.parse().ok())
         .collect()
+}
+
+/// One workload's cells: the median of figure `field` with no observer, then with each backend
+/// and its change against none.
+fn figure_row(dir: &Path, label: &str, w: &str, hooked: &[&str], field: usize) -> Result<String> {
+    let Some(off) = median_opt(&values(&dir.join(format!("off.{w}")), field)) else {
+        bail!("{label}: no figure for {w} without observer (see the guest's output)");
+    };
+    let mut row = format!(" {} |", human_ns(off));
+    for c in hooked {
+        match median_opt(&values(&dir.join(format!("{c}.{w}")), field)) {
+            Some(v) => {
+                let _ = write!(
+                    row,
+                    " {} | {:+.1} % |",
+                    human_ns(v),
+                    (v / off - 1.0) * 100.0
+                );
+            }
+            None => row.push_str(" NOT MEASURED | |"),
+        }
+    }
+    Ok(row)
+}
+
+/// A figures table's head: `first`, off, then each backend and its change against off.
+fn table_head(first: &str, hooked: &[&str]) -> String {
+    let mut md = format!("| {first} | off |");
+    for c in hooked {
+        let _ = write!(md, " `--hooks {c}` | vs off |");
+    }
+    md.push_str("\n| --- | ---: |");
+    for _ in hooked {
+        md.push_str(" ---: | ---: |");
+    }
+    md.push('\n');
+    md
 }
 
 fn human_ns(ns: f64) -> String {
@@ -380,32 +440,27 @@ fn human_ns(ns: f64) -> String {
 fn report(dir: &Path, label: &str, configs: &[&str], rounds: usize, took: f64) -> Result<String> {
     let kernel = fs::read_to_string(dir.join("kernel")).unwrap_or_default();
     let mut md = format!(
-        "### {label}: kernel {} ({rounds} rounds, {took:.0} s)\n\n| workload | off |",
+        "### {label}: kernel {} ({rounds} rounds, {took:.0} s)\n\n",
         kernel.trim()
     );
     let hooked: Vec<&str> = configs.iter().copied().filter(|c| *c != "off").collect();
-    for c in &hooked {
-        let _ = write!(md, " `--hooks {c}` | vs off |");
-    }
-    md.push_str("\n| --- | ---: |");
-    for _ in &hooked {
-        md.push_str(" ---: | ---: |");
-    }
-    md.push('\n');
+    md.push_str(&table_head("workload", &hooked));
     for (w, _, _) in UNRELATED.iter().chain(WRITERS) {
-        let Some(off) = median_opt(&values(&dir.join(format!("off.{w}")))) else {
-            bail!("{label}: no figure for {w} without observer (see the guest's output)");
-        };
-        let _ = write!(md, "| {w}: {} | {} |", what(w), human_ns(off));
-        for c in &hooked {
-            match median_opt(&values(&dir.join(format!("{c}.{w}")))) {
-                Some(v) => {
-                    let _ = write!(md, " {} | {:+.1} % |", human_ns(v), (v / off - 1.0) * 100.0);
-                }
-                None => md.push_str(" NOT MEASURED | |"),
-            }
-        }
-        md.push('\n');
+        let row = figure_row(dir, label, w, &hooked, 0)?;
+        let _ = writeln!(md, "| {w}: {} |{row}", what(w));
+    }
+    // The writers' own CPU: what the hooks cost them in their syscalls, apart from observer's
+    // work on the other CPUs (which the wall time above includes).
+    let _ = write!(
+        md,
+        "\nThe writers' own CPU time (user + system of the writer processes, per operation; the \
+         eBPF programs run in their syscalls and count here, observer's decode on another CPU \
+         does not):\n\n{}",
+        table_head("writer", &hooked)
+    );
+    for (w, _, _) in WRITERS {
+        let row = figure_row(dir, label, w, &hooked, 1)?;
+        let _ = writeln!(md, "| {w} |{row}");
     }
     let known = kstats::source_program_names(&crate::root().join("observer-ebpf").join("src"));
     for c in &hooked {
@@ -535,7 +590,9 @@ pub fn run(args: &OverheadArgs) -> Result<i32> {
          configurations interleaved (off, then each backend with `observer tail --json --hooks \
          B` running, every round); the writer workloads run in a namespace of their own and \
          include observer's own work on the same CPUs (reading and diffing the table, the \
-         notifications)\n\
+         notifications); beside the wall time, the writers' own CPU time (user + system of the \
+         writer processes), which counts the eBPF programs in their syscalls and not observer's \
+         work\n\
          - per program: the kernel's BPF statistics (`kernel.bpf_stats_enabled`), summed over \
          the rounds; `per change` divides by the change lines observer printed\n",
         args.rounds
@@ -581,6 +638,24 @@ fn guest_sections(text: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_workloads_lines_give_its_wall_and_cpu_figures() {
+        let dir = std::env::temp_dir().join(format!("overhead-values-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("off.nft"), "1000 400\n1200 500\n1100 450\n").unwrap();
+        fs::write(dir.join("tracepoint.nft"), "2000 440\nnot a figure\n").unwrap();
+        assert_eq!(values(&dir.join("off.nft"), 0), [1000.0, 1200.0, 1100.0]);
+        assert_eq!(values(&dir.join("off.nft"), 1), [400.0, 500.0, 450.0]);
+        let wall = figure_row(&dir, "host", "nft", &["tracepoint"], 0).unwrap();
+        assert_eq!(wall, " 1.1 µs | 2.0 µs | +81.8 % |");
+        let cpu = figure_row(&dir, "host", "nft", &["tracepoint"], 1).unwrap();
+        assert_eq!(cpu, " 450 ns | 440 ns | -2.2 % |");
+        let missing = figure_row(&dir, "host", "nft", &["fentry"], 1).unwrap();
+        assert!(missing.contains("NOT MEASURED"), "{missing}");
+        assert!(figure_row(&dir, "host", "udp", &["tracepoint"], 0).is_err());
+        let _ = fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn a_host_only_run_keeps_the_guests_sections() {
