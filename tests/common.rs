@@ -386,6 +386,31 @@ impl Observer {
         }
     }
 
+    /// Wait until `n` lines seen match `pred` (counting those already seen); fails after `secs`
+    /// with the count reached. Returns the count, which may pass `n` if more arrive at once.
+    pub fn wait_count(
+        &mut self,
+        what: &str,
+        secs: u64,
+        n: usize,
+        pred: impl Fn(&Value) -> bool,
+    ) -> usize {
+        let mut count = self.seen.iter().filter(|v| pred(v)).count();
+        let deadline = Instant::now() + Duration::from_secs(secs * slowdown());
+        while count < n {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(v) => {
+                    check_legacy_source(&v);
+                    count += usize::from(pred(&v));
+                    self.seen.push(v);
+                }
+                Err(_) => panic!("{count} of the {n} lines for {what} within {secs} s"),
+            }
+        }
+        count
+    }
+
     /// Every incident line seen so far.
     pub fn incidents(&self) -> Vec<&Value> {
         self.seen.iter().filter(|v| is_incident(v)).collect()

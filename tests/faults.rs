@@ -19,7 +19,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{Netns, Observer, Writer};
+use common::{is_change, Netns, Observer, Writer};
 use serde_json::Value;
 
 /// One test at a time: each observer watches every namespace, and the descriptors one holds
@@ -123,6 +123,15 @@ fn a_ring_buffer_overrun_is_reported_and_the_tables_re_read() {
     });
     assert_eq!(last["recovered"], true, "{last}");
     assert_eq!(last["process"]["actor"], "unknown", "{last}");
+    // The busy namespace's re-read may still be printing its 10,000 rules (on a loaded machine
+    // for seconds): wait for them, then a little more, so that a rule reported twice is seen.
+    let busy_inode = busy.inode();
+    obs.wait_count("the busy namespace's FORWARD rules", 60, 10_000, |v| {
+        is_change(v)
+            && v["netns"].as_u64() == Some(busy_inode)
+            && v["op"] == "rule_add"
+            && v["chain"] == "FORWARD"
+    });
     obs.drain(500);
     // observer's view of the quiet namespace's nat table is iptables-legacy-save's.
     let seen: Vec<(String, String)> = obs
@@ -139,7 +148,6 @@ fn a_ring_buffer_overrun_is_reported_and_the_tables_re_read() {
         .collect();
     assert_eq!(seen, saved_rules(&quiet, "nat"));
     // And the busy namespace's burst is all there too.
-    let busy_inode = busy.inode();
     let busy_rules = obs
         .changes()
         .iter()
