@@ -255,7 +255,7 @@ pub(super) fn bpf_linker(nightly: &Nightly, force: bool) -> Result<Ready> {
         .env_remove("CARGO_TARGET_DIR");
     cmd::run(&mut c).with_context(|| {
         format!(
-            "building bpf-linker failed; check that crates.io is reachable and that bpf-linker \
+            "building bpf-linker failed; check that the crate registry is reachable and that bpf-linker \
              {BPF_LINKER_VERSION} has the feature llvm-{}; the command was `{}`",
             nightly.llvm_major,
             describe(&c)
@@ -320,7 +320,7 @@ pub(super) fn cargo_fuzz() -> Result<()> {
     .env_remove("CARGO_TARGET_DIR");
     cmd::run(&mut c).with_context(|| {
         format!(
-            "installing cargo-fuzz failed; check that crates.io is reachable; the command was `{}`",
+            "installing cargo-fuzz failed; check that the crate registry is reachable; the command was `{}`",
             describe(&c)
         )
     })?;
