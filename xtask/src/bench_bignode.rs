@@ -359,14 +359,16 @@ pub(crate) fn cpu_ms(pid: u32) -> Result<f64> {
 /// The user + system CPU time of this process's children that were reaped, in ms
 /// (`getrusage(RUSAGE_CHILDREN)`; a reaped child's own reaped children are in it too).
 pub(crate) fn children_cpu_ms() -> Result<f64> {
+    rusage_cpu_ms(libc::RUSAGE_CHILDREN)
+}
+
+/// The user + system CPU time `getrusage(who)` gives (`RUSAGE_SELF`, `RUSAGE_CHILDREN`), in ms.
+pub(crate) fn rusage_cpu_ms(who: libc::c_int) -> Result<f64> {
     // SAFETY: rusage is plain data; zero is a valid value of each field.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: getrusage writes into the struct it is given and nothing else.
-    if unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) } != 0 {
-        bail!(
-            "getrusage(RUSAGE_CHILDREN): {}",
-            std::io::Error::last_os_error()
-        );
+    if unsafe { libc::getrusage(who, &mut ru) } != 0 {
+        bail!("getrusage({who}): {}", std::io::Error::last_os_error());
     }
     let tv = |t: libc::timeval| t.tv_sec as f64 * 1e3 + t.tv_usec as f64 / 1e3;
     Ok(tv(ru.ru_utime) + tv(ru.ru_stime))

@@ -27,7 +27,7 @@ use std::{
 use anyhow::{bail, Context as _, Result};
 use clap::Args;
 
-use crate::{bench::median_opt, cmd, kstats, vm};
+use crate::{bench::median_opt, bench_bignode::rusage_cpu_ms, cmd, kstats, vm};
 
 const START: &str = "<!-- bench-overhead:start -->";
 const END: &str = "<!-- bench-overhead:end -->";
@@ -81,7 +81,7 @@ pub struct WorkloadArgs {
 /// observer's work on the other CPUs).
 pub fn workload(args: &WorkloadArgs) -> Result<i32> {
     let n = args.iterations.max(1);
-    let cpu_before = cpu_ns();
+    let cpu_before = cpu_ms()?;
     let start = Instant::now();
     match args.name.as_str() {
         "udp" => udp(n)?,
@@ -101,24 +101,14 @@ pub fn workload(args: &WorkloadArgs) -> Result<i32> {
         other => bail!("no workload {other}"),
     }
     let wall = start.elapsed().as_nanos() as f64 / n as f64;
-    let cpu = cpu_ns().saturating_sub(cpu_before) as f64 / n as f64;
+    let cpu = (cpu_ms()? - cpu_before) * 1e6 / n as f64;
     println!("{wall:.0} {cpu:.0}");
     Ok(0)
 }
 
-/// User and system time of this process and of its children waited for, in nanoseconds.
-fn cpu_ns() -> u64 {
-    let of = |who| {
-        // SAFETY: getrusage fills the struct it is given; it is zeroed first.
-        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: as above; `who` is RUSAGE_SELF or RUSAGE_CHILDREN.
-        if unsafe { libc::getrusage(who, &mut ru) } != 0 {
-            return 0;
-        }
-        let tv = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1_000;
-        tv(ru.ru_utime) + tv(ru.ru_stime)
-    };
-    of(libc::RUSAGE_SELF) + of(libc::RUSAGE_CHILDREN)
+/// User and system time of this process and of its children waited for, in ms.
+fn cpu_ms() -> Result<f64> {
+    Ok(rusage_cpu_ms(libc::RUSAGE_SELF)? + rusage_cpu_ms(libc::RUSAGE_CHILDREN)?)
 }
 
 fn udp(n: u64) -> Result<()> {
