@@ -365,25 +365,21 @@ impl Observer {
         }
         let deadline = Instant::now() + Duration::from_secs(secs * slowdown());
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(v) => {
-                    check_legacy_source(&v);
-                    self.seen.push(v.clone());
-                    if pred(&v) {
-                        return v;
-                    }
-                }
-                Err(_) => panic!(
-                    "no {what} within {secs} s; saw:\n{}",
-                    self.seen
-                        .iter()
-                        .map(|v| v.to_string())
-                        .collect::<Vec<_>>()
-                        .join("\n")
-                ),
+            match self.next_line(deadline) {
+                Some(v) if pred(v) => return v.clone(),
+                Some(_) => {}
+                None => panic!("no {what} within {secs} s; saw:\n{}", self.dump()),
             }
         }
+    }
+
+    /// The next line, if one arrives before `deadline`: checked and kept in `seen`.
+    fn next_line(&mut self, deadline: Instant) -> Option<&Value> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let v = self.lines.recv_timeout(left).ok()?;
+        check_legacy_source(&v);
+        self.seen.push(v);
+        self.seen.last()
     }
 
     /// Wait until `n` lines seen match `pred` (counting those already seen); fails after `secs`
@@ -398,14 +394,9 @@ impl Observer {
         let mut count = self.seen.iter().filter(|v| pred(v)).count();
         let deadline = Instant::now() + Duration::from_secs(secs * slowdown());
         while count < n {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(v) => {
-                    check_legacy_source(&v);
-                    count += usize::from(pred(&v));
-                    self.seen.push(v);
-                }
-                Err(_) => panic!("{count} of the {n} lines for {what} within {secs} s"),
+            match self.next_line(deadline) {
+                Some(v) => count += usize::from(pred(v)),
+                None => panic!("{count} of the {n} lines for {what} within {secs} s"),
             }
         }
         count
@@ -429,13 +420,8 @@ impl Observer {
     pub fn drain(&mut self, ms: u64) -> Vec<Value> {
         let deadline = Instant::now() + Duration::from_millis(ms);
         let mut got = Vec::new();
-        while let Ok(v) = self
-            .lines
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-        {
-            check_legacy_source(&v);
-            self.seen.push(v.clone());
-            got.push(v);
+        while let Some(v) = self.next_line(deadline) {
+            got.push(v.clone());
         }
         got
     }
