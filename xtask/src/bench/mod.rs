@@ -40,17 +40,31 @@ use clap::Args;
 
 use crate::cmd;
 
+// The parts of `cargo xtask bench`.
 mod anchors;
 mod idle;
 mod kernel_cost;
 mod latency;
 mod memory;
+mod read;
+
+// What the benches share.
+pub(crate) mod kstats;
 pub(crate) mod netns;
 pub(crate) mod procfs;
-mod read;
 pub(crate) mod spawn;
 pub(crate) mod stats;
 pub(crate) mod table;
+
+// The other bench verbs, one module each.
+pub(crate) mod bignode;
+pub(crate) mod daemon;
+pub(crate) mod forensics;
+pub(crate) mod incidents;
+pub(crate) mod nats;
+pub(crate) mod overhead;
+pub(crate) mod soak;
+pub(crate) mod vm;
 
 use idle::Idle;
 use kernel_cost::KernelCost;

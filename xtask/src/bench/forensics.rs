@@ -15,7 +15,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use serde_json::Value;
 
-use crate::bench_daemon::TempDir;
+use crate::bench::daemon::TempDir;
 use crate::cmd;
 
 #[derive(Args)]
@@ -32,8 +32,8 @@ const START: &str = "<!-- bench-forensics:start -->";
 const END: &str = "<!-- bench-forensics:end -->";
 
 pub fn run(args: &BenchForensicsArgs) -> Result<i32> {
-    let tools = super::build_bench_tools()?;
-    let bin = super::target_dir()?.join("release").join("observer");
+    let tools = crate::build_bench_tools()?;
+    let bin = crate::target_dir()?.join("release").join("observer");
     let dir = TempDir::new()?;
     let fill = |name: &str, extra: &[&str]| -> Result<Value> {
         let out = cmd::output(

@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
-use crate::bench_daemon::{clock_ticks, cpu_ticks, free_port, load_batches, rss, TempDir};
+use crate::bench::daemon::{clock_ticks, cpu_ticks, free_port, load_batches, rss, TempDir};
 use crate::cmd;
 
 mod daemon;
@@ -171,13 +171,13 @@ pub fn run(args: &SoakArgs) -> Result<i32> {
     }
     catch_signals();
     crate::bench::remove_stale_namespaces(NS_PREFIX);
-    super::build()?;
+    crate::build()?;
     if interrupted() {
         bail!("interrupted");
     }
     let dir = TempDir::new()?;
     // A copy: a rebuild of target/release/observer during a long run cannot touch it.
-    let built = super::target_dir()?.join("release").join("observer");
+    let built = crate::target_dir()?.join("release").join("observer");
     let bin = dir.path().join("observer");
     fs::copy(&built, &bin).with_context(|| format!("copying {}", built.display()))?;
     let port = free_port()?;

@@ -26,7 +26,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde_json::Value;
 
-use crate::bench_daemon::{
+use crate::bench::daemon::{
     clock_ticks, cpu_ticks, free_port, http_get, load_batches, Kill, Netns, TempDir,
 };
 use crate::cmd;
@@ -355,8 +355,8 @@ pub fn run(args: &BenchNatsArgs) -> Result<i32> {
             bail!("`{tool}` was not found; `cargo xtask setup` installs it");
         }
     }
-    super::build()?;
-    let bin = super::target_dir()?.join("release").join("observer");
+    crate::build()?;
+    let bin = crate::target_dir()?.join("release").join("observer");
     let dir = TempDir::new()?;
     let secs: u64 = if args.quick { 10 } else { 30 };
     let port = free_port()?;
@@ -509,7 +509,7 @@ pub fn run(args: &BenchNatsArgs) -> Result<i32> {
     );
     print!("{section}");
     if !args.no_write {
-        let path = super::root().join("BENCHMARKS.md");
+        let path = crate::root().join("BENCHMARKS.md");
         crate::bench::write_marked(&path, START, END, &section)?;
         eprintln!("xtask: wrote the figures into {}", path.display());
     }

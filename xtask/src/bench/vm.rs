@@ -14,7 +14,10 @@ use anyhow::{bail, Result};
 use clap::Args;
 use serde_json::Value;
 
-use crate::{bench::median, cmd, kstats, vm};
+use crate::{
+    bench::{kstats, median},
+    cmd, vm,
+};
 
 /// The nftables table the guest loads (in the benchmark's own namespace).
 const NFT_TABLE: &str = "obsbench";

@@ -33,6 +33,8 @@ use anyhow::{bail, Context as _, Result};
 use clap::Args;
 use serde_json::Value;
 
+mod nft;
+
 use crate::{
     bench::{
         netns::Netns,
@@ -144,7 +146,7 @@ pub fn run(args: &BenchBignodeArgs) -> Result<i32> {
         );
     }
     if args.nft_only {
-        let ok = crate::bench_bignode_nft::run(&bin, &sizes, syncs, args.no_write)?;
+        let ok = nft::run(&bin, &sizes, syncs, args.no_write)?;
         return Ok(if ok { 0 } else { 1 });
     }
     let env = Environment::collect();
@@ -175,7 +177,7 @@ pub fn run(args: &BenchBignodeArgs) -> Result<i32> {
         write_marked(&path, START, END, &md)?;
         eprintln!("xtask: wrote the figures into {}", path.display());
     }
-    let nft_ok = !args.nft || crate::bench_bignode_nft::run(&bin, &sizes, syncs, args.no_write)?;
+    let nft_ok = !args.nft || nft::run(&bin, &sizes, syncs, args.no_write)?;
     Ok(if nft_ok && results.iter().all(|(_, r)| r.is_ok()) {
         0
     } else {

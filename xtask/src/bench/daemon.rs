@@ -48,8 +48,8 @@ pub fn run(args: &BenchDaemonArgs) -> Result<i32> {
             bail!("`{tool}` was not found; `cargo xtask setup` installs it");
         }
     }
-    let tools = super::build_bench_tools()?;
-    let bin = super::target_dir()?.join("release").join("observer");
+    let tools = crate::build_bench_tools()?;
+    let bin = crate::target_dir()?.join("release").join("observer");
     let dir = TempDir::new()?;
     let rows: u64 = if args.quick { 100_000 } else { 1_000_000 };
     let secs: u64 = if args.quick { 10 } else { 30 };
@@ -147,7 +147,7 @@ pub fn run(args: &BenchDaemonArgs) -> Result<i32> {
     if args.no_write {
         eprintln!("xtask: --no-write: BENCHMARKS.md left as it is");
     } else {
-        let path = super::root().join("BENCHMARKS.md");
+        let path = crate::root().join("BENCHMARKS.md");
         crate::bench::write_marked(&path, START, END, &section)?;
         eprintln!("xtask: wrote the figures into {}", path.display());
     }

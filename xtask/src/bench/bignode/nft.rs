@@ -30,6 +30,10 @@ use std::{
 };
 
 use crate::{
+    bench::bignode::{
+        cluster_ip, cpu_ms, endpoint_ip, follows, growth_exponent, ipv4, run_cpu, run_syncs,
+        settle, SyncFigures,
+    },
     bench::{
         netns::Netns,
         procfs::status_kib,
@@ -38,10 +42,6 @@ use crate::{
         stats::{median, mib, ms, percentile, thousands},
         table::chain_hash,
         write_marked, Environment,
-    },
-    bench_bignode::{
-        cluster_ip, cpu_ms, endpoint_ip, follows, growth_exponent, ipv4, run_cpu, run_syncs,
-        settle, SyncFigures,
     },
     cmd,
 };

@@ -27,7 +27,10 @@ use std::{
 use anyhow::{bail, Context as _, Result};
 use clap::Args;
 
-use crate::{bench::median_opt, bench_bignode::rusage_cpu_ms, cmd, kstats, vm};
+use crate::{
+    bench::{bignode::rusage_cpu_ms, kstats, median_opt},
+    cmd, vm,
+};
 
 const START: &str = "<!-- bench-overhead:start -->";
 const END: &str = "<!-- bench-overhead:end -->";
