@@ -28,7 +28,7 @@ use anyhow::{bail, Context as _, Result};
 use clap::Args;
 
 use crate::{
-    bench::{bignode::rusage_cpu_ms, kstats, median_opt},
+    bench::{kstats, median_opt, procfs::rusage_cpu_ms},
     cmd, vm,
 };
 
