@@ -75,8 +75,7 @@ pub fn run(args: &BenchIncidentsArgs) -> Result<i32> {
     );
     print!("{section}");
     if !args.no_write {
-        let path = crate::root().join("BENCHMARKS.md");
-        crate::bench::write_marked(&path, START, END, &section)?;
+        let path = crate::bench::write_benchmarks(START, END, &section)?;
         eprintln!("xtask: wrote the figures into {}", path.display());
     }
     Ok(0)

@@ -20,8 +20,9 @@
 //! the report: the table printed and written into BENCHMARKS.md between the bench markers. The
 //! parts share [`netns`] (namespaces), [`spawn`] (the commands and `observer tail` they run),
 //! [`stats`] (medians, distributions, number formats), [`procfs`] (CPU and memory of a
-//! process), [`kstats`] (the kernel's BPF statistics) and [`report`] (the run's environment,
-//! and the writer of a marked section of BENCHMARKS.md).
+//! process), [`kstats`] (the kernel's BPF statistics), [`harness`] (what the benches of
+//! `observer run` share) and [`report`] (the run's environment, and the writer of a marked
+//! section of BENCHMARKS.md).
 //!
 //! The other bench verbs live beside it, one module each, and share those too:
 //! [`bignode`] (`bench-bignode`: cost per kube-proxy sync on a big node), [`overhead`]
@@ -50,6 +51,7 @@ mod memory;
 mod read;
 
 // What the benches share.
+pub(crate) mod harness;
 pub(crate) mod kstats;
 pub(crate) mod netns;
 pub(crate) mod procfs;
@@ -75,7 +77,7 @@ use memory::Rss;
 pub(crate) use netns::remove_stale_namespaces;
 use netns::Netns;
 use read::XtCost;
-pub(crate) use report::{write_marked, Environment};
+pub(crate) use report::{write_benchmarks, write_marked, Environment};
 pub(crate) use stats::{median, median_opt};
 use table::{build_big_table, BigTable};
 pub(crate) use table::{kube_like_nft, kube_like_table};

@@ -26,7 +26,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde_json::Value;
 
-use crate::bench::daemon::{
+use crate::bench::harness::{
     clock_ticks, cpu_ticks, free_port, http_get, load_batches, Kill, Netns, TempDir,
 };
 use crate::cmd;
@@ -396,8 +396,7 @@ pub fn run(args: &BenchNatsArgs) -> Result<i32> {
     let section = section(args, secs, &figures);
     print!("{section}");
     if !args.no_write {
-        let path = crate::root().join("BENCHMARKS.md");
-        crate::bench::write_marked(&path, START, END, &section)?;
+        let path = crate::bench::write_benchmarks(START, END, &section)?;
         eprintln!("xtask: wrote the figures into {}", path.display());
     }
     Ok(0)

@@ -1,9 +1,14 @@
 //! What every bench's report shares: the run's environment (date, kernel, CPUs, the command,
-//! observer's revision, the tools' versions) for a section's header, and the writer of a
-//! marker-delimited section of BENCHMARKS.md, which each bench replaces with its own figures.
-//! (fuzz and image write their sections with it too.)
+//! observer's revision, the tools' versions) for a section's header, and the one writer of a
+//! marker-delimited section of BENCHMARKS.md, which each bench replaces with its own figures
+//! ([`write_benchmarks`]; fuzz and image write their sections with [`write_marked`] too).
 
-use std::{env, fs, path::Path, process::Command, thread};
+use std::{
+    env, fs,
+    path::{Path, PathBuf},
+    process::Command,
+    thread,
+};
 
 use anyhow::{Context as _, Result};
 
@@ -65,6 +70,14 @@ impl Environment {
             ),
         }
     }
+}
+
+/// Writes `section` into the workspace's BENCHMARKS.md between `start` and `end`, as
+/// [`write_marked`] does; returns the file's path (for the line that says so).
+pub(crate) fn write_benchmarks(start: &str, end: &str, section: &str) -> Result<PathBuf> {
+    let path = crate::root().join("BENCHMARKS.md");
+    write_marked(&path, start, end, section)?;
+    Ok(path)
 }
 
 /// Replace what lies between the `start` and `end` markers of the file (markers included) with

@@ -217,8 +217,7 @@ pub fn run(args: &VmBenchArgs) -> Result<i32> {
     let _ = fs::remove_dir_all(&dir);
     let md = section(kernel.trim(), took, args.rounds, &rows, &costs);
     print!("{md}");
-    let path = crate::root().join("BENCHMARKS.md");
-    crate::bench::write_marked(&path, START, END, &md)?;
+    crate::bench::write_benchmarks(START, END, &md)?;
     Ok(0)
 }
 

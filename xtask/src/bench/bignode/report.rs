@@ -13,7 +13,7 @@ use anyhow::Result;
 use super::{legacy, nft, Figures};
 use crate::bench::{
     stats::{median, mib, percentile, thousands},
-    write_marked, Environment,
+    write_benchmarks, Environment,
 };
 
 /// The table a run of bench-bignode measured.
@@ -77,9 +77,8 @@ pub(super) fn publish(
     if no_write {
         eprintln!("xtask: --no-write: BENCHMARKS.md left as it is");
     } else {
-        let path = crate::root().join("BENCHMARKS.md");
         let (start, end) = shape.markers();
-        write_marked(&path, start, end, &md)?;
+        let path = write_benchmarks(start, end, &md)?;
         let what = match shape {
             Shape::Legacy => "figures",
             Shape::Nft => "nftables figures",

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
-use crate::bench::daemon::{clock_ticks, cpu_ticks, free_port, load_batches, rss, TempDir};
+use crate::bench::harness::{clock_ticks, cpu_ticks, free_port, load_batches, rss, TempDir};
 use crate::cmd;
 
 mod daemon;

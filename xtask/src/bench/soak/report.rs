@@ -48,8 +48,7 @@ pub(super) fn report(args: &SoakArgs, sh: &Shared, o: &Outcome) -> Result<i32> {
     }
     if args.bench {
         let section = section(args, &aims, &info, &o.rows);
-        let path = crate::root().join("BENCHMARKS.md");
-        crate::bench::write_marked(&path, START, END, &section)?;
+        let path = crate::bench::write_benchmarks(START, END, &section)?;
         eprintln!("xtask: wrote the figures into {}", path.display());
     }
     if !all_held {
