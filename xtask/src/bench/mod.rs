@@ -20,9 +20,8 @@
 //! the report: the table printed and written into BENCHMARKS.md between the bench markers. The
 //! parts share [`netns`] (namespaces), [`spawn`] (the commands and `observer tail` they run),
 //! [`stats`] (medians, distributions, number formats), [`procfs`] (CPU and memory of a
-//! process), [`kstats`] (the kernel's BPF statistics), [`harness`] (what the benches of
-//! `observer run` share) and [`report`] (the run's environment, and the writer of a marked
-//! section of BENCHMARKS.md).
+//! process) and [`kstats`] (the kernel's BPF statistics); [`report`] holds the run's
+//! environment and the one writer of a marked section of BENCHMARKS.md, for every bench.
 //!
 //! The other bench verbs live beside it, one module each, and share those too:
 //! [`bignode`] (`bench-bignode`: cost per kube-proxy sync on a big node), [`overhead`]
@@ -30,7 +29,7 @@
 //! backends' cost to a writer, in a QEMU guest), [`daemon`] (`bench-daemon`: the record and
 //! `observer run` under load), [`forensics`] (`bench-forensics`), [`incidents`]
 //! (`bench-incidents`), [`nats`] (`bench-nats`: fleet streaming) and [`soak`] (`soak`: an hour of
-//! `observer run` under mixed churn).
+//! `observer run` under mixed churn). The benches of `observer run` share [`harness`].
 //!
 //! There are no pass/fail thresholds: the machines are shared and noisy. Every namespace is
 //! deleted on the way out (also when a part fails or panics); the host's own ruleset is never

@@ -10,9 +10,10 @@
 //! emulation: compare within a kernel, not with the host), the tracepoint backend on the host
 //! too. The kernel's BPF statistics give each program's runs and nanoseconds per run.
 //!
-//! The workloads themselves are this binary's hidden `overhead-workload` verb ([`workload`]), so
-//! the host and the guests run the same code. This file holds the entry point and the script
-//! each machine runs; [`report`](mod@report) makes the tables and the section of BENCHMARKS.md.
+//! The workloads themselves are this binary's hidden `overhead-workload` verb
+//! ([`workload`](mod@workload)), so the host and the guests run the same code. This file holds
+//! the entry point and the script each machine runs; [`report`](mod@report) makes the tables and
+//! the section of BENCHMARKS.md.
 
 use std::{
     fmt::Write as _,
