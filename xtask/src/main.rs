@@ -3,22 +3,12 @@
 //! Each verb is one variant of [`Verb`] and one function; add a verb by adding both.
 
 mod bench;
-mod bench_bignode;
-mod bench_bignode_nft;
-mod bench_daemon;
-mod bench_forensics;
-mod bench_incidents;
-mod bench_nats;
 mod cmd;
 mod deploy;
 mod fuzz;
 mod image;
-mod kstats;
-mod overhead;
 mod setup;
-mod soak;
 mod vm;
-mod vmbench;
 
 use std::{
     env,
@@ -135,7 +125,7 @@ enum Verb {
         transaction swapping an endpoint chain, against `nft list table`), between its \
         bench-bignode-nft markers; `--nft-only` measures that part alone."
     )]
-    BenchBignode(bench_bignode::BenchBignodeArgs),
+    BenchBignode(bench::bignode::BenchBignodeArgs),
 
     /// Run the integration tests in a QEMU guest with kprobes and fentry, once per backend
     #[command(
@@ -166,7 +156,7 @@ enum Verb {
         BENCHMARKS.md between its vm-bench markers. Needs root; about 20 minutes with the \
         default rounds."
     )]
-    VmBench(vmbench::VmBenchArgs),
+    VmBench(bench::vm::VmBenchArgs),
 
     /// What observer's hooks cost unrelated work and netfilter writers, per backend
     #[command(
@@ -180,11 +170,11 @@ enum Verb {
         BENCHMARKS.md between its bench-overhead markers. Needs root; about 40 minutes with the \
         default rounds (the guests run under software emulation)."
     )]
-    BenchOverhead(overhead::OverheadArgs),
+    BenchOverhead(bench::overhead::OverheadArgs),
 
     /// One workload of bench-overhead (run by its scripts); prints nanoseconds per operation
     #[command(hide = true)]
-    OverheadWorkload(overhead::WorkloadArgs),
+    OverheadWorkload(bench::overhead::WorkloadArgs),
 
     /// Build observer, then measure the record (size, query time) and `observer run` under load
     #[command(
@@ -195,7 +185,7 @@ enum Verb {
         per second (CPU share, RSS, records dropped). Writes the figures into BENCHMARKS.md \
         between its bench-daemon markers. Needs root. About 3 minutes; `--quick` is shorter."
     )]
-    BenchDaemon(bench_daemon::BenchDaemonArgs),
+    BenchDaemon(bench::daemon::BenchDaemonArgs),
     /// Build observer, then measure snapshots in the record and `observer query --at`
     #[command(
         long_about = "Run setup's checks, build observer (release), then write a week of \
@@ -205,10 +195,10 @@ enum Verb {
         most changes to replay). Writes the figures into BENCHMARKS.md between its \
         bench-forensics markers. Needs no root. About 3 minutes."
     )]
-    BenchForensics(bench_forensics::BenchForensicsArgs),
+    BenchForensics(bench::forensics::BenchForensicsArgs),
     /// Measure the incident engine (per-transaction cost, incident latency, memory under churn)
     /// and write the figures into BENCHMARKS.md
-    BenchIncidents(bench_incidents::BenchIncidentsArgs),
+    BenchIncidents(bench::incidents::BenchIncidentsArgs),
 
     /// Build observer, then measure fleet streaming on NATS JetStream (latency, rate, cost)
     #[command(
@@ -220,7 +210,7 @@ enum Verb {
         the figures into BENCHMARKS.md between its bench-nats markers. Needs root. About a \
         minute and a half; `--quick` is shorter."
     )]
-    BenchNats(bench_nats::BenchNatsArgs),
+    BenchNats(bench::nats::BenchNatsArgs),
 
     /// Build observer, then run `observer run` for N minutes under mixed churn and check it stays flat
     #[command(
@@ -240,7 +230,7 @@ enum Verb {
         runs) and the summary go into BENCHMARKS.md between its soak markers, also when an aim \
         is missed. Ctrl-C stops early, cleans up and exits 130 without writing. Needs root."
     )]
-    Soak(soak::SoakArgs),
+    Soak(bench::soak::SoakArgs),
 
     /// Validate deploy/'s Kubernetes manifests offline and check its Containerfile
     #[command(
@@ -312,16 +302,16 @@ fn main() -> ExitCode {
         Verb::Test(a) => test(&a.args),
         Verb::Tail(a) => tail(&a.args),
         Verb::Bench(a) => bench::run(&a),
-        Verb::BenchBignode(a) => bench_bignode::run(&a),
-        Verb::VmBench(a) => vmbench::run(&a),
-        Verb::BenchOverhead(a) => overhead::run(&a),
-        Verb::OverheadWorkload(a) => overhead::workload(&a),
+        Verb::BenchBignode(a) => bench::bignode::run(&a),
+        Verb::VmBench(a) => bench::vm::run(&a),
+        Verb::BenchOverhead(a) => bench::overhead::run(&a),
+        Verb::OverheadWorkload(a) => bench::overhead::workload(&a),
         Verb::VmTest => build().and_then(|ready| vm::vm_test(&ready).map(|r| r.unwrap_or(0))),
-        Verb::BenchDaemon(a) => bench_daemon::run(&a),
-        Verb::BenchForensics(a) => bench_forensics::run(&a),
-        Verb::BenchIncidents(a) => bench_incidents::run(&a),
-        Verb::BenchNats(a) => bench_nats::run(&a),
-        Verb::Soak(a) => soak::run(&a),
+        Verb::BenchDaemon(a) => bench::daemon::run(&a),
+        Verb::BenchForensics(a) => bench::forensics::run(&a),
+        Verb::BenchIncidents(a) => bench::incidents::run(&a),
+        Verb::BenchNats(a) => bench::nats::run(&a),
+        Verb::Soak(a) => bench::soak::run(&a),
         Verb::DeployCheck => deploy_check().map(|()| 0),
         Verb::Image(a) => {
             build_profile(image::PROFILE).and_then(|_| image::run(&a, &root(), &target_dir()?))

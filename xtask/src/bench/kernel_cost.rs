@@ -12,13 +12,13 @@ use std::{
 use anyhow::{bail, Result};
 
 use super::{
+    kstats,
     latency::measure_ops,
     netns::Netns,
     not_measured, row,
     spawn::{is_change, run_timed, Observer},
     Row,
 };
-use crate::kstats;
 
 pub(super) struct KernelCost {
     /// The iptables-legacy window, then the nft one.

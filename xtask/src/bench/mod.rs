@@ -16,41 +16,58 @@
 //!    `xtables-monitor` for nft and iptables-nft changes, a poller of `iptables-legacy-save` for
 //!    legacy changes on the 20,000-rule table ([`anchors`]).
 //!
-//! This file holds the entry point, the plan and what every part shares (its time limits, the
-//! run's environment), and the report: the table printed and written into BENCHMARKS.md
-//! between the bench markers. The parts share [`netns`] (namespaces), [`spawn`] (the commands
-//! and `observer tail` they run), [`stats`] (medians, distributions, number formats) and
-//! [`procfs`] (CPU and memory of a process).
+//! This file holds the entry point, the plan and what every part shares (its time limits), and
+//! the report: the table printed and written into BENCHMARKS.md between the bench markers. The
+//! parts share [`netns`] (namespaces), [`spawn`] (the commands and `observer tail` they run),
+//! [`stats`] (medians, distributions, number formats), [`procfs`] (CPU and memory of a
+//! process) and [`kstats`] (the kernel's BPF statistics); [`report`] holds the run's
+//! environment and the one writer of a marked section of BENCHMARKS.md, for every bench.
+//!
+//! The other bench verbs live beside it, one module each, and share those too:
+//! [`bignode`] (`bench-bignode`: cost per kube-proxy sync on a big node), [`overhead`]
+//! (`bench-overhead`: what the hooks cost the rest of the node), [`vm`] (`vm-bench`: the hook
+//! backends' cost to a writer, in a QEMU guest), [`daemon`] (`bench-daemon`: the record and
+//! `observer run` under load), [`forensics`] (`bench-forensics`), [`incidents`]
+//! (`bench-incidents`), [`nats`] (`bench-nats`: fleet streaming) and [`soak`] (`soak`: an hour of
+//! `observer run` under mixed churn). The benches of `observer run` share [`harness`].
 //!
 //! There are no pass/fail thresholds: the machines are shared and noisy. Every namespace is
 //! deleted on the way out (also when a part fails or panics); the host's own ruleset is never
 //! touched: every iptables/nft command runs under `ip netns exec`.
-use std::{
-    env,
-    fmt::Write as _,
-    fs,
-    path::Path,
-    process::{self, Command},
-    thread,
-    time::Duration,
-};
+use std::{fmt::Write as _, path::Path, process, time::Duration};
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{bail, Result};
 use clap::Args;
 
 use crate::cmd;
 
+// The parts of `cargo xtask bench`.
 mod anchors;
 mod idle;
 mod kernel_cost;
 mod latency;
 mod memory;
+mod read;
+
+// What the benches share.
+pub(crate) mod harness;
+pub(crate) mod kstats;
 pub(crate) mod netns;
 pub(crate) mod procfs;
-mod read;
+mod report;
 pub(crate) mod spawn;
 pub(crate) mod stats;
 pub(crate) mod table;
+
+// The other bench verbs, one module each.
+pub(crate) mod bignode;
+pub(crate) mod daemon;
+pub(crate) mod forensics;
+pub(crate) mod incidents;
+pub(crate) mod nats;
+pub(crate) mod overhead;
+pub(crate) mod soak;
+pub(crate) mod vm;
 
 use idle::Idle;
 use kernel_cost::KernelCost;
@@ -59,6 +76,7 @@ use memory::Rss;
 pub(crate) use netns::remove_stale_namespaces;
 use netns::Netns;
 use read::XtCost;
+pub(crate) use report::{write_benchmarks, write_marked, Environment};
 pub(crate) use stats::{median, median_opt};
 use table::{build_big_table, BigTable};
 pub(crate) use table::{kube_like_nft, kube_like_table};
@@ -257,64 +275,6 @@ fn part<T>(name: &str, f: impl FnOnce() -> Result<T>) -> Result<T, String> {
 // ---------------------------------------------------------------------------------------------
 // Report
 
-pub(crate) struct Environment {
-    pub(crate) date: String,
-    pub(crate) kernel: String,
-    pub(crate) cpus: String,
-    pub(crate) command: String,
-    pub(crate) revision: String,
-    pub(crate) tools: String,
-}
-
-impl Environment {
-    pub(crate) fn collect() -> Environment {
-        let first_line = |c: &mut Command| {
-            cmd::output(c)
-                .ok()
-                .and_then(|o| o.lines().next().map(str::to_owned))
-                .unwrap_or_else(|| "unknown".into())
-        };
-        let cpus = thread::available_parallelism().map_or(0, |n| n.get());
-        let model = fs::read_to_string("/proc/cpuinfo")
-            .ok()
-            .and_then(|c| {
-                c.lines()
-                    .find_map(|l| l.strip_prefix("model name"))
-                    .map(|m| m.trim_start_matches([' ', '\t', ':']).trim().to_owned())
-            })
-            .unwrap_or_else(|| "unknown model".into());
-        let mut command = String::new();
-        // Not CARGO_TARGET_DIR: where the build lands does not change the figures.
-        command.push_str("cargo xtask");
-        for a in env::args().skip(1) {
-            command.push(' ');
-            command.push_str(&a);
-        }
-        let revision = first_line(Command::new("git").arg("-C").arg(super::root()).args([
-            "describe",
-            "--always",
-            "--dirty",
-            "--abbrev=12",
-        ]));
-        let revision = match revision.strip_suffix("-dirty") {
-            Some(r) => format!("{r} with uncommitted changes"),
-            None => revision,
-        };
-        Environment {
-            date: first_line(Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"])),
-            kernel: first_line(Command::new("uname").arg("-r")),
-            cpus: format!("{cpus} ({model})"),
-            command,
-            revision,
-            tools: format!(
-                "{}, {}",
-                first_line(Command::new("iptables-legacy").arg("--version")),
-                first_line(Command::new("nft").arg("--version"))
-            ),
-        }
-    }
-}
-
 struct Results {
     env: Environment,
     plan: Plan,
@@ -479,34 +439,10 @@ fn write_section(path: &Path, section: &str) -> Result<()> {
     write_marked(path, START, END, section)
 }
 
-/// Replace what lies between the `start` and `end` markers of the file (markers included) with
-/// `section`, or append `section` when the markers are missing.
-pub(crate) fn write_marked(path: &Path, start: &str, end: &str, section: &str) -> Result<()> {
-    let old = fs::read_to_string(path).unwrap_or_default();
-    let new = match (old.find(start), old.find(end)) {
-        (Some(s), Some(e)) if s < e => {
-            let rest = &old[e + end.len()..];
-            let rest = rest.strip_prefix('\n').unwrap_or(rest);
-            format!("{}{section}{rest}", &old[..s])
-        }
-        _ => {
-            let mut o = if old.trim().is_empty() {
-                "# Benchmarks\n".to_owned()
-            } else {
-                old
-            };
-            if !o.ends_with('\n') {
-                o.push('\n');
-            }
-            o.push('\n');
-            o + section
-        }
-    };
-    fs::write(path, new).with_context(|| format!("writing {}", path.display()))
-}
-
 #[cfg(test)]
 mod tests {
+    use std::{env, fs};
+
     use super::*;
 
     #[test]

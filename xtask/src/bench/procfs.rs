@@ -1,9 +1,10 @@
 //! What `/proc` says about a process: its CPU time in clock ticks (`/proc/PID/stat`) and its
-//! memory figures (`/proc/PID/status`).
+//! memory figures (`/proc/PID/status`); and what `getrusage` says of this process's own CPU
+//! time and its reaped children's.
 
 use std::fs;
 
-use anyhow::{Context as _, Result};
+use anyhow::{bail, Context as _, Result};
 
 /// Linux's USER_HZ, the unit of utime and stime in /proc/PID/stat (100 on every architecture
 /// observer runs on).
@@ -33,6 +34,18 @@ pub(crate) fn status_kib(pid: u32, key: &str) -> Result<u64> {
         .find_map(|l| l.strip_prefix(key))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .with_context(|| format!("/proc/{pid}/status has no {key}"))
+}
+
+/// The user + system CPU time `getrusage(who)` gives (`RUSAGE_SELF`, `RUSAGE_CHILDREN`), in ms.
+pub(crate) fn rusage_cpu_ms(who: libc::c_int) -> Result<f64> {
+    // SAFETY: rusage is plain data; zero is a valid value of each field.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes into the struct it is given and nothing else.
+    if unsafe { libc::getrusage(who, &mut ru) } != 0 {
+        bail!("getrusage({who}): {}", std::io::Error::last_os_error());
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 * 1e3 + t.tv_usec as f64 / 1e3;
+    Ok(tv(ru.ru_utime) + tv(ru.ru_stime))
 }
 
 #[cfg(test)]

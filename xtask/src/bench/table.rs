@@ -43,6 +43,31 @@ pub(crate) fn chain_hash(seed: u64) -> String {
     out
 }
 
+/// Service `s`'s chain.
+fn svc(s: usize) -> String {
+    format!("KUBE-SVC-{}", chain_hash(s as u64 * 4))
+}
+
+/// The chain of service `s`'s endpoint `e`.
+fn sep(s: usize, e: usize) -> String {
+    format!("KUBE-SEP-{}", chain_hash(s as u64 * 4 + 1 + e as u64))
+}
+
+/// The address of service `s`'s endpoint `e`.
+fn endpoint(s: usize, e: usize) -> String {
+    let n = 2 * s + e;
+    format!("10.244.{}.{}", n / 250, n % 250 + 1)
+}
+
+fn cluster_ip(s: usize) -> String {
+    format!("10.96.{}.{}", s / 250, s % 250 + 1)
+}
+
+/// Service `s`'s namespace and name.
+fn name(s: usize) -> (String, String) {
+    (format!("ns-{}", s % 40), format!("svc-{s}"))
+}
+
 /// An `iptables-legacy-restore` input: a filter table of [`BIG_CHAINS`] user chains of
 /// [`RULES_PER_CHAIN`] rules each, shaped like kube-proxy's (services, endpoints, comments,
 /// statistic, jumps between chains), plus one jump from each built-in chain.
@@ -50,15 +75,6 @@ pub(crate) fn chain_hash(seed: u64) -> String {
 /// kube-proxy's `-j DNAT --to-destination` is only valid in the nat table; the kernel refuses it
 /// in filter, so each endpoint chain has `-j MARK --set-xmark` (a target with data) in its place.
 pub(crate) fn kube_like_table() -> String {
-    let svc = |s: usize| format!("KUBE-SVC-{}", chain_hash(s as u64 * 4));
-    let sep = |s: usize, e: usize| format!("KUBE-SEP-{}", chain_hash(s as u64 * 4 + 1 + e as u64));
-    let cluster_ip = |s: usize| format!("10.96.{}.{}", s / 250, s % 250 + 1);
-    let endpoint = |s: usize, e: usize| {
-        let n = 2 * s + e;
-        format!("10.244.{}.{}", n / 250, n % 250 + 1)
-    };
-    let name = |s: usize| (format!("ns-{}", s % 40), format!("svc-{s}"));
-
     let mut t = String::with_capacity(5 << 20);
     t.push_str("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n");
     t.push_str(":KUBE-SERVICES - [0:0]\n:KUBE-MARK-MASQ - [0:0]\n");
@@ -96,64 +112,12 @@ pub(crate) fn kube_like_table() -> String {
         );
     }
     for s in 0..SERVICES {
-        let (ns, n) = name(s);
-        let (chain, ip, port) = (svc(s), cluster_ip(s), 80 + s % 20);
-        let child = |c: usize| {
-            if c < SERVICES {
-                format!(
-                    "-A {chain} -m comment --comment \"{ns}/{n}:http dependent\" -j {}",
-                    svc(c)
-                )
-            } else {
-                format!(
-                    "-A {chain} -d {ip}/32 -p tcp -m tcp --dport {} -j DROP",
-                    port + 1000
-                )
-            }
-        };
-        let rules = [
-            format!(
-                "-A {chain} -d {ip}/32 ! -s 10.244.0.0/16 -p tcp -m comment --comment \"{ns}/{n}:http cluster IP\" -m tcp --dport {port} -j KUBE-MARK-MASQ"
-            ),
-            format!(
-                "-A {chain} -m comment --comment \"{ns}/{n}:http -> {}:8080\" -m statistic --mode random --probability 0.50000000000 -j {}",
-                endpoint(s, 0),
-                sep(s, 0)
-            ),
-            format!(
-                "-A {chain} -m comment --comment \"{ns}/{n}:http -> {}:8080\" -j {}",
-                endpoint(s, 1),
-                sep(s, 1)
-            ),
-            child(2 * s + RULES_PER_CHAIN),
-            child(2 * s + RULES_PER_CHAIN + 1),
-            format!("-A {chain} -d {ip}/32 -p udp -m comment --comment \"{ns}/{n}:dns\" -m udp --dport 53 -j ACCEPT"),
-            format!("-A {chain} -d {ip}/32 -p tcp -m comment --comment \"{ns}/{n}:https has no endpoints\" -m tcp --dport 443 -j REJECT --reject-with icmp-port-unreachable"),
-            format!("-A {chain} -m mark --mark 0x4000/0x4000 -m comment --comment \"{ns}/{n} masqueraded\" -j ACCEPT"),
-            format!("-A {chain} -s 10.244.{}.0/24 -d {ip}/32 -p tcp -m multiport --dports 8000:8100,9090 -j ACCEPT", s % 250),
-            format!("-A {chain} -m comment --comment \"{ns}/{n}:http no endpoint matched\" -j RETURN"),
-        ];
-        for r in rules {
+        for r in legacy_service_rules(s) {
             t.push_str(&r);
             t.push('\n');
         }
         for e in 0..2 {
-            let (chain, ep) = (sep(s, e), endpoint(s, e));
-            let id = 2 * s + e + 1;
-            let rules = [
-                format!("-A {chain} -s {ep}/32 -m comment --comment \"{ns}/{n}:http\" -j KUBE-MARK-MASQ"),
-                // Stands for `-p tcp -m tcp -j DNAT --to-destination {ep}:8080` (nat only).
-                format!("-A {chain} -p tcp -m comment --comment \"{ns}/{n}:http\" -m tcp -j MARK --set-xmark 0x{id:x}/0xffffffff"),
-                format!("-A {chain} -d {ep}/32 -p tcp -m tcp --dport 8080 --tcp-flags SYN,RST,ACK SYN -j ACCEPT"),
-                format!("-A {chain} -s {ep}/32 -p udp -m udp --sport 53 -j ACCEPT"),
-                format!("-A {chain} -d {ep}/32 -p tcp -m comment --comment \"{ns}/{n}:metrics\" -m tcp --dport 9090 -j ACCEPT"),
-                format!("-A {chain} -m mark --mark 0x{id:x}/0xffffffff -j ACCEPT"),
-                format!("-A {chain} -s {ep}/32 -p icmp -m icmp --icmp-type 8 -j ACCEPT"),
-                format!("-A {chain} -d {ep}/32 -p tcp -m tcp --dport 22 -j DROP"),
-                format!("-A {chain} -d {ep}/32 -p tcp -m comment --comment \"{ns}/{n}:https\" -m tcp --dport 8443 -j ACCEPT"),
-                format!("-A {chain} -j RETURN"),
-            ];
-            for r in rules {
+            for r in legacy_endpoint_rules(s, e) {
                 t.push_str(&r);
                 t.push('\n');
             }
@@ -169,15 +133,6 @@ pub(crate) fn kube_like_table() -> String {
 /// run replaces every rule, as a full resync does. `extra` adds one chain with one rule, so two
 /// versions can alternate.
 pub(crate) fn kube_like_nft(table: &str, extra: bool) -> String {
-    let svc = |s: usize| format!("KUBE-SVC-{}", chain_hash(s as u64 * 4));
-    let sep = |s: usize, e: usize| format!("KUBE-SEP-{}", chain_hash(s as u64 * 4 + 1 + e as u64));
-    let cluster_ip = |s: usize| format!("10.96.{}.{}", s / 250, s % 250 + 1);
-    let endpoint = |s: usize, e: usize| {
-        let n = 2 * s + e;
-        format!("10.244.{}.{}", n / 250, n % 250 + 1)
-    };
-    let name = |s: usize| (format!("ns-{}", s % 40), format!("svc-{s}"));
-
     let mut t = String::with_capacity(3 << 20);
     let _ = writeln!(
         t,
@@ -199,10 +154,14 @@ pub(crate) fn kube_like_nft(table: &str, extra: bool) -> String {
         ("FORWARD", "forward"),
         ("OUTPUT", "output"),
     ] {
+        let _ = writeln!(t, "\tchain {base} {{");
         let _ = writeln!(
             t,
-            "\tchain {base} {{\n\t\ttype filter hook {hook} priority filter; policy accept;\n\
-             \t\tjump KUBE-SERVICES comment \"kubernetes service portals\"\n\t}}"
+            "\t\ttype filter hook {hook} priority filter; policy accept;"
+        );
+        let _ = writeln!(
+            t,
+            "\t\tjump KUBE-SERVICES comment \"kubernetes service portals\"\n\t}}"
         );
     }
     let mut chain = |name: &str, rules: &[String]| {
@@ -230,67 +189,9 @@ pub(crate) fn kube_like_nft(table: &str, extra: bool) -> String {
     );
     chain("KUBE-MARK-MASQ", &masq);
     for s in 0..SERVICES {
-        let (ns, n) = name(s);
-        let (ip, port) = (cluster_ip(s), 80 + s % 20);
-        let child = |c: usize| {
-            if c < SERVICES {
-                format!("jump {} comment \"{ns}/{n}:http dependent\"", svc(c))
-            } else {
-                format!("ip daddr {ip} tcp dport {} drop", port + 1000)
-            }
-        };
-        chain(
-            &svc(s),
-            &[
-                format!(
-                    "ip daddr {ip} ip saddr != 10.244.0.0/16 tcp dport {port} jump KUBE-MARK-MASQ \
-                     comment \"{ns}/{n}:http cluster IP\""
-                ),
-                format!(
-                    "numgen random mod 2 vmap {{ 0 : jump {}, 1 : jump {} }} comment \"{ns}/{n}:http endpoints\"",
-                    sep(s, 0),
-                    sep(s, 1)
-                ),
-                format!(
-                    "jump {} comment \"{ns}/{n}:http -> {}:8080\"",
-                    sep(s, 1),
-                    endpoint(s, 1)
-                ),
-                child(2 * s + RULES_PER_CHAIN),
-                child(2 * s + RULES_PER_CHAIN + 1),
-                format!("ip daddr {ip} udp dport 53 accept comment \"{ns}/{n}:dns\""),
-                format!(
-                    "ip daddr {ip} tcp dport 443 reject with icmp type port-unreachable \
-                     comment \"{ns}/{n}:https has no endpoints\""
-                ),
-                format!("meta mark & 0x4000 == 0x4000 accept comment \"{ns}/{n} masqueraded\""),
-                format!(
-                    "ip saddr 10.244.{}.0/24 ip daddr {ip} tcp dport 8000-8100 accept",
-                    s % 250
-                ),
-                format!("return comment \"{ns}/{n}:http no endpoint matched\""),
-            ],
-        );
+        chain(&svc(s), &nft_service_rules(s));
         for e in 0..2 {
-            let ep = endpoint(s, e);
-            let id = 2 * s + e + 1;
-            chain(
-                &sep(s, e),
-                &[
-                    format!("ip saddr {ep} jump KUBE-MARK-MASQ comment \"{ns}/{n}:http\""),
-                    format!("meta l4proto tcp meta mark set 0x{id:x} comment \"{ns}/{n}:http\""),
-                    format!(
-                        "ip daddr {ep} tcp dport 8080 tcp flags & (syn | rst | ack) == syn accept"
-                    ),
-                    format!("ip saddr {ep} udp sport 53 accept"),
-                    format!("ip daddr {ep} tcp dport 9090 accept comment \"{ns}/{n}:metrics\""),
-                    format!("meta mark 0x{id:x} accept"),
-                    format!("ip saddr {ep} icmp type echo-request accept"),
-                    format!("ip daddr {ep} tcp dport 22 drop"),
-                    format!("ip daddr {ep} tcp dport 8443 accept comment \"{ns}/{n}:https\""),
-                    "return".to_owned(),
-                ],
-            );
+            chain(&sep(s, e), &nft_endpoint_rules(s, e));
         }
     }
     if extra {
@@ -298,6 +199,128 @@ pub(crate) fn kube_like_nft(table: &str, extra: bool) -> String {
     }
     t.push_str("}\n");
     t
+}
+
+/// Service `s`'s chain in [`kube_like_table`]: its rules, as `-A` lines.
+fn legacy_service_rules(s: usize) -> [String; RULES_PER_CHAIN] {
+    let (ns, n) = name(s);
+    let (chain, ip, port) = (svc(s), cluster_ip(s), 80 + s % 20);
+    let child = |c: usize| {
+        if c < SERVICES {
+            format!(
+                "-A {chain} -m comment --comment \"{ns}/{n}:http dependent\" -j {}",
+                svc(c)
+            )
+        } else {
+            format!(
+                "-A {chain} -d {ip}/32 -p tcp -m tcp --dport {} -j DROP",
+                port + 1000
+            )
+        }
+    };
+    [
+        format!(
+            "-A {chain} -d {ip}/32 ! -s 10.244.0.0/16 -p tcp -m comment --comment \"{ns}/{n}:http cluster IP\" -m tcp --dport {port} -j KUBE-MARK-MASQ"
+        ),
+        format!(
+            "-A {chain} -m comment --comment \"{ns}/{n}:http -> {}:8080\" -m statistic --mode random --probability 0.50000000000 -j {}",
+            endpoint(s, 0),
+            sep(s, 0)
+        ),
+        format!(
+            "-A {chain} -m comment --comment \"{ns}/{n}:http -> {}:8080\" -j {}",
+            endpoint(s, 1),
+            sep(s, 1)
+        ),
+        child(2 * s + RULES_PER_CHAIN),
+        child(2 * s + RULES_PER_CHAIN + 1),
+        format!("-A {chain} -d {ip}/32 -p udp -m comment --comment \"{ns}/{n}:dns\" -m udp --dport 53 -j ACCEPT"),
+        format!("-A {chain} -d {ip}/32 -p tcp -m comment --comment \"{ns}/{n}:https has no endpoints\" -m tcp --dport 443 -j REJECT --reject-with icmp-port-unreachable"),
+        format!("-A {chain} -m mark --mark 0x4000/0x4000 -m comment --comment \"{ns}/{n} masqueraded\" -j ACCEPT"),
+        format!("-A {chain} -s 10.244.{}.0/24 -d {ip}/32 -p tcp -m multiport --dports 8000:8100,9090 -j ACCEPT", s % 250),
+        format!("-A {chain} -m comment --comment \"{ns}/{n}:http no endpoint matched\" -j RETURN"),
+    ]
+}
+
+/// Endpoint `e` of service `s` in [`kube_like_table`]: its chain's rules, as `-A` lines.
+fn legacy_endpoint_rules(s: usize, e: usize) -> [String; RULES_PER_CHAIN] {
+    let (ns, n) = name(s);
+    let (chain, ep) = (sep(s, e), endpoint(s, e));
+    let id = 2 * s + e + 1;
+    [
+        format!("-A {chain} -s {ep}/32 -m comment --comment \"{ns}/{n}:http\" -j KUBE-MARK-MASQ"),
+        // Stands for `-p tcp -m tcp -j DNAT --to-destination {ep}:8080` (nat only).
+        format!("-A {chain} -p tcp -m comment --comment \"{ns}/{n}:http\" -m tcp -j MARK --set-xmark 0x{id:x}/0xffffffff"),
+        format!("-A {chain} -d {ep}/32 -p tcp -m tcp --dport 8080 --tcp-flags SYN,RST,ACK SYN -j ACCEPT"),
+        format!("-A {chain} -s {ep}/32 -p udp -m udp --sport 53 -j ACCEPT"),
+        format!("-A {chain} -d {ep}/32 -p tcp -m comment --comment \"{ns}/{n}:metrics\" -m tcp --dport 9090 -j ACCEPT"),
+        format!("-A {chain} -m mark --mark 0x{id:x}/0xffffffff -j ACCEPT"),
+        format!("-A {chain} -s {ep}/32 -p icmp -m icmp --icmp-type 8 -j ACCEPT"),
+        format!("-A {chain} -d {ep}/32 -p tcp -m tcp --dport 22 -j DROP"),
+        format!("-A {chain} -d {ep}/32 -p tcp -m comment --comment \"{ns}/{n}:https\" -m tcp --dport 8443 -j ACCEPT"),
+        format!("-A {chain} -j RETURN"),
+    ]
+}
+
+/// Service `s`'s chain in [`kube_like_nft`]: its rules, in nftables' words.
+fn nft_service_rules(s: usize) -> [String; RULES_PER_CHAIN] {
+    let (ns, n) = name(s);
+    let (ip, port) = (cluster_ip(s), 80 + s % 20);
+    let child = |c: usize| {
+        if c < SERVICES {
+            format!("jump {} comment \"{ns}/{n}:http dependent\"", svc(c))
+        } else {
+            format!("ip daddr {ip} tcp dport {} drop", port + 1000)
+        }
+    };
+    [
+        format!(
+            "ip daddr {ip} ip saddr != 10.244.0.0/16 tcp dport {port} jump KUBE-MARK-MASQ \
+             comment \"{ns}/{n}:http cluster IP\""
+        ),
+        format!(
+            "numgen random mod 2 vmap {{ 0 : jump {}, 1 : jump {} }} comment \"{ns}/{n}:http endpoints\"",
+            sep(s, 0),
+            sep(s, 1)
+        ),
+        format!(
+            "jump {} comment \"{ns}/{n}:http -> {}:8080\"",
+            sep(s, 1),
+            endpoint(s, 1)
+        ),
+        child(2 * s + RULES_PER_CHAIN),
+        child(2 * s + RULES_PER_CHAIN + 1),
+        format!("ip daddr {ip} udp dport 53 accept comment \"{ns}/{n}:dns\""),
+        format!(
+            "ip daddr {ip} tcp dport 443 reject with icmp type port-unreachable \
+             comment \"{ns}/{n}:https has no endpoints\""
+        ),
+        format!("meta mark & 0x4000 == 0x4000 accept comment \"{ns}/{n} masqueraded\""),
+        format!(
+            "ip saddr 10.244.{}.0/24 ip daddr {ip} tcp dport 8000-8100 accept",
+            s % 250
+        ),
+        format!("return comment \"{ns}/{n}:http no endpoint matched\""),
+    ]
+}
+
+/// Endpoint `e` of service `s` in [`kube_like_nft`]: its chain's rules, in nftables' words.
+fn nft_endpoint_rules(s: usize, e: usize) -> [String; RULES_PER_CHAIN] {
+    let (ns, n) = name(s);
+    let ep = endpoint(s, e);
+    let id = 2 * s + e + 1;
+    [
+        format!("ip saddr {ep} jump KUBE-MARK-MASQ comment \"{ns}/{n}:http\""),
+        format!("meta l4proto tcp meta mark set 0x{id:x} comment \"{ns}/{n}:http\""),
+        format!("ip daddr {ep} tcp dport 8080 tcp flags & (syn | rst | ack) == syn accept"),
+        format!("ip saddr {ep} udp sport 53 accept"),
+        format!("ip daddr {ep} tcp dport 9090 accept comment \"{ns}/{n}:metrics\""),
+        format!("meta mark 0x{id:x} accept"),
+        format!("ip saddr {ep} icmp type echo-request accept"),
+        format!("ip daddr {ep} tcp dport 22 drop"),
+        format!("ip daddr {ep} tcp dport 8443 accept comment \"{ns}/{n}:https\""),
+        "return".to_owned(),
+    ]
 }
 
 pub(super) fn build_big_table(ns: &Netns) -> Result<BigTable> {

@@ -37,10 +37,32 @@ struct Aim {
 pub(super) fn report(args: &SoakArgs, sh: &Shared, o: &Outcome) -> Result<i32> {
     let done = o.rows.len() as u64;
     let cut_short = interrupted() || done < args.minutes;
-    let n = done;
-    // Memory: minutes 10-20 against the last 10 for 30 minutes or more; else the middle third
-    // against the last.
-    let (memory_aim, memory_held) = if n >= 3 {
+    let aims = aims(sh, o);
+    let info = info(sh, o);
+    print_summary(args, cut_short, &aims, &info, o);
+    let all_held = aims.iter().all(|a| a.held == Some(true));
+
+    if cut_short {
+        eprintln!("xtask: soak: cut short, so BENCHMARKS.md is left as it is");
+        return Ok(130);
+    }
+    if args.bench {
+        let section = section(args, &aims, &info, &o.rows);
+        let path = crate::bench::write_benchmarks(START, END, &section)?;
+        eprintln!("xtask: wrote the figures into {}", path.display());
+    }
+    if !all_held {
+        eprintln!("xtask: soak: an aim was missed (above)");
+        return Ok(1);
+    }
+    Ok(0)
+}
+
+/// Flat memory: minutes 10-20 against the last 10 for 30 minutes or more; else the middle
+/// third against the last. The figure, and whether it held (`None` under 3 minutes).
+fn memory_aim(rows: &[Row]) -> (String, Option<bool>) {
+    let n = rows.len() as u64;
+    if n >= 3 {
         let (a, b, c, d, how) = if n >= 30 {
             (10, 20, n - 9, n, "")
         } else {
@@ -53,7 +75,7 @@ pub(super) fn report(args: &SoakArgs, sh: &Shared, o: &Outcome) -> Result<i32> {
                 " (a run under 30 minutes: the middle third against the last)",
             )
         };
-        let (base, tail) = (mean(&o.rows, a, b), mean(&o.rows, c, d));
+        let (base, tail) = (mean(rows, a, b), mean(rows, c, d));
         let growth = (tail / base - 1.0) * 100.0;
         let span = |a: u64, b: u64| {
             if a == b {
@@ -72,7 +94,13 @@ pub(super) fn report(args: &SoakArgs, sh: &Shared, o: &Outcome) -> Result<i32> {
         )
     } else {
         ("fewer than 3 minutes".to_owned(), None)
-    };
+    }
+}
+
+/// The aims, judged on what the run saw.
+fn aims(sh: &Shared, o: &Outcome) -> [Aim; 4] {
+    let done = o.rows.len() as u64;
+    let (memory_aim, memory_held) = memory_aim(&o.rows);
     let e = o.end;
     let drops = e.dropped + e.failed + e.gaps + e.lost;
     let fds1 = o.rows.first().map_or(0, |r| r.fds);
@@ -82,7 +110,7 @@ pub(super) fn report(args: &SoakArgs, sh: &Shared, o: &Outcome) -> Result<i32> {
     let sse_gaps = sse.gaps.load(Ordering::Relaxed) + o.stdout_last.saturating_sub(sse_last);
     let sse_dups = sse.duplicates.load(Ordering::Relaxed);
     let sse_mismatched = sse.mismatched.load(Ordering::Relaxed);
-    let aims = [
+    [
         Aim {
             name: "flat memory",
             figure: memory_aim,
@@ -120,7 +148,16 @@ pub(super) fn report(args: &SoakArgs, sh: &Shared, o: &Outcome) -> Result<i32> {
             aim: "0 missing, 0 twice",
             held: Some(sse_gaps == 0 && sse_dups == 0 && sse_mismatched == 0 && sse_last > 0),
         },
-    ];
+    ]
+}
+
+/// The run's other figures, for the summary: the load, observer's cost, the churn, stdout and
+/// observer's exit, and the descriptors that grew.
+fn info(sh: &Shared, o: &Outcome) -> Vec<String> {
+    let done = o.rows.len() as u64;
+    let e = o.end;
+    let fds1 = o.rows.first().map_or(0, |r| r.fds);
+    let sse = &sh.sse;
     let mut info = vec![
         format!(
             "load: {:.1} min, {} changes streamed on stdout ({:.0} per second; {} of them from \
@@ -174,12 +211,18 @@ pub(super) fn report(args: &SoakArgs, sh: &Shared, o: &Outcome) -> Result<i32> {
         }
         info.push(format!("descriptors that grew: {}", diff.join(", ")));
     }
+    info
+}
+
+/// Prints the summary: the aims, then the other figures and the end of observer's stderr.
+fn print_summary(args: &SoakArgs, cut_short: bool, aims: &[Aim], info: &[String], o: &Outcome) {
+    let done = o.rows.len() as u64;
     println!(
         "soak: summary after {done} of {} minutes{}",
         args.minutes,
         if cut_short { " (cut short)" } else { "" }
     );
-    for a in &aims {
+    for a in aims {
         println!(
             "soak: aim {}: {} (aim: {}): {}",
             a.name,
@@ -192,29 +235,12 @@ pub(super) fn report(args: &SoakArgs, sh: &Shared, o: &Outcome) -> Result<i32> {
             }
         );
     }
-    for i in &info {
+    for i in info {
         println!("soak: {i}");
     }
     for l in &o.stderr_tail {
         println!("soak: observer stderr: {l}");
     }
-    let all_held = aims.iter().all(|a| a.held == Some(true));
-
-    if cut_short {
-        eprintln!("xtask: soak: cut short, so BENCHMARKS.md is left as it is");
-        return Ok(130);
-    }
-    if args.bench {
-        let section = section(args, &aims, &info, &o.rows);
-        let path = crate::root().join("BENCHMARKS.md");
-        crate::bench::write_marked(&path, START, END, &section)?;
-        eprintln!("xtask: wrote the figures into {}", path.display());
-    }
-    if !all_held {
-        eprintln!("xtask: soak: an aim was missed (above)");
-        return Ok(1);
-    }
-    Ok(0)
 }
 
 fn section(args: &SoakArgs, aims: &[Aim], info: &[String], rows: &[Row]) -> String {
@@ -249,80 +275,8 @@ fn section(args: &SoakArgs, aims: &[Aim], info: &[String], rows: &[Row]) -> Stri
     for i in info {
         let _ = writeln!(s, "- {i}");
     }
-    let every = if rows.len() > 20 { 5 } else { 1 };
-    let _ = write!(
-        s,
-        "\n| minute | RSS MiB | open fds | CPU % of one core | record MiB (file + WAL) | record rows dropped / failed | gaps | kernel records lost | changes/s streamed | of which other namespaces | SSE seq missing / twice |\n\
-        | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
-    );
-    let line = |s: &mut String, label: String, r: &Row| {
-        let _ = writeln!(
-            s,
-            "| {label} | {:.1} | {} | {:.1} | {:.1} | {} / {} | {} | {} | {:.0} | {:.0} | {} / {} |",
-            r.rss_mib,
-            r.fds,
-            r.cpu_pct,
-            r.record_mib,
-            r.dropped,
-            r.failed,
-            r.gaps,
-            r.lost,
-            r.rate,
-            r.other_rate,
-            r.sse_gaps,
-            r.sse_dups
-        );
-    };
-    for r in rows {
-        if every == 1
-            || r.minute == 1
-            || r.minute.is_multiple_of(every as u64)
-            || r.minute == rows.len() as u64
-        {
-            line(&mut s, r.minute.to_string(), r);
-        }
-    }
-    if every > 1 {
-        let pick = |f: fn(f64, f64) -> f64, g: fn(usize, usize) -> usize| Row {
-            minute: 0,
-            rss_mib: rows.iter().map(|r| r.rss_mib).fold(rows[0].rss_mib, f),
-            fds: rows.iter().map(|r| r.fds).fold(rows[0].fds, g),
-            cpu_pct: rows.iter().map(|r| r.cpu_pct).fold(rows[0].cpu_pct, f),
-            record_mib: rows
-                .iter()
-                .map(|r| r.record_mib)
-                .fold(rows[0].record_mib, f),
-            rate: rows.iter().map(|r| r.rate).fold(rows[0].rate, f),
-            other_rate: rows
-                .iter()
-                .map(|r| r.other_rate)
-                .fold(rows[0].other_rate, f),
-            ..rows[rows.len() - 1].clone()
-        };
-        let last = &rows[rows.len() - 1];
-        let mut min = pick(f64::min, usize::min);
-        let mut max = pick(f64::max, usize::max);
-        // The counters only grow: their minimum is minute 1's, their maximum the last's.
-        (
-            min.dropped,
-            min.failed,
-            min.gaps,
-            min.lost,
-            min.sse_gaps,
-            min.sse_dups,
-        ) = (
-            rows[0].dropped,
-            rows[0].failed,
-            rows[0].gaps,
-            rows[0].lost,
-            rows[0].sse_gaps,
-            rows[0].sse_dups,
-        );
-        (max.dropped, max.failed, max.gaps, max.lost) =
-            (last.dropped, last.failed, last.gaps, last.lost);
-        line(&mut s, "min".into(), &min);
-        line(&mut s, "max".into(), &max);
-    }
+    minutes_table(&mut s, rows);
+    let every = every(rows);
     let _ = write!(
         s,
         "\nEvery minute is one sample: RSS (`VmRSS`) and open descriptors (the least of 3 reads, \
@@ -349,4 +303,167 @@ fn section(args: &SoakArgs, aims: &[Aim], info: &[String], rows: &[Row]) -> Stri
         },
     );
     s
+}
+
+/// Minutes shown in the minutes table: every one up to 20 minutes, else every 5th (with the
+/// first and the last).
+fn every(rows: &[Row]) -> usize {
+    if rows.len() > 20 {
+        5
+    } else {
+        1
+    }
+}
+
+/// The minutes table: one line per minute shown, then the least and the most when not every
+/// minute is.
+fn minutes_table(s: &mut String, rows: &[Row]) {
+    let every = every(rows);
+    let _ = write!(
+        s,
+        "\n| minute | RSS MiB | open fds | CPU % of one core | record MiB (file + WAL) | record rows dropped / failed | gaps | kernel records lost | changes/s streamed | of which other namespaces | SSE seq missing / twice |\n\
+        | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
+    );
+    for r in rows {
+        if every == 1
+            || r.minute == 1
+            || r.minute.is_multiple_of(every as u64)
+            || r.minute == rows.len() as u64
+        {
+            minute_line(s, r.minute.to_string(), r);
+        }
+    }
+    if every > 1 {
+        let (min, max) = extremes(rows);
+        minute_line(s, "min".into(), &min);
+        minute_line(s, "max".into(), &max);
+    }
+}
+
+/// One line of the minutes table: `label` (the minute, or min or max) and the row's figures.
+fn minute_line(s: &mut String, label: String, r: &Row) {
+    let _ = writeln!(
+        s,
+        "| {label} | {:.1} | {} | {:.1} | {:.1} | {} / {} | {} | {} | {:.0} | {:.0} | {} / {} |",
+        r.rss_mib,
+        r.fds,
+        r.cpu_pct,
+        r.record_mib,
+        r.dropped,
+        r.failed,
+        r.gaps,
+        r.lost,
+        r.rate,
+        r.other_rate,
+        r.sse_gaps,
+        r.sse_dups
+    );
+}
+
+/// The least and the most of each figure over all minutes.
+fn extremes(rows: &[Row]) -> (Row, Row) {
+    let pick = |f: fn(f64, f64) -> f64, g: fn(usize, usize) -> usize| Row {
+        minute: 0,
+        rss_mib: rows.iter().map(|r| r.rss_mib).fold(rows[0].rss_mib, f),
+        fds: rows.iter().map(|r| r.fds).fold(rows[0].fds, g),
+        cpu_pct: rows.iter().map(|r| r.cpu_pct).fold(rows[0].cpu_pct, f),
+        record_mib: rows
+            .iter()
+            .map(|r| r.record_mib)
+            .fold(rows[0].record_mib, f),
+        rate: rows.iter().map(|r| r.rate).fold(rows[0].rate, f),
+        other_rate: rows
+            .iter()
+            .map(|r| r.other_rate)
+            .fold(rows[0].other_rate, f),
+        ..rows[rows.len() - 1].clone()
+    };
+    let last = &rows[rows.len() - 1];
+    let mut min = pick(f64::min, usize::min);
+    let mut max = pick(f64::max, usize::max);
+    // The counters only grow: their minimum is minute 1's, their maximum the last's.
+    (
+        min.dropped,
+        min.failed,
+        min.gaps,
+        min.lost,
+        min.sse_gaps,
+        min.sse_dups,
+    ) = (
+        rows[0].dropped,
+        rows[0].failed,
+        rows[0].gaps,
+        rows[0].lost,
+        rows[0].sse_gaps,
+        rows[0].sse_dups,
+    );
+    (max.dropped, max.failed, max.gaps, max.lost) =
+        (last.dropped, last.failed, last.gaps, last.lost);
+    (min, max)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(m: u64) -> Row {
+        Row {
+            minute: m,
+            rss_mib: 10.0 + m as f64 * 0.37,
+            fds: 20 + (m as usize % 3),
+            cpu_pct: 5.0 + (m % 7) as f64,
+            record_mib: m as f64 * 1.5,
+            dropped: m / 10,
+            failed: m / 20,
+            gaps: m / 30,
+            lost: m / 40,
+            rate: 1000.0 - m as f64,
+            other_rate: (m % 5) as f64,
+            sse_gaps: m / 11,
+            sse_dups: m / 13,
+        }
+    }
+
+    #[test]
+    fn a_long_run_shows_every_fifth_minute_and_the_extremes() {
+        let aims = [Aim {
+            name: "flat memory",
+            figure: "f".into(),
+            aim: "x",
+            held: Some(false),
+        }];
+        let info = ["i".to_owned()];
+        for (minutes, shown) in [
+            (7, vec!["1", "2", "3", "4", "5", "6", "7"]),
+            (
+                43,
+                vec![
+                    "1", "5", "10", "15", "20", "25", "30", "35", "40", "43", "min", "max",
+                ],
+            ),
+        ] {
+            let rows: Vec<Row> = (1..=minutes).map(row).collect();
+            let args = SoakArgs {
+                minutes,
+                bench: true,
+            };
+            let s = section(&args, &aims, &info, &rows);
+            assert!(s.starts_with(&format!("{START}\n")), "{s}");
+            assert!(s.ends_with(&format!("{END}\n")), "{s}");
+            assert!(s.contains("| flat memory | f | x | **no** |"), "{s}");
+            let labels: Vec<&str> = s
+                .lines()
+                .filter(|l| l.starts_with("| ") && !l.starts_with("| ---"))
+                .filter_map(|l| l.split(" | ").next()?.strip_prefix("| "))
+                .filter(|l| l.parse::<u64>().is_ok() || *l == "min" || *l == "max")
+                .collect();
+            assert_eq!(labels, shown, "{s}");
+        }
+        // The counters' least is minute 1's, their most the last minute's.
+        let rows: Vec<Row> = (1..=43).map(row).collect();
+        let (min, max) = extremes(&rows);
+        assert_eq!((min.dropped, max.dropped), (0, 4));
+        assert_eq!((min.fds, max.fds), (20, 22));
+        assert!((min.rss_mib - 10.37).abs() < 1e-9);
+    }
 }

@@ -25,6 +25,7 @@
 
 use std::collections::BTreeMap;
 use std::fs;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::thread;
@@ -33,7 +34,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
-use crate::bench_daemon::{clock_ticks, cpu_ticks, free_port, load_batches, rss, TempDir};
+use crate::bench::harness::{clock_ticks, cpu_ticks, free_port, load_batches, rss, TempDir};
 use crate::cmd;
 
 mod daemon;
@@ -171,13 +172,13 @@ pub fn run(args: &SoakArgs) -> Result<i32> {
     }
     catch_signals();
     crate::bench::remove_stale_namespaces(NS_PREFIX);
-    super::build()?;
+    crate::build()?;
     if interrupted() {
         bail!("interrupted");
     }
     let dir = TempDir::new()?;
     // A copy: a rebuild of target/release/observer during a long run cannot touch it.
-    let built = super::target_dir()?.join("release").join("observer");
+    let built = crate::target_dir()?.join("release").join("observer");
     let bin = dir.path().join("observer");
     fs::copy(&built, &bin).with_context(|| format!("copying {}", built.display()))?;
     let port = free_port()?;
@@ -208,37 +209,19 @@ pub fn run(args: &SoakArgs) -> Result<i32> {
             }
         }
         let _stop_all = StopAll(&sh);
+        let ctx = Ctx {
+            sh: &sh,
+            dir: dir.path(),
+            port,
+        };
         let sh = &sh;
         s.spawn(move || read_stdout(stdout, sh));
-        let pid = daemon.pid;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !sh.ready.load(Ordering::SeqCst) {
-            if let Some(st) = daemon.exited() {
-                bail!(
-                    "observer run exited ({st}) before its ready line; its stderr ends with:\n{}",
-                    daemon.stderr_tail(15).join("\n")
-                );
-            }
-            if Instant::now() > deadline {
-                bail!("observer run printed no ready line within 60 s");
-            }
-            if interrupted() {
-                bail!("interrupted");
-            }
-            thread::sleep(Duration::from_millis(50));
-        }
+        wait_ready(&mut daemon, sh)?;
         s.spawn(move || sse(sh, port));
         thread::sleep(Duration::from_secs(2));
 
         let clk = clock_ticks();
-        let t0 = Instant::now();
-        let (mut prev_t, mut prev_cpu, mut prev_changes, mut prev_other) = (
-            t0,
-            cpu_ticks(pid),
-            sh.changes.load(Ordering::Relaxed),
-            sh.other_changes.load(Ordering::Relaxed),
-        );
-        let (cpu_start, changes_start) = (prev_cpu, prev_changes);
+        let start = Mark::now(sh, daemon.pid);
         let (nft, legacy, nft_b, legacy_b) = (&nft_ns, &legacy_ns, &nft_batches, &legacy_batches);
         let load_thread = s.spawn(move || load(sh, nft, nft_b, legacy, legacy_b));
         let dir_path = dir.path();
@@ -248,109 +231,203 @@ pub fn run(args: &SoakArgs) -> Result<i32> {
              an SSE client); one line a minute. Ctrl-C stops it early and cleans up."
         );
         print_header();
-        let mut rows: Vec<Row> = Vec::new();
-        let mut rss_peak = rss(pid);
-        let mut fds_minute1 = BTreeMap::new();
-        let mut last = Scrape::default();
-        'minutes: for minute in 1..=minutes {
-            let at = t0 + Duration::from_secs(60 * minute);
-            let mut next_rss = Instant::now();
-            while Instant::now() < at {
-                if interrupted() {
-                    eprintln!(
-                        "xtask: soak: interrupted: stopping the load and observer, deleting the \
-                         namespaces (Ctrl-C again quits at once and leaves them)"
-                    );
-                    break 'minutes;
-                }
-                if let Some(st) = daemon.exited() {
-                    bail!(
-                        "observer run exited ({st}) in minute {minute}; its stderr ends with:\n{}",
-                        daemon.stderr_tail(15).join("\n")
-                    );
-                }
-                if Instant::now() >= next_rss {
-                    rss_peak = rss_peak.max(rss(pid));
-                    next_rss += Duration::from_secs(1);
-                }
-                thread::sleep(Duration::from_millis(200));
-            }
-            let (fds, kinds) = quiet_fds(sh, pid, 3);
-            let now = Instant::now();
-            let cpu = cpu_ticks(pid);
-            let changes = sh.changes.load(Ordering::Relaxed);
-            let other = sh.other_changes.load(Ordering::Relaxed);
-            let wall = (now - prev_t).as_secs_f64();
-            let rss_now = rss(pid);
-            rss_peak = rss_peak.max(rss_now);
-            last = scrape(port).unwrap_or(last);
-            if minute == 1 {
-                fds_minute1 = kinds;
-            }
-            let row = Row {
-                minute,
-                rss_mib: rss_now as f64 / MIB,
-                fds,
-                cpu_pct: (cpu - prev_cpu) as f64 / clk / wall * 100.0,
-                record_mib: record_mib(dir.path()),
-                dropped: last.dropped,
-                failed: last.failed,
-                gaps: last.gaps,
-                lost: last.lost,
-                rate: (changes - prev_changes) as f64 / wall,
-                other_rate: (other - prev_other) as f64 / wall,
-                sse_gaps: sh.sse.gaps.load(Ordering::Relaxed),
-                sse_dups: sh.sse.duplicates.load(Ordering::Relaxed),
-            };
-            print_row(&row);
-            rows.push(row);
-            (prev_t, prev_cpu, prev_changes, prev_other) = (now, cpu, changes, other);
-        }
+        let sampled = sample_minutes(&ctx, &mut daemon, minutes, start, clk)?;
         sh.stop_load.store(true, Ordering::SeqCst);
-        let load_s = t0.elapsed().as_secs_f64();
-        let cpu_pct = (cpu_ticks(pid) - cpu_start) as f64 / clk / load_s * 100.0;
+        let load_s = start.at.elapsed().as_secs_f64();
+        let cpu_pct = (cpu_ticks(daemon.pid) - start.cpu) as f64 / clk / load_s * 100.0;
         let _ = load_thread.join();
         let _ = churn_thread.join();
-        // Everything streamed, and the SSE client caught up with stdout.
-        thread::sleep(Duration::from_secs(2));
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !interrupted()
-            && sh.sse.last.load(Ordering::SeqCst) < sh.last_seq.load(Ordering::SeqCst)
-            && Instant::now() < deadline
-        {
-            thread::sleep(Duration::from_millis(100));
-        }
-        let (end_fds, fds_end) = quiet_fds(sh, pid, 5);
-        let end = scrape(port).unwrap_or(last);
-        let record = record_mib(dir.path());
-        rss_peak = rss_peak.max(rss(pid));
-        sh.stop_sse.store(true, Ordering::SeqCst);
-        let exit = match daemon.stop() {
-            Ok(st) if st.success() => "0 after SIGTERM".to_owned(),
-            Ok(st) => format!("{st} after SIGTERM"),
-            Err(e) => format!("{e:#}"),
-        };
-        let stderr_lines = fs::read_to_string(&daemon.stderr)
-            .map(|t| t.lines().count())
-            .unwrap_or(0);
-        Ok(Outcome {
-            rows,
-            load_s,
-            changes: sh.changes.load(Ordering::Relaxed) - changes_start,
-            cpu_pct,
-            rss_peak_mib: rss_peak as f64 / MIB,
-            end_fds,
-            fds_minute1,
-            fds_end,
-            end,
-            record_mib: record,
-            stdout_last: sh.last_seq.load(Ordering::SeqCst),
-            exit,
-            stderr_lines,
-            stderr_tail: daemon.stderr_tail(5),
-        })
+        Ok(finish(&ctx, &mut daemon, start, sampled, load_s, cpu_pct))
     })?;
     drop(legacy_ns);
     drop(nft_ns);
     report(args, &sh, &outcome)
+}
+
+/// What the run's steps share: the threads' state, the soak's directory, observer's port.
+struct Ctx<'a> {
+    sh: &'a Shared,
+    dir: &'a Path,
+    port: u16,
+}
+
+/// A moment of the run and observer's counters then: the start of the load, or of a minute.
+#[derive(Clone, Copy)]
+struct Mark {
+    at: Instant,
+    cpu: u64,
+    changes: u64,
+    other: u64,
+}
+
+impl Mark {
+    fn now(sh: &Shared, pid: u32) -> Mark {
+        Mark {
+            at: Instant::now(),
+            cpu: cpu_ticks(pid),
+            changes: sh.changes.load(Ordering::Relaxed),
+            other: sh.other_changes.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Waits for observer's ready line; fails when observer exits first, after 60 s, or on Ctrl-C.
+fn wait_ready(daemon: &mut Daemon, sh: &Shared) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !sh.ready.load(Ordering::SeqCst) {
+        if let Some(st) = daemon.exited() {
+            bail!(
+                "observer run exited ({st}) before its ready line; its stderr ends with:\n{}",
+                daemon.stderr_tail(15).join("\n")
+            );
+        }
+        if Instant::now() > deadline {
+            bail!("observer run printed no ready line within 60 s");
+        }
+        if interrupted() {
+            bail!("interrupted");
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+/// What the minutes sampled: a row each, the peak RSS, the descriptors after minute 1 and the
+/// last figures of `/metrics`.
+struct Sampled {
+    rows: Vec<Row>,
+    rss_peak: u64,
+    fds_minute1: BTreeMap<String, usize>,
+    last: Scrape,
+}
+
+/// One row a minute for `minutes` minutes from `start` (fewer after Ctrl-C), printed as it is
+/// taken; fails when observer exits. `clk`: the clock ticks per second.
+fn sample_minutes(
+    ctx: &Ctx,
+    daemon: &mut Daemon,
+    minutes: u64,
+    start: Mark,
+    clk: f64,
+) -> Result<Sampled> {
+    let (sh, pid) = (ctx.sh, daemon.pid);
+    let mut out = Sampled {
+        rows: Vec::new(),
+        rss_peak: rss(pid),
+        fds_minute1: BTreeMap::new(),
+        last: Scrape::default(),
+    };
+    let mut prev = start;
+    for minute in 1..=minutes {
+        let at = start.at + Duration::from_secs(60 * minute);
+        if !wait_minute(daemon, minute, at, &mut out.rss_peak)? {
+            break;
+        }
+        let (fds, kinds) = quiet_fds(sh, pid, 3);
+        let now = Mark::now(sh, pid);
+        let wall = (now.at - prev.at).as_secs_f64();
+        let rss_now = rss(pid);
+        out.rss_peak = out.rss_peak.max(rss_now);
+        out.last = scrape(ctx.port).unwrap_or(out.last);
+        if minute == 1 {
+            out.fds_minute1 = kinds;
+        }
+        let last = out.last;
+        let row = Row {
+            minute,
+            rss_mib: rss_now as f64 / MIB,
+            fds,
+            cpu_pct: (now.cpu - prev.cpu) as f64 / clk / wall * 100.0,
+            record_mib: record_mib(ctx.dir),
+            dropped: last.dropped,
+            failed: last.failed,
+            gaps: last.gaps,
+            lost: last.lost,
+            rate: (now.changes - prev.changes) as f64 / wall,
+            other_rate: (now.other - prev.other) as f64 / wall,
+            sse_gaps: sh.sse.gaps.load(Ordering::Relaxed),
+            sse_dups: sh.sse.duplicates.load(Ordering::Relaxed),
+        };
+        print_row(&row);
+        out.rows.push(row);
+        prev = now;
+    }
+    Ok(out)
+}
+
+/// Waits until `at`, the end of minute `minute`, reading observer's RSS once a second into
+/// `rss_peak`; false when Ctrl-C came first. Fails when observer exits.
+fn wait_minute(daemon: &mut Daemon, minute: u64, at: Instant, rss_peak: &mut u64) -> Result<bool> {
+    let mut next_rss = Instant::now();
+    while Instant::now() < at {
+        if interrupted() {
+            eprintln!(
+                "xtask: soak: interrupted: stopping the load and observer, deleting the \
+                 namespaces (Ctrl-C again quits at once and leaves them)"
+            );
+            return Ok(false);
+        }
+        if let Some(st) = daemon.exited() {
+            bail!(
+                "observer run exited ({st}) in minute {minute}; its stderr ends with:\n{}",
+                daemon.stderr_tail(15).join("\n")
+            );
+        }
+        if Instant::now() >= next_rss {
+            *rss_peak = (*rss_peak).max(rss(daemon.pid));
+            next_rss += Duration::from_secs(1);
+        }
+        thread::sleep(Duration::from_millis(200));
+    }
+    Ok(true)
+}
+
+/// After the load: lets everything stream and the SSE client catch up with stdout, takes the
+/// end's figures, and stops observer.
+fn finish(
+    ctx: &Ctx,
+    daemon: &mut Daemon,
+    start: Mark,
+    sampled: Sampled,
+    load_s: f64,
+    cpu_pct: f64,
+) -> Outcome {
+    let (sh, pid) = (ctx.sh, daemon.pid);
+    thread::sleep(Duration::from_secs(2));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !interrupted()
+        && sh.sse.last.load(Ordering::SeqCst) < sh.last_seq.load(Ordering::SeqCst)
+        && Instant::now() < deadline
+    {
+        thread::sleep(Duration::from_millis(100));
+    }
+    let (end_fds, fds_end) = quiet_fds(sh, pid, 5);
+    let end = scrape(ctx.port).unwrap_or(sampled.last);
+    let record = record_mib(ctx.dir);
+    let rss_peak = sampled.rss_peak.max(rss(pid));
+    sh.stop_sse.store(true, Ordering::SeqCst);
+    let exit = match daemon.stop() {
+        Ok(st) if st.success() => "0 after SIGTERM".to_owned(),
+        Ok(st) => format!("{st} after SIGTERM"),
+        Err(e) => format!("{e:#}"),
+    };
+    let stderr_lines = fs::read_to_string(&daemon.stderr)
+        .map(|t| t.lines().count())
+        .unwrap_or(0);
+    Outcome {
+        rows: sampled.rows,
+        load_s,
+        changes: sh.changes.load(Ordering::Relaxed) - start.changes,
+        cpu_pct,
+        rss_peak_mib: rss_peak as f64 / MIB,
+        end_fds,
+        fds_minute1: sampled.fds_minute1,
+        fds_end,
+        end,
+        record_mib: record,
+        stdout_last: sh.last_seq.load(Ordering::SeqCst),
+        exit,
+        stderr_lines,
+        stderr_tail: daemon.stderr_tail(5),
+    }
 }

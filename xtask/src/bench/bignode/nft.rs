@@ -29,31 +29,29 @@ use std::{
     time::{Duration, Instant},
 };
 
+use anyhow::{bail, Context as _, Result};
+
+use super::{
+    cluster_ip, cpu_ms, endpoint_ip, ipv4, measure_sizes,
+    report::{publish, Shape},
+    run_cpu, run_syncs, settle, Figures, ENDPOINTS,
+};
 use crate::{
     bench::{
         netns::Netns,
         procfs::status_kib,
         remove_stale_namespaces,
         spawn::{run_bounded, Observer},
-        stats::{median, mib, ms, percentile, thousands},
+        stats::{ms, thousands},
         table::chain_hash,
-        write_marked, Environment,
-    },
-    bench_bignode::{
-        cluster_ip, cpu_ms, endpoint_ip, follows, growth_exponent, ipv4, run_cpu, run_syncs,
-        settle, SyncFigures,
+        Environment,
     },
     cmd,
 };
-use anyhow::{bail, Context as _, Result};
 
-pub(crate) const START: &str = "<!-- bench-bignode-nft:start -->";
-pub(crate) const END: &str = "<!-- bench-bignode-nft:end -->";
 /// The namespaces: `obs-bignft-PID-SERVICES`.
-pub(crate) const NS_PREFIX: &str = "obs-bignft-";
+const NS_PREFIX: &str = "obs-bignft-";
 
-/// Endpoints per service.
-const ENDPOINTS: usize = 3;
 /// Chains of one service: its service chain and one per endpoint.
 const CHAINS_PER_SERVICE: usize = 1 + ENDPOINTS;
 /// Rules of one service: two in its service chain, two per endpoint chain.
@@ -65,8 +63,8 @@ const FIXED_CHAINS: usize = 6;
 const FIXED_RULES: usize = 3 + 1 + 3 + 1;
 
 /// Above this size one `nft list table` takes seconds: one timed run only.
-const ONE_LIST_ABOVE: usize = 20_000;
-const LIST_RUNS: usize = 3;
+pub(super) const ONE_LIST_ABOVE: usize = 20_000;
+pub(super) const LIST_RUNS: usize = 3;
 const LOAD_TIMEOUT: Duration = Duration::from_secs(900);
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(900);
 const SETTLE_QUIET: Duration = Duration::from_secs(2);
@@ -74,36 +72,26 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Runs the nftables shape at `sizes` with `syncs` syncs each; prints the section and writes it
 /// into BENCHMARKS.md unless `no_write`. True when every size was measured.
-pub(crate) fn run(bin: &Path, sizes: &[usize], syncs: usize, no_write: bool) -> Result<bool> {
+pub(super) fn run(bin: &Path, sizes: &[usize], syncs: usize, no_write: bool) -> Result<bool> {
     if cmd::which("nft").is_none() {
         bail!("`nft` was not found; `cargo xtask setup` installs it (Debian package nftables)");
     }
     let env = Environment::collect();
     remove_stale_namespaces(NS_PREFIX);
     let mut notes = Vec::new();
-    let mut results = Vec::new();
-    for &services in sizes {
-        let name = format!(
-            "bench-bignode --nft: {} services ({} chains, {} rules), {syncs} syncs",
-            thousands(services as u64),
-            thousands(expected_chains(services) as u64),
-            thousands(expected_rules(services) as u64)
-        );
-        let r = cmd::phase(&name, || measure(bin, services, syncs, &mut notes)).map_err(|e| {
-            eprintln!("xtask: {name}: {e:#}");
-            format!("{e:#}")
-        });
-        results.push((services, r));
-    }
-    let md = markdown(&env, syncs, &results, &notes);
-    print!("{md}");
-    if no_write {
-        eprintln!("xtask: --no-write: BENCHMARKS.md left as it is");
-    } else {
-        let path = crate::root().join("BENCHMARKS.md");
-        write_marked(&path, START, END, &md)?;
-        eprintln!("xtask: wrote the nftables figures into {}", path.display());
-    }
+    let results = measure_sizes(
+        sizes,
+        |services| {
+            format!(
+                "bench-bignode --nft: {} services ({} chains, {} rules), {syncs} syncs",
+                thousands(services as u64),
+                thousands(expected_chains(services) as u64),
+                thousands(expected_rules(services) as u64)
+            )
+        },
+        |services| measure(bin, services, syncs, &mut notes),
+    );
+    publish(Shape::Nft, &env, syncs, &results, &notes, no_write)?;
     Ok(results.iter().all(|(_, r)| r.is_ok()))
 }
 
@@ -235,44 +223,9 @@ fn sync_block(services: usize, k: usize, endpoints: &mut [Vec<String>]) -> Sync 
 // ---------------------------------------------------------------------------------------------
 // The measurement
 
-#[derive(Default)]
-struct Size {
-    rules: usize,
-    chains: usize,
-    list_bytes: usize,
-    load_ms: f64,
-    load_lines: usize,
-    load_cpu_ms: f64,
-    load_settle_ms: f64,
-    /// observer's VmRSS at its ready line, before the table (other namespaces' tables in it).
-    ready_rss_kib: u64,
-    /// observer's VmRSS once the load is reported (before the syncs).
-    loaded_rss_kib: u64,
-    /// Other network namespaces with a name when observer started (observer reads them all).
-    other_namespaces: usize,
-    /// The syncs (the writer's figures are its restore's or its `nft -f`'s).
-    syncs: SyncFigures,
-    rss_kib: u64,
-    hwm_kib: u64,
-    list_ms: Vec<f64>,
-    list_cpu_ms: Vec<f64>,
-}
-
-impl Size {
-    fn cpu_median(&self) -> f64 {
-        median(&self.syncs.cpu_ms)
-    }
-
-    fn cpu_mean(&self) -> f64 {
-        self.syncs.cpu_ms.iter().sum::<f64>() / self.syncs.cpu_ms.len().max(1) as f64
-    }
-
-    fn list_cpu(&self) -> f64 {
-        median(&self.list_cpu_ms)
-    }
-}
-
-fn measure(bin: &Path, services: usize, syncs: usize, notes: &mut Vec<String>) -> Result<Size> {
+/// One size: observer started in a namespace of its own, the table loaded, the syncs, then the
+/// listings.
+fn measure(bin: &Path, services: usize, syncs: usize, notes: &mut Vec<String>) -> Result<Figures> {
     let ns = Netns::add(format!("{NS_PREFIX}{}-{services}", process::id()))?;
     let tag = format!("bignft-{services}");
     let mut obs = Observer::start(bin, &["tail", "--json", "--netns", &ns.name], &tag)?;
@@ -290,11 +243,11 @@ fn measure(bin: &Path, services: usize, syncs: usize, notes: &mut Vec<String>) -
     let mut load = ns.cmd("nft");
     load.arg("-f").arg(&file);
     run_bounded(&mut load, None, LOAD_TIMEOUT).context("loading table ip kube-proxy")?;
-    let mut size = Size {
+    let mut size = Figures {
         load_ms: ms(t0.elapsed()),
         ready_rss_kib,
         other_namespaces,
-        ..Size::default()
+        ..Figures::default()
     };
     let t1 = Instant::now();
     size.load_lines = settle(&obs, SETTLE_QUIET, SETTLE_TIMEOUT)?;
@@ -345,7 +298,7 @@ fn measure(bin: &Path, services: usize, syncs: usize, notes: &mut Vec<String>) -
                 && !l.starts_with("elements")
         })
         .count();
-    size.list_bytes = listed.len();
+    size.dump_bytes = listed.len();
     if size.chains != expected_chains(services) || size.rules != expected_rules(services) {
         bail!(
             "nft list table shows {} chains and {} rules; expected {} and {}",
@@ -362,189 +315,11 @@ fn measure(bin: &Path, services: usize, syncs: usize, notes: &mut Vec<String>) -
     };
     for _ in 0..runs {
         let (_, wall, cpu) = run_cpu(&mut list())?;
-        size.list_ms.push(wall);
-        size.list_cpu_ms.push(cpu);
+        size.dump_ms.push(wall);
+        size.dump_cpu_ms.push(cpu);
     }
     drop(ns);
     Ok(size)
-}
-
-// ---------------------------------------------------------------------------------------------
-// The report
-
-fn markdown(
-    env: &Environment,
-    syncs: usize,
-    results: &[(usize, Result<Size, String>)],
-    notes: &[String],
-) -> String {
-    let mut md = String::new();
-    let _ = writeln!(md, "{START}");
-    md.push_str(
-        "<!-- Generated by `cargo xtask bench-bignode --nft`: edits between these markers are overwritten. -->\n\n",
-    );
-    let _ = writeln!(md, "- date: {}", env.date);
-    let _ = writeln!(md, "- kernel: {}", env.kernel);
-    let _ = writeln!(
-        md,
-        "- CPUs: {}; a shared machine, other builds and tests ran beside the bench",
-        env.cpus
-    );
-    let _ = writeln!(md, "- command: `{}`", env.command);
-    let _ = writeln!(md, "- observer: {}", env.revision);
-    let _ = writeln!(md, "- tools: {}", env.tools);
-    let _ = writeln!(
-        md,
-        "- plan: table `ip kube-proxy`, {syncs} syncs per size one a second (each one `nft -f`: \
-         a new endpoint chain, the service chain rewritten, the old endpoint chain deleted); \
-         {LIST_RUNS} timed `nft list table` per size (1 above {} services)\n",
-        thousands(ONE_LIST_ABOVE as u64)
-    );
-    let head: Vec<String> = results
-        .iter()
-        .map(|(n, _)| format!("{} services", thousands(*n as u64)))
-        .collect();
-    let _ = writeln!(md, "| figure | {} | aim |", head.join(" | "));
-    let _ = writeln!(md, "| --- |{} --- |", " --- |".repeat(results.len()));
-    let mut line = |what: &str, f: &dyn Fn(&Size) -> String, aim: &str| {
-        let cells: Vec<String> = results
-            .iter()
-            .map(|(_, r)| match r {
-                Ok(s) => f(s),
-                Err(_) => "NOT MEASURED".to_owned(),
-            })
-            .collect();
-        let _ = writeln!(md, "| {what} | {} | {aim} |", cells.join(" | "));
-    };
-    line(
-        "table ip kube-proxy: chains / rules (listed size)",
-        &|s| {
-            format!(
-                "{} / {} ({:.1} MiB)",
-                thousands(s.chains as u64),
-                thousands(s.rules as u64),
-                s.list_bytes as f64 / (1 << 20) as f64
-            )
-        },
-        "",
-    );
-    line(
-        "the load: `nft -f` wall; observer's change lines, CPU, time to quiet",
-        &|s| {
-            format!(
-                "{:.0} ms; {} lines, {:.0} ms CPU, {:.1} s",
-                s.load_ms,
-                thousands(s.load_lines as u64),
-                s.load_cpu_ms,
-                s.load_settle_ms / 1e3
-            )
-        },
-        "",
-    );
-    line(
-        "one sync: `nft -f` wall / CPU (median)",
-        &|s| {
-            format!(
-                "{:.1} / {:.1} ms",
-                median(&s.syncs.writer_ms),
-                median(&s.syncs.writer_cpu_ms)
-            )
-        },
-        "",
-    );
-    line(
-        "observer CPU per sync: median (mean)",
-        &|s| format!("{:.0} ms ({:.1} ms)", s.cpu_median(), s.cpu_mean()),
-        "",
-    );
-    line(
-        "observer lines per sync (median); syncs missed",
-        &|s| {
-            let l: Vec<f64> = s.syncs.lines.iter().map(|&n| n as f64).collect();
-            format!("{:.0}; {}", median(&l), s.syncs.missed)
-        },
-        "",
-    );
-    line(
-        "latency, `nft` exit → first line naming the new chain: p50 / p95",
-        &|s| match (
-            percentile(&s.syncs.latency_ms, 50.0),
-            percentile(&s.syncs.latency_ms, 95.0),
-        ) {
-            (Some(a), Some(b)) => format!("{a:.1} / {b:.1} ms"),
-            _ => "no line".to_owned(),
-        },
-        "p95 ≤ 50 ms",
-    );
-    line(
-        "observer VmRSS at ready / after the load / after the syncs / VmHWM (peak)",
-        &|s| {
-            format!(
-                "{} / {} / {} / {}",
-                mib(s.ready_rss_kib),
-                mib(s.loaded_rss_kib),
-                mib(s.rss_kib),
-                mib(s.hwm_kib)
-            )
-        },
-        "< 64 MiB",
-    );
-    line(
-        "VmRSS after the syncs − at ready (the table's share)",
-        &|s| mib(s.rss_kib.saturating_sub(s.ready_rss_kib)),
-        "",
-    );
-    line(
-        "other named network namespaces beside (observer reads every one)",
-        &|s| s.other_namespaces.to_string(),
-        "",
-    );
-    line(
-        "`nft list table ip kube-proxy`: wall / CPU (median)",
-        &|s| format!("{:.0} / {:.0} ms", median(&s.list_ms), s.list_cpu()),
-        "",
-    );
-    line(
-        "ratio observer CPU per sync (mean) / list CPU",
-        &|s| format!("{:.4}", s.cpu_mean() / s.list_cpu()),
-        "≤ 0.1",
-    );
-    md.push('\n');
-    let ok: Vec<(usize, &Size)> = results
-        .iter()
-        .filter_map(|(n, r)| r.as_ref().ok().map(|s| (*n, s)))
-        .collect();
-    for pair in ok.windows(2) {
-        let ((n0, a), (n1, b)) = (pair[0], pair[1]);
-        let (x0, x1) = (a.rules as f64, b.rules as f64);
-        let obs = growth_exponent(x0, x1, a.cpu_mean(), b.cpu_mean());
-        let list = growth_exponent(x0, x1, a.list_cpu(), b.list_cpu());
-        let rss = growth_exponent(x0, x1, a.rss_kib as f64, b.rss_kib as f64);
-        let exp = |e: Option<f64>| e.map_or_else(|| "?".to_owned(), |e| format!("{e:.2}"));
-        let _ = writeln!(
-            md,
-            "Curve, {} → {} services: observer CPU per sync (mean) exponent {} (follows {}), \
-             list CPU exponent {} (follows {}), VmRSS exponent {}. Exponent b of cost ∝ rules^b: \
-             1 grows with the table, 0 with the change.\n",
-            thousands(n0 as u64),
-            thousands(n1 as u64),
-            exp(obs),
-            follows(obs),
-            exp(list),
-            follows(list),
-            exp(rss),
-        );
-    }
-    for (n, r) in results {
-        if let Err(e) = r {
-            let _ = writeln!(md, "- {n} services: not measured: {}", e.replace('\n', " "));
-        }
-    }
-    for n in notes {
-        let _ = writeln!(md, "- note: {}", n.replace('\n', " "));
-    }
-    let _ = writeln!(md, "{END}");
-    md
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ const START: &str = "<!-- bench-incidents:start -->";
 const END: &str = "<!-- bench-incidents:end -->";
 
 pub fn run(args: &BenchIncidentsArgs) -> Result<i32> {
-    let bin = super::build_bench_tools()?;
+    let bin = crate::build_bench_tools()?;
     let txns = if args.quick { 2_000 } else { 20_000 };
     let out = Command::new(&bin)
         .args(["incidents", "--txns", &txns.to_string(), "--rounds", "2000"])
@@ -75,8 +75,7 @@ pub fn run(args: &BenchIncidentsArgs) -> Result<i32> {
     );
     print!("{section}");
     if !args.no_write {
-        let path = super::root().join("BENCHMARKS.md");
-        super::bench::write_marked(&path, START, END, &section)?;
+        let path = crate::bench::write_benchmarks(START, END, &section)?;
         eprintln!("xtask: wrote the figures into {}", path.display());
     }
     Ok(0)

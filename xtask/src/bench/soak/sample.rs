@@ -9,7 +9,7 @@ use std::thread;
 use std::time::Duration;
 
 use super::Shared;
-use crate::bench_daemon::http_get;
+use crate::bench::harness::http_get;
 
 /// One minute's line.
 #[derive(Clone)]

@@ -14,7 +14,13 @@ use anyhow::{bail, Result};
 use clap::Args;
 use serde_json::Value;
 
-use crate::{bench::median, cmd, kstats, vm};
+use crate::{
+    bench::{kstats, median},
+    cmd, vm,
+};
+
+/// The start of the guest's script; `{d}` stands for the directory shared with the host.
+const GUEST_PRELUDE: &str = include_str!("vm-guest.sh");
 
 /// The nftables table the guest loads (in the benchmark's own namespace).
 const NFT_TABLE: &str = "obsbench";
@@ -36,29 +42,13 @@ pub struct VmBenchArgs {
     rounds: usize,
 }
 
+/// The guest's script: [`GUEST_PRELUDE`] (the modules, the namespace and its tables, the
+/// timing and snapshot helpers), then each configuration's restores and `nft -f` runs, with
+/// observer started before them and the kernel's BPF statistics read around them when hooked.
 fn guest_script(dir: &Path, observer: &Path, rounds: usize) -> String {
     let d = dir.display();
     let bin = observer.display();
-    let mut s = format!(
-        "#!/bin/sh\n\
-         for m in ip_tables iptable_filter x_tables xt_comment xt_statistic xt_tcpudp \
-         xt_multiport xt_mark ipt_REJECT nf_tables nft_numgen nft_reject_ipv4; do \
-         modprobe $m 2>/dev/null; done\n\
-         uname -r > {d}/kernel\n\
-         stats=$(cat /proc/sys/kernel/bpf_stats_enabled)\n\
-         echo 1 > /proc/sys/kernel/bpf_stats_enabled || echo 'vm: no BPF statistics'\n\
-         ip netns add obsvb\n\
-         ip netns exec obsvb iptables-legacy-restore < {d}/a.rules || echo 'vm: restore failed'\n\
-         ip netns exec obsvb nft -f {d}/a.nft || echo 'vm: nft -f failed'\n\
-         restore() {{ f=$1; s=$(date +%s%N); ip netns exec obsvb iptables-legacy-restore < $f; \
-         e=$(date +%s%N); echo $(( (e - s) / 1000 )) >> $2; }}\n\
-         nftf() {{ f=$1; s=$(date +%s%N); ip netns exec obsvb nft -f $f; \
-         e=$(date +%s%N); echo $(( (e - s) / 1000 )) >> $2; }}\n\
-         snap() {{ for f in /proc/$P/fdinfo/*; do echo \"fdinfo $f\"; cat $f 2>/dev/null; \
-         done > $1; }}\n\
-         settle() {{ sleep 5; a=-1; for i in $(seq 100); do b=$(wc -c < $1); \
-         [ \"$b\" = \"$a\" ] && return; a=$b; sleep 3; done; }}\n"
-    );
+    let mut s = GUEST_PRELUDE.replace("{d}", &d.to_string());
     for c in CONFIGS {
         let hooks = c.trim_end_matches('2');
         let hooked = hooks != "none";
@@ -210,8 +200,32 @@ pub fn run(args: &VmBenchArgs) -> Result<i32> {
     };
     let observer = crate::target_dir()?.join("release").join("observer");
     let dir = std::env::temp_dir().join(format!("observer-vm-bench-{}", std::process::id()));
+    prepare(&dir, &observer, args.rounds)?;
+    let start = Instant::now();
+    let status = vm::boot_niced(
+        &tools,
+        tools.bench_kernel(),
+        &dir,
+        "sh run.sh",
+        VM_BENCH_TIMEOUT_SECS,
+        10,
+        None,
+    )?;
+    let took = start.elapsed().as_secs_f64();
+    let kernel = fs::read_to_string(dir.join("kernel")).unwrap_or_default();
+    let (rows, costs) = figures(&dir, status)?;
     let _ = fs::remove_dir_all(&dir);
-    fs::create_dir_all(&dir)?;
+    let md = section(kernel.trim(), took, args.rounds, &rows, &costs);
+    print!("{md}");
+    crate::bench::write_benchmarks(START, END, &md)?;
+    Ok(0)
+}
+
+/// Makes the directory the guest shares: the two versions of the table in each tool's words,
+/// and the script.
+fn prepare(dir: &Path, observer: &Path, rounds: usize) -> Result<()> {
+    let _ = fs::remove_dir_all(dir);
+    fs::create_dir_all(dir)?;
     let a = crate::bench::kube_like_table();
     let b = a.replacen(
         "COMMIT",
@@ -228,22 +242,14 @@ pub fn run(args: &VmBenchArgs) -> Result<i32> {
         dir.join("b.nft"),
         crate::bench::kube_like_nft(NFT_TABLE, true),
     )?;
-    fs::write(
-        dir.join("run.sh"),
-        guest_script(&dir, &observer, args.rounds),
-    )?;
-    let start = Instant::now();
-    let status = vm::boot_niced(
-        &tools,
-        tools.bench_kernel(),
-        &dir,
-        "sh run.sh",
-        VM_BENCH_TIMEOUT_SECS,
-        10,
-        None,
-    )?;
-    let took = start.elapsed().as_secs_f64();
-    let kernel = fs::read_to_string(dir.join("kernel")).unwrap_or_default();
+    fs::write(dir.join("run.sh"), guest_script(dir, observer, rounds))?;
+    Ok(())
+}
+
+/// What the guest left in `dir`: one table row per configuration, and the kernel cost tables
+/// of the hooked ones. Fails when a configuration has no restore timings (`status`: the
+/// guest's).
+fn figures(dir: &Path, status: i32) -> Result<(Vec<String>, String)> {
     let known = kstats::source_program_names(&crate::root().join("observer-ebpf").join("src"));
     let mut rows = Vec::new();
     let mut costs = String::new();
@@ -291,11 +297,16 @@ pub fn run(args: &VmBenchArgs) -> Result<i32> {
             let _ = write!(
                 costs,
                 "\n#### `--hooks {c}`\n\n{}",
-                kernel_cost(&dir, c, &p, &known)
+                kernel_cost(dir, c, &p, &known)
             );
         }
     }
-    let _ = fs::remove_dir_all(&dir);
+    Ok((rows, costs))
+}
+
+/// The section of BENCHMARKS.md: the guest, what was timed, the table of `rows`, then the
+/// kernel cost tables `costs`.
+fn section(kernel: &str, took: f64, rounds: usize, rows: &[String], costs: &str) -> String {
     let mut md = format!(
         "{START}\n<!-- Generated by `cargo xtask vm-bench`: edits between these markers are \
          overwritten. -->\n\n## Hook overhead on a writer (QEMU guest)\n\n\
@@ -313,10 +324,9 @@ pub fn run(args: &VmBenchArgs) -> Result<i32> {
          | observer | restore wall time | vs first `none` | legacy attribution | `nft -f` wall \
          time | vs first `none` | nft attribution |\n\
          | --- | --- | --- | --- | --- | --- | --- |\n",
-        kernel.trim(),
-        args.rounds
+        kernel, rounds
     );
-    for r in &rows {
+    for r in rows {
         md.push_str(r);
         md.push('\n');
     }
@@ -331,13 +341,10 @@ pub fn run(args: &VmBenchArgs) -> Result<i32> {
          return early for most; every run is counted. Under software emulation a nanosecond \
          is many times a real one: compare backends with each other.\n",
     );
-    md.push_str(&costs);
+    md.push_str(costs);
     md.push_str(END);
     md.push('\n');
-    print!("{md}");
-    let path = crate::root().join("BENCHMARKS.md");
-    crate::bench::write_marked(&path, START, END, &md)?;
-    Ok(0)
+    md
 }
 
 #[cfg(test)]

@@ -7,23 +7,23 @@
 //! 3. `observer run` (record on, stdout read by a pipe) while real nft transactions in a
 //!    namespace of its own make 1,000 changes per second: the daemon's CPU share and RSS.
 //!
-//! Also what bench-nats and soak share with it: the load's nft batches, a process's RSS and CPU
-//! ticks, an HTTP GET on loopback, a directory, a namespace and a child of the bench's own, and
-//! a free loopback port.
+//! What it shares with bench-nats, bench-forensics and soak is in [`harness`](super::harness).
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use std::{fs, process, thread};
+use std::{fs, thread};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde_json::Value;
 
+use super::harness::{
+    clock_ticks, cpu_ticks, free_port, http_get, load_batches, rss, Kill, Netns, TempDir,
+};
 use crate::cmd;
 
 #[derive(Args)]
@@ -48,8 +48,8 @@ pub fn run(args: &BenchDaemonArgs) -> Result<i32> {
             bail!("`{tool}` was not found; `cargo xtask setup` installs it");
         }
     }
-    let tools = super::build_bench_tools()?;
-    let bin = super::target_dir()?.join("release").join("observer");
+    let tools = crate::build_bench_tools()?;
+    let bin = crate::target_dir()?.join("release").join("observer");
     let dir = TempDir::new()?;
     let rows: u64 = if args.quick { 100_000 } else { 1_000_000 };
     let secs: u64 = if args.quick { 10 } else { 30 };
@@ -147,8 +147,7 @@ pub fn run(args: &BenchDaemonArgs) -> Result<i32> {
     if args.no_write {
         eprintln!("xtask: --no-write: BENCHMARKS.md left as it is");
     } else {
-        let path = super::root().join("BENCHMARKS.md");
-        crate::bench::write_marked(&path, START, END, &section)?;
+        let path = crate::bench::write_benchmarks(START, END, &section)?;
         eprintln!("xtask: wrote the figures into {}", path.display());
     }
     Ok(0)
@@ -244,115 +243,4 @@ fn load(bin: &Path, dir: &Path, secs: u64) -> Result<Load> {
         rss_after,
         dropped,
     })
-}
-
-/// The load's two `nft -f` files, each a flush of chain `ip obsload c` and 99 rules, alternated:
-/// rewriting a chain with the same rules is no change. 100 changes each.
-pub(crate) fn load_batches(dir: &Path) -> Result<Vec<std::path::PathBuf>> {
-    let mut batches = Vec::new();
-    for (k, base) in [(0, 1000), (1, 2000)] {
-        let mut batch = String::from("flush chain ip obsload c\n");
-        for i in 0..99 {
-            batch.push_str(&format!(
-                "add rule ip obsload c tcp dport {} accept\n",
-                base + i
-            ));
-        }
-        let file = dir.join(format!("batch{k}.nft"));
-        fs::write(&file, batch)?;
-        batches.push(file);
-    }
-    Ok(batches)
-}
-
-pub(crate) fn rss(pid: u32) -> u64 {
-    fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-        })
-        .unwrap_or(0)
-        * 1024
-}
-
-pub(crate) fn cpu_ticks(pid: u32) -> u64 {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let rest = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let t = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    t(11) + t(12)
-}
-
-pub(crate) fn clock_ticks() -> f64 {
-    cmd::output(Command::new("getconf").arg("CLK_TCK"))
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(100.0)
-}
-
-pub(crate) fn http_get(port: u16, path: &str) -> Result<String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port))?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
-    let mut out = String::new();
-    s.read_to_string(&mut out)?;
-    Ok(out)
-}
-
-/// A directory of the bench's own, removed at the end.
-pub(crate) struct TempDir(std::path::PathBuf);
-
-impl TempDir {
-    pub(crate) fn new() -> Result<TempDir> {
-        let p = std::env::temp_dir().join(format!("observer-bench-daemon-{}", process::id()));
-        let _ = fs::remove_dir_all(&p);
-        fs::create_dir_all(&p).with_context(|| format!("creating {}", p.display()))?;
-        Ok(TempDir(p))
-    }
-
-    pub(crate) fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A child killed when dropped.
-pub(crate) struct Kill(pub(crate) process::Child);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// A namespace of the bench's own (`obs-TAG-PID`), deleted when dropped.
-pub(crate) struct Netns(pub(crate) String, test_support::Netns);
-
-impl Netns {
-    pub(crate) fn new(tag: &str) -> Result<Netns> {
-        let ns = test_support::Netns::add(format!("obs-{tag}-{}", process::id()))?;
-        Ok(Netns(ns.name().to_string(), ns))
-    }
-
-    pub(crate) fn nft(&self, args: &[&str]) -> Result<()> {
-        self.1
-            .run("nft", args)
-            .map(drop)
-            .map_err(|e| anyhow::anyhow!("nft {args:?}: {e}"))
-    }
-}
-
-/// A loopback port free a moment ago (the listener that found it is closed again).
-pub(crate) fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
 }

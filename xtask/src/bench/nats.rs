@@ -26,7 +26,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde_json::Value;
 
-use crate::bench_daemon::{
+use crate::bench::harness::{
     clock_ticks, cpu_ticks, free_port, http_get, load_batches, Kill, Netns, TempDir,
 };
 use crate::cmd;
@@ -355,55 +355,16 @@ pub fn run(args: &BenchNatsArgs) -> Result<i32> {
             bail!("`{tool}` was not found; `cargo xtask setup` installs it");
         }
     }
-    super::build()?;
-    let bin = super::target_dir()?.join("release").join("observer");
+    crate::build()?;
+    let bin = crate::target_dir()?.join("release").join("observer");
     let dir = TempDir::new()?;
     let secs: u64 = if args.quick { 10 } else { 30 };
-    let port = free_port()?;
+    let (_server, port) = nats_server(dir.path())?;
     let url = format!("nats://127.0.0.1:{port}");
-    let _server = Kill(
-        Command::new("nats-server")
-            .args([
-                "--jetstream",
-                "--addr",
-                "127.0.0.1",
-                "--port",
-                &port.to_string(),
-            ])
-            .arg("--store_dir")
-            .arg(dir.path().join("jetstream"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting nats-server")?,
-    );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if Instant::now() > deadline {
-            bail!("nats-server did not listen within 30 s");
-        }
-        thread::sleep(Duration::from_millis(100));
-    }
     let ns = Netns::new("benchnats")?;
 
     let latency = cmd::phase("bench-nats: 1. latency of 100 single changes", || {
-        let s = Session::start(&bin, dir.path(), "latency", Some(&url))?;
-        for i in 0..100 {
-            ns.nft(&["add", "table", "inet", &format!("lat{i}")])?;
-            thread::sleep(Duration::from_millis(50));
-        }
-        let fleet = s.fleet_lines.clone().context("fleet tail")?;
-        wait_caught_up(&s.daemon_lines, &fleet);
-        let d = s
-            .daemon_lines
-            .lock()
-            .map(|l| l.lags_ms.clone())
-            .unwrap_or_default();
-        let f = fleet.lock().map(|l| l.lags_ms.clone()).unwrap_or_default();
-        for i in 0..100 {
-            ns.nft(&["delete", "table", "inet", &format!("lat{i}")])?;
-        }
-        Ok((d, f))
+        latency(&bin, dir.path(), &ns, &url)
     })?;
     let plain = cmd::phase(
         "bench-nats: 2a. observer run alone at 1,000 changes/s",
@@ -423,11 +384,83 @@ pub fn run(args: &BenchNatsArgs) -> Result<i32> {
             Ok((r, (lags, count(&s.daemon_lines))))
         },
     )?;
+    let bursts = bursts(&bin, dir.path(), &ns, &url, port)?;
+    let figures = Figures {
+        latency,
+        plain,
+        published,
+        fleet,
+        printed,
+        bursts,
+    };
+    let section = section(args, secs, &figures);
+    print!("{section}");
+    if !args.no_write {
+        let path = crate::bench::write_benchmarks(START, END, &section)?;
+        eprintln!("xtask: wrote the figures into {}", path.display());
+    }
+    Ok(0)
+}
 
+/// Starts nats-server with JetStream (its store in `dir`) on a free loopback port and waits
+/// until it listens; the server is stopped when the returned [`Kill`] is dropped.
+fn nats_server(dir: &Path) -> Result<(Kill, u16)> {
+    let port = free_port()?;
+    let server = Kill(
+        Command::new("nats-server")
+            .args([
+                "--jetstream",
+                "--addr",
+                "127.0.0.1",
+                "--port",
+                &port.to_string(),
+            ])
+            .arg("--store_dir")
+            .arg(dir.join("jetstream"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting nats-server")?,
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() > deadline {
+            bail!("nats-server did not listen within 30 s");
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    Ok((server, port))
+}
+
+/// Part 1: 100 single nft changes, 50 ms apart; each one's lag behind its `time` on the
+/// daemon's stdout and in the fleet tail.
+fn latency(bin: &Path, dir: &Path, ns: &Netns, url: &str) -> Result<(Vec<f64>, Vec<f64>)> {
+    let s = Session::start(bin, dir, "latency", Some(url))?;
+    for i in 0..100 {
+        ns.nft(&["add", "table", "inet", &format!("lat{i}")])?;
+        thread::sleep(Duration::from_millis(50));
+    }
+    let fleet = s.fleet_lines.clone().context("fleet tail")?;
+    wait_caught_up(&s.daemon_lines, &fleet);
+    let d = s
+        .daemon_lines
+        .lock()
+        .map(|l| l.lags_ms.clone())
+        .unwrap_or_default();
+    let f = fleet.lock().map(|l| l.lags_ms.clone()).unwrap_or_default();
+    for i in 0..100 {
+        ns.nft(&["delete", "table", "inet", &format!("lat{i}")])?;
+    }
+    Ok((d, f))
+}
+
+/// Part 3: a burst of [`BURST`] changes through each link (loopback, then behind a delaying
+/// proxy to `port`) with `--nats-window` 1 and the default; one table row per link.
+fn bursts(bin: &Path, dir: &Path, ns: &Netns, url: &str, port: u16) -> Result<Vec<String>> {
     let mut bursts = Vec::new();
     for (rtt_ms, tag) in [(0u64, "loopback"), (5, "rtt5"), (20, "rtt20")] {
         let via = if rtt_ms == 0 {
-            url.clone()
+            url.to_owned()
         } else {
             let p = delay_proxy(port, Duration::from_micros(rtt_ms * 500))?;
             format!("nats://127.0.0.1:{p}")
@@ -438,7 +471,7 @@ pub fn run(args: &BenchNatsArgs) -> Result<i32> {
                 &format!(
                     "bench-nats: 3. a burst of {BURST} changes, {tag}, --nats-window {window}"
                 ),
-                || burst(&bin, dir.path(), &ns, &via, window, tag),
+                || burst(bin, dir, ns, &via, window, tag),
             )?;
             row.push(burst_cell(&b));
         }
@@ -450,20 +483,47 @@ pub fn run(args: &BenchNatsArgs) -> Result<i32> {
         let aim = if rtt_ms == 20 { "≤ 4 s" } else { "≤ 2 s" };
         bursts.push(format!("| {link} | {} | {} | {aim} |", row[0], row[1]));
     }
+    Ok(bursts)
+}
 
+/// What the parts measured, for the section.
+struct Figures {
+    /// Part 1: the lags on the daemon's stdout and in the fleet tail.
+    latency: (Vec<f64>, Vec<f64>),
+    /// Part 2, alone and with `--nats`: changes the daemon printed, its CPU seconds, wall
+    /// seconds.
+    plain: (usize, f64, f64),
+    published: (usize, f64, f64),
+    /// Part 2 with `--nats`: the fleet tail's lags, and the change lines the daemon printed.
+    fleet: Vec<f64>,
+    printed: usize,
+    /// Part 3's table rows.
+    bursts: Vec<String>,
+}
+
+/// The section of BENCHMARKS.md, between the bench-nats markers.
+fn section(args: &BenchNatsArgs, secs: u64, f: &Figures) -> String {
+    let Figures {
+        latency,
+        plain,
+        published,
+        fleet,
+        printed,
+        bursts,
+    } = f;
     let date =
         cmd::output(Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"])).unwrap_or_default();
     let server = cmd::output(Command::new("nats-server").arg("--version")).unwrap_or_default();
     let cpus = thread::available_parallelism().map_or(0, |n| n.get());
-    let (n_plain, cpu_plain, wall_plain) = plain;
-    let (n_pub, cpu_pub, wall_pub) = published;
+    let (n_plain, cpu_plain, wall_plain) = *plain;
+    let (n_pub, cpu_pub, wall_pub) = *published;
     let alone_us = cpu_plain / n_plain.max(1) as f64 * 1e6;
     let cost_us = cpu_pub / n_pub.max(1) as f64 * 1e6 - alone_us;
     // The machine's speed, to compare runs on different machines: what one change costs the
     // daemon alone.
     let share = cost_us / alone_us.max(f64::MIN_POSITIVE);
     let ms = |v: &[f64], p: f64| percentile(v, p);
-    let section = format!(
+    format!(
         "{START}\n<!-- Generated by `cargo xtask bench-nats`: edits between these markers are overwritten. -->\n\
         Run {date}, {server}, {cpus} CPUs, `cargo xtask bench-nats{quick}`; the server, the daemon \
         and the fleet tail on the same machine.\n\n\
@@ -502,16 +562,9 @@ pub fn run(args: &BenchNatsArgs) -> Result<i32> {
         cpu_n = cpu_pub / wall_pub * 100.0,
         with_us = alone_us + cost_us,
         got = fleet.len(),
-        l50 = ms(&fleet, 0.5),
-        l99 = ms(&fleet, 0.99),
-        lmax = ms(&fleet, 1.0),
+        l50 = ms(fleet, 0.5),
+        l99 = ms(fleet, 0.99),
+        lmax = ms(fleet, 1.0),
         bursts = bursts.join("\n"),
-    );
-    print!("{section}");
-    if !args.no_write {
-        let path = super::root().join("BENCHMARKS.md");
-        crate::bench::write_marked(&path, START, END, &section)?;
-        eprintln!("xtask: wrote the figures into {}", path.display());
-    }
-    Ok(0)
+    )
 }
