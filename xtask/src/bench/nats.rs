@@ -541,7 +541,7 @@ fn section(args: &BenchNatsArgs, secs: u64, f: &Figures) -> String {
         {bursts}\n\n\
         The publisher keeps up to --nats-window messages in flight and moves on over those \
         acknowledged in order; each session starts by reconciling the stream's last messages of \
-        this node with the record (see the README's fleet section). Parts 1 and 2 run with the \
+        this node with the record (see docs/fleet.md). Parts 1 and 2 run with the \
         default window. The fleet tail's latency includes the record (the publisher reads the \
         rows the record writer has just committed), the acknowledged publish and the server's \
         delivery to the tail.\n\
