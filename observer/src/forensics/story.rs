@@ -9,7 +9,7 @@ use rusqlite::Connection;
 use serde::Serialize;
 
 use super::model::{self, Chain, Table};
-use super::record::{self, State};
+use super::snapshots::{self, State};
 use super::ForensicsError;
 use crate::attribution::ProcessInfo;
 use crate::output::record::{ChangeRecord, IncidentRecord};
@@ -144,7 +144,7 @@ pub fn story(conn: &Connection, id: &str) -> Result<Story, ForensicsError> {
         }
     }
     let before = match first {
-        Some(c) => record::states(conn, c.seq.saturating_sub(1), start_ns, Some(netns))?,
+        Some(c) => snapshots::states(conn, c.seq.saturating_sub(1), start_ns, Some(netns))?,
         None => Vec::new(),
     };
     // The damage: the ruleset after the last change of the incident's actors (the changes that
@@ -155,10 +155,10 @@ pub fn story(conn: &Connection, id: &str) -> Result<Story, ForensicsError> {
         .find(|c| latest.actors.contains(&c.process.actor))
         .or(changes.last());
     let after = match damage {
-        Some(c) => record::states(conn, c.seq, c.time.unix_nanos(), Some(netns))?,
+        Some(c) => snapshots::states(conn, c.seq, c.time.unix_nanos(), Some(netns))?,
         None => Vec::new(),
     };
-    let end = record::states(conn, record::seq_at(conn, end_ns)?, end_ns, Some(netns))?;
+    let end = snapshots::states(conn, snapshots::seq_at(conn, end_ns)?, end_ns, Some(netns))?;
     let chains = keys
         .into_iter()
         .map(|k| ChainStory {
