@@ -30,6 +30,7 @@ const STDOUT_DRAIN: Duration = Duration::from_secs(1);
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut settings = args.resolve().map_err(anyhow::Error::msg)?;
     let token = read_token(&settings)?;
+    // What observer needs, capability by capability: crate::caps.
     if !nix::unistd::geteuid().is_root() {
         bail!(
             "observer run needs root (or CAP_SYS_ADMIN, CAP_NET_ADMIN, CAP_BPF and CAP_PERFMON) to \
