@@ -10,6 +10,7 @@
 //! allows. ARCHITECTURE.md draws the layers.
 
 pub mod attribution;
+pub mod caps;
 pub mod cgroup;
 pub mod cli;
 pub mod cmd;

@@ -270,7 +270,7 @@ pub fn measure(path: &std::path::Path, at_ns: i64) -> anyhow::Result<serde_json:
         Ok((times[times.len() / 2], rules, replayed))
     };
     let size = |sql: &str| -> rusqlite::Result<i64> { ro.query_row(sql, [], |r| r.get(0)) };
-    let has = observer::forensics::record::has_snapshots(&ro)?;
+    let has = observer::forensics::snapshots::has_snapshots(&ro)?;
     let (snap_bytes, newest) = if has {
         (
             size("SELECT COALESCE(SUM(length(body)), 0) FROM snapshots")?

@@ -4,11 +4,11 @@
 //! Every answer comes from trying the real thing (loading the programs, opening a netlink
 //! subscription, resolving BTF offsets), not from version numbers.
 
-use std::fs;
 use std::path::Path;
 
 use serde::Serialize;
 
+use crate::caps;
 use crate::cli::DoctorArgs;
 use crate::hooks::{self, btf, tracefs};
 
@@ -140,18 +140,6 @@ fn cost_of(placement: Option<&hooks::backend::Placement>) -> String {
     }
 }
 
-/// Effective capabilities from /proc/self/status.
-fn cap_eff() -> u64 {
-    fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("CapEff:"))
-                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        })
-        .unwrap_or(0)
-}
-
 fn check(name: &'static str, ok: bool, detail: String, fix: &str) -> Check {
     Check {
         name,
@@ -171,86 +159,11 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<()> {
         url.parse::<hyper::Uri>()
             .map_err(|e| anyhow::anyhow!("--remote {url}: {e} (a URL like http://HOST:9820)"))?;
     }
-    let mut checks = Vec::new();
-    let caps = cap_eff();
-    let has = |bit: u32| caps & (1u64 << bit) != 0;
-    let euid = nix::unistd::geteuid();
-    checks.push(check(
-        "privileges",
-        euid.is_root() || (has(39) && has(38) && has(21) && has(12)),
-        format!(
-            "euid {euid}, CAP_BPF {}, CAP_PERFMON {}, CAP_SYS_ADMIN {}, CAP_NET_ADMIN {}",
-            has(39),
-            has(38),
-            has(21),
-            has(12)
-        ),
-        "run as root (sudo observer ...), or grant CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN and \
-         CAP_NET_ADMIN",
-    ));
-
-    let btf_check =
-        match btf::KernelBtf::running() {
-            Ok(k) => {
-                let r = btf::resolve_offsets(&k);
-                check(
-                "btf",
-                r.missing.is_empty(),
-                if r.missing.is_empty() {
-                    format!("{} readable; every field the programs read resolved", btf::VMLINUX_BTF)
-                } else {
-                    r.missing.join("; ")
-                },
-                "the parent chain and namespace of legacy writers will be unknown on this kernel",
-            )
-            }
-            Err(e) => check(
-                "btf",
-                false,
-                e.to_string(),
-                "a kernel built with CONFIG_DEBUG_INFO_BTF=y is needed for full attribution",
-            ),
-        };
-    checks.push(btf_check);
-
-    let tfs = tracefs::find();
-    checks.push(check(
-        "tracefs",
-        tfs.is_some(),
-        tfs.map_or("not mounted".to_string(), |d| format!("mounted at {d}")),
-        "observer mounts it itself at start (mount -t tracefs nodev /sys/kernel/tracing)",
-    ));
-    let tp = tfs.is_some_and(|d| {
-        Path::new(d)
-            .join("events/syscalls/sys_enter_setsockopt")
-            .is_dir()
-    });
-    checks.push(check(
-        "syscall tracepoints",
-        tp || tfs.is_none(),
-        if tfs.is_none() {
-            "unknown until tracefs is mounted".into()
-        } else {
-            format!(
-                "syscalls:sys_enter_setsockopt {}",
-                if tp { "present" } else { "absent" }
-            )
-        },
-        "a kernel with CONFIG_FTRACE_SYSCALLS is needed to see iptables-legacy changes",
-    ));
-    checks.push(Check {
-        name: "kprobes",
-        ok: true,
-        detail: format!(
-            "{}; see the bpf line for which backend the hooks end up on",
-            if kprobes_available() {
-                "supported by the kernel"
-            } else {
-                "not supported by the kernel"
-            }
-        ),
-        fix: None,
-    });
+    let mut checks = vec![privileges()];
+    let eff = caps::effective();
+    checks.extend(caps::CAPABILITIES.iter().map(|c| capability(c, eff)));
+    checks.push(btf_check());
+    checks.extend(tracing_checks());
 
     // Observers running now, before this one loads its own programs.
     let running: Vec<Running> = match hooks::running_errors() {
@@ -263,36 +176,14 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<()> {
             Vec::new()
         }
     };
-    // The definitive BPF test: load and attach the real programs, then detach.
-    let (bpf_ok, bpf_detail, placement, writers_lost, attached, cost, degraded) =
-        match hooks::KernelHooks::load(&hooks::HookOptions::default()) {
-            Ok(h) => (
-                true,
-                format!("loaded and attached {}", h.report.attached.join(", ")),
-                Some(h.report.placement.summary()),
-                h.report.netlink_lost.clone(),
-                h.report.attached.clone(),
-                cost_of(Some(&h.report.placement)),
-                h.report.placement.degraded(),
-            ),
-            Err(e) => (
-                false,
-                e.to_string(),
-                None,
-                None,
-                Vec::new(),
-                cost_of(None),
-                Vec::new(),
-            ),
-        };
+    let bpf = try_hooks();
     checks.push(check(
         "bpf",
-        bpf_ok,
-        bpf_detail,
+        bpf.ok,
+        bpf.detail,
         "without BPF, tail runs netlink-only: nftables changes are seen (with attribution from \
          /proc), iptables-legacy changes are not",
     ));
-
     let nl_ok = match crate::nftables::subscribe() {
         Ok(_socket) => Ok(()),
         Err(e) => Err(e.to_string()),
@@ -306,9 +197,192 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<()> {
         },
         "nftables changes cannot be seen; run as root or with CAP_NET_ADMIN",
     ));
+    checks.push(x_tables_check());
 
+    let mut lost = Vec::new();
+    if !bpf.ok {
+        lost.push("iptables-legacy, ip6tables-legacy and arptables-legacy changes".into());
+        lost.push("namespaces created while running are found only through netlink activity in known namespaces".into());
+    }
+    if nl_ok.is_err() {
+        lost.push("nftables changes (nft, iptables-nft, firewalld)".into());
+    }
+    if let Some(why) = bpf.writers_lost {
+        lost.push(format!("{why}; refused nftables batches are not seen"));
+    }
+    let daemon = match &args.remote {
+        Some(url) => remote(url, &args.access, &mut checks).await,
+        None => None,
+    };
+    let report = Report {
+        daemon,
+        hooks: bpf.placement.unwrap_or_else(|| {
+            "x_tables=none namespaces=none nf_tables=netlink nf_writers=proc".into()
+        }),
+        attached: bpf.attached,
+        cost: bpf.cost,
+        running,
+        checks,
+        lost,
+        degraded: bpf.degraded,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    print_text(&report);
+    Ok(())
+}
+
+/// Root, or the capabilities the eBPF programs and the netlink subscription ask for.
+fn privileges() -> Check {
+    let eff = caps::effective();
+    let has = |c: &caps::Capability| c.held(eff);
+    let euid = nix::unistd::geteuid();
+    let (bpf, perfmon, sys_admin, net_admin) = (
+        has(&caps::BPF),
+        has(&caps::PERFMON),
+        has(&caps::SYS_ADMIN),
+        has(&caps::NET_ADMIN),
+    );
+    check(
+        "privileges",
+        euid.is_root() || (bpf && perfmon && sys_admin && net_admin),
+        format!(
+            "euid {euid}, CAP_BPF {bpf}, CAP_PERFMON {perfmon}, CAP_SYS_ADMIN {sys_admin}, \
+             CAP_NET_ADMIN {net_admin}"
+        ),
+        "run as root (sudo observer ...), or grant CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN and \
+         CAP_NET_ADMIN",
+    )
+}
+
+/// One capability of [`caps::CAPABILITIES`]: held or not, what it is for, what is lost without.
+fn capability(c: &caps::Capability, eff: u64) -> Check {
+    let held = if c.held(eff) {
+        "held"
+    } else if c.covered(eff) {
+        "not held, CAP_SYS_ADMIN stands for it"
+    } else {
+        "not held"
+    };
+    check(
+        c.name,
+        c.covered(eff),
+        format!("{held}; for {}", c.used_for),
+        c.without,
+    )
+}
+
+fn btf_check() -> Check {
+    match btf::KernelBtf::running() {
+        Ok(k) => {
+            let r = btf::resolve_offsets(&k);
+            check(
+                "btf",
+                r.missing.is_empty(),
+                if r.missing.is_empty() {
+                    format!(
+                        "{} readable; every field the programs read resolved",
+                        btf::VMLINUX_BTF
+                    )
+                } else {
+                    r.missing.join("; ")
+                },
+                "the parent chain and namespace of legacy writers will be unknown on this kernel",
+            )
+        }
+        Err(e) => check(
+            "btf",
+            false,
+            e.to_string(),
+            "a kernel built with CONFIG_DEBUG_INFO_BTF=y is needed for full attribution",
+        ),
+    }
+}
+
+/// tracefs, the syscall tracepoints in it, and kprobes.
+fn tracing_checks() -> [Check; 3] {
+    let tfs = tracefs::find();
+    let tp = tfs.is_some_and(|d| {
+        Path::new(d)
+            .join("events/syscalls/sys_enter_setsockopt")
+            .is_dir()
+    });
+    [
+        check(
+            "tracefs",
+            tfs.is_some(),
+            tfs.map_or("not mounted".to_string(), |d| format!("mounted at {d}")),
+            "observer mounts it itself at start (mount -t tracefs nodev /sys/kernel/tracing)",
+        ),
+        check(
+            "syscall tracepoints",
+            tp || tfs.is_none(),
+            if tfs.is_none() {
+                "unknown until tracefs is mounted".into()
+            } else {
+                format!(
+                    "syscalls:sys_enter_setsockopt {}",
+                    if tp { "present" } else { "absent" }
+                )
+            },
+            "a kernel with CONFIG_FTRACE_SYSCALLS is needed to see iptables-legacy changes",
+        ),
+        Check {
+            name: "kprobes",
+            ok: true,
+            detail: format!(
+                "{}; see the bpf line for which backend the hooks end up on",
+                if kprobes_available() {
+                    "supported by the kernel"
+                } else {
+                    "not supported by the kernel"
+                }
+            ),
+            fix: None,
+        },
+    ]
+}
+
+/// What loading and attaching the real programs (then detaching them) showed.
+struct HookTrial {
+    ok: bool,
+    detail: String,
+    placement: Option<String>,
+    writers_lost: Option<String>,
+    attached: Vec<String>,
+    cost: String,
+    degraded: Vec<String>,
+}
+
+/// The definitive BPF test: load and attach the real programs, then detach.
+fn try_hooks() -> HookTrial {
+    match hooks::KernelHooks::load(&hooks::HookOptions::default()) {
+        Ok(h) => HookTrial {
+            ok: true,
+            detail: format!("loaded and attached {}", h.report.attached.join(", ")),
+            placement: Some(h.report.placement.summary()),
+            writers_lost: h.report.netlink_lost.clone(),
+            attached: h.report.attached.clone(),
+            cost: cost_of(Some(&h.report.placement)),
+            degraded: h.report.placement.degraded(),
+        },
+        Err(e) => HookTrial {
+            ok: false,
+            detail: e.to_string(),
+            placement: None,
+            writers_lost: None,
+            attached: Vec::new(),
+            cost: cost_of(None),
+            degraded: Vec::new(),
+        },
+    }
+}
+
+fn x_tables_check() -> Check {
     let legacy = Path::new("/proc/net/ip_tables_names").exists();
-    checks.push(check(
+    check(
         "x_tables",
         legacy,
         if legacy {
@@ -317,73 +391,55 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<()> {
             "ip_tables not loaded (legacy tables appear when first used)".into()
         },
         "nothing is lost: iptables-legacy changes will be seen once the module loads",
-    ));
+    )
+}
 
-    let mut lost = Vec::new();
-    if !bpf_ok {
-        lost.push("iptables-legacy, ip6tables-legacy and arptables-legacy changes".into());
-        lost.push("namespaces created while running are found only through netlink activity in known namespaces".into());
-    }
-    if nl_ok.is_err() {
-        lost.push("nftables changes (nft, iptables-nft, firewalld)".into());
-    }
-    if let Some(why) = writers_lost {
-        lost.push(format!("{why}; refused nftables batches are not seen"));
-    }
-    let daemon = match &args.remote {
-        Some(url) => match ask_daemon(url, &args.access).await {
-            Ok(d) => {
-                if let Some(n) = &d.nats {
-                    checks.push(check(
-                        "nats",
-                        n.connected,
-                        format!(
-                            "{}; {} recorded rows not yet acknowledged by JetStream, the oldest \
-                             {:.1} s old",
-                            if n.connected {
-                                "connected"
-                            } else {
-                                "not connected"
-                            },
-                            n.backlog_rows,
-                            n.backlog_oldest_seconds
-                        ),
-                        "nothing is lost while the rows wait in the record (they are published \
-                         when the server answers again); the daemon's log says why it cannot \
-                         publish",
-                    ));
-                }
-                Some(d)
-            }
-            Err(e) => {
+/// With `--remote`: the daemon's readers, and a check of its NATS publishing (or of why it
+/// could not be asked).
+async fn remote(
+    url: &str,
+    access: &crate::cli::RemoteAccess,
+    checks: &mut Vec<Check>,
+) -> Option<Daemon> {
+    match ask_daemon(url, access).await {
+        Ok(d) => {
+            if let Some(n) = &d.nats {
                 checks.push(check(
-                    "daemon",
-                    false,
-                    format!("{e:#}"),
-                    "is `observer run --listen` serving at that URL (and, with a token or TLS, \
-                     are --token-file, --ca and --client-cert given)?",
+                    "nats",
+                    n.connected,
+                    format!(
+                        "{}; {} recorded rows not yet acknowledged by JetStream, the oldest \
+                         {:.1} s old",
+                        if n.connected {
+                            "connected"
+                        } else {
+                            "not connected"
+                        },
+                        n.backlog_rows,
+                        n.backlog_oldest_seconds
+                    ),
+                    "nothing is lost while the rows wait in the record (they are published \
+                     when the server answers again); the daemon's log says why it cannot \
+                     publish",
                 ));
-                None
             }
-        },
-        None => None,
-    };
-    let report = Report {
-        daemon,
-        hooks: placement.unwrap_or_else(|| {
-            "x_tables=none namespaces=none nf_tables=netlink nf_writers=proc".into()
-        }),
-        attached,
-        cost,
-        running,
-        checks,
-        lost,
-        degraded,
-    };
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-        return Ok(());
+            Some(d)
+        }
+        Err(e) => {
+            checks.push(check(
+                "daemon",
+                false,
+                format!("{e:#}"),
+                "is `observer run --listen` serving at that URL (and, with a token or TLS, \
+                 are --token-file, --ca and --client-cert given)?",
+            ));
+            None
+        }
     }
+}
+
+/// The report for people.
+fn print_text(report: &Report) {
     for c in &report.checks {
         println!(
             "{:<4} {:<20} {}",
@@ -432,7 +488,6 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<()> {
             println!("not seen: {l}");
         }
     }
-    Ok(())
 }
 
 #[cfg(test)]

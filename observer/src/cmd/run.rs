@@ -30,6 +30,7 @@ const STDOUT_DRAIN: Duration = Duration::from_secs(1);
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut settings = args.resolve().map_err(anyhow::Error::msg)?;
     let token = read_token(&settings)?;
+    // What observer needs, capability by capability: crate::caps.
     if !nix::unistd::geteuid().is_root() {
         bail!(
             "observer run needs root (or CAP_SYS_ADMIN, CAP_NET_ADMIN, CAP_BPF and CAP_PERFMON) to \
@@ -39,31 +40,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
 
     // The record first: a record that cannot be written stops the start, before any hook.
-    let mut writer = None;
-    let mut last_incident = 0;
-    let mut record_id = None;
     let store_stats = Arc::new(recorder::StoreStats::default());
-    if let Some(path) = &settings.record {
-        let conn = store::open_rw(path)?;
-        let (last_seq, last_no) = store::last_numbers(&conn)?;
-        if settings.nats.is_some() {
-            record_id = Some(store::record_id(&conn)?);
-        }
-        settings.source.first_seq = last_seq;
-        last_incident = last_no;
-        let limits = recorder::Limits {
-            retain: settings.retain,
-            max_bytes: settings.max_record,
-        };
-        let w =
-            recorder::spawn_writer(conn, path.clone(), limits, STORE_QUEUE, store_stats.clone())
-                .context("starting the record writer thread")?;
-        tracing::info!(
-            "record {}: numbering goes on after seq {last_seq}",
-            path.display()
-        );
-        writer = Some(w);
-    }
+    let record = open_record(&mut settings, &store_stats)?;
 
     let nats_stats = settings
         .nats
@@ -74,28 +52,118 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         nats_stats.clone(),
     );
     let hub = Arc::new(Hub::new(metrics, settings.record.clone()));
-    let publisher = match (&settings.nats, &settings.record, record_id, nats_stats) {
-        (Some(nats), Some(record), Some(id), Some(stats)) => {
-            tracing::info!(
-                "publishing to NATS {} as node {} (stream {})",
-                nats.url,
-                nats.node,
-                nats.stream
-            );
-            let spool = crate::nats::publish::Spool {
-                path: record.clone(),
-                id,
-                stats: store_stats.clone(),
-            };
-            Some(crate::nats::publish::spawn(
-                nats.clone(),
-                spool,
-                stats,
-                hub.on_shutdown(),
-            ))
-        }
-        _ => None,
+    let publisher = start_publisher(&settings, record.id, nats_stats, &hub, &store_stats);
+    let server = start_http(&settings, &hub, token).await?;
+
+    let (sender, join) = match record.writer {
+        Some((s, j)) => (Some(s), Some(j)),
+        None => (None, None),
     };
+    let stdout = crate::daemon::stdout::StdoutQueue::spawn(
+        crate::daemon::stdout::FdOut::stdout().context("opening stdout")?,
+        settings.stdout_queue,
+        hub.metrics.dropped("stdout"),
+    )
+    .context("starting the stdout writer thread")?;
+    // Whatever holds the stop (a disk that does not answer), the kubelet does not have to kill
+    // observer: it ends 9 s after SIGTERM at the latest, with status 1.
+    super::exit_after_signal(Duration::from_secs(9), 1)?;
+    let output = DaemonOutput::new(
+        hub.clone(),
+        Some(stdout.clone()),
+        sender,
+        record.last_incident,
+        settings.snapshots,
+    );
+    // The engine owns the output: when it returns, the record's sender is gone and the writer
+    // finishes what is queued.
+    let result = crate::engine::run(&settings.source.engine_config(), Box::new(output)).await;
+    stop(join, &hub, server, publisher, stdout).await;
+    Ok(result?)
+}
+
+/// The record, opened for writing, with its writer thread.
+struct Record {
+    writer: Option<(recorder::StoreSender, std::thread::JoinHandle<()>)>,
+    /// The number of the last incident in it: numbering goes on after it.
+    last_incident: u64,
+    /// Its id, when it is the spool of a NATS publisher.
+    id: Option<String>,
+}
+
+/// Open the record (when there is one) and start its writer; the engine's numbering goes on
+/// after the record's last change.
+fn open_record(
+    settings: &mut Settings,
+    store_stats: &Arc<recorder::StoreStats>,
+) -> anyhow::Result<Record> {
+    let mut record = Record {
+        writer: None,
+        last_incident: 0,
+        id: None,
+    };
+    let Some(path) = &settings.record else {
+        return Ok(record);
+    };
+    let conn = store::open_rw(path)?;
+    let (last_seq, last_no) = store::last_numbers(&conn)?;
+    if settings.nats.is_some() {
+        record.id = Some(store::record_id(&conn)?);
+    }
+    settings.source.first_seq = last_seq;
+    record.last_incident = last_no;
+    let limits = recorder::Limits {
+        retain: settings.retain,
+        max_bytes: settings.max_record,
+    };
+    let w = recorder::spawn_writer(conn, path.clone(), limits, STORE_QUEUE, store_stats.clone())
+        .context("starting the record writer thread")?;
+    tracing::info!(
+        "record {}: numbering goes on after seq {last_seq}",
+        path.display()
+    );
+    record.writer = Some(w);
+    Ok(record)
+}
+
+/// The NATS publisher, when publishing is asked for (the record is its spool).
+fn start_publisher(
+    settings: &Settings,
+    record_id: Option<String>,
+    nats_stats: Option<Arc<crate::nats::publish::NatsStats>>,
+    hub: &Hub,
+    store_stats: &Arc<recorder::StoreStats>,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let (Some(nats), Some(record), Some(id), Some(stats)) =
+        (&settings.nats, &settings.record, record_id, nats_stats)
+    else {
+        return None;
+    };
+    tracing::info!(
+        "publishing to NATS {} as node {} (stream {})",
+        nats.url,
+        nats.node,
+        nats.stream
+    );
+    let spool = crate::nats::publish::Spool {
+        path: record.clone(),
+        id,
+        stats: store_stats.clone(),
+    };
+    Some(crate::nats::publish::spawn(
+        nats.clone(),
+        spool,
+        stats,
+        hub.on_shutdown(),
+    ))
+}
+
+/// The HTTP endpoint, serving until the hub shuts down.
+async fn start_http(
+    settings: &Settings,
+    hub: &Arc<Hub>,
+    token: Option<String>,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     // TLS files are read before anything is attached: a bad one stops the start.
     let tls = settings
         .tls
@@ -115,7 +183,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         let _ = stopped.wait_for(|s| *s).await;
     };
     let limits = settings.http;
-    let server = match tls {
+    Ok(match tls {
         Some(tls) => {
             tracing::info!("HTTP endpoint on https://{}", settings.listen);
             let listener = tls::TlsListener::new(listener, Arc::new(tls))
@@ -126,33 +194,18 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             tracing::info!("HTTP endpoint on http://{}", settings.listen);
             tokio::spawn(serve(Limited::new(listener, limits), app, shutdown))
         }
-    };
+    })
+}
 
-    let (sender, join) = match writer {
-        Some((s, j)) => (Some(s), Some(j)),
-        None => (None, None),
-    };
-    let stdout = crate::daemon::stdout::StdoutQueue::spawn(
-        crate::daemon::stdout::FdOut::stdout().context("opening stdout")?,
-        settings.stdout_queue,
-        hub.metrics.dropped("stdout"),
-    )
-    .context("starting the stdout writer thread")?;
-    // Whatever holds the stop (a disk that does not answer), the kubelet does not have to kill
-    // observer: it ends 9 s after SIGTERM at the latest, with status 1.
-    super::exit_after_signal(Duration::from_secs(9), 1)?;
-    let output = DaemonOutput::new(
-        hub.clone(),
-        Some(stdout.clone()),
-        sender,
-        last_incident,
-        settings.snapshots,
-    );
-    // The engine owns the output: when it returns, the record's sender is gone and the writer
-    // finishes what is queued.
-    let result = crate::engine::run(&settings.source.engine_config(), Box::new(output)).await;
-
-    // The writer writes and streams what is queued, then the clients are let go.
+/// After the engine: the record's writer writes and streams what is queued, then the HTTP
+/// clients are let go, the publisher stops, and stdout gets what it can take.
+async fn stop(
+    join: Option<std::thread::JoinHandle<()>>,
+    hub: &Hub,
+    server: tokio::task::JoinHandle<()>,
+    publisher: Option<tokio::task::JoinHandle<()>>,
+    stdout: crate::daemon::stdout::StdoutQueue,
+) {
     if let Some(j) = join {
         let _ = tokio::task::spawn_blocking(move || j.join()).await;
     }
@@ -194,7 +247,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             ),
         }
     }
-    Ok(result?)
 }
 
 /// Serve `app` on `listener` until `shutdown`.

@@ -166,240 +166,22 @@ impl RunArgs {
             Some(p) => read_file(p)?,
             None => FileConfig::default(),
         };
-        let in_file = |key: &str| match &self.config {
-            Some(p) => format!("{} (key `{key}`)", p.display()),
-            None => key.to_string(),
-        };
-        let retain = flag_or_file(self.retain, file.retain.as_deref(), parse_duration, || {
-            in_file("retain")
-        })?
-        .unwrap_or_else(|| builtin(parse_duration, DEFAULT_RETAIN));
-        let max_record = flag_or_file(
-            self.max_record,
-            file.max_record.as_deref(),
-            parse_size,
-            || in_file("max_record"),
-        )?
-        .unwrap_or_else(|| builtin(parse_size, DEFAULT_MAX_RECORD));
-        let defaults = crate::forensics::SnapshotPolicy::default();
-        let snapshots = crate::forensics::SnapshotPolicy {
-            every: flag_or_file(
-                self.snapshot_every,
-                file.snapshot_every.as_deref(),
-                parse_duration,
-                || in_file("snapshot_every"),
-            )?
-            .unwrap_or(defaults.every),
-            changes: self
-                .snapshot_changes
-                .or(file.snapshot_changes)
-                .unwrap_or(defaults.changes)
-                .max(1),
-        };
-        let hooks = match (self.hooks, &file.hooks) {
-            (Some(h), _) => h,
-            (None, Some(s)) => {
-                use clap::ValueEnum;
-                HooksMode::from_str(s, false).map_err(|_| ConfigError::Hooks {
-                    at: in_file("hooks"),
-                    given: s.clone(),
-                })?
-            }
-            (None, None) => HooksMode::Auto,
-        };
-        let ringbuf_size = flag_or_file(
-            self.ringbuf_size,
-            file.ringbuf_size.map(|n| n.to_string()).as_deref(),
-            crate::cli::parse_ringbuf_size,
-            || in_file("ringbuf_size"),
-        )?
-        .unwrap_or(1 << 22);
-        let netlink_rcvbuf = flag_or_file(
-            self.netlink_rcvbuf,
-            file.netlink_rcvbuf.as_deref(),
-            crate::cli::parse_rcvbuf,
-            || in_file("netlink_rcvbuf"),
-        )?
-        .unwrap_or_else(|| builtin(crate::cli::parse_rcvbuf, DEFAULT_NETLINK_RCVBUF));
-        let window = |flag, file: &Option<String>, key: &str, default: &str| {
-            flag_or_file(flag, file.as_deref(), crate::cli::parse_window, || {
-                in_file(key)
-            })
-            .map(|d| d.unwrap_or_else(|| builtin(crate::cli::parse_window, default)))
-        };
-        let flap_window = window(self.flap_window, &file.flap_window, "flap_window", "60s")?;
-        let mass_window = window(self.mass_window, &file.mass_window, "mass_window", "5s")?;
-        let repair_within = window(
-            self.repair_within,
-            &file.repair_within,
-            "repair_within",
-            "60s",
-        )?;
-        let flap_cycles = self.flap_cycles.or(file.flap_cycles).unwrap_or(3);
-        if flap_cycles == 0 {
-            return Err(ConfigError::FlapCycles {
-                at: in_file("flap_cycles"),
-            });
-        }
-        // `--record` (flag or env) beats `no_record` from the file, and `--no-record` beats a
-        // file's `record`.
-        let record = if self.no_record {
-            None
-        } else if let Some(r) = self.record {
-            Some(r)
-        } else if file.no_record == Some(true) {
-            None
-        } else {
-            Some(file.record.unwrap_or_else(|| PathBuf::from(DEFAULT_RECORD)))
-        };
-        // A directory holds the record as `record.db`.
-        let record = record.map(|r| if r.is_dir() { r.join("record.db") } else { r });
-        let listen = self
-            .listen
-            .or(file.listen)
-            .unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("valid default address"));
-        // Flags win over the file as a set: a cert from one place and a key from the other is
-        // a mistake waiting to happen.
-        let (cert, key, client_ca) = if self.tls_cert.is_some() {
-            (self.tls_cert, self.tls_key, self.tls_client_ca)
-        } else {
-            (file.tls_cert, file.tls_key, file.tls_client_ca)
-        };
-        let tls = match (cert, key, client_ca) {
-            (Some(cert), Some(key), client_ca) => Some(super::tls::TlsFiles {
-                cert,
-                key,
-                client_ca,
-            }),
-            (None, None, None) => None,
-            (Some(_), None, _) => {
-                return Err(ConfigError::NoTlsKey {
-                    at: in_file("tls_cert"),
-                })
-            }
-            (None, Some(_), _) => {
-                return Err(ConfigError::NoTlsCert {
-                    at: in_file("tls_key"),
-                })
-            }
-            (None, None, Some(_)) => {
-                return Err(ConfigError::ClientCaAlone {
-                    at: in_file("tls_client_ca"),
-                })
-            }
-        };
-        let nats = match self.nats.or(file.nats) {
-            None => None,
-            Some(url) => {
-                if record.is_none() {
-                    return Err(ConfigError::NatsNeedsRecord {
-                        at: in_file("nats"),
-                    });
-                }
-                let max_age = flag_or_file(
-                    self.nats_max_age,
-                    file.nats_max_age.as_deref(),
-                    parse_duration,
-                    || in_file("nats_max_age"),
-                )?
-                .unwrap_or_else(|| builtin(parse_duration, crate::nats::DEFAULT_MAX_AGE));
-                let max_bytes = flag_or_file(
-                    self.nats_max_bytes,
-                    file.nats_max_bytes.as_deref(),
-                    parse_size,
-                    || in_file("nats_max_bytes"),
-                )?
-                .unwrap_or_else(|| builtin(parse_size, crate::nats::DEFAULT_MAX_BYTES));
-                let replicas = self.nats_replicas.or(file.nats_replicas).unwrap_or(1);
-                if !(1..=5).contains(&replicas) {
-                    return Err(ConfigError::NatsReplicas {
-                        at: in_file("nats_replicas"),
-                    });
-                }
-                let window = self
-                    .nats_window
-                    .or(file.nats_window)
-                    .map_or(crate::nats::DEFAULT_WINDOW, |w| w as usize);
-                if !(1..=65536).contains(&window) {
-                    return Err(ConfigError::NatsWindow {
-                        at: in_file("nats_window"),
-                    });
-                }
-                let node = self
-                    .node
-                    .or(file.node)
-                    .unwrap_or_else(crate::nats::host_name);
-                let auth = self.nats_auth.auth().or(crate::nats::auth::NatsAuth {
-                    ca: file.nats_ca.clone(),
-                    cert: file.nats_cert.clone(),
-                    key: file.nats_key.clone(),
-                    creds: file.nats_creds.clone(),
-                    nkey: file.nats_nkey.clone(),
-                    token_file: file.nats_token_file.clone(),
-                    user: file.nats_user.clone(),
-                    password_file: file.nats_password_file.clone(),
-                    insecure: file.nats_insecure == Some(true),
-                });
-                auth.check(&url).map_err(|cause| ConfigError::Nats {
-                    at: match &self.config {
-                        Some(p) => format!("{} (its NATS settings with the flags): ", p.display()),
-                        None => String::new(),
-                    },
-                    cause,
-                })?;
-                Some(crate::nats::NatsSettings {
-                    auth,
-                    url,
-                    node,
-                    stream: self
-                        .nats_stream
-                        .or(file.nats_stream)
-                        .unwrap_or_else(|| crate::nats::DEFAULT_STREAM.into()),
-                    max_age,
-                    max_bytes,
-                    replicas: usize::from(replicas),
-                    window,
-                })
-            }
-        };
-        let timeout = |flag, file: &Option<String>, key: &str, default: &str| {
-            let d = flag_or_file(flag, file.as_deref(), parse_duration, || in_file(key))?
-                .unwrap_or_else(|| builtin(parse_duration, default));
-            if d.is_zero() {
-                return Err(ConfigError::ZeroTimeout { at: in_file(key) });
-            }
-            Ok(d)
-        };
-        let at_least_one = |given: Option<u32>, key: &str, default: usize| match given {
-            Some(0) => Err(ConfigError::Zero { at: in_file(key) }),
-            Some(n) => Ok(n as usize),
-            None => Ok(default),
-        };
-        let http = super::limits::HttpLimits {
-            head_timeout: timeout(
-                self.http_head_timeout,
-                &file.http_head_timeout,
-                "http_head_timeout",
-                DEFAULT_HTTP_HEAD_TIMEOUT,
-            )?,
-            idle_timeout: timeout(
-                self.http_idle_timeout,
-                &file.http_idle_timeout,
-                "http_idle_timeout",
-                DEFAULT_HTTP_IDLE_TIMEOUT,
-            )?,
-            max_connections: at_least_one(
-                self.http_max_connections.or(file.http_max_connections),
-                "http_max_connections",
-                DEFAULT_HTTP_MAX_CONNECTIONS,
-            )?,
-        };
-        let stdout_queue = at_least_one(
-            self.stdout_queue.or(file.stdout_queue),
+        let mut layers = Layers { flags: self, file };
+        // In this order: the first setting that cannot be used is the one the error names.
+        let (retain, max_record, snapshots) = layers.record_limits()?;
+        let source = layers.source()?;
+        let record = layers.record();
+        let listen = layers.listen();
+        let tls = layers.tls()?;
+        let nats = layers.nats(record.is_some())?;
+        let http = layers.http()?;
+        let stdout_queue = layers.at_least_one(
+            layers.flags.stdout_queue.or(layers.file.stdout_queue),
             "stdout_queue",
             super::stdout::STDOUT_QUEUE,
         )?;
-        let insecure = self.insecure_plaintext || file.insecure_plaintext == Some(true);
+        let insecure =
+            layers.flags.insecure_plaintext || layers.file.insecure_plaintext == Some(true);
         if tls.is_none() && !listen.ip().is_loopback() && !insecure {
             return Err(ConfigError::PlainHttp(listen));
         }
@@ -409,31 +191,342 @@ impl RunArgs {
             tls,
             http,
             stdout_queue,
-            token_file: self.token_file.or(file.token_file),
+            token_file: layers.flags.token_file.or(layers.file.token_file),
             record,
             retain,
             max_record,
             snapshots,
-            source: SourceArgs {
-                owners: self.owners.or(file.owners),
-                flap_cycles,
-                flap_window,
-                mass_window,
-                repair_within,
-                hooks,
-                ringbuf_size,
-                netlink_rcvbuf,
-                pod_logs: self
-                    .pod_logs
-                    .or(file.pod_logs)
-                    .unwrap_or_else(|| PathBuf::from(crate::pods::POD_LOGS)),
-                container_logs: self
-                    .container_logs
-                    .or(file.container_logs)
-                    .unwrap_or_else(|| PathBuf::from(crate::pods::CONTAINER_LOGS)),
-                first_seq: 0,
-            },
+            source,
         })
+    }
+}
+
+/// The two layers above the defaults: the flags (with the environment, as clap read them) and
+/// the file. Each setting is taken from them once, by the step that resolves it.
+struct Layers {
+    flags: RunArgs,
+    file: FileConfig,
+}
+
+impl Layers {
+    /// Where an error about `key` points: the key in the file, when there is a file.
+    fn at(&self, key: &str) -> String {
+        match &self.flags.config {
+            Some(p) => format!("{} (key `{key}`)", p.display()),
+            None => key.to_string(),
+        }
+    }
+
+    /// How long the record keeps rows, how big it may grow, and when snapshots go into it.
+    fn record_limits(
+        &self,
+    ) -> Result<(Duration, u64, crate::forensics::SnapshotPolicy), ConfigError> {
+        let (flags, file) = (&self.flags, &self.file);
+        let retain = flag_or_file(flags.retain, file.retain.as_deref(), parse_duration, || {
+            self.at("retain")
+        })?
+        .unwrap_or_else(|| builtin(parse_duration, DEFAULT_RETAIN));
+        let max_record = flag_or_file(
+            flags.max_record,
+            file.max_record.as_deref(),
+            parse_size,
+            || self.at("max_record"),
+        )?
+        .unwrap_or_else(|| builtin(parse_size, DEFAULT_MAX_RECORD));
+        let defaults = crate::forensics::SnapshotPolicy::default();
+        let snapshots = crate::forensics::SnapshotPolicy {
+            every: flag_or_file(
+                flags.snapshot_every,
+                file.snapshot_every.as_deref(),
+                parse_duration,
+                || self.at("snapshot_every"),
+            )?
+            .unwrap_or(defaults.every),
+            changes: flags
+                .snapshot_changes
+                .or(file.snapshot_changes)
+                .unwrap_or(defaults.changes)
+                .max(1),
+        };
+        Ok((retain, max_record, snapshots))
+    }
+
+    /// What the engine is given: its hooks and buffers, the incident windows, and where owners
+    /// and pod names come from.
+    fn source(&mut self) -> Result<SourceArgs, ConfigError> {
+        let hooks = self.hooks()?;
+        let (flags, file) = (&self.flags, &self.file);
+        let ringbuf_size = flag_or_file(
+            flags.ringbuf_size,
+            file.ringbuf_size.map(|n| n.to_string()).as_deref(),
+            crate::cli::parse_ringbuf_size,
+            || self.at("ringbuf_size"),
+        )?
+        .unwrap_or(1 << 22);
+        let netlink_rcvbuf = flag_or_file(
+            flags.netlink_rcvbuf,
+            file.netlink_rcvbuf.as_deref(),
+            crate::cli::parse_rcvbuf,
+            || self.at("netlink_rcvbuf"),
+        )?
+        .unwrap_or_else(|| builtin(crate::cli::parse_rcvbuf, DEFAULT_NETLINK_RCVBUF));
+        let window = |flag, file: &Option<String>, key: &str, default: &str| {
+            flag_or_file(flag, file.as_deref(), crate::cli::parse_window, || {
+                self.at(key)
+            })
+            .map(|d| d.unwrap_or_else(|| builtin(crate::cli::parse_window, default)))
+        };
+        let flap_window = window(flags.flap_window, &file.flap_window, "flap_window", "60s")?;
+        let mass_window = window(flags.mass_window, &file.mass_window, "mass_window", "5s")?;
+        let repair_within = window(
+            flags.repair_within,
+            &file.repair_within,
+            "repair_within",
+            "60s",
+        )?;
+        let flap_cycles = flags.flap_cycles.or(file.flap_cycles).unwrap_or(3);
+        if flap_cycles == 0 {
+            return Err(ConfigError::FlapCycles {
+                at: self.at("flap_cycles"),
+            });
+        }
+        let (flags, file) = (&mut self.flags, &mut self.file);
+        Ok(SourceArgs {
+            owners: flags.owners.take().or(file.owners.take()),
+            flap_cycles,
+            flap_window,
+            mass_window,
+            repair_within,
+            hooks,
+            ringbuf_size,
+            netlink_rcvbuf,
+            pod_logs: flags
+                .pod_logs
+                .take()
+                .or(file.pod_logs.take())
+                .unwrap_or_else(|| PathBuf::from(crate::pods::POD_LOGS)),
+            container_logs: flags
+                .container_logs
+                .take()
+                .or(file.container_logs.take())
+                .unwrap_or_else(|| PathBuf::from(crate::pods::CONTAINER_LOGS)),
+            first_seq: 0,
+        })
+    }
+
+    fn hooks(&self) -> Result<HooksMode, ConfigError> {
+        Ok(match (self.flags.hooks, &self.file.hooks) {
+            (Some(h), _) => h,
+            (None, Some(s)) => {
+                use clap::ValueEnum;
+                HooksMode::from_str(s, false).map_err(|_| ConfigError::Hooks {
+                    at: self.at("hooks"),
+                    given: s.clone(),
+                })?
+            }
+            (None, None) => HooksMode::Auto,
+        })
+    }
+
+    /// The record's path (`None`: no record).
+    fn record(&mut self) -> Option<PathBuf> {
+        // `--record` (flag or env) beats `no_record` from the file, and `--no-record` beats a
+        // file's `record`.
+        let record = if self.flags.no_record {
+            None
+        } else if let Some(r) = self.flags.record.take() {
+            Some(r)
+        } else if self.file.no_record == Some(true) {
+            None
+        } else {
+            Some(
+                self.file
+                    .record
+                    .take()
+                    .unwrap_or_else(|| PathBuf::from(DEFAULT_RECORD)),
+            )
+        };
+        // A directory holds the record as `record.db`.
+        record.map(|r| if r.is_dir() { r.join("record.db") } else { r })
+    }
+
+    fn listen(&self) -> SocketAddr {
+        self.flags
+            .listen
+            .or(self.file.listen)
+            .unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("valid default address"))
+    }
+
+    /// The HTTP endpoint's certificate, key and client CA, when it serves HTTPS.
+    fn tls(&mut self) -> Result<Option<super::tls::TlsFiles>, ConfigError> {
+        // Flags win over the file as a set: a cert from one place and a key from the other is
+        // a mistake waiting to happen.
+        let (cert, key, client_ca) = if self.flags.tls_cert.is_some() {
+            let f = &mut self.flags;
+            (f.tls_cert.take(), f.tls_key.take(), f.tls_client_ca.take())
+        } else {
+            let f = &mut self.file;
+            (f.tls_cert.take(), f.tls_key.take(), f.tls_client_ca.take())
+        };
+        match (cert, key, client_ca) {
+            (Some(cert), Some(key), client_ca) => Ok(Some(super::tls::TlsFiles {
+                cert,
+                key,
+                client_ca,
+            })),
+            (None, None, None) => Ok(None),
+            (Some(_), None, _) => Err(ConfigError::NoTlsKey {
+                at: self.at("tls_cert"),
+            }),
+            (None, Some(_), _) => Err(ConfigError::NoTlsCert {
+                at: self.at("tls_key"),
+            }),
+            (None, None, Some(_)) => Err(ConfigError::ClientCaAlone {
+                at: self.at("tls_client_ca"),
+            }),
+        }
+    }
+
+    /// Publishing to NATS, when a URL is given (`has_record`: there is a record to spool from).
+    fn nats(&mut self, has_record: bool) -> Result<Option<crate::nats::NatsSettings>, ConfigError> {
+        let Some(url) = self.flags.nats.take().or(self.file.nats.take()) else {
+            return Ok(None);
+        };
+        if !has_record {
+            return Err(ConfigError::NatsNeedsRecord {
+                at: self.at("nats"),
+            });
+        }
+        let (flags, file) = (&self.flags, &self.file);
+        let max_age = flag_or_file(
+            flags.nats_max_age,
+            file.nats_max_age.as_deref(),
+            parse_duration,
+            || self.at("nats_max_age"),
+        )?
+        .unwrap_or_else(|| builtin(parse_duration, crate::nats::DEFAULT_MAX_AGE));
+        let max_bytes = flag_or_file(
+            flags.nats_max_bytes,
+            file.nats_max_bytes.as_deref(),
+            parse_size,
+            || self.at("nats_max_bytes"),
+        )?
+        .unwrap_or_else(|| builtin(parse_size, crate::nats::DEFAULT_MAX_BYTES));
+        let replicas = flags.nats_replicas.or(file.nats_replicas).unwrap_or(1);
+        if !(1..=5).contains(&replicas) {
+            return Err(ConfigError::NatsReplicas {
+                at: self.at("nats_replicas"),
+            });
+        }
+        let window = flags
+            .nats_window
+            .or(file.nats_window)
+            .map_or(crate::nats::DEFAULT_WINDOW, |w| w as usize);
+        if !(1..=65536).contains(&window) {
+            return Err(ConfigError::NatsWindow {
+                at: self.at("nats_window"),
+            });
+        }
+        let node = self
+            .flags
+            .node
+            .take()
+            .or(self.file.node.take())
+            .unwrap_or_else(crate::nats::host_name);
+        let auth = self.nats_auth(&url)?;
+        Ok(Some(crate::nats::NatsSettings {
+            auth,
+            url,
+            node,
+            stream: self
+                .flags
+                .nats_stream
+                .take()
+                .or(self.file.nats_stream.take())
+                .unwrap_or_else(|| crate::nats::DEFAULT_STREAM.into()),
+            max_age,
+            max_bytes,
+            replicas: usize::from(replicas),
+            window,
+        }))
+    }
+
+    /// NATS TLS and credentials: the flags', else the file's, checked against `url`.
+    fn nats_auth(&self, url: &str) -> Result<crate::nats::auth::NatsAuth, ConfigError> {
+        let file = &self.file;
+        let auth = self.flags.nats_auth.auth().or(crate::nats::auth::NatsAuth {
+            ca: file.nats_ca.clone(),
+            cert: file.nats_cert.clone(),
+            key: file.nats_key.clone(),
+            creds: file.nats_creds.clone(),
+            nkey: file.nats_nkey.clone(),
+            token_file: file.nats_token_file.clone(),
+            user: file.nats_user.clone(),
+            password_file: file.nats_password_file.clone(),
+            insecure: file.nats_insecure == Some(true),
+        });
+        auth.check(url).map_err(|cause| ConfigError::Nats {
+            at: match &self.flags.config {
+                Some(p) => format!("{} (its NATS settings with the flags): ", p.display()),
+                None => String::new(),
+            },
+            cause,
+        })?;
+        Ok(auth)
+    }
+
+    /// What one HTTP connection may hold, and how many there may be.
+    fn http(&self) -> Result<super::limits::HttpLimits, ConfigError> {
+        let (flags, file) = (&self.flags, &self.file);
+        Ok(super::limits::HttpLimits {
+            head_timeout: self.timeout(
+                flags.http_head_timeout,
+                &file.http_head_timeout,
+                "http_head_timeout",
+                DEFAULT_HTTP_HEAD_TIMEOUT,
+            )?,
+            idle_timeout: self.timeout(
+                flags.http_idle_timeout,
+                &file.http_idle_timeout,
+                "http_idle_timeout",
+                DEFAULT_HTTP_IDLE_TIMEOUT,
+            )?,
+            max_connections: self.at_least_one(
+                flags.http_max_connections.or(file.http_max_connections),
+                "http_max_connections",
+                DEFAULT_HTTP_MAX_CONNECTIONS,
+            )?,
+        })
+    }
+
+    /// A timeout longer than zero.
+    fn timeout(
+        &self,
+        flag: Option<Duration>,
+        file: &Option<String>,
+        key: &str,
+        default: &str,
+    ) -> Result<Duration, ConfigError> {
+        let d = flag_or_file(flag, file.as_deref(), parse_duration, || self.at(key))?
+            .unwrap_or_else(|| builtin(parse_duration, default));
+        if d.is_zero() {
+            return Err(ConfigError::ZeroTimeout { at: self.at(key) });
+        }
+        Ok(d)
+    }
+
+    /// A count of at least one.
+    fn at_least_one(
+        &self,
+        given: Option<u32>,
+        key: &str,
+        default: usize,
+    ) -> Result<usize, ConfigError> {
+        match given {
+            Some(0) => Err(ConfigError::Zero { at: self.at(key) }),
+            Some(n) => Ok(n as usize),
+            None => Ok(default),
+        }
     }
 }
 

@@ -316,6 +316,7 @@ async fn run_here(config: &EngineConfig, output: Box<dyn Output>) -> Result<(), 
             if nix::unistd::geteuid().is_root() {
                 "no network namespace could be opened (is /proc mounted?)"
             } else {
+                // Each capability, what it is for and what is lost without it: crate::caps.
                 "no network namespace could be opened: observer tail needs root (or CAP_SYS_ADMIN, \
              CAP_NET_ADMIN, CAP_BPF and CAP_PERFMON); run it with sudo"
             },

@@ -10,7 +10,7 @@
 //! A chain is short (a few hundred bytes), too short for zstd to find much in it alone, and
 //! consecutive snapshots of a table share nearly everything: on a week of kube-proxy churn over
 //! a 21,000-rule table, storing each changed chain on its own (layout 2, still read by
-//! [`super::record`]) cost several times what these frames do (BENCHMARKS.md).
+//! [`super::snapshots`]) cost several times what these frames do (BENCHMARKS.md).
 
 use std::collections::{HashMap, HashSet};
 

@@ -10,8 +10,8 @@
 pub mod frames;
 pub mod model;
 pub mod query;
-pub mod record;
 pub mod replay;
+pub mod snapshots;
 pub mod story;
 
 use std::collections::HashMap;

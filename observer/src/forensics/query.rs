@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, HashMap};
 use rusqlite::Connection;
 
 use super::model::{self, Last, Table};
-use super::record::{self, State};
 use super::replay::Recorded;
+use super::snapshots::{self, State};
 use super::ForensicsError;
 use crate::store::{self, Selection};
 use crate::timestamp::Timestamp;
@@ -43,8 +43,8 @@ pub fn at(
     // One read transaction: the snapshot and the changes after it come from one state of a
     // record the daemon may be writing, and thousands of reads take the file's lock once.
     let read = conn.unchecked_transaction()?;
-    let seq = record::seq_at(&read, at_ns)?;
-    let mut states = record::states(&read, seq, at_ns, scope.netns)?;
+    let seq = snapshots::seq_at(&read, at_ns)?;
+    let mut states = snapshots::states(&read, seq, at_ns, scope.netns)?;
     drop(read);
     for st in &mut states {
         let keep: Vec<Table> = std::mem::take(&mut st.tables.tables)

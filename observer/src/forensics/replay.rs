@@ -222,43 +222,65 @@ impl Replay {
         let applied: Vec<&Recorded> = txn.iter().filter(|c| c.applied()).collect();
         // Objects first: a rule's chain exists before the rule is added.
         for c in &applied {
-            match c.op {
-                Op::TableCreate => {
-                    self.table_entry(c.family, &c.table);
-                }
-                Op::ChainCreate => {
-                    let Some(name) = &c.chain else { continue };
-                    let t = self.table_entry(c.family, &c.table);
-                    if t.chains.contains_key(name) {
-                        continue;
-                    }
-                    let chain = Chain {
-                        name: name.clone(),
-                        head: chain_head(legacy, c.detail.as_deref()),
-                        rules: Vec::new(),
-                        last: Some(c.last()),
-                    };
-                    t.chains.insert(name.clone(), chain);
-                }
-                Op::SetCreate => {
-                    let Some(name) = &c.chain else { continue };
-                    let t = self.table_entry(c.family, &c.table);
-                    if !t.sets.iter().any(|s| s.name == *name) {
-                        t.sets.push(Set {
-                            name: name.clone(),
-                            decl: c.detail.clone().unwrap_or_default(),
-                            elements: Vec::new(),
-                            incomplete: false,
-                            last: Some(c.last()),
-                        });
-                    }
-                }
-                _ => {}
+            self.create(legacy, c);
+        }
+        let deletes = self.flush(&applied);
+        self.delete_rules(deletes);
+        self.add_rules(&applied);
+        // Updates, elements, then what goes away.
+        for c in &applied {
+            self.update_or_remove(legacy, c);
+        }
+        for c in &applied {
+            if c.op == Op::TableDelete {
+                self.tables
+                    .retain(|t| !(t.family == c.family && t.name == c.table));
             }
         }
-        // Deletes and flushes, at positions from before the transaction: the highest first.
+    }
+
+    /// A table, chain or set made (one already there is kept as it is).
+    fn create(&mut self, legacy: bool, c: &Recorded) {
+        match c.op {
+            Op::TableCreate => {
+                self.table_entry(c.family, &c.table);
+            }
+            Op::ChainCreate => {
+                let Some(name) = &c.chain else { return };
+                let t = self.table_entry(c.family, &c.table);
+                if t.chains.contains_key(name) {
+                    return;
+                }
+                let chain = Chain {
+                    name: name.clone(),
+                    head: chain_head(legacy, c.detail.as_deref()),
+                    rules: Vec::new(),
+                    last: Some(c.last()),
+                };
+                t.chains.insert(name.clone(), chain);
+            }
+            Op::SetCreate => {
+                let Some(name) = &c.chain else { return };
+                let t = self.table_entry(c.family, &c.table);
+                if !t.sets.iter().any(|s| s.name == *name) {
+                    t.sets.push(Set {
+                        name: name.clone(),
+                        decl: c.detail.clone().unwrap_or_default(),
+                        elements: Vec::new(),
+                        incomplete: false,
+                        last: Some(c.last()),
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The flushes, applied; returns the rules to delete (a replaced rule's old text too), each
+    /// with the change that deletes it.
+    fn flush<'a>(&mut self, applied: &[&'a Recorded]) -> Vec<(&'a Recorded, &'a str)> {
         let mut deletes: Vec<(&Recorded, &str)> = Vec::new();
-        for c in &applied {
+        for &c in applied {
             match c.op {
                 Op::RuleDelete => deletes.push((c, c.rule.as_deref().unwrap_or_default())),
                 Op::RuleReplace => {
@@ -291,6 +313,11 @@ impl Replay {
                 _ => {}
             }
         }
+        deletes
+    }
+
+    /// Deletes, at positions from before the transaction: the highest first.
+    fn delete_rules(&mut self, mut deletes: Vec<(&Recorded, &str)>) {
         deletes.sort_by_key(|(c, _)| std::cmp::Reverse(c.position.unwrap_or(0)));
         for (c, text) in deletes {
             let Some(ch) = self.chain_of(c) else {
@@ -306,7 +333,10 @@ impl Replay {
             }
             ch.last = Some(c.last());
         }
-        // Adds at positions from after the transaction: the lowest first.
+    }
+
+    /// Adds at positions from after the transaction: the lowest first.
+    fn add_rules(&mut self, applied: &[&Recorded]) {
         let mut adds: Vec<&Recorded> = applied
             .iter()
             .copied()
@@ -321,51 +351,46 @@ impl Replay {
             ch.rules.insert(at, c.rule.clone().unwrap_or_default());
             ch.last = Some(c.last());
         }
-        // Updates, elements, then what goes away.
-        for c in &applied {
-            match c.op {
-                Op::ChainUpdate => {
-                    if let Some(ch) = self.chain_of(c) {
-                        if let Some(d) = c.detail.as_deref() {
-                            ch.head = updated_head(legacy, d).or(ch.head.take());
-                        }
-                        ch.last = Some(c.last());
+    }
+
+    /// A chain's header changed, a set's elements added or deleted, a chain or set removed.
+    fn update_or_remove(&mut self, legacy: bool, c: &Recorded) {
+        match c.op {
+            Op::ChainUpdate => {
+                if let Some(ch) = self.chain_of(c) {
+                    if let Some(d) = c.detail.as_deref() {
+                        ch.head = updated_head(legacy, d).or(ch.head.take());
                     }
+                    ch.last = Some(c.last());
                 }
-                Op::ElementAdd | Op::ElementDelete => {
-                    let Some(s) = self.set_of(c) else { continue };
-                    let (items, cut) = element_items(c.rule.as_deref().unwrap_or(""));
-                    if c.op == Op::ElementAdd {
-                        for i in items {
-                            if !s.elements.contains(&i) {
-                                s.elements.push(i);
-                            }
-                        }
-                    } else {
-                        s.elements.retain(|e| !items.contains(e));
-                    }
-                    s.incomplete |= cut;
-                    s.last = Some(c.last());
-                }
-                Op::ChainDelete => {
-                    if let (Some(t), Some(name)) = (self.table_mut(c.family, &c.table), &c.chain) {
-                        // Order kept: the chains after it move up.
-                        t.chains.shift_remove(name);
-                    }
-                }
-                Op::SetDelete => {
-                    if let (Some(t), Some(name)) = (self.table_mut(c.family, &c.table), &c.chain) {
-                        t.sets.retain(|s| s.name != *name);
-                    }
-                }
-                _ => {}
             }
-        }
-        for c in &applied {
-            if c.op == Op::TableDelete {
-                self.tables
-                    .retain(|t| !(t.family == c.family && t.name == c.table));
+            Op::ElementAdd | Op::ElementDelete => {
+                let Some(s) = self.set_of(c) else { return };
+                let (items, cut) = element_items(c.rule.as_deref().unwrap_or(""));
+                if c.op == Op::ElementAdd {
+                    for i in items {
+                        if !s.elements.contains(&i) {
+                            s.elements.push(i);
+                        }
+                    }
+                } else {
+                    s.elements.retain(|e| !items.contains(e));
+                }
+                s.incomplete |= cut;
+                s.last = Some(c.last());
             }
+            Op::ChainDelete => {
+                if let (Some(t), Some(name)) = (self.table_mut(c.family, &c.table), &c.chain) {
+                    // Order kept: the chains after it move up.
+                    t.chains.shift_remove(name);
+                }
+            }
+            Op::SetDelete => {
+                if let (Some(t), Some(name)) = (self.table_mut(c.family, &c.table), &c.chain) {
+                    t.sets.retain(|s| s.name != *name);
+                }
+            }
+            _ => {}
         }
     }
 }

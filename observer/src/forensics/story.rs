@@ -9,7 +9,7 @@ use rusqlite::Connection;
 use serde::Serialize;
 
 use super::model::{self, Chain, Table};
-use super::record::{self, State};
+use super::snapshots::{self, State};
 use super::ForensicsError;
 use crate::attribution::ProcessInfo;
 use crate::output::record::{ChangeRecord, IncidentRecord};
@@ -144,7 +144,7 @@ pub fn story(conn: &Connection, id: &str) -> Result<Story, ForensicsError> {
         }
     }
     let before = match first {
-        Some(c) => record::states(conn, c.seq.saturating_sub(1), start_ns, Some(netns))?,
+        Some(c) => snapshots::states(conn, c.seq.saturating_sub(1), start_ns, Some(netns))?,
         None => Vec::new(),
     };
     // The damage: the ruleset after the last change of the incident's actors (the changes that
@@ -155,10 +155,10 @@ pub fn story(conn: &Connection, id: &str) -> Result<Story, ForensicsError> {
         .find(|c| latest.actors.contains(&c.process.actor))
         .or(changes.last());
     let after = match damage {
-        Some(c) => record::states(conn, c.seq, c.time.unix_nanos(), Some(netns))?,
+        Some(c) => snapshots::states(conn, c.seq, c.time.unix_nanos(), Some(netns))?,
         None => Vec::new(),
     };
-    let end = record::states(conn, record::seq_at(conn, end_ns)?, end_ns, Some(netns))?;
+    let end = snapshots::states(conn, snapshots::seq_at(conn, end_ns)?, end_ns, Some(netns))?;
     let chains = keys
         .into_iter()
         .map(|k| ChainStory {
@@ -353,12 +353,53 @@ fn change_line(c: &ChangeRecord) -> String {
 
 /// The story for people: a timeline, then the chains before and after.
 pub fn story_text(s: &Story) -> String {
+    let mut out = header(s);
+    out.push_str("timeline\n");
+    for (time, _, _, text) in &timeline(s) {
+        out.push_str(&format!("  {}  {text}\n", clock(*time)));
+    }
+    for r in &s.repairs {
+        if r.repaired && r.change.is_none() {
+            out.push_str(&format!(
+                "  {}'s {} repaired by {} after {} ms (the change is no longer in the record)\n",
+                r.owner,
+                r.chains.join(", "),
+                r.repaired_by.as_deref().unwrap_or("unknown"),
+                r.repair_ms.unwrap_or_default()
+            ));
+        } else if !r.repaired {
+            out.push_str(&format!(
+                "  {}'s {} not repaired{}\n",
+                r.owner,
+                r.chains.join(", "),
+                r.failed
+                    .as_ref()
+                    .map(|f| format!(" (its write was refused: {f})"))
+                    .unwrap_or_default()
+            ));
+        }
+    }
+    if !s.missing.is_empty() {
+        out.push_str(&format!(
+            "  (changes {:?} are no longer in the record)\n",
+            s.missing
+        ));
+    }
+    out.push_str("\nchains\n");
+    for c in &s.chains {
+        chain_text(c, &mut out);
+    }
+    out
+}
+
+/// The incident's first lines: what, where, whose, by whom, and its summary.
+fn header(s: &Story) -> String {
     let i = &s.incident;
     let place = match &i.netns_name {
         Some(n) => format!("namespace {n} ({})", i.netns),
         None => format!("namespace {}", i.netns),
     };
-    let mut out = format!(
+    format!(
         "# incident {}: {} ({}), {}\n# {place}, {} {} {}; owner {}; actors {}\n# {}\n\n",
         s.id,
         i.kind.as_str(),
@@ -370,8 +411,11 @@ pub fn story_text(s: &Story) -> String {
         i.owner,
         i.actors.join(", "),
         i.summary
-    );
-    // The timeline: changes, lines and repairs by time; at one time, changes first.
+    )
+}
+
+/// The timeline: changes, lines and repairs by time; at one time, changes first.
+fn timeline(s: &Story) -> Vec<(Timestamp, u8, u64, String)> {
     let mut events: Vec<(Timestamp, u8, u64, String)> = Vec::new();
     let repair_seqs: BTreeSet<u64> = s
         .repairs
@@ -415,68 +459,38 @@ pub fn story_text(s: &Story) -> String {
         ));
     }
     events.sort();
-    out.push_str("timeline\n");
-    for (time, _, _, text) in &events {
-        out.push_str(&format!("  {}  {text}\n", clock(*time)));
-    }
-    for r in &s.repairs {
-        if r.repaired && r.change.is_none() {
-            out.push_str(&format!(
-                "  {}'s {} repaired by {} after {} ms (the change is no longer in the record)\n",
-                r.owner,
-                r.chains.join(", "),
-                r.repaired_by.as_deref().unwrap_or("unknown"),
-                r.repair_ms.unwrap_or_default()
-            ));
-        } else if !r.repaired {
-            out.push_str(&format!(
-                "  {}'s {} not repaired{}\n",
-                r.owner,
-                r.chains.join(", "),
-                r.failed
-                    .as_ref()
-                    .map(|f| format!(" (its write was refused: {f})"))
-                    .unwrap_or_default()
-            ));
-        }
-    }
-    if !s.missing.is_empty() {
-        out.push_str(&format!(
-            "  (changes {:?} are no longer in the record)\n",
-            s.missing
-        ));
-    }
-    out.push_str("\nchains\n");
-    for c in &s.chains {
-        out.push_str(&format!(
-            "{} {} {} {}\n",
-            c.backend, c.family, c.table, c.chain
-        ));
-        let phases = [
-            ("before", &c.before),
-            ("after the actors' changes", &c.after),
-            ("at its end", &c.end),
-        ];
-        for (label, chain) in phases {
-            out.push_str(&format!("  {label}:"));
-            match chain {
-                None => out.push_str(" (absent)\n"),
-                Some(ch) => {
-                    out.push('\n');
-                    let t = Table {
-                        family: c.family,
-                        name: c.table.clone(),
-                        sets: Vec::new(),
-                        chains: vec![ch.clone()],
-                    };
-                    for l in model::render(c.backend, &t, false).lines() {
-                        out.push_str(&format!("    {l}\n"));
-                    }
+    events
+}
+
+/// One chain before the actors' changes, after them, and at the incident's end.
+fn chain_text(c: &ChainStory, out: &mut String) {
+    out.push_str(&format!(
+        "{} {} {} {}\n",
+        c.backend, c.family, c.table, c.chain
+    ));
+    let phases = [
+        ("before", &c.before),
+        ("after the actors' changes", &c.after),
+        ("at its end", &c.end),
+    ];
+    for (label, chain) in phases {
+        out.push_str(&format!("  {label}:"));
+        match chain {
+            None => out.push_str(" (absent)\n"),
+            Some(ch) => {
+                out.push('\n');
+                let t = Table {
+                    family: c.family,
+                    name: c.table.clone(),
+                    sets: Vec::new(),
+                    chains: vec![ch.clone()],
+                };
+                for l in model::render(c.backend, &t, false).lines() {
+                    out.push_str(&format!("    {l}\n"));
                 }
             }
         }
     }
-    out
 }
 
 #[cfg(test)]

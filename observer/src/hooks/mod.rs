@@ -65,6 +65,7 @@ pub enum HookError {
 
 fn privilege_hint(msg: &str) -> &'static str {
     if msg.contains("Operation not permitted") || msg.contains("EPERM") {
+        // Each capability, what it is for and what is lost without it: crate::caps.
         " (observer needs root, or CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN)"
     } else {
         ""

@@ -87,7 +87,29 @@ impl Correlator {
             return;
         }
         let seqs: Vec<u64> = restored.iter().map(|r| r.seq).collect();
-        // Mass flush repairs; a mass flush every owner repaired is resolved.
+        self.mass_repairs(netns, actor, restored, &seqs, now, out);
+        // Flapping cycles: every conflict where this owner had something undone.
+        let keys: Vec<ConflictKey> = self
+            .conflicts
+            .iter()
+            .filter(|(k, c)| k.netns == netns && k.owner == actor && c.pending)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in keys {
+            self.cycle(&key, &seqs, now, out);
+        }
+    }
+
+    /// Mass flush repairs; a mass flush every owner repaired is resolved.
+    fn mass_repairs(
+        &mut self,
+        netns: u32,
+        actor: &str,
+        restored: &[Restore],
+        seqs: &[u64],
+        now: Timestamp,
+        out: &mut Vec<IncidentRecord>,
+    ) {
         let mut resolved: Vec<String> = Vec::new();
         for (id, t) in self.incidents.iter_mut() {
             let since = t.since;
@@ -107,7 +129,7 @@ impl Correlator {
                 };
                 t.record.time = now;
                 t.record.summary = mass_summary(&t.record);
-                add_events(&mut t.record, &seqs);
+                add_events(&mut t.record, seqs);
                 t.last = now;
                 out.push(t.record.clone());
             }
@@ -117,102 +139,118 @@ impl Correlator {
             self.sweeps
                 .retain(|_, s| s.incident.as_deref() != Some(id.as_str()));
         }
-        // Flapping cycles: every conflict where this owner had something undone.
-        let keys: Vec<ConflictKey> = self
-            .conflicts
-            .iter()
-            .filter(|(k, c)| k.netns == netns && k.owner == actor && c.pending)
-            .map(|(k, _)| k.clone())
-            .collect();
-        for key in keys {
-            let window = self.cfg.flap_window;
-            let threshold = self.cfg.flap_cycles;
-            let Some(c) = self.conflicts.get_mut(&key) else {
-                continue;
-            };
-            c.pending = false;
-            c.cycles.push(now);
-            c.cycles.retain(|&t| now.elapsed_since(t) <= window);
-            c.total_cycles += 1;
-            c.last = now;
-            let total = c.total_cycles;
-            if let Some(id) = c.flapping.clone() {
-                if let Some(t) = self.incidents.get_mut(&id) {
-                    add_events(&mut t.record, &seqs);
-                    t.record.cycles = Some(total);
-                    t.record.last = Some(now);
-                    t.record.time = now;
-                    t.record.state = IncidentState::Update;
-                    t.record.summary = flap_summary(&t.record);
-                    t.last = now;
-                    out.push(t.record.clone());
-                }
-                continue;
+    }
+
+    /// One more undo/redo cycle of the conflict `key`: an update of its `flapping` incident, or
+    /// the cycle that makes one.
+    fn cycle(
+        &mut self,
+        key: &ConflictKey,
+        seqs: &[u64],
+        now: Timestamp,
+        out: &mut Vec<IncidentRecord>,
+    ) {
+        let window = self.cfg.flap_window;
+        let threshold = self.cfg.flap_cycles;
+        let Some(c) = self.conflicts.get_mut(key) else {
+            return;
+        };
+        c.pending = false;
+        c.cycles.push(now);
+        c.cycles.retain(|&t| now.elapsed_since(t) <= window);
+        c.total_cycles += 1;
+        c.last = now;
+        let total = c.total_cycles;
+        if let Some(id) = c.flapping.clone() {
+            if let Some(t) = self.incidents.get_mut(&id) {
+                add_events(&mut t.record, seqs);
+                t.record.cycles = Some(total);
+                t.record.last = Some(now);
+                t.record.time = now;
+                t.record.state = IncidentState::Update;
+                t.record.summary = flap_summary(&t.record);
+                t.last = now;
+                out.push(t.record.clone());
             }
-            if c.cycles.len() as u32 >= threshold {
-                // The conflict's earlier incidents become this one.
-                let earlier: Vec<String> = c.open.drain().map(|(_, id)| id).collect();
-                let mut events = Vec::new();
-                let mut chains = BTreeSet::new();
-                let mut base: Option<IncidentRecord> = None;
-                let mut absorbed = Vec::new();
-                for id in &earlier {
-                    if let Some(t) = self.incidents.remove(id) {
-                        events.extend(t.record.events.iter().copied());
-                        chains.extend(t.record.chains.iter().cloned());
-                        if !t.record.state.is_final() {
-                            absorbed.push(t.record.clone());
-                        }
-                        if base.is_none() {
-                            base = Some(t.record);
-                        }
-                    }
+            return;
+        }
+        if c.cycles.len() as u32 >= threshold {
+            // The conflict's earlier incidents become this one.
+            let earlier: Vec<String> = c.open.drain().map(|(_, id)| id).collect();
+            self.start_flapping(key, &earlier, total, seqs, now, out);
+        }
+    }
+
+    /// A `flapping` incident made of the conflict's `earlier` incidents; those still open end,
+    /// pointing at it.
+    fn start_flapping(
+        &mut self,
+        key: &ConflictKey,
+        earlier: &[String],
+        total: u32,
+        seqs: &[u64],
+        now: Timestamp,
+        out: &mut Vec<IncidentRecord>,
+    ) {
+        let mut events = Vec::new();
+        let mut chains = BTreeSet::new();
+        let mut base: Option<IncidentRecord> = None;
+        let mut absorbed = Vec::new();
+        for id in earlier {
+            if let Some(t) = self.incidents.remove(id) {
+                events.extend(t.record.events.iter().copied());
+                chains.extend(t.record.chains.iter().cloned());
+                if !t.record.state.is_final() {
+                    absorbed.push(t.record.clone());
                 }
-                let Some(mut r) = base else { continue };
-                events.extend(seqs.iter().copied());
-                events.sort_unstable();
-                events.dedup();
-                r.id = format!(
-                    "flapping-{}-{}",
-                    netns,
-                    events.first().copied().unwrap_or_default()
-                );
-                r.kind = IncidentKind::Flapping;
-                r.severity = Severity::Critical;
-                r.state = IncidentState::Open;
-                r.time = now;
-                r.events = events;
-                r.chains = chains.into_iter().collect();
-                r.cycles = Some(total);
-                r.last = Some(now);
-                r.rule = None;
-                r.was = None;
-                r.lost = Vec::new();
-                trim_events(&mut r);
-                r.summary = flap_summary(&r);
-                r.owners = Vec::new();
-                r.merged_into = None;
-                let since = r.since;
-                if let Some(c) = self.conflicts.get_mut(&key) {
-                    c.flapping = Some(r.id.clone());
+                if base.is_none() {
+                    base = Some(t.record);
                 }
-                self.incidents
-                    .insert(r.id.clone(), Tracked::new(r.clone(), since, now));
-                // The conflict's incidents still open end here, pointing at the loop.
-                for mut a in absorbed {
-                    a.state = IncidentState::Resolved;
-                    a.time = now;
-                    a.merged_into = Some(r.id.clone());
-                    a.summary = format!(
-                        "Part of {}: {} and {} undo each other in a loop; that incident follows it.",
-                        r.id,
-                        a.actors.join("/"),
-                        a.owner
-                    );
-                    out.push(a);
-                }
-                out.push(r);
             }
         }
+        let Some(mut r) = base else { return };
+        events.extend(seqs.iter().copied());
+        events.sort_unstable();
+        events.dedup();
+        r.id = format!(
+            "flapping-{}-{}",
+            key.netns,
+            events.first().copied().unwrap_or_default()
+        );
+        r.kind = IncidentKind::Flapping;
+        r.severity = Severity::Critical;
+        r.state = IncidentState::Open;
+        r.time = now;
+        r.events = events;
+        r.chains = chains.into_iter().collect();
+        r.cycles = Some(total);
+        r.last = Some(now);
+        r.rule = None;
+        r.was = None;
+        r.lost = Vec::new();
+        trim_events(&mut r);
+        r.summary = flap_summary(&r);
+        r.owners = Vec::new();
+        r.merged_into = None;
+        let since = r.since;
+        if let Some(c) = self.conflicts.get_mut(key) {
+            c.flapping = Some(r.id.clone());
+        }
+        self.incidents
+            .insert(r.id.clone(), Tracked::new(r.clone(), since, now));
+        // The conflict's incidents still open end here, pointing at the loop.
+        for mut a in absorbed {
+            a.state = IncidentState::Resolved;
+            a.time = now;
+            a.merged_into = Some(r.id.clone());
+            a.summary = format!(
+                "Part of {}: {} and {} undo each other in a loop; that incident follows it.",
+                r.id,
+                a.actors.join("/"),
+                a.owner
+            );
+            out.push(a);
+        }
+        out.push(r);
     }
 }

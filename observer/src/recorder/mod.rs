@@ -21,7 +21,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::{counter::Counter, family::Family, gauge::Gauge};
 use rusqlite::{params, Connection, OptionalExtension};
 
-use crate::forensics::record::{self, LastWriters};
+use crate::forensics::snapshots::{self, LastWriters};
 use crate::forensics::{frames, ForensicsError, Snapshot};
 use crate::store::{self, ChangeRow};
 
@@ -456,7 +456,7 @@ impl Writer {
             .conn
             .execute_batch("BEGIN")
             .map_err(ForensicsError::from)
-            .and_then(|_| record::roll_forward(&self.conn, seq));
+            .and_then(|_| snapshots::roll_forward(&self.conn, seq));
         let end = if res.is_ok() { "COMMIT" } else { "ROLLBACK" };
         if let Err(e) = self.conn.execute_batch(end) {
             tracing::warn!("record {}: {end}: {e}", self.path.display());
