@@ -14,11 +14,13 @@ use anyhow::{bail, Context as _};
 
 use crate::cli::run::RunArgs;
 use crate::daemon::config::Settings;
-use crate::daemon::hub::{self, Hub};
-use crate::daemon::limits::{Limited, MakeMarked};
-use crate::daemon::sink::DaemonOutput;
-use crate::daemon::{http, metrics, tls, token_from};
-use crate::recorder;
+use crate::daemon::token_from;
+use crate::sinks::fanout::DaemonOutput;
+use crate::sinks::http::hub::{self, Hub};
+use crate::sinks::http::limits::{Limited, MakeMarked};
+use crate::sinks::http::{self, tls};
+use crate::sinks::metrics;
+use crate::sinks::record_writer as recorder;
 use crate::store;
 
 /// How many records may wait for the record writer before new ones are dropped (and counted).

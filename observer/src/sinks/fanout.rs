@@ -1,5 +1,5 @@
 //! Where the engine's records go in `observer run`: stdout (JSON lines), the record writer, the
-//! metrics, and the live streams of the HTTP endpoint ([`super::hub`]).
+//! metrics, and the live streams of the HTTP endpoint ([`super::http::hub`]).
 //!
 //! Each record is serialised once; that JSON text is what stdout, the record and every stream
 //! carry. The metrics are counted from the typed record.
@@ -7,13 +7,13 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::hub::{Event, Hub, Meta, Stream};
+use super::http::hub::{Event, Hub, Meta, Stream};
 use super::metrics::{ChangeLabels, GapLabels, HookLabels, IncidentLabels};
 use super::stdout::StdoutQueue;
 use crate::engine::Output;
 use crate::output::record::{Gap, IncidentState, StatusState};
 use crate::output::{Record, StatusRecord};
-use crate::recorder::{Row, StoreSender};
+use crate::sinks::record_writer::{Row, StoreSender};
 use crate::store::ChangeRow;
 
 /// The engine's output in `observer run`.
@@ -32,7 +32,7 @@ pub struct DaemonOutput {
 /// Streams a line: into stdout's queue, then to the HTTP clients. With a record, the record's
 /// writer runs it once the line's row is committed, so that nothing is streamed that the record
 /// lacks. Neither waits for its reader: stdout has a bounded queue of its own
-/// ([`super::stdout`]), the clients a ring they catch up from ([`super::hub`]).
+/// ([`super::stdout`]), the clients a ring they catch up from ([`super::http::hub`]).
 struct Streamer {
     hub: Arc<Hub>,
     stdout: Option<StdoutQueue>,

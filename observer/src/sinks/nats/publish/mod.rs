@@ -168,14 +168,14 @@ struct Publisher {
     record: PathBuf,
     record_id: String,
     stats: Arc<NatsStats>,
-    store: Arc<crate::recorder::StoreStats>,
+    store: Arc<crate::sinks::record_writer::StoreStats>,
 }
 
 /// The record the publisher reads: its path, its id and its writer's signals.
 pub struct Spool {
     pub path: PathBuf,
     pub id: String,
-    pub stats: Arc<crate::recorder::StoreStats>,
+    pub stats: Arc<crate::sinks::record_writer::StoreStats>,
 }
 
 /// Start publishing the record until `shutdown` is set.

@@ -8,7 +8,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::recorder::StoreStats;
+use crate::sinks::record_writer::StoreStats;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ChangeLabels {
@@ -68,7 +68,7 @@ pub struct Metrics {
 impl Metrics {
     pub fn new(
         store: Option<Arc<StoreStats>>,
-        nats: Option<Arc<crate::nats::publish::NatsStats>>,
+        nats: Option<Arc<crate::sinks::nats::publish::NatsStats>>,
     ) -> Metrics {
         let mut registry = Registry::with_prefix("observer");
         let changes = Family::<ChangeLabels, Counter>::default();
