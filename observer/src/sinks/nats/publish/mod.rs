@@ -6,14 +6,14 @@
 //! moves only over rows acknowledged in order. Any failure ends the session. While the server is
 //! unreachable nothing is published and nothing is lost: the rows wait in the record.
 //!
-//! Every session starts by reconciling each subject with the record ([`plan`]): a connection that
-//! dies with rows in flight can leave a hole (a row lost while a later one was stored, e.g. sent
-//! again from the old connection's queue after a reconnect, or a cluster leader lost mid-window),
-//! and by the window's rule it can only be among the last `window` rows. The publisher reads the
-//! headers of the subject's last messages, keeps the longest in-order run, deletes the messages of
-//! this record stored after it, and publishes again after that run. A row published again after a
-//! delete carries a fresh message id (`.r<epoch>` appended): the stream's duplicate window still
-//! remembers the deleted ids.
+//! Every session starts by reconciling each subject with the record (`reconcile`): a connection
+//! that dies with rows in flight can leave a hole (a row lost while a later one was stored, e.g.
+//! sent again from the old connection's queue after a reconnect, or a cluster leader lost
+//! mid-window), and by the window's rule it can only be among the last `window` rows. The publisher
+//! reads the headers of the subject's last messages, keeps the longest in-order run, deletes the
+//! messages of this record stored after it, and publishes again after that run. A row published
+//! again after a delete carries a fresh message id (`.r<epoch>` appended): the stream's duplicate
+//! window still remembers the deleted ids.
 //!
 //! A message of an earlier session can still be stored after the next one read the subject: one
 //! the old connection had queued while it was down and sends once it is back, or one the stream's
@@ -27,26 +27,33 @@
 //!   ends the session, and the next one reconciles it away. After that acknowledgement nothing
 //!   older can be stored: the old messages went out first on the same connection, and a stream
 //!   leader commits what it inherited before its own new entries.
+//!
+//! Here is the session (connect, send, take the acknowledgements in order); `reconcile` finds
+//! where it resumes and checks that nothing was stored late, `spool` reads the record.
+
+mod reconcile;
+mod spool;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_nats::jetstream::{self, message::PublishMessage, stream::LastRawMessageErrorKind};
+use async_nats::jetstream::{self, message::PublishMessage};
 use prometheus_client::metrics::{counter::Counter, family::Family, gauge::Gauge};
 use tokio::sync::watch;
 
 use super::{
     message_id, stream_config, subject, Kind, NatsSettings, HEADER_NODE, HEADER_RECORD, HEADER_SEQ,
 };
-use crate::store::{self, Selection, StoreError, Stored};
+use crate::store::{self, StoreError, Stored};
+use reconcile::Checks;
+pub use spool::Spool;
+use spool::{count_backlog, oldest_kept, open_record, read_after};
 
 /// When there were no rows to publish, the publisher waits for the record writer's next commit,
 /// and reads the record after this long at most anyway.
 const POLL: Duration = Duration::from_secs(1);
-/// Rows read from the record at a time.
-const BATCH: usize = 512;
 
 /// Why a publishing session ended (the publisher logs it, with its causes, and connects again).
 #[derive(Debug, thiserror::Error)]
@@ -171,13 +178,6 @@ struct Publisher {
     store: Arc<crate::sinks::record_writer::StoreStats>,
 }
 
-/// The record the publisher reads: its path, its id and its writer's signals.
-pub struct Spool {
-    pub path: PathBuf,
-    pub id: String,
-    pub stats: Arc<crate::sinks::record_writer::StoreStats>,
-}
-
 /// Start publishing the record until `shutdown` is set.
 pub fn spawn(
     settings: NatsSettings,
@@ -269,6 +269,38 @@ impl Publisher {
         }
     }
 
+    /// The connection kept from the session before, or a new one, kept for the next.
+    async fn connect(&self, kept: &mut Option<Kept>) -> Result<async_nats::Client, PublishError> {
+        if let Some(k) = kept {
+            return Ok(k.client.clone());
+        }
+        let s = &self.settings;
+        let gave_up = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = gave_up.clone();
+        let client = s
+            .auth
+            .options(&s.url, format!("observer {}", s.node))
+            .await?
+            .connection_timeout(Duration::from_secs(5))
+            .request_timeout(Some(Duration::from_secs(5)))
+            .max_reconnects(RECONNECTS)
+            .event_callback(move |event| {
+                if let async_nats::Event::ClientError(async_nats::ClientError::MaxReconnects) =
+                    event
+                {
+                    flag.store(true, Ordering::Relaxed);
+                }
+                std::future::ready(())
+            })
+            .connect(super::auth::url_list(&s.url))
+            .await
+            .map_err(|cause| PublishError::Connect {
+                url: s.url.clone(),
+                cause,
+            })?;
+        Ok(kept.insert(Kept { client, gave_up }).client.clone())
+    }
+
     /// One session: find where the stream is, then publish until an error.
     async fn session(
         &self,
@@ -276,36 +308,7 @@ impl Publisher {
         failing: &mut bool,
     ) -> Result<(), PublishError> {
         let s = &self.settings;
-        let client = match kept {
-            Some(k) => k.client.clone(),
-            None => {
-                let gave_up = Arc::new(std::sync::atomic::AtomicBool::new(false));
-                let flag = gave_up.clone();
-                let client = s
-                    .auth
-                    .options(&s.url, format!("observer {}", s.node))
-                    .await?
-                    .connection_timeout(Duration::from_secs(5))
-                    .request_timeout(Some(Duration::from_secs(5)))
-                    .max_reconnects(RECONNECTS)
-                    .event_callback(move |event| {
-                        if let async_nats::Event::ClientError(
-                            async_nats::ClientError::MaxReconnects,
-                        ) = event
-                        {
-                            flag.store(true, Ordering::Relaxed);
-                        }
-                        std::future::ready(())
-                    })
-                    .connect(super::auth::url_list(&s.url))
-                    .await
-                    .map_err(|cause| PublishError::Connect {
-                        url: s.url.clone(),
-                        cause,
-                    })?;
-                kept.insert(Kept { client, gave_up }).client.clone()
-            }
-        };
+        let client = self.connect(kept).await?;
         let js = jetstream::new(client);
         let stream = js
             .get_or_create_stream(stream_config(s))
@@ -449,213 +452,6 @@ impl Publisher {
         Ok(())
     }
 
-    /// Reconcile `kind`'s subject with the record (see [`plan`]) and return where publishing
-    /// resumes.
-    async fn reconcile(
-        &self,
-        stream: &jetstream::stream::Stream,
-        kind: Kind,
-    ) -> Result<Resume, PublishError> {
-        let last = match self.last_held(stream, kind).await? {
-            Held::Nothing => return Ok(Resume::default()),
-            Held::Other { stream_seq } => {
-                return Ok(Resume {
-                    after: 0,
-                    stream_seq,
-                })
-            }
-            Held::Ours(last) => last,
-        };
-        let window = self.settings.window.max(1) as u64;
-        let scanned = self.scan(stream, kind, last.stream_seq, window).await?;
-        if !scanned.iter().any(|m| m.ours) {
-            return Ok(Resume {
-                after: last.number,
-                stream_seq: last.stream_seq,
-            });
-        }
-        let p = plan(&scanned);
-        if !p.delete.is_empty() {
-            tracing::warn!(
-                "NATS {}: {} {} message(s) of this node were stored out of order after row {}: \
-                 deleting them and publishing again from row {}",
-                self.settings.url,
-                p.delete.len(),
-                kind.suffix(),
-                p.resume_after,
-                p.resume_after + 1
-            );
-        }
-        if p.fresh_ids {
-            self.need_fresh_ids();
-        }
-        for &seq in &p.delete {
-            stream
-                .delete_message(seq)
-                .await
-                .map_err(|cause| PublishError::Delete { seq, cause })?;
-        }
-        Ok(Resume {
-            after: p.resume_after,
-            stream_seq: p.resume_seq,
-        })
-    }
-
-    /// The session's first row of `kind` (`number`, stored at `stream_seq`) is acknowledged:
-    /// read the subject from where the session resumed to it. Anything of this record there but
-    /// the run's last row and this one was stored late by an earlier session; the session ends,
-    /// and the next one reconciles it away.
-    async fn check_first(
-        &self,
-        stream: &jetstream::stream::Stream,
-        kind: Kind,
-        from: Resume,
-        number: u64,
-        stream_seq: u64,
-    ) -> Result<(), PublishError> {
-        let subj = subject(&self.settings.node, kind);
-        let (scanned, _) = self
-            .scan_from(stream, &subj, from.stream_seq.max(1), stream_seq)
-            .await
-            .map_err(|cause| PublishError::Scan {
-                subject: subj.clone(),
-                cause,
-            })?;
-        let rows: Vec<u64> = scanned
-            .iter()
-            .filter(|m| m.ours && m.stream_seq > from.stream_seq)
-            .map(|m| m.number)
-            .collect();
-        if rows == [number] {
-            return Ok(());
-        }
-        // The late messages are deleted by the next session's plan: fresh ids from then on.
-        self.need_fresh_ids();
-        Err(PublishError::StoredLate {
-            subject: subj,
-            resume_after: from.after,
-            rows,
-        })
-    }
-
-    /// The headers of this record's messages on `kind`'s subject, from far enough back that the
-    /// last `window` rows are all among them, up to the stream sequence `last`.
-    async fn scan(
-        &self,
-        stream: &jetstream::stream::Stream,
-        kind: Kind,
-        last: u64,
-        window: u64,
-    ) -> Result<Vec<Scanned>, PublishError> {
-        let subj = subject(&self.settings.node, kind);
-        let err = |cause: Box<dyn std::error::Error + Send + Sync>| PublishError::Scan {
-            subject: subj.clone(),
-            cause,
-        };
-        let mut back = window.saturating_mul(4);
-        loop {
-            let start = last.saturating_sub(back).max(1);
-            let (ours, foreign_first) = self
-                .scan_from(stream, &subj, start, last)
-                .await
-                .map_err(&err)?;
-            let mine = || ours.iter().filter(|m| m.ours).map(|m| m.number);
-            let max = mine().max().unwrap_or(0);
-            let min = mine().min().unwrap_or(0);
-            if start == 1 || foreign_first || min <= (max + 1).saturating_sub(window).max(1) {
-                return Ok(ours);
-            }
-            back = back.saturating_mul(4);
-        }
-    }
-
-    /// This record's messages on `subj` from stream sequence `start` to `last`, and whether a
-    /// message of another record came before the first of them.
-    async fn scan_from(
-        &self,
-        stream: &jetstream::stream::Stream,
-        subj: &str,
-        start: u64,
-        last: u64,
-    ) -> Result<(Vec<Scanned>, bool), Box<dyn std::error::Error + Send + Sync>> {
-        use futures_util::StreamExt as _;
-        let consumer = stream
-            .create_consumer(jetstream::consumer::pull::OrderedConfig {
-                filter_subject: subj.to_string(),
-                deliver_policy: jetstream::consumer::DeliverPolicy::ByStartSequence {
-                    start_sequence: start,
-                },
-                headers_only: true,
-                ..Default::default()
-            })
-            .await?;
-        let mut messages = consumer.messages().await?;
-        let mut ours = Vec::new();
-        let mut foreign_first = false;
-        loop {
-            let m = match tokio::time::timeout(Duration::from_secs(5), messages.next()).await {
-                Ok(Some(m)) => m?,
-                Ok(None) => return Err("the scan ended early".into()),
-                Err(_) => return Err("no message within 5s".into()),
-            };
-            let info = m.info()?;
-            let seq = info.stream_sequence;
-            let header = |name: &str| {
-                m.headers
-                    .as_ref()
-                    .and_then(|h| h.get(name))
-                    .map(|v| v.as_str().to_string())
-            };
-            let mine = header(HEADER_RECORD).as_deref() == Some(self.record_id.as_str());
-            match header(HEADER_SEQ).and_then(|v| v.parse().ok()) {
-                Some(number) if mine => ours.push(Scanned {
-                    stream_seq: seq,
-                    ours: true,
-                    number,
-                }),
-                _ if !ours.is_empty() => ours.push(Scanned {
-                    stream_seq: seq,
-                    ours: false,
-                    number: 0,
-                }),
-                _ => foreign_first = true,
-            }
-            if seq >= last || info.pending == 0 {
-                return Ok((ours, foreign_first));
-            }
-        }
-    }
-
-    /// The last message on `kind`'s subject: whether it is of this record, its row and its
-    /// stream sequence.
-    async fn last_held(
-        &self,
-        stream: &jetstream::stream::Stream,
-        kind: Kind,
-    ) -> Result<Held, PublishError> {
-        let subj = subject(&self.settings.node, kind);
-        match stream.get_last_raw_message_by_subject(&subj).await {
-            Ok(m) => {
-                let header = |name: &str| m.headers.get(name).map(|v| v.as_str().to_string());
-                if header(HEADER_RECORD).as_deref() != Some(self.record_id.as_str()) {
-                    // Another record (this node's record was replaced): all of ours is new.
-                    return Ok(Held::Other {
-                        stream_seq: m.sequence,
-                    });
-                }
-                Ok(Held::Ours(Last {
-                    number: header(HEADER_SEQ).and_then(|v| v.parse().ok()).unwrap_or(0),
-                    stream_seq: m.sequence,
-                }))
-            }
-            Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(Held::Nothing),
-            Err(cause) => Err(PublishError::LastMessage {
-                subject: subj,
-                cause,
-            }),
-        }
-    }
-
     /// Send one row; its acknowledgement is awaited later, oldest first.
     async fn send(
         &self,
@@ -685,351 +481,9 @@ struct InFlight {
     ack: jetstream::context::PublishAckFuture,
 }
 
-/// What the last message on a subject is.
-enum Held {
-    /// The subject is empty.
-    Nothing,
-    /// A message of another record, at this stream sequence.
-    Other { stream_seq: u64 },
-    /// A message of this record.
-    Ours(Last),
-}
-
-/// Where a session resumes on a subject: after row `after`, stored at `stream_seq` (0, 0: the
-/// subject was empty; row 0 at a stream sequence: another record's message was last).
-#[derive(Debug, Clone, Copy, Default)]
-struct Resume {
-    after: u64,
-    stream_seq: u64,
-}
-
-/// The subjects whose first acknowledged row of the session is still to be checked, and where
-/// the session resumed on them.
-struct Checks {
-    change: Option<Resume>,
-    incident: Option<Resume>,
-}
-
-/// The last message on a subject, of this record.
-struct Last {
-    number: u64,
-    stream_seq: u64,
-}
-
-/// A message of this record found on a subject: its stream sequence and its row (`Observer-Seq`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Scanned {
-    pub stream_seq: u64,
-    /// Of this record (another record's messages on the subject are left alone).
-    pub ours: bool,
-    pub number: u64,
-}
-
-/// What a session does with a subject before publishing on it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Plan {
-    /// The last row of the clean run: publishing goes on after it.
-    pub resume_after: u64,
-    /// Its stream sequence.
-    pub resume_seq: u64,
-    /// The stream sequences of this record's messages stored after the clean run (a hole, a
-    /// duplicate or a row out of order came first): deleted before publishing again.
-    pub delete: Vec<u64>,
-    /// Rows published again must carry fresh message ids (some ids were deleted).
-    pub fresh_ids: bool,
-}
-
-/// Reconcile a subject with the record. `scanned` is this record's messages on the subject in
-/// stream order, from far enough back that it starts before the last `window` rows (every row
-/// before those was acknowledged before a later one was sent, so it is stored, in order). The
-/// clean run is the longest prefix where each row follows the one before; every message after it
-/// is deleted, and publishing resumes after the run's last row.
-pub(crate) fn plan(scanned: &[Scanned]) -> Plan {
-    let scanned: Vec<Scanned> = scanned.iter().copied().filter(|m| m.ours).collect();
-    let Some(first) = scanned.first() else {
-        return Plan {
-            resume_after: 0,
-            resume_seq: 0,
-            delete: Vec::new(),
-            fresh_ids: false,
-        };
-    };
-    let mut end = *first;
-    let mut clean = 1;
-    for m in &scanned[1..] {
-        if m.number != end.number + 1 {
-            break;
-        }
-        end = *m;
-        clean += 1;
-    }
-    let delete: Vec<u64> = scanned[clean..].iter().map(|m| m.stream_seq).collect();
-    Plan {
-        resume_after: end.number,
-        resume_seq: end.stream_seq,
-        fresh_ids: !delete.is_empty(),
-        delete,
-    }
-}
-
-/// The record, read-only, with the dictionaries of the rows read so far.
-struct RecordReader {
-    conn: rusqlite::Connection,
-    frames: store::DictFrames,
-}
-
-/// The record, read-only, for the publisher or the backlog count.
-async fn open_record(path: &std::path::Path) -> Result<Arc<Mutex<RecordReader>>, PublishError> {
-    let path = path.to_path_buf();
-    let conn = tokio::task::spawn_blocking(move || store::open_ro(&path))
-        .await
-        .map_err(PublishError::Open)??;
-    Ok(Arc::new(Mutex::new(RecordReader {
-        conn,
-        frames: store::DictFrames::default(),
-    })))
-}
-
-/// The time (ns) of the oldest row the stream still keeps at `now_ns`: rows older than its max
-/// age are neither sent nor counted as waiting.
-fn oldest_kept(now_ns: i64, max_age: Duration) -> i64 {
-    now_ns.saturating_sub(i64::try_from(max_age.as_nanos()).unwrap_or(i64::MAX))
-}
-
-/// How often the backlog gauges are counted.
-const BACKLOG_EVERY: Duration = Duration::from_secs(1);
-
-/// Count, once a second until `shutdown`, the rows of the record after the last acknowledged
-/// ones (within the stream's max age) into the backlog gauges: apart from the publisher, so
-/// that they still move while it waits on a server that does not answer.
-async fn count_backlog(
-    record: PathBuf,
-    max_age: Duration,
-    stats: Arc<NatsStats>,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    let mut conn: Option<(Option<u64>, Arc<Mutex<RecordReader>>)> = None;
-    loop {
-        let ino = store::inode(&record);
-        if conn.as_ref().is_none_or(|(i, _)| *i != ino) {
-            conn = open_record(&record).await.ok().map(|c| (ino, c));
-        }
-        if let Some((_, c)) = &conn {
-            let c = c.clone();
-            let (change, incident) = (
-                stats.acked_change.load(Ordering::Relaxed),
-                stats.acked_incident.load(Ordering::Relaxed),
-            );
-            let now = crate::timestamp::Timestamp::now().unix_nanos();
-            let since_ns = oldest_kept(now, max_age);
-            let counted = tokio::task::spawn_blocking(move || {
-                let reader = c.lock().map_err(|_| PublishError::Poisoned)?;
-                Ok::<_, PublishError>(store::pending(&reader.conn, change, incident, since_ns)?)
-            })
-            .await;
-            match counted {
-                Ok(Ok(p)) => {
-                    stats.backlog.set(i64::try_from(p.rows).unwrap_or(i64::MAX));
-                    let age = p.oldest_ns.map_or(0.0, |t| (now - t).max(0) as f64 / 1e9);
-                    stats.backlog_age.set(age);
-                }
-                Ok(Err(e)) => tracing::debug!("counting the NATS backlog: {e}"),
-                Err(e) => tracing::debug!("counting the NATS backlog: {e}"),
-            }
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(BACKLOG_EVERY) => {}
-            _ = shutdown.wait_for(|s| *s) => return,
-        }
-    }
-}
-
-/// The next rows after `cursor`, changes and incident lines interleaved by time (so that a
-/// fleet tail sees an incident after the changes that made it), each kind in its own order.
-async fn read_after(
-    conn: &Arc<Mutex<RecordReader>>,
-    cursor: Cursor,
-    since_ns: i64,
-) -> Result<Vec<(Kind, Stored)>, PublishError> {
-    let conn = conn.clone();
-    tokio::task::spawn_blocking(move || -> Result<Vec<(Kind, Stored)>, PublishError> {
-        let mut reader = conn.lock().map_err(|_| PublishError::Poisoned)?;
-        let RecordReader { conn, frames } = &mut *reader;
-        let sel = |after: u64| Selection {
-            after: Some(after),
-            since_ns: Some(since_ns),
-            limit: Some(BATCH),
-            ..Default::default()
-        };
-        let changes = store::select_changes_with(conn, &sel(cursor.change), frames)?;
-        let incidents = store::select_incidents(conn, &sel(cursor.incident))?;
-        Ok(merge(changes, incidents))
-    })
-    .await
-    .map_err(PublishError::Reader)?
-}
-
-/// Merge the two lists, each in its numbers' order, by time. A list read in full (shorter than
-/// [`BATCH`]) has nothing more before the other's rows; a list cut at `BATCH` may have, so the
-/// merge stops where such a list ends.
-fn merge(changes: Vec<Stored>, incidents: Vec<Stored>) -> Vec<(Kind, Stored)> {
-    let (c_cut, i_cut) = (changes.len() == BATCH, incidents.len() == BATCH);
-    let mut c = changes.into_iter().peekable();
-    let mut i = incidents.into_iter().peekable();
-    let mut out = Vec::new();
-    loop {
-        let take_change = match (c.peek(), i.peek()) {
-            (Some(a), Some(b)) => a.time_ns <= b.time_ns,
-            (Some(_), None) if i_cut => break,
-            (None, Some(_)) if c_cut => break,
-            (Some(_), None) => true,
-            (None, Some(_)) => false,
-            (None, None) => break,
-        };
-        if take_change {
-            out.extend(c.next().map(|r| (Kind::Change, r)));
-        } else {
-            out.extend(i.next().map(|r| (Kind::Incident, r)));
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn row(number: u64, time_ns: i64) -> Stored {
-        Stored {
-            number,
-            time_ns,
-            json: String::new(),
-        }
-    }
-
-    /// Messages of this record as (stream sequence, row).
-    fn scanned(list: &[(u64, u64)]) -> Vec<Scanned> {
-        list.iter()
-            .map(|&(stream_seq, number)| Scanned {
-                stream_seq,
-                ours: true,
-                number,
-            })
-            .collect()
-    }
-
-    #[test]
-    fn a_clean_run_resumes_after_its_last_row() {
-        let p = plan(&scanned(&[(10, 5), (11, 6), (14, 7), (20, 8)]));
-        assert_eq!(
-            p,
-            Plan {
-                resume_after: 8,
-                resume_seq: 20,
-                delete: vec![],
-                fresh_ids: false
-            }
-        );
-    }
-
-    #[test]
-    fn a_row_stored_without_its_ack_is_not_sent_again() {
-        // Row 4 was stored and its acknowledgement lost: the stream holds it.
-        let p = plan(&scanned(&[(1, 1), (2, 2), (3, 3), (4, 4)]));
-        assert_eq!(p.resume_after, 4);
-        assert!(p.delete.is_empty() && !p.fresh_ids);
-    }
-
-    #[test]
-    fn rows_lost_at_the_end_are_sent_again() {
-        // Rows 4.. were sent and never stored: nothing to delete, resume after 3.
-        let p = plan(&scanned(&[(1, 1), (2, 2), (3, 3)]));
-        assert_eq!(p.resume_after, 3);
-        assert!(p.delete.is_empty() && !p.fresh_ids);
-    }
-
-    #[test]
-    fn a_hole_deletes_every_later_message_and_resumes_before_it() {
-        // Row 4 lost, rows 5 and 6 stored after: delete them, resume after 3, fresh ids.
-        let p = plan(&scanned(&[(1, 1), (2, 2), (3, 3), (7, 5), (8, 6)]));
-        assert_eq!(
-            p,
-            Plan {
-                resume_after: 3,
-                resume_seq: 3,
-                delete: vec![7, 8],
-                fresh_ids: true
-            }
-        );
-    }
-
-    #[test]
-    fn a_row_stored_twice_is_deleted_with_what_follows() {
-        let p = plan(&scanned(&[(1, 1), (2, 2), (3, 2), (4, 3)]));
-        assert_eq!(p.resume_after, 2);
-        assert_eq!(p.delete, vec![3, 4]);
-        assert!(p.fresh_ids);
-        // A row stored late, before the rows it should follow.
-        let p = plan(&scanned(&[(1, 1), (2, 3), (3, 2)]));
-        assert_eq!(p.resume_after, 1);
-        assert_eq!(p.delete, vec![2, 3]);
-    }
-
-    #[test]
-    fn another_records_rows_are_not_ours() {
-        // The scan keeps this record's messages only: another record's rows in between (stream
-        // sequences 3 and 4) neither break the run nor get deleted.
-        let mut list = scanned(&[(1, 7), (2, 8), (5, 9)]);
-        let other = |stream_seq| Scanned {
-            stream_seq,
-            ours: false,
-            number: 1,
-        };
-        list.insert(2, other(3));
-        list.insert(3, other(4));
-        let p = plan(&list);
-        assert_eq!(p.resume_after, 9);
-        assert!(p.delete.is_empty());
-        // Nor are they deleted after a hole.
-        list.push(other(6));
-        list.push(Scanned {
-            stream_seq: 7,
-            ours: true,
-            number: 11,
-        });
-        let p = plan(&list);
-        assert_eq!(p.resume_after, 9);
-        assert_eq!(p.delete, vec![7]);
-    }
-
-    #[test]
-    fn an_empty_subject_publishes_from_the_start() {
-        assert_eq!(
-            plan(&[]),
-            Plan {
-                resume_after: 0,
-                resume_seq: 0,
-                delete: vec![],
-                fresh_ids: false
-            }
-        );
-    }
-
-    #[test]
-    fn rows_interleave_by_time_and_keep_each_kinds_order() {
-        // Change 2 carries an earlier time than change 1 (a recovered change): numbers win.
-        let out = merge(vec![row(1, 10), row(2, 5), row(3, 30)], vec![row(7, 20)]);
-        let got: Vec<(Kind, u64)> = out.iter().map(|(k, r)| (*k, r.number)).collect();
-        assert_eq!(
-            got,
-            vec![
-                (Kind::Change, 1),
-                (Kind::Change, 2),
-                (Kind::Incident, 7),
-                (Kind::Change, 3)
-            ]
-        );
-    }
 
     #[test]
     fn a_session_error_is_logged_as_its_context_then_each_cause() {
@@ -1045,13 +499,5 @@ mod tests {
             crate::hooks::error_chain(&PublishError::Poisoned),
             "record reader poisoned"
         );
-    }
-
-    #[test]
-    fn a_list_cut_short_stops_the_merge_where_it_ends() {
-        let changes: Vec<Stored> = (1..=BATCH as u64).map(|n| row(n, n as i64)).collect();
-        let out = merge(changes, vec![row(1, BATCH as i64 + 100)]);
-        assert_eq!(out.len(), BATCH);
-        assert!(out.iter().all(|(k, _)| *k == Kind::Change));
     }
 }
