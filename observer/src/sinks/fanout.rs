@@ -1,19 +1,21 @@
-//! Where the engine's records go in `observer run`: stdout (JSON lines), the record writer, the
-//! metrics, and the live streams of the HTTP endpoint ([`super::http::hub`]).
+//! `observer run`'s `engine::Output`: a fan-out of every record to the daemon's sinks, stdout
+//! (JSON lines), the record writer, the metrics, and the live streams of the HTTP endpoint
+//! ([`super::http::hub`]); NATS reads the record behind it.
 //!
 //! Each record is serialised once; that JSON text is what stdout, the record and every stream
-//! carry. The metrics are counted from the typed record.
+//! carry. The metrics are counted from the typed record. No sink waits for another: each has
+//! its own bound.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::http::hub::{Event, Hub, Meta, Stream};
 use super::metrics::{ChangeLabels, GapLabels, HookLabels, IncidentLabels};
+use super::record_writer::{Row, StoreSender};
 use super::stdout::StdoutQueue;
 use crate::engine::Output;
 use crate::output::record::{Gap, IncidentState, StatusState};
 use crate::output::{Record, StatusRecord};
-use crate::sinks::record_writer::{Row, StoreSender};
 use crate::store::ChangeRow;
 
 /// The engine's output in `observer run`.
