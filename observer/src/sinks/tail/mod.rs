@@ -2,8 +2,9 @@
 //! screen a person reads (`screen`, its lines in `human`, the terminal in `terminal`). It is the
 //! same whatever feeds it: the engine on this node, a record, a daemon or the fleet.
 //!
-//! Its bound is the reader: every line is written and flushed before the next record, so a
-//! terminal or pipe that stops reading stops the tail (and a closed one ends it).
+//! Its bound is the reader: it keeps no queue (the screen holds one transaction's lines at most,
+//! to group them), so a terminal or pipe that stops reading holds the tail, and a closed one
+//! ends it.
 
 pub mod human;
 pub mod screen;
