@@ -14,7 +14,7 @@ use std::time::Duration;
 use observer::nftables::decode::{self, Notification};
 use observer::nftables::socket::Dump;
 use observer::nftables::state::NftState;
-use observer::recorder::{Limits, Row, StoreStats, Writer};
+use observer::sinks::record_writer::{Limits, Row, StoreStats, Writer};
 use observer::store::{self, ChangeRow};
 use observer::xtables::XtProto;
 use observer_common::{nfnl, ns, process::Process, xt, Event, Header};

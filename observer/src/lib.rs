@@ -22,14 +22,17 @@ pub mod fuzzing;
 pub mod hooks;
 pub mod incidents;
 pub mod ipset;
-pub mod nats;
 pub mod netlink;
 pub mod netns;
 pub mod nftables;
 pub mod output;
 pub mod pods;
-pub mod recorder;
 pub mod ruleset;
+pub mod sinks;
 pub mod store;
 pub mod timestamp;
 pub mod xtables;
+
+// moved to sinks::nats and sinks::record_writer
+pub use sinks::nats;
+pub use sinks::record_writer as recorder;

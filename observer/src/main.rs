@@ -59,7 +59,7 @@ fn init_logging(level: Option<&str>) {
     };
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(observer::output::terminal::LogWriter::default)
+        .with_writer(observer::sinks::tail::terminal::LogWriter::default)
         .with_target(false)
         .init();
 }

@@ -11,8 +11,8 @@ use std::time::Instant;
 use observer::forensics::model::{Chain, Table, Tables};
 use observer::forensics::replay::{Recorded, Replay};
 use observer::forensics::{Snapshot, SnapshotPolicy};
-use observer::recorder::Row;
 use observer::ruleset::{Backend, Family, Op};
+use observer::sinks::record_writer::Row;
 
 /// Endpoints per service.
 const ENDPOINTS: usize = 4;

@@ -217,8 +217,8 @@ struct RecordFill {
 fn record(args: BenchRecordArgs) -> anyhow::Result<()> {
     use observer::attribution::ProcessInfo;
     use observer::output::{ChangeRecord, Record, Source};
-    use observer::recorder::{self, Row};
     use observer::ruleset::{Backend, Family, Op};
+    use observer::sinks::record_writer::{self as recorder, Row};
     use observer::store::{self, ChangeRow};
     use std::sync::Arc;
 

@@ -2,7 +2,6 @@
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-pub mod nats;
 pub mod query;
 pub mod run;
 
@@ -196,12 +195,12 @@ pub struct TailArgs {
     pub durable: Option<String>,
 
     /// With `--nats`: the JetStream stream the nodes publish to.
-    #[arg(long, value_name = "NAME", default_value = run::DEFAULT_NATS_STREAM)]
+    #[arg(long, value_name = "NAME", default_value = crate::sinks::nats::DEFAULT_STREAM)]
     pub nats_stream: String,
 
     /// With `--nats`: TLS and credentials.
     #[command(flatten)]
-    pub nats_auth: nats::NatsAuthArgs,
+    pub nats_auth: crate::sinks::nats::flags::NatsAuthArgs,
 }
 
 /// How observer sees changes and turns them into incidents (shared by every command that watches).

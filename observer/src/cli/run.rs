@@ -17,12 +17,6 @@ pub const DEFAULT_NETLINK_RCVBUF: &str = "32MiB";
 pub const DEFAULT_HTTP_HEAD_TIMEOUT: &str = "5s";
 pub const DEFAULT_HTTP_IDLE_TIMEOUT: &str = "60s";
 pub const DEFAULT_HTTP_MAX_CONNECTIONS: usize = 256;
-/// The NATS JetStream stream `run --nats` creates and `tail --nats` reads, and its limits.
-pub const DEFAULT_NATS_STREAM: &str = "OBSERVER";
-pub const DEFAULT_NATS_MAX_AGE: &str = "7d";
-pub const DEFAULT_NATS_MAX_BYTES: &str = "1GiB";
-/// Rows `run --nats` keeps in flight (sent, not yet acknowledged).
-pub const DEFAULT_NATS_WINDOW: usize = 256;
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -210,7 +204,7 @@ pub struct RunArgs {
 
     /// TLS and credentials for --nats.
     #[command(flatten)]
-    pub nats_auth: super::nats::NatsAuthArgs,
+    pub nats_auth: crate::sinks::nats::flags::NatsAuthArgs,
 }
 
 /// `7d`, `36h`, `90m`, `1w`...

@@ -19,8 +19,8 @@ use futures_util::StreamExt as _;
 
 use crate::cli::TailArgs;
 use crate::engine::Output;
-use crate::nats::{subject_token, HEADER_NODE, HEADER_RECORD, HEADER_SEQ};
 use crate::output::{Record, StatusRecord};
+use crate::sinks::nats::{subject_token, HEADER_NODE, HEADER_RECORD, HEADER_SEQ};
 
 /// Numbers remembered per node, record and subject (a repair touches the publisher's last
 /// window of rows, at most 65536).
@@ -65,7 +65,7 @@ pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
         .options(&url, "observer tail".into())
         .await?
         .connection_timeout(Duration::from_secs(5))
-        .connect(crate::nats::auth::url_list(&url))
+        .connect(crate::sinks::nats::auth::url_list(&url))
         .await
         .with_context(|| {
             format!("cannot connect to the NATS server at {url} (is it running? check --nats)")

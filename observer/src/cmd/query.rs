@@ -9,7 +9,8 @@ use anyhow::Context as _;
 use serde_json::Value;
 
 use crate::cli::query::QueryArgs;
-use crate::output::{human, ChangeRecord, Record};
+use crate::output::{ChangeRecord, Record};
+use crate::sinks::tail::human;
 use crate::store::{self, Selection, Stored};
 use crate::timestamp::Timestamp;
 

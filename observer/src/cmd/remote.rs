@@ -14,8 +14,8 @@ use hyper_util::rt::TokioIo;
 use serde_json::Value;
 
 use crate::cli::{RemoteAccess, TailArgs};
-use crate::output::screen::Screen;
 use crate::output::Record;
+use crate::sinks::tail::screen::Screen;
 
 /// A pause this long in the stream ends the transaction being drawn.
 const IDLE: Duration = Duration::from_millis(100);
@@ -206,7 +206,7 @@ fn access(
         }
         return Ok((None, token));
     }
-    let cfg = crate::daemon::tls::client_config(
+    let cfg = crate::sinks::http::tls::client_config(
         access.ca.as_deref(),
         access.client_cert.as_deref(),
         access.client_key.as_deref(),

@@ -14,18 +14,15 @@ use anyhow::{bail, Context as _};
 
 use crate::cli::run::RunArgs;
 use crate::daemon::config::Settings;
-use crate::daemon::hub::{self, Hub};
-use crate::daemon::limits::{Limited, MakeMarked};
-use crate::daemon::sink::DaemonOutput;
-use crate::daemon::{http, metrics, tls, token_from};
-use crate::recorder;
+use crate::daemon::token_from;
+use crate::sinks::fanout::DaemonOutput;
+use crate::sinks::http::hub::{self, Hub};
+use crate::sinks::http::limits::{Limited, MakeMarked};
+use crate::sinks::http::{self, tls};
+use crate::sinks::metrics;
+use crate::sinks::record_writer::{self as recorder, QUEUE as STORE_QUEUE};
+use crate::sinks::stdout::DRAIN as STDOUT_DRAIN;
 use crate::store;
-
-/// How many records may wait for the record writer before new ones are dropped (and counted).
-const STORE_QUEUE: usize = 65_536;
-
-/// How long the exit waits for stdout to take the lines queued for it.
-const STDOUT_DRAIN: Duration = Duration::from_secs(1);
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut settings = args.resolve().map_err(anyhow::Error::msg)?;

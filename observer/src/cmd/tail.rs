@@ -1,6 +1,6 @@
 //! `observer tail`: the filtered stream on stdout, as JSON lines or as the screen a person
 //! reads; fed by the engine on this node, or by a record (`--record`), a daemon (`--remote`) or
-//! the fleet (`--nats`), which use the same output.
+//! the fleet (`--nats`), which use the same output: the flags made into `crate::sinks::tail`.
 
 use std::io::IsTerminal;
 
@@ -8,47 +8,11 @@ use crate::cli::{ColorWhen, TailArgs};
 use crate::engine::{self, Output};
 use crate::netns;
 use crate::output::filter::Filter;
-use crate::output::screen::{
+use crate::ruleset::Backend;
+use crate::sinks::tail::screen::{
     local_offset_s, terminal_width, Screen, ScreenOptions, DEFAULT_GROUP_LINES,
 };
-use crate::output::{Format, Record, Sink};
-use crate::ruleset::Backend;
-
-/// `observer tail`: the filtered stream on stdout, as JSON lines or as the screen a person reads.
-struct TailOutput {
-    view: TailView,
-    filter: Filter,
-    incidents_only: bool,
-}
-
-enum TailView {
-    Json(Sink<std::io::Stdout>),
-    Screen(Box<Screen<std::io::Stdout>>),
-}
-
-impl Output for TailOutput {
-    fn emit(&mut self, record: &Record) -> std::io::Result<()> {
-        let shown = match record {
-            Record::Change(c) => !self.incidents_only && self.filter.matches(c),
-            Record::Incident(i) => self.filter.matches_incident(i),
-            Record::Status(_) => true,
-        };
-        if !shown {
-            return Ok(());
-        }
-        match &mut self.view {
-            TailView::Json(sink) => sink.write(record),
-            TailView::Screen(screen) => screen.record(record),
-        }
-    }
-
-    fn end_txn(&mut self) -> std::io::Result<()> {
-        match &mut self.view {
-            TailView::Json(_) => Ok(()),
-            TailView::Screen(screen) => screen.end_txn(),
-        }
-    }
-}
+use crate::sinks::tail::{Format, Sink, TailOutput, TailView};
 
 /// The screen a person reads, as `observer tail`'s flags and the terminal ask for (local and
 /// `--remote` alike).
@@ -87,11 +51,7 @@ pub fn tail_output(args: &TailArgs) -> anyhow::Result<Box<dyn Output>> {
     } else {
         TailView::Screen(Box::new(tail_screen(args)))
     };
-    Ok(Box::new(TailOutput {
-        view,
-        filter,
-        incidents_only: args.incidents_only,
-    }))
+    Ok(Box::new(TailOutput::new(view, filter, args.incidents_only)))
 }
 
 /// `observer tail` on this node: every namespace watched, the filtered stream on stdout.

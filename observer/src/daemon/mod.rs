@@ -1,20 +1,16 @@
-//! The node agent's parts (`observer run`, put together by `crate::cmd::run`): where the
-//! engine's records go (`sink`: stdout, the record, the metrics, the HTTP streams of `hub`), the
-//! HTTP endpoint (`http`, `tls`, `ruleset`), the metrics, and the settings (`config`: flags over
-//! a file over defaults).
+//! The node agent's parts (`observer run`, put together by `crate::cmd::run`): the settings
+//! (`config`: flags over a file over defaults) and the bearer token. Where the records go (stdout,
+//! the record, the metrics, the HTTP streams, NATS) is `crate::sinks`.
 
 pub mod config;
-pub(crate) mod http;
-pub(crate) mod hub;
-pub mod limits;
-pub(crate) mod metrics;
-mod params;
-mod ruleset;
-pub(crate) mod sink;
-pub(crate) mod stdout;
-pub mod tls;
+
+// moved to sinks::http::{limits, tls} and sinks::stdout
+pub use crate::sinks::http::{limits, tls};
+pub(crate) use crate::sinks::stdout;
 
 use std::path::{Path, PathBuf};
+
+use crate::sinks::http::hub::{Meta, Stream, StreamFilter};
 
 /// What is wrong with the bearer token's file (`--token-file`).
 #[derive(Debug, thiserror::Error)]
@@ -53,7 +49,7 @@ pub fn incident_filter(
     actor: Option<String>,
     types: Vec<String>,
 ) -> impl Fn(&serde_json::Value) -> bool {
-    let f = hub::StreamFilter {
+    let f = StreamFilter {
         filter: crate::output::filter::Filter {
             netns,
             backend,
@@ -64,5 +60,5 @@ pub fn incident_filter(
         },
         types,
     };
-    move |v| f.matches(&hub::Meta::from_json(v), hub::Stream::Incidents)
+    move |v| f.matches(&Meta::from_json(v), Stream::Incidents)
 }

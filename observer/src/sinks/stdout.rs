@@ -25,6 +25,9 @@ use crate::output::Record;
 /// Lines that may wait for stdout before new ones are dropped (the default of `--stdout-queue`).
 pub const STDOUT_QUEUE: usize = 4096;
 
+/// How long the exit waits for stdout to take the lines queued for it.
+pub const DRAIN: Duration = Duration::from_secs(1);
+
 /// The most lines written in one `write`.
 const BATCH: usize = 256;
 

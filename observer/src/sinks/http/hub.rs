@@ -1,4 +1,4 @@
-//! The live streams of `observer run`'s HTTP endpoint, fed by [`super::sink`].
+//! The live streams of `observer run`'s HTTP endpoint, fed by [`crate::sinks::fanout`].
 //!
 //! Two streams are numbered for resumption: changes by their `seq`, incidents by a record
 //! number of their own (1, 2, 3... continuing across restarts with the record). Recent events
@@ -13,9 +13,9 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 use tokio::sync::{broadcast, watch};
 
-use super::metrics::Metrics;
 use crate::output::filter::Filter;
 use crate::output::{ChangeRecord, IncidentRecord};
+use crate::sinks::metrics::Metrics;
 use crate::store::{self};
 use crate::timestamp::Timestamp;
 
@@ -58,7 +58,7 @@ pub struct Meta {
 }
 
 impl Meta {
-    pub(super) fn from_change(c: &ChangeRecord) -> Meta {
+    pub(in crate::sinks) fn from_change(c: &ChangeRecord) -> Meta {
         Meta {
             time_ns: c.time.unix_nanos(),
             netns: Some(c.netns),
@@ -71,7 +71,7 @@ impl Meta {
         }
     }
 
-    pub(super) fn from_incident(i: &IncidentRecord) -> Meta {
+    pub(in crate::sinks) fn from_incident(i: &IncidentRecord) -> Meta {
         let mut actors = i.actors.clone();
         actors.push(i.owner.clone());
         Meta {
@@ -202,7 +202,7 @@ impl Hub {
     }
 
     /// The engine is ready: `line` is its ready line, which every new client gets first.
-    pub(super) fn set_ready(&self, line: Arc<str>) {
+    pub(in crate::sinks) fn set_ready(&self, line: Arc<str>) {
         if let Ok(mut l) = self.ready_line.lock() {
             *l = Some(line);
         }
@@ -229,7 +229,7 @@ impl Hub {
         }
     }
 
-    pub(super) fn publish(&self, s: Stream, ev: Event) {
+    pub(in crate::sinks) fn publish(&self, s: Stream, ev: Event) {
         let ev = Arc::new(ev);
         let Ok(mut inner) = self.inner.lock() else {
             return;

@@ -9,8 +9,12 @@
 //! the record's id (`Observer-Record`), and its message id is `<node>.<record id>.<c|i><number>`:
 //! JetStream drops a message it already holds under that id (within the stream's duplicate
 //! window), so a publish retried after a lost acknowledgement is stored once.
+//!
+//! The publisher's bound is `--nats-window` (rows in flight); what waits beyond it waits in the
+//! record, which is the spool. `flags` holds the connection's flags and the stream's defaults.
 
 pub mod auth;
+pub mod flags;
 pub mod publish;
 
 use std::time::Duration;
@@ -21,11 +25,7 @@ pub const HEADER_NODE: &str = "Observer-Node";
 pub const HEADER_SEQ: &str = "Observer-Seq";
 pub const HEADER_RECORD: &str = "Observer-Record";
 
-/// The stream's defaults (the flags' defaults).
-pub use crate::cli::run::{
-    DEFAULT_NATS_MAX_AGE as DEFAULT_MAX_AGE, DEFAULT_NATS_MAX_BYTES as DEFAULT_MAX_BYTES,
-    DEFAULT_NATS_STREAM as DEFAULT_STREAM, DEFAULT_NATS_WINDOW as DEFAULT_WINDOW,
-};
+pub use flags::{DEFAULT_MAX_AGE, DEFAULT_MAX_BYTES, DEFAULT_STREAM, DEFAULT_WINDOW};
 
 /// What `observer run --nats` needs.
 #[derive(Debug, Clone)]

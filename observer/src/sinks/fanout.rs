@@ -1,19 +1,21 @@
-//! Where the engine's records go in `observer run`: stdout (JSON lines), the record writer, the
-//! metrics, and the live streams of the HTTP endpoint ([`super::hub`]).
+//! `observer run`'s `engine::Output`: a fan-out of every record to the daemon's sinks, stdout
+//! (JSON lines), the record writer, the metrics, and the live streams of the HTTP endpoint
+//! ([`super::http::hub`]); NATS reads the record behind it.
 //!
 //! Each record is serialised once; that JSON text is what stdout, the record and every stream
-//! carry. The metrics are counted from the typed record.
+//! carry. The metrics are counted from the typed record. No sink waits for another: each has
+//! its own bound.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::hub::{Event, Hub, Meta, Stream};
+use super::http::hub::{Event, Hub, Meta, Stream};
 use super::metrics::{ChangeLabels, GapLabels, HookLabels, IncidentLabels};
+use super::record_writer::{Row, StoreSender};
 use super::stdout::StdoutQueue;
 use crate::engine::Output;
 use crate::output::record::{Gap, IncidentState, StatusState};
 use crate::output::{Record, StatusRecord};
-use crate::recorder::{Row, StoreSender};
 use crate::store::ChangeRow;
 
 /// The engine's output in `observer run`.
@@ -32,7 +34,7 @@ pub struct DaemonOutput {
 /// Streams a line: into stdout's queue, then to the HTTP clients. With a record, the record's
 /// writer runs it once the line's row is committed, so that nothing is streamed that the record
 /// lacks. Neither waits for its reader: stdout has a bounded queue of its own
-/// ([`super::stdout`]), the clients a ring they catch up from ([`super::hub`]).
+/// ([`super::stdout`]), the clients a ring they catch up from ([`super::http::hub`]).
 struct Streamer {
     hub: Arc<Hub>,
     stdout: Option<StdoutQueue>,

@@ -1,19 +1,19 @@
 use super::*;
-use crate::recorder::Row;
+use crate::sinks::record_writer::Row;
 use crate::store::ChangeRow;
 
 /// A record holding changes 1..=`n` (an earlier run's).
 fn record_with(n: u64) -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("r.db");
-    let mut w = crate::recorder::Writer::new(
+    let mut w = crate::sinks::record_writer::Writer::new(
         store::open_rw(&path).unwrap(),
         path.clone(),
-        crate::recorder::Limits {
+        crate::sinks::record_writer::Limits {
             retain: std::time::Duration::from_secs(86400),
             max_bytes: u64::MAX,
         },
-        Arc::new(crate::recorder::StoreStats::default()),
+        Arc::new(crate::sinks::record_writer::StoreStats::default()),
     );
     let rows: Vec<Row> = (1..=n)
         .map(|seq| {

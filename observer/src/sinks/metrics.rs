@@ -8,7 +8,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::recorder::StoreStats;
+use crate::sinks::nats::publish::NatsStats;
+use crate::sinks::record_writer::StoreStats;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ChangeLabels {
@@ -66,10 +67,7 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    pub fn new(
-        store: Option<Arc<StoreStats>>,
-        nats: Option<Arc<crate::nats::publish::NatsStats>>,
-    ) -> Metrics {
+    pub fn new(store: Option<Arc<StoreStats>>, nats: Option<Arc<NatsStats>>) -> Metrics {
         let mut registry = Registry::with_prefix("observer");
         let changes = Family::<ChangeLabels, Counter>::default();
         registry.register(
@@ -154,47 +152,10 @@ impl Metrics {
             sink_dropped.clone(),
         );
         if let Some(stats) = store {
-            registry.register(
-                "record_rows",
-                "Records written to the record, dropped (writer behind), failed (write error such \
-                 as a full disk) or expired (retention)",
-                stats.rows.clone(),
-            );
-            registry.register(
-                "record_reopened",
-                "Times the record's file was found deleted or replaced and a new one was made \
-                 at its path",
-                stats.reopened.clone(),
-            );
-            registry.register(
-                "record_size_bytes",
-                "Size of the record file and its write-ahead log",
-                stats.bytes.clone(),
-            );
+            register_record(&mut registry, &stats);
         }
         if let Some(nats) = nats {
-            registry.register(
-                "nats_published",
-                "Lines acknowledged by NATS JetStream, by kind (change, incident)",
-                nats.published.clone(),
-            );
-            registry.register(
-                "nats_connected",
-                "1 while connected to the NATS server and publishing",
-                nats.connected.clone(),
-            );
-            registry.register(
-                "nats_backlog_rows",
-                "Rows of the record not yet acknowledged by NATS JetStream (within the stream's \
-                 max age)",
-                nats.backlog.clone(),
-            );
-            registry.register(
-                "nats_backlog_oldest_seconds",
-                "Seconds since the oldest row not yet acknowledged by NATS JetStream was \
-                 recorded (0: none waits)",
-                nats.backlog_age.clone(),
-            );
+            register_nats(&mut registry, &nats);
         }
         Metrics {
             registry,
@@ -226,4 +187,51 @@ impl Metrics {
         }
         out
     }
+}
+
+/// The record writer's counters, kept by the writer and shown here.
+fn register_record(registry: &mut Registry, stats: &StoreStats) {
+    registry.register(
+        "record_rows",
+        "Records written to the record, dropped (writer behind), failed (write error such \
+         as a full disk) or expired (retention)",
+        stats.rows.clone(),
+    );
+    registry.register(
+        "record_reopened",
+        "Times the record's file was found deleted or replaced and a new one was made \
+         at its path",
+        stats.reopened.clone(),
+    );
+    registry.register(
+        "record_size_bytes",
+        "Size of the record file and its write-ahead log",
+        stats.bytes.clone(),
+    );
+}
+
+/// The NATS publisher's counters, kept by the publisher and shown here.
+fn register_nats(registry: &mut Registry, nats: &NatsStats) {
+    registry.register(
+        "nats_published",
+        "Lines acknowledged by NATS JetStream, by kind (change, incident)",
+        nats.published.clone(),
+    );
+    registry.register(
+        "nats_connected",
+        "1 while connected to the NATS server and publishing",
+        nats.connected.clone(),
+    );
+    registry.register(
+        "nats_backlog_rows",
+        "Rows of the record not yet acknowledged by NATS JetStream (within the stream's \
+         max age)",
+        nats.backlog.clone(),
+    );
+    registry.register(
+        "nats_backlog_oldest_seconds",
+        "Seconds since the oldest row not yet acknowledged by NATS JetStream was \
+         recorded (0: none waits)",
+        nats.backlog_age.clone(),
+    );
 }

@@ -1,6 +1,8 @@
 //! Aligned, coloured lines for a person watching a terminal.
 
-use super::record::{ChangeRecord, IncidentRecord, IncidentState, Record, Severity, StatusRecord};
+use crate::output::record::{
+    ChangeRecord, IncidentRecord, IncidentState, Record, Severity, StatusRecord,
+};
 use crate::ruleset::Op;
 use crate::timestamp::Timestamp;
 
@@ -114,7 +116,8 @@ fn clock(time: Timestamp) -> String {
 }
 
 fn change(c: &ChangeRecord, colour: bool) -> String {
-    let netns = super::record::where_label(c.node.as_deref(), c.netns_name.as_deref(), c.netns);
+    let netns =
+        crate::output::record::where_label(c.node.as_deref(), c.netns_name.as_deref(), c.netns);
     let what = match (&c.chain, &c.rule) {
         (Some(ch), Some(r)) => format!("{ch}  {r}"),
         (Some(ch), None) => ch.clone(),

@@ -9,10 +9,10 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io::{self, Write};
 use std::time::Duration;
 
-use super::record::{
+use super::terminal::{cut, strip_escapes};
+use crate::output::record::{
     ChangeRecord, IncidentRecord, IncidentState, Record, Severity, StatusRecord, StatusState,
 };
-use super::terminal::{cut, strip_escapes};
 use crate::ruleset::{Backend, Op};
 use crate::timestamp::Timestamp;
 

@@ -1,7 +1,7 @@
 use serde_json::Value;
 
 use super::*;
-use crate::daemon::metrics::Metrics;
+use crate::sinks::metrics::Metrics;
 
 /// The daemon's output with no record, and its metrics.
 fn output() -> (DaemonOutput, Arc<Hub>) {

@@ -9,10 +9,19 @@
 //!   the daemon's clock): history first, then live, with no gap and no duplicate.
 //! - `GET /incidents?format=json` (or `Accept: application/json`), with `since`: a JSON list.
 //! - `GET /ruleset?at=TIME`, `GET /diff?from=TIME&to=TIME`: the record's rulesets rebuilt;
-//!   `GET /incidents/ID`: one incident's story (see `super::ruleset`).
+//!   `GET /incidents/ID`: one incident's story (see `ruleset`).
 //! - `GET /metrics` (Prometheus text), `GET /healthz` (alive), `GET /readyz` (200 once ready).
 //!
 //! With a token, every endpoint but `/healthz` needs `Authorization: Bearer TOKEN`.
+//!
+//! The streams' bound is the hub's ring: a client that falls behind it catches up from the
+//! record. Connections are bounded by `limits` and served over `tls` when asked.
+
+pub(crate) mod hub;
+pub mod limits;
+mod params;
+mod ruleset;
+pub mod tls;
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -29,10 +38,10 @@ use axum::Router;
 use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
 
-use super::hub::{AppState, Event, Hub, Stream, StreamFilter};
-use super::params::ParamError;
 use crate::output::filter::Filter;
 use crate::ruleset::{Backend, Op};
+use hub::{AppState, Event, Hub, Stream, StreamFilter};
+use params::ParamError;
 
 pub fn router(state: AppState) -> Router {
     let guarded = Router::new()
@@ -40,9 +49,9 @@ pub fn router(state: AppState) -> Router {
         .route("/incidents", get(incidents))
         .route("/metrics", get(metrics))
         .route("/readyz", get(readyz))
-        .route("/ruleset", get(super::ruleset::ruleset))
-        .route("/diff", get(super::ruleset::diff))
-        .route("/incidents/{id}", get(super::ruleset::incident))
+        .route("/ruleset", get(ruleset::ruleset))
+        .route("/diff", get(ruleset::diff))
+        .route("/incidents/{id}", get(ruleset::incident))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth));
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))

@@ -1,11 +1,19 @@
 //! The NATS connection's TLS and credential flags, shared by `observer run --nats` (the
-//! publisher; also keys of its `--config` file) and `observer tail --nats` (the fleet view).
+//! publisher; also keys of its `--config` file) and `observer tail --nats` (the fleet view), and
+//! the defaults of the stream's flags.
 
 use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::nats::auth::NatsAuth;
+use super::auth::NatsAuth;
+
+/// The NATS JetStream stream `run --nats` creates and `tail --nats` reads, and its limits.
+pub const DEFAULT_STREAM: &str = "OBSERVER";
+pub const DEFAULT_MAX_AGE: &str = "7d";
+pub const DEFAULT_MAX_BYTES: &str = "1GiB";
+/// Rows `run --nats` keeps in flight (sent, not yet acknowledged).
+pub const DEFAULT_WINDOW: usize = 256;
 
 #[derive(Debug, Clone, Default, Args)]
 pub struct NatsAuthArgs {

@@ -150,6 +150,9 @@ impl StoreSender {
     }
 }
 
+/// How many records may wait for the record writer before new ones are dropped (and counted).
+pub const QUEUE: usize = 65_536;
+
 /// Start the writer thread. Dropping every `StoreSender` makes it write what is queued and end;
 /// join the handle to wait for that.
 pub fn spawn_writer(

@@ -1,0 +1,421 @@
+//! Where a session resumes on a subject, and the check that nothing of an earlier session was
+//! stored behind it: the subject's last messages read back by their headers ([`plan`] decides
+//! what to delete), and the subject read again once the session's first row is acknowledged
+//! ([`Publisher::check_first`]). See the module above for why a hole can only be among the last
+//! `window` rows.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, stream::LastRawMessageErrorKind};
+
+use super::{PublishError, Publisher};
+use crate::sinks::nats::{subject, Kind, HEADER_RECORD, HEADER_SEQ};
+
+impl Publisher {
+    /// Reconcile `kind`'s subject with the record (see [`plan`]) and return where publishing
+    /// resumes.
+    pub(super) async fn reconcile(
+        &self,
+        stream: &jetstream::stream::Stream,
+        kind: Kind,
+    ) -> Result<Resume, PublishError> {
+        let last = match self.last_held(stream, kind).await? {
+            Held::Nothing => return Ok(Resume::default()),
+            Held::Other { stream_seq } => {
+                return Ok(Resume {
+                    after: 0,
+                    stream_seq,
+                })
+            }
+            Held::Ours(last) => last,
+        };
+        let window = self.settings.window.max(1) as u64;
+        let scanned = self.scan(stream, kind, last.stream_seq, window).await?;
+        if !scanned.iter().any(|m| m.ours) {
+            return Ok(Resume {
+                after: last.number,
+                stream_seq: last.stream_seq,
+            });
+        }
+        let p = plan(&scanned);
+        if !p.delete.is_empty() {
+            tracing::warn!(
+                "NATS {}: {} {} message(s) of this node were stored out of order after row {}: \
+                 deleting them and publishing again from row {}",
+                self.settings.url,
+                p.delete.len(),
+                kind.suffix(),
+                p.resume_after,
+                p.resume_after + 1
+            );
+        }
+        if p.fresh_ids {
+            self.need_fresh_ids();
+        }
+        for &seq in &p.delete {
+            stream
+                .delete_message(seq)
+                .await
+                .map_err(|cause| PublishError::Delete { seq, cause })?;
+        }
+        Ok(Resume {
+            after: p.resume_after,
+            stream_seq: p.resume_seq,
+        })
+    }
+
+    /// The session's first row of `kind` (`number`, stored at `stream_seq`) is acknowledged:
+    /// read the subject from where the session resumed to it. Anything of this record there but
+    /// the run's last row and this one was stored late by an earlier session; the session ends,
+    /// and the next one reconciles it away.
+    pub(super) async fn check_first(
+        &self,
+        stream: &jetstream::stream::Stream,
+        kind: Kind,
+        from: Resume,
+        number: u64,
+        stream_seq: u64,
+    ) -> Result<(), PublishError> {
+        let subj = subject(&self.settings.node, kind);
+        let (scanned, _) = self
+            .scan_from(stream, &subj, from.stream_seq.max(1), stream_seq)
+            .await
+            .map_err(|cause| PublishError::Scan {
+                subject: subj.clone(),
+                cause,
+            })?;
+        let rows: Vec<u64> = scanned
+            .iter()
+            .filter(|m| m.ours && m.stream_seq > from.stream_seq)
+            .map(|m| m.number)
+            .collect();
+        if rows == [number] {
+            return Ok(());
+        }
+        // The late messages are deleted by the next session's plan: fresh ids from then on.
+        self.need_fresh_ids();
+        Err(PublishError::StoredLate {
+            subject: subj,
+            resume_after: from.after,
+            rows,
+        })
+    }
+
+    /// The headers of this record's messages on `kind`'s subject, from far enough back that the
+    /// last `window` rows are all among them, up to the stream sequence `last`.
+    async fn scan(
+        &self,
+        stream: &jetstream::stream::Stream,
+        kind: Kind,
+        last: u64,
+        window: u64,
+    ) -> Result<Vec<Scanned>, PublishError> {
+        let subj = subject(&self.settings.node, kind);
+        let err = |cause: Box<dyn std::error::Error + Send + Sync>| PublishError::Scan {
+            subject: subj.clone(),
+            cause,
+        };
+        let mut back = window.saturating_mul(4);
+        loop {
+            let start = last.saturating_sub(back).max(1);
+            let (ours, foreign_first) = self
+                .scan_from(stream, &subj, start, last)
+                .await
+                .map_err(&err)?;
+            let mine = || ours.iter().filter(|m| m.ours).map(|m| m.number);
+            let max = mine().max().unwrap_or(0);
+            let min = mine().min().unwrap_or(0);
+            if start == 1 || foreign_first || min <= (max + 1).saturating_sub(window).max(1) {
+                return Ok(ours);
+            }
+            back = back.saturating_mul(4);
+        }
+    }
+
+    /// This record's messages on `subj` from stream sequence `start` to `last`, and whether a
+    /// message of another record came before the first of them.
+    async fn scan_from(
+        &self,
+        stream: &jetstream::stream::Stream,
+        subj: &str,
+        start: u64,
+        last: u64,
+    ) -> Result<(Vec<Scanned>, bool), Box<dyn std::error::Error + Send + Sync>> {
+        use futures_util::StreamExt as _;
+        let consumer = stream
+            .create_consumer(jetstream::consumer::pull::OrderedConfig {
+                filter_subject: subj.to_string(),
+                deliver_policy: jetstream::consumer::DeliverPolicy::ByStartSequence {
+                    start_sequence: start,
+                },
+                headers_only: true,
+                ..Default::default()
+            })
+            .await?;
+        let mut messages = consumer.messages().await?;
+        let mut ours = Vec::new();
+        let mut foreign_first = false;
+        loop {
+            let m = match tokio::time::timeout(Duration::from_secs(5), messages.next()).await {
+                Ok(Some(m)) => m?,
+                Ok(None) => return Err("the scan ended early".into()),
+                Err(_) => return Err("no message within 5s".into()),
+            };
+            let info = m.info()?;
+            let seq = info.stream_sequence;
+            let header = |name: &str| {
+                m.headers
+                    .as_ref()
+                    .and_then(|h| h.get(name))
+                    .map(|v| v.as_str().to_string())
+            };
+            let mine = header(HEADER_RECORD).as_deref() == Some(self.record_id.as_str());
+            match header(HEADER_SEQ).and_then(|v| v.parse().ok()) {
+                Some(number) if mine => ours.push(Scanned {
+                    stream_seq: seq,
+                    ours: true,
+                    number,
+                }),
+                _ if !ours.is_empty() => ours.push(Scanned {
+                    stream_seq: seq,
+                    ours: false,
+                    number: 0,
+                }),
+                _ => foreign_first = true,
+            }
+            if seq >= last || info.pending == 0 {
+                return Ok((ours, foreign_first));
+            }
+        }
+    }
+
+    /// The last message on `kind`'s subject: whether it is of this record, its row and its
+    /// stream sequence.
+    async fn last_held(
+        &self,
+        stream: &jetstream::stream::Stream,
+        kind: Kind,
+    ) -> Result<Held, PublishError> {
+        let subj = subject(&self.settings.node, kind);
+        match stream.get_last_raw_message_by_subject(&subj).await {
+            Ok(m) => {
+                let header = |name: &str| m.headers.get(name).map(|v| v.as_str().to_string());
+                if header(HEADER_RECORD).as_deref() != Some(self.record_id.as_str()) {
+                    // Another record (this node's record was replaced): all of ours is new.
+                    return Ok(Held::Other {
+                        stream_seq: m.sequence,
+                    });
+                }
+                Ok(Held::Ours(Last {
+                    number: header(HEADER_SEQ).and_then(|v| v.parse().ok()).unwrap_or(0),
+                    stream_seq: m.sequence,
+                }))
+            }
+            Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(Held::Nothing),
+            Err(cause) => Err(PublishError::LastMessage {
+                subject: subj,
+                cause,
+            }),
+        }
+    }
+}
+
+/// What the last message on a subject is.
+enum Held {
+    /// The subject is empty.
+    Nothing,
+    /// A message of another record, at this stream sequence.
+    Other { stream_seq: u64 },
+    /// A message of this record.
+    Ours(Last),
+}
+
+/// Where a session resumes on a subject: after row `after`, stored at `stream_seq` (0, 0: the
+/// subject was empty; row 0 at a stream sequence: another record's message was last).
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Resume {
+    pub(super) after: u64,
+    pub(super) stream_seq: u64,
+}
+
+/// The subjects whose first acknowledged row of the session is still to be checked, and where
+/// the session resumed on them.
+pub(super) struct Checks {
+    pub(super) change: Option<Resume>,
+    pub(super) incident: Option<Resume>,
+}
+
+/// The last message on a subject, of this record.
+struct Last {
+    number: u64,
+    stream_seq: u64,
+}
+
+/// A message of this record found on a subject: its stream sequence and its row (`Observer-Seq`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Scanned {
+    pub stream_seq: u64,
+    /// Of this record (another record's messages on the subject are left alone).
+    pub ours: bool,
+    pub number: u64,
+}
+
+/// What a session does with a subject before publishing on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Plan {
+    /// The last row of the clean run: publishing goes on after it.
+    pub resume_after: u64,
+    /// Its stream sequence.
+    pub resume_seq: u64,
+    /// The stream sequences of this record's messages stored after the clean run (a hole, a
+    /// duplicate or a row out of order came first): deleted before publishing again.
+    pub delete: Vec<u64>,
+    /// Rows published again must carry fresh message ids (some ids were deleted).
+    pub fresh_ids: bool,
+}
+
+/// Reconcile a subject with the record. `scanned` is this record's messages on the subject in
+/// stream order, from far enough back that it starts before the last `window` rows (every row
+/// before those was acknowledged before a later one was sent, so it is stored, in order). The
+/// clean run is the longest prefix where each row follows the one before; every message after it
+/// is deleted, and publishing resumes after the run's last row.
+pub(crate) fn plan(scanned: &[Scanned]) -> Plan {
+    let scanned: Vec<Scanned> = scanned.iter().copied().filter(|m| m.ours).collect();
+    let Some(first) = scanned.first() else {
+        return Plan {
+            resume_after: 0,
+            resume_seq: 0,
+            delete: Vec::new(),
+            fresh_ids: false,
+        };
+    };
+    let mut end = *first;
+    let mut clean = 1;
+    for m in &scanned[1..] {
+        if m.number != end.number + 1 {
+            break;
+        }
+        end = *m;
+        clean += 1;
+    }
+    let delete: Vec<u64> = scanned[clean..].iter().map(|m| m.stream_seq).collect();
+    Plan {
+        resume_after: end.number,
+        resume_seq: end.stream_seq,
+        fresh_ids: !delete.is_empty(),
+        delete,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Messages of this record as (stream sequence, row).
+    fn scanned(list: &[(u64, u64)]) -> Vec<Scanned> {
+        list.iter()
+            .map(|&(stream_seq, number)| Scanned {
+                stream_seq,
+                ours: true,
+                number,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_clean_run_resumes_after_its_last_row() {
+        let p = plan(&scanned(&[(10, 5), (11, 6), (14, 7), (20, 8)]));
+        assert_eq!(
+            p,
+            Plan {
+                resume_after: 8,
+                resume_seq: 20,
+                delete: vec![],
+                fresh_ids: false
+            }
+        );
+    }
+
+    #[test]
+    fn a_row_stored_without_its_ack_is_not_sent_again() {
+        // Row 4 was stored and its acknowledgement lost: the stream holds it.
+        let p = plan(&scanned(&[(1, 1), (2, 2), (3, 3), (4, 4)]));
+        assert_eq!(p.resume_after, 4);
+        assert!(p.delete.is_empty() && !p.fresh_ids);
+    }
+
+    #[test]
+    fn rows_lost_at_the_end_are_sent_again() {
+        // Rows 4.. were sent and never stored: nothing to delete, resume after 3.
+        let p = plan(&scanned(&[(1, 1), (2, 2), (3, 3)]));
+        assert_eq!(p.resume_after, 3);
+        assert!(p.delete.is_empty() && !p.fresh_ids);
+    }
+
+    #[test]
+    fn a_hole_deletes_every_later_message_and_resumes_before_it() {
+        // Row 4 lost, rows 5 and 6 stored after: delete them, resume after 3, fresh ids.
+        let p = plan(&scanned(&[(1, 1), (2, 2), (3, 3), (7, 5), (8, 6)]));
+        assert_eq!(
+            p,
+            Plan {
+                resume_after: 3,
+                resume_seq: 3,
+                delete: vec![7, 8],
+                fresh_ids: true
+            }
+        );
+    }
+
+    #[test]
+    fn a_row_stored_twice_is_deleted_with_what_follows() {
+        let p = plan(&scanned(&[(1, 1), (2, 2), (3, 2), (4, 3)]));
+        assert_eq!(p.resume_after, 2);
+        assert_eq!(p.delete, vec![3, 4]);
+        assert!(p.fresh_ids);
+        // A row stored late, before the rows it should follow.
+        let p = plan(&scanned(&[(1, 1), (2, 3), (3, 2)]));
+        assert_eq!(p.resume_after, 1);
+        assert_eq!(p.delete, vec![2, 3]);
+    }
+
+    #[test]
+    fn another_records_rows_are_not_ours() {
+        // The scan keeps this record's messages only: another record's rows in between (stream
+        // sequences 3 and 4) neither break the run nor get deleted.
+        let mut list = scanned(&[(1, 7), (2, 8), (5, 9)]);
+        let other = |stream_seq| Scanned {
+            stream_seq,
+            ours: false,
+            number: 1,
+        };
+        list.insert(2, other(3));
+        list.insert(3, other(4));
+        let p = plan(&list);
+        assert_eq!(p.resume_after, 9);
+        assert!(p.delete.is_empty());
+        // Nor are they deleted after a hole.
+        list.push(other(6));
+        list.push(Scanned {
+            stream_seq: 7,
+            ours: true,
+            number: 11,
+        });
+        let p = plan(&list);
+        assert_eq!(p.resume_after, 9);
+        assert_eq!(p.delete, vec![7]);
+    }
+
+    #[test]
+    fn an_empty_subject_publishes_from_the_start() {
+        assert_eq!(
+            plan(&[]),
+            Plan {
+                resume_after: 0,
+                resume_seq: 0,
+                delete: vec![],
+                fresh_ids: false
+            }
+        );
+    }
+}
