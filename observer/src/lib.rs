@@ -32,7 +32,3 @@ pub mod sinks;
 pub mod store;
 pub mod timestamp;
 pub mod xtables;
-
-// moved to sinks::nats and sinks::record_writer
-pub use sinks::nats;
-pub use sinks::record_writer as recorder;

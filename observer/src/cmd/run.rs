@@ -2,7 +2,7 @@
 //! `crate::daemon`.
 //!
 //! Every record goes, unfiltered and in order, to stdout as JSON lines (the same contract as
-//! `tail --json`), to the forensic record (`crate::recorder` into `crate::store`), to the metrics
+//! `tail --json`), to the forensic record (`crate::sinks::record_writer` into `crate::store`), to the metrics
 //! and to the HTTP streams. Logs go to stderr. SIGTERM (or SIGINT) stops the engine, ends the
 //! streams, writes everything queued to the record and exits 0.
 
@@ -43,7 +43,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let nats_stats = settings
         .nats
         .as_ref()
-        .map(|_| Arc::new(crate::nats::publish::NatsStats::default()));
+        .map(|_| Arc::new(crate::sinks::nats::publish::NatsStats::default()));
     let metrics = metrics::Metrics::new(
         settings.record.as_ref().map(|_| store_stats.clone()),
         nats_stats.clone(),
@@ -56,8 +56,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         Some((s, j)) => (Some(s), Some(j)),
         None => (None, None),
     };
-    let stdout = crate::daemon::stdout::StdoutQueue::spawn(
-        crate::daemon::stdout::FdOut::stdout().context("opening stdout")?,
+    let stdout = crate::sinks::stdout::StdoutQueue::spawn(
+        crate::sinks::stdout::FdOut::stdout().context("opening stdout")?,
         settings.stdout_queue,
         hub.metrics.dropped("stdout"),
     )
@@ -127,7 +127,7 @@ fn open_record(
 fn start_publisher(
     settings: &Settings,
     record_id: Option<String>,
-    nats_stats: Option<Arc<crate::nats::publish::NatsStats>>,
+    nats_stats: Option<Arc<crate::sinks::nats::publish::NatsStats>>,
     hub: &Hub,
     store_stats: &Arc<recorder::StoreStats>,
 ) -> Option<tokio::task::JoinHandle<()>> {
@@ -142,12 +142,12 @@ fn start_publisher(
         nats.node,
         nats.stream
     );
-    let spool = crate::nats::publish::Spool {
+    let spool = crate::sinks::nats::publish::Spool {
         path: record.clone(),
         id,
         stats: store_stats.clone(),
     };
-    Some(crate::nats::publish::spawn(
+    Some(crate::sinks::nats::publish::spawn(
         nats.clone(),
         spool,
         stats,
@@ -201,7 +201,7 @@ async fn stop(
     hub: &Hub,
     server: tokio::task::JoinHandle<()>,
     publisher: Option<tokio::task::JoinHandle<()>>,
-    stdout: crate::daemon::stdout::StdoutQueue,
+    stdout: crate::sinks::stdout::StdoutQueue,
 ) {
     if let Some(j) = join {
         let _ = tokio::task::spawn_blocking(move || j.join()).await;

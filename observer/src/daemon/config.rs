@@ -67,7 +67,7 @@ pub enum ConfigError {
     Nats {
         at: String,
         #[source]
-        cause: crate::nats::auth::NatsAuthError,
+        cause: crate::sinks::nats::auth::NatsAuthError,
     },
     /// Publishing to NATS without a record to spool from.
     #[error(
@@ -144,9 +144,9 @@ pub struct Settings {
     pub listen: SocketAddr,
     pub token_file: Option<PathBuf>,
     /// HTTPS instead of HTTP.
-    pub tls: Option<super::tls::TlsFiles>,
+    pub tls: Option<crate::sinks::http::tls::TlsFiles>,
     /// What one HTTP connection may hold, and how many.
-    pub http: super::limits::HttpLimits,
+    pub http: crate::sinks::http::limits::HttpLimits,
     /// Lines waiting for stdout at most.
     pub stdout_queue: usize,
     /// None: no record.
@@ -157,7 +157,7 @@ pub struct Settings {
     pub snapshots: crate::forensics::SnapshotPolicy,
     pub source: SourceArgs,
     /// Publishing to NATS JetStream, when asked for.
-    pub nats: Option<crate::nats::NatsSettings>,
+    pub nats: Option<crate::sinks::nats::NatsSettings>,
 }
 
 impl RunArgs {
@@ -178,7 +178,7 @@ impl RunArgs {
         let stdout_queue = layers.at_least_one(
             layers.flags.stdout_queue.or(layers.file.stdout_queue),
             "stdout_queue",
-            super::stdout::STDOUT_QUEUE,
+            crate::sinks::stdout::STDOUT_QUEUE,
         )?;
         let insecure =
             layers.flags.insecure_plaintext || layers.file.insecure_plaintext == Some(true);
@@ -358,7 +358,7 @@ impl Layers {
     }
 
     /// The HTTP endpoint's certificate, key and client CA, when it serves HTTPS.
-    fn tls(&mut self) -> Result<Option<super::tls::TlsFiles>, ConfigError> {
+    fn tls(&mut self) -> Result<Option<crate::sinks::http::tls::TlsFiles>, ConfigError> {
         // Flags win over the file as a set: a cert from one place and a key from the other is
         // a mistake waiting to happen.
         let (cert, key, client_ca) = if self.flags.tls_cert.is_some() {
@@ -369,7 +369,7 @@ impl Layers {
             (f.tls_cert.take(), f.tls_key.take(), f.tls_client_ca.take())
         };
         match (cert, key, client_ca) {
-            (Some(cert), Some(key), client_ca) => Ok(Some(super::tls::TlsFiles {
+            (Some(cert), Some(key), client_ca) => Ok(Some(crate::sinks::http::tls::TlsFiles {
                 cert,
                 key,
                 client_ca,
@@ -388,7 +388,10 @@ impl Layers {
     }
 
     /// Publishing to NATS, when a URL is given (`has_record`: there is a record to spool from).
-    fn nats(&mut self, has_record: bool) -> Result<Option<crate::nats::NatsSettings>, ConfigError> {
+    fn nats(
+        &mut self,
+        has_record: bool,
+    ) -> Result<Option<crate::sinks::nats::NatsSettings>, ConfigError> {
         let Some(url) = self.flags.nats.take().or(self.file.nats.take()) else {
             return Ok(None);
         };
@@ -404,14 +407,14 @@ impl Layers {
             parse_duration,
             || self.at("nats_max_age"),
         )?
-        .unwrap_or_else(|| builtin(parse_duration, crate::nats::DEFAULT_MAX_AGE));
+        .unwrap_or_else(|| builtin(parse_duration, crate::sinks::nats::DEFAULT_MAX_AGE));
         let max_bytes = flag_or_file(
             flags.nats_max_bytes,
             file.nats_max_bytes.as_deref(),
             parse_size,
             || self.at("nats_max_bytes"),
         )?
-        .unwrap_or_else(|| builtin(parse_size, crate::nats::DEFAULT_MAX_BYTES));
+        .unwrap_or_else(|| builtin(parse_size, crate::sinks::nats::DEFAULT_MAX_BYTES));
         let replicas = flags.nats_replicas.or(file.nats_replicas).unwrap_or(1);
         if !(1..=5).contains(&replicas) {
             return Err(ConfigError::NatsReplicas {
@@ -421,7 +424,7 @@ impl Layers {
         let window = flags
             .nats_window
             .or(file.nats_window)
-            .map_or(crate::nats::DEFAULT_WINDOW, |w| w as usize);
+            .map_or(crate::sinks::nats::DEFAULT_WINDOW, |w| w as usize);
         if !(1..=65536).contains(&window) {
             return Err(ConfigError::NatsWindow {
                 at: self.at("nats_window"),
@@ -432,9 +435,9 @@ impl Layers {
             .node
             .take()
             .or(self.file.node.take())
-            .unwrap_or_else(crate::nats::host_name);
+            .unwrap_or_else(crate::sinks::nats::host_name);
         let auth = self.nats_auth(&url)?;
-        Ok(Some(crate::nats::NatsSettings {
+        Ok(Some(crate::sinks::nats::NatsSettings {
             auth,
             url,
             node,
@@ -443,7 +446,7 @@ impl Layers {
                 .nats_stream
                 .take()
                 .or(self.file.nats_stream.take())
-                .unwrap_or_else(|| crate::nats::DEFAULT_STREAM.into()),
+                .unwrap_or_else(|| crate::sinks::nats::DEFAULT_STREAM.into()),
             max_age,
             max_bytes,
             replicas: usize::from(replicas),
@@ -452,19 +455,23 @@ impl Layers {
     }
 
     /// NATS TLS and credentials: the flags', else the file's, checked against `url`.
-    fn nats_auth(&self, url: &str) -> Result<crate::nats::auth::NatsAuth, ConfigError> {
+    fn nats_auth(&self, url: &str) -> Result<crate::sinks::nats::auth::NatsAuth, ConfigError> {
         let file = &self.file;
-        let auth = self.flags.nats_auth.auth().or(crate::nats::auth::NatsAuth {
-            ca: file.nats_ca.clone(),
-            cert: file.nats_cert.clone(),
-            key: file.nats_key.clone(),
-            creds: file.nats_creds.clone(),
-            nkey: file.nats_nkey.clone(),
-            token_file: file.nats_token_file.clone(),
-            user: file.nats_user.clone(),
-            password_file: file.nats_password_file.clone(),
-            insecure: file.nats_insecure == Some(true),
-        });
+        let auth = self
+            .flags
+            .nats_auth
+            .auth()
+            .or(crate::sinks::nats::auth::NatsAuth {
+                ca: file.nats_ca.clone(),
+                cert: file.nats_cert.clone(),
+                key: file.nats_key.clone(),
+                creds: file.nats_creds.clone(),
+                nkey: file.nats_nkey.clone(),
+                token_file: file.nats_token_file.clone(),
+                user: file.nats_user.clone(),
+                password_file: file.nats_password_file.clone(),
+                insecure: file.nats_insecure == Some(true),
+            });
         auth.check(url).map_err(|cause| ConfigError::Nats {
             at: match &self.flags.config {
                 Some(p) => format!("{} (its NATS settings with the flags): ", p.display()),
@@ -476,9 +483,9 @@ impl Layers {
     }
 
     /// What one HTTP connection may hold, and how many there may be.
-    fn http(&self) -> Result<super::limits::HttpLimits, ConfigError> {
+    fn http(&self) -> Result<crate::sinks::http::limits::HttpLimits, ConfigError> {
         let (flags, file) = (&self.flags, &self.file);
-        Ok(super::limits::HttpLimits {
+        Ok(crate::sinks::http::limits::HttpLimits {
             head_timeout: self.timeout(
                 flags.http_head_timeout,
                 &file.http_head_timeout,
@@ -640,7 +647,7 @@ mod tests {
             (n.url.as_str(), n.node.as_str()),
             ("nats://n:4222", "worker-1")
         );
-        assert_eq!(n.stream, crate::nats::DEFAULT_STREAM);
+        assert_eq!(n.stream, crate::sinks::nats::DEFAULT_STREAM);
         assert_eq!(n.max_age, Duration::from_secs(7 * 86400));
         assert_eq!((n.max_bytes, n.replicas), (1 << 30, 1));
         let dir = tempfile::tempdir().unwrap();

@@ -4,10 +4,6 @@
 
 pub mod config;
 
-// moved to sinks::http::{limits, tls} and sinks::stdout
-pub use crate::sinks::http::{limits, tls};
-pub(crate) use crate::sinks::stdout;
-
 use std::path::{Path, PathBuf};
 
 use crate::sinks::http::hub::{Meta, Stream, StreamFilter};

@@ -1,6 +1,6 @@
 //! The record's file: every change and incident `observer run` saw, in an SQLite file, to
 //! answer "who deleted KUBE-SVC-X at 03:12?" after the fact. This module is the file's layout
-//! and its reading; [`crate::recorder`] is the thread that writes it.
+//! and its reading; [`crate::sinks::record_writer`] is the thread that writes it.
 //!
 //! The file is kept small (layout 2): the text columns hold numbers standing for strings kept
 //! once in `strs`, and the JSON line is compressed with zstd and a dictionary trained on the

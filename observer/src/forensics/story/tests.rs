@@ -4,7 +4,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::*;
-use crate::recorder::{Limits, Row, StoreStats, Writer};
+use crate::sinks::record_writer::{Limits, Row, StoreStats, Writer};
 use crate::store::ChangeRow;
 
 const NETNS: u32 = 4026532177;
