@@ -141,7 +141,54 @@ impl Txn {
         }
     }
 
+    /// The transaction's changes: each touched object's net change, in notification order,
+    /// through [`ruleset::summarize`] with the rule counts from before the transaction.
     pub(crate) fn finish(mut self, st: &NftState) -> Vec<Change> {
+        self.place_added(st);
+        self.net_tables(st);
+        self.net_chains(st);
+        self.net_sets(st);
+        self.net_elements(st);
+        let changes: Vec<Change> = self.slots.into_iter().flatten().collect();
+        let before = &self.before;
+        ruleset::summarize(
+            changes,
+            |fam, table, chain| {
+                let f = nfproto_of(fam);
+                let key = (f, table.to_string(), chain.to_string());
+                match before.get(&key) {
+                    Some((n, _)) => *n,
+                    None => st
+                        .chain(f, table, chain)
+                        .map(|c| c.rules.len())
+                        .unwrap_or(0),
+                }
+            },
+            |fam, table| {
+                // Touched chains as they were; the others have not changed.
+                let f = nfproto_of(fam);
+                let mut total = 0;
+                let mut touched = std::collections::HashSet::new();
+                for (key, (n, _)) in before.iter() {
+                    if key.0 == f && key.1 == table {
+                        total += n;
+                        touched.insert(key.2.as_str());
+                    }
+                }
+                if let Some(t) = st.table(f, table) {
+                    for (name, c) in &t.chains {
+                        if !touched.contains(name.as_str()) {
+                            total += c.rules.len();
+                        }
+                    }
+                }
+                total
+            },
+        )
+    }
+
+    /// Give each rule added by the transaction its final position in its chain.
+    fn place_added(&mut self, st: &NftState) {
         for (key, handle, slot) in std::mem::take(&mut self.added) {
             let pos = st
                 .chain(key.0, &key.1, &key.2)
@@ -150,6 +197,10 @@ impl Txn {
                 c.position = pos;
             }
         }
+    }
+
+    /// The net change of each touched table (created, deleted, flags changed).
+    fn net_tables(&mut self, st: &NftState) {
         for ((family, name), net) in std::mem::take(&mut self.tables) {
             let fam = Family::from_nfproto(family);
             let after = st.table(family, &name).map(|t| &t.table);
@@ -173,6 +224,10 @@ impl Txn {
             };
             self.slots[net.slot].extend(change);
         }
+    }
+
+    /// The net change of each touched chain (created, deleted, hook, policy or name changed).
+    fn net_chains(&mut self, st: &NftState) {
         for ((family, table, name), net) in std::mem::take(&mut self.chains) {
             let fam = Family::from_nfproto(family);
             let after = st.chain(family, &table, &name).map(|c| &c.chain);
@@ -205,6 +260,10 @@ impl Txn {
             };
             self.slots[net.slot].extend(change);
         }
+    }
+
+    /// The net change of each touched set (created or deleted).
+    fn net_sets(&mut self, st: &NftState) {
         for ((family, table, name), net) in std::mem::take(&mut self.sets) {
             let fam = Family::from_nfproto(family);
             let after = st.table(family, &table).and_then(|t| t.sets.get(&name));
@@ -219,6 +278,10 @@ impl Txn {
             };
             self.slots[net.slot].extend(change);
         }
+    }
+
+    /// The net change of each touched set's elements: added, deleted, or the set flushed.
+    fn net_elements(&mut self, st: &NftState) {
         for ((family, table, name), net) in std::mem::take(&mut self.elems) {
             let Some(set) = st.table(family, &table).and_then(|t| t.sets.get(&name)) else {
                 continue; // the set went away: its set_delete says it all
@@ -265,42 +328,6 @@ impl Txn {
                 );
             }
         }
-        let changes: Vec<Change> = self.slots.into_iter().flatten().collect();
-        let before = &self.before;
-        ruleset::summarize(
-            changes,
-            |fam, table, chain| {
-                let f = nfproto_of(fam);
-                let key = (f, table.to_string(), chain.to_string());
-                match before.get(&key) {
-                    Some((n, _)) => *n,
-                    None => st
-                        .chain(f, table, chain)
-                        .map(|c| c.rules.len())
-                        .unwrap_or(0),
-                }
-            },
-            |fam, table| {
-                // Touched chains as they were; the others have not changed.
-                let f = nfproto_of(fam);
-                let mut total = 0;
-                let mut touched = std::collections::HashSet::new();
-                for (key, (n, _)) in before.iter() {
-                    if key.0 == f && key.1 == table {
-                        total += n;
-                        touched.insert(key.2.as_str());
-                    }
-                }
-                if let Some(t) = st.table(f, table) {
-                    for (name, c) in &t.chains {
-                        if !touched.contains(name.as_str()) {
-                            total += c.rules.len();
-                        }
-                    }
-                }
-                total
-            },
-        )
     }
 }
 

@@ -233,8 +233,9 @@ const ICMP6_MLD: &[u32] = &[130, 131, 132];
 /// type or one of these; otherwise the next one at that offset is tried.
 type Template = (u32, u32, &'static str, Ty, &'static [u32]);
 
-fn transport_field(proto: u32, o: u32, l: u32, icmp: Option<u32>) -> Option<Field> {
-    let (name, fields): (&str, &[Template]) = match proto {
+/// The name and header templates of transport protocol `proto` (an IP protocol number).
+fn transport_templates(proto: u32) -> Option<(&'static str, &'static [Template])> {
+    Some(match proto {
         6 => (
             "tcp",
             &[
@@ -332,7 +333,11 @@ fn transport_field(proto: u32, o: u32, l: u32, icmp: Option<u32>) -> Option<Fiel
             ],
         ),
         _ => return None,
-    };
+    })
+}
+
+fn transport_field(proto: u32, o: u32, l: u32, icmp: Option<u32>) -> Option<Field> {
+    let (name, fields) = transport_templates(proto)?;
     fields
         .iter()
         .filter(|(fo, _, _, _, types)| {

@@ -224,8 +224,56 @@ pub(crate) fn decode_table_against(
         return Err(malformed(blob.len(), "entries size differs from GET_INFO"));
     }
     let hook_names = proto.hook_names();
+    let (offsets, builds) = find_chains(l, info, blob, hook_names)?;
+    let landing = landings(&builds);
 
-    // Pass 1: find every entry and the chain boundaries.
+    // Pass 2: rules, policies, fingerprints; or the previous copy's, for a chain that did not
+    // change.
+    let names: Vec<&str> = builds.iter().map(|b| b.name.as_str()).collect();
+    let earlier = prev.map(|p| Earlier::new(p, &names));
+    let mut set_refs = Vec::new();
+    // About what the last copy kept: no growing (and copying) of megabytes on the way.
+    let mut packed = Packed::with_capacity(prev.map_or(0, |p| p.kept_bytes() + p.kept_bytes() / 8));
+    let mut chains = Vec::with_capacity(builds.len());
+    let mut carried = 0;
+    for (at, b) in builds.iter().enumerate() {
+        let idx = &offsets[b.first..b.end];
+        let key = chain_key(l, blob, idx, &landing, &names);
+        if let Some(c) = earlier
+            .as_ref()
+            .and_then(|e| e.carry_over(at, &b.name, b.builtin, key, &mut packed))
+        {
+            set_refs.extend_from_slice(&c.sets);
+            chains.push(c);
+            carried += 1;
+            continue;
+        }
+        let c = decode_chain(l, blob, b, idx, &landing, &builds, key, &mut packed)?;
+        set_refs.extend_from_slice(&c.sets);
+        chains.push(c);
+    }
+    set_refs.sort_unstable();
+    set_refs.dedup();
+    packed.shrink_to_fit();
+    Ok(XtTable {
+        proto,
+        name: info.name.clone(),
+        chains,
+        entries: packed,
+        set_refs,
+        set_names: HashMap::new(),
+        carried,
+    })
+}
+
+/// Pass 1 of decoding: every entry's offset and the chains' boundaries, checked against
+/// `GET_INFO` (entry count, hook offsets) and for the final `ERROR` entry.
+fn find_chains(
+    l: &'static Layout,
+    info: &TableInfo,
+    blob: &[u8],
+    hook_names: &[&str],
+) -> Result<(Vec<u32>, Vec<ChainBuild>), XtError> {
     let mut offsets: Vec<u32> = Vec::with_capacity(info.num_entries.min(1 << 20) as usize);
     let mut builds: Vec<ChainBuild> = Vec::new();
     let mut ended = false;
@@ -300,8 +348,12 @@ pub(crate) fn decode_table_against(
             }
         }
     }
+    Ok((offsets, builds))
+}
 
-    // Where jumps land: a user chain's first entry (or its head), a builtin's first entry.
+/// Where jumps land: a user chain's first entry (or its head), a builtin's first entry; the
+/// chain's index for each.
+fn landings(builds: &[ChainBuild]) -> Landing {
     let mut landing = Landing::with_capacity_and_hasher(builds.len() * 2, Default::default());
     for (i, b) in builds.iter().enumerate() {
         landing.entry(b.entry_offset).or_insert(i as u32);
@@ -309,80 +361,63 @@ pub(crate) fn decode_table_against(
             landing.entry(h).or_insert(i as u32);
         }
     }
+    landing
+}
 
-    // Pass 2: rules, policies, fingerprints; or the previous copy's, for a chain that did not
-    // change.
-    let names: Vec<&str> = builds.iter().map(|b| b.name.as_str()).collect();
-    let earlier = prev.map(|p| Earlier::new(p, &names));
-    let mut set_refs = Vec::new();
-    // About what the last copy kept: no growing (and copying) of megabytes on the way.
-    let mut packed = Packed::with_capacity(prev.map_or(0, |p| p.kept_bytes() + p.kept_bytes() / 8));
-    let mut chains = Vec::with_capacity(builds.len());
-    let mut carried = 0;
-    for (at, b) in builds.iter().enumerate() {
-        let idx = &offsets[b.first..b.end];
-        let key = chain_key(l, blob, idx, &landing, &names);
-        if let Some(c) = earlier
-            .as_ref()
-            .and_then(|e| e.carry_over(at, &b.name, b.builtin, key, &mut packed))
-        {
-            set_refs.extend_from_slice(&c.sets);
-            chains.push(c);
-            carried += 1;
+/// Pass 2 for one chain that must be decoded: its rules (verdicts, fingerprints, packed
+/// entries), its policy and the ipsets it refers to.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the decode's state, passed as it is"
+)]
+fn decode_chain(
+    l: &'static Layout,
+    blob: &[u8],
+    b: &ChainBuild,
+    idx: &[u32],
+    landing: &Landing,
+    builds: &[ChainBuild],
+    key: u64,
+    packed: &mut Packed,
+) -> Result<XtChain, XtError> {
+    let mut policy = None;
+    let mut rules = Vec::with_capacity(b.end - b.first);
+    let mut sets = Vec::new();
+    for (k, &off) in idx.iter().enumerate() {
+        let e = Entry::at(l, blob, off as usize)?;
+        if b.underflow == Some(off) {
+            policy = Some(policy_name(e.standard_verdict()));
             continue;
         }
-        let mut policy = None;
-        let mut rules = Vec::with_capacity(b.end - b.first);
-        let mut sets = Vec::new();
-        for (k, &off) in idx.iter().enumerate() {
-            let e = Entry::at(l, blob, off as usize)?;
-            if b.underflow == Some(off) {
-                policy = Some(policy_name(e.standard_verdict()));
-                continue;
-            }
-            if !b.builtin && k + 1 == idx.len() && e.is_unconditional_return() {
-                continue;
-            }
-            let verdict = classify(&e, off, &landing);
-            let fingerprint = fingerprint(l, &e, verdict, &builds, &mut sets);
-            let packed_at = packed
-                .push(e.bytes)
-                .ok_or_else(|| malformed(off as usize, "table too large to keep"))?;
-            rules.push(XtRule {
-                fingerprint,
-                packed_at,
-                verdict,
-            });
+        if !b.builtin && k + 1 == idx.len() && e.is_unconditional_return() {
+            continue;
         }
-        if b.builtin && policy.is_none() {
-            return Err(malformed(
-                b.entry_offset as usize,
-                "builtin chain has no policy",
-            ));
-        }
-        sets.sort_unstable();
-        sets.dedup();
-        set_refs.extend_from_slice(&sets);
-        chains.push(XtChain {
-            name: b.name.clone(),
-            builtin: b.builtin,
-            policy,
-            rules,
-            key,
-            sets,
+        let verdict = classify(&e, off, landing);
+        let fingerprint = fingerprint(l, &e, verdict, builds, &mut sets);
+        let packed_at = packed
+            .push(e.bytes)
+            .ok_or_else(|| malformed(off as usize, "table too large to keep"))?;
+        rules.push(XtRule {
+            fingerprint,
+            packed_at,
+            verdict,
         });
     }
-    set_refs.sort_unstable();
-    set_refs.dedup();
-    packed.shrink_to_fit();
-    Ok(XtTable {
-        proto,
-        name: info.name.clone(),
-        chains,
-        entries: packed,
-        set_refs,
-        set_names: HashMap::new(),
-        carried,
+    if b.builtin && policy.is_none() {
+        return Err(malformed(
+            b.entry_offset as usize,
+            "builtin chain has no policy",
+        ));
+    }
+    sets.sort_unstable();
+    sets.dedup();
+    Ok(XtChain {
+        name: b.name.clone(),
+        builtin: b.builtin,
+        policy,
+        rules,
+        key,
+        sets,
     })
 }
 

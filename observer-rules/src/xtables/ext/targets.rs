@@ -20,37 +20,7 @@ pub(crate) fn target_options(out: &mut String, cx: &Cx<'_>, t: &Ext<'_>) -> Opti
             let (mark, mask) = (u32_at(d, 0)?, u32_at(d, 4)?);
             let _ = write!(out, "MARK --set-xmark 0x{mark:x}/0x{mask:x}");
         }
-        (b"CONNMARK", 1 | 2) => {
-            let (ctmark, ctmask, nfmask) = (u32_at(d, 0)?, u32_at(d, 4)?, u32_at(d, 8)?);
-            // tginfo1 ends with `mode`; tginfo2 has `shift_dir, shift_bits, mode`.
-            let mode = u8_at(d, if t.revision == 1 { 12 } else { 14 })?;
-            out.push_str("CONNMARK");
-            match mode {
-                0 => {
-                    let _ = write!(out, " --set-xmark 0x{ctmark:x}/0x{ctmask:x}");
-                }
-                1 => {
-                    let _ = write!(
-                        out,
-                        " --save-mark --nfmask 0x{nfmask:x} --ctmask 0x{ctmask:x}"
-                    );
-                }
-                2 => {
-                    let _ = write!(
-                        out,
-                        " --restore-mark --nfmask 0x{nfmask:x} --ctmask 0x{ctmask:x}"
-                    );
-                }
-                _ => return None,
-            }
-            if t.revision == 2 {
-                let (dir, bits) = (u8_at(d, 12)?, u8_at(d, 13)?);
-                if bits != 0 {
-                    let side = if dir == 0 { "left" } else { "right" };
-                    let _ = write!(out, " --{side}-shift-mark {bits}");
-                }
-            }
-        }
+        (b"CONNMARK", 1 | 2) => connmark(out, d, t.revision)?,
         (b"DNAT", 0..=2) | (b"SNAT", 0..=2) => {
             let opt = if t.is("DNAT") {
                 "--to-destination "
@@ -70,78 +40,124 @@ pub(crate) fn target_options(out: &mut String, cx: &Cx<'_>, t: &Ext<'_>) -> Opti
             });
             nat(out, cx, &r, "--to-ports ", true);
         }
-        (b"REJECT", 0) => {
-            let with = u32_at(d, 0)?;
-            let name = if cx.proto == XtProto::Ipv6 {
-                [
-                    "icmp6-no-route",
-                    "icmp6-adm-prohibited",
-                    "icmp6-not-neighbor",
-                    "icmp6-addr-unreachable",
-                    "icmp6-port-unreachable",
-                    "echo-reply",
-                    "tcp-reset",
-                    "icmp6-policy-fail",
-                    "icmp6-reject-route",
-                ]
-                .get(with as usize)
-            } else {
-                [
-                    "icmp-net-unreachable",
-                    "icmp-host-unreachable",
-                    "icmp-proto-unreachable",
-                    "icmp-port-unreachable",
-                    "echo-reply",
-                    "icmp-net-prohibited",
-                    "icmp-host-prohibited",
-                    "tcp-reset",
-                    "icmp-admin-prohibited",
-                ]
-                .get(with as usize)
-            }?;
-            let _ = write!(out, "REJECT --reject-with {name}");
-        }
-        (b"LOG", 0) => {
-            let (level, flags) = (u8_at(d, 0)?, u8_at(d, 1)?);
-            let prefix = str_at(d, 2, 30)?;
-            out.push_str("LOG");
-            if !prefix.is_empty() {
-                out.push_str(" --log-prefix");
-                save_string(out, &prefix);
-            }
-            if level != 4 {
-                let _ = write!(out, " --log-level {level}");
-            }
-            for (bit, opt) in [
-                (0x01, "--log-tcp-sequence"),
-                (0x02, "--log-tcp-options"),
-                (0x04, "--log-ip-options"),
-                (0x08, "--log-uid"),
-                (0x20, "--log-macdecode"),
-            ] {
-                if flags & bit != 0 {
-                    let _ = write!(out, " {opt}");
-                }
-            }
-        }
-        (b"TPROXY", 0 | 1) => {
-            // v0: mark_mask, mark_value, laddr (__be32), lport; v1: laddr is nf_inet_addr.
-            let (mask, value) = (u32_at(d, 0)?, u32_at(d, 4)?);
-            let (addr, port_at) = match (t.revision, cx.proto) {
-                (0, _) => (ipv4_at(d, 8)?.to_string(), 12),
-                (_, XtProto::Ipv6) => (ip6_text(&ipv6_at(d, 8)?), 24),
-                _ => (ipv4_at(d, 8)?.to_string(), 24),
-            };
-            let port = u16::from_be(u16_at(d, port_at)?);
-            let _ = write!(
-                out,
-                "TPROXY --on-port {port} --on-ip {addr} --tproxy-mark 0x{value:x}/0x{mask:x}"
-            );
-        }
+        (b"REJECT", 0) => reject(out, cx, d)?,
+        (b"LOG", 0) => log(out, d)?,
+        (b"TPROXY", 0 | 1) => tproxy(out, cx, d, t.revision)?,
         (b"NOTRACK", 0) if d.is_empty() => out.push_str("NOTRACK"),
         (b"CT", 0..=2) => ct(out, d, t.revision)?,
         _ => return None,
     }
+    Some(())
+}
+
+/// `CONNMARK` (revisions 1 and 2): set, save or restore the mark.
+fn connmark(out: &mut String, d: &[u8], revision: u8) -> Option<()> {
+    let (ctmark, ctmask, nfmask) = (u32_at(d, 0)?, u32_at(d, 4)?, u32_at(d, 8)?);
+    // tginfo1 ends with `mode`; tginfo2 has `shift_dir, shift_bits, mode`.
+    let mode = u8_at(d, if revision == 1 { 12 } else { 14 })?;
+    out.push_str("CONNMARK");
+    match mode {
+        0 => {
+            let _ = write!(out, " --set-xmark 0x{ctmark:x}/0x{ctmask:x}");
+        }
+        1 => {
+            let _ = write!(
+                out,
+                " --save-mark --nfmask 0x{nfmask:x} --ctmask 0x{ctmask:x}"
+            );
+        }
+        2 => {
+            let _ = write!(
+                out,
+                " --restore-mark --nfmask 0x{nfmask:x} --ctmask 0x{ctmask:x}"
+            );
+        }
+        _ => return None,
+    }
+    if revision == 2 {
+        let (dir, bits) = (u8_at(d, 12)?, u8_at(d, 13)?);
+        if bits != 0 {
+            let side = if dir == 0 { "left" } else { "right" };
+            let _ = write!(out, " --{side}-shift-mark {bits}");
+        }
+    }
+    Some(())
+}
+
+/// `REJECT`: the ICMP (ICMPv6) answer or TCP reset it sends.
+fn reject(out: &mut String, cx: &Cx<'_>, d: &[u8]) -> Option<()> {
+    let with = u32_at(d, 0)?;
+    let name = if cx.proto == XtProto::Ipv6 {
+        [
+            "icmp6-no-route",
+            "icmp6-adm-prohibited",
+            "icmp6-not-neighbor",
+            "icmp6-addr-unreachable",
+            "icmp6-port-unreachable",
+            "echo-reply",
+            "tcp-reset",
+            "icmp6-policy-fail",
+            "icmp6-reject-route",
+        ]
+        .get(with as usize)
+    } else {
+        [
+            "icmp-net-unreachable",
+            "icmp-host-unreachable",
+            "icmp-proto-unreachable",
+            "icmp-port-unreachable",
+            "echo-reply",
+            "icmp-net-prohibited",
+            "icmp-host-prohibited",
+            "tcp-reset",
+            "icmp-admin-prohibited",
+        ]
+        .get(with as usize)
+    }?;
+    let _ = write!(out, "REJECT --reject-with {name}");
+    Some(())
+}
+
+/// `LOG`: prefix, level and what it logs.
+fn log(out: &mut String, d: &[u8]) -> Option<()> {
+    let (level, flags) = (u8_at(d, 0)?, u8_at(d, 1)?);
+    let prefix = str_at(d, 2, 30)?;
+    out.push_str("LOG");
+    if !prefix.is_empty() {
+        out.push_str(" --log-prefix");
+        save_string(out, &prefix);
+    }
+    if level != 4 {
+        let _ = write!(out, " --log-level {level}");
+    }
+    for (bit, opt) in [
+        (0x01, "--log-tcp-sequence"),
+        (0x02, "--log-tcp-options"),
+        (0x04, "--log-ip-options"),
+        (0x08, "--log-uid"),
+        (0x20, "--log-macdecode"),
+    ] {
+        if flags & bit != 0 {
+            let _ = write!(out, " {opt}");
+        }
+    }
+    Some(())
+}
+
+/// `TPROXY` (revisions 0 and 1): the port, address and mark it redirects with.
+fn tproxy(out: &mut String, cx: &Cx<'_>, d: &[u8], revision: u8) -> Option<()> {
+    // v0: mark_mask, mark_value, laddr (__be32), lport; v1: laddr is nf_inet_addr.
+    let (mask, value) = (u32_at(d, 0)?, u32_at(d, 4)?);
+    let (addr, port_at) = match (revision, cx.proto) {
+        (0, _) => (ipv4_at(d, 8)?.to_string(), 12),
+        (_, XtProto::Ipv6) => (ip6_text(&ipv6_at(d, 8)?), 24),
+        _ => (ipv4_at(d, 8)?.to_string(), 24),
+    };
+    let port = u16::from_be(u16_at(d, port_at)?);
+    let _ = write!(
+        out,
+        "TPROXY --on-port {port} --on-ip {addr} --tproxy-mark 0x{value:x}/0x{mask:x}"
+    );
     Some(())
 }
 

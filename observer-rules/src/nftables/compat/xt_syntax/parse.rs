@@ -279,24 +279,7 @@ fn cmp(
             };
             set_once(slot, (ifname(value), neq), "an interface")
         }
-        (Load::Meta(META_MARK), mask) if value.len() == 4 => {
-            let mark = u32::from_ne_bytes(value.try_into().unwrap_or_default());
-            let mask = match mask {
-                Some(m) => u32::from_ne_bytes(
-                    m.as_slice()
-                        .try_into()
-                        .map_err(|_| unreadable("mark mask"))?,
-                ),
-                None => u32::MAX,
-            };
-            let mut info = Vec::with_capacity(12);
-            info.extend_from_slice(&mark.to_ne_bytes());
-            info.extend_from_slice(&mask.to_ne_bytes());
-            info.extend_from_slice(&[u8::from(neq), 0, 0, 0]);
-            let text = ext_text(proto, true, "mark", 1, &info).ok_or_else(|| unreadable("mark"))?;
-            p.matches.push(Match::Text(text));
-            Ok(())
-        }
+        (Load::Meta(META_MARK), mask) if value.len() == 4 => mark_cmp(p, proto, value, mask, neq),
         (
             &Load::Payload {
                 base: 1,
@@ -305,25 +288,7 @@ fn cmp(
             },
             mask,
         ) if (offset == saddr || offset == daddr) && len >= 1 && len <= alen => {
-            let full = usize::try_from(alen).unwrap_or(4);
-            let mut v = value.to_vec();
-            let mut m = mask.unwrap_or_else(|| vec![0xff; value.len()]);
-            if v.len() != usize::try_from(len).unwrap_or(0) || m.len() != v.len() {
-                return Err(unreadable("an address compare of the wrong length"));
-            }
-            v.resize(full, 0);
-            m.resize(full, 0);
-            let addr = Addr {
-                value: v,
-                mask: m,
-                invert: neq,
-            };
-            let slot = if offset == saddr {
-                &mut p.src
-            } else {
-                &mut p.dst
-            };
-            set_once(slot, addr, "an address")
+            addr_cmp(p, offset == saddr, (len, alen), value, mask, neq)
         }
         // `-f`: the fragment offset (IPv4 only), masked with 0x1fff, compared with 0.
         (
@@ -371,17 +336,7 @@ fn cmp(
                 len: 4,
             },
             None,
-        ) if value.len() == 4 && !neq => {
-            for (offset, v) in [(0, be16(&value[..2])?), (2, be16(&value[2..])?)] {
-                let half = Load::Payload {
-                    base: 2,
-                    offset,
-                    len: 2,
-                };
-                port(p, &half, (v, v), false)?;
-            }
-            Ok(())
-        }
+        ) if value.len() == 4 && !neq => both_ports_cmp(p, value),
         (
             Load::Payload {
                 base: 2,
@@ -389,18 +344,92 @@ fn cmp(
                 len: 1,
             },
             mask,
-        ) if value.len() == 1 => {
-            let mask = mask.and_then(|m| m.first().copied()).unwrap_or(0xff);
-            let l4 = l4_match(p, 6)?;
-            l4.flags = (mask, value[0]);
-            if neq {
-                // XT_TCP_INV_FLAGS
-                l4.invflags |= 4;
-            }
-            Ok(())
-        }
+        ) if value.len() == 1 => tcp_flags_cmp(p, value[0], mask, neq),
         _ => Err(unreadable(format!("cmp on {base:?}"))),
     }
+}
+
+/// `-m mark`: `meta mark` compared, maybe under a mask.
+fn mark_cmp(
+    p: &mut Parsed,
+    proto: XtProto,
+    value: &[u8],
+    mask: Option<Vec<u8>>,
+    neq: bool,
+) -> Result<(), Unreadable> {
+    let mark = u32::from_ne_bytes(value.try_into().unwrap_or_default());
+    let mask = match mask {
+        Some(m) => u32::from_ne_bytes(
+            m.as_slice()
+                .try_into()
+                .map_err(|_| unreadable("mark mask"))?,
+        ),
+        None => u32::MAX,
+    };
+    let mut info = Vec::with_capacity(12);
+    info.extend_from_slice(&mark.to_ne_bytes());
+    info.extend_from_slice(&mask.to_ne_bytes());
+    info.extend_from_slice(&[u8::from(neq), 0, 0, 0]);
+    let text = ext_text(proto, true, "mark", 1, &info).ok_or_else(|| unreadable("mark"))?;
+    p.matches.push(Match::Text(text));
+    Ok(())
+}
+
+/// `-s`/`-d`: the first `len` bytes of a source (`source`) or destination address of `alen`
+/// bytes compared, maybe under a mask (a prefix).
+fn addr_cmp(
+    p: &mut Parsed,
+    source: bool,
+    (len, alen): (u32, u32),
+    value: &[u8],
+    mask: Option<Vec<u8>>,
+    neq: bool,
+) -> Result<(), Unreadable> {
+    let full = usize::try_from(alen).unwrap_or(4);
+    let mut v = value.to_vec();
+    let mut m = mask.unwrap_or_else(|| vec![0xff; value.len()]);
+    if v.len() != usize::try_from(len).unwrap_or(0) || m.len() != v.len() {
+        return Err(unreadable("an address compare of the wrong length"));
+    }
+    v.resize(full, 0);
+    m.resize(full, 0);
+    let addr = Addr {
+        value: v,
+        mask: m,
+        invert: neq,
+    };
+    let slot = if source { &mut p.src } else { &mut p.dst };
+    set_once(slot, addr, "an address")
+}
+
+/// `--sport A --dport B` compared as one 4-byte load.
+fn both_ports_cmp(p: &mut Parsed, value: &[u8]) -> Result<(), Unreadable> {
+    for (offset, v) in [(0, be16(&value[..2])?), (2, be16(&value[2..])?)] {
+        let half = Load::Payload {
+            base: 2,
+            offset,
+            len: 2,
+        };
+        port(p, &half, (v, v), false)?;
+    }
+    Ok(())
+}
+
+/// `--tcp-flags`: the flags byte compared, maybe under a mask.
+fn tcp_flags_cmp(
+    p: &mut Parsed,
+    value: u8,
+    mask: Option<Vec<u8>>,
+    neq: bool,
+) -> Result<(), Unreadable> {
+    let mask = mask.and_then(|m| m.first().copied()).unwrap_or(0xff);
+    let l4 = l4_match(p, 6)?;
+    l4.flags = (mask, value);
+    if neq {
+        // XT_TCP_INV_FLAGS
+        l4.invflags |= 4;
+    }
+    Ok(())
 }
 
 /// The `-m tcp`/`-m udp` this rule's `-p` calls for, created at its place in the match list
