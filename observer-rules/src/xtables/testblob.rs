@@ -3,7 +3,7 @@
 //! that cannot be produced with the installed tools (arp_tables), for malformed-input tests and
 //! for large synthetic tables.
 
-use super::decode::{layout, EXT_HEADER, TABLE_NAME_LEN};
+use super::decode::{layout, Layout, EXT_HEADER, TABLE_NAME_LEN};
 use super::XtProto;
 
 /// What a rule's target is.
@@ -113,16 +113,19 @@ struct E {
     target: Tgt,
 }
 
-/// Lay out chains the way iptables does: built-ins (rules, then the policy), then each user
-/// chain (ERROR head, rules, RETURN), then the final ERROR entry.
-pub fn build(proto: XtProto, table: &str, chains: &[C]) -> Built {
-    let l = layout(proto);
-    let goto = l.goto_flag;
+/// The entries of `chains` in the order iptables lays them out: built-ins (rules, then the
+/// policy), then each user chain (ERROR head, rules, RETURN), then the final ERROR entry; with
+/// where a jump to each chain lands and where each hook's chain starts and ends.
+struct Laid {
+    entries: Vec<E>,
+    /// (entry index where a jump to the chain lands, chain name)
+    landing: Vec<(usize, String)>,
+    /// (hook, first entry, policy entry)
+    hook_idx: Vec<(usize, usize, usize)>,
+}
+
+fn lay_out(chains: &[C]) -> Laid {
     let mut entries: Vec<E> = Vec::new();
-    let mut hook_entry = vec![0u32; l.hooks];
-    let mut underflow = vec![0u32; l.hooks];
-    let mut valid_hooks = 0u32;
-    // (entry index where a jump to the chain lands, chain name)
     let mut landing: Vec<(usize, String)> = Vec::new();
     let mut hook_idx: Vec<(usize, usize, usize)> = Vec::new();
     let mk = |r: &R| {
@@ -143,54 +146,49 @@ pub fn build(proto: XtProto, table: &str, chains: &[C]) -> Built {
             target,
         }
     };
+    let bare = |target| E {
+        header: Vec::new(),
+        matches: Vec::new(),
+        target,
+    };
     for c in chains.iter().filter(|c| c.hook.is_some()) {
         let first = entries.len();
         landing.push((first, c.name.clone()));
         entries.extend(c.rules.iter().map(mk));
         let policy = entries.len();
-        entries.push(E {
-            header: Vec::new(),
-            matches: Vec::new(),
-            target: Tgt::Std(c.policy),
-        });
+        entries.push(bare(Tgt::Std(c.policy)));
         hook_idx.push((c.hook.unwrap_or(0), first, policy));
     }
     for c in chains.iter().filter(|c| c.hook.is_none()) {
-        entries.push(E {
-            header: Vec::new(),
-            matches: Vec::new(),
-            target: Tgt::Error(c.name.clone()),
-        });
+        entries.push(bare(Tgt::Error(c.name.clone())));
         landing.push((entries.len(), c.name.clone()));
         entries.extend(c.rules.iter().map(mk));
-        entries.push(E {
-            header: Vec::new(),
-            matches: Vec::new(),
-            target: Tgt::Std(-5),
-        });
+        entries.push(bare(Tgt::Std(-5)));
     }
-    entries.push(E {
-        header: Vec::new(),
-        matches: Vec::new(),
-        target: Tgt::Error("ERROR".into()),
-    });
-    let target_size = |t: &Tgt| match t {
+    entries.push(bare(Tgt::Error("ERROR".into())));
+    Laid {
+        entries,
+        landing,
+        hook_idx,
+    }
+}
+
+fn target_size(t: &Tgt) -> usize {
+    match t {
         Tgt::Std(_) | Tgt::Chain(..) | Tgt::Fallthrough => 40,
         Tgt::Error(_) => 64,
         Tgt::Ext(_, _, d) => EXT_HEADER + align8(d.len()),
-    };
-    let mut offsets = Vec::with_capacity(entries.len());
-    let mut off = 0usize;
-    for e in &entries {
-        offsets.push(off);
-        off += l.entry_size + e.matches.len() + target_size(&e.target);
     }
-    let total = off;
-    for &(h, first, policy) in &hook_idx {
-        valid_hooks |= 1 << h;
-        hook_entry[h] = offsets[first] as u32;
-        underflow[h] = offsets[policy] as u32;
-    }
+}
+
+/// The entries as bytes, at `offsets`; jumps resolved through `landing`.
+fn encode(
+    l: &Layout,
+    entries: &[E],
+    offsets: &[usize],
+    landing: &[(usize, String)],
+    total: usize,
+) -> Vec<u8> {
     let land = |name: &str| -> i32 {
         landing
             .iter()
@@ -211,7 +209,7 @@ pub fn build(proto: XtProto, table: &str, chains: &[C]) -> Built {
             Tgt::Std(v) => ext("", 0, &v.to_ne_bytes()),
             Tgt::Chain(c, g) => {
                 if *g {
-                    if let Some((at, bit)) = goto {
+                    if let Some((at, bit)) = l.goto_flag {
                         h[at] |= bit;
                     }
                 }
@@ -230,6 +228,34 @@ pub fn build(proto: XtProto, table: &str, chains: &[C]) -> Built {
         blob.extend(&e.matches);
         blob.extend(t);
     }
+    blob
+}
+
+/// Lay out chains the way iptables does: built-ins (rules, then the policy), then each user
+/// chain (ERROR head, rules, RETURN), then the final ERROR entry.
+pub fn build(proto: XtProto, table: &str, chains: &[C]) -> Built {
+    let l = layout(proto);
+    let mut hook_entry = vec![0u32; l.hooks];
+    let mut underflow = vec![0u32; l.hooks];
+    let mut valid_hooks = 0u32;
+    let Laid {
+        entries,
+        landing,
+        hook_idx,
+    } = lay_out(chains);
+    let mut offsets = Vec::with_capacity(entries.len());
+    let mut off = 0usize;
+    for e in &entries {
+        offsets.push(off);
+        off += l.entry_size + e.matches.len() + target_size(&e.target);
+    }
+    let total = off;
+    for &(h, first, policy) in &hook_idx {
+        valid_hooks |= 1 << h;
+        hook_entry[h] = offsets[first] as u32;
+        underflow[h] = offsets[policy] as u32;
+    }
+    let blob = encode(l, &entries, &offsets, &landing, total);
     let mut info = vec![0u8; l.info_size];
     info[..table.len().min(TABLE_NAME_LEN - 1)]
         .copy_from_slice(&table.as_bytes()[..table.len().min(TABLE_NAME_LEN - 1)]);
