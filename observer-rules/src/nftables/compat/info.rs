@@ -2,7 +2,7 @@
 //! byte order for plain integers, network order for `__be` fields). Every read of a blob too
 //! short for it is `None`, so a short blob makes its decoder fall back, never panic.
 //!
-//! Layering: the bottom of the compat printers (`compat_match`, `compat_target`, `compat`);
+//! Layering: the bottom of the compat printers (`matches`, `targets`, `compat`);
 //! imports only `crate::netlink`.
 
 /// Bounds-checked reads from an extension's info blob.

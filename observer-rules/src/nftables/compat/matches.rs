@@ -4,7 +4,7 @@
 //! ttl, hl, mac, dscp, helper, cpu, devgroup, quota, ebtables' ip (addresses). `None` for any
 //! other match, revision or option these decoders do not model.
 //!
-//! Layering: called by `compat`; imports `compat_info` and the renderer's state (`renderer`)
+//! Layering: called by `compat`; imports `info` and the renderer's state (`renderer`)
 //! and what is below it.
 
 use crate::nftables::compat::info::Info;

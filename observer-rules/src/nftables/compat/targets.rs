@@ -3,7 +3,7 @@
 //! CLASSIFY, CT (notrack), NOTRACK, TRACE. `None` for any other target, revision or option
 //! these decoders do not model.
 //!
-//! Layering: called by `compat`; imports `compat_info` and the renderer's state (`renderer`)
+//! Layering: called by `compat`; imports `info` and the renderer's state (`renderer`)
 //! and what is below it.
 
 use crate::nftables::compat::info::Info;

@@ -3,7 +3,7 @@
 //! Deletes come first, then creations, rules in each chain's dump order so that their positions
 //! come out right; a renamed chain (same handle) is matched to its old name.
 //!
-//! Layering: below `generation`; imports only `decode`, `socket` (the dump) and `state`.
+//! Layering: below `generation`; imports only `decode`, the dump and `state`.
 
 use std::collections::HashMap;
 

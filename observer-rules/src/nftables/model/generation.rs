@@ -11,7 +11,7 @@
 //!
 //! Layering: the top of the transaction code. [`GenerationBuilder`] uses `txn` (`Txn`, its
 //! book-keeping, applied to the state by `txn_apply`) and `catch_up` (resync after lost
-//! notifications); below them are `state`, `render`, `decode` and `socket`.
+//! notifications); below them are `state`, `render`, `decode` and the dump (`Dump`).
 
 use crate::nftables::model::catch_up::catch_up;
 use crate::nftables::model::state::NftState;

@@ -11,8 +11,6 @@ use crate::nftables::generation::{GenerationBuilder, Transaction};
 use crate::nftables::state::NftState;
 use crate::nftables::Dump;
 
-/// Where the captured fixtures live (the agent's fixture capture writes them there).
-pub const TESTDATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/nftables/testdata");
 /// `NFT_OPS` captured.
 pub const NFT_OPS_HEX: &str = include_str!("../testdata/nft_ops.hex");
 /// `IPTABLES_OPS` captured.

@@ -15,7 +15,7 @@
 //! - this file: the `GET_INFO` reply, the walk of a whole blob into chains and rules, and the
 //!   rules' verdicts and fingerprints.
 //!
-//! [`sockopt`](super::sockopt), `render` and `ext` sit above it; it imports `bytes`, `packed`,
+//! The agent's `sockopt`, `render` and `ext` sit above it; it imports `bytes`, `packed`,
 //! its three files and the `xtables` types.
 
 use std::collections::HashMap;
