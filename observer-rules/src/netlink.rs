@@ -22,6 +22,7 @@ const NLA_F_NESTED: u16 = 0x8000;
 /// The attribute's value is in network byte order.
 pub const NLA_F_NET_BYTEORDER: u16 = 0x4000;
 
+// Control message types (`NLMSG_*`) and header flags (`NLM_F_*`), as in `linux/netlink.h`.
 pub const NLMSG_NOOP: u16 = 1;
 pub const NLMSG_ERROR: u16 = 2;
 pub const NLMSG_DONE: u16 = 3;
@@ -49,6 +50,7 @@ impl fmt::Display for Malformed {
     }
 }
 
+/// A [`Malformed`] saying what was wrong.
 pub fn malformed(what: impl Into<String>) -> Malformed {
     Malformed(what.into())
 }
@@ -197,6 +199,7 @@ pub fn find<'a>(list: &[Attr<'a>], kind: u16) -> Option<Attr<'a>> {
     list.iter().copied().find(|a| a.kind == kind)
 }
 
+/// A big-endian integer attribute value of exactly its size.
 pub fn be_u16(v: &[u8]) -> Result<u16, Malformed> {
     match v {
         [a, b] => Ok(u16::from_be_bytes([*a, *b])),
@@ -207,12 +210,14 @@ pub fn be_u16(v: &[u8]) -> Result<u16, Malformed> {
     }
 }
 
+/// See [`be_u16`].
 pub fn be_u32(v: &[u8]) -> Result<u32, Malformed> {
     <[u8; 4]>::try_from(v)
         .map(u32::from_be_bytes)
         .map_err(|_| malformed(format!("{}-byte value where a u32 was expected", v.len())))
 }
 
+/// See [`be_u16`].
 pub fn be_u64(v: &[u8]) -> Result<u64, Malformed> {
     <[u8; 8]>::try_from(v)
         .map(u64::from_be_bytes)

@@ -62,6 +62,7 @@ static ARP: Layout = Layout {
     goto_flag: None,
 };
 
+/// Where the entry fields of `proto`'s tables live (and the size of its `GET_INFO` reply).
 pub fn layout(proto: XtProto) -> &'static Layout {
     match proto {
         XtProto::Ipv4 => &IPV4,
