@@ -11,14 +11,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use observer::nftables::decode::{self, Notification};
-use observer::nftables::socket::Dump;
-use observer::nftables::state::NftState;
 use observer::sinks::record_writer::{Limits, Row, StoreStats, Writer};
 use observer::store::{self, ChangeRow};
-use observer::xtables::XtProto;
 use observer_common::{nfnl, ns, process::Process, xt, Event, Header};
 use observer_fuzz::{nla, push_record, rule_message, xt_selector};
+use observer_rules::nftables::decode::{self, Notification};
+use observer_rules::nftables::state::NftState;
+use observer_rules::nftables::Dump;
+use observer_rules::xtables::XtProto;
 
 const NLA_F_NESTED: u16 = 0x8000;
 
@@ -71,7 +71,7 @@ impl Drop for Seeds {
     }
 }
 
-/// `(comment, datagram)` of a `testdata/*.hex` fixture (the format of nftables/testutil.rs).
+/// `(comment, datagram)` of a `testdata/*.hex` fixture (the format of `observer_rules::nftables::testing`).
 fn hex_fixture(text: &str) -> Fixture {
     let mut out = Vec::new();
     let mut comment = String::new();
@@ -304,11 +304,14 @@ fn xt_blob() {
         ("ip6_nat", XtProto::Ipv6),
     ] {
         let mut seed = vec![xt_selector(proto)];
-        seed.extend(read(&format!("observer/src/xtables/testdata/{name}.bin")));
+        seed.extend(read(&format!(
+            "observer-rules/src/xtables/testdata/{name}.bin"
+        )));
         s.add(name, &seed);
     }
     let arp = arp_table();
-    let t = observer::fuzzing::xt_table(XtProto::Arp, &arp, false).expect("the arp seed decodes");
+    let t =
+        observer_rules::fuzzing::xt_table(XtProto::Arp, &arp, false).expect("the arp seed decodes");
     assert_eq!(t.rule_count(), 3);
     let mut seed = vec![xt_selector(XtProto::Arp)];
     seed.extend(arp);
@@ -785,12 +788,16 @@ fn record() {
 
 fn main() {
     let nft_ops = hex_fixture(
-        &String::from_utf8(read("observer/src/nftables/testdata/nft_ops.hex")).expect("UTF-8"),
+        &String::from_utf8(read("observer-rules/src/nftables/testdata/nft_ops.hex"))
+            .expect("UTF-8"),
     );
     let ipt_ops = hex_fixture(
-        &String::from_utf8(read("observer/src/nftables/testdata/iptables_ops.hex")).expect("UTF-8"),
+        &String::from_utf8(read(
+            "observer-rules/src/nftables/testdata/iptables_ops.hex",
+        ))
+        .expect("UTF-8"),
     );
-    let corpus_bin = read("observer/src/nftables/testdata/render_corpus.bin");
+    let corpus_bin = read("observer-rules/src/nftables/testdata/render_corpus.bin");
     let corpus = observer_fuzz::records(&corpus_bin);
     nft_netlink(
         &[

@@ -8,8 +8,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use observer::hooks::decode::KernelEvent;
 use observer::hooks::blob::Blobs;
+use observer::hooks::decode::KernelEvent;
 use observer::hooks::{nlattr, refused};
 
 fn derived(ev: &KernelEvent) {
@@ -41,7 +41,8 @@ fn derived(ev: &KernelEvent) {
         KernelEvent::XtBlob(c) => {
             assert!(c.data.len() <= observer_common::xt::BLOB_CHUNK);
         }
-        KernelEvent::NetnsSeen { .. } | KernelEvent::Umount { .. } | KernelEvent::NftGen { .. } => {}
+        KernelEvent::NetnsSeen { .. } | KernelEvent::Umount { .. } | KernelEvent::NftGen { .. } => {
+        }
     }
 }
 

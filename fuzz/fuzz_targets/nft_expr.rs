@@ -7,16 +7,16 @@
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use observer::nftables::decode::{self, Notification, Table};
-use observer::nftables::render;
-use observer::nftables::socket::Dump;
-use observer::nftables::state::{NftState, TableState};
+use observer_rules::nftables::decode::{self, Notification, Table};
+use observer_rules::nftables::render;
+use observer_rules::nftables::state::{NftState, TableState};
+use observer_rules::nftables::Dump;
 
 /// Every table of the rendering corpus (with their sets), after an empty one.
 fn tables() -> &'static [TableState] {
     static TABLES: OnceLock<Vec<TableState>> = OnceLock::new();
     TABLES.get_or_init(|| {
-        let corpus = include_bytes!("../../observer/src/nftables/testdata/render_corpus.bin");
+        let corpus = include_bytes!("../../observer-rules/src/nftables/testdata/render_corpus.bin");
         let msgs = observer_fuzz::records(corpus)
             .into_iter()
             .flat_map(decode::decode)

@@ -5,10 +5,10 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use observer::nftables::decode::{self, Notification};
-use observer::nftables::generation::GenerationBuilder;
-use observer::nftables::socket::Dump;
-use observer::nftables::state::{self, NftState};
+use observer_rules::nftables::decode::{self, Notification};
+use observer_rules::nftables::generation::GenerationBuilder;
+use observer_rules::nftables::state::{self, NftState};
+use observer_rules::nftables::Dump;
 
 fuzz_target!(|data: &[u8]| {
     let Some((gen, rest)) = data.split_first_chunk::<4>() else {

@@ -1,6 +1,6 @@
 //! x_tables blobs → chains and rules → `iptables-save` text: `GET_INFO` and the
 //! `ipt_entry`/`ip6t_entry`/`arpt_entry` entries decoded by the reader's decoder (through
-//! `observer::fuzzing::xt_table`, with the entries' size as given and as a kernel would give
+//! `observer_rules::fuzzing::xt_table`, with the entries' size as given and as a kernel would give
 //! it), every rule rendered, and the table diffed against nothing and against itself, which
 //! must give no change; the same bytes decoded as a writer's replace struct
 //! (`xtables::decode_replace`) go through the same checks. (ebtables blobs are not decoded by
@@ -8,7 +8,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use observer::xtables;
+use observer_rules::xtables;
 
 fuzz_target!(|data: &[u8]| {
     let Some((selector, bytes)) = data.split_first() else {
@@ -16,7 +16,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let proto = observer_fuzz::xt_proto(*selector);
     for fix_size in [false, true] {
-        if let Ok(t) = observer::fuzzing::xt_table(proto, bytes, fix_size) {
+        if let Ok(t) = observer_rules::fuzzing::xt_table(proto, bytes, fix_size) {
             check(&t);
         }
     }

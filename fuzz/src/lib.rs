@@ -11,7 +11,7 @@
 //! - `xt_blob`: a byte that picks the family ([`xt_proto`]), then `GET_INFO` and the entries.
 //! - `owners`: a byte whose low bit picks TOML (0) or YAML (1), then the file's text.
 
-use observer::xtables::XtProto;
+use observer_rules::xtables::XtProto;
 
 /// `NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_NEWRULE`.
 const NEWRULE: u16 = (10 << 8) | 6;
@@ -19,7 +19,7 @@ const NLM_F_APPEND: u16 = 0x800;
 const NLA_F_NESTED: u16 = 0x8000;
 
 /// Split `data` into u32-length-prefixed records (the format of
-/// `observer/src/nftables/testdata/render_corpus.bin`).
+/// `observer-rules/src/nftables/testdata/render_corpus.bin`).
 pub fn records(mut data: &[u8]) -> Vec<&[u8]> {
     let mut out = Vec::new();
     while let [a, b, c, d, rest @ ..] = data {
@@ -109,8 +109,8 @@ mod tests {
         nla(&mut elem, 1, b"counter\0");
         nla(&mut exprs, 1 | NLA_F_NESTED, &elem);
         let msg = rule_message(2, "filter", &exprs);
-        let n = observer::nftables::decode::decode(&msg);
-        let [observer::nftables::decode::Notification::Rule(_, r)] = n.as_slice() else {
+        let n = observer_rules::nftables::decode::decode(&msg);
+        let [observer_rules::nftables::decode::Notification::Rule(_, r)] = n.as_slice() else {
             panic!("not a rule: {n:?}")
         };
         assert_eq!(

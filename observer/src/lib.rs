@@ -2,7 +2,8 @@
 //!
 //! Data flows through the modules in this order: `hooks` (eBPF, kernel records) and `nftables`
 //! (netlink notifications, framed by `netlink`) in, `netns` to reach every namespace, `xtables`
-//! / `nftables` to decode and diff, `ruleset` to summarise a transaction, `attribution` to name
+//! / `nftables` to decode and diff (through the decoder crate, `observer_rules`, which also
+//! holds `netlink` and `ruleset`), `ruleset` to summarise a transaction, `attribution` to name
 //! the writer, `engine` to put it together, `output` to print it; `cmd` holds the commands
 //! (`cmd::tail` on this node). `daemon` is `observer run` (stdout, HTTP streams and metrics,
 //! and `recorder`, which writes `store`, the forensic record that `cmd::query` and `forensics`
@@ -22,13 +23,14 @@ pub mod fuzzing;
 pub mod hooks;
 pub mod incidents;
 pub mod ipset;
-pub mod netlink;
 pub mod netns;
 pub mod nftables;
 pub mod output;
 pub mod pods;
-pub mod ruleset;
 pub mod sinks;
 pub mod store;
 pub mod timestamp;
 pub mod xtables;
+
+// The decoder crate's netlink framing and change model, under the paths the agent uses.
+pub use observer_rules::{netlink, ruleset};

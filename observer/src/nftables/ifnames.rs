@@ -6,16 +6,18 @@
 //! `NETLINK_ROUTE` socket there, which keeps that namespace for its whole life, and each index is
 //! looked up once with `RTM_GETLINK` and cached.
 //!
-//! Rule text is rendered deep inside the decoders, so the names are handed down through a scope:
-//! [`scope`] lends an [`IfNames`] to the current thread while a closure decodes, and the renderer
-//! asks [`lookup`]. Outside a scope (or when an index is unknown) the index is printed as a
-//! number, as `nft` does for an interface that is gone; index 1 is always `lo`.
+//! Rule text is rendered deep inside the decoder crate, so the names are handed down through a
+//! scope: [`scope`] lends an [`IfNames`] to the current thread while a closure decodes, and the
+//! renderer asks [`lookup`] (both the crate's, [`observer_rules::nftables::render::ifnames`]).
+//! Outside a scope (or when an index is unknown) the index is printed as a number, as `nft`
+//! does for an interface that is gone; index 1 is always `lo`.
 
-use std::cell::RefCell;
 use std::num::NonZeroUsize;
 
 use lru::LruCache;
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
+
+pub use observer_rules::nftables::render::ifnames::{lookup, scope, InterfaceNames};
 
 use crate::netlink::{self, NLMSG_ERROR, NLMSG_HDRLEN, NLM_F_REQUEST};
 
@@ -123,32 +125,14 @@ fn parse_reply(datagram: &[u8], seq: u32) -> Option<Option<String>> {
     None
 }
 
-thread_local! {
-    static CURRENT: RefCell<Option<IfNames>> = const { RefCell::new(None) };
-}
+impl InterfaceNames for IfNames {
+    fn name(&mut self, index: u32) -> Option<String> {
+        IfNames::name(self, index)
+    }
 
-/// Run `f` with `names` answering [`lookup`] on this thread.
-pub fn scope<R>(names: &mut Option<IfNames>, f: impl FnOnce() -> R) -> R {
-    struct Restore<'a>(&'a mut Option<IfNames>);
-    impl Drop for Restore<'_> {
-        fn drop(&mut self) {
-            *self.0 = CURRENT.with(|c| c.borrow_mut().take());
-        }
+    fn clear(&mut self) {
+        IfNames::clear(self)
     }
-    if names.is_none() {
-        return f();
-    }
-    CURRENT.with(|c| *c.borrow_mut() = names.take());
-    let _restore = Restore(names);
-    f()
-}
-
-/// The name of interface `index` in the namespace being decoded, when known.
-pub fn lookup(index: u32) -> Option<String> {
-    if index == 1 {
-        return Some("lo".into());
-    }
-    CURRENT.with(|c| c.borrow_mut().as_mut().and_then(|n| n.name(index)))
 }
 
 #[cfg(test)]

@@ -1,7 +1,10 @@
-//! nf_tables: subscribe to nfnetlink notifications, dump a ruleset, decode and render objects,
-//! and turn each nft generation into backend-neutral [`crate::ruleset::Change`]s.
+//! nf_tables in the agent: subscribe to nfnetlink notifications and dump a ruleset
+//! ([`socket`]), and name interfaces from the namespace's link table ([`ifnames`]). Decoding,
+//! the model and rendering are the decoder crate's ([`observer_rules::nftables`]); its modules
+//! are re-exported here under the paths the agent uses ([`decode`], [`state`], [`generation`],
+//! [`render`], [`xt_syntax`]).
 //!
-//! The way through this module, per network namespace:
+//! The way through, per network namespace:
 //! 1. [`socket::subscribe`] (notifications) then [`socket::dump`] (the ruleset now), both
 //!    called by a thread that entered the namespace (a socket stays in the namespace it was
 //!    opened in, whoever uses it later);
@@ -21,46 +24,13 @@
 
 use std::io;
 
-mod catch_up;
-mod compat;
-mod compat_info;
-mod compat_match;
-mod compat_target;
-#[cfg(test)]
-mod corpus;
-pub mod decode;
-mod elements;
-mod expr;
-mod exthdrs;
-mod fields;
-pub mod generation;
 pub mod ifnames;
-mod loads;
-pub mod render;
-mod renderer;
-#[cfg(test)]
-mod scenarios;
 pub mod socket;
-pub mod state;
-mod stmts;
-#[cfg(test)]
-mod suite;
-#[cfg(test)]
-mod suite_load;
-mod symbols;
-mod symtab;
-#[cfg(test)]
-mod testutil;
-mod txn;
-mod txn_apply;
-mod values;
-#[cfg(test)]
-mod xt_suite;
-pub mod xt_syntax;
 
 #[cfg(test)]
 mod tests;
 
+pub use observer_rules::nftables::{decode, generation, render, state, xt_syntax, Dump};
 pub use socket::{discard_queued, dump, recv, subscribe};
 
 /// What can go wrong talking to nf_tables.

@@ -16,7 +16,9 @@ use std::time::Duration;
 
 use netlink_sys::{protocols::NETLINK_NETFILTER, Socket};
 
-use super::decode::{self, Chain, Notification, Rule, Set, SetElems, Table, Verb};
+pub use observer_rules::nftables::Dump;
+
+use super::decode::{self, Notification, Verb};
 use super::NftError;
 use crate::netlink::{self, NLMSG_DONE, NLMSG_ERROR, NLMSG_NOOP, NLMSG_OVERRUN};
 
@@ -125,22 +127,6 @@ pub fn request_socket() -> Result<Socket, NftError> {
     Ok(sock)
 }
 
-/// The ruleset of one namespace at one generation.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Dump {
-    /// The generation the dump shows: notifications closed by a NEWGEN with a larger id are
-    /// newer than the dump.
-    pub gen_id: u32,
-    pub tables: Vec<Table>,
-    pub chains: Vec<Chain>,
-    pub sets: Vec<Set>,
-    /// One entry per set (anonymous sets included).
-    pub elements: Vec<SetElems>,
-    pub rules: Vec<Rule>,
-    /// Messages of the dump that could not be decoded.
-    pub skipped: usize,
-}
-
 /// Dump the ruleset of the calling thread's namespace on a fresh request socket.
 pub fn dump() -> Result<Dump, NftError> {
     dump_on(&request_socket()?)
@@ -228,35 +214,6 @@ fn dump_inner(sock: &Socket, mut raw: Option<&mut Vec<Vec<u8>>>) -> Result<Dump,
     Err(NftError::Inconsistent {
         attempts: DUMP_ATTEMPTS,
     })
-}
-
-impl Dump {
-    /// Sort decoded dump replies into a [`Dump`] of generation `gen_id`.
-    pub fn from_notifications(gen_id: u32, items: impl IntoIterator<Item = Notification>) -> Dump {
-        let mut dump = Dump {
-            gen_id,
-            ..Dump::default()
-        };
-        for item in items {
-            match item {
-                Notification::Table(Verb::New, t) => dump.tables.push(t),
-                Notification::Chain(Verb::New, c) => dump.chains.push(c),
-                Notification::Set(Verb::New, s) => dump.sets.push(s),
-                Notification::Rule(Verb::New, r) => dump.rules.push(r),
-                Notification::Elements(Verb::New, e) => {
-                    let same = |x: &&mut SetElems| {
-                        x.family == e.family && x.table == e.table && x.set == e.set
-                    };
-                    match dump.elements.iter_mut().find(same) {
-                        Some(x) => x.elements.extend(e.elements),
-                        None => dump.elements.push(e),
-                    }
-                }
-                _ => dump.skipped += 1,
-            }
-        }
-        dump
-    }
 }
 
 /// The current generation id of the calling socket's namespace (`NFT_MSG_GETGEN`).

@@ -13,7 +13,8 @@ use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-use super::bytes::cstr;
+use observer_rules::xtables::bytes::cstr;
+
 use super::decode::{self, RawTable, TableInfo, GET_ENTRIES_HEADER, TABLE_NAME_LEN};
 use super::{XtError, XtProto, XtTable};
 

@@ -61,6 +61,111 @@ type Seen = (
     Option<String>,
 );
 
+/// The rules the test adds, each with the text it must get (empty: checked against
+/// `arptables-legacy-save` only).
+const RULES: &[(&[&str], &str)] = &[
+    (
+        &[
+            "-A",
+            "INPUT",
+            "-s",
+            "10.0.0.1",
+            "-d",
+            "10.0.0.0/8",
+            "-i",
+            "eth0",
+            "-j",
+            "ACCEPT",
+        ],
+        "-j ACCEPT -i eth0 -s 10.0.0.1 -d 10.0.0.0/8",
+    ),
+    (
+        &[
+            "-A",
+            "OUTPUT",
+            "-o",
+            "eth1",
+            "--source-mac",
+            "00:11:22:33:44:55",
+            "--opcode",
+            "1",
+            "-j",
+            "DROP",
+        ],
+        "-j DROP -o eth1 --src-mac 00:11:22:33:44:55 --opcode 1",
+    ),
+    (
+        &[
+            "-A",
+            "ARPCHAIN",
+            "--destination-mac",
+            "00:11:22:33:44:00/ff:ff:ff:ff:ff:00",
+            "-j",
+            "RETURN",
+        ],
+        "-j RETURN --dst-mac 00:11:22:33:44:00/ff:ff:ff:ff:ff:00",
+    ),
+    (
+        &[
+            "-A", "INPUT", "!", "-s", "1.2.3.4", "!", "-i", "lo+", "!", "--opcode", "2", "-j",
+            "ACCEPT",
+        ],
+        "-j ACCEPT ! -i lo+ ! -s 1.2.3.4 ! --opcode 2",
+    ),
+    (
+        &[
+            "-A",
+            "INPUT",
+            "--h-length",
+            "6",
+            "--opcode",
+            "Reply",
+            "--h-type",
+            "1",
+            "--proto-type",
+            "0x800",
+            "-j",
+            "ACCEPT",
+        ],
+        "",
+    ),
+    (&["-A", "INPUT", "-j", "ARPCHAIN"], "-j ARPCHAIN"),
+    (
+        &[
+            "-A",
+            "OUTPUT",
+            "-j",
+            "mangle",
+            "--mangle-ip-s",
+            "10.0.0.2",
+            "--mangle-ip-d",
+            "10.0.0.3",
+        ],
+        "",
+    ),
+    (
+        &[
+            "-A",
+            "OUTPUT",
+            "--h-length",
+            "6",
+            "-j",
+            "mangle",
+            "--mangle-mac-s",
+            "00:11:22:33:44:66",
+            "--mangle-mac-d",
+            "00:11:22:33:44:77",
+            "--mangle-target",
+            "DROP",
+        ],
+        "",
+    ),
+    (
+        &["-A", "FORWARD", "-j", "CLASSIFY", "--set-class", "1:2"],
+        "-j CLASSIFY --set-class 1:2",
+    ),
+];
+
 #[test]
 fn live_arptables_legacy_changes() {
     if let Some(why) = arp_skip_reason() {
@@ -99,109 +204,7 @@ fn live_arptables_legacy_changes() {
             s("policy ACCEPT -> DROP")
         )]
     );
-    let rules: &[(&[&str], &str)] = &[
-        (
-            &[
-                "-A",
-                "INPUT",
-                "-s",
-                "10.0.0.1",
-                "-d",
-                "10.0.0.0/8",
-                "-i",
-                "eth0",
-                "-j",
-                "ACCEPT",
-            ],
-            "-j ACCEPT -i eth0 -s 10.0.0.1 -d 10.0.0.0/8",
-        ),
-        (
-            &[
-                "-A",
-                "OUTPUT",
-                "-o",
-                "eth1",
-                "--source-mac",
-                "00:11:22:33:44:55",
-                "--opcode",
-                "1",
-                "-j",
-                "DROP",
-            ],
-            "-j DROP -o eth1 --src-mac 00:11:22:33:44:55 --opcode 1",
-        ),
-        (
-            &[
-                "-A",
-                "ARPCHAIN",
-                "--destination-mac",
-                "00:11:22:33:44:00/ff:ff:ff:ff:ff:00",
-                "-j",
-                "RETURN",
-            ],
-            "-j RETURN --dst-mac 00:11:22:33:44:00/ff:ff:ff:ff:ff:00",
-        ),
-        (
-            &[
-                "-A", "INPUT", "!", "-s", "1.2.3.4", "!", "-i", "lo+", "!", "--opcode", "2", "-j",
-                "ACCEPT",
-            ],
-            "-j ACCEPT ! -i lo+ ! -s 1.2.3.4 ! --opcode 2",
-        ),
-        (
-            &[
-                "-A",
-                "INPUT",
-                "--h-length",
-                "6",
-                "--opcode",
-                "Reply",
-                "--h-type",
-                "1",
-                "--proto-type",
-                "0x800",
-                "-j",
-                "ACCEPT",
-            ],
-            "",
-        ),
-        (&["-A", "INPUT", "-j", "ARPCHAIN"], "-j ARPCHAIN"),
-        (
-            &[
-                "-A",
-                "OUTPUT",
-                "-j",
-                "mangle",
-                "--mangle-ip-s",
-                "10.0.0.2",
-                "--mangle-ip-d",
-                "10.0.0.3",
-            ],
-            "",
-        ),
-        (
-            &[
-                "-A",
-                "OUTPUT",
-                "--h-length",
-                "6",
-                "-j",
-                "mangle",
-                "--mangle-mac-s",
-                "00:11:22:33:44:66",
-                "--mangle-mac-d",
-                "00:11:22:33:44:77",
-                "--mangle-target",
-                "DROP",
-            ],
-            "",
-        ),
-        (
-            &["-A", "FORWARD", "-j", "CLASSIFY", "--set-class", "1:2"],
-            "-j CLASSIFY --set-class 1:2",
-        ),
-    ];
-    for &(args, text) in rules {
+    for &(args, text) in RULES {
         let got = step(args);
         assert_eq!(got.len(), 1, "{args:?}: {got:#?}");
         let (op, chain, rule, _, _) = &got[0];

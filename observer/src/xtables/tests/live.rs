@@ -99,6 +99,43 @@ type Seen = (
     Option<String>,
 );
 
+/// Reads the namespace's `filter` table after each iptables-legacy command and diffs it with
+/// the copy read after the one before.
+struct Stepper<'a> {
+    ns: &'a Netns,
+    prev: Option<XtTable>,
+}
+
+impl Stepper<'_> {
+    fn read(&self, proto: XtProto, table: &'static str) -> Result<XtTable, XtError> {
+        self.ns
+            .enter(move || read_table(proto, table))
+            .expect("thread")
+    }
+
+    /// Run one command; the changes it made, after checking the table renders as
+    /// `iptables-legacy-save` prints it.
+    fn step(&mut self, args: &[&str]) -> Vec<Seen> {
+        self.ns.run("iptables-legacy", args).expect("iptables");
+        let now = self.read(XtProto::Ipv4, "filter").expect("read");
+        let saved = self
+            .ns
+            .run("iptables-legacy-save", &["-t", "filter"])
+            .expect("save");
+        let want: Vec<&str> = saved.lines().filter(|l| l.starts_with("-A ")).collect();
+        assert_eq!(rule_lines(&now), want, "after {args:?}");
+        let out = diff(self.prev.as_ref(), Some(&now));
+        self.prev = Some(now);
+        out.into_iter()
+            .map(|c| (c.op, c.chain, c.rule, c.position, c.detail))
+            .collect()
+    }
+}
+
+fn s(x: &str) -> Option<String> {
+    Some(x.to_string())
+}
+
 /// Real iptables-legacy commands in a throw-away netns, read back through getsockopt from a
 /// thread inside it: each command gives exactly the expected changes, and the rendered table
 /// equals `iptables-legacy-save`.
@@ -109,46 +146,46 @@ fn live_iptables_legacy_changes() {
         return;
     }
     let ns = Netns::add(format!("obs-xt-live-{}", std::process::id())).expect("netns");
-    let read = |proto: XtProto, table: &'static str| {
-        ns.enter(move || read_table(proto, table)).expect("thread")
+    let mut st = Stepper {
+        ns: &ns,
+        prev: None,
     };
-    // Nothing exists yet, and asking does not create anything.
+    nothing_exists_yet(&st);
+    rule_edits(&mut st);
+    chains_sets_and_flushes(&mut st);
+    ip6_rule(&st);
+
+    // arp_tables through a hand-built SET_REPLACE (arp_live.rs drives the real arptables-legacy).
+    let arp = ns.enter(live_arp_roundtrip).expect("thread");
+    arp.expect("arp round trip");
+}
+
+/// Nothing exists yet, and asking does not create anything.
+fn nothing_exists_yet(st: &Stepper<'_>) {
     assert!(matches!(
-        read(XtProto::Ipv4, "filter"),
+        st.read(XtProto::Ipv4, "filter"),
         Err(XtError::NoSuchTable { .. })
     ));
     assert!(matches!(
-        read(XtProto::Ipv4, "nat"),
+        st.read(XtProto::Ipv4, "nat"),
         Err(XtError::NoSuchTable { .. })
     ));
-    let names = ns
+    let names = st
+        .ns
         .enter(|| table_names(XtProto::Ipv4))
         .expect("thread")
         .expect("names");
     assert!(names.is_empty(), "{names:?}");
+}
 
-    let mut prev: Option<XtTable> = None;
-    let mut step = |args: &[&str]| -> Vec<Seen> {
-        ns.run("iptables-legacy", args).expect("iptables");
-        let now = read(XtProto::Ipv4, "filter").expect("read");
-        let saved = ns
-            .run("iptables-legacy-save", &["-t", "filter"])
-            .expect("save");
-        let want: Vec<&str> = saved.lines().filter(|l| l.starts_with("-A ")).collect();
-        assert_eq!(rule_lines(&now), want, "after {args:?}");
-        let out = diff(prev.as_ref(), Some(&now));
-        prev = Some(now);
-        out.into_iter()
-            .map(|c| (c.op, c.chain, c.rule, c.position, c.detail))
-            .collect()
-    };
-    let s = |x: &str| Some(x.to_string());
-    let created = step(&["-N", "KUBE-FIREWALL"]);
+/// Rules added, inserted, replaced and deleted, and a policy changed.
+fn rule_edits(st: &mut Stepper<'_>) {
+    let created = st.step(&["-N", "KUBE-FIREWALL"]);
     assert_eq!(created[0].0, Op::TableCreate);
     assert!(created.contains(&(Op::ChainCreate, s("KUBE-FIREWALL"), None, None, None)));
     let kf = "-m comment --comment \"kubernetes firewall for dropping marked packets\" -m mark --mark 0x8000/0x8000 -j DROP";
     assert_eq!(
-        step(&[
+        st.step(&[
             "-A",
             "KUBE-FIREWALL",
             "-m",
@@ -165,7 +202,7 @@ fn live_iptables_legacy_changes() {
         vec![(Op::RuleAdd, s("KUBE-FIREWALL"), s(kf), Some(0), None)]
     );
     assert_eq!(
-        step(&["-A", "INPUT", "-j", "KUBE-FIREWALL"]),
+        st.step(&["-A", "INPUT", "-j", "KUBE-FIREWALL"]),
         vec![(
             Op::RuleAdd,
             s("INPUT"),
@@ -175,7 +212,7 @@ fn live_iptables_legacy_changes() {
         )]
     );
     assert_eq!(
-        step(&["-I", "KUBE-FIREWALL", "1", "-s", "10.0.0.1", "-j", "ACCEPT"]),
+        st.step(&["-I", "KUBE-FIREWALL", "1", "-s", "10.0.0.1", "-j", "ACCEPT"]),
         vec![(
             Op::RuleAdd,
             s("KUBE-FIREWALL"),
@@ -186,7 +223,7 @@ fn live_iptables_legacy_changes() {
     );
     // kube-router's bug: the mark match silently dropped.
     assert_eq!(
-        step(&["-R", "KUBE-FIREWALL", "2", "-j", "DROP"]),
+        st.step(&["-R", "KUBE-FIREWALL", "2", "-j", "DROP"]),
         vec![(
             Op::RuleReplace,
             s("KUBE-FIREWALL"),
@@ -196,7 +233,7 @@ fn live_iptables_legacy_changes() {
         )]
     );
     assert_eq!(
-        step(&["-D", "KUBE-FIREWALL", "1"]),
+        st.step(&["-D", "KUBE-FIREWALL", "1"]),
         vec![(
             Op::RuleDelete,
             s("KUBE-FIREWALL"),
@@ -206,7 +243,7 @@ fn live_iptables_legacy_changes() {
         )]
     );
     assert_eq!(
-        step(&["-P", "FORWARD", "DROP"]),
+        st.step(&["-P", "FORWARD", "DROP"]),
         vec![(
             Op::ChainUpdate,
             s("FORWARD"),
@@ -215,12 +252,17 @@ fn live_iptables_legacy_changes() {
             s("policy ACCEPT -> DROP")
         )]
     );
+}
+
+/// A user chain created, filled, flushed; an `-m set` rule; the table flushed and its chains
+/// deleted.
+fn chains_sets_and_flushes(st: &mut Stepper<'_>) {
     assert_eq!(
-        step(&["-N", "OTHER"]),
+        st.step(&["-N", "OTHER"]),
         vec![(Op::ChainCreate, s("OTHER"), None, None, None)]
     );
-    step(&["-A", "OTHER", "-j", "RETURN"]);
-    step(&[
+    st.step(&["-A", "OTHER", "-j", "RETURN"]);
+    st.step(&[
         "-A",
         "OTHER",
         "-p",
@@ -231,15 +273,19 @@ fn live_iptables_legacy_changes() {
         "KUBE-FIREWALL",
     ]);
     assert_eq!(
-        step(&["-F", "OTHER"]),
+        st.step(&["-F", "OTHER"]),
         vec![(Op::ChainFlush, s("OTHER"), None, None, s("2 rules deleted"))]
     );
-    step(&["-A", "OTHER", "-j", "RETURN"]);
+    st.step(&["-A", "OTHER", "-j", "RETURN"]);
     // `-m set` names come from the kernel's ipset of the same namespace.
     let mut rules = 3;
-    if ns.run("ipset", &["create", "live-set", "hash:ip"]).is_ok() {
+    if st
+        .ns
+        .run("ipset", &["create", "live-set", "hash:ip"])
+        .is_ok()
+    {
         assert_eq!(
-            step(&[
+            st.step(&[
                 "-A",
                 "INPUT",
                 "-m",
@@ -263,7 +309,7 @@ fn live_iptables_legacy_changes() {
         println!("no ipset tool: set names not checked live");
     }
     assert_eq!(
-        step(&["-F"]),
+        st.step(&["-F"]),
         vec![(
             Op::TableFlush,
             None,
@@ -273,34 +319,38 @@ fn live_iptables_legacy_changes() {
         )]
     );
     assert_eq!(
-        step(&["-X"]),
+        st.step(&["-X"]),
         vec![
             (Op::ChainDelete, s("KUBE-FIREWALL"), None, None, None),
             (Op::ChainDelete, s("OTHER"), None, None, None)
         ]
     );
+}
 
-    // ip6tables: another family, same machinery.
-    ns.run(
-        "ip6tables-legacy",
-        &[
-            "-A",
-            "INPUT",
-            "-s",
-            "2001:db8::/64",
-            "-p",
-            "tcp",
-            "--dport",
-            "22",
-            "-j",
-            "REJECT",
-            "--reject-with",
-            "tcp-reset",
-        ],
-    )
-    .expect("ip6tables");
-    let t6 = read(XtProto::Ipv6, "filter").expect("read ip6");
-    let saved = ns
+/// ip6tables: another family, same machinery.
+fn ip6_rule(st: &Stepper<'_>) {
+    st.ns
+        .run(
+            "ip6tables-legacy",
+            &[
+                "-A",
+                "INPUT",
+                "-s",
+                "2001:db8::/64",
+                "-p",
+                "tcp",
+                "--dport",
+                "22",
+                "-j",
+                "REJECT",
+                "--reject-with",
+                "tcp-reset",
+            ],
+        )
+        .expect("ip6tables");
+    let t6 = st.read(XtProto::Ipv6, "filter").expect("read ip6");
+    let saved = st
+        .ns
         .run("ip6tables-legacy-save", &["-t", "filter"])
         .expect("save");
     let want: Vec<&str> = saved.lines().filter(|l| l.starts_with("-A ")).collect();
@@ -311,10 +361,6 @@ fn live_iptables_legacy_changes() {
             "-A INPUT -s 2001:db8::/64 -p tcp -m tcp --dport 22 -j REJECT --reject-with tcp-reset"
         ]
     );
-
-    // arp_tables through a hand-built SET_REPLACE (arp_live.rs drives the real arptables-legacy).
-    let arp = ns.enter(live_arp_roundtrip).expect("thread");
-    arp.expect("arp round trip");
 }
 
 /// In the current (throw-away) netns: instantiate the arp filter table, replace it with a
