@@ -2,7 +2,8 @@
 //!
 //! - [`skip`] and [`skip_reason`]: a test that cannot run here (no root, a program missing) says
 //!   why and returns; under CI (`CI=true`) it fails instead, so that a CI run never reports a
-//!   pass it did not earn.
+//!   pass it did not earn. Each skip is also written to the file `OBSERVER_SKIPS_FILE` names,
+//!   so that a run can count them.
 //! - [`Netns`]: a network namespace made for one test or benchmark and deleted when dropped,
 //!   also when the test fails, so that nothing is ever changed in the host's namespace.
 //! - [`json_lines`] and [`wait_for`]: a child's stdout read as JSON lines, and a line waited for
@@ -14,7 +15,7 @@ mod lines;
 mod netns;
 mod save;
 
-pub use ci::{in_ci, skip, skip_reason};
+pub use ci::{in_ci, skip, skip_reason, SKIPS_FILE};
 pub use lines::{free_port, json_lines, wait_for, wait_within, WAIT};
 pub use netns::{Netns, NetnsError};
 pub use save::save_rules;
