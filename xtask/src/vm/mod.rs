@@ -27,6 +27,9 @@ mod guest;
 
 pub use guest::{boot_labelled, boot_niced, ensure_tools, VmTools};
 
+/// The integration tests' package (the workspace's `tests/`).
+const TESTS_PACKAGE: &str = "observer-tests";
+
 /// The backends proven in the guest.
 const BACKENDS: &[&str] = &["kprobe", "fentry"];
 
@@ -76,6 +79,9 @@ struct TestBinaries {
     unit: Option<PathBuf>,
 }
 
+/// Builds (`--no-run`) and finds the test executables: `tail` and `attribution` of the
+/// integration tests' package ([`TESTS_PACKAGE`]), observer's own unit tests. They run
+/// the observer binary the host build made (`OBSERVER_BIN` in [`guest_script`]).
 fn build_test_binary(ready: &crate::setup::Ready) -> Result<TestBinaries> {
     let mut c = crate::cargo();
     // The same packages and flags as `cargo xtask test`'s host run, so nothing is rebuilt.
@@ -95,9 +101,10 @@ fn build_test_binary(ready: &crate::setup::Ready) -> Result<TestBinaries> {
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .filter(|v| v["reason"] == "compiler-artifact")
         .collect();
-    let executable = |name: &str, kind: &str| {
+    let executable = |package: &str, name: &str, kind: &str| {
         artifacts
             .iter()
+            .filter(|v| package_name(&v["package_id"]) == Some(package))
             .filter(|v| v["target"]["name"] == name)
             .filter(|v| {
                 v["target"]["kind"]
@@ -106,11 +113,27 @@ fn build_test_binary(ready: &crate::setup::Ready) -> Result<TestBinaries> {
             })
             .find_map(|v| v["executable"].as_str().map(PathBuf::from))
     };
+    let tests = TESTS_PACKAGE;
     Ok(TestBinaries {
-        tail: executable("tail", "test").context("cargo built no `tail` test executable")?,
-        attribution: executable("attribution", "test"),
-        unit: executable("observer", "lib"),
+        tail: executable(tests, "tail", "test")
+            .with_context(|| format!("cargo built no `tail` test executable of {tests}"))?,
+        attribution: executable(tests, "attribution", "test"),
+        unit: executable("observer", "observer", "lib"),
     })
+}
+
+/// The package name in a `package_id` of cargo's messages: `path+file:///w/tests#observer-tests@0.1.0`
+/// (a package whose directory is not its name), `path+file:///w/observer#0.1.0`, or the older
+/// `observer 0.1.0 (path+file:///w/observer)`.
+fn package_name(id: &serde_json::Value) -> Option<&str> {
+    let id = id.as_str()?;
+    if let Some((url, fragment)) = id.split_once('#') {
+        return match fragment.split_once('@') {
+            Some((name, _)) => Some(name),
+            None => url.rsplit('/').next(),
+        };
+    }
+    id.split(' ').next()
 }
 
 /// Tests of the `tail` executable left to the host: they test observer's userspace, not a hook.
@@ -167,6 +190,8 @@ fn guest_script(
         ));
     }
     let mut s = String::from("#!/bin/sh\n");
+    // The tests run the binary that the tracepoint check below runs.
+    s.push_str(&format!("export OBSERVER_BIN={}\n", observer.display()));
     s.push_str(&format!(
         "for m in {}; do modprobe $m 2>/dev/null || echo \"vm: note: module $m not loaded\"; \
          done\n",
@@ -350,6 +375,34 @@ fn run_in_vm(
     Ok(GuestResult { failed, btf })
 }
 
+/// The offset resolver's unit tests on the guest kernel's BTF as well as the host's: the unit
+/// test executable itself (through cargo, the new environment variable would make observer's
+/// build script build the eBPF object again). How many failed (0 or 1).
+fn btf_offset_tests(kernel: &Path, btf: Option<&Path>, unit: Option<&Path>) -> Result<usize> {
+    match (btf, unit) {
+        (Some(btf), Some(unit)) => {
+            let mut c = std::process::Command::new(unit);
+            c.args(["hooks::btf", "--nocapture"])
+                .env("OBSERVER_KERNEL_BTF", btf)
+                .current_dir(crate::root().join("observer"));
+            eprintln!("xtask: == {}", cmd::describe(&c));
+            if cmd::run_status(&mut c)? != 0 {
+                println!("vm-test: the BTF offset tests failed on {}", btf.display());
+                return Ok(1);
+            }
+        }
+        (Some(_), None) => {
+            println!("vm-test: cargo built no unit test executable for observer");
+            return Ok(1);
+        }
+        (None, _) => println!(
+            "vm-test: the guest {} left no BTF file; offset tests on it not run",
+            kernel.display()
+        ),
+    }
+    Ok(0)
+}
+
 /// Where the guest's `observer tail --hooks tracepoint` writes.
 const TRACEPOINT_OUT: &str = "tracepoint.out";
 
@@ -432,30 +485,7 @@ pub fn vm_test(ready: &crate::setup::Ready) -> Result<Option<i32>> {
         let guest = guest.with_context(|| format!("the guest {}", kernel.display()))?;
         failed += guest.failed;
         runs += BACKENDS.len() + 1;
-        // The offset resolver's unit tests on the guest kernel's BTF as well as the host's: the
-        // unit test executable itself (through cargo, the new environment variable would make
-        // observer's build script build the eBPF object again).
-        match (&guest.btf, &bins.unit) {
-            (Some(btf), Some(unit)) => {
-                let mut c = std::process::Command::new(unit);
-                c.args(["hooks::btf", "--nocapture"])
-                    .env("OBSERVER_KERNEL_BTF", btf)
-                    .current_dir(crate::root().join("observer"));
-                eprintln!("xtask: == {}", cmd::describe(&c));
-                if cmd::run_status(&mut c)? != 0 {
-                    println!("vm-test: the BTF offset tests failed on {}", btf.display());
-                    failed += 1;
-                }
-            }
-            (Some(_), None) => {
-                println!("vm-test: cargo built no unit test executable for observer");
-                failed += 1;
-            }
-            (None, _) => println!(
-                "vm-test: the guest {} left no BTF file; offset tests on it not run",
-                kernel.display()
-            ),
-        }
+        failed += btf_offset_tests(kernel, guest.btf.as_deref(), bins.unit.as_deref())?;
     }
     println!(
         "vm-test: {} passed, {} failed",

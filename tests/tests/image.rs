@@ -6,16 +6,14 @@
 //! holds the binary's SHA-256), which `cargo xtask test` makes before running the tests
 //! (`cargo xtask test -- -p observer --test image` for this test alone).
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::{observer_bin, Netns, Writer};
 use serde_json::Value;
+use test_support::{observer_bin, skip_unless, Netns, Writer};
 
 const IMAGE: &str = "localhost/observer:latest";
 const BINARY_LABEL: &str = "io.observer.binary-sha256";
@@ -271,7 +269,7 @@ fn the_image_runs_doctor_and_reports_a_change_made_in_a_namespace() {
     ns.write(&writer, &["nft", "add", "table", "inet", "from_outside"]);
     let change = wait_for_table("from_outside");
     assert_eq!(change["op"], "table_create", "{change}");
-    assert_eq!(change["netns"].as_u64(), Some(ns.inode()), "{change}");
+    assert_eq!(change["netns"].as_u64(), Some(ns.ino()), "{change}");
     assert_eq!(change["process"]["comm"], "nft", "{change}");
     assert_eq!(change["process"]["parent_comm"], "imgwriter", "{change}");
 }
