@@ -16,6 +16,7 @@ mod image;
 mod kstats;
 mod overhead;
 mod setup;
+mod skips;
 mod soak;
 mod vm;
 mod vmbench;
@@ -447,7 +448,9 @@ fn test(args: &[OsString]) -> Result<i32> {
     // Every phase runs even when one before it failed, and every test binary even when one
     // fails: a CI log then shows every failure at once, and ends with the list of what failed.
     let mut failed: Vec<String> = Vec::new();
+    let skips = skips::Skips::fresh(&target)?;
     let mut c = cargo_test(&["--no-fail-fast"]);
+    c.env(test_support::SKIPS_FILE, skips.path());
     if !cmd::is_root() {
         eprintln!("xtask: note: not root, so the integration tests will skip");
     }
@@ -489,7 +492,7 @@ fn test(args: &[OsString]) -> Result<i32> {
         }
     }
     if vm {
-        match vm::vm_test(&ready) {
+        match vm::vm_test_counting_skips(&ready, Some(&skips)) {
             Ok(None | Some(0)) => {}
             Ok(Some(_)) => failed.push("vm-test (a guest's tests failed; see above)".into()),
             Err(e) => failed.push(format!("vm-test ({e:#})")),
@@ -500,6 +503,7 @@ fn test(args: &[OsString]) -> Result<i32> {
             failed.push(format!("fuzz ({e:#})"));
         }
     }
+    skips.report();
     Ok(phases_summary(&failed))
 }
 
