@@ -4,7 +4,7 @@
 //! and `observer tail` inside it must report a change made in a namespace this test creates,
 //! naming the writer. Needs root and podman; the image must be the one of this build (its label
 //! holds the binary's SHA-256), which `cargo xtask test` makes before running the tests
-//! (`cargo xtask test -- -p observer --test image` for this test alone).
+//! (`cargo xtask test -- -p observer-tests --test image` for this test alone).
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -143,8 +143,8 @@ fn image_is_this_build() -> Result<(), String> {
         .map_err(|e| format!("podman: {e}"))?;
     if !out.status.success() {
         return Err(format!(
-            "there is no image {IMAGE} (`cargo xtask test -- -p observer --test image` builds \
-             it, then runs this test): {}",
+            "there is no image {IMAGE} (`cargo xtask test -- -p observer-tests --test image` \
+             builds it, then runs this test): {}",
             String::from_utf8_lossy(&out.stderr).trim()
         ));
     }
@@ -158,8 +158,8 @@ fn image_is_this_build() -> Result<(), String> {
     if label != sum {
         return Err(format!(
             "{IMAGE} was built from another binary (label {label:?}, this test's {sum}); \
-             `cargo xtask test -- -p observer --test image` builds the image of the binary the \
-             tests run, then runs this test"
+             `cargo xtask test -- -p observer-tests --test image` builds the image of the binary \
+             the tests run, then runs this test"
         ));
     }
     Ok(())
