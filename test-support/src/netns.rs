@@ -1,4 +1,8 @@
 //! A network namespace made for one test or benchmark (`ip netns add`), deleted when dropped.
+//!
+//! The methods that return a `Result` serve xtask's benchmarks; the ones that fail the test
+//! instead (`new`, `ino`, `read`, and with the `integration` feature the writer's `write...`
+//! in [`crate::writer`]) serve the tests.
 
 use std::fmt;
 use std::fs::File;
@@ -33,6 +37,11 @@ impl Netns {
         Ok(Netns { name })
     }
 
+    /// A namespace for one test, `obs-TAG-PID`; fails the test when it cannot be made.
+    pub fn new(tag: &str) -> Netns {
+        Netns::add(format!("obs-{tag}-{}", std::process::id())).unwrap_or_else(|e| panic!("{e}"))
+    }
+
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -49,6 +58,28 @@ impl Netns {
         std::fs::metadata(&path)
             .map(|m| m.ino())
             .map_err(|e| NetnsError(format!("{}: {e}", path.display())))
+    }
+
+    /// [`Netns::inode`], failing the test when it cannot be read.
+    pub fn ino(&self) -> u64 {
+        self.inode().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Run a command inside the namespace (not through a writer) that must succeed; returns
+    /// its stdout.
+    pub fn read(&self, args: &[&str]) -> String {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.name])
+            .args(args)
+            .output()
+            .expect("spawn ip netns exec");
+        assert!(
+            out.status.success(),
+            "{args:?} in {} failed: {}",
+            self.name,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     /// `ip netns exec NAME PROGRAM`, to add arguments to and run.

@@ -8,6 +8,7 @@ mod deploy;
 mod fuzz;
 mod image;
 mod setup;
+mod skips;
 mod vm;
 
 use std::{
@@ -403,19 +404,17 @@ fn build_bench_tools() -> Result<PathBuf> {
 }
 
 fn test(args: &[OsString]) -> Result<i32> {
-    // No `cargo build -p observer` first: `cargo test --no-run` builds target/release/observer
-    // as well, and with the test build's features (dev-dependencies unify them), so a build of
-    // its own before it would compile every shared dependency twice.
     let ready = setup_lenient()?;
     deploy_check()?;
+    // The whole workspace but the BPF crate, unless the caller picked packages (with
+    // `--workspace`, cargo would quietly ignore their -p).
+    let picks_packages = args
+        .iter()
+        .take_while(|a| *a != "--")
+        .any(|a| a == "-p" || a == "--package" || a.to_string_lossy().starts_with("--package="));
     let cargo_test = |extra: &[&str]| {
         let mut c = cargo();
         c.args(["test", "--release"]).args(extra);
-        // The whole workspace but the BPF crate, unless the caller picked packages (with
-        // `--workspace`, cargo would quietly ignore their -p).
-        let picks_packages = args.iter().take_while(|a| *a != "--").any(|a| {
-            a == "-p" || a == "--package" || a.to_string_lossy().starts_with("--package=")
-        });
         if !picks_packages {
             c.args(["--workspace", "--exclude", EBPF_CRATE]);
         }
@@ -423,22 +422,25 @@ fn test(args: &[OsString]) -> Result<i32> {
         ready.apply(&mut c);
         c
     };
+    build_for_tests(&ready, picks_packages)?;
     cmd::phase("cargo test --no-run", || {
         cmd::run(&mut cargo_test(&["--no-run"])).context(
             "building observer and its tests failed (see cargo's output above); `cargo xtask \
              setup` checks the toolchain",
         )
     })?;
-    // The image of the binary the tests run, for tests/image.rs.
+    let target = target_dir()?;
+    // The image of the binary the tests run, for tests/tests/image.rs.
     if cmd::is_root() {
-        let target = target_dir()?;
         let bin = target.join("release").join("observer");
         cmd::phase("image", || image::build(&root(), &target, &bin))?;
     }
     // Every phase runs even when one before it failed, and every test binary even when one
     // fails: a CI log then shows every failure at once, and ends with the list of what failed.
     let mut failed: Vec<String> = Vec::new();
+    let skips = skips::Skips::fresh(&target)?;
     let mut c = cargo_test(&["--no-fail-fast"]);
+    c.env(test_support::SKIPS_FILE, skips.path());
     if !cmd::is_root() {
         eprintln!("xtask: note: not root, so the integration tests will skip");
     }
@@ -480,7 +482,7 @@ fn test(args: &[OsString]) -> Result<i32> {
         }
     }
     if vm {
-        match vm::vm_test(&ready) {
+        match vm::vm_test_counting_skips(&ready, Some(&skips)) {
             Ok(None | Some(0)) => {}
             Ok(Some(_)) => failed.push("vm-test (a guest's tests failed; see above)".into()),
             Err(e) => failed.push(format!("vm-test ({e:#})")),
@@ -491,7 +493,32 @@ fn test(args: &[OsString]) -> Result<i32> {
             failed.push(format!("fuzz ({e:#})"));
         }
     }
+    skips.report();
     Ok(phases_summary(&failed))
+}
+
+/// The binaries the integration tests run (release), which `cargo test` does not build for
+/// them, as they are a package of their own: observer's binary and its `bench` example. With
+/// the packages the test run will have, so that features unify as they will there and no shared
+/// dependency compiles twice; observer alone when the caller picked packages.
+fn build_for_tests(ready: &setup::Ready, picks_packages: bool) -> Result<()> {
+    let packages: &[&str] = if picks_packages {
+        &["-p", "observer"]
+    } else {
+        &["--workspace", "--exclude", EBPF_CRATE]
+    };
+    let mut c = cargo();
+    c.args(["build", "--release"])
+        .args(packages)
+        .args(["--bins", "--examples"]);
+    ready.apply(&mut c);
+    let name = format!(
+        "cargo build --release {} --bins --examples",
+        packages.join(" ")
+    );
+    cmd::phase(&name, || {
+        cmd::run(&mut c).context("building observer and its bench example failed (see above)")
+    })
 }
 
 /// Prints which phases of `cargo xtask test` failed (or that none did); the exit status.

@@ -8,7 +8,9 @@
 //! with the host's root filesystem (read-only), so the binaries built here run there unchanged;
 //! a directory shared read-write with the guest carries the script in and the results out.
 //! The integration tests run once per forced backend (`OBSERVER_TEST_HOOKS`): each run's ready
-//! line must name that backend, and every legacy change must carry it as its `source`.
+//! line must name that backend, and every legacy change must carry it as its `source`. A test
+//! that skips in a guest leaves its line in the shared directory (`OBSERVER_SKIPS_FILE`), which
+//! `cargo xtask test` counts with the host's.
 //!
 //! The guest itself (its kernels and tools, and the boot) is in [`guest`], which vm-bench and
 //! bench-overhead use too; this file runs the tests in it.
@@ -26,6 +28,9 @@ use crate::cmd;
 mod guest;
 
 pub use guest::{boot_labelled, boot_niced, ensure_tools, VmTools};
+
+/// The integration tests' package (the workspace's `tests/`).
+const TESTS_PACKAGE: &str = "observer-tests";
 
 /// The backends proven in the guest.
 const BACKENDS: &[&str] = &["kprobe", "fentry"];
@@ -76,6 +81,9 @@ struct TestBinaries {
     unit: Option<PathBuf>,
 }
 
+/// Builds (`--no-run`) and finds the test executables: `tail` and `attribution` of the
+/// integration tests' package ([`TESTS_PACKAGE`]), observer's own unit tests. They run
+/// the observer binary the host build made (`OBSERVER_BIN` in [`guest_script`]).
 fn build_test_binary(ready: &crate::setup::Ready) -> Result<TestBinaries> {
     let mut c = crate::cargo();
     // The same packages and flags as `cargo xtask test`'s host run, so nothing is rebuilt.
@@ -95,9 +103,10 @@ fn build_test_binary(ready: &crate::setup::Ready) -> Result<TestBinaries> {
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .filter(|v| v["reason"] == "compiler-artifact")
         .collect();
-    let executable = |name: &str, kind: &str| {
+    let executable = |package: &str, name: &str, kind: &str| {
         artifacts
             .iter()
+            .filter(|v| package_name(&v["package_id"]) == Some(package))
             .filter(|v| v["target"]["name"] == name)
             .filter(|v| {
                 v["target"]["kind"]
@@ -106,11 +115,27 @@ fn build_test_binary(ready: &crate::setup::Ready) -> Result<TestBinaries> {
             })
             .find_map(|v| v["executable"].as_str().map(PathBuf::from))
     };
+    let tests = TESTS_PACKAGE;
     Ok(TestBinaries {
-        tail: executable("tail", "test").context("cargo built no `tail` test executable")?,
-        attribution: executable("attribution", "test"),
-        unit: executable("observer", "lib"),
+        tail: executable(tests, "tail", "test")
+            .with_context(|| format!("cargo built no `tail` test executable of {tests}"))?,
+        attribution: executable(tests, "attribution", "test"),
+        unit: executable("observer", "observer", "lib"),
     })
+}
+
+/// The package name in a `package_id` of cargo's messages: `path+file:///w/tests#observer-tests@0.1.0`
+/// (a package whose directory is not its name), `path+file:///w/observer#0.1.0`, or the older
+/// `observer 0.1.0 (path+file:///w/observer)`.
+fn package_name(id: &serde_json::Value) -> Option<&str> {
+    let id = id.as_str()?;
+    if let Some((url, fragment)) = id.split_once('#') {
+        return match fragment.split_once('@') {
+            Some((name, _)) => Some(name),
+            None => url.rsplit('/').next(),
+        };
+    }
+    id.split(' ').next()
 }
 
 /// Tests of the `tail` executable left to the host: they test observer's userspace, not a hook.
@@ -167,6 +192,8 @@ fn guest_script(
         ));
     }
     let mut s = String::from("#!/bin/sh\n");
+    // The tests run the binary that the tracepoint check below runs.
+    s.push_str(&format!("export OBSERVER_BIN={}\n", observer.display()));
     s.push_str(&format!(
         "for m in {}; do modprobe $m 2>/dev/null || echo \"vm: note: module $m not loaded\"; \
          done\n",
@@ -184,6 +211,7 @@ fn guest_script(
     // output is kept), so that one hang of the emulated guest does not hide the others.
     s.push_str(&format!(
         "run() {{ b=$1; out=$2\n\
+         rm -f $out.skips; export {skips_env}=$out.skips\n\
          {test} {skips} > $out 2>&1\n\
          rc=$?\n\
          {ipset}\
@@ -196,6 +224,7 @@ fn guest_script(
          return $rc\n\
          }}\n",
         test = test_command(test_bin),
+        skips_env = test_support::SKIPS_FILE,
         skips = HOST_ONLY_TESTS
             .iter()
             .map(|t| format!("--skip {t}"))
@@ -253,6 +282,9 @@ pub struct GuestResult {
     pub failed: usize,
     /// The guest kernel's BTF, copied out (for the offset resolver's unit tests).
     pub btf: Option<PathBuf>,
+    /// The tests that skipped in the guest, as lines of a skips file (`<test>\t<reason>`),
+    /// each test named with the guest's kernel and backend.
+    pub skips: Vec<String>,
 }
 
 /// Boot the guest and run the tests in it.
@@ -299,6 +331,7 @@ fn run_in_vm(
     let _report = REPORT.lock().unwrap_or_else(|e| e.into_inner());
     eprintln!("xtask: guest {k} exited with {status} after {took:.0}s (boot and both runs)");
     let mut failed = 0;
+    let mut skips = Vec::new();
     for b in BACKENDS {
         let out = fs::read_to_string(dir.join(format!("{b}.out"))).unwrap_or_default();
         let rc = fs::read_to_string(dir.join(format!("{b}.rc")))
@@ -313,6 +346,11 @@ fn run_in_vm(
         }
         println!("---- integration tests in the guest {k} with --hooks {b} ----");
         print!("{out}");
+        let skipped = guest_skips(&dir.join(format!("{b}.out.skips")), &label, b);
+        if !skipped.is_empty() {
+            println!("vm-test: {k} --hooks {b}: {} skipped", skipped.len());
+        }
+        skips.extend(skipped);
         match rc {
             Some(0) => println!("vm-test: {k} --hooks {b}: ok"),
             Some(rc) => {
@@ -347,7 +385,46 @@ fn run_in_vm(
         .ok()
         .map(|_| btf);
     let _ = fs::remove_dir_all(&dir);
-    Ok(GuestResult { failed, btf })
+    Ok(GuestResult { failed, btf, skips })
+}
+
+/// The lines a guest's run on backend `b` left in its skips file, each test named after the
+/// guest (`[6.1 --hooks kprobe] tail some_test`).
+fn guest_skips(file: &Path, label: &str, b: &str) -> Vec<String> {
+    fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| format!("[{label} --hooks {b}] {l}"))
+        .collect()
+}
+
+/// The offset resolver's unit tests on the guest kernel's BTF as well as the host's: the unit
+/// test executable itself (through cargo, the new environment variable would make observer's
+/// build script build the eBPF object again). How many failed (0 or 1).
+fn btf_offset_tests(kernel: &Path, btf: Option<&Path>, unit: Option<&Path>) -> Result<usize> {
+    match (btf, unit) {
+        (Some(btf), Some(unit)) => {
+            let mut c = std::process::Command::new(unit);
+            c.args(["hooks::btf", "--nocapture"])
+                .env("OBSERVER_KERNEL_BTF", btf)
+                .current_dir(crate::root().join("observer"));
+            eprintln!("xtask: == {}", cmd::describe(&c));
+            if cmd::run_status(&mut c)? != 0 {
+                println!("vm-test: the BTF offset tests failed on {}", btf.display());
+                return Ok(1);
+            }
+        }
+        (Some(_), None) => {
+            println!("vm-test: cargo built no unit test executable for observer");
+            return Ok(1);
+        }
+        (None, _) => println!(
+            "vm-test: the guest {} left no BTF file; offset tests on it not run",
+            kernel.display()
+        ),
+    }
+    Ok(0)
 }
 
 /// Where the guest's `observer tail --hooks tracepoint` writes.
@@ -377,6 +454,15 @@ fn tracepoint_loads(out: &str) -> std::result::Result<String, String> {
 
 /// `cargo xtask vm-test`. `Ok(None)`: skipped (the reason was printed).
 pub fn vm_test(ready: &crate::setup::Ready) -> Result<Option<i32>> {
+    vm_test_counting_skips(ready, None)
+}
+
+/// [`vm_test`], appending the tests that skipped in the guests to `skips` (a skips file, see
+/// test-support's `skip`) when given.
+pub fn vm_test_counting_skips(
+    ready: &crate::setup::Ready,
+    skips: Option<&crate::skips::Skips>,
+) -> Result<Option<i32>> {
     let tools = match cmd::phase("vm tools", ensure_tools)? {
         Ok(t) => t,
         Err(reason) if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") => {
@@ -432,30 +518,10 @@ pub fn vm_test(ready: &crate::setup::Ready) -> Result<Option<i32>> {
         let guest = guest.with_context(|| format!("the guest {}", kernel.display()))?;
         failed += guest.failed;
         runs += BACKENDS.len() + 1;
-        // The offset resolver's unit tests on the guest kernel's BTF as well as the host's: the
-        // unit test executable itself (through cargo, the new environment variable would make
-        // observer's build script build the eBPF object again).
-        match (&guest.btf, &bins.unit) {
-            (Some(btf), Some(unit)) => {
-                let mut c = std::process::Command::new(unit);
-                c.args(["hooks::btf", "--nocapture"])
-                    .env("OBSERVER_KERNEL_BTF", btf)
-                    .current_dir(crate::root().join("observer"));
-                eprintln!("xtask: == {}", cmd::describe(&c));
-                if cmd::run_status(&mut c)? != 0 {
-                    println!("vm-test: the BTF offset tests failed on {}", btf.display());
-                    failed += 1;
-                }
-            }
-            (Some(_), None) => {
-                println!("vm-test: cargo built no unit test executable for observer");
-                failed += 1;
-            }
-            (None, _) => println!(
-                "vm-test: the guest {} left no BTF file; offset tests on it not run",
-                kernel.display()
-            ),
+        if let Some(skips) = skips {
+            skips.append(&guest.skips)?;
         }
+        failed += btf_offset_tests(kernel, guest.btf.as_deref(), bins.unit.as_deref())?;
     }
     println!(
         "vm-test: {} passed, {} failed",
@@ -477,6 +543,39 @@ mod tests {
         let e = tracepoint_loads(refused).unwrap_err();
         assert!(e.contains("576"), "{e}");
         assert!(tracepoint_loads("observer: error").is_err());
+    }
+
+    #[test]
+    fn test_executables_are_told_apart_by_package() {
+        let name = |id: &str| package_name(&serde_json::Value::from(id)).map(str::to_string);
+        assert_eq!(
+            name("path+file:///w/tests#observer-tests@0.1.0").as_deref(),
+            Some("observer-tests")
+        );
+        assert_eq!(
+            name("path+file:///w/observer#0.1.0").as_deref(),
+            Some("observer")
+        );
+        assert_eq!(
+            name("observer 0.1.0 (path+file:///w/observer)").as_deref(),
+            Some("observer")
+        );
+    }
+
+    #[test]
+    fn a_guests_skips_are_named_after_it() {
+        let file = std::env::temp_dir().join(format!("guest-skips-{}", std::process::id()));
+        fs::write(&file, "tail a\tnot root\n\nattribution b\tno ipset\n").unwrap();
+        let skips = guest_skips(&file, "6.1", "kprobe");
+        let _ = fs::remove_file(&file);
+        assert_eq!(
+            skips,
+            [
+                "[6.1 --hooks kprobe] tail a\tnot root",
+                "[6.1 --hooks kprobe] attribution b\tno ipset"
+            ]
+        );
+        assert!(guest_skips(Path::new("/nonexistent/x"), "6.1", "kprobe").is_empty());
     }
 
     #[test]
@@ -508,6 +607,9 @@ mod tests {
             "{s}"
         );
         assert!(s.contains("modprobe $m"), "{s}");
+        // The tests run the binary checked here, and leave their skips beside each run's output.
+        assert!(s.contains("export OBSERVER_BIN=/o/observer\n"), "{s}");
+        assert!(s.contains("export OBSERVER_SKIPS_FILE=$out.skips\n"), "{s}");
         // What the host's kernel lacks runs here, failing rather than skipping.
         assert!(
             s.contains(&format!(

@@ -8,17 +8,16 @@
 //! once (a repaired row late, as it arrives). Needs root (the daemon loads its hooks) and
 //! nats-server.
 
-mod common;
-
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{free_port, get, json_lines, observer_bin, Daemon, Netns, Writer};
 use serde_json::Value;
-use test_support::wait_within;
+use test_support::{
+    free_port, get, json_lines, observer_bin, skip_unless, wait_within, Daemon, Netns, Writer,
+};
 
 const STREAM: &str = "OBSERVER";
 const NODE: &str = "cluster-node.fleet.test";
@@ -196,8 +195,9 @@ impl Client {
     }
 
     /// Every message of the stream on `observer.>`: its headers and payload, in stream order.
-    fn read_all(&self) -> Vec<common::StreamMessage> {
-        self.rt.block_on(common::stream_messages(&self.js, STREAM))
+    fn read_all(&self) -> Vec<test_support::StreamMessage> {
+        self.rt
+            .block_on(test_support::stream_messages(&self.js, STREAM))
     }
 }
 
@@ -249,7 +249,7 @@ fn a_burst_reaches_a_three_node_cluster_once_in_order_across_a_leader_kill() {
     // The stream, as the publisher created it: three replicas.
     let info = poll("stream created by the daemon", 30, || client.info());
     assert_eq!(info.config.num_replicas, 3, "{:?}", info.config);
-    let mut tail = common::KilledOnDrop(
+    let mut tail = test_support::KilledOnDrop(
         Command::new(observer_bin())
             .args(["tail", "--json", "--nats", &urls, "--since", "1h"])
             .args(["--node", NODE])
@@ -332,7 +332,7 @@ fn a_burst_reaches_a_three_node_cluster_once_in_order_across_a_leader_kill() {
     let want: Vec<u64> = printed.iter().filter_map(|v| v["seq"].as_u64()).collect();
     let rules = printed
         .iter()
-        .filter(|v| v["netns"].as_u64() == Some(ns.inode()))
+        .filter(|v| v["netns"].as_u64() == Some(ns.ino()))
         .filter(|v| v["table"] == "burst" && v["op"] == "rule_add")
         .count();
     assert_eq!(
@@ -418,7 +418,7 @@ fn a_burst_reaches_a_three_node_cluster_once_in_order_across_a_leader_kill() {
     }
     let (_, m) = get(port, "/metrics", &[]);
     assert_eq!(
-        common::metric(&m, "observer_nats_connected", &[]),
+        test_support::metric(&m, "observer_nats_connected", &[]),
         Some(1.0),
         "{m}"
     );

@@ -5,12 +5,10 @@
 //! Each test runs its own tmux server (`-L`), its own namespace and writers; needs root, tmux,
 //! iptables-legacy and ip.
 
-mod common;
-
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{observer_bin, Netns, Writer};
+use test_support::{observer_bin, Netns, Writer};
 
 /// A tmux server of its own, with one window running a command, removed when dropped.
 struct Term {
@@ -80,7 +78,7 @@ impl Drop for Term {
 }
 
 fn runnable() -> bool {
-    if let Some(reason) = common::skip_reason(&["tmux", "ip", "iptables-legacy"]) {
+    if let Some(reason) = test_support::skip_reason(&["tmux", "ip", "iptables-legacy"]) {
         test_support::skip(reason);
         return false;
     }
@@ -117,7 +115,7 @@ fn eighty_columns_fit_line_up_and_stay_plain_under_no_color() {
         "80",
         80,
         &[("NO_COLOR", "1")],
-        &["--netns", &ns.name, "--no-group"],
+        &["--netns", ns.name(), "--no-group"],
     );
     ns.write(&w, &["iptables-legacy", "-N", "OBS-T"]);
     ns.write(
@@ -176,7 +174,7 @@ fn two_hundred_columns_show_whole_rules_in_colour() {
     }
     let ns = Netns::new("tui200");
     let w = Writer::new("kube-proxy");
-    let term = Term::start("200", 200, &[], &["--netns", &ns.name]);
+    let term = Term::start("200", 200, &[], &["--netns", ns.name()]);
     ns.write(&w, &["iptables-legacy", "-N", "OBS-W"]);
     ns.write(
         &w,
@@ -213,7 +211,7 @@ fn a_restore_of_300_rules_is_one_header() {
     }
     let ns = Netns::new("tuigrp");
     let w = Writer::new("kube-proxy");
-    let term = Term::start("grp", 160, &[("NO_COLOR", "1")], &["--netns", &ns.name]);
+    let term = Term::start("grp", 160, &[("NO_COLOR", "1")], &["--netns", ns.name()]);
     // The chain first (this also makes the namespace's filter table): the restore then adds
     // 300 rules in one replace.
     ns.write(&w, &["iptables-legacy", "-N", "OBS-G"]);
@@ -260,7 +258,7 @@ fn an_incident_block_shows_its_resolution() {
     let ns = Netns::new("tuiinc");
     let owner = Writer::new("kube-proxy");
     let intruder = Writer::new("calico-node");
-    let term = Term::start("inc", 160, &[("NO_COLOR", "1")], &["--netns", &ns.name]);
+    let term = Term::start("inc", 160, &[("NO_COLOR", "1")], &["--netns", ns.name()]);
     ns.write(
         &owner,
         &["iptables-legacy", "-t", "nat", "-N", "KUBE-SVC-TUI"],
@@ -310,7 +308,7 @@ fn a_log_line_goes_above_the_footer_cut_to_the_width() {
         "log",
         80,
         &[("NO_COLOR", "1"), ("OBSERVER_LOG", "observer=debug")],
-        &["--netns", &ns.name, "--no-group"],
+        &["--netns", ns.name(), "--no-group"],
     );
     ns.write(&w, &["iptables-legacy", "-N", "OBS-LOG"]);
     term.wait_for("the chain create", 30, |s| {
@@ -318,7 +316,7 @@ fn a_log_line_goes_above_the_footer_cut_to_the_width() {
             .iter()
             .any(|l| l.contains("chain_create"))
     });
-    let inode = ns.inode();
+    let inode = ns.ino();
     // `ip netns del`: the mount goes, and the engine's debug line says the namespace is gone.
     drop(ns);
     let gone = format!("namespace {inode} is gone");

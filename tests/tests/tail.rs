@@ -1,15 +1,13 @@
 //! `observer tail --json` against real iptables-legacy, ip6tables-legacy, iptables-nft and nft
 //! runs in namespaces these tests create (and remove). Needs root; skips otherwise.
 
-mod common;
-
-use common::{change, Netns, Observer, Writer};
 use serde_json::Value;
+use test_support::{change, skip_unless, Netns, Observer, Writer};
 
 const WAIT: u64 = 20;
 
 fn in_ns(ns: &Netns) -> impl Fn(&Value) -> bool + '_ {
-    move |v: &Value| v["netns"].as_u64() == Some(ns.inode())
+    move |v: &Value| v["netns"].as_u64() == Some(ns.ino())
 }
 
 /// The process fields of a change made by `tool` run from the writer script.
@@ -42,7 +40,7 @@ fn legacy_changes_in_a_namespace_created_after_start() {
     assert_eq!(v["backend"], "legacy");
     assert_eq!(v["family"], "ip");
     assert_eq!(v["table"], "filter");
-    assert_eq!(v["source"], common::legacy_source().as_str());
+    assert_eq!(v["source"], test_support::legacy_source().as_str());
     assert_eq!(v["result"], "ok");
     assert_writer(&v, "iptables-legacy", &w);
 
@@ -531,7 +529,7 @@ fn netns_filter_and_untouched_namespaces() {
     let other = Netns::new("other");
     let quiet = Netns::new("quiet");
     let w = Writer::new("obs-filtered");
-    let mut obs = Observer::start(&["--netns", &watched.name]);
+    let mut obs = Observer::start(&["--netns", watched.name()]);
 
     other.write(&w, &["iptables-legacy", "-N", "OBS-OTHER"]);
     other.write(&w, &["nft", "add", "table", "ip", "obsother"]);
@@ -549,7 +547,7 @@ fn netns_filter_and_untouched_namespaces() {
     for c in obs.changes() {
         assert_eq!(
             c["netns"].as_u64(),
-            Some(watched.inode()),
+            Some(watched.ino()),
             "leaked from another namespace: {c}"
         );
     }
@@ -564,7 +562,7 @@ fn netns_filter_and_untouched_namespaces() {
         change("chain_create", Some("OBS-OTHER2")),
     );
     obs.drain(300);
-    let inode = quiet.inode();
+    let inode = quiet.ino();
     assert!(
         obs.changes()
             .iter()
@@ -595,8 +593,8 @@ fn ctrl_c_while_busy_exits_cleanly() {
     }
     restore.push_str("COMMIT\n");
     ns.write_stdin(&w, &["iptables-legacy-restore"], &restore);
-    let mut obs = Observer::start(&["--netns", &ns.name]);
-    let name = ns.name.clone();
+    let mut obs = Observer::start(&["--netns", ns.name()]);
+    let name = ns.name().to_string();
     let script = w.path.clone();
     let writer = std::thread::spawn(move || {
         for i in 0..40 {
@@ -626,10 +624,10 @@ fn a_reader_that_goes_away_ends_the_tail_quietly() {
     skip_unless!("ip", "iptables-legacy");
     let ns = Netns::new("gone");
     let w = Writer::new("obs-gone");
-    let mut child = std::process::Command::new(common::observer_bin())
-        .args(["tail", "--json", "--netns", &ns.name])
+    let mut child = std::process::Command::new(test_support::observer_bin())
+        .args(["tail", "--json", "--netns", ns.name()])
         .args(
-            common::forced_hooks()
+            test_support::forced_hooks()
                 .iter()
                 .flat_map(|h| ["--hooks", h.as_str()]),
         )
@@ -673,13 +671,13 @@ fn a_reader_that_goes_away_ends_the_tail_quietly() {
 #[test]
 fn a_forced_backend_attaches_or_fails_with_the_kernels_error() {
     skip_unless!("ip");
-    let forced = common::forced_hooks().filter(|b| b == "fentry" || b == "kprobe");
+    let forced = test_support::forced_hooks().filter(|b| b == "fentry" || b == "kprobe");
     let backends: Vec<&str> = match forced.as_deref() {
         Some(b) => vec![b],
         None => vec!["fentry", "kprobe"],
     };
     for backend in backends {
-        let mut child = std::process::Command::new(common::observer_bin())
+        let mut child = std::process::Command::new(test_support::observer_bin())
             .args(["tail", "--json", "--hooks", backend])
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
@@ -701,7 +699,9 @@ fn a_forced_backend_attaches_or_fails_with_the_kernels_error() {
             let _ = tx.send(line);
         });
         let first = rx
-            .recv_timeout(std::time::Duration::from_secs(60 * common::slowdown()))
+            .recv_timeout(std::time::Duration::from_secs(
+                60 * test_support::slowdown(),
+            ))
             .expect("observer neither got ready nor exited");
         if first.trim().is_empty() {
             let status = child.wait().expect("observer exit");
@@ -728,7 +728,7 @@ fn a_forced_backend_attaches_or_fails_with_the_kernels_error() {
             let hooks = v["hooks"].as_str().unwrap_or("");
             // The one exception: a kernel that refuses the x_tables function alone on this
             // backend (fentry on 5.10) puts that hook on the next one, and says why.
-            let fallback = common::xt_fallback(hooks, backend);
+            let fallback = test_support::xt_fallback(hooks, backend);
             if let Some(on) = &fallback {
                 println!("{backend}: the x_tables hook went on {on}, as it should say: {hooks}");
             }
@@ -750,7 +750,7 @@ fn a_forced_backend_attaches_or_fails_with_the_kernels_error() {
                 );
             }
             // doctor lists exactly what is attached: kernel functions only.
-            let out = std::process::Command::new(common::observer_bin())
+            let out = std::process::Command::new(test_support::observer_bin())
                 .args(["doctor", "--json"])
                 .output()
                 .expect("run observer doctor");
@@ -789,7 +789,7 @@ fn nft_changes_lost_by_netlink_are_recovered_and_attributed() {
     let ns = Netns::new("flood");
     // A receive buffer far too small for one generation of 400 rules: the kernel drops
     // notifications (ENOBUFS), and observer must still report every change, with its writer.
-    let mut obs = Observer::start(&["--netns", &ns.name, "--netlink-rcvbuf", "4KiB"]);
+    let mut obs = Observer::start(&["--netns", ns.name(), "--netlink-rcvbuf", "4KiB"]);
     let here = in_ns(&ns);
     let mut script = String::from("add table ip obsflood\nadd chain ip obsflood marker\n");
     script.push_str("add chain ip obsflood flood\n");
@@ -875,7 +875,7 @@ fn a_refused_nft_batch_is_a_failed_attempt_not_a_change() {
     // replies (tracepoint).
     assert_eq!(
         v["source"].as_str(),
-        Some(common::hooks_source().as_str()),
+        Some(test_support::hooks_source().as_str()),
         "{v}"
     );
     assert_eq!(v["process"]["comm"], "nft");
@@ -908,23 +908,23 @@ fn a_refused_nft_batch_is_a_failed_attempt_not_a_change() {
 fn nft_generations_are_joined_to_their_writer() {
     skip_unless!("ip", "nft");
     let ns = Netns::new("genjoin");
-    let forced = common::forced_hooks();
-    let mut child = std::process::Command::new(common::observer_bin())
-        .args(["tail", "--json", "--netns", &ns.name])
+    let forced = test_support::forced_hooks();
+    let mut child = std::process::Command::new(test_support::observer_bin())
+        .args(["tail", "--json", "--netns", ns.name()])
         .args(forced.iter().flat_map(|h| ["--hooks", h.as_str()]))
         .env("OBSERVER_LOG", "info")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("start observer");
-    let lines = common::json_lines(child.stdout.take().expect("stdout"));
+    let lines = test_support::json_lines(child.stdout.take().expect("stdout"));
     let mut stderr = child.stderr.take().expect("stderr");
     let err_reader = std::thread::spawn(move || {
         let mut s = String::new();
         let _ = std::io::Read::read_to_string(&mut stderr, &mut s);
         s
     });
-    let wait = std::time::Duration::from_secs(60 * common::slowdown());
+    let wait = std::time::Duration::from_secs(60 * test_support::slowdown());
     let ready = lines.recv_timeout(wait).expect("no ready line");
     assert_eq!(ready["state"], "ready", "{ready}");
     for rule in [
@@ -932,9 +932,9 @@ fn nft_generations_are_joined_to_their_writer() {
         "add chain ip obsgen c",
         "add rule ip obsgen c accept",
     ] {
-        let mut args = vec!["netns", "exec", ns.name.as_str(), "nft"];
+        let mut args = vec!["netns", "exec", ns.name(), "nft"];
         args.extend(rule.split(' '));
-        common::run("ip", &args);
+        test_support::run("ip", &args);
     }
     let mut seen = 0;
     let deadline = std::time::Instant::now() + wait;
@@ -943,12 +943,12 @@ fn nft_generations_are_joined_to_their_writer() {
         let v = lines
             .recv_timeout(left)
             .expect("the three nft changes were not reported");
-        if common::is_change(&v) && v["table"] == "obsgen" {
+        if test_support::is_change(&v) && v["table"] == "obsgen" {
             assert_eq!(v["process"]["comm"], "nft", "{v}");
             seen += 1;
         }
     }
-    common::run("kill", &["-INT", &child.id().to_string()]);
+    test_support::run("kill", &["-INT", &child.id().to_string()]);
     let _ = child.wait();
     let err = err_reader.join().unwrap_or_default();
     let counts: Vec<u64> = err
@@ -961,7 +961,7 @@ fn nft_generations_are_joined_to_their_writer() {
     let [by_id, by_thread, from_proc] = counts[..] else {
         panic!("unexpected summary: {err}");
     };
-    match common::hooks_source().as_str() {
+    match test_support::hooks_source().as_str() {
         // Under emulation (a slowdown over 1) a generation's record can reach userspace after
         // the 10 ms the reader waits for it; the thread's batch then names the writer. Natively
         // every generation is joined by its id.
@@ -969,7 +969,7 @@ fn nft_generations_are_joined_to_their_writer() {
             by_id >= 1
                 && from_proc == 0
                 && by_id + by_thread >= 3
-                && (common::slowdown() > 1 || by_thread == 0),
+                && (test_support::slowdown() > 1 || by_thread == 0),
             "generations not joined by id: {by_id} by id, {by_thread} by thread, {from_proc} \
              from /proc"
         ),

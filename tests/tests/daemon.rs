@@ -4,8 +4,6 @@
 //! `/metrics`; a restart that keeps the record and the numbering; the token; bad input.
 //! Needs root; skips otherwise.
 
-mod common;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -13,10 +11,11 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{
-    free_port, get, json_lines, metric, observer_bin, query, wait_for, Daemon, Netns, Writer,
-};
 use serde_json::Value;
+use test_support::{
+    free_port, get, json_lines, metric, observer_bin, query, skip_unless, wait_for, Daemon, Netns,
+    Writer,
+};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -132,7 +131,7 @@ fn one_change_stream_on_stdout_sse_query_and_metrics() {
     assert_eq!(get(port, "/readyz", &[]).0, 200);
 
     let ns = Netns::new("daemon");
-    let inode = ns.inode();
+    let inode = ns.ino();
     let w = Writer::new("obs-daemonw");
     let here = move |v: &Value| v["netns"].as_u64() == Some(inode);
 
@@ -319,7 +318,7 @@ fn a_restart_keeps_the_record_and_the_numbering_and_remote_tails_resume() {
     let port = free_port();
     let rec = record.to_str().unwrap();
     let ns = Netns::new("restart");
-    let inode = ns.inode();
+    let inode = ns.ino();
     let here = move |v: &Value| v["netns"].as_u64() == Some(inode);
     let w = Writer::new("obs-restartw");
 
@@ -612,7 +611,7 @@ fn bad_input_gets_clear_errors_and_keeps_data() {
     // A real record, then a copy from a future layout and a truncated copy: each refused with
     // the cause and the fix, by `run` and by `query`, and left untouched.
     let good = dir.path().join("good.db");
-    let made = Command::new(common::bench_bin())
+    let made = Command::new(test_support::bench_bin())
         .args(["record", "--rows", "5000", "--days", "1", "--out"])
         .arg(&good)
         .output()
@@ -689,7 +688,7 @@ fn a_full_disk_is_reported_and_earlier_records_stay() {
     let dir = tempfile::tempdir().unwrap();
     let mnt = dir.path().join("small");
     std::fs::create_dir(&mnt).unwrap();
-    common::run(
+    test_support::run(
         "mount",
         &[
             "-t",
@@ -710,7 +709,7 @@ fn a_full_disk_is_reported_and_earlier_records_stay() {
     let record = mnt.join("record.db");
     let port = free_port();
     let ns = Netns::new("full");
-    let inode = ns.inode();
+    let inode = ns.ino();
     let here = move |v: &Value| v["netns"].as_u64() == Some(inode);
     let w = Writer::new("obs-fullw");
 
@@ -768,7 +767,7 @@ fn incidents_reach_the_stream_the_record_and_the_metrics() {
     let port = free_port();
     let mut d = Daemon::start(port, &["--record", record.to_str().unwrap()]);
     let ns = Netns::new("incident");
-    let inode = ns.inode();
+    let inode = ns.ino();
     let owner = Writer::new("kube-proxy");
     let intruder = Writer::new("calico-node");
     let sse = SseClient::connect(port, &format!("/incidents?netns={inode}"), None);
@@ -887,7 +886,7 @@ fn a_record_deleted_under_the_daemon_is_made_again_and_the_stream_goes_on() {
     let port = free_port();
     let mut d = Daemon::start(port, &["--record", record.to_str().unwrap()]);
     let ns = Netns::new("reopen");
-    let inode = ns.inode();
+    let inode = ns.ino();
     let w = Writer::new("reopenwriter");
     ns.write(&w, &["nft", "add", "table", "inet", "before_delete"]);
     d.expect("the first change", |v| {
@@ -954,7 +953,7 @@ impl Load {
               [ $((i % 20)) = 0 ] && iptables-legacy -F K9; \
             done";
         let child = Command::new("ip")
-            .args(["netns", "exec", &ns.name, "sh", "-c", script])
+            .args(["netns", "exec", ns.name(), "sh", "-c", script])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -5,13 +5,11 @@
 //! looks them up: the fields come from the cgroup id the kernel captured. Needs root; skips
 //! otherwise, or when the cgroup2 hierarchy cannot be written.
 
-mod common;
-
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use common::{change, Netns, Observer};
 use serde_json::Value;
+use test_support::{change, skip_unless, Netns, Observer};
 
 const WAIT: u64 = 20;
 
@@ -69,9 +67,9 @@ fn write_in_cgroup(ns: &Netns, cgroup: &Path, args: &str) {
     let script = format!(
         "echo $$ > '{}/cgroup.procs' && exec ip netns exec {} iptables-legacy {args}",
         cgroup.display(),
-        ns.name
+        ns.name()
     );
-    common::run("sh", &["-c", &script]);
+    test_support::run("sh", &["-c", &script]);
 }
 
 #[test]
@@ -124,7 +122,7 @@ fn writers_are_placed_in_their_unit_container_and_pod() {
         container_logs.to_str().expect("utf-8"),
     ]);
     let ns = Netns::new("cgroup");
-    let inode = ns.inode();
+    let inode = ns.ino();
     let here = move |v: &Value| v["netns"].as_u64() == Some(inode);
 
     write_in_cgroup(&ns, &systemd_driver, "-N OBS-SYSTEMD");

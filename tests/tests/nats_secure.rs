@@ -7,15 +7,14 @@
 //! it; wrong credentials are refused with the server's reason, and a client without the
 //! certificate gets nothing. Needs root (the daemon loads its hooks) and nats-server.
 
-mod certs;
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use certs::{write_pair, Ca};
-use common::{free_port, get, json_lines, observer_bin, wait_for, Daemon, Netns, Writer};
+use test_support::{
+    free_port, get, json_lines, observer_bin, skip_unless, wait_for, write_pair, Ca, Daemon, Netns,
+    Writer,
+};
 
 /// nats-server with JetStream and TLS, from a configuration file; `auth` is its
 /// authentication: an `authorization { ... }` block, or an operator and its accounts.
@@ -154,11 +153,11 @@ fn publishes_and_follows(dir: &Path, url: &str, flags: &[String], tag: &str) {
         |v| v["kind"] == "change" && v["table"] == table.as_str(),
     );
     assert_eq!(got["node"], tag, "{got}");
-    assert_eq!(got["netns"].as_u64(), Some(ns.inode()), "{got}");
+    assert_eq!(got["netns"].as_u64(), Some(ns.ino()), "{got}");
     assert_eq!(got["process"]["actor"], format!("{tag}writer"), "{got}");
     let (_, m) = get(port, "/metrics", &[]);
     assert_eq!(
-        common::metric(&m, "observer_nats_connected", &[]),
+        test_support::metric(&m, "observer_nats_connected", &[]),
         Some(1.0),
         "{m}"
     );

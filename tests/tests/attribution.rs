@@ -2,13 +2,11 @@
 //! capture (not `/proc`), ipset writers, and writers whose change the kernel refused. Needs root;
 //! skips otherwise.
 
-mod common;
-
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
-use common::{Netns, Observer};
 use serde_json::Value;
+use test_support::{skip_unless, Netns, Observer};
 
 const WAIT: u64 = 20;
 
@@ -76,7 +74,7 @@ impl Writer {
         };
         let mut child = Command::new("sh")
             .args(["-c", &format!("{join}exec \"$@\""), "sh"])
-            .args(["ip", "netns", "exec", &ns.name])
+            .args(["ip", "netns", "exec", ns.name()])
             .arg(&self.path)
             .args(args)
             .stdin(Stdio::piped())
@@ -94,7 +92,7 @@ impl Writer {
 }
 
 fn in_ns(ns: &Netns) -> impl Fn(&Value) -> bool + '_ {
-    move |v: &Value| v["netns"].as_u64() == Some(ns.inode())
+    move |v: &Value| v["netns"].as_u64() == Some(ns.ino())
 }
 
 /// The process fields of a change made by `comm` run from `writer`, captured in the kernel.
@@ -409,7 +407,7 @@ fn the_actor_is_found_above_shells_and_wrappers_with_its_ancestry() {
 fn ipset_lines<'a>(obs: &'a Observer, ns: &Netns) -> Vec<&'a Value> {
     obs.changes()
         .into_iter()
-        .filter(|v| v["netns"].as_u64() == Some(ns.inode()) && v["backend"] == "ipset")
+        .filter(|v| v["netns"].as_u64() == Some(ns.ino()) && v["backend"] == "ipset")
         .collect()
 }
 
@@ -524,9 +522,9 @@ fn ipset_lifecycle_race_names_both_writers() {
         format!("for i in 1 2 3 4 5; do ipset destroy {set} 2>/dev/null; done; true\n"),
     );
     let run = |path: &PathBuf| {
-        common::run(
+        test_support::run(
             "ip",
-            &["netns", "exec", &ns.name, path.to_str().expect("utf-8")],
+            &["netns", "exec", ns.name(), path.to_str().expect("utf-8")],
         );
     };
     std::thread::scope(|s| {

@@ -4,13 +4,11 @@
 //! caught up from the record a page at a time); a request with a 1 MiB header; 2,000 idle
 //! connections. Needs root (the daemon loads its hooks).
 
-mod common;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{free_port, get, Daemon, Netns, Writer};
+use test_support::{free_port, get, skip_unless, Daemon, Netns, Writer};
 
 /// The daemon's resident memory, in MiB.
 fn rss_mib(d: &Daemon) -> f64 {
@@ -70,7 +68,7 @@ fn a_client_that_stops_reading_slows_nothing_and_misses_nothing() {
     std::thread::sleep(Duration::from_millis(300));
 
     let ns = Netns::new("abuse");
-    let inode = ns.inode();
+    let inode = ns.ino();
     let writer = Writer::new("abusewriter");
     let t0 = Instant::now();
     many_changes(&ns, &writer, 20_000);
@@ -173,7 +171,7 @@ fn two_thousand_idle_connections_leave_it_serving() {
         t0.elapsed()
     );
     let ns = Netns::new("idle");
-    let inode = ns.inode();
+    let inode = ns.ino();
     ns.write(
         &Writer::new("idlewriter"),
         &["nft", "add", "table", "inet", "idle"],

@@ -4,14 +4,12 @@
 //! critical incident raises `ObserverCriticalIncident`, and every rule evaluates without error.
 //! Needs root (the daemon loads its hooks) and prometheus.
 
-mod common;
-
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{free_port, get, Daemon, Netns, Writer};
 use serde_json::Value;
+use test_support::{free_port, get, skip_unless, Daemon, Netns, Writer};
 
 const TOKEN: &str = "prometheus-test-token";
 
@@ -139,7 +137,7 @@ fn prometheus_scrapes_the_daemon_and_fires_the_critical_incident_alert() {
 
     // Changes: the counter Prometheus stores equals the number of change lines observer printed.
     let ns = Netns::new("prom");
-    let inode = ns.inode();
+    let inode = ns.ino();
     let writer = Writer::new("promwriter");
     for i in 0..5 {
         ns.write(
@@ -211,7 +209,7 @@ fn prometheus_scrapes_the_daemon_and_fires_the_critical_incident_alert() {
             "KUBE-SERVICES",
         ],
     );
-    let inc = common::wait_for(&d.lines, &mut d.seen, "an unhooked incident", |v| {
+    let inc = test_support::wait_for(&d.lines, &mut d.seen, "an unhooked incident", |v| {
         v["kind"] == "incident" && v["netns"].as_u64() == Some(inode)
     });
     assert_eq!(inc["type"], "unhooked", "{inc}");

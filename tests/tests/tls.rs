@@ -4,16 +4,14 @@
 //! is served to new connections without a restart; plain HTTP beyond loopback is refused unless
 //! asked for. Certificates are made by the test (rcgen). Needs root (the daemon loads its hooks).
 
-mod certs;
-mod common;
-
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use certs::{write_pair, Ca};
-use common::{free_port, json_lines, observer_bin, Netns, Writer};
 use serde_json::Value;
+use test_support::{
+    free_port, json_lines, observer_bin, skip_unless, write_pair, Ca, Netns, Writer,
+};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -132,7 +130,7 @@ fn https_end_to_end_with_renewal_wrong_ca_and_expiry() {
 
     // A good certificate: the events arrive.
     let ns = Netns::new("tls");
-    let inode = ns.inode().to_string();
+    let inode = ns.ino().to_string();
     let (_t, rx) = tail(port, &["--ca", ca_pem.to_str().unwrap(), "--netns", &inode]);
     wait_for(&rx, "the ready line over TLS", |v| v["kind"] == "status");
     let w = Writer::new("obs-tlsw");

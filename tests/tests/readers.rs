@@ -3,8 +3,6 @@
 //! alone; the stalled reader loses only its own lines, counted and told. Needs root (the daemon
 //! loads its hooks).
 
-mod common;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, ChildStdout, Command, Stdio};
@@ -14,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use common::{free_port, get, metric, observer_bin, query, Netns, Writer};
+use test_support::{free_port, get, metric, observer_bin, query, skip_unless, Netns, Writer};
 
 /// `count` rules added to `ip readers c` in one nft transaction.
 fn one_transaction(ns: &Netns, writer: &Writer, first: usize, count: usize) {
@@ -162,7 +160,7 @@ fn a_stdout_nobody_reads_loses_only_its_own_lines() {
     let out = child.stdout.take().expect("stdout");
     wait_ready(port);
     let ns = Netns::new("stdout");
-    let inode = ns.inode();
+    let inode = ns.ino();
     let client = events(port, inode);
     std::thread::sleep(Duration::from_millis(300));
 
@@ -270,7 +268,7 @@ fn half_sent_requests_are_closed_in_time_and_capped() {
     let port = free_port();
     // A head timeout of 15 s, not the default 5: on a busy machine the 1,000 connections take
     // seconds to be accepted, and the first ones must not be closed before the last are open.
-    let mut d = common::Daemon::start(
+    let mut d = test_support::Daemon::start(
         port,
         &[
             "--no-record",
@@ -282,7 +280,7 @@ fn half_sent_requests_are_closed_in_time_and_capped() {
     );
     let pid = d.child.id();
     let ns = Netns::new("halfsent");
-    let inode = ns.inode();
+    let inode = ns.ino();
     let client = events(port, inode);
     std::thread::sleep(Duration::from_millis(300));
     let before = fds(pid);
@@ -436,7 +434,7 @@ fn a_nats_server_that_never_acknowledges_holds_only_the_publisher() {
     let dir = tempfile::tempdir().expect("tempdir");
     let record = dir.path().join("record.db");
     let port = free_port();
-    let mut d = common::Daemon::start(
+    let mut d = test_support::Daemon::start(
         port,
         &[
             "--record",
@@ -454,7 +452,7 @@ fn a_nats_server_that_never_acknowledges_holds_only_the_publisher() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let ns = Netns::new("silentnats");
-    let inode = ns.inode();
+    let inode = ns.ino();
     let client = events(port, inode);
     std::thread::sleep(Duration::from_millis(300));
     let rss_before = rss_mib(pid);

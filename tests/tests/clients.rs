@@ -4,15 +4,13 @@
 //! at the end. Each test asserts who observer names (firewalld, not `python3` or `sh`), and which
 //! incidents a reload makes against a kube-proxy's chains, or does not make. Needs root.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{KilledOnDrop, Netns, Observer, Writer};
 use serde_json::Value;
+use test_support::{skip_unless, KilledOnDrop, Netns, Observer, Writer};
 
 const WAIT: u64 = 40;
 
@@ -110,7 +108,7 @@ fn private_mounts(binds: &[(&Path, &str)], legacy: bool) -> String {
 fn in_private_mounts(ns: &Netns, setup: &str, command: &str) -> Command {
     let mut c = Command::new("unshare");
     c.args(["--mount", "--propagation", "private", "nsenter"])
-        .arg(format!("--net=/run/netns/{}", ns.name))
+        .arg(format!("--net=/run/netns/{}", ns.name()))
         .args(["sh", "-c", &format!("{setup}{command}")]);
     c
 }
@@ -238,7 +236,7 @@ fn incident(obs: &mut Observer, what: &str, secs: u64, pred: impl Fn(&Value) -> 
 }
 
 fn in_ns(ns: &Netns) -> impl Fn(&Value) -> bool + '_ {
-    move |v: &Value| v["netns"].as_u64() == Some(ns.inode())
+    move |v: &Value| v["netns"].as_u64() == Some(ns.ino())
 }
 
 /// kube-proxy's nat chains, hooked from PREROUTING, through `iptables-legacy-restore`.
@@ -981,7 +979,7 @@ fn xtables_monitor_and_observer_print_the_same_rules_and_observer_names_the_writ
         .args([
             "netns",
             "exec",
-            &ns.name,
+            ns.name(),
             "stdbuf",
             "-oL",
             "xtables-monitor",
@@ -1237,7 +1235,7 @@ fn busybox_image(d: &Dockerd) -> tempfile::TempDir {
         .expect("busybox");
     std::fs::copy(busybox, rootfs.join("bin/busybox")).expect("copy busybox");
     let tar = dir.path().join("busybox.tar");
-    common::run(
+    test_support::run(
         "tar",
         &[
             "-C",
@@ -1491,8 +1489,8 @@ fn a_firewalld_reload_incident_tells_its_story_from_the_record() {
     let host_before = host_rulesets();
     let dir = tempfile::tempdir().expect("tempdir");
     let record = dir.path().join("record.db");
-    let port = common::free_port();
-    let mut d = common::Daemon::start(port, &["--record", record.to_str().expect("utf-8")]);
+    let port = test_support::free_port();
+    let mut d = test_support::Daemon::start(port, &["--record", record.to_str().expect("utf-8")]);
     let ns = Netns::new("fwd-story");
     let here = in_ns(&ns);
     let fw = Firewalld::start(&ns, "iptables", true);
@@ -1524,13 +1522,13 @@ fn a_firewalld_reload_incident_tells_its_story_from_the_record() {
     }
     let before_reload = d.seen.iter().filter_map(|v| v["seq"].as_u64()).max();
     fw.must(&["--reload"]);
-    let mass = common::wait_for(&d.lines, &mut d.seen, "the reload's mass_flush", |v| {
+    let mass = test_support::wait_for(&d.lines, &mut d.seen, "the reload's mass_flush", |v| {
         v["kind"] == "incident" && here(v) && v["type"] == "mass_flush"
     });
     let id = mass["id"].as_str().expect("id").to_string();
     // Both repair: the mass_flush resolves.
     write_all();
-    common::wait_for(&d.lines, &mut d.seen, "the mass_flush resolved", |v| {
+    test_support::wait_for(&d.lines, &mut d.seen, "the mass_flush resolved", |v| {
         v["kind"] == "incident" && v["id"] == id.as_str() && v["state"] == "resolved"
     });
 
@@ -1551,7 +1549,7 @@ fn a_firewalld_reload_incident_tells_its_story_from_the_record() {
     assert!(!events.is_empty(), "{lines:#?}");
     assert!(events.first().copied() > before_reload, "{lines:#?}");
 
-    let stories = common::query(&record, &["--incident", &id]);
+    let stories = test_support::query(&record, &["--incident", &id]);
     assert_eq!(stories.len(), 1, "{stories:#?}");
     let story = &stories[0];
     assert_eq!(story["kind"], "incident_story", "{story}");
@@ -1650,7 +1648,7 @@ fn a_firewalld_reload_incident_tells_its_story_from_the_record() {
     }
 
     // The same story for people, and over HTTP.
-    let text = Command::new(common::observer_bin())
+    let text = Command::new(test_support::observer_bin())
         .args(["query", "--record"])
         .arg(&record)
         .args(["--incident", &id])
@@ -1670,15 +1668,15 @@ fn a_firewalld_reload_incident_tells_its_story_from_the_record() {
     ] {
         assert!(text.contains(want), "`{want}` missing from:\n{text}");
     }
-    let (status, body) = common::get(port, &format!("/incidents/{id}"), &[]);
+    let (status, body) = test_support::get(port, &format!("/incidents/{id}"), &[]);
     assert_eq!(status, 200, "{body}");
     let over_http: Value = serde_json::from_str(&body).expect("JSON");
     assert_eq!(over_http["changes"], story["changes"]);
     assert_eq!(over_http["repairs"], story["repairs"]);
-    let (status, body) = common::get(port, "/incidents/foreign_delete-1-1", &[]);
+    let (status, body) = test_support::get(port, "/incidents/foreign_delete-1-1", &[]);
     assert_eq!(status, 404, "{body}");
     assert!(body.contains("no incident"), "{body}");
-    let unknown = Command::new(common::observer_bin())
+    let unknown = Command::new(test_support::observer_bin())
         .args(["query", "--record"])
         .arg(&record)
         .args(["--incident", "foreign_delete-1-1"])

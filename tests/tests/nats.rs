@@ -10,16 +10,16 @@
 //! publish and one acknowledgement: the stream still holds every change once, in order. Needs
 //! root (the daemons load their hooks) and nats-server.
 
-mod common;
-
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{free_port, get, json_lines, observer_bin, wait_for, Daemon, Netns, Writer};
 use serde_json::Value;
+use test_support::{
+    free_port, get, json_lines, observer_bin, skip_unless, wait_for, Daemon, Netns, Writer,
+};
 
 struct NatsServer {
     child: Option<Child>,
@@ -148,7 +148,7 @@ fn printed_changes(d: &mut Daemon, last_table: &str) -> Vec<Value> {
 type Message = (HashMap<String, String>, Value);
 
 /// Every message in the stream: (subject, headers, payload), read with a JetStream client.
-fn read_stream(url: &str) -> Vec<common::StreamMessage> {
+fn read_stream(url: &str) -> Vec<test_support::StreamMessage> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -156,7 +156,7 @@ fn read_stream(url: &str) -> Vec<common::StreamMessage> {
     rt.block_on(async {
         let client = async_nats::connect(url).await.expect("connect to nats");
         let js = async_nats::jetstream::new(client);
-        common::stream_messages(&js, "OBSERVER").await
+        test_support::stream_messages(&js, "OBSERVER").await
     })
 }
 
@@ -225,8 +225,9 @@ fn two_nodes_publish_every_change_once_in_order_across_a_server_crash() {
     // recorded seconds ago.
     for (node, &port) in nodes.iter().zip(&ports) {
         let (_, m) = get(port, "/metrics", &[]);
-        let rows = common::metric(&m, "observer_nats_backlog_rows", &[]).unwrap_or(0.0);
-        let age = common::metric(&m, "observer_nats_backlog_oldest_seconds", &[]).unwrap_or(0.0);
+        let rows = test_support::metric(&m, "observer_nats_backlog_rows", &[]).unwrap_or(0.0);
+        let age =
+            test_support::metric(&m, "observer_nats_backlog_oldest_seconds", &[]).unwrap_or(0.0);
         assert!(
             rows >= 30.0 && age >= 4.0,
             "{node}'s backlog during the outage: {rows} rows, the oldest {age} s old:\n{m}"
@@ -379,8 +380,9 @@ fn two_nodes_publish_every_change_once_in_order_across_a_server_crash() {
     let deadline = Instant::now() + Duration::from_secs(10);
     let (published, m) = loop {
         let (_, m) = get(port, "/metrics", &[]);
-        let published = common::metric(&m, "observer_nats_published_total", &[("kind", "change")])
-            .unwrap_or(0.0) as usize;
+        let published =
+            test_support::metric(&m, "observer_nats_published_total", &[("kind", "change")])
+                .unwrap_or(0.0) as usize;
         if published >= new_rows || Instant::now() > deadline {
             break (published, m);
         }
@@ -402,8 +404,8 @@ fn two_nodes_publish_every_change_once_in_order_across_a_server_crash() {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         let (_, m) = get(port, "/metrics", &[]);
-        let rows = common::metric(&m, "observer_nats_backlog_rows", &[]);
-        let age = common::metric(&m, "observer_nats_backlog_oldest_seconds", &[]);
+        let rows = test_support::metric(&m, "observer_nats_backlog_rows", &[]);
+        let age = test_support::metric(&m, "observer_nats_backlog_oldest_seconds", &[]);
         if rows == Some(0.0) && age == Some(0.0) {
             break;
         }
@@ -664,10 +666,10 @@ fn printed_seqs(d: &mut Daemon, last_table: &str) -> Vec<u64> {
 
 /// The change messages of `node` in the stream, in stream order, once it holds every row of
 /// `want` and its rows only go up (a repair is done), or after 60 s.
-fn node_changes(url: &str, node: &str, want: &[u64]) -> Vec<common::StreamMessage> {
+fn node_changes(url: &str, node: &str, want: &[u64]) -> Vec<test_support::StreamMessage> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let mine: Vec<common::StreamMessage> = read_stream(url)
+        let mine: Vec<test_support::StreamMessage> = read_stream(url)
             .into_iter()
             .filter(|(s, h, _)| {
                 s.ends_with(".change") && h.get("Observer-Node").is_some_and(|n| n == node)
@@ -687,7 +689,7 @@ fn node_changes(url: &str, node: &str, want: &[u64]) -> Vec<common::StreamMessag
 }
 
 /// `mine` holds the rows of `want` once each, in order, and nothing in it repeats or goes back.
-fn assert_once_in_order(want: &[u64], mine: &[common::StreamMessage]) {
+fn assert_once_in_order(want: &[u64], mine: &[test_support::StreamMessage]) {
     let seqs: Vec<u64> = mine
         .iter()
         .filter_map(|(_, _, v)| v["seq"].as_u64())

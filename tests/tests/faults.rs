@@ -15,12 +15,10 @@
 //! dumped again, the difference reported as `recovered`, and observer's view equal to
 //! `nft list chain`. Needs root.
 
-mod common;
-
 use std::process::Command;
 
-use common::{is_change, Netns, Observer, Writer};
 use serde_json::Value;
+use test_support::{is_change, skip_unless, Netns, Observer, Writer};
 
 /// One test at a time: each observer watches every namespace, and the descriptors one holds
 /// depend on the namespaces the other test creates.
@@ -51,7 +49,7 @@ fn a_ring_buffer_overrun_is_reported_and_the_tables_re_read() {
     // Both namespaces known to observer before it stalls.
     for ns in [&busy, &quiet] {
         ns.write(&writer, &["iptables-legacy", "-t", "nat", "-N", "OBS-RB"]);
-        let inode = ns.inode();
+        let inode = ns.ino();
         obs.expect("the chain", 20, |v| {
             v["netns"].as_u64() == Some(inode) && v["chain"] == "OBS-RB"
         });
@@ -113,7 +111,7 @@ fn a_ring_buffer_overrun_is_reported_and_the_tables_re_read() {
         "{gap}"
     );
     // The quiet namespace's rules, every one, recovered from the re-read.
-    let inode = quiet.inode();
+    let inode = quiet.ino();
     let last = obs.expect("the quiet namespace's last rule", 20, |v| {
         v["netns"].as_u64() == Some(inode)
             && v["op"] == "rule_add"
@@ -125,7 +123,7 @@ fn a_ring_buffer_overrun_is_reported_and_the_tables_re_read() {
     assert_eq!(last["process"]["actor"], "unknown", "{last}");
     // The busy namespace's re-read may still be printing its 10,000 rules (on a loaded machine
     // for seconds): wait for them, then a little more, so that a rule reported twice is seen.
-    let busy_inode = busy.inode();
+    let busy_inode = busy.ino();
     obs.wait_count("the busy namespace's FORWARD rules", 60, 10_000, |v| {
         is_change(v)
             && v["netns"].as_u64() == Some(busy_inode)
@@ -200,7 +198,7 @@ fn a_netlink_overrun_is_reported_and_the_namespace_re_read() {
     let ns = Netns::new("nl-burst");
     let writer = Writer::new("nlwriter");
     ns.write(&writer, &["nft", "add", "table", "ip", "burst"]);
-    let inode = ns.inode();
+    let inode = ns.ino();
     obs.expect("the table", 20, |v| {
         v["netns"].as_u64() == Some(inode) && v["op"] == "table_create"
     });
@@ -362,7 +360,7 @@ fn namespace_churn_leaks_nothing_and_misattributes_nothing() {
         }
         // Each namespace gets objects named after it, written, and is deleted at once.
         let ns = Netns::new(&format!("churn{i}"));
-        inodes.push(ns.inode());
+        inodes.push(ns.ino());
         ns.write(
             &writer,
             &["nft", "add", "table", "inet", &format!("churn{i}")],

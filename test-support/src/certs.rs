@@ -1,8 +1,6 @@
 //! Certificates made by the tests (rcgen): a CA that signs server and client certificates for
 //! 127.0.0.1, written as PEM files.
 
-#![allow(dead_code)]
-
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 

@@ -4,9 +4,7 @@
 //! and `observer tail` inside it must report a change made in a namespace this test creates,
 //! naming the writer. Needs root and podman; the image must be the one of this build (its label
 //! holds the binary's SHA-256), which `cargo xtask test` makes before running the tests
-//! (`cargo xtask test -- -p observer --test image` for this test alone).
-
-mod common;
+//! (`cargo xtask test -- -p observer-tests --test image` for this test alone).
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -14,8 +12,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::{observer_bin, Netns, Writer};
 use serde_json::Value;
+use test_support::{observer_bin, skip_unless, Netns, Writer};
 
 const IMAGE: &str = "localhost/observer:latest";
 const BINARY_LABEL: &str = "io.observer.binary-sha256";
@@ -145,8 +143,8 @@ fn image_is_this_build() -> Result<(), String> {
         .map_err(|e| format!("podman: {e}"))?;
     if !out.status.success() {
         return Err(format!(
-            "there is no image {IMAGE} (`cargo xtask test -- -p observer --test image` builds \
-             it, then runs this test): {}",
+            "there is no image {IMAGE} (`cargo xtask test -- -p observer-tests --test image` \
+             builds it, then runs this test): {}",
             String::from_utf8_lossy(&out.stderr).trim()
         ));
     }
@@ -160,8 +158,8 @@ fn image_is_this_build() -> Result<(), String> {
     if label != sum {
         return Err(format!(
             "{IMAGE} was built from another binary (label {label:?}, this test's {sum}); \
-             `cargo xtask test -- -p observer --test image` builds the image of the binary the \
-             tests run, then runs this test"
+             `cargo xtask test -- -p observer-tests --test image` builds the image of the binary \
+             the tests run, then runs this test"
         ));
     }
     Ok(())
@@ -271,7 +269,7 @@ fn the_image_runs_doctor_and_reports_a_change_made_in_a_namespace() {
     ns.write(&writer, &["nft", "add", "table", "inet", "from_outside"]);
     let change = wait_for_table("from_outside");
     assert_eq!(change["op"], "table_create", "{change}");
-    assert_eq!(change["netns"].as_u64(), Some(ns.inode()), "{change}");
+    assert_eq!(change["netns"].as_u64(), Some(ns.ino()), "{change}");
     assert_eq!(change["process"]["comm"], "nft", "{change}");
     assert_eq!(change["process"]["parent_comm"], "imgwriter", "{change}");
 }

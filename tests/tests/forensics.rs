@@ -6,15 +6,13 @@
 //! handles aside); the diff between two moments must equal the difference of the saved ones.
 //! Needs root; skips otherwise.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{free_port, get, observer_bin, query, Daemon, Netns, Writer};
 use serde_json::Value;
+use test_support::{free_port, get, observer_bin, query, skip_unless, Daemon, Netns, Writer};
 
 /// One daemon at a time: each watches every namespace and could take the other's port.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -105,11 +103,11 @@ fn save(label: &str, spaces: &[&Netns]) -> Moment {
     };
     for ns in spaces {
         m.legacy.insert(
-            ns.name.clone(),
+            ns.name().to_string(),
             norm_legacy(&ns.read(&["iptables-legacy-save"])),
         );
         m.nft.insert(
-            ns.name.clone(),
+            ns.name().to_string(),
             norm_nft(&ns.read(&["nft", "list", "ruleset"])),
         );
     }
@@ -118,7 +116,7 @@ fn save(label: &str, spaces: &[&Netns]) -> Moment {
 
 /// The record's ruleset at a moment, per namespace, in the same normal form.
 fn rebuilt(record: &Path, m: &Moment, ns: &Netns) -> (Vec<String>, Vec<String>) {
-    let lines = query(record, &["--at", &m.time, "--netns", &ns.name]);
+    let lines = query(record, &["--at", &m.time, "--netns", ns.name()]);
     let text = |backend: &str| -> String {
         lines
             .iter()
@@ -134,14 +132,20 @@ fn check(record: &Path, moments: &[Moment], spaces: &[&Netns]) {
         for ns in spaces {
             let (legacy, nft) = rebuilt(record, m, ns);
             assert_eq!(
-                legacy, m.legacy[&ns.name],
+                legacy,
+                m.legacy[ns.name()],
                 "legacy tables of {} at moment `{}` ({})",
-                ns.name, m.label, m.time
+                ns.name(),
+                m.label,
+                m.time
             );
             assert_eq!(
-                nft, m.nft[&ns.name],
+                nft,
+                m.nft[ns.name()],
                 "nft tables of {} at moment `{}` ({})",
-                ns.name, m.label, m.time
+                ns.name(),
+                m.label,
+                m.time
             );
         }
     }
@@ -372,7 +376,7 @@ fn the_ruleset_at_each_moment_and_the_diff_between_two_are_rebuilt_from_the_reco
         let range = format!("{}..{}", from.time, to.time);
         let got = query(
             &record,
-            &["--diff", &range, "--netns", &a.name, "--backend", "legacy"],
+            &["--diff", &range, "--netns", a.name(), "--backend", "legacy"],
         );
         let mut rebuilt: BTreeMap<(String, String), (Vec<String>, Vec<String>)> = BTreeMap::new();
         for v in &got {
@@ -399,7 +403,7 @@ fn the_ruleset_at_each_moment_and_the_diff_between_two_are_rebuilt_from_the_reco
         }
         assert_eq!(
             rebuilt,
-            saved_diff(&from.legacy[&a.name], &to.legacy[&a.name]),
+            saved_diff(&from.legacy[a.name()], &to.legacy[a.name()]),
             "diff `{}`..`{}`",
             from.label,
             to.label
@@ -458,7 +462,7 @@ fn the_http_endpoints_rebuild_and_diff_with_the_token() {
     });
     std::thread::sleep(Duration::from_millis(500));
     let auth = [("Authorization", "Bearer s3cret")];
-    let inode = ns.inode().to_string();
+    let inode = ns.ino().to_string();
 
     let (code, _) = get(port, "/ruleset?at=now", &[]);
     assert_eq!(code, 401, "no token, no ruleset");

@@ -4,12 +4,10 @@
 //! nft in namespaces these tests create, and `observer tail --json` must turn the change stream
 //! into exactly the expected incident lines and nothing else. Needs root; skips otherwise.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 
-use common::{Cgroup, Netns, Observer, Writer};
 use serde_json::Value;
+use test_support::{skip_unless, Cgroup, Netns, Observer, Writer};
 
 /// Seconds to wait for one change line.
 const WAIT: u64 = 20;
@@ -27,7 +25,7 @@ const WINDOWS: [&str; 6] = [
 ];
 
 fn start(ns: &Netns, windows: &[&str]) -> Observer {
-    let mut args = vec!["--netns", ns.name.as_str()];
+    let mut args = vec!["--netns", ns.name()];
     args.extend_from_slice(windows);
     Observer::start(&args)
 }
@@ -59,7 +57,7 @@ fn step_by(
 ) -> Vec<Value> {
     let mark = obs.mark();
     run();
-    let inode = ns.inode();
+    let inode = ns.ino();
     let mut got = Vec::new();
     for &(op, table, chain) in wants {
         let what = format!("{op} {table} {} by {writer}", chain.unwrap_or("*"));
@@ -90,7 +88,7 @@ fn has(v: &Value, s: &str) -> bool {
 
 /// The incident lines of one namespace, in order.
 fn incidents_in<'a>(obs: &'a Observer, ns: &Netns) -> Vec<&'a Value> {
-    let inode = ns.inode();
+    let inode = ns.ino();
     obs.incidents()
         .into_iter()
         .filter(|v| v["netns"].as_u64() == Some(inode))
@@ -240,7 +238,7 @@ fn calico_and_kube_proxy_flap() {
         .map(|c| ("chain_delete", "nat", Some(c)))
         .collect();
 
-    let here = ns.inode();
+    let here = ns.ino();
     step(&mut obs, &ns, "kube-proxy", &created, || {
         ns.write_stdin(&kube_proxy, &restore, &kube_proxy_nat())
     });
@@ -399,7 +397,7 @@ fn firewall_restart(tag: &str, ipt: &str) {
         ),
     );
     let mut obs = start(&ns, &WINDOWS);
-    let here = ns.inode();
+    let here = ns.ino();
 
     let restore = format!("{ipt}-restore");
     step(
@@ -604,7 +602,7 @@ fn rule_drift(tag: &str, ipt: &str, backend: &str, mark_text: &str) {
         ),
     );
     let mut obs = start(&ns, &WINDOWS);
-    let here = ns.inode();
+    let here = ns.ino();
 
     step(
         &mut obs,
@@ -767,7 +765,7 @@ fn azure_npm_split_brain_at_start() {
     );
     ns.write_stdin(&npm, &["iptables-nft-restore", "--noflush"], NPM_NFT);
     let mut obs = start(&ns, &WINDOWS);
-    let here = ns.inode();
+    let here = ns.ino();
     let v = obs.expect_incident("split_brain", INCIDENT_WAIT, |v| {
         v["netns"].as_u64() == Some(here)
     });
@@ -786,7 +784,7 @@ fn azure_npm_split_brain_on_change() {
     let npm = Writer::new("azure-npm");
     ns.write_stdin(&npm, &["iptables-nft-restore", "--noflush"], NPM_NFT);
     let mut obs = start(&ns, &WINDOWS);
-    let here = ns.inode();
+    let here = ns.ino();
     obs.drain(1000);
     assert!(
         incidents_in(&obs, &ns).is_empty(),
