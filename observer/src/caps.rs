@@ -4,7 +4,7 @@
 //! observer runs as uid 0. Root with every capability is enough; so is a container that drops
 //! every capability but the ones marked [`Need::Needed`] and [`Need::Optional`] here, which is
 //! what `deploy/observer.yaml` grants (a test below holds the manifest to this table, and
-//! `tests/image.rs` runs the image under the manifest's capabilities). `observer doctor` prints
+//! `tests/tests/image.rs` runs the image under the manifest's capabilities). `observer doctor` prints
 //! the table against the capabilities the process holds.
 //!
 //! CAP_BPF and CAP_PERFMON (Linux 5.8+) split the eBPF part of CAP_SYS_ADMIN off, but observer

@@ -40,7 +40,7 @@ fn a_client_that_stops_reading_slows_nothing_and_misses_nothing() {
     let port = free_port();
     // Stdout is this test's reference for what the client must get: it gets a queue that holds
     // the whole burst, so that this test's own reader falling behind cannot drop lines from it
-    // (a stalled stdout is `tests/readers.rs`'s subject).
+    // (a stalled stdout is `tests/tests/readers.rs`'s subject).
     let mut d = Daemon::start(
         port,
         &[

@@ -511,7 +511,7 @@ fn the_token_guards_every_endpoint_but_healthz() {
     let _serial = serial();
     skip_unless!("ip");
     let port = free_port();
-    // Beyond loopback, plain HTTP must be asked for (tests/tls.rs); then a token is required.
+    // Beyond loopback, plain HTTP must be asked for (tests/tests/tls.rs); then a token is required.
     let err = refused(&[
         "--listen",
         &format!("0.0.0.0:{port}"),

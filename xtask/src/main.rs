@@ -67,8 +67,8 @@ enum Verb {
 
     /// Run setup, build observer, then `cargo test --workspace --release [ARGS]` (not observer-ebpf)
     #[command(
-        long_about = "Run setup, `cargo build --release -p observer` (the integration tests \
-        run that binary), then `cargo test --workspace --exclude observer-ebpf --release [ARGS]`, \
+        long_about = "Run setup, `cargo build --release --workspace --exclude observer-ebpf --bins \
+        --examples` (the integration tests of `tests/` run that binary and its bench example), then `cargo test --workspace --exclude observer-ebpf --release [ARGS]`, \
         exiting with its status. observer-ebpf is left out: it is a no_main BPF program that \
         cannot link as a host test binary (observer's build already compiles it).\n\n\
         Integration tests need root (they create network namespaces and load eBPF programs); \
@@ -250,7 +250,7 @@ enum Verb {
         `localhost/observer:latest` from deploy/Containerfile with podman: the build context \
         (target/image) holds a root filesystem with the stripped binary and the shared \
         libraries ldd names for it, and the Containerfile starts FROM scratch, so no base image \
-        is pulled from a registry. The image is labelled with the binary's SHA-256 (tests/image.rs \
+        is pulled from a registry. The image is labelled with the binary's SHA-256 (tests/tests/image.rs \
         checks it runs this build). Prints the image's and the binary's sizes and writes them \
         into BENCHMARKS.md between its image markers. Needs root. `cargo xtask test` makes the \
         image of the release binary it tests."
