@@ -68,9 +68,10 @@ enum Verb {
     /// Run setup, build observer, then `cargo test --workspace --release [ARGS]` (not observer-ebpf)
     #[command(
         long_about = "Run setup, `cargo build --release --workspace --exclude observer-ebpf --bins \
-        --examples` (the integration tests of `tests/` run that binary and its bench example), then `cargo test --workspace --exclude observer-ebpf --release [ARGS]`, \
-        exiting with its status. observer-ebpf is left out: it is a no_main BPF program that \
-        cannot link as a host test binary (observer's build already compiles it).\n\n\
+        --examples` (the integration tests of `tests/` run that binary and its bench example), \
+        then `cargo test --workspace --exclude observer-ebpf --release [ARGS]`, exiting with its \
+        status. observer-ebpf is left out: it is a no_main BPF program that cannot link as a \
+        host test binary (observer's build already compiles it).\n\n\
         Integration tests need root (they create network namespaces and load eBPF programs); \
         without root they skip with a message. ARGS go to cargo test unchanged, e.g. \
         `cargo xtask test -- -p observer nft -- --nocapture`.\n\n\
