@@ -12,9 +12,9 @@ pub mod blob;
 pub mod btf;
 pub mod decode;
 mod error;
-pub mod nlattr;
 pub mod refused;
 pub mod tracefs;
+pub mod writers;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -116,7 +116,7 @@ pub struct KernelHooks {
     drops: PerCpuArray<MapData, u64>,
     pub report: HookReport,
     /// nfnetlink writers captured in the kernel, for attributing nftables generations.
-    pub writers: Arc<nlattr::WriterCache>,
+    pub writers: Arc<writers::WriterCache>,
 }
 
 impl KernelHooks {
@@ -245,7 +245,7 @@ impl KernelHooks {
         let await_ack = ebpf
             .take_map("AWAIT_ACK")
             .and_then(|m| BpfHashMap::try_from(m).ok());
-        let writers = Arc::new(nlattr::WriterCache::default());
+        let writers = Arc::new(writers::WriterCache::default());
         writers.set_gens_hooked(report.placement.nft_gens.is_some());
         Ok(KernelHooks {
             _ebpf: ebpf,
@@ -397,7 +397,7 @@ async fn read_ring(
     mut fd: AsyncFd<RingBuf<MapData>>,
     tx: mpsc::Sender<KernelEvent>,
     stats: Arc<ReaderStats>,
-    writers: Arc<nlattr::WriterCache>,
+    writers: Arc<writers::WriterCache>,
 ) {
     writers.set_reader_live(true);
     let mut blobs = blob::Blobs::default();
@@ -466,7 +466,7 @@ async fn drain(
     ring: &mut RingBuf<MapData>,
     tx: &mpsc::Sender<KernelEvent>,
     stats: &ReaderStats,
-    writers: &nlattr::WriterCache,
+    writers: &writers::WriterCache,
     blobs: &mut blob::Blobs,
 ) -> Option<usize> {
     let mut read = 0;
