@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use crate::attribution::{self, KernelProcess};
 use crate::hooks::decode::KernelEvent;
-use crate::hooks::writers;
+use crate::hooks::nlattr;
 use crate::netns;
 use crate::output::Source;
 use crate::ruleset::Backend;
@@ -172,7 +172,7 @@ impl Engine {
     }
 
     /// An ipset command, applied: list the namespace's sets once and report what changed.
-    pub(super) async fn on_ipset(&mut self, s: writers::NfnlSendEvent) {
+    pub(super) async fn on_ipset(&mut self, s: nlattr::NfnlSendEvent) {
         let Some(cmd) = crate::ipset::Command::parse(&s.head) else {
             return;
         };

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::attribution::ProcessInfo;
 use crate::forensics::model::Tables;
-use crate::hooks::writers::{self, WriterCache};
+use crate::hooks::writers::{attribute_recovered, WriterCache};
 use crate::netns::{self, NetnsHandle};
 use crate::nftables::generation::GenerationBuilder;
 use crate::output::record::Gap;
@@ -146,7 +146,7 @@ impl Engine {
             }
             None => Vec::new(),
         };
-        let parts = writers::attribute_recovered(changes, &writers);
+        let parts = attribute_recovered(changes, &writers);
         let several = parts.len() > 1;
         for (i, (process, changes)) in parts.into_iter().enumerate() {
             let process = process

@@ -12,7 +12,7 @@ use tokio::task::JoinHandle;
 
 use crate::attribution::ProcessInfo;
 use crate::forensics::model::Tables;
-use crate::hooks::writers::{self, WriterCache};
+use crate::hooks::writers::{attribute_recovered, nft_writer, WriterCache};
 use crate::netns;
 use crate::nftables::{self, generation::GenerationBuilder, state::NftState};
 use crate::ruleset::{self, Change};
@@ -105,8 +105,7 @@ pub(super) async fn read_notifications(
                     let txns = builder.feed(&buf[..n]).transactions;
                     let count = txns.len();
                     for (i, mut t) in txns.into_iter().enumerate() {
-                        let process =
-                            writers::nft_writer(writers, inode, t.gen_id, t.pid, &t.comm).await;
+                        let process = nft_writer(writers, inode, t.gen_id, t.pid, &t.comm).await;
                         // The writer's request tells a flush from the delete of an only rule.
                         // The same for a set's elements.
                         if let Some(w) = writers {
@@ -165,7 +164,7 @@ pub(super) async fn read_notifications(
                         continue;
                     }
                     let lost = writers.map(|w| w.take_unmatched(inode)).unwrap_or_default();
-                    let parts = writers::attribute_recovered(t.changes, &lost);
+                    let parts = attribute_recovered(t.changes, &lost);
                     let count = parts.len();
                     if let Some(f) = &snap {
                         f.store(true, Ordering::Relaxed);

@@ -88,7 +88,7 @@ pub enum KernelEvent {
         path: String,
     },
     /// An nftables batch or ipset command on a `NETLINK_NETFILTER` socket.
-    NfnlSend(super::writers::NfnlSendEvent),
+    NfnlSend(super::nlattr::NfnlSendEvent),
     /// Replies (errors, acknowledgements) read by a writer after such a request.
     NfnlAck(super::refused::NfnlAckEvent),
     /// A request the kernel refused, seen where it sent the error.
@@ -233,7 +233,7 @@ impl KernelEvent {
             }
             EventKind::NfnlSend => {
                 let n: NfnlSend = read(bytes, body)?;
-                KernelEvent::NfnlSend(super::writers::NfnlSendEvent::from_raw(
+                KernelEvent::NfnlSend(super::nlattr::NfnlSendEvent::from_raw(
                     &n,
                     process(&n.process),
                     header.ktime_ns,

@@ -5,6 +5,11 @@
 //! tracepoint backend works on every kernel with BPF and tracepoints (5.8+ for the ring buffer).
 //! Without BPF at all observer runs netlink-only: nftables changes are still seen, iptables-legacy
 //! changes are not, and the ready line says so.
+//!
+//! The ring buffer is read by a task of the runtime ([`KernelHooks::spawn_reader`]), woken by
+//! the kernel through the ring's descriptor: it feeds nftables writers straight to the
+//! [`writers::WriterCache`] the netlink readers consult, puts the pieces of legacy writers'
+//! tables together, and hands every other record to the engine's queue.
 
 mod attach;
 pub mod backend;
@@ -12,6 +17,7 @@ pub mod blob;
 pub mod btf;
 pub mod decode;
 mod error;
+pub mod nlattr;
 pub mod refused;
 pub mod tracefs;
 pub mod writers;
@@ -26,6 +32,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
 
 use self::decode::KernelEvent;
+use self::writers::WriterCache;
 
 /// The eBPF object built by build.rs (empty when built with AYA_BUILD_SKIP=1).
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/observer"));
@@ -116,7 +123,7 @@ pub struct KernelHooks {
     drops: PerCpuArray<MapData, u64>,
     pub report: HookReport,
     /// nfnetlink writers captured in the kernel, for attributing nftables generations.
-    pub writers: Arc<writers::WriterCache>,
+    pub writers: Arc<WriterCache>,
 }
 
 impl KernelHooks {
@@ -245,7 +252,7 @@ impl KernelHooks {
         let await_ack = ebpf
             .take_map("AWAIT_ACK")
             .and_then(|m| BpfHashMap::try_from(m).ok());
-        let writers = Arc::new(writers::WriterCache::default());
+        let writers = Arc::new(WriterCache::default());
         writers.set_gens_hooked(report.placement.nft_gens.is_some());
         Ok(KernelHooks {
             _ebpf: ebpf,
@@ -397,7 +404,7 @@ async fn read_ring(
     mut fd: AsyncFd<RingBuf<MapData>>,
     tx: mpsc::Sender<KernelEvent>,
     stats: Arc<ReaderStats>,
-    writers: Arc<writers::WriterCache>,
+    writers: Arc<WriterCache>,
 ) {
     writers.set_reader_live(true);
     let mut blobs = blob::Blobs::default();
@@ -466,7 +473,7 @@ async fn drain(
     ring: &mut RingBuf<MapData>,
     tx: &mpsc::Sender<KernelEvent>,
     stats: &ReaderStats,
-    writers: &writers::WriterCache,
+    writers: &WriterCache,
     blobs: &mut blob::Blobs,
 ) -> Option<usize> {
     let mut read = 0;
