@@ -133,5 +133,7 @@ impl Core {
     }
 }
 
+pub mod losses;
+
 #[cfg(test)]
 mod tests;

@@ -14,6 +14,7 @@ use crate::timestamp::{boot_now_ns, Timestamp};
 use crate::xtables::{self, XtError, XtProto};
 
 use super::baseline::read_legacy_tables;
+use super::core::losses;
 use super::{ChangeCtx, Engine};
 
 pub(super) fn xt_proto(kind: XtKind) -> Option<XtProto> {
@@ -114,15 +115,10 @@ impl Engine {
             let tables = tables.into_iter().map(|(k, t)| (k, Arc::new(t))).collect();
             let old = std::mem::replace(&mut w.legacy, tables);
             w.read_at = w.legacy.keys().map(|k| (k.clone(), began)).collect();
-            let mut changes = Vec::new();
-            for (key, new) in &w.legacy {
-                changes.extend(xtables::diff(old.get(key).map(|t| &**t), Some(new)));
-            }
-            for (key, gone) in &old {
-                if !w.legacy.contains_key(key) {
-                    changes.extend(xtables::diff(Some(gone), None));
-                }
-            }
+            let changes: Vec<Change> = losses::reread_pairs(&old, &w.legacy)
+                .into_iter()
+                .flat_map(|(old, new)| xtables::diff(old.map(|t| &**t), new.map(|t| &**t)))
+                .collect();
             if changes.is_empty() {
                 continue;
             }

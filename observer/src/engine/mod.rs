@@ -115,8 +115,8 @@ struct Engine {
     hooks: Option<KernelHooks>,
     ns_tx: mpsc::Sender<NsMsg>,
     reader_stats: Arc<ReaderStats>,
-    /// Losses already reported: (ring buffer full, pending map full, malformed records).
-    losses: (crate::hooks::KernelErrors, u64),
+    /// Losses already reported.
+    losses: self::core::losses::Losses,
     /// The last ipset listing of each namespace (see `ipset`).
     ipsets: HashMap<u32, crate::ipset::Sets>,
     /// Receive buffer of the notification sockets (`--netlink-rcvbuf`).
@@ -282,7 +282,7 @@ async fn run_here(config: &EngineConfig, output: Box<dyn Output>) -> Result<(), 
         hooks,
         ns_tx,
         reader_stats: Arc::new(ReaderStats::default()),
-        losses: (crate::hooks::KernelErrors::default(), 0),
+        losses: Default::default(),
         ipsets: HashMap::new(),
         netlink_rcvbuf: config.netlink_rcvbuf,
         recovered_txns: 0,

@@ -15,6 +15,7 @@ use crate::ruleset::Backend;
 use crate::timestamp::{boot_now_ns, Timestamp};
 
 use super::baseline::{inventory, read_baseline};
+use super::core::losses;
 use super::nft::{established, spawn_nft_reader};
 use super::{ChangeCtx, Engine, NsMsg, Watched};
 
@@ -248,12 +249,11 @@ impl Engine {
                 snapshot,
             } => {
                 let name = self.watched.get(&inode).and_then(|w| w.handle.name.clone());
-                let txn = if recovered {
+                let recovered_n = recovered.then(|| {
                     self.recovered_txns += 1;
-                    format!("nft-{inode}-{gen}-recovered-{}", self.recovered_txns)
-                } else {
-                    format!("nft-{inode}-{gen}")
-                };
+                    self.recovered_txns
+                });
+                let txn = losses::nft_txn(inode, gen, recovered_n);
                 self.emit_txn(
                     ChangeCtx {
                         inode,

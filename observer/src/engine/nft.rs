@@ -18,6 +18,7 @@ use crate::nftables::{self, generation::GenerationBuilder, state::NftState};
 use crate::ruleset::{self, Change};
 use crate::timestamp::Timestamp;
 
+use super::core::losses;
 use super::NsMsg;
 
 /// What a namespace's ruleset holds, as the changes that made it (for a namespace found after its
@@ -137,12 +138,7 @@ pub(super) async fn read_notifications(
                 Err(e) if e.needs_resync() => {
                     let gap = NsMsg::Trouble {
                         inode,
-                        message: format!(
-                            "{e} at {}; re-reading the namespace: what changed meanwhile follows \
-                             as changes marked `recovered` (each generation's own grouping and \
-                             intermediate states are lost)",
-                            Timestamp::now()
-                        ),
+                        message: losses::notifications_lost(&e, Timestamp::now()),
                     };
                     if tx.send(gap).await.is_err() {
                         return "the engine stopped".into();
