@@ -133,6 +133,7 @@ impl Core {
     }
 }
 
+pub mod lifecycle;
 pub mod losses;
 
 #[cfg(test)]

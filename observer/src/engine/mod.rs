@@ -47,9 +47,10 @@ mod legacy;
 mod namespaces;
 mod nft;
 
+use self::core::lifecycle::Sweep;
 use self::core::{ChangeCtx, Core};
 pub(crate) use baseline::{inventory, read_baseline};
-use nft::{sleep_until_some, SWEEP_EVERY};
+use nft::sleep_until_some;
 
 /// A transaction from a namespace's netlink reader.
 enum NsMsg {
@@ -354,10 +355,8 @@ async fn run_here(config: &EngineConfig, output: Box<dyn Output>) -> Result<(), 
     engine.emit_incidents(found);
 
     // Kernel map entries of tasks that exited, namespaces nothing holds any more and losses no
-    // later record brought to light are looked for SWEEP_EVERY after something happened, and
-    // then only while a namespace that no mount holds is watched (a process exit sends
-    // nothing): an idle node with mounted namespaces wakes observer for nothing.
-    let mut sweep_at = Some(tokio::time::Instant::now() + SWEEP_EVERY);
+    // later record brought to light are looked for after something happened (see `Sweep`).
+    let mut sweep = Sweep::new(tokio::time::Instant::now());
     while !engine.output_closed {
         // Incident windows (flapping, mass flush repair) end on a timer of their own.
         let deadline = engine.core.next_deadline();
@@ -381,7 +380,7 @@ async fn run_here(config: &EngineConfig, output: Box<dyn Output>) -> Result<(), 
                 // that it holds are not passed off as this writer's.
                 engine.handle_losses().await;
                 engine.on_kernel(ev).await;
-                sweep_at.get_or_insert_with(|| tokio::time::Instant::now() + SWEEP_EVERY);
+                sweep.activity(tokio::time::Instant::now());
             }
             Some(msg) = ns_rx.recv() => {
                 match msg {
@@ -391,9 +390,9 @@ async fn run_here(config: &EngineConfig, output: Box<dyn Output>) -> Result<(), 
                     }
                     msg => engine.on_ns(msg),
                 }
-                sweep_at.get_or_insert_with(|| tokio::time::Instant::now() + SWEEP_EVERY);
+                sweep.activity(tokio::time::Instant::now());
             }
-            () = sleep_until_some(sweep_at), if sweep_at.is_some() => {
+            () = sleep_until_some(sweep.at), if sweep.at.is_some() => {
                 // Losses that no later record brought to light (the ring buffer filled, then
                 // all went quiet) are reported here at the latest.
                 engine.handle_losses().await;
@@ -405,9 +404,8 @@ async fn run_here(config: &EngineConfig, output: Box<dyn Output>) -> Result<(), 
                         tracing::debug!("{n} kernel entries of exited tasks removed");
                     }
                 }
-                sweep_at = engine
-                    .held_by_processes_only()
-                    .then(|| tokio::time::Instant::now() + SWEEP_EVERY);
+                let held_by_processes_only = engine.held_by_processes_only();
+                sweep.swept(tokio::time::Instant::now(), held_by_processes_only);
             }
             else => break,
         }

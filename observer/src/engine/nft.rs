@@ -202,9 +202,6 @@ pub(super) fn nft_snapshot(
         .then(|| Box::new(Tables::from_nft(builder.state())))
 }
 
-/// How often the kernel maps are swept of tasks that exited.
-pub(super) const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
-
 /// Sleep until `at` (never returns for `None`; the caller's `select!` guards on it).
 pub(super) async fn sleep_until_some(at: Option<tokio::time::Instant>) {
     match at {
