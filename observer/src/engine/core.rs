@@ -7,6 +7,11 @@
 //! time comes in with its transaction or its tick). The loop around it (`mod.rs` and its
 //! jobs) does the I/O: it reads the sources, keeps the namespaces, and writes what the core
 //! returns.
+//!
+//! The shell's other decisions are here too, each a function of plain data that returns what
+//! to do: `replace` (an x_tables replace: trust the writer's copy, read the table back, or
+//! report a gap), `lifecycle` (when a namespace is looked for, opened, kept and let go) and
+//! `losses` (lost records: gap lines, re-reads, counters).
 
 use crate::attribution::ProcessInfo;
 use crate::incidents::{Correlator, InventoryChain};
@@ -135,6 +140,7 @@ impl Core {
 
 pub mod lifecycle;
 pub mod losses;
+pub mod replace;
 
 #[cfg(test)]
 mod tests;
