@@ -13,6 +13,8 @@
 //! report a gap), `lifecycle` (when a namespace is looked for, opened, kept and let go) and
 //! `losses` (lost records: gap lines, re-reads, counters).
 
+use std::time::Duration;
+
 use crate::attribution::ProcessInfo;
 use crate::incidents::{Correlator, InventoryChain};
 use crate::output::{ChangeRecord, IncidentRecord, Source};
@@ -141,6 +143,17 @@ impl Core {
 pub mod lifecycle;
 pub mod losses;
 pub mod replace;
+
+/// How long the loop may sleep before the next window ends (`deadline`, from `now`): a
+/// millisecond past it, so that the tick finds it ended; at most `u32::MAX` microseconds (about
+/// 71 minutes) ahead, and an hour when no window is open (the loop then does not wait on time).
+pub fn wake_in(deadline: Option<Timestamp>, now: Timestamp) -> Duration {
+    deadline.map_or(Duration::from_secs(3600), |d| {
+        d.elapsed_since(now)
+            .min(Duration::from_micros(u64::from(u32::MAX)))
+            + Duration::from_millis(1)
+    })
+}
 
 #[cfg(test)]
 mod tests;
