@@ -189,11 +189,14 @@ impl Engine {
         }
     }
 
+    /// An x_tables replace record, on the way [`replace::route`] says: an ebtables table read
+    /// back, a refused replace's one line, or a table learned and diffed in its namespace.
     pub(super) async fn on_replace(&mut self, x: XtReplaceEvent) {
         let process = attribution::from_kernel(&x.process);
         let proto = match replace::route(x.ret, xt_proto(x.kind)) {
             Route::Bridge => return self.on_bridge_replace(x, process).await,
             Route::Attempt => {
+                // Refused by the kernel (nothing changed: no read, no diff).
                 let c = crate::xtables::replace_attempt(x.kind, &x.table, x.num_entries, x.ret);
                 return self.emit_attempt(&x, process, c);
             }
