@@ -7,6 +7,13 @@
 //! time comes in with its transaction or its tick). The loop around it (`mod.rs` and its
 //! jobs) does the I/O: it reads the sources, keeps the namespaces, and writes what the core
 //! returns.
+//!
+//! The shell's other decisions are here too, each a function of plain data that returns what
+//! to do: `replace` (an x_tables replace: trust the writer's copy, read the table back, or
+//! report a gap), `lifecycle` (when a namespace is looked for, opened, kept and let go) and
+//! `losses` (lost records: gap lines, re-reads, counters).
+
+use std::time::Duration;
 
 use crate::attribution::ProcessInfo;
 use crate::incidents::{Correlator, InventoryChain};
@@ -131,6 +138,21 @@ impl Core {
     pub fn tick(&mut self, now: Timestamp) -> Vec<IncidentRecord> {
         self.correlator.tick(now)
     }
+}
+
+pub mod lifecycle;
+pub mod losses;
+pub mod replace;
+
+/// How long the loop may sleep before the next window ends (`deadline`, from `now`): a
+/// millisecond past it, so that the tick finds it ended; at most `u32::MAX` microseconds (about
+/// 71 minutes) ahead, and an hour when no window is open (the loop then does not wait on time).
+pub fn wake_in(deadline: Option<Timestamp>, now: Timestamp) -> Duration {
+    deadline.map_or(Duration::from_secs(3600), |d| {
+        d.elapsed_since(now)
+            .min(Duration::from_micros(u64::from(u32::MAX)))
+            + Duration::from_millis(1)
+    })
 }
 
 #[cfg(test)]

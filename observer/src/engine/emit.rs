@@ -5,10 +5,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::forensics::model::Tables;
-use crate::output::record::Gap;
 use crate::output::{IncidentRecord, Record, StatusRecord};
 use crate::ruleset::{Backend, Change, ChangeResult};
 
+use super::core::losses::{self, Losses};
 use super::core::TxnLines;
 use super::{ChangeCtx, Engine};
 
@@ -66,77 +66,17 @@ impl Engine {
         let Some(h) = self.hooks.as_ref() else {
             return false;
         };
-        let errors = h.errors();
-        let malformed = self
-            .reader_stats
-            .malformed
-            .load(std::sync::atomic::Ordering::Relaxed);
-        let now_losses = (errors, malformed);
-        if now_losses == self.losses {
-            return false;
-        }
-        let (e0, m0) = self.losses;
-        self.losses = now_losses;
-        self.output.kernel_errors(&errors);
-        let (ring, pending, r0, p0) = (
-            errors.ringbuf_full,
-            errors.pending_full,
-            e0.ringbuf_full,
-            e0.pending_full,
-        );
-        let mut parts = Vec::new();
-        if ring > r0 {
-            parts.push(format!(
-                "{} kernel records lost because the ring buffer was full (raise --ringbuf-size)",
-                ring - r0
-            ));
-        }
-        if pending > p0 {
-            parts.push(format!(
-                "{} table replaces not tracked because too many were in flight",
-                pending - p0
-            ));
-        }
-        if malformed > m0 {
-            parts.push(format!(
-                "{} kernel records could not be decoded",
-                malformed - m0
-            ));
-        }
-        if errors.read_failed > e0.read_failed {
-            parts.push(format!(
-                "{} kernel reads failed (a writer's record may be missing or incomplete)",
-                errors.read_failed - e0.read_failed
-            ));
-        }
-        if errors.map_full > e0.map_full {
-            parts.push(format!(
-                "{} kernel map updates failed (a namespace or a refused batch may go unseen)",
-                errors.map_full - e0.map_full
-            ));
-        }
-        let resync = ring > r0 || pending > p0;
-        let records =
-            ring.saturating_sub(r0) + pending.saturating_sub(p0) + malformed.saturating_sub(m0);
-        let gap = if records > 0 {
-            Gap::Kernel { records }
-        } else {
-            Gap::Other
+        let now = Losses {
+            kernel: h.errors(),
+            malformed: self.reader_stats.malformed.load(Ordering::Relaxed),
         };
-        self.emit_status(StatusRecord::gap(
-            gap,
-            format!(
-                "{}; {}",
-                parts.join("; "),
-                if resync {
-                    "every legacy table is re-read: what changed meanwhile follows as changes \
-                 marked `recovered`, of an unknown writer"
-                } else {
-                    "legacy changes around this time may be missing"
-                }
-            ),
-        ));
-        resync
+        let Some(report) = losses::account(&self.losses, &now) else {
+            return false;
+        };
+        self.losses = now;
+        self.output.kernel_errors(&now.kernel);
+        self.emit_status(StatusRecord::gap(report.gap, report.message));
+        report.reread_legacy
     }
 
     pub(super) fn warn(&mut self, message: String) {

@@ -11,40 +11,23 @@ use crate::output::Source;
 use crate::ruleset::Backend;
 use crate::timestamp::Timestamp;
 
+use super::core::lifecycle::{self, Look, NsEvent};
 use super::{ChangeCtx, Engine, NsMsg};
 
 impl Engine {
     pub(super) async fn on_kernel(&mut self, ev: KernelEvent) {
         match ev {
             KernelEvent::NetnsSeen { process, created } => {
-                if created {
-                    self.ensure_created(&process).await;
-                } else {
-                    // A task that entered a namespace and left (or exited) before this was
-                    // read leaves nothing to watch: not worth a warning.
-                    self.find_namespace(&process, false).await;
-                }
+                self.look_for(&process, NsEvent::Reported { created }).await;
             }
             // Both go to the ring reader's caches (a piece of a table is joined to its replace
             // there).
             KernelEvent::NftGen { .. } | KernelEvent::XtBlob(_) => {}
             KernelEvent::Umount { path, .. } => {
-                // A namespace's bind mount (known, or where `ip netns` and CNI plugins put them:
-                // a namespace found after its mount was made may not be known yet). The kprobe
-                // and fentry hook reports only namespace mounts, without a path.
                 let known = self.mounts.contains_key(&PathBuf::from(&path));
-                if path.is_empty()
-                    || known
-                    || path.starts_with("/run/netns/")
-                    || path.starts_with("/var/run/netns/")
-                {
+                if let Some(why) = lifecycle::umount_lets_go(&path, known) {
                     self.refresh_mounts();
-                    let what = if path.is_empty() {
-                        "a namespace file"
-                    } else {
-                        &path
-                    };
-                    self.forget_gone(&format!("{what} unmounted"));
+                    self.forget_gone(&why);
                 }
             }
             KernelEvent::XtReplace(x) => self.on_replace(x).await,
@@ -72,18 +55,27 @@ impl Engine {
         }
     }
 
+    /// Watch the namespace a record of `p` names (`p.netns`) if it is not watched yet, as
+    /// [`lifecycle::look`] says; returns whether it is watched.
+    pub(super) async fn look_for(&mut self, p: &KernelProcess, event: NsEvent) -> bool {
+        match lifecycle::look(p.netns, self.watched.contains_key(&p.netns), event) {
+            Look::Nothing => false,
+            Look::Watched => true,
+            Look::Find { warn } => self.find_namespace(p, warn).await,
+            Look::FindWithRetries => {
+                self.find_created(p).await;
+                self.watched.contains_key(&p.netns)
+            }
+        }
+    }
+
     /// A namespace just made (kprobe, fentry): its creator enters it (unshare) or hands it to a
     /// child (clone) a moment after the kernel reports it. Looked for at once; when it is not
     /// found yet, a task looks again a few times over about 100 ms (the engine goes on) and
     /// hands it back. A namespace nothing holds by then is gone, or is found when it is first
     /// written.
-    pub(super) async fn ensure_created(&mut self, p: &KernelProcess) {
-        if p.netns == 0 || self.watched.contains_key(&p.netns) {
-            return;
-        }
-        let pids: Vec<u32> = std::iter::once(p.tgid)
-            .chain(p.ancestors.iter().map(|a| a.tgid))
-            .collect();
+    async fn find_created(&mut self, p: &KernelProcess) {
+        let pids = lifecycle::holders(p);
         let inode = p.netns;
         let look = {
             let pids = pids.clone();
@@ -97,7 +89,7 @@ impl Engine {
         let tx = self.ns_tx.clone();
         let creator = format!("{} {}", p.comm, p.tgid);
         tokio::spawn(async move {
-            for delay_ms in [1u64, 2, 5, 10, 20, 60] {
+            for delay_ms in lifecycle::CREATED_RETRIES_MS {
                 tokio::time::sleep(std::time::Duration::from_millis(delay_ms)).await;
                 let pids = pids.clone();
                 let found = tokio::task::spawn_blocking(move || netns::find(inode, &pids)).await;
@@ -118,7 +110,7 @@ impl Engine {
     /// when a task is seen in it, since the kernel reuses a freed namespace's inode number for
     /// the next one made, which must not pass as already reported.
     pub(super) fn unseen(&mut self, inode: u32) {
-        if self.watched.contains_key(&inode) {
+        if !lifecycle::report_again(self.watched.contains_key(&inode)) {
             return;
         }
         if let Some(h) = self.hooks.as_mut() {
@@ -128,21 +120,13 @@ impl Engine {
 
     /// Make sure the writer's namespace is watched; returns false when it cannot be opened.
     pub(super) async fn ensure_namespace(&mut self, p: &KernelProcess) -> bool {
-        self.find_namespace(p, true).await
+        self.look_for(p, NsEvent::Written).await
     }
 
-    /// Watch the namespace of `p` (`p.netns`) if it is not watched yet; `warn` when it cannot be
-    /// opened any more. Returns whether it is watched.
-    pub(super) async fn find_namespace(&mut self, p: &KernelProcess, warn: bool) -> bool {
-        if p.netns == 0 {
-            return false;
-        }
-        if self.watched.contains_key(&p.netns) {
-            return true;
-        }
-        let pids: Vec<u32> = std::iter::once(p.tgid)
-            .chain(p.ancestors.iter().map(|a| a.tgid))
-            .collect();
+    /// Open and watch the namespace of `p` (`p.netns`, not watched yet); `warn` when it cannot
+    /// be opened any more. Returns whether it is watched.
+    async fn find_namespace(&mut self, p: &KernelProcess, warn: bool) -> bool {
+        let pids = lifecycle::holders(p);
         let inode = p.netns;
         let found = tokio::task::spawn_blocking(move || netns::find(inode, &pids))
             .await

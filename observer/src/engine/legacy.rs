@@ -14,6 +14,8 @@ use crate::timestamp::{boot_now_ns, Timestamp};
 use crate::xtables::{self, XtError, XtProto};
 
 use super::baseline::read_legacy_tables;
+use super::core::losses;
+use super::core::replace::{self, Route, TableFrom, WriterCopy};
 use super::{ChangeCtx, Engine};
 
 pub(super) fn xt_proto(kind: XtKind) -> Option<XtProto> {
@@ -26,13 +28,14 @@ pub(super) fn xt_proto(kind: XtKind) -> Option<XtProto> {
 }
 
 /// The table a writer installed, decoded from the copy the kernel side made of its replace
-/// struct; None (and the table is read back) when the copy does not decode as table `name`.
+/// struct; what was wrong with the copy (and the table is read back) when it does not decode
+/// as table `name`.
 pub(super) fn installed_table(
     proto: XtProto,
     name: &str,
     blob: Vec<u8>,
     prev: Option<&xtables::XtTable>,
-) -> Option<xtables::XtTable> {
+) -> Result<xtables::XtTable, WriterCopy> {
     let bytes = blob.len();
     match xtables::decode_replace(proto, blob, prev) {
         Ok(t) if t.name == name => {
@@ -42,17 +45,51 @@ pub(super) fn installed_table(
                 t.carried_chains(),
                 t.chains.len()
             );
-            Some(t)
+            Ok(t)
         }
         Ok(t) => {
             tracing::debug!("the copy of table {name} names {}: reading it back", t.name);
-            None
+            Err(WriterCopy::OtherTable)
         }
         Err(e) => {
             tracing::debug!("the copy of table {name} does not decode ({e}): reading it back");
-            None
+            Err(WriterCopy::Undecodable)
         }
     }
+}
+
+/// What a replace's table was learned from, when, and the table (`None`: gone).
+struct Learned {
+    from: TableFrom,
+    /// When (boot clock) the read began, if the table was read back.
+    began: u64,
+    /// The namespace's sockets, when the read opened them.
+    socks: Option<xtables::XtSockets>,
+    table: Option<xtables::XtTable>,
+}
+
+/// The sockets of a namespace and the result of a read.
+type SocksAndRead<T> = (Option<xtables::XtSockets>, Result<T, XtError>);
+
+/// Read a table from a thread that enters the namespace (`file`), opening its sockets there.
+async fn read_entering(
+    file: std::fs::File,
+    proto: XtProto,
+    table: String,
+    prev: Option<Arc<xtables::XtTable>>,
+) -> Result<SocksAndRead<xtables::XtTable>, String> {
+    tokio::task::spawn_blocking(move || {
+        netns::run_in(&file, move || {
+            let socks = xtables::XtSockets::open().ok();
+            (
+                socks,
+                xtables::read_table_against(proto, &table, prev.as_deref()),
+            )
+        })
+    })
+    .await
+    .map_err(|e| e.to_string())
+    .and_then(|r| r.map_err(|e| format!("entering the namespace: {e}")))
 }
 
 /// Why the changes of a table read back after a replace may not all be the writer's: the table
@@ -114,15 +151,10 @@ impl Engine {
             let tables = tables.into_iter().map(|(k, t)| (k, Arc::new(t))).collect();
             let old = std::mem::replace(&mut w.legacy, tables);
             w.read_at = w.legacy.keys().map(|k| (k.clone(), began)).collect();
-            let mut changes = Vec::new();
-            for (key, new) in &w.legacy {
-                changes.extend(xtables::diff(old.get(key).map(|t| &**t), Some(new)));
-            }
-            for (key, gone) in &old {
-                if !w.legacy.contains_key(key) {
-                    changes.extend(xtables::diff(Some(gone), None));
-                }
-            }
+            let changes: Vec<Change> = losses::reread_pairs(&old, &w.legacy)
+                .into_iter()
+                .flat_map(|(old, new)| xtables::diff(old.map(|t| &**t), new.map(|t| &**t)))
+                .collect();
             if changes.is_empty() {
                 continue;
             }
@@ -157,111 +189,57 @@ impl Engine {
         }
     }
 
-    pub(super) async fn on_replace(&mut self, mut x: XtReplaceEvent) {
+    /// An x_tables replace record, on the way [`replace::route`] says: an ebtables table read
+    /// back, a refused replace's one line, or a table learned and diffed in its namespace.
+    pub(super) async fn on_replace(&mut self, x: XtReplaceEvent) {
         let process = attribution::from_kernel(&x.process);
-        let proto = xt_proto(x.kind);
-        if x.ret == 0 && proto.is_none() {
-            return self.on_bridge_replace(x, process).await;
-        }
-        if x.ret != 0 || proto.is_none() {
-            // Refused by the kernel (nothing changed: no read, no diff): one line for the
-            // attempt.
-            let c = crate::xtables::replace_attempt(x.kind, &x.table, x.num_entries, x.ret);
-            return self.emit_attempt(&x, process, c);
-        }
-        let Some(proto) = proto else { return };
+        let proto = match replace::route(x.ret, xt_proto(x.kind)) {
+            Route::Bridge => return self.on_bridge_replace(x, process).await,
+            Route::Attempt => {
+                // Refused by the kernel (nothing changed: no read, no diff).
+                let c = crate::xtables::replace_attempt(x.kind, &x.table, x.num_entries, x.ret);
+                return self.emit_attempt(&x, process, c);
+            }
+            Route::Table(proto) => proto,
+        };
         if !self.ensure_namespace(&x.process).await {
             return;
         }
+        self.on_table_replace(x, proto, process).await;
+    }
+
+    /// An iptables, ip6tables or arptables replace the kernel took, in a watched namespace:
+    /// the table it installed (its writer's copy, or read back) diffed against the last copy.
+    async fn on_table_replace(
+        &mut self,
+        mut x: XtReplaceEvent,
+        proto: XtProto,
+        process: ProcessInfo,
+    ) {
         let inode = x.process.netns;
         let Some(w) = self.watched.get(&inode) else {
             return;
         };
-        let table = x.table.clone();
         let key = (proto, x.table.clone());
-        if w.read_at.get(&key).is_some_and(|&at| x.ktime_ns < at) {
+        if replace::held_already(w.read_at.get(&key).copied(), x.ktime_ns) {
             // Replaced before the table was last read back (a re-read after lost records, the
             // namespace's first read): what observer holds already has this change.
             return;
         }
-        // The copy held now: the decode (or the read) takes the chains that did not change
-        // from it.
-        let prev = w.legacy.get(&key).cloned();
-        // The table the writer installed, as the kernel side copied it: exactly this writer's
-        // change, whatever was installed after it.
-        let installed = x
-            .blob
-            .take()
-            .and_then(|b| installed_table(proto, &table, b, prev.as_deref()))
-            .and_then(|mut t| {
-                // `-m set` refers to its sets by index: they are named through the namespace's
-                // sockets; before those are open, the table is read back, which opens them.
-                if !t.set_indices().is_empty() {
-                    xtables::name_sets(&mut t, w.xt_socks.as_deref()?);
-                }
-                Some(t)
-            });
-        let read_back = installed.is_none();
-        let began = boot_now_ns();
-        let read = if let Some(t) = installed {
-            Ok((None, Ok(t)))
-        } else {
-            match w.xt_socks.clone() {
-                // The table was just replaced, so it exists: read it through the namespace's
-                // sockets, from a pooled thread.
-                Some(socks) => tokio::task::spawn_blocking(move || {
-                    let prev = prev.as_deref();
-                    (
-                        None,
-                        xtables::read_existing_table(&socks, proto, &table, prev),
-                    )
-                })
-                .await
-                .map_err(|e| e.to_string()),
-                // The first time: enter the namespace, open its sockets there, and read.
-                None => {
-                    let file = match w.handle.file.try_clone() {
-                        Ok(f) => f,
-                        Err(e) => return self.warn(format!("namespace {inode}: {e}")),
-                    };
-                    tokio::task::spawn_blocking(move || {
-                        netns::run_in(&file, move || {
-                            let socks = xtables::XtSockets::open().ok();
-                            (
-                                socks,
-                                xtables::read_table_against(proto, &table, prev.as_deref()),
-                            )
-                        })
-                    })
-                    .await
-                    .map_err(|e| e.to_string())
-                    .and_then(|r| r.map_err(|e| format!("entering the namespace: {e}")))
-                }
-            }
+        let Some(learned) = self.learn_table(&mut x, &key).await else {
+            return;
         };
-        let (socks, read) = match read {
-            Ok(r) => r,
-            Err(e) => return self.warn(format!("namespace {inode}: {e}")),
-        };
-        let new = match read {
-            Ok(t) => Some(t),
-            Err(XtError::NoSuchTable { .. }) => None,
-            Err(e) => {
-                return self.warn(format!(
-                    "reading legacy table {} in namespace {inode}: {e}",
-                    x.table
-                ))
-            }
-        };
-        if read_back {
-            if let Some(t) = new
-                .as_ref()
-                .filter(|t| t.entry_count() != x.num_entries as usize)
-            {
-                let message = replaced_before_read(&x, inode, t.entry_count());
-                tracing::warn!("{message}");
-                self.emit_status(StatusRecord::gap(Gap::Other, message));
-            }
+        let Learned {
+            from,
+            began,
+            socks,
+            table: new,
+        } = learned;
+        let settled = replace::settle(from, x.num_entries, new.as_ref().map(|t| t.entry_count()));
+        if let Some(entries) = settled.gap {
+            let message = replaced_before_read(&x, inode, entries);
+            tracing::warn!("{message}");
+            self.emit_status(StatusRecord::gap(Gap::Other, message));
         }
         let Some(w) = self.watched.get_mut(&inode) else {
             return;
@@ -269,7 +247,7 @@ impl Engine {
         if let Some(s) = socks {
             w.xt_socks = Some(Arc::new(s));
         }
-        if read_back {
+        if settled.mark_read {
             w.read_at.insert(key.clone(), began);
         }
         let old = w.legacy.remove(&key);
@@ -281,6 +259,90 @@ impl Engine {
         }
         let name = w.handle.name.clone();
         self.emit_replace(&x, name, process, changes);
+    }
+
+    /// The table replace `x` installed: decoded from its writer's copy when that is trusted,
+    /// else read back (see [`replace::table_from`]). `None` (said as a warning) when it could
+    /// not be read.
+    async fn learn_table(
+        &mut self,
+        x: &mut XtReplaceEvent,
+        key: &(XtProto, String),
+    ) -> Option<Learned> {
+        let inode = x.process.netns;
+        let (proto, table) = (key.0, key.1.clone());
+        let w = self.watched.get(&inode)?;
+        // The copy held now: the decode (or the read) takes the chains that did not change
+        // from it.
+        let prev = w.legacy.get(key).cloned();
+        // The table the writer installed, as the kernel side copied it: exactly this writer's
+        // change, whatever was installed after it.
+        let copy = match x.blob.take() {
+            Some(b) => installed_table(proto, &table, b, prev.as_deref()),
+            None => Err(WriterCopy::Missing),
+        };
+        let seen = match &copy {
+            Ok(t) => WriterCopy::Whole {
+                refers_to_sets: !t.set_indices().is_empty(),
+            },
+            Err(c) => *c,
+        };
+        let from = replace::table_from(seen, w.xt_socks.is_some());
+        let began = boot_now_ns();
+        let read = match (from, copy, w.xt_socks.clone()) {
+            (TableFrom::Copy { name_sets }, Ok(mut t), socks) => {
+                // `-m set` refers to its sets by index: they are named through the namespace's
+                // sockets (before those are open, the table is read back, which opens them).
+                if let Some(socks) = socks.filter(|_| name_sets) {
+                    xtables::name_sets(&mut t, &socks);
+                }
+                Ok((None, Ok(t)))
+            }
+            // The table was just replaced, so it exists: read it through the namespace's
+            // sockets, from a pooled thread.
+            (_, _, Some(socks)) => tokio::task::spawn_blocking(move || {
+                let prev = prev.as_deref();
+                (
+                    None,
+                    xtables::read_existing_table(&socks, proto, &table, prev),
+                )
+            })
+            .await
+            .map_err(|e| e.to_string()),
+            // The first time: enter the namespace, open its sockets there, and read.
+            (_, _, None) => {
+                let file = match w.handle.file.try_clone() {
+                    Ok(f) => f,
+                    Err(e) => {
+                        self.warn(format!("namespace {inode}: {e}"));
+                        return None;
+                    }
+                };
+                read_entering(file, proto, table, prev).await
+            }
+        };
+        let (socks, read) = match read {
+            Ok(r) => r,
+            Err(e) => {
+                self.warn(format!("namespace {inode}: {e}"));
+                return None;
+            }
+        };
+        match replace::table_or_gone(read) {
+            Ok(table) => Some(Learned {
+                from,
+                began,
+                socks,
+                table,
+            }),
+            Err(e) => {
+                self.warn(format!(
+                    "reading legacy table {} in namespace {inode}: {e}",
+                    x.table
+                ));
+                None
+            }
+        }
     }
 
     /// Report what a replace changed as one transaction of its writer, dated by the kernel's
@@ -348,16 +410,17 @@ impl Engine {
             }
         };
         let (socks, new) = match read {
-            Ok((socks, Ok(t))) => (socks, Some(t)),
-            Ok((socks, Err(XtError::NoSuchTable { .. }))) => (socks, None),
-            Ok((_, Err(e))) => {
-                self.warn(format!(
-                    "reading ebtables table {} in namespace {inode}: {e}",
-                    x.table
-                ));
-                let c = crate::xtables::replace_attempt(x.kind, &x.table, x.num_entries, x.ret);
-                return self.emit_attempt(&x, process, c);
-            }
+            Ok((socks, read)) => match replace::table_or_gone(read) {
+                Ok(new) => (socks, new),
+                Err(e) => {
+                    self.warn(format!(
+                        "reading ebtables table {} in namespace {inode}: {e}",
+                        x.table
+                    ));
+                    let c = crate::xtables::replace_attempt(x.kind, &x.table, x.num_entries, x.ret);
+                    return self.emit_attempt(&x, process, c);
+                }
+            },
             Err(e) => return self.warn(format!("namespace {inode}: {e}")),
         };
         let Some(w) = self.watched.get_mut(&inode) else {

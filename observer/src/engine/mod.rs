@@ -47,9 +47,10 @@ mod legacy;
 mod namespaces;
 mod nft;
 
+use self::core::lifecycle::Sweep;
 use self::core::{ChangeCtx, Core};
 pub(crate) use baseline::{inventory, read_baseline};
-use nft::{sleep_until_some, SWEEP_EVERY};
+use nft::sleep_until_some;
 
 /// A transaction from a namespace's netlink reader.
 enum NsMsg {
@@ -115,8 +116,8 @@ struct Engine {
     hooks: Option<KernelHooks>,
     ns_tx: mpsc::Sender<NsMsg>,
     reader_stats: Arc<ReaderStats>,
-    /// Losses already reported: (ring buffer full, pending map full, malformed records).
-    losses: (crate::hooks::KernelErrors, u64),
+    /// Losses already reported.
+    losses: self::core::losses::Losses,
     /// The last ipset listing of each namespace (see `ipset`).
     ipsets: HashMap<u32, crate::ipset::Sets>,
     /// Receive buffer of the notification sockets (`--netlink-rcvbuf`).
@@ -164,7 +165,7 @@ pub enum EngineError {
     /// The kernel hooks asked for (`--hooks` other than `auto`) could not be attached.
     #[error("attaching the kernel hooks")]
     Hooks(#[source] crate::hooks::HookError),
-    /// The thread that reads the ring buffer could not be started.
+    /// The task that reads the ring buffer could not be started.
     #[error("starting the ring buffer reader")]
     Reader(#[source] std::io::Error),
     /// No network namespace could be opened (no `/proc`, or not enough privilege).
@@ -234,8 +235,35 @@ async fn run_here(config: &EngineConfig, output: Box<dyn Output>) -> Result<(), 
     let handler = |kind: SignalKind, signal: &'static str| {
         tokio::signal::unix::signal(kind).map_err(|cause| EngineError::Signal { signal, cause })
     };
-    let mut sigint = handler(SignalKind::interrupt(), "SIGINT")?;
-    let mut sigterm = handler(SignalKind::terminate(), "SIGTERM")?;
+    let mut signals = Signals {
+        sigint: handler(SignalKind::interrupt(), "SIGINT")?,
+        sigterm: handler(SignalKind::terminate(), "SIGTERM")?,
+    };
+    let (mut engine, mut channels) = start(config, output).await?;
+    run_loop(&mut engine, &mut signals, &mut channels).await;
+    // The queues go last, after the readers and the programs.
+    engine.stop();
+    drop(channels);
+    Ok(())
+}
+
+/// SIGINT and SIGTERM, which end the run.
+struct Signals {
+    sigint: tokio::signal::unix::Signal,
+    sigterm: tokio::signal::unix::Signal,
+}
+
+/// What the loop reads: the kernel hooks' records and the namespaces' messages.
+struct Channels {
+    kernel_rx: mpsc::Receiver<KernelEvent>,
+    ns_rx: mpsc::Receiver<NsMsg>,
+}
+
+/// Attach the hooks, watch every namespace that exists now, and say `ready`.
+async fn start(
+    config: &EngineConfig,
+    output: Box<dyn Output>,
+) -> Result<(Engine, Channels), EngineError> {
     let correlator = Correlator::new(
         config.incidents.clone(),
         load_owners(config.owners.as_deref())?,
@@ -247,30 +275,10 @@ async fn run_here(config: &EngineConfig, output: Box<dyn Output>) -> Result<(), 
         );
     }
 
-    let (kernel_tx, mut kernel_rx) = mpsc::channel::<KernelEvent>(8192);
-    let (ns_tx, mut ns_rx) = mpsc::channel::<NsMsg>(8192);
+    let (kernel_tx, kernel_rx) = mpsc::channel::<KernelEvent>(8192);
+    let (ns_tx, ns_rx) = mpsc::channel::<NsMsg>(8192);
     let mut lost = Vec::new();
-    let hooks = match config.hooks {
-        HookChoice::NetlinkOnly => {
-            lost.push(netlink_only_loss("--hooks netlink"));
-            None
-        }
-        choice => match KernelHooks::load(&HookOptions {
-            ringbuf_bytes: config.ringbuf_size,
-            backend: match choice {
-                HookChoice::Only(b) => Some(b),
-                HookChoice::Best | HookChoice::NetlinkOnly => None,
-            },
-        }) {
-            Ok(h) => Some(h),
-            Err(e) if choice == HookChoice::Best => {
-                tracing::warn!("kernel hooks unavailable, running netlink-only: {e}");
-                lost.push(netlink_only_loss(&e.to_string()));
-                None
-            }
-            Err(e) => return Err(EngineError::Hooks(e)),
-        },
-    };
+    let hooks = attach_hooks(config, &mut lost)?;
     let snapshots = output.snapshot_policy().map(crate::forensics::Due::new);
     let mut engine = Engine {
         snapshots,
@@ -282,7 +290,7 @@ async fn run_here(config: &EngineConfig, output: Box<dyn Output>) -> Result<(), 
         hooks,
         ns_tx,
         reader_stats: Arc::new(ReaderStats::default()),
-        losses: (crate::hooks::KernelErrors::default(), 0),
+        losses: Default::default(),
         ipsets: HashMap::new(),
         netlink_rcvbuf: config.netlink_rcvbuf,
         recovered_txns: 0,
@@ -323,55 +331,29 @@ async fn run_here(config: &EngineConfig, output: Box<dyn Output>) -> Result<(), 
         ));
     }
 
-    let mut sources = vec![Source::Netlink];
-    if let Some(h) = &engine.hooks {
-        sources = h.report.placement.sources();
-    }
-    let ready = StatusRecord {
-        state: crate::output::record::StatusState::Ready,
-        time: Timestamp::now(),
-        message: format!(
-            "watching {} network namespaces; every hook attached and every subscription open",
-            engine.watched.len()
-        ),
-        hooks: Some(engine.hooks.as_ref().map_or_else(
-            || "x_tables=none namespaces=none nf_tables=netlink nf_writers=proc".into(),
-            |h| h.report.placement.summary(),
-        )),
-        sources,
-        netns_watched: Some(engine.watched.len()),
-        lost,
-        gap: None,
-        x_tables_hook: Some(engine.hooks.as_ref().map_or("none", |h| {
-            h.report
-                .placement
-                .x_tables
-                .map_or("none", crate::hooks::backend::HookBackend::as_str)
-        })),
-    };
+    let ready = engine.ready(lost);
     engine.emit_status(ready);
     // What the rulesets already show (split brain), once everything is read.
     let found = engine.core.check_all(Timestamp::now());
     engine.emit_incidents(found);
+    Ok((engine, Channels { kernel_rx, ns_rx }))
+}
 
+/// Read the sources and write what they show until a signal, or until the output's reader
+/// goes away.
+async fn run_loop(engine: &mut Engine, signals: &mut Signals, channels: &mut Channels) {
+    let Channels { kernel_rx, ns_rx } = channels;
     // Kernel map entries of tasks that exited, namespaces nothing holds any more and losses no
-    // later record brought to light are looked for SWEEP_EVERY after something happened, and
-    // then only while a namespace that no mount holds is watched (a process exit sends
-    // nothing): an idle node with mounted namespaces wakes observer for nothing.
-    let mut sweep_at = Some(tokio::time::Instant::now() + SWEEP_EVERY);
+    // later record brought to light are looked for after something happened (see `Sweep`).
+    let mut sweep = Sweep::new(tokio::time::Instant::now());
     while !engine.output_closed {
         // Incident windows (flapping, mass flush repair) end on a timer of their own.
         let deadline = engine.core.next_deadline();
-        let wake = tokio::time::Instant::now()
-            + deadline.map_or(std::time::Duration::from_secs(3600), |d| {
-                d.elapsed_since(Timestamp::now())
-                    .min(std::time::Duration::from_micros(u64::from(u32::MAX)))
-                    + std::time::Duration::from_millis(1)
-            });
+        let wake = tokio::time::Instant::now() + self::core::wake_in(deadline, Timestamp::now());
         tokio::select! {
             biased;
-            _ = sigint.recv() => break,
-            _ = sigterm.recv() => break,
+            _ = signals.sigint.recv() => break,
+            _ = signals.sigterm.recv() => break,
             _ = tokio::time::sleep_until(wake), if deadline.is_some() => {
                 let closed = engine.core.tick(Timestamp::now());
                 engine.emit_incidents(closed);
@@ -382,7 +364,7 @@ async fn run_here(config: &EngineConfig, output: Box<dyn Output>) -> Result<(), 
                 // that it holds are not passed off as this writer's.
                 engine.handle_losses().await;
                 engine.on_kernel(ev).await;
-                sweep_at.get_or_insert_with(|| tokio::time::Instant::now() + SWEEP_EVERY);
+                sweep.activity(tokio::time::Instant::now());
             }
             Some(msg) = ns_rx.recv() => {
                 match msg {
@@ -392,9 +374,9 @@ async fn run_here(config: &EngineConfig, output: Box<dyn Output>) -> Result<(), 
                     }
                     msg => engine.on_ns(msg),
                 }
-                sweep_at.get_or_insert_with(|| tokio::time::Instant::now() + SWEEP_EVERY);
+                sweep.activity(tokio::time::Instant::now());
             }
-            () = sleep_until_some(sweep_at), if sweep_at.is_some() => {
+            () = sleep_until_some(sweep.at), if sweep.at.is_some() => {
                 // Losses that no later record brought to light (the ring buffer filled, then
                 // all went quiet) are reported here at the latest.
                 engine.handle_losses().await;
@@ -406,28 +388,93 @@ async fn run_here(config: &EngineConfig, output: Box<dyn Output>) -> Result<(), 
                         tracing::debug!("{n} kernel entries of exited tasks removed");
                     }
                 }
-                sweep_at = engine
-                    .held_by_processes_only()
-                    .then(|| tokio::time::Instant::now() + SWEEP_EVERY);
+                let held_by_processes_only = engine.held_by_processes_only();
+                sweep.swept(tokio::time::Instant::now(), held_by_processes_only);
             }
             else => break,
         }
     }
-    if let Some(h) = engine.hooks.as_ref() {
-        use std::sync::atomic::Ordering::Relaxed;
-        let st = &h.writers.stats;
-        tracing::info!(
-            "nftables generations: {} joined to their writer by generation id, {} by thread id, \
-             {} named from /proc",
-            st.exact.load(Relaxed),
-            st.hits.load(Relaxed) + st.waited.load(Relaxed),
-            st.misses.load(Relaxed)
-        );
+}
+
+/// The kernel hooks `config` asks for, or none (netlink only), with the losses that makes.
+fn attach_hooks(
+    config: &EngineConfig,
+    lost: &mut Vec<String>,
+) -> Result<Option<KernelHooks>, EngineError> {
+    let hooks = match config.hooks {
+        HookChoice::NetlinkOnly => {
+            lost.push(netlink_only_loss("--hooks netlink"));
+            None
+        }
+        choice => match KernelHooks::load(&HookOptions {
+            ringbuf_bytes: config.ringbuf_size,
+            backend: match choice {
+                HookChoice::Only(b) => Some(b),
+                HookChoice::Best | HookChoice::NetlinkOnly => None,
+            },
+        }) {
+            Ok(h) => Some(h),
+            Err(e) if choice == HookChoice::Best => {
+                tracing::warn!("kernel hooks unavailable, running netlink-only: {e}");
+                lost.push(netlink_only_loss(&e.to_string()));
+                None
+            }
+            Err(e) => return Err(EngineError::Hooks(e)),
+        },
+    };
+    Ok(hooks)
+}
+
+impl Engine {
+    /// The `ready` line: what is watched and through which hooks, and what is `lost`.
+    fn ready(&self, lost: Vec<String>) -> StatusRecord {
+        let mut sources = vec![Source::Netlink];
+        if let Some(h) = &self.hooks {
+            sources = h.report.placement.sources();
+        }
+        let ready = StatusRecord {
+            state: crate::output::record::StatusState::Ready,
+            time: Timestamp::now(),
+            message: format!(
+                "watching {} network namespaces; every hook attached and every subscription open",
+                self.watched.len()
+            ),
+            hooks: Some(self.hooks.as_ref().map_or_else(
+                || "x_tables=none namespaces=none nf_tables=netlink nf_writers=proc".into(),
+                |h| h.report.placement.summary(),
+            )),
+            sources,
+            netns_watched: Some(self.watched.len()),
+            lost,
+            gap: None,
+            x_tables_hook: Some(self.hooks.as_ref().map_or("none", |h| {
+                h.report
+                    .placement
+                    .x_tables
+                    .map_or("none", crate::hooks::backend::HookBackend::as_str)
+            })),
+        };
+        ready
     }
-    // Dropping the engine aborts the readers and detaches the programs.
-    engine.watched.clear();
-    engine.hooks = None;
-    Ok(())
+
+    /// The run ended: log how nftables writers were named, abort the readers and detach the
+    /// programs.
+    fn stop(mut self) {
+        if let Some(h) = self.hooks.as_ref() {
+            use std::sync::atomic::Ordering::Relaxed;
+            let st = &h.writers.stats;
+            tracing::info!(
+                "nftables generations: {} joined to their writer by generation id, {} by thread id, \
+                 {} named from /proc",
+                st.exact.load(Relaxed),
+                st.hits.load(Relaxed) + st.waited.load(Relaxed),
+                st.misses.load(Relaxed)
+            );
+        }
+        // Dropping the engine aborts the readers and detaches the programs.
+        self.watched.clear();
+        self.hooks = None;
+    }
 }
 
 /// A transaction or replace of this many changes or more (a whole table loaded, a namespace read) leaves

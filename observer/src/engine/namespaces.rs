@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::attribution::ProcessInfo;
 use crate::forensics::model::Tables;
-use crate::hooks::nlattr::{self, WriterCache};
+use crate::hooks::writers::{attribute_recovered, WriterCache};
 use crate::netns::{self, NetnsHandle};
 use crate::nftables::generation::GenerationBuilder;
 use crate::output::record::Gap;
@@ -15,6 +15,7 @@ use crate::ruleset::Backend;
 use crate::timestamp::{boot_now_ns, Timestamp};
 
 use super::baseline::{inventory, read_baseline};
+use super::core::{lifecycle, losses};
 use super::nft::{established, spawn_nft_reader};
 use super::{ChangeCtx, Engine, NsMsg, Watched};
 
@@ -29,21 +30,21 @@ impl Engine {
     /// already holds was made after start and is reported (as found, not seen live).
     pub(super) async fn watch(&mut self, handle: NetnsHandle, new: bool) {
         let inode = handle.inode;
-        if self.watched.contains_key(&inode) {
+        let Some(plan) = lifecycle::first_read(self.watched.contains_key(&inode), new) else {
             return;
-        }
+        };
         let handle = Arc::new(handle);
         let file = match handle.file.try_clone() {
             Ok(f) => f,
             Err(e) => return self.warn(format!("namespace {inode}: {e}")),
         };
-        // A namespace found late has no legacy baseline: its tables appear as created on their
-        // first replace.
         let rcvbuf = self.netlink_rcvbuf;
         let began = boot_now_ns();
         let read_from = std::time::Instant::now();
         let baseline = tokio::task::spawn_blocking(move || {
-            netns::run_in(&file, move || read_baseline(!new, Some(rcvbuf)))
+            netns::run_in(&file, move || {
+                read_baseline(plan.legacy_baseline, Some(rcvbuf))
+            })
         })
         .await;
         let baseline = match baseline {
@@ -86,7 +87,7 @@ impl Engine {
             bridge: Default::default(),
         };
         if let (Some(sock), Some((state, gen))) = (baseline.socket, baseline.nft) {
-            if new && !state.tables.is_empty() {
+            if lifecycle::report_established(new, !state.tables.is_empty()) {
                 // Written before the subscription opened: report what was established.
                 let name = handle.name.clone();
                 self.emit_found(inode, name, gen, established(&state), read_from)
@@ -146,7 +147,7 @@ impl Engine {
             }
             None => Vec::new(),
         };
-        let parts = nlattr::attribute_recovered(changes, &writers);
+        let parts = attribute_recovered(changes, &writers);
         let several = parts.len() > 1;
         for (i, (process, changes)) in parts.into_iter().enumerate() {
             let process = process
@@ -192,11 +193,7 @@ impl Engine {
     pub(super) fn unmounted(&self) -> Vec<u32> {
         let mounted: std::collections::HashSet<u32> = self.mounts.values().copied().collect();
         let own = netns::inode_of(std::path::Path::new("/proc/self/ns/net")).ok();
-        self.watched
-            .keys()
-            .filter(|i| !mounted.contains(i) && Some(**i) != own)
-            .copied()
-            .collect()
+        lifecycle::unmounted(self.watched.keys().copied(), &mounted, own)
     }
 
     /// Whether some watched namespace is held only by processes, so that the sweep must look
@@ -211,12 +208,7 @@ impl Engine {
     /// 10 s for namespaces that only processes held (an `unshare -n` whose last process
     /// exited).
     pub(super) fn forget_gone(&mut self, why: &str) {
-        let candidates = self.unmounted();
-        if candidates.is_empty() {
-            return;
-        }
-        let held = netns::held_by_processes();
-        for inode in candidates.into_iter().filter(|i| !held.contains(i)) {
+        for inode in lifecycle::gone(self.unmounted(), netns::held_by_processes) {
             tracing::debug!("namespace {inode} is gone ({why})");
             if self.snapshots.is_some() {
                 // Gone: the record shows it empty from now on.
@@ -248,12 +240,11 @@ impl Engine {
                 snapshot,
             } => {
                 let name = self.watched.get(&inode).and_then(|w| w.handle.name.clone());
-                let txn = if recovered {
+                let recovered_n = recovered.then(|| {
                     self.recovered_txns += 1;
-                    format!("nft-{inode}-{gen}-recovered-{}", self.recovered_txns)
-                } else {
-                    format!("nft-{inode}-{gen}")
-                };
+                    self.recovered_txns
+                });
+                let txn = losses::nft_txn(inode, gen, recovered_n);
                 self.emit_txn(
                     ChangeCtx {
                         inode,

@@ -12,12 +12,13 @@ use tokio::task::JoinHandle;
 
 use crate::attribution::ProcessInfo;
 use crate::forensics::model::Tables;
-use crate::hooks::nlattr::{self, WriterCache};
+use crate::hooks::writers::{attribute_recovered, nft_writer, WriterCache};
 use crate::netns;
 use crate::nftables::{self, generation::GenerationBuilder, state::NftState};
 use crate::ruleset::{self, Change};
 use crate::timestamp::Timestamp;
 
+use super::core::losses;
 use super::NsMsg;
 
 /// What a namespace's ruleset holds, as the changes that made it (for a namespace found after its
@@ -105,8 +106,7 @@ pub(super) async fn read_notifications(
                     let txns = builder.feed(&buf[..n]).transactions;
                     let count = txns.len();
                     for (i, mut t) in txns.into_iter().enumerate() {
-                        let process =
-                            nlattr::nft_writer(writers, inode, t.gen_id, t.pid, &t.comm).await;
+                        let process = nft_writer(writers, inode, t.gen_id, t.pid, &t.comm).await;
                         // The writer's request tells a flush from the delete of an only rule.
                         // The same for a set's elements.
                         if let Some(w) = writers {
@@ -138,12 +138,7 @@ pub(super) async fn read_notifications(
                 Err(e) if e.needs_resync() => {
                     let gap = NsMsg::Trouble {
                         inode,
-                        message: format!(
-                            "{e} at {}; re-reading the namespace: what changed meanwhile follows \
-                             as changes marked `recovered` (each generation's own grouping and \
-                             intermediate states are lost)",
-                            Timestamp::now()
-                        ),
+                        message: losses::notifications_lost(&e, Timestamp::now()),
                     };
                     if tx.send(gap).await.is_err() {
                         return "the engine stopped".into();
@@ -165,7 +160,7 @@ pub(super) async fn read_notifications(
                         continue;
                     }
                     let lost = writers.map(|w| w.take_unmatched(inode)).unwrap_or_default();
-                    let parts = nlattr::attribute_recovered(t.changes, &lost);
+                    let parts = attribute_recovered(t.changes, &lost);
                     let count = parts.len();
                     if let Some(f) = &snap {
                         f.store(true, Ordering::Relaxed);
@@ -206,9 +201,6 @@ pub(super) fn nft_snapshot(
     (last && asked.swap(false, Ordering::Relaxed))
         .then(|| Box::new(Tables::from_nft(builder.state())))
 }
-
-/// How often the kernel maps are swept of tasks that exited.
-pub(super) const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Sleep until `at` (never returns for `None`; the caller's `select!` guards on it).
 pub(super) async fn sleep_until_some(at: Option<tokio::time::Instant>) {

@@ -5,6 +5,11 @@
 //! tracepoint backend works on every kernel with BPF and tracepoints (5.8+ for the ring buffer).
 //! Without BPF at all observer runs netlink-only: nftables changes are still seen, iptables-legacy
 //! changes are not, and the ready line says so.
+//!
+//! The ring buffer is read by a task of the runtime ([`KernelHooks::spawn_reader`]), woken by
+//! the kernel through the ring's descriptor: it feeds nftables writers straight to the
+//! [`writers::WriterCache`] the netlink readers consult, puts the pieces of legacy writers'
+//! tables together, and hands every other record to the engine's queue.
 
 mod attach;
 pub mod backend;
@@ -15,6 +20,7 @@ mod error;
 pub mod nlattr;
 pub mod refused;
 pub mod tracefs;
+pub mod writers;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -26,6 +32,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
 
 use self::decode::KernelEvent;
+use self::writers::WriterCache;
 
 /// The eBPF object built by build.rs (empty when built with AYA_BUILD_SKIP=1).
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/observer"));
@@ -117,7 +124,7 @@ pub struct KernelHooks {
     drops: PerCpuArray<MapData, u64>,
     pub report: HookReport,
     /// nfnetlink writers captured in the kernel, for attributing nftables generations.
-    pub writers: Arc<nlattr::WriterCache>,
+    pub writers: Arc<WriterCache>,
 }
 
 impl KernelHooks {
@@ -127,36 +134,7 @@ impl KernelHooks {
             return Err(HookError::NotBuilt);
         }
         let mut report = HookReport::default();
-        let kbtf = btf::KernelBtf::running();
-        let (resolved, resolved_nl) = match &kbtf {
-            Ok(kbtf) => (btf::resolve_offsets(kbtf), btf::resolve_nl_offsets(kbtf)),
-            Err(e) => (
-                btf::Resolved {
-                    offsets: observer_common::offsets::Offsets::unset(),
-                    missing: vec![e.to_string()],
-                    sock_net_missing: Some(e.to_string()),
-                },
-                btf::ResolvedNl {
-                    offsets: observer_common::nfnl::NlOffsets::unset(),
-                    missing: vec![e.to_string()],
-                },
-            ),
-        };
-        drop(kbtf);
-        if let Some(m) = resolved_nl.missing.first() {
-            let lost = format!(
-                "in-kernel attribution of nftables and ipset writers ({m}); nftables writers are \
-                 resolved through /proc and ipset changes are not seen"
-            );
-            tracing::warn!("nfnetlink writer hooks disabled: {lost}");
-            report.netlink_lost = Some(lost);
-        }
-        for m in &resolved.missing {
-            tracing::warn!(
-                "{m}: parent, grandparent and network namespace of legacy writers will be unknown"
-            );
-        }
-        report.missing_fields = resolved.missing;
+        let (resolved, resolved_nl) = resolve_offsets(&mut report);
         report.mounted_tracefs = tracefs::ensure()? == tracefs::Tracefs::MountedNow;
         if report.mounted_tracefs {
             tracing::info!("mounted tracefs at {}", tracefs::TRACEFS);
@@ -234,19 +212,13 @@ impl KernelHooks {
                     .into(),
             );
         }
-        let ring = RingBuf::try_from(ebpf.take_map("EVENTS").ok_or(HookError::Map("EVENTS"))?)
-            .map_err(|e| HookError::Load(error_chain(&e)))?;
-        let seen = BpfHashMap::try_from(
-            ebpf.take_map("SEEN_NETNS")
-                .ok_or(HookError::Map("SEEN_NETNS"))?,
-        )
-        .map_err(|e| HookError::Load(error_chain(&e)))?;
-        let drops = PerCpuArray::try_from(ebpf.take_map("DROPS").ok_or(HookError::Map("DROPS"))?)
-            .map_err(|e| HookError::Load(error_chain(&e)))?;
-        let await_ack = ebpf
-            .take_map("AWAIT_ACK")
-            .and_then(|m| BpfHashMap::try_from(m).ok());
-        let writers = Arc::new(nlattr::WriterCache::default());
+        let Maps {
+            ring,
+            seen,
+            drops,
+            await_ack,
+        } = Maps::take(&mut ebpf)?;
+        let writers = Arc::new(WriterCache::default());
         writers.set_gens_hooked(report.placement.nft_gens.is_some());
         Ok(KernelHooks {
             _ebpf: ebpf,
@@ -318,6 +290,73 @@ impl KernelHooks {
         // open (and registered) until the reader task ends.
         let fd = unsafe { AsyncFd::register(ring) }.map_err(std::io::Error::from)?;
         Ok(tokio::spawn(read_ring(fd, tx, stats, self.writers.clone())))
+    }
+}
+
+/// The kernel struct offsets the programs read at, from the running kernel's BTF; what this
+/// kernel lacks goes in `report` (the writers' attribution it costs).
+fn resolve_offsets(report: &mut HookReport) -> (btf::Resolved, btf::ResolvedNl) {
+    let kbtf = btf::KernelBtf::running();
+    let (mut resolved, resolved_nl) = match &kbtf {
+        Ok(kbtf) => (btf::resolve_offsets(kbtf), btf::resolve_nl_offsets(kbtf)),
+        Err(e) => (
+            btf::Resolved {
+                offsets: observer_common::offsets::Offsets::unset(),
+                missing: vec![e.to_string()],
+                sock_net_missing: Some(e.to_string()),
+            },
+            btf::ResolvedNl {
+                offsets: observer_common::nfnl::NlOffsets::unset(),
+                missing: vec![e.to_string()],
+            },
+        ),
+    };
+    drop(kbtf);
+    if let Some(m) = resolved_nl.missing.first() {
+        let lost = format!(
+            "in-kernel attribution of nftables and ipset writers ({m}); nftables writers are \
+             resolved through /proc and ipset changes are not seen"
+        );
+        tracing::warn!("nfnetlink writer hooks disabled: {lost}");
+        report.netlink_lost = Some(lost);
+    }
+    for m in &resolved.missing {
+        tracing::warn!(
+            "{m}: parent, grandparent and network namespace of legacy writers will be unknown"
+        );
+    }
+    report.missing_fields = std::mem::take(&mut resolved.missing);
+    (resolved, resolved_nl)
+}
+
+/// The maps userspace reads, taken from the loaded object.
+struct Maps {
+    ring: RingBuf<MapData>,
+    seen: BpfHashMap<MapData, u32, u8>,
+    drops: PerCpuArray<MapData, u64>,
+    await_ack: Option<BpfHashMap<MapData, u64, u32>>,
+}
+
+impl Maps {
+    fn take(ebpf: &mut Ebpf) -> Result<Maps, HookError> {
+        let ring = RingBuf::try_from(ebpf.take_map("EVENTS").ok_or(HookError::Map("EVENTS"))?)
+            .map_err(|e| HookError::Load(error_chain(&e)))?;
+        let seen = BpfHashMap::try_from(
+            ebpf.take_map("SEEN_NETNS")
+                .ok_or(HookError::Map("SEEN_NETNS"))?,
+        )
+        .map_err(|e| HookError::Load(error_chain(&e)))?;
+        let drops = PerCpuArray::try_from(ebpf.take_map("DROPS").ok_or(HookError::Map("DROPS"))?)
+            .map_err(|e| HookError::Load(error_chain(&e)))?;
+        let await_ack = ebpf
+            .take_map("AWAIT_ACK")
+            .and_then(|m| BpfHashMap::try_from(m).ok());
+        Ok(Maps {
+            ring,
+            seen,
+            drops,
+            await_ack,
+        })
     }
 }
 
@@ -398,7 +437,7 @@ async fn read_ring(
     mut fd: AsyncFd<RingBuf<MapData>>,
     tx: mpsc::Sender<KernelEvent>,
     stats: Arc<ReaderStats>,
-    writers: Arc<nlattr::WriterCache>,
+    writers: Arc<WriterCache>,
 ) {
     writers.set_reader_live(true);
     let mut blobs = blob::Blobs::default();
@@ -467,7 +506,7 @@ async fn drain(
     ring: &mut RingBuf<MapData>,
     tx: &mpsc::Sender<KernelEvent>,
     stats: &ReaderStats,
-    writers: &nlattr::WriterCache,
+    writers: &WriterCache,
     blobs: &mut blob::Blobs,
 ) -> Option<usize> {
     let mut read = 0;

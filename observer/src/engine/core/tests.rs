@@ -198,3 +198,19 @@ fn a_forgotten_namespace_keeps_nothing_open() {
     assert_eq!(core.next_deadline(), None);
     assert!(core.tick(at(3600)).is_empty());
 }
+
+#[test]
+fn the_loop_wakes_a_millisecond_after_the_next_window_ends_or_in_an_hour() {
+    assert_eq!(wake_in(None, at(5)), Duration::from_secs(3600));
+    assert_eq!(
+        wake_in(Some(at(35)), at(5)),
+        Duration::from_secs(30) + Duration::from_millis(1)
+    );
+    // A window that ended already: at once (after the millisecond).
+    assert_eq!(wake_in(Some(at(5)), at(9)), Duration::from_millis(1));
+    // Far ahead: no more than u32::MAX microseconds.
+    assert_eq!(
+        wake_in(Some(at(100_000)), at(0)),
+        Duration::from_micros(u64::from(u32::MAX)) + Duration::from_millis(1)
+    );
+}
