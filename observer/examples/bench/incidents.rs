@@ -17,7 +17,7 @@ use crate::BenchIncidentsArgs;
 use observer::attribution::ProcessInfo;
 use observer::incidents::owners::Owners;
 use observer::incidents::{Config, Correlator, InventoryChain};
-use observer::output::record::{ChangeRecord, Source};
+use observer::output::line::{ChangeLine, Source};
 use observer::ruleset::{Backend, Family, Op};
 use observer::timestamp::Timestamp;
 
@@ -60,14 +60,14 @@ struct Gen {
 }
 
 impl Gen {
-    fn txn(&mut self, actor: &str, ops: Vec<(Op, String, Option<String>)>) -> Vec<ChangeRecord> {
+    fn txn(&mut self, actor: &str, ops: Vec<(Op, String, Option<String>)>) -> Vec<ChangeLine> {
         self.t_ns += 50_000_000;
         let time = Timestamp::from_unix_nanos(self.t_ns);
         let txn = format!("xt-1-{}", self.t_ns);
         ops.into_iter()
             .map(|(op, chain, rule)| {
                 self.seq += 1;
-                ChangeRecord {
+                ChangeLine {
                     seq: self.seq,
                     time,
                     netns: 1,

@@ -216,7 +216,7 @@ struct RecordFill {
 
 fn record(args: BenchRecordArgs) -> anyhow::Result<()> {
     use observer::attribution::ProcessInfo;
-    use observer::output::{ChangeRecord, Record, Source};
+    use observer::output::{ChangeLine, Line, Source};
     use observer::ruleset::{Backend, Family, Op};
     use observer::sinks::record_writer::{self as recorder, Row};
     use observer::store::{self, ChangeRow};
@@ -328,7 +328,7 @@ fn record(args: BenchRecordArgs) -> anyhow::Result<()> {
                 break;
             }
             seq += 1;
-            let c = ChangeRecord {
+            let c = ChangeLine {
                 seq,
                 time: observer::timestamp::Timestamp::from_unix_nanos(time_ns),
                 netns: 4026531840,
@@ -364,7 +364,7 @@ fn record(args: BenchRecordArgs) -> anyhow::Result<()> {
                 replayed: false,
                 recovered: false,
             };
-            let json: Arc<str> = serde_json::to_string(&Record::Change(c.clone()))?.into();
+            let json: Arc<str> = serde_json::to_string(&Line::Change(c.clone()))?.into();
             batch.push(Row::Change(ChangeRow {
                 seq,
                 time_ns,

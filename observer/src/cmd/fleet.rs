@@ -19,7 +19,7 @@ use futures_util::StreamExt as _;
 
 use crate::cli::TailArgs;
 use crate::engine::Output;
-use crate::output::{Record, StatusRecord};
+use crate::output::{Line, StatusLine};
 use crate::sinks::nats::{subject_token, HEADER_NODE, HEADER_RECORD, HEADER_SEQ};
 
 /// Numbers remembered per node, record and subject (a repair touches the publisher's last
@@ -221,7 +221,7 @@ impl Printer {
     }
 
     fn status(&mut self, message: String) -> anyhow::Result<()> {
-        let ready = Record::Status(StatusRecord::ready(message));
+        let ready = Line::Status(StatusLine::ready(message));
         self.output.emit(&ready).map_err(super::output_error)?;
         Ok(())
     }
@@ -289,7 +289,7 @@ impl Printer {
                 seen.pop_first();
             }
         }
-        let mut record: Record = match serde_json::from_slice(&m.payload) {
+        let mut record: Line = match serde_json::from_slice(&m.payload) {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!(
@@ -300,9 +300,9 @@ impl Printer {
             }
         };
         match &mut record {
-            Record::Change(c) => c.node = Some(node),
-            Record::Incident(i) => i.node = Some(node),
-            Record::Status(_) => {}
+            Line::Change(c) => c.node = Some(node),
+            Line::Incident(i) => i.node = Some(node),
+            Line::Status(_) => {}
         }
         self.output.emit(&record).map_err(super::output_error)?;
         Ok(())

@@ -15,7 +15,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 
 use crate::cli::TailArgs;
-use crate::output::Record;
+use crate::output::Line;
 use crate::store::{self, Selection, Stored};
 use crate::timestamp::Timestamp;
 
@@ -44,11 +44,11 @@ pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     let follow = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
-        let ready = crate::output::StatusRecord::ready(format!(
+        let ready = crate::output::StatusLine::ready(format!(
             "following the record {} (what its daemon records, as it records it)",
             path.display()
         ));
-        output.emit(&Record::Status(ready)).or_else(quiet_pipe)?;
+        output.emit(&Line::Status(ready)).or_else(quiet_pipe)?;
         let mut cursor = Cursor::new(since);
         while !flag.load(Ordering::Relaxed) {
             let rows = cursor
@@ -104,7 +104,7 @@ impl Cursor {
     }
 
     /// The rows recorded since the last call, changes and incidents interleaved by time.
-    fn next(&mut self, conn: &rusqlite::Connection) -> Result<Vec<Record>, store::StoreError> {
+    fn next(&mut self, conn: &rusqlite::Connection) -> Result<Vec<Line>, store::StoreError> {
         let sel = |after: u64| Selection {
             since_ns: Some(self.since_ns),
             after: Some(after),
@@ -118,7 +118,7 @@ impl Cursor {
         if let Some(last) = incidents.last() {
             self.incident = last.number;
         }
-        let mut rows: Vec<(i64, u8, u64, Record)> = Vec::new();
+        let mut rows: Vec<(i64, u8, u64, Line)> = Vec::new();
         for (kind, list) in [(0u8, changes), (1, incidents)] {
             for Stored {
                 number,
@@ -126,7 +126,7 @@ impl Cursor {
                 json,
             } in list
             {
-                match serde_json::from_str::<Record>(&json) {
+                match serde_json::from_str::<Line>(&json) {
                     Ok(r) => rows.push((time_ns, kind, number, r)),
                     Err(e) => tracing::warn!("record row {number} cannot be read ({e}): skipped"),
                 }

@@ -9,7 +9,7 @@ use anyhow::Context as _;
 use serde_json::Value;
 
 use crate::cli::query::QueryArgs;
-use crate::output::{ChangeRecord, Record};
+use crate::output::{ChangeLine, Line};
 use crate::sinks::tail::human;
 use crate::store::{self, Selection, Stored};
 use crate::timestamp::Timestamp;
@@ -228,10 +228,10 @@ fn still_open(rows: Vec<(i64, u8, u64, String)>) -> Vec<(i64, u8, u64, String)> 
 
 /// A human line for a stored record.
 fn render(json: &str, colour: bool) -> String {
-    if let Ok(c) = serde_json::from_str::<ChangeRecord>(json) {
+    if let Ok(c) = serde_json::from_str::<ChangeLine>(json) {
         // Over days, the date matters: the line itself shows the time of day.
         let date = c.time.date();
-        return format!("{date} {}", human::render(&Record::Change(c), colour));
+        return format!("{date} {}", human::render(&Line::Change(c), colour));
     }
     let Ok(v) = serde_json::from_str::<Value>(json) else {
         return json.to_string();

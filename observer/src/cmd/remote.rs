@@ -14,7 +14,7 @@ use hyper_util::rt::TokioIo;
 use serde_json::Value;
 
 use crate::cli::{RemoteAccess, TailArgs};
-use crate::output::Record;
+use crate::output::Line;
 use crate::sinks::tail::screen::Screen;
 
 /// A pause this long in the stream ends the transaction being drawn.
@@ -400,7 +400,7 @@ impl Printer {
             }
             self.last_status = Some(data.to_string());
         }
-        match (&mut self.screen, serde_json::from_value::<Record>(v)) {
+        match (&mut self.screen, serde_json::from_value::<Line>(v)) {
             (Some(screen), Ok(r)) => screen.record(&r),
             (Some(screen), Err(e)) => {
                 // A newer daemon's line this version cannot draw: shown as sent, not dropped.
@@ -435,7 +435,7 @@ mod tests {
         let mut kinds = std::collections::BTreeSet::new();
         for line in fixture.lines().filter(|l| !l.trim().is_empty()) {
             let sent: Value = serde_json::from_str(line).expect("fixture line");
-            let r: Record = serde_json::from_value(sent.clone())
+            let r: Line = serde_json::from_value(sent.clone())
                 .unwrap_or_else(|e| panic!("cannot draw {line}: {e}"));
             assert_eq!(serde_json::to_value(&r).expect("serialize"), sent, "{line}");
             kinds.insert(sent["kind"].as_str().unwrap_or_default().to_string());

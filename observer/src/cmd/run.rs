@@ -80,7 +80,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 }
 
 /// The record, opened for writing, with its writer thread.
-struct Record {
+struct Line {
     writer: Option<(recorder::StoreSender, std::thread::JoinHandle<()>)>,
     /// The number of the last incident in it: numbering goes on after it.
     last_incident: u64,
@@ -93,8 +93,8 @@ struct Record {
 fn open_record(
     settings: &mut Settings,
     store_stats: &Arc<recorder::StoreStats>,
-) -> anyhow::Result<Record> {
-    let mut record = Record {
+) -> anyhow::Result<Line> {
+    let mut record = Line {
         writer: None,
         last_incident: 0,
         id: None,

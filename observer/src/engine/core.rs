@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use crate::attribution::ProcessInfo;
 use crate::incidents::{Correlator, InventoryChain};
-use crate::output::{ChangeRecord, IncidentRecord, Source};
+use crate::output::{ChangeLine, IncidentLine, Source};
 use crate::ruleset::{self, Backend, Change, ChangeResult};
 use crate::timestamp::Timestamp;
 
@@ -38,8 +38,8 @@ pub struct ChangeCtx {
 /// The lines one transaction makes: its changes, in order, then the incidents they raise.
 #[derive(Debug)]
 pub struct TxnLines {
-    pub changes: Vec<ChangeRecord>,
-    pub incidents: Vec<IncidentRecord>,
+    pub changes: Vec<ChangeLine>,
+    pub incidents: Vec<IncidentLine>,
 }
 
 /// Numbering and correlation.
@@ -82,11 +82,11 @@ impl Core {
         ctx: &ChangeCtx,
         changes: Vec<(Change, ChangeResult)>,
     ) -> TxnLines {
-        let changes: Vec<ChangeRecord> = changes
+        let changes: Vec<ChangeLine> = changes
             .into_iter()
             .map(|(c, result)| {
                 self.seq += 1;
-                ChangeRecord {
+                ChangeLine {
                     seq: self.seq,
                     time: ctx.time,
                     netns: ctx.inode,
@@ -125,7 +125,7 @@ impl Core {
     }
 
     /// Incidents the rulesets show with no change at all (split brain), at `now`.
-    pub fn check_all(&mut self, now: Timestamp) -> Vec<IncidentRecord> {
+    pub fn check_all(&mut self, now: Timestamp) -> Vec<IncidentLine> {
         self.correlator.check_all(now)
     }
 
@@ -135,7 +135,7 @@ impl Core {
     }
 
     /// The incidents whose windows ended by `now`.
-    pub fn tick(&mut self, now: Timestamp) -> Vec<IncidentRecord> {
+    pub fn tick(&mut self, now: Timestamp) -> Vec<IncidentLine> {
         self.correlator.tick(now)
     }
 }

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::forensics::model::Tables;
-use crate::output::{IncidentRecord, Record, StatusRecord};
+use crate::output::{IncidentLine, Line, StatusLine};
 use crate::ruleset::{Backend, Change, ChangeResult};
 
 use super::core::losses::{self, Losses};
@@ -13,11 +13,11 @@ use super::core::TxnLines;
 use super::{ChangeCtx, Engine};
 
 impl Engine {
-    pub(super) fn emit_status(&mut self, s: StatusRecord) {
-        self.write(&Record::Status(s));
+    pub(super) fn emit_status(&mut self, s: StatusLine) {
+        self.write(&Line::Status(s));
     }
 
-    pub(super) fn write(&mut self, r: &Record) {
+    pub(super) fn write(&mut self, r: &Line) {
         let written = self.output.emit(r);
         self.check_written(written);
     }
@@ -75,7 +75,7 @@ impl Engine {
         };
         self.losses = now;
         self.output.kernel_errors(&now.kernel);
-        self.emit_status(StatusRecord::gap(report.gap, report.message));
+        self.emit_status(StatusLine::gap(report.gap, report.message));
         report.reread_legacy
     }
 
@@ -105,7 +105,7 @@ impl Engine {
     fn emit_lines(&mut self, ctx: &ChangeCtx, lines: TxnLines) {
         let (inode, backend, n) = (ctx.inode, ctx.backend, lines.changes.len() as u64);
         for c in lines.changes {
-            self.write(&Record::Change(c));
+            self.write(&Line::Change(c));
         }
         let ended = self.output.end_txn();
         self.check_written(ended);
@@ -135,9 +135,9 @@ impl Engine {
         }
     }
 
-    pub(super) fn emit_incidents(&mut self, incidents: Vec<IncidentRecord>) {
+    pub(super) fn emit_incidents(&mut self, incidents: Vec<IncidentLine>) {
         for i in incidents {
-            self.write(&Record::Incident(i));
+            self.write(&Line::Incident(i));
         }
     }
 }

@@ -7,8 +7,8 @@ use crate::attribution::{self, KernelProcess, ProcessInfo};
 use crate::forensics::model::Tables;
 use crate::hooks::decode::{XtKind, XtReplaceEvent};
 use crate::netns;
-use crate::output::record::Gap;
-use crate::output::{Source, StatusRecord};
+use crate::output::line::Gap;
+use crate::output::{Source, StatusLine};
 use crate::ruleset::{self, Backend, Change, ChangeResult};
 use crate::timestamp::{boot_now_ns, Timestamp};
 use crate::xtables::{self, XtError, XtProto};
@@ -239,7 +239,7 @@ impl Engine {
         if let Some(entries) = settled.gap {
             let message = replaced_before_read(&x, inode, entries);
             tracing::warn!("{message}");
-            self.emit_status(StatusRecord::gap(Gap::Other, message));
+            self.emit_status(StatusLine::gap(Gap::Other, message));
         }
         let Some(w) = self.watched.get_mut(&inode) else {
             return;

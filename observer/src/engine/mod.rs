@@ -34,7 +34,7 @@ use crate::hooks::{HookOptions, KernelHooks, ReaderStats};
 use crate::incidents::owners::{Owners, OwnersError};
 use crate::incidents::{self, Correlator};
 use crate::netns::{self, NetnsHandle};
-use crate::output::{Record, Source, StatusRecord};
+use crate::output::{Line, Source, StatusLine};
 use crate::ruleset::Change;
 use crate::timestamp::Timestamp;
 use crate::xtables::{self, XtProto, XtTable};
@@ -193,7 +193,7 @@ pub enum HookChoice {
 pub trait Output: Send {
     /// Take one record. An error of kind `BrokenPipe` ends the run quietly (the reader went away);
     /// other errors are logged and the run goes on.
-    fn emit(&mut self, record: &Record) -> std::io::Result<()>;
+    fn emit(&mut self, record: &Line) -> std::io::Result<()>;
 
     /// The records of one transaction have all been given (so a view may draw them together).
     fn end_txn(&mut self) -> std::io::Result<()> {
@@ -427,13 +427,13 @@ fn attach_hooks(
 
 impl Engine {
     /// The `ready` line: what is watched and through which hooks, and what is `lost`.
-    fn ready(&self, lost: Vec<String>) -> StatusRecord {
+    fn ready(&self, lost: Vec<String>) -> StatusLine {
         let mut sources = vec![Source::Netlink];
         if let Some(h) = &self.hooks {
             sources = h.report.placement.sources();
         }
-        let ready = StatusRecord {
-            state: crate::output::record::StatusState::Ready,
+        let ready = StatusLine {
+            state: crate::output::line::StatusState::Ready,
             time: Timestamp::now(),
             message: format!(
                 "watching {} network namespaces; every hook attached and every subscription open",

@@ -9,8 +9,8 @@ use crate::forensics::model::Tables;
 use crate::hooks::writers::{attribute_recovered, WriterCache};
 use crate::netns::{self, NetnsHandle};
 use crate::nftables::generation::GenerationBuilder;
-use crate::output::record::Gap;
-use crate::output::{Source, StatusRecord};
+use crate::output::line::Gap;
+use crate::output::{Source, StatusLine};
 use crate::ruleset::Backend;
 use crate::timestamp::{boot_now_ns, Timestamp};
 
@@ -264,7 +264,7 @@ impl Engine {
                 }
             }
             NsMsg::Trouble { inode, message } => {
-                self.emit_status(StatusRecord::gap(
+                self.emit_status(StatusLine::gap(
                     Gap::Netlink,
                     format!("namespace {inode}: {message}"),
                 ));

@@ -12,7 +12,7 @@ use super::model::{self, Chain, Table};
 use super::snapshots::{self, State};
 use super::ForensicsError;
 use crate::attribution::ProcessInfo;
-use crate::output::record::{ChangeRecord, IncidentRecord};
+use crate::output::line::{ChangeLine, IncidentLine};
 use crate::ruleset::{Backend, Family};
 use crate::store::{self, Selection};
 use crate::timestamp::Timestamp;
@@ -24,11 +24,11 @@ pub struct Story {
     pub kind: &'static str,
     pub id: String,
     /// The incident's latest line: its type, owner, actors, chains and summary as they stand.
-    pub incident: IncidentRecord,
+    pub incident: IncidentLine,
     /// Every line of the incident, oldest first.
     pub states: Vec<StateLine>,
     /// Every change the lines name, in order (`seq`), with the writer as it was recorded.
-    pub changes: Vec<ChangeRecord>,
+    pub changes: Vec<ChangeLine>,
     /// Changes the lines name that the record no longer holds (retention trimmed them).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub missing: Vec<u64>,
@@ -43,7 +43,7 @@ pub struct Story {
 #[derive(Debug, Clone, Serialize)]
 pub struct StateLine {
     pub time: Timestamp,
-    pub state: crate::output::record::IncidentState,
+    pub state: crate::output::line::IncidentState,
     pub summary: String,
     /// The changes this line added to the incident.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -62,7 +62,7 @@ pub struct Repair {
     pub repaired_by: Option<String>,
     /// The first change by the repairer to one of the owner's chains after the incident began.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub change: Option<ChangeRecord>,
+    pub change: Option<ChangeLine>,
     /// A write by the owner that the kernel refused meanwhile.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failed: Option<String>,
@@ -186,7 +186,7 @@ pub fn story(conn: &Connection, id: &str) -> Result<Story, ForensicsError> {
 }
 
 /// Every stored line of incident `id`, oldest first, with its time.
-fn lines_of(conn: &Connection, id: &str) -> Result<Vec<(i64, IncidentRecord)>, ForensicsError> {
+fn lines_of(conn: &Connection, id: &str) -> Result<Vec<(i64, IncidentLine)>, ForensicsError> {
     // The id as it appears in the stored JSON: a cheap pre-filter, checked exactly below.
     let needle = format!(
         "\"id\":{}",
@@ -200,7 +200,7 @@ fn lines_of(conn: &Connection, id: &str) -> Result<Vec<(i64, IncidentRecord)>, F
     let mut out = Vec::new();
     for row in rows {
         let (time_ns, json) = row?;
-        match serde_json::from_str::<IncidentRecord>(&json) {
+        match serde_json::from_str::<IncidentLine>(&json) {
             Ok(r) if r.id == id => out.push((time_ns, r)),
             Ok(_) => {}
             Err(e) => {
@@ -219,7 +219,7 @@ fn changes_of(
     conn: &Connection,
     netns: u32,
     seqs: &BTreeSet<u64>,
-) -> Result<Vec<ChangeRecord>, ForensicsError> {
+) -> Result<Vec<ChangeLine>, ForensicsError> {
     let (Some(&lo), Some(&hi)) = (seqs.first(), seqs.last()) else {
         return Ok(Vec::new());
     };
@@ -235,12 +235,11 @@ fn changes_of(
         if !seqs.contains(&row.number) {
             continue;
         }
-        let c = serde_json::from_str::<ChangeRecord>(&row.json).map_err(|e| {
-            ForensicsError::Damaged {
+        let c =
+            serde_json::from_str::<ChangeLine>(&row.json).map_err(|e| ForensicsError::Damaged {
                 what: format!("change {}", row.number),
                 cause: e.to_string(),
-            }
-        })?;
+            })?;
         out.push(c);
     }
     out.sort_by_key(|c| c.seq);
@@ -250,7 +249,7 @@ fn changes_of(
 /// The owners' hits of the latest line, each with the change that repaired it.
 fn repairs_of(
     conn: &Connection,
-    latest: &IncidentRecord,
+    latest: &IncidentLine,
     start_ns: i64,
     end_ns: i64,
     first_seq: Option<u64>,
@@ -268,7 +267,7 @@ fn repairs_of(
                 ..Selection::default()
             };
             for row in store::select_changes(conn, &sel)? {
-                let Ok(c) = serde_json::from_str::<ChangeRecord>(&row.json) else {
+                let Ok(c) = serde_json::from_str::<ChangeLine>(&row.json) else {
                     continue;
                 };
                 let on_owned = c.chain.as_ref().is_some_and(|ch| hit.chains.contains(ch));
@@ -334,7 +333,7 @@ fn clock(time: Timestamp) -> String {
         .to_string()
 }
 
-fn change_line(c: &ChangeRecord) -> String {
+fn change_line(c: &ChangeLine) -> String {
     let mut what = format!("{} {} {} {}", c.op.as_str(), c.backend, c.family, c.table);
     if let Some(ch) = &c.chain {
         what.push(' ');

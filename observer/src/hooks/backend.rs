@@ -19,7 +19,7 @@
 
 use observer_common::hook::{HOOK_FENTRY, HOOK_KPROBE, HOOK_TRACEPOINT};
 
-use crate::output::record::Source;
+use crate::output::line::Source;
 
 /// A kernel hook mechanism.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

@@ -30,7 +30,7 @@ impl Correlator {
     }
 
     /// Close what its window ended, and forget what no longer matters. `now`: event time.
-    pub fn tick(&mut self, now: Timestamp) -> Vec<IncidentRecord> {
+    pub fn tick(&mut self, now: Timestamp) -> Vec<IncidentLine> {
         let mut out = Vec::new();
         let flap = self.cfg.flap_window;
         let repair = self.cfg.repair_within;

@@ -8,7 +8,7 @@ use super::*;
 struct Txn<'a> {
     netns: u32,
     actor: &'a str,
-    first: &'a ChangeRecord,
+    first: &'a ChangeLine,
     now: Timestamp,
 }
 
@@ -17,10 +17,10 @@ impl Correlator {
         &mut self,
         netns: u32,
         actor: &str,
-        first: &ChangeRecord,
+        first: &ChangeLine,
         hits: Vec<Hit>,
         now: Timestamp,
-        out: &mut Vec<IncidentRecord>,
+        out: &mut Vec<IncidentLine>,
     ) {
         if hits.is_empty() {
             return;
@@ -41,7 +41,7 @@ impl Correlator {
     /// Mass flush: flushes and deletes of several owners by this actor within the window. True
     /// when the actor's sweep is a mass flush, which then holds this transaction's flushes,
     /// deletes and unhooks.
-    fn sweep(&mut self, txn: Txn, hits: &[Hit], out: &mut Vec<IncidentRecord>) -> bool {
+    fn sweep(&mut self, txn: Txn, hits: &[Hit], out: &mut Vec<IncidentLine>) -> bool {
         let Txn {
             netns,
             actor,
@@ -99,7 +99,7 @@ impl Correlator {
 
     /// The hits on one owner's objects: added to the conflict's `flapping` loop when there is
     /// one, else one incident per kind, updated while it is open (within the flap window).
-    fn conflict(&mut self, txn: Txn, owner: String, hits: Vec<Hit>, out: &mut Vec<IncidentRecord>) {
+    fn conflict(&mut self, txn: Txn, owner: String, hits: Vec<Hit>, out: &mut Vec<IncidentLine>) {
         let now = txn.now;
         let key = ConflictKey {
             netns: txn.netns,
@@ -144,7 +144,7 @@ impl Correlator {
         key: &ConflictKey,
         kind: IncidentKind,
         hits: &[Hit],
-    ) -> IncidentRecord {
+    ) -> IncidentLine {
         let mut r = new_incident(kind, txn.netns, hits, txn.actor, txn.first);
         if let Some(d) = &hits[0].drift {
             r.rule = Some(d.rule.clone());
@@ -169,9 +169,9 @@ impl Correlator {
         &mut self,
         netns: u32,
         actor: &str,
-        failed: &[&ChangeRecord],
+        failed: &[&ChangeLine],
         now: Timestamp,
-        out: &mut Vec<IncidentRecord>,
+        out: &mut Vec<IncidentLine>,
     ) {
         for t in self.incidents.values_mut() {
             let Some(o) = unrepaired_owner(t, netns, actor) else {
@@ -207,7 +207,7 @@ fn end_on_rewipe(
     sweeping: &[Hit],
     actor: &str,
     now: Timestamp,
-    out: &mut Vec<IncidentRecord>,
+    out: &mut Vec<IncidentLine>,
 ) {
     let Some(old) = sweep.incident.clone() else {
         return;
@@ -263,7 +263,7 @@ fn by_owner(hits: Vec<Hit>, consumed_by_sweep: bool) -> BTreeMap<String, Vec<Hit
 }
 
 /// More hits on an incident still open (or closed within the window: it opens again).
-fn update_conflict(t: &mut Tracked, hits: &[Hit], txn: Txn) -> IncidentRecord {
+fn update_conflict(t: &mut Tracked, hits: &[Hit], txn: Txn) -> IncidentLine {
     let reopened = t.record.state.is_final();
     update_with_hits(&mut t.record, hits, txn.actor, txn.first);
     if reopened {

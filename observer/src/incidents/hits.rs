@@ -5,7 +5,7 @@ use super::*;
 
 impl Correlator {
     /// What the transaction does to objects the actor may not change (checked before applying).
-    pub(super) fn find_hits(&self, netns: u32, actor: &str, txn: &[&ChangeRecord]) -> Vec<Hit> {
+    pub(super) fn find_hits(&self, netns: u32, actor: &str, txn: &[&ChangeLine]) -> Vec<Hit> {
         let Some(net) = self.nets.get(&netns) else {
             return Vec::new();
         };
@@ -48,7 +48,7 @@ impl Correlator {
         netns: u32,
         actor: &str,
         learn: bool,
-        txn: &[&ChangeRecord],
+        txn: &[&ChangeLine],
     ) -> Vec<Restore> {
         let mut restored: Vec<(ObjKey, u64)> = Vec::new();
         let net = self.nets.entry(netns).or_default();
@@ -72,7 +72,7 @@ impl Correlator {
     }
 
     /// Learning: the writer of a chain nobody is known to own becomes its owner.
-    fn learn(&mut self, netns: u32, actor: &str, txn: &[&ChangeRecord]) {
+    fn learn(&mut self, netns: u32, actor: &str, txn: &[&ChangeLine]) {
         let keys: Vec<ObjKey> = txn
             .iter()
             .filter_map(|c| {
@@ -106,7 +106,7 @@ struct Scan<'a> {
     model: &'a Correlator,
     net: &'a Net,
     actor: &'a str,
-    txn: &'a [&'a ChangeRecord],
+    txn: &'a [&'a ChangeLine],
     hits: Vec<Hit>,
     /// Jumps removed: (the target chain's key, the chain that held the jump, seq).
     unhooks: Vec<(ObjKey, String, u64)>,
@@ -139,13 +139,13 @@ impl Scan<'_> {
     }
 
     /// The jumps of chain `key` (holding `jumps`) that change `c` removes.
-    fn unhook_all(&mut self, c: &ChangeRecord, key: &ObjKey, jumps: &[String]) {
+    fn unhook_all(&mut self, c: &ChangeLine, key: &ObjKey, jumps: &[String]) {
         for j in jumps {
             self.unhooks.push((target_key(c, j), key.3.clone(), c.seq));
         }
     }
 
-    fn change(&mut self, c: &ChangeRecord) {
+    fn change(&mut self, c: &ChangeLine) {
         let key = c
             .chain
             .as_ref()
@@ -177,7 +177,7 @@ impl Scan<'_> {
     }
 
     /// A table flushed or deleted: every chain of it (flushed: those that held rules).
-    fn table_emptied(&mut self, c: &ChangeRecord) {
+    fn table_emptied(&mut self, c: &ChangeLine) {
         let kind = if c.op == Op::TableFlush {
             IncidentKind::ForeignFlush
         } else {
@@ -193,7 +193,7 @@ impl Scan<'_> {
         }
     }
 
-    fn rule_delete(&mut self, c: &ChangeRecord, key: Option<&ObjKey>, info: Option<&ObjInfo>) {
+    fn rule_delete(&mut self, c: &ChangeLine, key: Option<&ObjKey>, info: Option<&ObjInfo>) {
         let txn = self.txn;
         // Deleting the only rule of someone else's chain empties it, as a flush would (the
         // kernel could not tell which it was).
@@ -221,7 +221,7 @@ impl Scan<'_> {
 
     /// A rule rewritten: the jumps it no longer makes, and a `rule_drift` when it lost or
     /// changed something.
-    fn rule_replace(&mut self, c: &ChangeRecord, key: &ObjKey, info: Option<&ObjInfo>) {
+    fn rule_replace(&mut self, c: &ChangeLine, key: &ObjKey, info: Option<&ObjInfo>) {
         let was = c
             .detail
             .as_deref()
@@ -288,12 +288,12 @@ impl Scan<'_> {
 }
 
 /// The key of chain `target` in the table of change `c`.
-fn target_key(c: &ChangeRecord, target: &str) -> ObjKey {
+fn target_key(c: &ChangeLine, target: &str) -> ObjKey {
     (c.backend, c.family, c.table.clone(), target.to_string())
 }
 
 /// What a rewrite from `was` to `new` did, when it is drift (something lost or changed).
-fn rule_drift(c: &ChangeRecord, was: &str, new: &str) -> Option<Drift> {
+fn rule_drift(c: &ChangeLine, was: &str, new: &str) -> Option<Drift> {
     let d = drift::diff(c.rule_backend(), was, new);
     if was.is_empty() || !d.is_drift() {
         return None;
@@ -323,7 +323,7 @@ fn apply_change(
     net: &mut Net,
     owners: &Owners,
     actor: &str,
-    c: &ChangeRecord,
+    c: &ChangeLine,
     restored: &mut Vec<(ObjKey, u64)>,
 ) {
     let last = LastWrite {
@@ -376,7 +376,7 @@ fn apply_change(
 /// What a change to one chain or set does to its rule count and jumps.
 fn apply_to_object(
     info: &mut ObjInfo,
-    c: &ChangeRecord,
+    c: &ChangeLine,
     key: &ObjKey,
     restored: &mut Vec<(ObjKey, u64)>,
 ) {

@@ -20,7 +20,7 @@ pub(super) fn unrepaired_owner<'a>(
         .find(|o| o.owner == owner && !o.repaired)
 }
 
-pub(super) fn add_events(r: &mut IncidentRecord, seqs: &[u64]) {
+pub(super) fn add_events(r: &mut IncidentLine, seqs: &[u64]) {
     for &s in seqs {
         if !r.events.contains(&s) {
             r.events.push(s);
@@ -29,14 +29,14 @@ pub(super) fn add_events(r: &mut IncidentRecord, seqs: &[u64]) {
     trim_events(r);
 }
 
-pub(super) fn trim_events(r: &mut IncidentRecord) {
+pub(super) fn trim_events(r: &mut IncidentLine) {
     if r.events.len() > MAX_EVENTS {
         let cut = r.events.len() - MAX_EVENTS;
         r.events.drain(..cut);
     }
 }
 
-pub(super) fn actors_of(actor: &str, first: &ChangeRecord) -> Vec<String> {
+pub(super) fn actors_of(actor: &str, first: &ChangeLine) -> Vec<String> {
     let mut actors = vec![actor.to_string()];
     let p: &ProcessInfo = &first.process;
     if p.actor != actor && p.actor != "unknown" {
@@ -55,8 +55,8 @@ pub(super) fn new_incident(
     netns: u32,
     hits: &[Hit],
     actor: &str,
-    first: &ChangeRecord,
-) -> IncidentRecord {
+    first: &ChangeLine,
+) -> IncidentLine {
     let h = &hits[0];
     let mut chains: Vec<String> = hits.iter().map(|h| h.chain.clone()).collect();
     chains.sort();
@@ -70,7 +70,7 @@ pub(super) fn new_incident(
         }
         _ => Severity::Warning,
     };
-    let mut r = IncidentRecord {
+    let mut r = IncidentLine {
         id: format!(
             "{}-{}-{}",
             kind.as_str(),
@@ -97,7 +97,7 @@ pub(super) fn new_incident(
 }
 
 /// Every `family table` the hits touched, listed when there is more than one.
-pub(super) fn add_tables(r: &mut IncidentRecord, hits: &[Hit]) {
+pub(super) fn add_tables(r: &mut IncidentLine, hits: &[Hit]) {
     let mut all: BTreeSet<String> = r.tables.iter().cloned().collect();
     all.insert(format!("{} {}", r.family, r.table));
     for h in hits {
@@ -111,10 +111,10 @@ pub(super) fn add_tables(r: &mut IncidentRecord, hits: &[Hit]) {
 }
 
 pub(super) fn update_with_hits(
-    r: &mut IncidentRecord,
+    r: &mut IncidentLine,
     hits: &[Hit],
     actor: &str,
-    first: &ChangeRecord,
+    first: &ChangeLine,
 ) {
     r.state = IncidentState::Update;
     r.time = first.time;
@@ -157,8 +157,8 @@ pub(super) fn unrepaired(owner: String, chains: Vec<String>) -> OwnerHit {
 
 /// A new incident's line with only its kind, namespace and time (of its first event): open,
 /// nothing else said yet (each kind fills in what it knows).
-pub(super) fn blank(kind: IncidentKind, netns: u32, time: Timestamp) -> IncidentRecord {
-    IncidentRecord {
+pub(super) fn blank(kind: IncidentKind, netns: u32, time: Timestamp) -> IncidentLine {
+    IncidentLine {
         id: String::new(),
         time,
         since: time,

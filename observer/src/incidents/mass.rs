@@ -8,11 +8,11 @@ impl Correlator {
         &mut self,
         netns: u32,
         actor: &str,
-        first: &ChangeRecord,
+        first: &ChangeLine,
         hits: &[Hit],
         existing: Option<String>,
         (since, now): (Timestamp, Timestamp),
-        out: &mut Vec<IncidentRecord>,
+        out: &mut Vec<IncidentLine>,
     ) -> String {
         let mut per_owner: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         for h in hits {
@@ -77,7 +77,7 @@ impl Correlator {
         since: Timestamp,
         mass_id: &str,
         now: Timestamp,
-        out: &mut Vec<IncidentRecord>,
+        out: &mut Vec<IncidentLine>,
     ) {
         let owners: BTreeSet<&str> = hits.iter().map(|h| h.owner.as_str()).collect();
         for owner in owners {

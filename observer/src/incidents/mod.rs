@@ -41,8 +41,8 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::attribution::ProcessInfo;
-use crate::output::record::{
-    ChangeRecord, IncidentKind, IncidentRecord, IncidentState, OwnerHit, Severity, SplitBackends,
+use crate::output::line::{
+    ChangeLine, IncidentKind, IncidentLine, IncidentState, OwnerHit, Severity, SplitBackends,
 };
 use crate::ruleset::{is_builtin_chain, Backend, Family, Op};
 use crate::timestamp::Timestamp;
@@ -164,7 +164,7 @@ struct Drift {
 /// An incident being tracked: its last line, and when things happened (event time, ns).
 #[derive(Debug, Clone)]
 struct Tracked {
-    record: IncidentRecord,
+    record: IncidentLine,
     since: Timestamp,
     last: Timestamp,
     /// When the owner's objects were last undone: repair times count from here.
@@ -174,7 +174,7 @@ struct Tracked {
 }
 
 impl Tracked {
-    fn new(record: IncidentRecord, since: Timestamp, now: Timestamp) -> Tracked {
+    fn new(record: IncidentLine, since: Timestamp, now: Timestamp) -> Tracked {
         Tracked {
             record,
             since,
@@ -310,7 +310,7 @@ impl Correlator {
     }
 
     /// Incidents the current state shows without any change (split brain), for every namespace.
-    pub fn check_all(&mut self, now: Timestamp) -> Vec<IncidentRecord> {
+    pub fn check_all(&mut self, now: Timestamp) -> Vec<IncidentLine> {
         let mut out = Vec::new();
         let mut keys: Vec<(u32, String)> = Vec::new();
         for (&netns, net) in &self.nets {
@@ -366,7 +366,7 @@ impl Correlator {
 
     /// One transaction: every change line of one x_tables replace or one nft generation, in
     /// order (all in one namespace, by one writer). Returns the incident lines it produces.
-    pub fn observe(&mut self, txn: &[ChangeRecord]) -> Vec<IncidentRecord> {
+    pub fn observe(&mut self, txn: &[ChangeLine]) -> Vec<IncidentLine> {
         let Some(first) = txn.first() else {
             return Vec::new();
         };
@@ -381,11 +381,11 @@ impl Correlator {
             }
         }
         let mut out = Vec::new();
-        let failed: Vec<&ChangeRecord> = txn.iter().filter(|c| !c.result.is_applied()).collect();
+        let failed: Vec<&ChangeLine> = txn.iter().filter(|c| !c.result.is_applied()).collect();
         if !failed.is_empty() {
             self.note_failures(netns, &actor, &failed, now, &mut out);
         }
-        let applied: Vec<&ChangeRecord> = txn.iter().filter(|c| c.result.is_applied()).collect();
+        let applied: Vec<&ChangeLine> = txn.iter().filter(|c| c.result.is_applied()).collect();
         if applied.is_empty() {
             return out;
         }
@@ -436,7 +436,7 @@ impl Correlator {
     }
 
     /// The owners of the objects a transaction names, as the model knows them now.
-    fn owners_touched(&self, netns: u32, txn: &[&ChangeRecord]) -> BTreeSet<String> {
+    fn owners_touched(&self, netns: u32, txn: &[&ChangeLine]) -> BTreeSet<String> {
         let mut touched = BTreeSet::new();
         let Some(net) = self.nets.get(&netns) else {
             return touched;

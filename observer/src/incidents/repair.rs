@@ -15,7 +15,7 @@ impl Correlator {
         now: Timestamp,
         seqs: &[u64],
         fresh: &BTreeSet<String>,
-        out: &mut Vec<IncidentRecord>,
+        out: &mut Vec<IncidentLine>,
     ) {
         let Some(net) = self.nets.get(&netns) else {
             return;
@@ -81,7 +81,7 @@ impl Correlator {
         actor: &str,
         restored: &[Restore],
         now: Timestamp,
-        out: &mut Vec<IncidentRecord>,
+        out: &mut Vec<IncidentLine>,
     ) {
         if restored.is_empty() {
             return;
@@ -108,7 +108,7 @@ impl Correlator {
         restored: &[Restore],
         seqs: &[u64],
         now: Timestamp,
-        out: &mut Vec<IncidentRecord>,
+        out: &mut Vec<IncidentLine>,
     ) {
         let mut resolved: Vec<String> = Vec::new();
         for (id, t) in self.incidents.iter_mut() {
@@ -148,7 +148,7 @@ impl Correlator {
         key: &ConflictKey,
         seqs: &[u64],
         now: Timestamp,
-        out: &mut Vec<IncidentRecord>,
+        out: &mut Vec<IncidentLine>,
     ) {
         let window = self.cfg.flap_window;
         let threshold = self.cfg.flap_cycles;
@@ -190,11 +190,11 @@ impl Correlator {
         total: u32,
         seqs: &[u64],
         now: Timestamp,
-        out: &mut Vec<IncidentRecord>,
+        out: &mut Vec<IncidentLine>,
     ) {
         let mut events = Vec::new();
         let mut chains = BTreeSet::new();
-        let mut base: Option<IncidentRecord> = None;
+        let mut base: Option<IncidentLine> = None;
         let mut absorbed = Vec::new();
         for id in earlier {
             if let Some(t) = self.incidents.remove(id) {

@@ -9,7 +9,7 @@ impl Correlator {
         owner: &str,
         now: Timestamp,
         seqs: &[u64],
-        out: &mut Vec<IncidentRecord>,
+        out: &mut Vec<IncidentLine>,
     ) {
         let Some(net) = self.nets.get(&netns) else {
             return;
@@ -39,7 +39,7 @@ impl Correlator {
                 let first_seq = seqs.first().copied().unwrap_or_default();
                 let mut chains: Vec<String> = legacy.union(&nft).cloned().collect();
                 chains.sort();
-                let mut r = IncidentRecord {
+                let mut r = IncidentLine {
                     id: format!("split_brain-{netns}-{first_seq}-{owner}"),
                     netns_name: net.name.clone(),
                     backend: last_backend.unwrap_or(Backend::Nft),

@@ -16,7 +16,7 @@ pub(super) fn list(items: &[String]) -> String {
     }
 }
 
-pub(super) fn where_(r: &IncidentRecord) -> String {
+pub(super) fn where_(r: &IncidentLine) -> String {
     let ns = r.netns_name.clone().unwrap_or_else(|| r.netns.to_string());
     if r.tables.len() > 1 {
         format!("{} tables {} (netns {ns})", r.backend, r.tables.join(", "))
@@ -26,7 +26,7 @@ pub(super) fn where_(r: &IncidentRecord) -> String {
 }
 
 /// The last line of a foreign_*, unhooked or rule_drift incident whose objects are back.
-pub(super) fn resolved_summary(r: &IncidentRecord, by: &str, ms: u64) -> String {
+pub(super) fn resolved_summary(r: &IncidentLine, by: &str, ms: u64) -> String {
     let what = match r.kind {
         IncidentKind::ForeignDelete => "re-created",
         IncidentKind::ForeignFlush => "refilled",
@@ -43,7 +43,7 @@ pub(super) fn resolved_summary(r: &IncidentRecord, by: &str, ms: u64) -> String 
     )
 }
 
-pub(super) fn summary(r: &IncidentRecord, hits: &[Hit]) -> String {
+pub(super) fn summary(r: &IncidentLine, hits: &[Hit]) -> String {
     let by = r.actors.join("/");
     let owner = &r.owner;
     let chains = list(&r.chains);
@@ -91,7 +91,7 @@ pub(super) fn summary(r: &IncidentRecord, hits: &[Hit]) -> String {
     }
 }
 
-pub(super) fn flap_summary(r: &IncidentRecord) -> String {
+pub(super) fn flap_summary(r: &IncidentLine) -> String {
     format!(
         "{} and {} keep undoing each other on {} in the {}: {} cycles so far, last at {}; two \
          components manage the same chains: disable one of them (e.g. kube-proxy alongside a CNI \
@@ -105,7 +105,7 @@ pub(super) fn flap_summary(r: &IncidentRecord) -> String {
     )
 }
 
-pub(super) fn mass_summary(r: &IncidentRecord) -> String {
+pub(super) fn mass_summary(r: &IncidentLine) -> String {
     let mut parts = Vec::new();
     for o in &r.owners {
         let state = match (o.repaired, o.repair_ms, &o.failed) {
@@ -149,7 +149,7 @@ pub(super) fn mass_summary(r: &IncidentRecord) -> String {
     )
 }
 
-pub(super) fn split_summary(r: &IncidentRecord) -> String {
+pub(super) fn split_summary(r: &IncidentLine) -> String {
     let b = r.backends.as_ref();
     let legacy = b.map(|b| list(&b.legacy)).unwrap_or_default();
     let nft = b.map(|b| list(&b.nft)).unwrap_or_default();

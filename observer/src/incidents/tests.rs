@@ -2,7 +2,7 @@
 //! streams recorded from real runs (`fixtures/*.jsonl`, the `--json` output of `observer tail`).
 
 use super::*;
-use crate::output::record::Source;
+use crate::output::line::Source;
 
 const S: i64 = 1_000_000_000;
 const T0: i64 = 1_780_000_000 * S;
@@ -20,7 +20,7 @@ struct Stream {
     backend: Backend,
     table: String,
     /// Every incident line produced so far.
-    out: Vec<IncidentRecord>,
+    out: Vec<IncidentLine>,
 }
 
 fn cfg() -> Config {
@@ -63,13 +63,13 @@ impl Stream {
     }
 
     /// One transaction by `actor` at `t` seconds: each op is (op, chain, rule, detail).
-    fn txn(&mut self, t: i64, actor: &str, ops: &[(Op, &str, &str, &str)]) -> Vec<IncidentRecord> {
+    fn txn(&mut self, t: i64, actor: &str, ops: &[(Op, &str, &str, &str)]) -> Vec<IncidentLine> {
         let time = at(t);
-        let records: Vec<ChangeRecord> = ops
+        let records: Vec<ChangeLine> = ops
             .iter()
             .map(|(op, chain, rule, detail)| {
                 self.seq += 1;
-                ChangeRecord {
+                ChangeLine {
                     seq: self.seq,
                     time,
                     netns: self.netns,
@@ -101,7 +101,7 @@ impl Stream {
         got
     }
 
-    fn tick(&mut self, t: i64) -> Vec<IncidentRecord> {
+    fn tick(&mut self, t: i64) -> Vec<IncidentLine> {
         let got = self.c.tick(at(t));
         self.out.extend(got.iter().cloned());
         got
@@ -487,7 +487,7 @@ fn a_refused_recreation_during_a_mass_flush_is_named() {
         chain("filter", "KUBE-FORWARD", 1, &[]),
     ]);
     s.txn(0, "iptables.init", &[(Op::TableFlush, "", "", "")]);
-    let mut failed = ChangeRecord {
+    let mut failed = ChangeLine {
         seq: 99,
         time: at(1),
         netns: 7,
@@ -722,17 +722,17 @@ fn memory_stays_bounded_under_endless_churn() {
 
 /// Replays a recorded `observer tail --json` stream: change lines grouped by `txn`, then a tick
 /// far after the last event.
-fn replay(jsonl: &str, owners: Owners) -> Vec<IncidentRecord> {
+fn replay(jsonl: &str, owners: Owners) -> Vec<IncidentLine> {
     let mut c = Correlator::new(cfg(), owners);
     let mut out = Vec::new();
-    let mut txn: Vec<ChangeRecord> = Vec::new();
+    let mut txn: Vec<ChangeLine> = Vec::new();
     let mut last = Timestamp::EPOCH;
     for line in jsonl.lines().filter(|l| !l.trim().is_empty()) {
         let v: serde_json::Value = serde_json::from_str(line).expect("fixture line is JSON");
         if v["kind"] != "change" {
             continue;
         }
-        let rec: ChangeRecord = serde_json::from_value(v).expect("fixture change line");
+        let rec: ChangeLine = serde_json::from_value(v).expect("fixture change line");
         last = rec.time;
         if txn.first().is_some_and(|f| f.txn != rec.txn) {
             out.extend(c.observe(&txn));
@@ -827,7 +827,7 @@ fn foreign_incidents_resolve_when_the_owner_repairs_and_expire_when_it_does_not(
     assert_eq!(gone.len(), 1, "{gone:#?}");
     assert_eq!(gone[0].kind, IncidentKind::ForeignDelete);
     assert!(s.tick(30).is_empty(), "inside the bound");
-    let expired: Vec<IncidentRecord> = s
+    let expired: Vec<IncidentLine> = s
         .tick(36)
         .into_iter()
         .filter(|i| i.id == gone[0].id)
@@ -891,7 +891,7 @@ fn a_second_wipe_after_a_repair_is_a_new_incident_that_inherits_no_repair() {
         "kube-proxy",
         &[(Op::ChainCreate, "KUBE-SERVICES", "", "")],
     );
-    let end: Vec<IncidentRecord> = s
+    let end: Vec<IncidentLine> = s
         .tick(40)
         .into_iter()
         .filter(|i| i.id == second[0].id)
@@ -1012,7 +1012,7 @@ fn a_whole_nft_table_has_one_owner_whatever_its_chain_names() {
     assert!(s.out.is_empty(), "{:#?}", s.out);
     // Someone else deleting a chain of it is kube-proxy's problem, though no name says so.
     s.txn(2, "admin.sh", &[(Op::ChainDelete, svc, "", "")]);
-    let del: Vec<&IncidentRecord> = s
+    let del: Vec<&IncidentLine> = s
         .out
         .iter()
         .filter(|i| i.kind == IncidentKind::ForeignDelete)

@@ -2,7 +2,7 @@
 
 use globset::{Glob, GlobMatcher};
 
-use super::record::{ChangeRecord, IncidentRecord};
+use super::line::{ChangeLine, IncidentLine};
 use crate::ruleset::{Backend, Op};
 
 /// A `--chain` pattern that is not a glob.
@@ -35,7 +35,7 @@ impl Filter {
             })
     }
 
-    pub fn matches(&self, c: &ChangeRecord) -> bool {
+    pub fn matches(&self, c: &ChangeLine) -> bool {
         self.netns.is_none_or(|n| n == c.netns)
             && self.backend.is_none_or(|b| b == c.backend)
             && self.table.as_ref().is_none_or(|t| *t == c.table)
@@ -52,7 +52,7 @@ impl Filter {
 
     /// Incidents pass the namespace, backend, table, chain and actor filters (`--actor` matches an
     /// actor or the owner); `--op` does not apply to them.
-    pub fn matches_incident(&self, i: &IncidentRecord) -> bool {
+    pub fn matches_incident(&self, i: &IncidentLine) -> bool {
         self.netns.is_none_or(|n| n == i.netns)
             && self.backend.is_none_or(|b| b == i.backend)
             && self.table.as_ref().is_none_or(|t| *t == i.table)

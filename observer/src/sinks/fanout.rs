@@ -14,8 +14,8 @@ use super::metrics::{ChangeLabels, GapLabels, HookLabels, IncidentLabels};
 use super::record_writer::{Row, StoreSender};
 use super::stdout::StdoutQueue;
 use crate::engine::Output;
-use crate::output::record::{Gap, IncidentState, StatusState};
-use crate::output::{Record, StatusRecord};
+use crate::output::line::{Gap, IncidentState, StatusState};
+use crate::output::{Line, StatusLine};
 use crate::store::ChangeRow;
 
 /// The engine's output in `observer run`.
@@ -85,7 +85,7 @@ impl DaemonOutput {
         }
     }
 
-    fn on_status(&self, s: &StatusRecord, json: &Arc<str>) {
+    fn on_status(&self, s: &StatusLine, json: &Arc<str>) {
         let m = &self.hub.metrics;
         match s.state {
             StatusState::Ready => {
@@ -143,13 +143,13 @@ impl Output for DaemonOutput {
         }
     }
 
-    fn emit(&mut self, record: &Record) -> std::io::Result<()> {
+    fn emit(&mut self, record: &Line) -> std::io::Result<()> {
         let json: Arc<str> = serde_json::to_string(record)?.into();
-        if let Record::Status(s) = record {
+        if let Line::Status(s) = record {
             // Before stdout: whoever reads the ready line there may ask /readyz at once.
             self.on_status(s, &json);
         }
-        if let Record::Change(c) = record {
+        if let Line::Change(c) = record {
             let meta = Meta::from_change(c);
             self.hub
                 .metrics
@@ -180,7 +180,7 @@ impl Output for DaemonOutput {
                 meta,
             };
             self.out(row, json, Some((Stream::Changes, ev)));
-        } else if let Record::Status(_) = record {
+        } else if let Line::Status(_) = record {
             // Status lines go to live clients, unnumbered.
             let ev = Event {
                 id: None,
@@ -188,7 +188,7 @@ impl Output for DaemonOutput {
                 meta: Meta::default(),
             };
             self.out(None, json, Some((Stream::Changes, ev)));
-        } else if let Record::Incident(i) = record {
+        } else if let Line::Incident(i) = record {
             let meta = Meta::from_incident(i);
             self.incident_no += 1;
             let no = self.incident_no;

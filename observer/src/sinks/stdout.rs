@@ -19,8 +19,8 @@ use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
 
-use crate::output::record::{Gap, StatusRecord};
-use crate::output::Record;
+use crate::output::line::{Gap, StatusLine};
+use crate::output::Line;
 
 /// Lines that may wait for stdout before new ones are dropped (the default of `--stdout-queue`).
 pub const STDOUT_QUEUE: usize = 4096;
@@ -393,7 +393,7 @@ pub fn gap_line_at_exit(n: u64) -> String {
 }
 
 fn gap_text(message: String) -> String {
-    let line = Record::Status(StatusRecord::gap(Gap::Other, message));
+    let line = Line::Status(StatusLine::gap(Gap::Other, message));
     serde_json::to_string(&line)
         .unwrap_or_else(|e| format!(r#"{{"kind":"status","state":"gap","message":"{e}"}}"#))
 }

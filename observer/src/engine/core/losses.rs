@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::hash::Hash;
 
 use crate::hooks::KernelErrors;
-use crate::output::record::Gap;
+use crate::output::line::Gap;
 use crate::timestamp::Timestamp;
 
 /// The loss counters the engine has seen: the kernel side's, and the records the ring buffer's

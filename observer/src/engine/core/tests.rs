@@ -5,7 +5,7 @@ use std::time::Duration;
 use super::*;
 use crate::incidents::owners::Owners;
 use crate::incidents::Config;
-use crate::output::record::{IncidentKind, IncidentState};
+use crate::output::line::{IncidentKind, IncidentState};
 use crate::ruleset::{Family, Op};
 
 const NETNS: u32 = 4026532177;

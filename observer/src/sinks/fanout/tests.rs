@@ -26,10 +26,10 @@ fn value(metrics: &str, series: &str) -> Option<f64> {
 #[test]
 fn the_hook_metric_names_the_x_tables_backend() {
     let (mut out, hub) = output();
-    let mut ready = StatusRecord::ready("watching".into());
+    let mut ready = StatusLine::ready("watching".into());
     ready.hooks = Some("x_tables=kprobe namespaces=tracepoint nf_tables=netlink (x)".into());
     ready.x_tables_hook = Some("kprobe");
-    out.emit(&Record::Status(ready)).unwrap();
+    out.emit(&Line::Status(ready)).unwrap();
     let m = hub.metrics.encode();
     assert_eq!(
         value(&m, r#"observer_hook_backend{backend="kprobe"}"#),
@@ -48,7 +48,7 @@ fn gap_lines_count_by_cause_and_kernel_records_lost() {
         Gap::Netlink,
         Gap::Other,
     ] {
-        out.emit(&Record::Status(StatusRecord::gap(gap, "lost".into())))
+        out.emit(&Line::Status(StatusLine::gap(gap, "lost".into())))
             .unwrap();
     }
     let m = hub.metrics.encode();
@@ -75,8 +75,8 @@ fn an_incident_counts_once_while_open_and_its_filter_fields_are_its_own() {
             "owner":"kube-proxy","actors":["calico-node"],"events":[1,2],"summary":"x"}}"#
         )
     };
-    let open: Record = serde_json::from_str(&line("open")).unwrap();
-    let Record::Incident(i) = &open else {
+    let open: Line = serde_json::from_str(&line("open")).unwrap();
+    let Line::Incident(i) = &open else {
         panic!("not an incident")
     };
     // The typed fields give what the JSON gives (a record read back is filtered by its JSON).

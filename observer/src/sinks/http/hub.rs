@@ -14,7 +14,7 @@ use serde_json::Value;
 use tokio::sync::{broadcast, watch};
 
 use crate::output::filter::Filter;
-use crate::output::{ChangeRecord, IncidentRecord};
+use crate::output::{ChangeLine, IncidentLine};
 use crate::sinks::metrics::Metrics;
 use crate::store::{self};
 use crate::timestamp::Timestamp;
@@ -58,7 +58,7 @@ pub struct Meta {
 }
 
 impl Meta {
-    pub(in crate::sinks) fn from_change(c: &ChangeRecord) -> Meta {
+    pub(in crate::sinks) fn from_change(c: &ChangeLine) -> Meta {
         Meta {
             time_ns: c.time.unix_nanos(),
             netns: Some(c.netns),
@@ -71,7 +71,7 @@ impl Meta {
         }
     }
 
-    pub(in crate::sinks) fn from_incident(i: &IncidentRecord) -> Meta {
+    pub(in crate::sinks) fn from_incident(i: &IncidentLine) -> Meta {
         let mut actors = i.actors.clone();
         actors.push(i.owner.clone());
         Meta {
@@ -477,8 +477,8 @@ fn missed(s: Stream, n: u64) -> Arc<Event> {
         Stream::Changes => "changes",
         Stream::Incidents => "incidents",
     };
-    let line = crate::output::Record::Status(crate::output::record::StatusRecord::gap(
-        crate::output::record::Gap::Other,
+    let line = crate::output::Line::Status(crate::output::line::StatusLine::gap(
+        crate::output::line::Gap::Other,
         format!(
             "{n} {what} were not sent to this client: they are older than the last {RING} this \
          observer keeps in memory (the client fell behind, or asked for them) and it keeps no \

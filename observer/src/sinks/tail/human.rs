@@ -1,8 +1,6 @@
 //! Aligned, coloured lines for a person watching a terminal.
 
-use crate::output::record::{
-    ChangeRecord, IncidentRecord, IncidentState, Record, Severity, StatusRecord,
-};
+use crate::output::line::{ChangeLine, IncidentLine, IncidentState, Line, Severity, StatusLine};
 use crate::ruleset::Op;
 use crate::timestamp::Timestamp;
 
@@ -34,17 +32,17 @@ fn paint(s: &str, colour: &str, on: bool) -> String {
     }
 }
 
-pub fn render(record: &Record, colour: bool) -> String {
+pub fn render(record: &Line, colour: bool) -> String {
     match record {
-        Record::Status(s) => status(s, colour),
-        Record::Change(c) => change(c, colour),
-        Record::Incident(i) => incident(i, colour),
+        Line::Status(s) => status(s, colour),
+        Line::Change(c) => change(c, colour),
+        Line::Incident(i) => incident(i, colour),
     }
 }
 
 /// Incidents stand apart from changes: a `!!` marker, the severity in colour, the summary on a
 /// line of its own.
-fn incident(i: &IncidentRecord, colour: bool) -> String {
+fn incident(i: &IncidentLine, colour: bool) -> String {
     let sev_colour = match i.severity {
         Severity::Critical => RED,
         Severity::Warning => YELLOW,
@@ -101,7 +99,7 @@ fn incident(i: &IncidentRecord, colour: bool) -> String {
     )
 }
 
-fn status(s: &StatusRecord, colour: bool) -> String {
+fn status(s: &StatusLine, colour: bool) -> String {
     let mut line = format!("-- {}: {}", s.state, s.message);
     for lost in &s.lost {
         line.push_str(&format!("\n-- not seen: {lost}"));
@@ -115,9 +113,9 @@ fn clock(time: Timestamp) -> String {
     format!("{h:02}:{m:02}:{s:02}.{:06}", ns / 1000)
 }
 
-fn change(c: &ChangeRecord, colour: bool) -> String {
+fn change(c: &ChangeLine, colour: bool) -> String {
     let netns =
-        crate::output::record::where_label(c.node.as_deref(), c.netns_name.as_deref(), c.netns);
+        crate::output::line::where_label(c.node.as_deref(), c.netns_name.as_deref(), c.netns);
     let what = match (&c.chain, &c.rule) {
         (Some(ch), Some(r)) => format!("{ch}  {r}"),
         (Some(ch), None) => ch.clone(),
@@ -176,11 +174,11 @@ fn change(c: &ChangeRecord, colour: bool) -> String {
 mod tests {
     use super::*;
     use crate::attribution::ProcessInfo;
-    use crate::output::record::Source;
+    use crate::output::line::Source;
     use crate::ruleset::{Backend, Family};
 
-    fn rec() -> ChangeRecord {
-        ChangeRecord {
+    fn rec() -> ChangeLine {
+        ChangeLine {
             seq: 1,
             time: crate::timestamp::Timestamp::parse("2026-11-21T05:42:37.123456789Z").unwrap(),
             netns: 42,
@@ -206,7 +204,7 @@ mod tests {
 
     #[test]
     fn plain_lines_have_no_escape_codes_and_say_everything() {
-        let line = render(&Record::Change(rec()), false);
+        let line = render(&Line::Change(rec()), false);
         assert!(!line.contains('\x1b'));
         for part in [
             "05:42:37.123456",
@@ -225,7 +223,7 @@ mod tests {
 
     #[test]
     fn colour_lines_are_coloured() {
-        let line = render(&Record::Change(rec()), true);
+        let line = render(&Line::Change(rec()), true);
         assert!(line.contains(YELLOW), "a flush is yellow: {line:?}");
     }
 }

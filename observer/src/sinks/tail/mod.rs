@@ -14,7 +14,7 @@ use std::io::{self, Write};
 
 use crate::engine::Output;
 use crate::output::filter::Filter;
-use crate::output::Record;
+use crate::output::Line;
 use screen::Screen;
 
 /// Output format.
@@ -35,7 +35,7 @@ impl<W: Write> Sink<W> {
         Sink { out, format }
     }
 
-    pub fn write(&mut self, record: &Record) -> io::Result<()> {
+    pub fn write(&mut self, record: &Line) -> io::Result<()> {
         match self.format {
             Format::Json => {
                 serde_json::to_writer(&mut self.out, record)?;
@@ -76,11 +76,11 @@ impl TailOutput {
 }
 
 impl Output for TailOutput {
-    fn emit(&mut self, record: &Record) -> io::Result<()> {
+    fn emit(&mut self, record: &Line) -> io::Result<()> {
         let shown = match record {
-            Record::Change(c) => !self.incidents_only && self.filter.matches(c),
-            Record::Incident(i) => self.filter.matches_incident(i),
-            Record::Status(_) => true,
+            Line::Change(c) => !self.incidents_only && self.filter.matches(c),
+            Line::Incident(i) => self.filter.matches_incident(i),
+            Line::Status(_) => true,
         };
         if !shown {
             return Ok(());

@@ -3,7 +3,7 @@
 //! share.
 
 use super::*;
-use crate::output::record::where_label;
+use crate::output::line::where_label;
 
 impl<W: Write> Screen<W> {
     pub(super) fn narrow(&self) -> bool {
@@ -33,7 +33,7 @@ impl<W: Write> Screen<W> {
     }
 
     /// One change: the columns, then the rule text (on a line of its own when narrow).
-    pub(super) fn change_lines(&self, c: &ChangeRecord, indent: &str) -> Vec<String> {
+    pub(super) fn change_lines(&self, c: &ChangeLine, indent: &str) -> Vec<String> {
         let k = self.cols();
         let netns = where_label(c.node.as_deref(), c.netns_name.as_deref(), c.netns);
         let where_ = format!(
@@ -108,7 +108,7 @@ impl<W: Write> Screen<W> {
     }
 
     /// One transaction: its lines alone, or under a header when it holds several changes.
-    pub(super) fn txn_lines(&self, mut txn: Vec<ChangeRecord>) -> Vec<String> {
+    pub(super) fn txn_lines(&self, mut txn: Vec<ChangeLine>) -> Vec<String> {
         fold_builtin_chains(&mut txn);
         if txn.len() == 1 {
             return self.change_lines(&txn[0], "");
@@ -162,7 +162,7 @@ impl<W: Write> Screen<W> {
         lines
     }
 
-    pub(super) fn status_line(&self, s: &StatusRecord) -> String {
+    pub(super) fn status_line(&self, s: &StatusLine) -> String {
         let fit = |l: String| match self.opt.width {
             Some(w) => cut(&l, w),
             None => l,
@@ -177,7 +177,7 @@ impl<W: Write> Screen<W> {
 
     /// How an incident line ended, in a few words; `compact` leaves out what the line's owner
     /// column already says (an owner that repaired its own objects).
-    pub(super) fn outcome(i: &IncidentRecord, compact: bool) -> String {
+    pub(super) fn outcome(i: &IncidentLine, compact: bool) -> String {
         match i.state {
             IncidentState::Resolved => {
                 if let Some(m) = &i.merged_into {
@@ -227,7 +227,7 @@ impl<W: Write> Screen<W> {
     }
 
     /// An incident, as a block: what, where, by whom, how it stands, then the summary.
-    pub(super) fn incident_block(&self, i: &IncidentRecord) -> Vec<String> {
+    pub(super) fn incident_block(&self, i: &IncidentLine) -> Vec<String> {
         let sev_colour = match i.severity {
             Severity::Critical => RED,
             Severity::Warning => YELLOW,
@@ -314,7 +314,7 @@ impl<W: Write> Screen<W> {
     }
 
     /// `--incidents-only`: one line per incident line.
-    pub(super) fn incident_line(&self, i: &IncidentRecord) -> String {
+    pub(super) fn incident_line(&self, i: &IncidentLine) -> String {
         let netns = where_label(i.node.as_deref(), i.netns_name.as_deref(), i.netns);
         // The same columns for every state; the last one says how it ended, or what happened.
         let outcome = Self::outcome(i, true);
@@ -385,7 +385,7 @@ pub(super) fn op_colour(op: Op) -> &'static str {
 
 /// A legacy table's first appearance is one line: the built-in chains created with it are
 /// named in the table's line instead of one line each.
-pub(super) fn fold_builtin_chains(txn: &mut Vec<ChangeRecord>) {
+pub(super) fn fold_builtin_chains(txn: &mut Vec<ChangeLine>) {
     let created: Vec<(String, usize)> = txn
         .iter()
         .enumerate()

@@ -10,8 +10,8 @@ use std::io::{self, Write};
 use std::time::Duration;
 
 use super::terminal::{cut, strip_escapes};
-use crate::output::record::{
-    ChangeRecord, IncidentRecord, IncidentState, Record, Severity, StatusRecord, StatusState,
+use crate::output::line::{
+    ChangeLine, IncidentLine, IncidentState, Line, Severity, StatusLine, StatusState,
 };
 use crate::ruleset::{Backend, Op};
 use crate::timestamp::Timestamp;
@@ -87,7 +87,7 @@ pub struct Screen<W: Write> {
     out: W,
     opt: ScreenOptions,
     /// The changes of the transaction being received.
-    pending: Vec<ChangeRecord>,
+    pending: Vec<ChangeLine>,
     footer_drawn: bool,
     /// The footer is published to the terminal's shared state, for the log to keep
     /// ([`Screen::sharing_the_terminal`]).
@@ -151,9 +151,9 @@ impl<W: Write> Screen<W> {
     }
 
     /// Take one record. Changes wait for the end of their transaction when grouping.
-    pub fn record(&mut self, r: &Record) -> io::Result<()> {
+    pub fn record(&mut self, r: &Line) -> io::Result<()> {
         match r {
-            Record::Change(c) => {
+            Line::Change(c) => {
                 self.count_change(c);
                 if self.opt.incidents_only {
                     return Ok(());
@@ -169,7 +169,7 @@ impl<W: Write> Screen<W> {
                     self.put(&lines)
                 }
             }
-            Record::Incident(i) => {
+            Line::Incident(i) => {
                 self.end_txn()?;
                 if i.state.is_final() {
                     self.open.remove(&i.id);
@@ -183,7 +183,7 @@ impl<W: Write> Screen<W> {
                 };
                 self.put(&lines)
             }
-            Record::Status(s) => {
+            Line::Status(s) => {
                 self.end_txn()?;
                 if s.state == StatusState::Gap {
                     self.gaps += 1;
@@ -204,7 +204,7 @@ impl<W: Write> Screen<W> {
         self.put(&lines)
     }
 
-    fn count_change(&mut self, c: &ChangeRecord) {
+    fn count_change(&mut self, c: &ChangeLine) {
         if self.writers.len() == WRITERS_KEPT {
             self.writers.pop_front();
         }

@@ -2,11 +2,11 @@
 
 use super::*;
 use crate::attribution::ProcessInfo;
-use crate::output::record::{IncidentKind, OwnerHit, Source};
+use crate::output::line::{IncidentKind, OwnerHit, Source};
 use crate::ruleset::Family;
 
-fn change(seq: u64, txn: &str, op: Op, chain: &str, rule: Option<&str>) -> ChangeRecord {
-    ChangeRecord {
+fn change(seq: u64, txn: &str, op: Op, chain: &str, rule: Option<&str>) -> ChangeLine {
+    ChangeLine {
         seq,
         time: crate::timestamp::Timestamp::parse("2026-11-21T05:42:37.123456789Z").unwrap(),
         netns: 4026532317,
@@ -47,7 +47,7 @@ fn opts(width: Option<usize>) -> ScreenOptions {
     }
 }
 
-fn draw(opt: ScreenOptions, records: &[Record]) -> Vec<String> {
+fn draw(opt: ScreenOptions, records: &[Line]) -> Vec<String> {
     let mut out = Vec::new();
     {
         let mut s = Screen::new(&mut out, opt);
@@ -74,7 +74,7 @@ fn columns_line_up_whatever_the_names() {
     for width in [None, Some(200), Some(80)] {
         let lines = draw(
             opts(width),
-            &[Record::Change(a.clone()), Record::Change(b.clone())],
+            &[Line::Change(a.clone()), Line::Change(b.clone())],
         );
         let at = |l: &str, w: &str| {
             let byte = l.find(w).unwrap_or_else(|| panic!("{w} in {l}"));
@@ -96,30 +96,30 @@ fn columns_line_up_whatever_the_names() {
 #[test]
 fn long_rules_are_cut_to_the_terminal_and_whole_otherwise() {
     let c = change(1, "a", Op::RuleAdd, "KUBE-SERVICES", Some(LONG_RULE));
-    let wide = draw(opts(Some(300)), &[Record::Change(c.clone())]);
+    let wide = draw(opts(Some(300)), &[Line::Change(c.clone())]);
     assert_eq!(wide.len(), 1);
     assert!(wide[0].contains(LONG_RULE), "{wide:#?}");
-    let mid = draw(opts(Some(130)), &[Record::Change(c.clone())]);
+    let mid = draw(opts(Some(130)), &[Line::Change(c.clone())]);
     assert_eq!(mid.len(), 1);
     assert!(
         mid[0].ends_with('…') && mid[0].chars().count() == 130,
         "{mid:#?}"
     );
     // Narrow: the rule on a line of its own under the columns, cut to fit.
-    let narrow = draw(opts(Some(80)), &[Record::Change(c.clone())]);
+    let narrow = draw(opts(Some(80)), &[Line::Change(c.clone())]);
     assert_eq!(narrow.len(), 2, "{narrow:#?}");
     assert!(narrow[1].trim_start().starts_with("↳ -s 10.96.0.10/32"));
     assert!(narrow[1].ends_with('…') && narrow[1].chars().count() == 80);
     // Not a terminal (or --wide): whole.
-    let whole = draw(opts(None), &[Record::Change(c)]);
+    let whole = draw(opts(None), &[Line::Change(c)]);
     assert!(whole[0].ends_with(LONG_RULE));
 }
 
 #[test]
 fn a_transaction_is_one_header_with_its_changes_collapsed() {
-    let records: Vec<Record> = (0..300)
+    let records: Vec<Line> = (0..300)
         .map(|i| {
-            Record::Change(change(
+            Line::Change(change(
                 i,
                 "t1",
                 Op::RuleAdd,
@@ -127,7 +127,7 @@ fn a_transaction_is_one_header_with_its_changes_collapsed() {
                 Some("-j ACCEPT"),
             ))
         })
-        .chain(std::iter::once(Record::Change(change(
+        .chain(std::iter::once(Line::Change(change(
             300,
             "t1",
             Op::ChainCreate,
@@ -160,9 +160,9 @@ fn a_transaction_is_one_header_with_its_changes_collapsed() {
     let two = draw(
         opts(Some(200)),
         &[
-            Record::Change(change(1, "a", Op::RuleAdd, "A", Some("-j ACCEPT"))),
-            Record::Change(change(2, "a", Op::RuleAdd, "A", Some("-j DROP"))),
-            Record::Change(change(3, "b", Op::RuleAdd, "B", Some("-j ACCEPT"))),
+            Line::Change(change(1, "a", Op::RuleAdd, "A", Some("-j ACCEPT"))),
+            Line::Change(change(2, "a", Op::RuleAdd, "A", Some("-j DROP"))),
+            Line::Change(change(3, "b", Op::RuleAdd, "B", Some("-j ACCEPT"))),
         ],
     );
     assert_eq!(two.len(), 4, "{two:#?}");
@@ -175,15 +175,15 @@ fn a_new_legacy_table_is_one_line() {
     let mut t = change(1, "t", Op::TableCreate, "", None);
     t.chain = None;
     t.table = "nat".into();
-    let chains: Vec<Record> = ["PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"]
+    let chains: Vec<Line> = ["PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"]
         .iter()
         .map(|c| {
             let mut c = change(2, "t", Op::ChainCreate, c, None);
             c.table = "nat".into();
-            Record::Change(c)
+            Line::Change(c)
         })
         .collect();
-    let mut records = vec![Record::Change(t)];
+    let mut records = vec![Line::Change(t)];
     records.extend(chains);
     let lines = draw(opts(None), &records);
     assert_eq!(lines.len(), 1, "{lines:#?}");
@@ -191,8 +191,8 @@ fn a_new_legacy_table_is_one_line() {
     assert!(lines[0].contains("built-in chains PREROUTING, INPUT, OUTPUT, POSTROUTING"));
 }
 
-fn incident(state: IncidentState) -> IncidentRecord {
-    IncidentRecord {
+fn incident(state: IncidentState) -> IncidentLine {
+    IncidentLine {
         id: "mass_flush-7-3".into(),
         time: crate::timestamp::Timestamp::parse("2026-11-21T05:42:39.000000000Z").unwrap(),
         since: crate::timestamp::Timestamp::parse("2026-11-21T05:42:37.200000000Z").unwrap(),
@@ -244,7 +244,7 @@ fn incident(state: IncidentState) -> IncidentRecord {
 fn incidents_are_blocks_that_say_how_they_ended() {
     let open = draw(
         opts(Some(100)),
-        &[Record::Incident(incident(IncidentState::Open))],
+        &[Line::Incident(incident(IncidentState::Open))],
     );
     assert!(
         open[0].starts_with("!! 05:42:39.000 CRITICAL mass_flush OPEN"),
@@ -268,8 +268,8 @@ fn incidents_are_blocks_that_say_how_they_ended() {
     let seen = draw(
         opts(Some(100)),
         &[
-            Record::Change(flush),
-            Record::Incident(incident(IncidentState::Open)),
+            Line::Change(flush),
+            Line::Incident(incident(IncidentState::Open)),
         ],
     );
     assert!(
@@ -291,8 +291,8 @@ fn incidents_are_blocks_that_say_how_they_ended() {
     let seen = draw(
         opts(Some(100)),
         &[
-            Record::Change(wrapped),
-            Record::Incident(incident(IncidentState::Open)),
+            Line::Change(wrapped),
+            Line::Incident(incident(IncidentState::Open)),
         ],
     );
     assert!(
@@ -302,7 +302,7 @@ fn incidents_are_blocks_that_say_how_they_ended() {
     );
     let done = draw(
         opts(Some(100)),
-        &[Record::Incident(incident(IncidentState::Resolved))],
+        &[Line::Incident(incident(IncidentState::Resolved))],
     );
     assert!(
         done[0].contains("RESOLVED after 1.8 s by kube-proxy, after 2.5 s by kubelet"),
@@ -310,7 +310,7 @@ fn incidents_are_blocks_that_say_how_they_ended() {
     );
     let expired = draw(
         opts(Some(100)),
-        &[Record::Incident(incident(IncidentState::Expired))],
+        &[Line::Incident(incident(IncidentState::Expired))],
     );
     assert!(
         expired[0].contains("EXPIRED NOT repaired: kube-proxy, kubelet"),
@@ -323,9 +323,9 @@ fn incidents_are_blocks_that_say_how_they_ended() {
     let lines = draw(
         compact,
         &[
-            Record::Change(change(1, "a", Op::RuleAdd, "A", None)),
-            Record::Incident(incident(IncidentState::Open)),
-            Record::Incident(incident(IncidentState::Resolved)),
+            Line::Change(change(1, "a", Op::RuleAdd, "A", None)),
+            Line::Incident(incident(IncidentState::Open)),
+            Line::Incident(incident(IncidentState::Resolved)),
         ],
     );
     assert_eq!(lines.len(), 2, "{lines:#?}");
@@ -347,9 +347,9 @@ fn colour_only_when_asked_and_the_footer_counts_what_is_open() {
     let mut out = Vec::new();
     {
         let mut s = Screen::new(&mut out, o);
-        s.record(&Record::Incident(incident(IncidentState::Open)))
+        s.record(&Line::Incident(incident(IncidentState::Open)))
             .unwrap();
-        s.record(&Record::Change(change(
+        s.record(&Line::Change(change(
             1,
             "a",
             Op::RuleAdd,
@@ -366,7 +366,7 @@ fn colour_only_when_asked_and_the_footer_counts_what_is_open() {
     assert!(text.contains("\r\x1b[2K"));
     let plain = draw(
         opts(Some(120)),
-        &[Record::Incident(incident(IncidentState::Open))],
+        &[Line::Incident(incident(IncidentState::Open))],
     );
     assert!(plain.iter().all(|l| !l.contains('\x1b')));
 }
@@ -376,8 +376,8 @@ fn times_are_local_unless_utc() {
     let c = change(1, "a", Op::RuleAdd, "A", None);
     let mut o = opts(None);
     o.utc_offset_s = 3600;
-    let lines = draw(o, &[Record::Change(c.clone())]);
+    let lines = draw(o, &[Line::Change(c.clone())]);
     assert!(lines[0].starts_with("06:42:37.123456"), "{lines:#?}");
-    let lines = draw(opts(None), &[Record::Change(c)]);
+    let lines = draw(opts(None), &[Line::Change(c)]);
     assert!(lines[0].starts_with("05:42:37.123456"));
 }

@@ -1,5 +1,6 @@
-//! The records of the output contract (see the README): `status`, `change` and `incident` lines.
-//! Field names are stable; new fields may be added.
+//! The lines of the output contract: `status`, `change` and `incident` (and `gap`), one
+//! [`Line`] each (docs/tail.md, "JSON lines"; docs/incidents.md, "Fields"). Field names are
+//! stable; new fields may be added.
 
 use serde::{Deserialize, Serialize};
 
@@ -32,15 +33,15 @@ impl Source {
 /// One line of output.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Record {
-    Status(StatusRecord),
-    Change(ChangeRecord),
-    Incident(IncidentRecord),
+pub enum Line {
+    Status(StatusLine),
+    Change(ChangeLine),
+    Incident(IncidentLine),
 }
 
 /// `{"kind":"status",...}`: readiness, what is watched, what is lost.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct StatusRecord {
+pub struct StatusLine {
     pub state: StatusState,
     pub time: Timestamp,
     /// One sentence for a person.
@@ -123,24 +124,24 @@ impl Gap {
     }
 }
 
-impl StatusRecord {
+impl StatusLine {
     /// A ready line that says only what is followed (views fed from a record or a stream
     /// rather than from the kernel: no hooks, no namespaces of their own).
-    pub fn ready(message: String) -> StatusRecord {
-        StatusRecord::new(StatusState::Ready, message)
+    pub fn ready(message: String) -> StatusLine {
+        StatusLine::new(StatusState::Ready, message)
     }
 
     /// A gap line: something was not seen or not sent, and the message says what.
-    pub fn gap(gap: Gap, message: String) -> StatusRecord {
-        StatusRecord {
+    pub fn gap(gap: Gap, message: String) -> StatusLine {
+        StatusLine {
             gap: Some(gap),
-            ..StatusRecord::new(StatusState::Gap, message)
+            ..StatusLine::new(StatusState::Gap, message)
         }
     }
 
     /// A status line of `state` with only a message.
-    fn new(state: StatusState, message: String) -> StatusRecord {
-        StatusRecord {
+    fn new(state: StatusState, message: String) -> StatusLine {
+        StatusLine {
             state,
             time: Timestamp::now(),
             message,
@@ -156,7 +157,7 @@ impl StatusRecord {
 
 /// `{"kind":"change",...}`: one change to one object. Read back by `observer query`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ChangeRecord {
+pub struct ChangeLine {
     pub seq: u64,
     /// RFC 3339 with nanoseconds, UTC, in the line.
     pub time: Timestamp,
@@ -204,7 +205,7 @@ pub struct ChangeRecord {
     pub recovered: bool,
 }
 
-impl ChangeRecord {
+impl ChangeLine {
     /// The backend whose syntax `rule` is written in: an iptables-nft rule printed as
     /// `iptables-nft-save` prints it reads like a legacy one.
     pub fn rule_backend(&self) -> Backend {
@@ -229,7 +230,7 @@ pub fn where_label(node: Option<&str>, netns_name: Option<&str>, netns: u32) -> 
 /// `{"kind":"incident",...}`: one state of an ownership conflict. Every line of one incident has
 /// the same `id`; `state` says whether it opened, grew, or ended.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct IncidentRecord {
+pub struct IncidentLine {
     pub id: String,
     /// When the event that produced this line happened (or when a window expired).
     pub time: Timestamp,
@@ -287,7 +288,7 @@ pub struct IncidentRecord {
     pub last_backend: Option<Backend>,
 }
 
-impl IncidentRecord {
+impl IncidentLine {
     /// The owners (of a `mass_flush`) that have not repaired what was undone.
     pub fn unrepaired_owners(&self) -> Vec<&str> {
         self.owners
@@ -398,8 +399,8 @@ pub struct SplitBackends {
 mod tests {
     use super::*;
 
-    fn sample() -> ChangeRecord {
-        ChangeRecord {
+    fn sample() -> ChangeLine {
+        ChangeLine {
             seq: 3,
             time: crate::timestamp::Timestamp::parse("2026-11-21T05:42:37.000000001Z").unwrap(),
             netns: 4026532317,
@@ -428,7 +429,7 @@ mod tests {
 
     #[test]
     fn change_lines_carry_the_contract_fields() {
-        let v: serde_json::Value = serde_json::to_value(Record::Change(sample())).unwrap();
+        let v: serde_json::Value = serde_json::to_value(Line::Change(sample())).unwrap();
         for key in [
             "kind", "seq", "time", "netns", "backend", "family", "table", "chain", "op", "rule",
             "txn", "result", "source", "process",
@@ -459,7 +460,7 @@ mod tests {
 
     #[test]
     fn status_lines_start_with_kind_status() {
-        let s = Record::Status(StatusRecord {
+        let s = Line::Status(StatusLine {
             state: StatusState::Ready,
             time: Timestamp::now(),
             message: "watching".into(),
@@ -486,24 +487,24 @@ mod tests {
             rule_nft: Some("counter drop".into()),
             iptables_unreadable: None,
         };
-        let line = serde_json::to_string(&Record::Change(c.clone())).unwrap();
+        let line = serde_json::to_string(&Line::Change(c.clone())).unwrap();
         assert!(
             line.contains(r#""rule":"-j DROP","rule_syntax":"iptables","rule_nft":"counter drop""#),
             "{line}"
         );
         assert!(!line.contains("iptables_unreadable"), "{line}");
-        let Record::Change(back) = serde_json::from_str(&line).unwrap() else {
+        let Line::Change(back) = serde_json::from_str(&line).unwrap() else {
             panic!("not a change: {line}");
         };
         assert_eq!(back.forms, c.forms);
         assert_eq!(back.rule_backend(), Backend::Legacy);
         // A legacy line has none of these fields, and reads back without them.
-        let legacy = serde_json::to_string(&Record::Change(sample())).unwrap();
+        let legacy = serde_json::to_string(&Line::Change(sample())).unwrap();
         assert!(
             !legacy.contains("rule_nft") && !legacy.contains("rule_syntax"),
             "{legacy}"
         );
-        let Record::Change(back) = serde_json::from_str(&legacy).unwrap() else {
+        let Line::Change(back) = serde_json::from_str(&legacy).unwrap() else {
             panic!("not a change: {legacy}");
         };
         assert!(back.forms.is_empty());
@@ -520,15 +521,15 @@ mod tests {
             line.contains(r#""result":"EBUSY: Device or resource busy""#),
             "{line}"
         );
-        let back: ChangeRecord = serde_json::from_str(&line).unwrap();
+        let back: ChangeLine = serde_json::from_str(&line).unwrap();
         assert!(!back.result.is_applied());
         assert_eq!(back.result, c.result);
         assert_eq!(back.time, c.time);
 
-        let gap = Record::Status(StatusRecord::gap(Gap::Netlink, "lost".into()));
+        let gap = Line::Status(StatusLine::gap(Gap::Netlink, "lost".into()));
         let line = serde_json::to_string(&gap).unwrap();
         assert!(line.contains(r#""state":"gap""#), "{line}");
-        let Record::Status(back) = serde_json::from_str(&line).unwrap() else {
+        let Line::Status(back) = serde_json::from_str(&line).unwrap() else {
             panic!("not a status line: {line}");
         };
         assert_eq!(back.state, StatusState::Gap);
