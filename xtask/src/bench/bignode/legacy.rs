@@ -16,7 +16,7 @@ use anyhow::{bail, Context as _, Result};
 use super::{
     cluster_ip, cpu_ms, endpoint_ip, ipv4, measure_sizes,
     report::{publish, Shape},
-    run_cpu, run_syncs, settle, Figures, ENDPOINTS,
+    run_cpu, run_syncs, settle, Figures, ENDPOINTS, SAVE_RUNS,
 };
 use crate::bench::{
     netns::Netns,
@@ -42,7 +42,6 @@ const FIXED_CHAINS: usize = 4;
 /// KUBE-POSTROUTING, one in KUBE-MARK-MASQ, and KUBE-SERVICES' last rule (to KUBE-NODEPORTS).
 const FIXED_RULES: usize = 3 + 3 + 1 + 1;
 
-pub(super) const SAVE_RUNS: usize = 3;
 /// Loading the whole table (iptables-legacy-restore of up to a few hundred thousand rules).
 const LOAD_TIMEOUT: Duration = Duration::from_secs(600);
 /// observer reporting the loaded table, from the restore's exit until it is quiet.

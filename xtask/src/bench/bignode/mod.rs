@@ -78,6 +78,13 @@ pub struct BenchBignodeArgs {
     ringbuf_size: Option<u32>,
 }
 
+/// Timed runs of `iptables-legacy-save -t nat` per size (their median is reported).
+const SAVE_RUNS: usize = 3;
+/// Timed runs of `nft list table` per size, up to [`ONE_LIST_ABOVE`] services.
+const LIST_RUNS: usize = 3;
+/// Above this size one `nft list table` takes seconds: one timed run only.
+const ONE_LIST_ABOVE: usize = 20_000;
+
 /// Endpoint chains per service (kube-proxy's probabilities 1/3, 1/2, the rest), in both shapes.
 const ENDPOINTS: usize = 3;
 

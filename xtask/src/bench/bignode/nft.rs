@@ -34,7 +34,7 @@ use anyhow::{bail, Context as _, Result};
 use super::{
     cluster_ip, cpu_ms, endpoint_ip, ipv4, measure_sizes,
     report::{publish, Shape},
-    run_cpu, run_syncs, settle, Figures, ENDPOINTS,
+    run_cpu, run_syncs, settle, Figures, ENDPOINTS, LIST_RUNS, ONE_LIST_ABOVE,
 };
 use crate::{
     bench::{
@@ -62,9 +62,6 @@ const FIXED_CHAINS: usize = 6;
 /// `mark-for-masquerade`.
 const FIXED_RULES: usize = 3 + 1 + 3 + 1;
 
-/// Above this size one `nft list table` takes seconds: one timed run only.
-pub(super) const ONE_LIST_ABOVE: usize = 20_000;
-pub(super) const LIST_RUNS: usize = 3;
 const LOAD_TIMEOUT: Duration = Duration::from_secs(900);
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(900);
 const SETTLE_QUIET: Duration = Duration::from_secs(2);

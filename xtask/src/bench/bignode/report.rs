@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 
 use anyhow::Result;
 
-use super::{legacy, nft, Figures};
+use super::{Figures, LIST_RUNS, ONE_LIST_ABOVE, SAVE_RUNS};
 use crate::bench::{
     stats::{median, mib, percentile, thousands},
     write_benchmarks, Environment,
@@ -50,14 +50,14 @@ impl Shape {
         match self {
             Shape::Legacy => format!(
                 "- plan: {syncs} partial syncs per size, one a second; {} timed saves per size\n",
-                legacy::SAVE_RUNS
+                SAVE_RUNS
             ),
             Shape::Nft => format!(
                 "- plan: table `ip kube-proxy`, {syncs} syncs per size one a second (each one `nft \
                  -f`: a new endpoint chain, the service chain rewritten, the old endpoint chain \
                  deleted); {} timed `nft list table` per size (1 above {} services)\n",
-                nft::LIST_RUNS,
-                thousands(nft::ONE_LIST_ABOVE as u64)
+                LIST_RUNS,
+                thousands(ONE_LIST_ABOVE as u64)
             ),
         }
     }
