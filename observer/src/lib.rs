@@ -1,14 +1,13 @@
 //! observer: see every netfilter ruleset change the moment the kernel applies it, and who made it.
 //!
-//! Data flows through the modules in this order: `hooks` (eBPF, kernel records) and `nftables`
-//! (netlink notifications, framed by `netlink`) in, `netns` to reach every namespace, `xtables`
-//! / `nftables` to decode and diff (through the decoder crate, `observer_rules`, which also
-//! holds `netlink` and `ruleset`), `ruleset` to summarise a transaction, `attribution` to name
-//! the writer, `engine` to put it together, `output` to print it; `cmd` holds the commands
-//! (`cmd::tail` on this node). `daemon` is `observer run` (stdout, HTTP streams and metrics,
-//! and `recorder`, which writes `store`, the forensic record that `cmd::query` and `forensics`
-//! search); `cmd::remote` follows a daemon's stream. `cmd::doctor` says what this machine
-//! allows. ARCHITECTURE.md draws the layers.
+//! Data flows through the modules in this order: `hooks` (eBPF, kernel records), `nftables`
+//! (the netlink subscription) and `xtables` / `ipset` (tables and sets read back) in, `netns` to
+//! reach every namespace; the decoding, diffing and rendering are the decoder crate's
+//! (`observer_rules`, whose `netlink` and `ruleset` are re-exported here); `attribution`,
+//! `cgroup` and `pods` name the writer, `engine` puts it together, `incidents` correlates,
+//! `output` is the line (the contract), `sinks` write it (tail, stdout, the record writer into
+//! `store`, HTTP, metrics, NATS); `forensics` reads the record back. `cli`, `daemon` and `cmd`
+//! are the commands; `caps` states the capabilities they need. ARCHITECTURE.md draws the layers.
 
 pub mod attribution;
 pub mod caps;

@@ -392,8 +392,8 @@ fn namespace_churn_leaks_nothing_and_misattributes_nothing() {
         );
         // The kernel gives a deleted namespace's inode number to the next one made: a change
         // read after its namespace went, once another took the number, is named after that
-        // one (the name is looked up by inode; see README, Known limits). Any other name is a
-        // misattribution.
+        // one (the name is looked up by inode; see docs/reliability.md, "Known limits").
+        // Any other name is a misattribution.
         if let Some(n) = v["netns_name"].as_str() {
             let named = n
                 .strip_prefix("obs-churn")

@@ -129,7 +129,7 @@ fn cost_of(placement: Option<&hooks::backend::Placement>) -> String {
     if syscall_tracepoints {
         "syscall tracepoints: a program runs on every setsockopt, sendmsg, sendto, recvmsg, \
          clone, unshare, setns and umount of every process on the node, and returns at its first \
-         check unless the call is netfilter or namespace work (figures: README, \"What it costs\")"
+         check unless the call is netfilter or namespace work (figures: docs/hooks.md, \"What it costs\")"
             .into()
     } else {
         "kernel functions only: programs run when a netlink message is sent or multicast \

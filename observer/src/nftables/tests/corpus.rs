@@ -13,7 +13,7 @@ use observer_rules::nftables::testing::{nfproto, nft_rules, strip_counters};
 use super::netns::{root_skip_reason, Netns};
 
 /// Rules whose text differs from nft's, each with its reason. Keep this list in step with the
-/// README's "Rule text" section.
+/// "Rule text" section of docs/tail.md.
 const EXCEPTIONS: &[(&str, &str, &str)] = &[];
 
 const CORPUS: &[(&str, &str)] = &[
