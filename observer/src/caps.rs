@@ -141,6 +141,15 @@ impl Capability {
     }
 }
 
+/// The capabilities observer cannot do without (changes are missed without each).
+pub fn needed() -> impl Iterator<Item = &'static Capability> {
+    CAPABILITIES.into_iter().filter(|c| c.need == Need::Needed)
+}
+
+/// [`needed`] as one phrase, for the messages that say what to grant (a unit test holds it to
+/// the table).
+pub const NEEDED: &str = "CAP_SYS_ADMIN, CAP_NET_ADMIN, CAP_NET_RAW and CAP_SYS_PTRACE";
+
 /// The capabilities a container running observer is granted (`capabilities.add`).
 pub fn granted() -> impl Iterator<Item = &'static Capability> {
     CAPABILITIES
@@ -185,6 +194,14 @@ mod tests {
         let table: Vec<&str> = granted().map(Capability::short_name).collect();
         assert_eq!(added, table);
         assert_eq!(caps["drop"][0], "ALL");
+    }
+
+    /// The phrase the error messages and doctor use names exactly the needed rows, in order.
+    #[test]
+    fn the_needed_phrase_is_the_tables() {
+        let names: Vec<&str> = needed().map(|c| c.name).collect();
+        let (last, rest) = names.split_last().expect("needed capabilities");
+        assert_eq!(NEEDED, format!("{} and {last}", rest.join(", ")));
     }
 
     #[test]

@@ -234,26 +234,18 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Root, or the capabilities the eBPF programs and the netlink subscription ask for.
+/// Root, or every capability [`caps::needed`] lists.
 fn privileges() -> Check {
     let eff = caps::effective();
-    let has = |c: &caps::Capability| c.held(eff);
     let euid = nix::unistd::geteuid();
-    let (bpf, perfmon, sys_admin, net_admin) = (
-        has(&caps::BPF),
-        has(&caps::PERFMON),
-        has(&caps::SYS_ADMIN),
-        has(&caps::NET_ADMIN),
-    );
+    let held: Vec<String> = caps::needed()
+        .map(|c| format!("{} {}", c.name, c.covered(eff)))
+        .collect();
     check(
         "privileges",
-        euid.is_root() || (bpf && perfmon && sys_admin && net_admin),
-        format!(
-            "euid {euid}, CAP_BPF {bpf}, CAP_PERFMON {perfmon}, CAP_SYS_ADMIN {sys_admin}, \
-             CAP_NET_ADMIN {net_admin}"
-        ),
-        "run as root (sudo observer ...), or grant CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN and \
-         CAP_NET_ADMIN",
+        euid.is_root() || caps::needed().all(|c| c.covered(eff)),
+        format!("euid {euid}, {}", held.join(", ")),
+        &format!("run as root (sudo observer ...), or grant {}", caps::NEEDED),
     )
 }
 

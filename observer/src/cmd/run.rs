@@ -30,9 +30,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     // What observer needs, capability by capability: crate::caps.
     if !nix::unistd::geteuid().is_root() {
         bail!(
-            "observer run needs root (or CAP_SYS_ADMIN, CAP_NET_ADMIN, CAP_BPF and CAP_PERFMON) to \
-             load its eBPF programs and join every network namespace; run it as root (on \
-             Kubernetes: a privileged DaemonSet with hostPID and hostNetwork)"
+            "observer run needs root (or {}) to load its eBPF programs and join every network \
+             namespace; run it as root (on Kubernetes: deploy/observer.yaml, a DaemonSet with \
+             hostPID, hostNetwork and those capabilities)",
+            crate::caps::NEEDED
         );
     }
 

@@ -170,7 +170,7 @@ pub enum EngineError {
     Reader(#[source] std::io::Error),
     /// No network namespace could be opened (no `/proc`, or not enough privilege).
     #[error("{0}")]
-    NoNamespace(&'static str),
+    NoNamespace(String),
     /// The engine's task was cancelled (the runtime shut down under it).
     #[error("the engine stopped: {0}")]
     Stopped(String),
@@ -322,11 +322,14 @@ async fn start(
     if engine.watched.is_empty() {
         return Err(EngineError::NoNamespace(
             if nix::unistd::geteuid().is_root() {
-                "no network namespace could be opened (is /proc mounted?)"
+                "no network namespace could be opened (is /proc mounted?)".to_string()
             } else {
                 // Each capability, what it is for and what is lost without it: crate::caps.
-                "no network namespace could be opened: observer tail needs root (or CAP_SYS_ADMIN, \
-             CAP_NET_ADMIN, CAP_BPF and CAP_PERFMON); run it with sudo"
+                format!(
+                    "no network namespace could be opened: observer tail needs root (or {}); \
+                     run it with sudo",
+                    crate::caps::NEEDED
+                )
             },
         ));
     }

@@ -70,12 +70,12 @@ pub enum HookError {
     Map(&'static str),
 }
 
-fn privilege_hint(msg: &str) -> &'static str {
+fn privilege_hint(msg: &str) -> String {
     if msg.contains("Operation not permitted") || msg.contains("EPERM") {
         // Each capability, what it is for and what is lost without it: crate::caps.
-        " (observer needs root, or CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN)"
+        format!(" (observer needs root, or {})", crate::caps::NEEDED)
     } else {
-        ""
+        String::new()
     }
 }
 
