@@ -16,7 +16,7 @@ use anyhow::{bail, Context as _, Result};
 use super::{
     cluster_ip, cpu_ms, endpoint_ip, ipv4, measure_sizes,
     report::{publish, Shape},
-    run_cpu, run_syncs, settle, Figures, ENDPOINTS, SAVE_RUNS,
+    run_syncs, settle, Figures, ENDPOINTS, SAVE_RUNS,
 };
 use crate::bench::{
     netns::Netns,
@@ -281,11 +281,7 @@ fn measure(
             expected_chains(services)
         );
     }
-    for _ in 0..SAVE_RUNS {
-        let (_, wall, cpu) = run_cpu(&mut save())?;
-        size.dump_ms.push(wall);
-        size.dump_cpu_ms.push(cpu);
-    }
+    size.time_dumps(SAVE_RUNS, save)?;
     drop(ns);
     Ok(size)
 }

@@ -217,6 +217,17 @@ impl Figures {
     fn dump_cpu(&self) -> f64 {
         median(&self.dump_cpu_ms)
     }
+
+    /// Times `runs` dumps of the loaded table (`iptables-legacy-save`, `nft list table`), each
+    /// one's wall and CPU time.
+    fn time_dumps(&mut self, runs: usize, dump: impl Fn() -> process::Command) -> Result<()> {
+        for _ in 0..runs {
+            let (_, wall, cpu) = run_cpu(&mut dump())?;
+            self.dump_ms.push(wall);
+            self.dump_cpu_ms.push(cpu);
+        }
+        Ok(())
+    }
 }
 
 /// observer's CPU time (utime + stime of every thread, alive or gone), in ms.

@@ -34,7 +34,7 @@ use anyhow::{bail, Context as _, Result};
 use super::{
     cluster_ip, cpu_ms, endpoint_ip, ipv4, measure_sizes,
     report::{publish, Shape},
-    run_cpu, run_syncs, settle, Figures, ENDPOINTS, LIST_RUNS, ONE_LIST_ABOVE,
+    run_syncs, settle, Figures, ENDPOINTS, LIST_RUNS, ONE_LIST_ABOVE,
 };
 use crate::{
     bench::{
@@ -310,11 +310,7 @@ fn measure(bin: &Path, services: usize, syncs: usize, notes: &mut Vec<String>) -
     } else {
         LIST_RUNS
     };
-    for _ in 0..runs {
-        let (_, wall, cpu) = run_cpu(&mut list())?;
-        size.dump_ms.push(wall);
-        size.dump_cpu_ms.push(cpu);
-    }
+    size.time_dumps(runs, list)?;
     drop(ns);
     Ok(size)
 }
