@@ -219,11 +219,27 @@ impl ChangeLine {
 
 /// Where a line happened, for people: the namespace's name (else its inode), after the node's
 /// name when the view shows several nodes (`node-a/blue`).
+/// The node is named by [`node_label`].
 pub fn where_label(node: Option<&str>, netns_name: Option<&str>, netns: u32) -> String {
     let ns = netns_name.map_or_else(|| netns.to_string(), str::to_string);
     match node {
-        Some(n) => format!("{n}/{ns}"),
+        Some(n) => format!("{}/{ns}", node_label(n)),
         None => ns,
+    }
+}
+
+/// A node's name as the screen shows it: its first DNS label, whole, the part that tells the
+/// nodes of one fleet apart (`ip-10-0-1-23` for `ip-10-0-1-23.us-west-2.compute.internal`,
+/// as `kubectl get nodes` reads on most clusters once the shared domain is dropped). A name
+/// that is an IP address, or whose first label is empty, is shown whole. JSON keeps the full
+/// name.
+pub fn node_label(node: &str) -> &str {
+    if node.parse::<std::net::IpAddr>().is_ok() {
+        return node;
+    }
+    match node.split_once('.') {
+        Some((first, _)) if !first.is_empty() => first,
+        _ => node,
     }
 }
 
@@ -398,6 +414,18 @@ pub struct SplitBackends {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_node_is_named_by_its_first_label_unless_it_is_an_address() {
+        let eks = "ip-10-0-1-23.us-west-2.compute.internal";
+        assert_eq!(node_label(eks), "ip-10-0-1-23");
+        assert_eq!(where_label(Some(eks), None, 7), "ip-10-0-1-23/7");
+        assert_eq!(node_label("node-a"), "node-a");
+        assert_eq!(node_label("10.0.1.23"), "10.0.1.23");
+        assert_eq!(node_label("fd00::1"), "fd00::1");
+        assert_eq!(node_label(".odd"), ".odd");
+        assert_eq!(where_label(None, Some("blue"), 7), "blue");
+    }
 
     fn sample() -> ChangeLine {
         ChangeLine {

@@ -3,7 +3,7 @@
 //! share.
 
 use super::*;
-use crate::output::line::where_label;
+use crate::output::line::{node_label, where_label};
 
 impl<W: Write> Screen<W> {
     pub(super) fn narrow(&self) -> bool {
@@ -11,6 +11,37 @@ impl<W: Write> Screen<W> {
     }
 
     pub(super) fn cols(&self) -> Cols {
+        let mut k = self.base_cols();
+        if self.node_width > 0 {
+            // `node/` and a few columns of the namespace.
+            k.netns = k.netns.max(self.node_width + 5);
+        }
+        k
+    }
+
+    /// Where a line happened, `width` columns at most: the node's label is kept whole (up to
+    /// [`NODE_WIDTH_MAX`]) and the namespace's name is cut instead.
+    pub(super) fn where_col(
+        &self,
+        node: Option<&str>,
+        netns_name: Option<&str>,
+        netns: u32,
+        width: usize,
+    ) -> String {
+        let whole = where_label(node, netns_name, netns);
+        let Some(n) = node else {
+            return cut(&whole, width);
+        };
+        let n = cut(node_label(n), NODE_WIDTH_MAX);
+        let ns_room = width.saturating_sub(n.chars().count() + 1);
+        let ns = netns_name.map_or_else(|| netns.to_string(), str::to_string);
+        cut(
+            &format!("{n}/{}", cut(&ns, ns_room.max(1))),
+            width.max(n.chars().count() + 2),
+        )
+    }
+
+    fn base_cols(&self) -> Cols {
         if self.narrow() {
             Cols {
                 netns: 7,
@@ -35,7 +66,7 @@ impl<W: Write> Screen<W> {
     /// One change: the columns, then the rule text (on a line of its own when narrow).
     pub(super) fn change_lines(&self, c: &ChangeLine, indent: &str) -> Vec<String> {
         let k = self.cols();
-        let netns = where_label(c.node.as_deref(), c.netns_name.as_deref(), c.netns);
+        let netns = self.where_col(c.node.as_deref(), c.netns_name.as_deref(), c.netns, k.netns);
         let where_ = format!(
             "{} {}",
             backend_short(c.backend, self.narrow()),
@@ -315,7 +346,8 @@ impl<W: Write> Screen<W> {
 
     /// `--incidents-only`: one line per incident line.
     pub(super) fn incident_line(&self, i: &IncidentLine) -> String {
-        let netns = where_label(i.node.as_deref(), i.netns_name.as_deref(), i.netns);
+        let width = 10.max(self.cols().netns);
+        let netns = self.where_col(i.node.as_deref(), i.netns_name.as_deref(), i.netns, width);
         // The same columns for every state; the last one says how it ended, or what happened.
         let outcome = Self::outcome(i, true);
         let text = match outcome.trim() {
@@ -323,12 +355,12 @@ impl<W: Write> Screen<W> {
             o => o,
         };
         let line = format!(
-            "{} {:<8} {:<8} {:<14} {:<10}  {} ← {}  {}",
+            "{} {:<8} {:<8} {:<14} {:<width$}  {} ← {}  {}",
             self.clock(i.time),
             i.state.as_str(),
             i.severity.as_str(),
             i.kind.as_str(),
-            cut(&netns, 10),
+            netns,
             i.owner,
             i.actors.join(","),
             text

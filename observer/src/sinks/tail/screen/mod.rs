@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use super::terminal::{cut, strip_escapes};
 use crate::output::line::{
-    ChangeLine, IncidentLine, IncidentState, Line, Severity, StatusLine, StatusState,
+    node_label, ChangeLine, IncidentLine, IncidentState, Line, Severity, StatusLine, StatusState,
 };
 use crate::ruleset::{Backend, Op};
 use crate::timestamp::Timestamp;
@@ -100,7 +100,13 @@ pub struct Screen<W: Write> {
     gaps: u64,
     /// The writer of each recent change, by `seq`, for the incidents that name them.
     writers: VecDeque<(u64, String)>,
+    /// The longest node label seen ([`node_label`]), so that the where column shows every
+    /// node's name whole (the fleet view; 0 on one node).
+    node_width: usize,
 }
+
+/// A node label longer than this is cut in the where column.
+const NODE_WIDTH_MAX: usize = 40;
 
 /// Changes whose writer an incident block can still name.
 const WRITERS_KEPT: usize = 4096;
@@ -140,6 +146,7 @@ impl<W: Write> Screen<W> {
             recent: VecDeque::new(),
             gaps: 0,
             writers: VecDeque::new(),
+            node_width: 0,
         }
     }
 
@@ -152,6 +159,15 @@ impl<W: Write> Screen<W> {
 
     /// Take one record. Changes wait for the end of their transaction when grouping.
     pub fn record(&mut self, r: &Line) -> io::Result<()> {
+        let node = match r {
+            Line::Change(c) => c.node.as_deref(),
+            Line::Incident(i) => i.node.as_deref(),
+            Line::Status(_) => None,
+        };
+        if let Some(n) = node {
+            let w = node_label(n).chars().count().min(NODE_WIDTH_MAX);
+            self.node_width = self.node_width.max(w);
+        }
         match r {
             Line::Change(c) => {
                 self.count_change(c);

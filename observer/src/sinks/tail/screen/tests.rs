@@ -381,3 +381,36 @@ fn times_are_local_unless_utc() {
     let lines = draw(opts(None), &[Line::Change(c)]);
     assert!(lines[0].starts_with("05:42:37.123456"));
 }
+
+#[test]
+fn fleet_nodes_are_told_apart_by_their_first_label_whole() {
+    // EKS names: the part that differs is the first label, the rest is shared.
+    let mut a = change(1, "a", Op::RuleAdd, "X", Some("-j ACCEPT"));
+    a.node = Some("ip-10-0-1-23.us-west-2.compute.internal".into());
+    a.netns_name = None;
+    a.netns = 4026531840;
+    let mut b = change(2, "b", Op::RuleAdd, "X", Some("-j ACCEPT"));
+    b.node = Some("ip-10-0-1-24.us-west-2.compute.internal".into());
+    b.netns_name = Some("a-much-longer-namespace-name".into());
+    for width in [None, Some(200), Some(80)] {
+        let lines = draw(
+            opts(width),
+            &[Line::Change(a.clone()), Line::Change(b.clone())],
+        );
+        assert!(lines[0].contains(" ip-10-0-1-23/"), "{width:?}: {lines:#?}");
+        assert!(
+            lines.iter().any(|l| l.contains(" ip-10-0-1-24/")),
+            "{lines:#?}"
+        );
+        assert!(!lines.iter().any(|l| l.contains("compute")), "{lines:#?}");
+        let at = |l: &str| l.find("rule_add").map(|b| l[..b].chars().count());
+        let cols: Vec<_> = lines.iter().filter_map(|l| at(l)).collect();
+        assert!(cols.windows(2).all(|w| w[0] == w[1]), "{lines:#?}");
+    }
+    let mut i = incident(IncidentState::Open);
+    i.node = a.node.clone();
+    let mut o = opts(Some(200));
+    o.incidents_only = true;
+    let line = draw(o, &[Line::Incident(i)]);
+    assert!(line[0].contains("ip-10-0-1-23/blue"), "{line:#?}");
+}
