@@ -114,6 +114,14 @@ const COMMANDS: &[&str] = &[
     "iptables-nft -A INPUT -p tcp --sport 1 --dport 65535 ! --tcp-flags SYN,ACK SYN",
     "iptables-nft -A INPUT -j NFLOG --nflog-group 3 --nflog-prefix 'nf: ' --nflog-size 128 --nflog-threshold 2",
     "iptables-nft -t raw -A PREROUTING -j TRACE",
+    // no interface at all, and port ranges with one open end (one compare, no range)
+    "iptables-nft -A INPUT ! -i + -j DROP",
+    "iptables-nft -A FORWARD ! -o + -j DROP",
+    "iptables-nft -A INPUT -p tcp --sport :4 --dport :4",
+    "iptables-nft -A INPUT -p udp --dport :4",
+    "iptables-nft -A INPUT -p tcp ! --sport :4",
+    "iptables-nft -A INPUT -p udp --sport 4: ! --dport 1024:",
+    "iptables-nft -A INPUT -p tcp ! --dport 0",
     // firewalld's iptables backend hooks the security table (built-in chains at priority 150).
     "iptables-nft -t security -N INPUT_direct",
     "iptables-nft -t security -A INPUT -j INPUT_direct",

@@ -86,7 +86,9 @@ const META_OIFNAME: u32 = 7;
 const META_L4PROTO: u32 = 16;
 const CMP_EQ: u32 = 0;
 const CMP_NEQ: u32 = 1;
+const CMP_LT: u32 = 2;
 const CMP_LTE: u32 = 3;
+const CMP_GT: u32 = 4;
 const CMP_GTE: u32 = 5;
 
 fn unreadable(what: impl Into<String>) -> Unreadable {
@@ -152,17 +154,35 @@ pub(crate) fn parse(proto: XtProto, exprs: &[Expr]) -> Result<Parsed, Unreadable
                     .cloned()
                     .ok_or_else(|| unreadable("cmp on an empty register"))?;
                 let value = a.value(3).unwrap_or_default();
-                match a.u32(2).unwrap_or(u32::MAX) {
-                    op @ (CMP_EQ | CMP_NEQ) => cmp(&mut p, proto, &load, &value, op == CMP_NEQ)?,
-                    CMP_GTE => pending_gte = Some((load, be16(&value)?)),
+                let op = a.u32(2).unwrap_or(u32::MAX);
+                let gte = pending_gte.take();
+                match op {
+                    CMP_EQ | CMP_NEQ => cmp(&mut p, proto, &load, &value, op == CMP_NEQ)?,
+                    // One bound alone is a range to the other end (`--sport :4` is `cmp lte 4`,
+                    // `--sport 5:` `cmp gte 5`); a `gte` followed by a `lte` on the same port
+                    // is a range of both.
+                    CMP_GTE => {
+                        let from = be16(&value)?;
+                        port(&mut p, &load, (from, u16::MAX), false)?;
+                        pending_gte = Some((load, from));
+                    }
                     CMP_LTE => {
-                        let (l, from) = pending_gte
-                            .take()
-                            .ok_or_else(|| unreadable("cmp lte without gte"))?;
-                        if !same_port(&l, &load) {
-                            return Err(unreadable("cmp gte/lte on two fields"));
-                        }
-                        port(&mut p, &load, (from, be16(&value)?), false)?;
+                        let to = be16(&value)?;
+                        let from = match gte {
+                            Some((l, from)) if same_port(&l, &load) => from,
+                            _ => 0,
+                        };
+                        port(&mut p, &load, (from, to), false)?;
+                    }
+                    CMP_GT => {
+                        let from = be16(&value)?.checked_add(1);
+                        let from = from.ok_or_else(|| unreadable("port > 65535"))?;
+                        port(&mut p, &load, (from, u16::MAX), false)?;
+                    }
+                    CMP_LT => {
+                        let to = be16(&value)?.checked_sub(1);
+                        let to = to.ok_or_else(|| unreadable("port < 0"))?;
+                        port(&mut p, &load, (0, to), false)?;
                     }
                     op => return Err(unreadable(format!("cmp op {op}"))),
                 }
@@ -204,9 +224,6 @@ pub(crate) fn parse(proto: XtProto, exprs: &[Expr]) -> Result<Parsed, Unreadable
             }
             other => return Err(unreadable(format!("expression {other}"))),
         }
-    }
-    if pending_gte.is_some() {
-        return Err(unreadable("cmp gte without lte"));
     }
     Ok(p)
 }
@@ -277,7 +294,13 @@ fn cmp(
             } else {
                 &mut p.oif
             };
-            set_once(slot, (ifname(value), neq), "an interface")
+            // `! -i +` (no interface at all) is written as a compare with a name no
+            // interface can have; iptables-nft reads it back as `! -i +`.
+            let dev = match ifname(value) {
+                n if n == "INVAL/D" => ("+".to_string(), !neq),
+                n => (n, neq),
+            };
+            set_once(slot, dev, "an interface")
         }
         (Load::Meta(META_MARK), mask) if value.len() == 4 => mark_cmp(p, proto, value, mask, neq),
         (
