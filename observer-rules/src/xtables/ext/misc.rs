@@ -1,6 +1,6 @@
 //! Extensions of one or two fields each that belong to no family of their own: cpu, helper,
-//! realm, rpfilter, cgroup, connbytes; the AUDIT and CONNSECMARK targets. Tables of rows as in
-//! [`header`](super::header).
+//! realm, rpfilter, cgroup, connbytes, nfacct; the AUDIT and CONNSECMARK targets. Tables of
+//! rows as in [`header`](super::header).
 //!
 //! Part of [`ext`](super), dispatched from [`match_options`](super::match_options) and
 //! [`target_options`](super::target_options).
@@ -92,6 +92,14 @@ pub(super) const MATCHES: &[Row] = &[
             .get(usize::from(dir))
             .unwrap_or(&"unknown");
         let _ = write!(o, " --connbytes-mode {what} --connbytes-dir {dir}");
+        Some(())
+    }),
+    // xt_nfacct_match_info: name[32], then the kernel's pointer to the object (8-aligned in
+    // rev 1). iptables prints `--nfacct-name ` and then the quoted name with a space of its
+    // own: two spaces, as iptables-save writes them.
+    ("nfacct", 0, 1, |o, _, d, _| {
+        o.push_str(" --nfacct-name ");
+        save_string(o, &str_at(d, 0, 32)?);
         Some(())
     }),
     ("cluster", 0, 0, |o, _, d, _| {

@@ -126,6 +126,47 @@ fn jumps_gotos_and_fallthrough() {
     );
 }
 
+/// kube-proxy's metrics rules: `-m nfacct --nfacct-name NAME`, rev 0 (name, pointer) and rev 1
+/// (the pointer 8-aligned; 40 bytes either way on 64-bit), printed as iptables-save prints them
+/// (two spaces before the name); a name that needs quotes is quoted; a short payload is generic.
+#[test]
+fn nfacct_prints_its_name() {
+    let info = |name: &[u8]| {
+        let mut d = vec![0u8; 40];
+        d[..name.len()].copy_from_slice(name);
+        // The kernel's pointer, filled in when the rule is loaded.
+        d[32..40].copy_from_slice(&0xffff_8880_1234_5678u64.to_ne_bytes());
+        d
+    };
+    let b = testblob::build(
+        XtProto::Ipv4,
+        "filter",
+        &[
+            C::builtin(
+                "INPUT",
+                1,
+                -1,
+                vec![
+                    R::new(T::Fallthrough).with_match("nfacct", 1, info(b"kp-metric")),
+                    R::new(T::Fallthrough).with_match("nfacct", 0, info(b"a b")),
+                    R::new(T::Fallthrough).with_match("nfacct", 1, vec![b'x'; 8]),
+                ],
+            ),
+            C::builtin("FORWARD", 2, -1, vec![]),
+            C::builtin("OUTPUT", 3, -1, vec![]),
+        ],
+    );
+    let i = parse_info(XtProto::Ipv4, &b.info).expect("info");
+    let t = decode_table(XtProto::Ipv4, &i, b.entries).expect("decode");
+    let lines = rule_lines(&t);
+    assert_eq!(lines[0], "-A INPUT -m nfacct --nfacct-name  kp-metric");
+    assert_eq!(lines[1], "-A INPUT -m nfacct --nfacct-name  \"a b\"");
+    assert!(
+        lines[2].starts_with("-A INPUT -m nfacct [rev 1 data 0x"),
+        "{lines:?}"
+    );
+}
+
 #[test]
 fn malformed_blobs_are_errors_not_panics() {
     let b = small_ipv4();

@@ -22,4 +22,5 @@ mod arp_live;
 mod corpus;
 mod ebt_atomic;
 pub(crate) mod live;
+mod nfacct;
 pub(crate) mod suite;
