@@ -44,7 +44,9 @@ enum Verb {
         long_about = "Install what building and testing observer needs, and nothing more.\n\n\
         Prints one line per check (`ok ...`, `installing ...`, `note ...`) and is quick when all \
         is there. It checks:\n\
-        - Debian packages nftables, iptables, arptables, ebtables, iproute2, ipset, procps and (when apt has it) \
+        - Debian packages nftables, iptables, arptables, ebtables, iproute2, ipset, nfacct, \
+          netfilter-persistent, iptables-persistent, procps, the firewall managers and fleet \
+          tools the tests run, and (when apt has it) \
           bpftool, by their binaries; missing ones are installed with apt-get (needs root; \
           `apt-get update` runs once, only when something is missing).\n\
         - The nightly toolchain and its rust-src component (rustup), which build the eBPF programs.\n\

@@ -54,6 +54,24 @@ const DEB_PACKAGES: &[DebPackage] = &[
         binaries: &["ipset"],
         optional: false,
     },
+    // `-m nfacct`: the accounting objects its rules name (created in the tests' namespaces).
+    DebPackage {
+        name: "nfacct",
+        binaries: &["nfacct"],
+        optional: false,
+    },
+    // Debian's iptables-persistent: a dispatcher (`netfilter-persistent`) that runs its plugins
+    // with run-parts, for the attribution tests (run in namespaces, on a bind-mounted rules file).
+    DebPackage {
+        name: "netfilter-persistent",
+        binaries: &["netfilter-persistent"],
+        optional: false,
+    },
+    DebPackage {
+        name: "iptables-persistent",
+        binaries: &["/usr/share/netfilter-persistent/plugins.d/15-ip4tables"],
+        optional: false,
+    },
     DebPackage {
         name: "bpftool",
         binaries: &["bpftool"],
@@ -228,6 +246,7 @@ pub(super) fn debian_packages(opts: Options) -> Result<()> {
         return Ok(());
     }
     let _guard = NoServiceStarts::new();
+    no_autosave()?;
     let mut install = Command::new("apt-get");
     install
         .args(["install", "-y", "-q", "--no-install-recommends"])
@@ -245,6 +264,33 @@ pub(super) fn debian_packages(opts: Options) -> Result<()> {
             bail!("`{bin}` is still missing after installing the Debian package {name}");
         }
         println!("ok installed {name}");
+    }
+    Ok(())
+}
+
+/// iptables-persistent asks whether to save this machine's rules into /etc/iptables when it
+/// installs: answer no beforehand (the tests bring rules files of their own).
+fn no_autosave() -> Result<()> {
+    use std::io::Write as _;
+    if cmd::which("debconf-set-selections").is_none() {
+        return Ok(());
+    }
+    let mut child = Command::new("debconf-set-selections")
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .context("starting debconf-set-selections")?;
+    if let Some(mut stdin) = child.stdin.take() {
+        for v in ["v4", "v6"] {
+            writeln!(
+                stdin,
+                "iptables-persistent iptables-persistent/autosave_{v} boolean false"
+            )
+            .context("writing to debconf-set-selections")?;
+        }
+    }
+    let status = child.wait().context("waiting for debconf-set-selections")?;
+    if !status.success() {
+        bail!("debconf-set-selections failed: {status}");
     }
     Ok(())
 }
