@@ -45,10 +45,11 @@ enum Verb {
         Prints one line per check (`ok ...`, `installing ...`, `note ...`) and is quick when all \
         is there. It checks:\n\
         - Debian packages nftables, iptables, arptables, ebtables, iproute2, ipset, nfacct, \
-          netfilter-persistent, iptables-persistent, procps, the firewall managers and fleet \
-          tools the tests run, and (when apt has it) \
+          procps, the firewall managers and fleet tools the tests run, and (when apt has it) \
           bpftool, by their binaries; missing ones are installed with apt-get (needs root; \
           `apt-get update` runs once, only when something is missing).\n\
+        - netfilter-persistent and iptables-persistent, unpacked (not installed: ufw breaks \
+          them) in /var/cache/observer-tests/netfilter-persistent for the attribution tests.\n\
         - The nightly toolchain and its rust-src component (rustup), which build the eBPF programs.\n\
         - bpf-linker, built with `cargo install` against nightly rustc's own libLLVM \
           (prefix $CARGO_HOME/bpf-linker-llvm), when the installed one does not run or links \

@@ -60,18 +60,6 @@ const DEB_PACKAGES: &[DebPackage] = &[
         binaries: &["nfacct"],
         optional: false,
     },
-    // Debian's iptables-persistent: a dispatcher (`netfilter-persistent`) that runs its plugins
-    // with run-parts, for the attribution tests (run in namespaces, on a bind-mounted rules file).
-    DebPackage {
-        name: "netfilter-persistent",
-        binaries: &["netfilter-persistent"],
-        optional: false,
-    },
-    DebPackage {
-        name: "iptables-persistent",
-        binaries: &["/usr/share/netfilter-persistent/plugins.d/15-ip4tables"],
-        optional: false,
-    },
     DebPackage {
         name: "bpftool",
         binaries: &["bpftool"],
@@ -246,7 +234,6 @@ pub(super) fn debian_packages(opts: Options) -> Result<()> {
         return Ok(());
     }
     let _guard = NoServiceStarts::new();
-    no_autosave()?;
     let mut install = Command::new("apt-get");
     install
         .args(["install", "-y", "-q", "--no-install-recommends"])
@@ -268,33 +255,6 @@ pub(super) fn debian_packages(opts: Options) -> Result<()> {
     Ok(())
 }
 
-/// iptables-persistent asks whether to save this machine's rules into /etc/iptables when it
-/// installs: answer no beforehand (the tests bring rules files of their own).
-fn no_autosave() -> Result<()> {
-    use std::io::Write as _;
-    if cmd::which("debconf-set-selections").is_none() {
-        return Ok(());
-    }
-    let mut child = Command::new("debconf-set-selections")
-        .stdin(std::process::Stdio::piped())
-        .spawn()
-        .context("starting debconf-set-selections")?;
-    if let Some(mut stdin) = child.stdin.take() {
-        for v in ["v4", "v6"] {
-            writeln!(
-                stdin,
-                "iptables-persistent iptables-persistent/autosave_{v} boolean false"
-            )
-            .context("writing to debconf-set-selections")?;
-        }
-    }
-    let status = child.wait().context("waiting for debconf-set-selections")?;
-    if !status.success() {
-        bail!("debconf-set-selections failed: {status}");
-    }
-    Ok(())
-}
-
 fn apt_has_candidate(pkg: &str) -> Result<bool> {
     let policy = cmd::output(Command::new("apt-cache").args(["policy", pkg]))
         .with_context(|| format!("asking apt whether it has {pkg}"))?;
@@ -302,4 +262,82 @@ fn apt_has_candidate(pkg: &str) -> Result<bool> {
         .lines()
         .filter_map(|l| l.trim().strip_prefix("Candidate:"))
         .any(|c| c.trim() != "(none)"))
+}
+
+/// Where setup unpacks Debian's netfilter-persistent and iptables-persistent: they cannot be
+/// installed beside ufw (which breaks them), and the attribution test runs their scripts from
+/// here (a dispatcher, `run-parts`, running plugins), in namespaces of its own.
+pub const UNPACKED_NETFILTER_PERSISTENT: &str = "/var/cache/observer-tests/netfilter-persistent";
+
+/// Unpack (`apt-get download`, `dpkg-deb -x`; never installed) netfilter-persistent and
+/// iptables-persistent into [`UNPACKED_NETFILTER_PERSISTENT`], unless they are there.
+pub(super) fn unpacked_packages(opts: Options) -> Result<()> {
+    let root = PathBuf::from(UNPACKED_NETFILTER_PERSISTENT);
+    let script = root.join("usr/sbin/netfilter-persistent");
+    let plugin = root.join("usr/share/netfilter-persistent/plugins.d/15-ip4tables");
+    if script.exists() && plugin.exists() {
+        println!(
+            "ok netfilter-persistent, iptables-persistent (unpacked in {})",
+            root.display()
+        );
+        return Ok(());
+    }
+    let by_hand = format!(
+        "cd $(mktemp -d) && apt-get download netfilter-persistent iptables-persistent && \
+         for d in *.deb; do dpkg-deb -x $d {}; done",
+        root.display()
+    );
+    if !cmd::is_root() || cmd::which("apt-get").is_none() || cmd::which("dpkg-deb").is_none() {
+        let msg = format!(
+            "netfilter-persistent and iptables-persistent are not unpacked in {}; as root, with \
+             apt: `{by_hand}`",
+            root.display()
+        );
+        if opts.lenient_packages {
+            println!("warning: {msg}");
+            return Ok(());
+        }
+        bail!(msg);
+    }
+    println!("unpacking netfilter-persistent and iptables-persistent (apt-get download)");
+    let dir = std::env::temp_dir().join(format!("observer-setup-debs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let unpacked = download_and_unpack(&dir, &root, &by_hand);
+    let _ = std::fs::remove_dir_all(&dir);
+    unpacked?;
+    if !(script.exists() && plugin.exists()) {
+        bail!(
+            "{} or {} is missing after unpacking",
+            script.display(),
+            plugin.display()
+        );
+    }
+    println!(
+        "ok unpacked netfilter-persistent, iptables-persistent in {}",
+        root.display()
+    );
+    Ok(())
+}
+
+fn download_and_unpack(dir: &std::path::Path, root: &std::path::Path, by_hand: &str) -> Result<()> {
+    cmd::run(
+        Command::new("apt-get")
+            .args([
+                "download",
+                "-q",
+                "netfilter-persistent",
+                "iptables-persistent",
+            ])
+            .current_dir(dir),
+    )
+    .with_context(|| format!("downloading the packages failed; try by hand: `{by_hand}`"))?;
+    std::fs::create_dir_all(root).with_context(|| format!("creating {}", root.display()))?;
+    for entry in std::fs::read_dir(dir).context("listing the downloads")? {
+        let deb = entry.context("listing the downloads")?.path();
+        if deb.extension().is_some_and(|e| e == "deb") {
+            cmd::run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(root))
+                .with_context(|| format!("unpacking {}", deb.display()))?;
+        }
+    }
+    Ok(())
 }

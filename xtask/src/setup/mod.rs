@@ -15,7 +15,7 @@ use anyhow::Result;
 mod debian;
 mod toolchain;
 
-use debian::debian_packages;
+use debian::{debian_packages, unpacked_packages};
 use toolchain::{bpf_linker, cargo_fuzz, nightly_toolchain};
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -50,6 +50,7 @@ impl Ready {
 
 pub fn run(opts: Options) -> Result<Ready> {
     debian_packages(opts)?;
+    unpacked_packages(opts)?;
     let nightly = nightly_toolchain()?;
     let ready = bpf_linker(&nightly, opts.force_bpf_linker)?;
     cargo_fuzz()?;
