@@ -11,12 +11,18 @@ pub const COMM_LEN: usize = 16;
 /// padding before `cgroup_id`.
 pub const ANCESTORS: usize = 7;
 /// How many comms the walk goes on past (shells, interpreters, wrappers, the netfilter front
-/// ends), in a map userspace fills before the programs are attached. The walk stops after the
-/// first ancestor whose comm is not among them: that one is the actor (or a session, init or a
-/// container's supervisor, where a chain of wrappers ends), and nothing above it is used. On
-/// most writes (a component runs `iptables-restore` or `nft` itself) that is the parent, and the
-/// other six levels of reads are saved.
+/// ends), in a map userspace fills before the programs are attached. The walk stops one level
+/// after the first ancestor whose comm is not among them: that one is the actor (or a session,
+/// init or a container's supervisor, where a chain of wrappers ends), and its parent is read to
+/// see whether it is a dispatcher ([`WALK_DISPATCHER`]). On most writes (a component runs
+/// `iptables-restore` or `nft` itself) that is the parent and grandparent, and the other five
+/// levels of reads are saved.
 pub const WALK_PAST_LEN: u32 = 256;
+/// The map's value for a comm the walk goes on past: a shell, interpreter, wrapper or front end.
+pub const WALK_WRAPPER: u8 = 1;
+/// The map's value for a dispatcher (`run-parts`): the process below it is a plugin it ran, not
+/// the actor, so the walk goes on past both, to the tool that ran the dispatcher.
+pub const WALK_DISPATCHER: u8 = 2;
 
 /// The writing task and up to [`ANCESTORS`] of its ancestors.
 #[repr(C)]
@@ -33,8 +39,8 @@ pub struct Process {
     /// Real uid of the writer.
     pub uid: u32,
     /// 1 when the walk reached the top of the process tree: the ancestors captured are the
-    /// whole chain. 0 when it stopped before (at [`ANCESTORS`], or at the first ancestor that
-    /// is not a shell, wrapper or front end: see [`WALK_PAST_LEN`]).
+    /// whole chain. 0 when it stopped before (at [`ANCESTORS`], or at the parent of the first
+    /// ancestor that is not a shell, wrapper or front end: see [`WALK_PAST_LEN`]).
     pub top: u32,
     /// cgroup v2 id of the writer (the cgroup directory's inode number).
     pub cgroup_id: u64,

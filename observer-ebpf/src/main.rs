@@ -42,7 +42,7 @@ use observer_common::{
     hook::HOOK_TRACEPOINT,
     ns::{NetnsSeen, PendingUmount, Umount, UMOUNT_PATH_LEN, VIA_CLONE, VIA_SETNS, VIA_UNSHARE},
     offsets::Offsets,
-    process::{Process, ANCESTORS, COMM_LEN, WALK_PAST_LEN},
+    process::{Process, ANCESTORS, COMM_LEN, WALK_DISPATCHER, WALK_PAST_LEN},
     xt::{is_replace, Pending, ARGS_LEN, TABLE_NAME_LEN},
     Event, Header, DROP_COUNTERS, DROP_MAP, DROP_PENDING, DROP_RINGBUF, KIND_NETNS_SEEN,
     KIND_UMOUNT, WAKE_LINGER_NS,
@@ -153,6 +153,10 @@ fn fill_process(p: &mut Process) {
     p.netns = current_netns(off);
     // SAFETY: as above.
     let mut task = unsafe { bpf_get_current_task() };
+    // The previous ancestor was the first other one (the actor, or a boundary): this one, its
+    // parent, is read too, and the walk goes on only past a dispatcher (`run-parts`), whose
+    // child is a plugin and not the actor.
+    let mut past_actor = false;
     for i in 0..ANCESTORS {
         let parent: u64 = read_at(task, off.task_real_parent).unwrap_or(0);
         if parent == 0 || parent == task {
@@ -167,10 +171,17 @@ fn fill_process(p: &mut Process) {
             read_at(parent, off.task_group_leader).unwrap_or(parent)
         };
         p.ancestor_comm[i] = read_at(leader, off.task_comm).unwrap_or([0; COMM_LEN]);
-        // Past a shell or a wrapper only: the first other ancestor is the actor.
-        // SAFETY: a plain lookup; the value is not used.
-        if unsafe { WALK_PAST.get(p.ancestor_comm[i]) }.is_none() {
-            break;
+        // Past a shell or a wrapper only: the first other ancestor is the actor, and its
+        // parent is read to see whether it is a dispatcher.
+        // SAFETY: a plain lookup of a copied value.
+        let kind = unsafe { WALK_PAST.get(p.ancestor_comm[i]) }.copied();
+        if past_actor {
+            if kind != Some(WALK_DISPATCHER) {
+                break;
+            }
+            past_actor = false;
+        } else if kind.is_none() {
+            past_actor = true;
         }
         task = parent;
     }

@@ -8,7 +8,8 @@
 //!
 //! The *actor* is the nearest process in the chain that is neither a netfilter front end nor a
 //! shell, interpreter or wrapper: the component that ran `sh -c "iptables ..."`, not `iptables`
-//! and not `sh`. The chain walked to find it is `ancestry`.
+//! and not `sh`; a script a dispatcher (`run-parts`) runs is named after the tool that ran the
+//! dispatcher. The chain walked to find it, and on above it, is `ancestry`.
 
 use std::fs;
 use std::sync::OnceLock;
@@ -65,8 +66,9 @@ pub struct ProcessInfo {
     /// Kubernetes pod (uid, QoS class; namespace and name when known).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<Pod>,
-    /// The writer's ancestors, nearest first, up to the one `actor` names (empty when the
-    /// writer is the actor, or nothing is known of its parents).
+    /// The writer's ancestors, nearest first: through the one `actor` names and on, up to the
+    /// unit, container or init, as far as the kernel captured them and `/proc` still shows
+    /// them (empty when nothing is known of its parents).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ancestry: Vec<Ancestor>,
 }
@@ -106,6 +108,16 @@ const BOUNDARIES: &[&str] = &[
     "kthreadd",
 ];
 
+/// Commands that run the scripts of a directory (a tool's plugins, `cron.daily`): the script is
+/// no component of its own, the one that ran the dispatcher is (`netfilter-persistent` running
+/// `run-parts` on its `plugins.d`). When nothing above the dispatcher is an actor (`cron`
+/// runs it), the script is.
+pub const DISPATCHERS: &[&str] = &["run-parts"];
+
+fn is_dispatcher(comm: &str) -> bool {
+    DISPATCHERS.contains(&comm)
+}
+
 static EXTRA_WRAPPERS: OnceLock<Vec<String>> = OnceLock::new();
 
 /// Wrappers named in the owners file, on top of [`WRAPPERS`] (the first call decides).
@@ -114,11 +126,35 @@ pub fn add_wrappers(names: Vec<String>) {
 }
 
 /// The comms the kernel's ancestry walk goes on past, as `task_struct.comm` holds them (at most
-/// 15 bytes): the wrappers (with the owners file's), and the front ends under their usual
-/// names. The walk stops after the first other ancestor, which [`actor_index`] takes for the
-/// actor or a boundary. A wrapper only [`is_wrapper`] knows (`python3.11`) also stops it: the
-/// chain is then completed from `/proc`, as one longer than the walk is.
-pub fn walk_past() -> Vec<[u8; observer_common::process::COMM_LEN]> {
+/// 15 bytes), each with its kind: the wrappers (with the owners file's) and the front ends
+/// under their usual names ([`WALK_WRAPPER`](observer_common::process::WALK_WRAPPER)), and the
+/// [`DISPATCHERS`] ([`WALK_DISPATCHER`](observer_common::process::WALK_DISPATCHER)). The walk
+/// stops one level after the first other ancestor, which [`actor_index`] takes for the actor
+/// or a boundary, unless that level is a dispatcher. A wrapper only [`is_wrapper`] knows
+/// (`python3.11`) also stops it: the chain is then completed from `/proc`, as one longer than
+/// the walk is.
+pub fn walk_past() -> Vec<([u8; observer_common::process::COMM_LEN], u8)> {
+    use observer_common::process::{COMM_LEN, WALK_DISPATCHER, WALK_WRAPPER};
+    let key = |name: &str| {
+        let mut key = [0u8; COMM_LEN];
+        let bytes = name.as_bytes();
+        let n = bytes.len().min(key.len() - 1);
+        key[..n].copy_from_slice(&bytes[..n]);
+        key
+    };
+    let mut out: Vec<_> = DISPATCHERS
+        .iter()
+        .map(|d| (key(d), WALK_DISPATCHER))
+        .collect();
+    for k in walk_past_wrappers() {
+        if !out.iter().any(|(d, _)| *d == k) {
+            out.push((k, WALK_WRAPPER));
+        }
+    }
+    out
+}
+
+fn walk_past_wrappers() -> Vec<[u8; observer_common::process::COMM_LEN]> {
     let tools = ["iptables", "ip6tables", "arptables", "ebtables"];
     let variants = [
         "",
@@ -236,29 +272,43 @@ pub fn is_front_end(comm: &str) -> bool {
 /// boundary (`sshd`, `systemd`) or the top comes first, the nearest wrapper is the actor (an
 /// admin's `bash`); `None` when the chain as given holds no actor yet, so that more of it must
 /// be read.
+///
+/// A process right below a dispatcher (`15-ip4tables` under `run-parts`) is a plugin: the actor
+/// is looked for above the dispatcher, and the plugin is the actor only when a boundary or the
+/// top comes first (a shell there, an admin's, still wins over it).
 pub fn actor_index<'a>(chain: impl IntoIterator<Item = &'a str>) -> Option<usize> {
+    let chain: Vec<&str> = chain.into_iter().collect();
     let mut last_wrapper = None;
+    let mut plugin = None;
     let mut complete = false;
-    for (i, c) in chain.into_iter().enumerate() {
+    let mut i = 0;
+    while let Some(&c) = chain.get(i) {
+        i += 1;
         if c.is_empty() {
             complete = true;
             break;
         }
-        if is_front_end(c) {
+        if is_front_end(c) || is_dispatcher(c) {
             continue;
         }
         if is_boundary(c) {
             // The session or supervisor is no component: the wrapper it started is.
-            return last_wrapper.or(Some(i));
+            return last_wrapper.or(plugin).or(Some(i - 1));
         }
         if is_wrapper(c) {
-            last_wrapper = last_wrapper.or(Some(i));
+            last_wrapper = last_wrapper.or(Some(i - 1));
             continue;
         }
-        return Some(i);
+        if chain.get(i).is_some_and(|p| is_dispatcher(p)) {
+            plugin = plugin.or(Some(i - 1));
+            last_wrapper = None;
+            i += 1;
+            continue;
+        }
+        return Some(i - 1);
     }
     if complete {
-        last_wrapper
+        last_wrapper.or(plugin)
     } else {
         None
     }
@@ -273,7 +323,8 @@ pub fn pick_actor<'a>(chain: impl IntoIterator<Item = &'a str>) -> Option<&'a st
 }
 
 /// `(pid, comm)` of the writer's ancestors: what the kernel captured, then `/proc` above the
-/// last one when the actor is not among them.
+/// last one while it lives (up to init: the unit, container or session it runs under), and
+/// the actor's index in the writer-first chain.
 fn ancestry_of(p: &KernelProcess) -> (Vec<Ancestor>, Option<usize>) {
     let mut chain: Vec<Ancestor> = p
         .ancestors
@@ -298,15 +349,20 @@ fn ancestry_of(p: &KernelProcess) -> (Vec<Ancestor>, Option<usize>) {
             actor_index(it)
         }
     };
-    let mut idx = find(&chain, whole);
-    if idx.is_none() && !whole {
-        // Deeper than the kernel walked: ask /proc about the last captured ancestor's parents.
-        if let Some(last) = chain.last().map(|a| a.pid) {
-            let above = proc_chain(last);
+    if whole {
+        let idx = find(&chain, true);
+        return (chain, idx);
+    }
+    // Deeper than the kernel walked: ask /proc about the last captured ancestor's parents,
+    // while it is the same process (its comm, not a recycled pid's).
+    if let Some(last) = chain.last().cloned() {
+        let above = proc_chain(last.pid);
+        if above.first().is_some_and(|a| a.comm == last.comm) {
             chain.extend(above.into_iter().skip(1));
-            idx = find(&chain, true);
         }
     }
+    // What could be read is all there is: the actor may be the chain's last.
+    let idx = find(&chain, false).or_else(|| find(&chain, true));
     (chain, idx)
 }
 
@@ -315,12 +371,10 @@ fn ancestry_of(p: &KernelProcess) -> (Vec<Ancestor>, Option<usize>) {
 pub fn from_kernel(p: &KernelProcess) -> ProcessInfo {
     let (chain, idx) = ancestry_of(p);
     let actor = match idx {
-        Some(0) => Some(p.comm.clone()),
-        Some(i) => chain.get(i - 1).map(|a| a.comm.clone()),
+        Some(0) => Some(long_name(p.tgid, &p.comm)),
+        Some(i) => chain.get(i - 1).map(|a| long_name(a.pid, &a.comm)),
         None => None,
     };
-    // The ancestry: the parents up to the actor (all that is known when there is none).
-    let upto = idx.map_or(chain.len(), |i| i.min(chain.len()));
     ProcessInfo {
         pid: p.tgid,
         tid: p.tid,
@@ -332,7 +386,7 @@ pub fn from_kernel(p: &KernelProcess) -> ProcessInfo {
         unit: None,
         container_id: None,
         pod: None,
-        ancestry: chain.into_iter().take(upto).collect(),
+        ancestry: chain,
     }
     // From the id the kernel captured: works after the writer exited.
     .with_workload(cgroup::from_kernel(p.cgroup_id, p.tgid, &p.comm))
@@ -369,11 +423,12 @@ pub fn from_tid(tid: u32, comm: &str) -> ProcessInfo {
         actor_index([comm, ""])
     };
     let actor = match idx {
+        Some(0) if alive => Some(long_name(tid, comm)),
         Some(0) => Some(comm.to_string()),
-        Some(i) => chain.get(i - 1).map(|a| a.comm.clone()),
+        Some(i) => chain.get(i - 1).map(|a| long_name(a.pid, &a.comm)),
         None => None,
     };
-    let ancestry = chain.into_iter().take(idx.unwrap_or(0)).collect();
+    let ancestry = chain;
     let pid = tgid.unwrap_or(tid);
     ProcessInfo {
         pid,
@@ -393,6 +448,54 @@ pub fn from_tid(tid: u32, comm: &str) -> ProcessInfo {
     } else {
         Workload::default()
     })
+}
+
+/// Components whose names are longer than the 15 bytes of `comm`, for when they have exited
+/// before their command line could be read.
+const LONG_NAMES: &[&str] = &[
+    "netfilter-persistent",
+    "kube-controller-manager",
+    "amazon-ssm-agent",
+    "google_guest_agent",
+    "google_network_daemon",
+];
+
+/// A process's name beyond the 15 bytes `comm` keeps (`netfilter-persistent` for
+/// `netfilter-persi`): from its command line while it lives (the base name of its program or,
+/// for a script, of the script its interpreter runs, when it starts with the comm), else from
+/// [`LONG_NAMES`]. Otherwise the comm.
+fn long_name(pid: u32, comm: &str) -> String {
+    const CUT: usize = observer_common::process::COMM_LEN - 1;
+    if comm.len() < CUT {
+        return comm.to_string();
+    }
+    let live = || -> Option<String> {
+        let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        if read_comm(pid).as_deref() != Some(comm) {
+            return None;
+        }
+        cmdline_name(&cmdline, comm)
+    };
+    live()
+        .or_else(|| {
+            let mut known = LONG_NAMES.iter().filter(|n| n.starts_with(comm));
+            match (known.next(), known.next()) {
+                (Some(n), None) => Some(n.to_string()),
+                _ => None,
+            }
+        })
+        .unwrap_or_else(|| comm.to_string())
+}
+
+/// The name in a command line (NUL-separated `argv`) that `comm` is the start of.
+fn cmdline_name(cmdline: &[u8], comm: &str) -> Option<String> {
+    cmdline
+        .split(|&b| b == 0)
+        .take(3)
+        .filter_map(|arg| std::str::from_utf8(arg).ok())
+        .map(|arg| arg.rsplit('/').next().unwrap_or(arg))
+        .find(|name| name.len() > comm.len() && name.starts_with(comm))
+        .map(str::to_string)
 }
 
 fn read_comm(pid: u32) -> Option<String> {

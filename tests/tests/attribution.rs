@@ -393,7 +393,13 @@ fn the_actor_is_found_above_shells_and_wrappers_with_its_ancestry() {
         .iter()
         .map(|a| a["comm"].as_str().unwrap_or(""))
         .collect();
-    assert_eq!(chain, ["timeout", "flock", "sh", "obs-component"], "{v}");
+    // The way to the actor, then on above it (the test that ran the component).
+    assert_eq!(
+        chain.get(..4),
+        Some(&["timeout", "flock", "sh", "obs-component"][..]),
+        "{v}"
+    );
+    assert!(chain.len() > 4, "nothing above the actor: {v}");
     assert!(
         p["ancestry"]
             .as_array()
@@ -552,5 +558,98 @@ fn ipset_lifecycle_race_names_both_writers() {
             w.name
         );
     }
+    obs.stop();
+}
+
+/// Where `cargo xtask setup` unpacks Debian's netfilter-persistent and iptables-persistent
+/// (not installed: ufw, which other tests run, breaks them).
+const NETFILTER_PERSISTENT: &str = "/var/cache/observer-tests/netfilter-persistent";
+
+/// Debian's `netfilter-persistent reload` runs its plugins with `run-parts`, and
+/// `plugins.d/15-ip4tables` runs `iptables-restore` on /etc/iptables/rules.v4: the actor is the
+/// tool that ran the dispatcher, and the ancestry keeps the script and `run-parts` and goes on
+/// above the actor. Run in a namespace of the test's own and a mount namespace whose /etc is
+/// the machine's under an overlay with the test's rules files and the package's defaults
+/// pointing at its unpacked plugins (the machine's /etc is never written).
+#[test]
+fn a_script_run_parts_runs_is_named_after_the_tool_that_ran_it() {
+    skip_unless!("ip", "unshare", "mount", "run-parts", "iptables-restore");
+    let root = std::path::Path::new(NETFILTER_PERSISTENT);
+    let script = root.join("usr/sbin/netfilter-persistent");
+    let plugins = root.join("usr/share/netfilter-persistent/plugins.d");
+    if !script.exists() || !plugins.join("15-ip4tables").exists() {
+        test_support::skip(format_args!(
+            "netfilter-persistent is not unpacked in {NETFILTER_PERSISTENT} (run `cargo xtask setup`)"
+        ));
+        return;
+    }
+    let mut obs = Observer::start(&[]);
+    let ns = Netns::new("attr-nfp");
+    let here = in_ns(&ns);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let upper = dir.path().join("upper");
+    std::fs::create_dir_all(upper.join("iptables")).expect("mkdir");
+    std::fs::create_dir_all(upper.join("default")).expect("mkdir");
+    std::fs::create_dir_all(dir.path().join("work")).expect("mkdir");
+    std::fs::write(
+        upper.join("iptables/rules.v4"),
+        "*filter\n:OBS-PERSISTENT - [0:0]\n-A OBS-PERSISTENT -j RETURN\nCOMMIT\n",
+    )
+    .expect("rules.v4");
+    std::fs::write(upper.join("iptables/rules.v6"), "*filter\nCOMMIT\n").expect("rules.v6");
+    let defaults =
+        std::fs::read_to_string(root.join("etc/default/netfilter-persistent")).unwrap_or_default();
+    std::fs::write(
+        upper.join("default/netfilter-persistent"),
+        format!("{defaults}\nPLUGINS={}\n", plugins.display()),
+    )
+    .expect("defaults");
+    // The upper directory on a tmpfs of the mount namespace's own (an overlay's upper layer
+    // cannot be on an overlay, as /tmp may be).
+    let tmp = dir.path().join("tmp");
+    let sh = format!(
+        "set -e; mkdir -p {tmp}; mount -t tmpfs obs {tmp}; cp -a {upper} {tmp}/upper; \
+         mkdir {tmp}/work; \
+         mount -t overlay obs -o lowerdir=/etc,upperdir={tmp}/upper,workdir={tmp}/work /etc; \
+         exec ip netns exec {ns} {script} reload",
+        tmp = tmp.display(),
+        upper = upper.display(),
+        ns = ns.name(),
+        script = script.display(),
+    );
+    let out = std::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &sh])
+        .output()
+        .expect("unshare");
+    assert!(
+        out.status.success(),
+        "netfilter-persistent reload: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = obs.expect("chain_create OBS-PERSISTENT", WAIT, |v| {
+        here(v) && v["op"] == "chain_create" && v["chain"] == "OBS-PERSISTENT"
+    });
+    let p = &v["process"];
+    assert_eq!(p["comm"], "iptables-restor", "{v}");
+    assert_eq!(p["parent_comm"], "15-ip4tables", "{v}");
+    assert_eq!(p["actor"], "netfilter-persistent", "{v}");
+    let chain: Vec<&str> = p["ancestry"]
+        .as_array()
+        .expect("ancestry")
+        .iter()
+        .map(|a| a["comm"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        chain.get(..3),
+        Some(&["15-ip4tables", "run-parts", "netfilter-persi"][..]),
+        "{v}"
+    );
+    // On past the actor: the test itself ran it, and it is alive to be read.
+    assert!(chain.len() > 3, "nothing above the actor: {v}");
+    eprintln!(
+        "netfilter-persistent reload: actor {}, ancestry {chain:?}",
+        p["actor"]
+    );
     obs.stop();
 }

@@ -78,7 +78,7 @@ fn the_actor_is_found_above_shells_interpreters_and_wrappers() {
 }
 
 #[test]
-fn kernel_attribution_gives_the_ancestry_up_to_the_actor() {
+fn kernel_attribution_gives_the_ancestry_through_the_actor_and_on() {
     let mut p = KernelProcess {
         tgid: 10,
         tid: 10,
@@ -104,10 +104,107 @@ fn kernel_attribution_gives_the_ancestry_up_to_the_actor() {
         .iter()
         .map(|a| (a.comm.as_str(), a.pid))
         .collect();
-    assert_eq!(got, vec![("sh", 20), ("timeout", 21), ("kube-proxy", 22)]);
-    // The writer itself the actor: no ancestry to show.
+    assert_eq!(
+        got,
+        vec![
+            ("sh", 20),
+            ("timeout", 21),
+            ("kube-proxy", 22),
+            ("containerd-shim", 23),
+            ("systemd", 24)
+        ]
+    );
+    // The writer itself the actor: its ancestry is still shown.
     p.comm = "kube-proxy".into();
-    assert!(from_kernel(&p).ancestry.is_empty());
+    let info = from_kernel(&p);
+    assert_eq!(info.actor, "kube-proxy");
+    assert_eq!(info.ancestry.len(), 5);
+}
+
+#[test]
+fn a_script_a_dispatcher_runs_is_named_after_the_tool_that_ran_it() {
+    let idx = |c: &[&str]| actor_index(c.iter().copied());
+    // `netfilter-persistent reload`: run-parts runs its plugins.d scripts.
+    let nfp = [
+        "iptables-restor",
+        "15-ip4tables",
+        "run-parts",
+        "netfilter-persi",
+        "sshd",
+    ];
+    assert_eq!(idx(&nfp), Some(3));
+    // From cron: nothing above run-parts is a component, the script is the actor.
+    assert_eq!(
+        idx(&["iptables", "sh", "50-rules", "run-parts", "cron", ""]),
+        Some(2)
+    );
+    // An admin's shell ran run-parts: the shell, as for any command it runs.
+    assert_eq!(
+        idx(&["iptables", "50-rules", "run-parts", "bash", "sshd"]),
+        Some(3)
+    );
+    // The dispatcher's parent not read yet: not decided.
+    assert_eq!(idx(&["iptables", "50-rules", "run-parts"]), None);
+    // A component's parent is no dispatcher: as before.
+    assert_eq!(idx(&["iptables", "kube-proxy", "containerd-shim"]), Some(1));
+
+    let p = KernelProcess {
+        tgid: 10,
+        tid: 10,
+        uid: 0,
+        comm: nfp[0].into(),
+        cgroup_id: 0,
+        netns: 0,
+        top_reached: true,
+        ancestors: nfp[1..]
+            .iter()
+            .enumerate()
+            .map(|(i, c)| KernelAncestor {
+                // Pids no process has: the names cannot be completed from /proc.
+                tgid: u32::MAX - 10 + i as u32,
+                comm: c.to_string(),
+            })
+            .collect(),
+    };
+    let info = from_kernel(&p);
+    assert_eq!(info.actor, "netfilter-persistent");
+    let got: Vec<&str> = info.ancestry.iter().map(|a| a.comm.as_str()).collect();
+    assert_eq!(got, &nfp[1..]);
+    // The walk's map: run-parts is a dispatcher, sh a wrapper.
+    let kinds = walk_past();
+    let kind = |name: &str| {
+        kinds
+            .iter()
+            .find(|(k, _)| k.starts_with(name.as_bytes()) && k[name.len()] == 0)
+            .map(|(_, v)| *v)
+    };
+    assert_eq!(
+        kind("run-parts"),
+        Some(observer_common::process::WALK_DISPATCHER)
+    );
+    assert_eq!(kind("sh"), Some(observer_common::process::WALK_WRAPPER));
+    assert_eq!(kind("kube-proxy"), None);
+}
+
+#[test]
+fn a_name_longer_than_its_comm_is_read_from_the_command_line() {
+    let script = b"/bin/sh\0/usr/sbin/netfilter-persistent\0reload\0";
+    assert_eq!(
+        cmdline_name(script, "netfilter-persi").as_deref(),
+        Some("netfilter-persistent")
+    );
+    assert_eq!(cmdline_name(b"/usr/bin/kube-proxy\0", "kube-proxy"), None);
+    assert_eq!(cmdline_name(b"\xff\xfe\0", "netfilter-persi"), None);
+    // A process that is gone: a name known to be longer, else its comm.
+    assert_eq!(
+        long_name(u32::MAX - 1, "netfilter-persi"),
+        "netfilter-persistent"
+    );
+    assert_eq!(
+        long_name(u32::MAX - 1, "some-long-daemo"),
+        "some-long-daemo"
+    );
+    assert_eq!(long_name(u32::MAX - 1, "kube-proxy"), "kube-proxy");
 }
 
 #[test]

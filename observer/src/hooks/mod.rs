@@ -579,8 +579,8 @@ fn fill_walk_past(ebpf: &mut Ebpf) -> Result<(), HookError> {
             names.len()
         );
     }
-    for name in names.iter().take(room) {
-        walk.insert(name, 1, 0)
+    for (name, kind) in names.iter().take(room) {
+        walk.insert(name, kind, 0)
             .map_err(|e| HookError::Load(error_chain(&e)))?;
     }
     Ok(())

@@ -111,14 +111,18 @@ const NODE_WIDTH_MAX: usize = 40;
 /// Changes whose writer an incident block can still name.
 const WRITERS_KEPT: usize = 4096;
 
-/// A writer as the screen names it, with its ancestry up to the actor:
+/// A writer as the screen names it, with its ancestry up to the actor (not above it):
 /// `iptables-legacy 4121 < sh < kube-proxy · kubelet.service`.
 fn writer_chain(p: &crate::attribution::ProcessInfo) -> String {
     let mut s = format!("{} {}", p.comm, p.pid);
+    let is_actor = |comm: &str| p.actor == comm || (comm.len() >= 15 && p.actor.starts_with(comm));
     if !p.ancestry.is_empty() {
-        // The way to the actor: `iptables 812 < timeout < sh < fail2ban-server`.
-        for a in &p.ancestry {
+        // The way to the actor, not past it: `iptables 812 < timeout < sh < fail2ban-server`.
+        for a in p.ancestry.iter().take_while(|_| !is_actor(&p.comm)) {
             s.push_str(&format!(" < {}", a.comm));
+            if is_actor(&a.comm) {
+                break;
+            }
         }
     } else if let Some(parent) = &p.parent_comm {
         s.push_str(&format!(" < {parent}"));

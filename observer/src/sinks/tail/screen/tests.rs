@@ -277,10 +277,11 @@ fn incidents_are_blocks_that_say_how_they_ended() {
             .any(|l| l.trim() == "writer: iptables 4121 < iptables.init · iptables.service"),
         "{seen:#?}"
     );
-    // With the ancestry the kernel captured: the whole way to the actor.
+    // With the ancestry the kernel captured: the whole way to the actor, not above it.
     let mut wrapped = change(3, "t9", Op::ChainFlush, "KUBE-SERVICES", None);
     wrapped.process.comm = "iptables".into();
-    wrapped.process.ancestry = ["sh", "timeout", "iptables.init"]
+    wrapped.process.actor = "iptables.init".into();
+    wrapped.process.ancestry = ["sh", "timeout", "iptables.init", "systemd"]
         .iter()
         .enumerate()
         .map(|(i, c)| crate::attribution::Ancestor {
