@@ -116,9 +116,9 @@ const WRITERS_KEPT: usize = 4096;
 fn writer_chain(p: &crate::attribution::ProcessInfo) -> String {
     let mut s = format!("{} {}", p.comm, p.pid);
     let is_actor = |comm: &str| p.actor == comm || (comm.len() >= 15 && p.actor.starts_with(comm));
-    if !p.ancestry.is_empty() {
+    if !p.ancestry.is_empty() && !is_actor(&p.comm) {
         // The way to the actor, not past it: `iptables 812 < timeout < sh < fail2ban-server`.
-        for a in p.ancestry.iter().take_while(|_| !is_actor(&p.comm)) {
+        for a in &p.ancestry {
             s.push_str(&format!(" < {}", a.comm));
             if is_actor(&a.comm) {
                 break;
