@@ -1,4 +1,4 @@
-//! iptables' own extension tests (`xtables/testdata/suite/*.t`, iptables 1.8.9) replayed through
+//! iptables' own extension tests (`xtables/testdata/suite/*.t`, iptables 1.8.11) replayed through
 //! iptables-nft: every line marked OK for the nft variant is added with `iptables-nft-restore` /
 //! `ip6tables-nft-restore` in a throw-away namespace (one per file and family), the ruleset is
 //! dumped over netlink as the daemon dumps it, and observer's iptables-nft-save text of every
@@ -200,7 +200,7 @@ fn the_rules_of_iptables_extension_tests_through_iptables_nft_render_as_iptables
     let _ = std::fs::write(&full, tally.different.join("\n"));
     println!("every difference: {}", full.display());
     println!(
-        "iptables 1.8.9 suite through iptables-nft: {} of {} identical ({:.1} %; {} suite lines \
+        "iptables 1.8.11 suite through iptables-nft: {} of {} identical ({:.1} %; {} suite lines \
          accepted; floor {floor})",
         tally.identical,
         tally.compared,

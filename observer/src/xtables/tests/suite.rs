@@ -1,4 +1,4 @@
-//! iptables' own extension tests (`testdata/suite/*.t`, iptables 1.8.9) replayed through the real
+//! iptables' own extension tests (`testdata/suite/*.t`, iptables 1.8.11) replayed through the real
 //! tools: every line marked OK for the legacy variant is added with `iptables-legacy-restore` /
 //! `ip6tables-legacy-restore` in a throw-away namespace (one per file and family), the tables
 //! are read back through the kernel, and observer's text of every rule is compared with the line
