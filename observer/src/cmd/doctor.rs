@@ -580,6 +580,29 @@ mod tests {
     }
 
     #[test]
+    fn the_records_state_is_read_from_its_metrics() {
+        let ok = daemon_state("http://n:9820", METRICS).record.unwrap();
+        assert_eq!((ok.state, ok.gaps, ok.rows_lost), ("ok", 0, 3));
+        assert!(ok.detail().starts_with("ok: rows reach the record"));
+        let failing = format!(
+            "{METRICS}observer_record_rows_total{{outcome=\"failed\"}} 29503\n\
+             observer_record_gaps_total 2\n\
+             observer_record_failing_since_seconds 1764680000\n\
+             observer_record_failing{{reason=\"disk full\"}} 1\n"
+        );
+        let r = daemon_state("http://n:9820", &failing).record.unwrap();
+        assert_eq!(r.state, "failing");
+        assert_eq!(r.reason.as_deref(), Some("disk full"));
+        assert_eq!(r.since.as_deref(), Some("2025-12-02T12:53:20.000000000Z"));
+        assert_eq!((r.gaps, r.rows_lost), (2, 29506));
+        assert_eq!(
+            r.detail(),
+            "failing since 2025-12-02T12:53:20.000000000Z: disk full; 2 gaps so far (29506 \
+             rows not recorded)"
+        );
+    }
+
+    #[test]
     fn a_daemon_without_nats_has_no_nats_state() {
         let d = daemon_state(
             "http://n:9820",
