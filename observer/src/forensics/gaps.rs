@@ -156,7 +156,10 @@ mod tests {
         };
         assert!(!spans_at(&lines_only, 9_000, None));
         let gaps = [g.clone(), gap(300, 310, "writer fell behind")];
-        assert_eq!(at(&gaps, 2_500, &[state(Some(50))]), [g.clone()]);
+        assert_eq!(
+            at(&gaps, 2_500, &[state(Some(50))]),
+            std::slice::from_ref(&g)
+        );
         assert_eq!(at(&gaps, 9_000, &[state(Some(250))]).len(), 1);
         assert!(at(&gaps, 9_000, &[state(Some(400))]).is_empty());
         assert_eq!(at(&gaps, 2_500, &[]), [g]);
