@@ -681,10 +681,69 @@ fn bad_input_gets_clear_errors_and_keeps_data() {
     assert!(err.contains("cannot open the record"), "{err}");
 }
 
+/// Fill the file system holding `path` but for `leave` bytes.
+fn fill(path: &Path, leave: u64) {
+    let mut f = std::fs::File::create(path).unwrap();
+    let block = vec![0u8; 64 * 1024];
+    while f.write_all(&block).is_ok() {}
+    let len = f.metadata().unwrap().len();
+    f.set_len(len.saturating_sub(leave)).unwrap();
+}
+
+/// An iptables-legacy-restore script adding `n` rules to a new filter chain.
+fn legacy_rules(chain: &str, n: usize) -> String {
+    let mut script = format!("*filter\n:{chain} - [0:0]\n");
+    for i in 0..n {
+        script.push_str(&format!(
+            "-A {chain} -s 10.{}.{}.{}/32 -p tcp -m tcp --dport {} -m comment --comment \
+             \"padding padding padding\" -j ACCEPT\n",
+            i / 65536,
+            i / 256 % 256,
+            i % 256,
+            1 + i % 65000
+        ));
+    }
+    script.push_str("COMMIT\n");
+    script
+}
+
+/// `observer doctor --remote`'s view of the daemon's record.
+fn doctor_record(port: u16) -> Value {
+    let out = Command::new(observer_bin())
+        .args([
+            "doctor",
+            "--json",
+            "--remote",
+            &format!("http://127.0.0.1:{port}"),
+        ])
+        .output()
+        .expect("run observer doctor");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "doctor --json: {e}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    v["daemon"]["record"].clone()
+}
+
+fn rows_total(port: u16, outcome: &str) -> f64 {
+    let (_, m) = get(port, "/metrics", &[]);
+    metric(&m, "observer_record_rows_total", &[("outcome", outcome)]).unwrap_or(0.0)
+}
+
+/// How many changes are in the burst (the issue's measure).
+const BURST: usize = 30_000;
+
+/// The record on an 8 MiB file system filled to 1 MiB free, then a burst of changes: stdout
+/// carries all of it, the failures are counted and `doctor --remote` says the record is failing;
+/// once space is back the record goes on by itself with a gap row for what it missed, which
+/// `query` and `query --at` show; the file stays whole; SIGTERM on a full disk ends the daemon
+/// within 10 s.
 #[test]
-fn a_full_disk_is_reported_and_earlier_records_stay() {
+fn a_full_disk_leaves_a_gap_that_queries_show_and_the_record_resumes() {
     let _serial = serial();
-    skip_unless!("ip", "nft", "mount");
+    skip_unless!("ip", "nft", "mount", "iptables-legacy-restore");
     let dir = tempfile::tempdir().unwrap();
     let mnt = dir.path().join("small");
     std::fs::create_dir(&mnt).unwrap();
@@ -694,7 +753,7 @@ fn a_full_disk_is_reported_and_earlier_records_stay() {
             "-t",
             "tmpfs",
             "-o",
-            "size=4m",
+            "size=8m",
             "tmpfs",
             mnt.to_str().unwrap(),
         ],
@@ -718,45 +777,218 @@ fn a_full_disk_is_reported_and_earlier_records_stay() {
     ns.write(&w, &["nft", "add", "chain", "inet", "obsf", "OBS-EARLY"]);
     d.expect("OBS-EARLY", |v| here(v) && v["chain"] == "OBS-EARLY");
     query_until(&record, &["--chain", "OBS-EARLY"], |_| true);
+    assert_eq!(doctor_record(port)["state"], "ok");
 
-    // Fill the file system.
     let filler = mnt.join("filler");
-    let mut f = std::fs::File::create(&filler).unwrap();
-    let block = vec![0u8; 64 * 1024];
-    while f.write_all(&block).is_ok() {}
-    drop(f);
-
-    // Enough changes to need new pages: they still stream; the record cannot take them.
-    let mut script = String::from("add table inet obsbig\nadd chain inet obsbig OBS-BIG\n");
-    for i in 0..400 {
-        script.push_str(&format!(
-            "add rule inet obsbig OBS-BIG ip saddr 10.{}.{}.0/24 tcp dport {} counter accept comment \"padding padding padding padding\"\n",
-            i / 256,
-            i % 256,
-            1000 + i
-        ));
-    }
-    let file = dir.path().join("big.nft");
-    std::fs::write(&file, script).unwrap();
-    ns.write(&w, &["nft", "-f", file.to_str().unwrap()]);
-    d.expect("the big table's last rule", |v| {
-        here(v) && v["chain"] == "OBS-BIG" && v["rule"].as_str().is_some_and(|r| r.contains("1399"))
-    });
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let (_, m) = get(port, "/metrics", &[]);
-        if metric(&m, "observer_record_rows_total", &[("outcome", "failed")]).unwrap_or(0.0) > 0.0 {
-            break;
+    fill(&filler, 1 << 20);
+    let began = Instant::now();
+    ns.write_stdin(
+        &w,
+        &["iptables-legacy-restore", "--noflush"],
+        &legacy_rules("OBS-BIG", BURST),
+    );
+    // Every change of the burst on stdout.
+    let mut burst = Vec::new();
+    while burst.len() < BURST {
+        let v = d
+            .lines
+            .recv_timeout(WAIT)
+            .unwrap_or_else(|_| panic!("{} of {BURST} changes on stdout", burst.len()));
+        if v["kind"] == "change" && here(&v) && v["chain"] == "OBS-BIG" && v["op"] == "rule_add" {
+            burst.push(v["seq"].as_u64().unwrap());
         }
-        assert!(Instant::now() < deadline, "no failed writes counted:\n{m}");
+    }
+    let streamed = began.elapsed();
+    let deadline = Instant::now() + WAIT;
+    while rows_total(port, "failed") == 0.0 {
+        assert!(Instant::now() < deadline, "no failed writes counted");
         std::thread::sleep(Duration::from_millis(100));
     }
-    // Still alive and streaming.
     assert_eq!(get(port, "/healthz", &[]).0, 200);
+
+    // Space is back: later changes are recorded, with the gap row before them.
     std::fs::remove_file(&filler).unwrap();
-    d.stop();
-    let rows = query(&record, &["--chain", "OBS-EARLY"]);
-    assert_eq!(rows.len(), 1, "the earlier record is kept: {rows:?}");
+    ns.write_stdin(
+        &w,
+        &["iptables-legacy-restore", "--noflush"],
+        &legacy_rules("OBS-LATER", 50),
+    );
+    let deadline = Instant::now() + WAIT;
+    let later = || {
+        query(&record, &["--chain", "OBS-LATER", "--op", "rule_add"])
+            .iter()
+            .filter(|v| v["kind"] == "change")
+            .count()
+    };
+    while later() < 50 {
+        assert!(
+            Instant::now() < deadline,
+            "the later changes never reached the record"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let failed = rows_total(port, "failed");
+    let all = query(&record, &[]);
+    assert!(
+        all.iter().any(|v| v["chain"] == "OBS-EARLY"),
+        "the earlier record is kept"
+    );
+    let gaps: Vec<&Value> = all
+        .iter()
+        .filter(|v| v["kind"] == "status" && v["state"] == "gap")
+        .collect();
+    assert!(!gaps.is_empty(), "no gap line in the query");
+    let g = &gaps[0]["record_gap"];
+    assert_eq!(g["reason"], "disk full", "{g}");
+    assert!(
+        gaps[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("were not recorded: disk full"),
+        "{}",
+        gaps[0]
+    );
+    // Each change of the burst is in the record or in a gap; no recorded change is in one; a
+    // gap counts every seq of its range.
+    let recorded: std::collections::BTreeSet<u64> = all
+        .iter()
+        .filter(|v| v["kind"] == "change")
+        .filter_map(|v| v["seq"].as_u64())
+        .collect();
+    let ranges: Vec<(u64, u64, u64)> = gaps
+        .iter()
+        .map(|v| {
+            let g = &v["record_gap"];
+            let n = |k: &str| g[k].as_u64().unwrap();
+            (n("first_seq"), n("last_seq"), n("changes"))
+        })
+        .collect();
+    let in_gap = |s: u64| ranges.iter().any(|&(a, b, _)| (a..=b).contains(&s));
+    for s in &burst {
+        assert!(
+            recorded.contains(s) || in_gap(*s),
+            "change {s} is neither recorded nor in a gap"
+        );
+    }
+    assert!(
+        !recorded.iter().any(|&s| in_gap(s)),
+        "a recorded change inside a gap"
+    );
+    for &(a, b, n) in &ranges {
+        assert_eq!(b - a + 1, n, "gap {a}..{b} counts {n}");
+    }
+    let lost: u64 = ranges.iter().map(|r| r.2).sum();
+    let recorded_burst = burst.iter().filter(|s| recorded.contains(s)).count();
+    assert!(lost > 0);
+    assert!(
+        lost as f64 <= failed,
+        "{lost} changes lost, {failed} rows failed"
+    );
+    // The gap's place among the rows: after the last change before it.
+    let at = |i: usize| all[i]["seq"].as_u64();
+    let pos = all.iter().position(|v| v["kind"] == "status").unwrap();
+    assert!(
+        pos > 0 && at(pos - 1) < g["first_seq"].as_u64(),
+        "{:?}",
+        at(pos - 1)
+    );
+    let text = String::from_utf8(
+        Command::new(observer_bin())
+            .args(["query", "--record"])
+            .arg(&record)
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    assert!(text.contains(" GAP "), "{text}");
+    // The ruleset at the end of the gap may lack its changes, and says so.
+    let end = g["last_time"].as_str().unwrap();
+    let out = Command::new(observer_bin())
+        .args(["query", "--record"])
+        .arg(&record)
+        .args(["--at", end])
+        .output()
+        .unwrap();
+    let at_text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{at_text}");
+    assert!(at_text.contains("were not recorded: disk full; this answer may be incomplete"));
+    let at_json = query(&record, &["--at", end]);
+    assert_eq!(at_json[0]["state"], "gap", "{}", at_json[0]);
+    assert!(at_json
+        .iter()
+        .any(|v| v["kind"] == "ruleset" && v["incomplete"] == true));
+    let ok = doctor_record(port);
+    assert_eq!(ok["state"], "ok", "{ok}");
+    assert!(ok["gaps"].as_u64().unwrap() >= 1, "{ok}");
+    let check: String = rusqlite::Connection::open(&record)
+        .unwrap()
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
+    eprintln!(
+        "burst of {BURST} changes streamed in {streamed:?}: {lost} not recorded ({failed} rows \
+         failed), {recorded_burst} recorded"
+    );
+
+    // A full disk again: the daemon's metrics say the record is failing, and why, while it
+    // is; SIGTERM still ends the daemon within 10 s.
+    fill(&filler, 0);
+    let before = rows_total(port, "failed");
+    let gaps_before = ok["gaps"].as_u64().unwrap();
+    ns.write_stdin(
+        &w,
+        &["iptables-legacy-restore", "--noflush"],
+        &legacy_rules("OBS-LAST", 10_000),
+    );
+    let deadline = Instant::now() + WAIT;
+    let mut seen_failing = false;
+    loop {
+        let (_, m) = get(port, "/metrics", &[]);
+        let since = metric(&m, "observer_record_failing_since_seconds", &[]).unwrap_or(0.0);
+        let full = metric(&m, "observer_record_failing", &[("reason", "disk full")]);
+        seen_failing |= since > 0.0 && full == Some(1.0);
+        let failed = metric(&m, "observer_record_rows_total", &[("outcome", "failed")]);
+        if seen_failing && failed.unwrap_or(0.0) > before {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the full disk never showed:\n{m}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Still failing (the disk is full), or written again if the log had room for the last
+    // batch: then with one more gap.
+    let now = doctor_record(port);
+    assert!(
+        (now["state"] == "failing" && now["reason"] == "disk full" && now["since"].is_string())
+            || now["gaps"].as_u64().unwrap() > gaps_before,
+        "{now}"
+    );
+    let pid = nix::unistd::Pid::from_raw(d.child.id() as i32);
+    let asked = Instant::now();
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = loop {
+        if let Some(s) = d.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            asked.elapsed() < Duration::from_secs(10),
+            "no exit within 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    eprintln!(
+        "SIGTERM on a full disk: exit {status} after {:?}",
+        asked.elapsed()
+    );
+    std::fs::remove_file(&filler).unwrap();
+    let check: String = rusqlite::Connection::open(&record)
+        .unwrap()
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
 }
 
 #[test]

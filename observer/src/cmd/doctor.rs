@@ -54,6 +54,62 @@ struct Daemon {
     dropped: std::collections::BTreeMap<String, u64>,
     /// Rows the record dropped (its queue was full: the disk too slow or full).
     record_dropped: u64,
+    /// How its record stands; `None` when it keeps none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    record: Option<RecordState>,
+}
+
+/// A running daemon's record: taking rows, or failing since when and why; its gaps so far.
+#[derive(Debug, Serialize, PartialEq)]
+struct RecordState {
+    /// `ok` or `failing`.
+    state: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    since: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
+    /// Gap rows written so far (each a stretch the record could not take).
+    gaps: u64,
+    /// Rows that failed to be written (disk full, I/O error) or were dropped (writer behind).
+    rows_lost: u64,
+}
+
+impl RecordState {
+    fn from_metrics(text: &str) -> Option<RecordState> {
+        let count = |name: &str, labels: &str| sample(text, name, labels).unwrap_or(0.0) as u64;
+        sample(text, "observer_record_rows_total", "outcome=\"written\"")?;
+        let since = sample(text, "observer_record_failing_since_seconds", "").unwrap_or(0.0);
+        let reason = text.lines().find_map(|l| {
+            let rest = l.strip_prefix("observer_record_failing{reason=\"")?;
+            let (reason, value) = rest.rsplit_once("\"} ")?;
+            (value.trim().parse::<f64>().ok()? >= 1.0)
+                .then(|| reason.replace("\\\"", "\"").replace("\\\\", "\\"))
+        });
+        let failing = since > 0.0;
+        Some(RecordState {
+            state: if failing { "failing" } else { "ok" },
+            since: failing.then(|| {
+                crate::timestamp::Timestamp::from_unix_nanos((since * 1e9) as i64).to_string()
+            }),
+            reason: reason.filter(|_| failing),
+            gaps: count("observer_record_gaps_total", ""),
+            rows_lost: count("observer_record_rows_total", "outcome=\"failed\"")
+                + count("observer_record_rows_total", "outcome=\"dropped\""),
+        })
+    }
+
+    /// One line for people.
+    fn detail(&self) -> String {
+        let state = match (&self.since, &self.reason) {
+            (Some(t), Some(r)) => format!("failing since {t}: {r}"),
+            (Some(t), None) => format!("failing since {t}"),
+            _ => "ok: rows reach the record".into(),
+        };
+        format!(
+            "{state}; {} gaps so far ({} rows not recorded)",
+            self.gaps, self.rows_lost
+        )
+    }
 }
 
 #[derive(Debug, Serialize, PartialEq)]
@@ -99,6 +155,7 @@ fn daemon_state(url: &str, text: &str) -> Daemon {
         nats,
         dropped,
         record_dropped: count("observer_record_rows_total", "outcome=\"dropped\""),
+        record: RecordState::from_metrics(text),
     }
 }
 
@@ -395,6 +452,16 @@ async fn remote(
 ) -> Option<Daemon> {
     match ask_daemon(url, access).await {
         Ok(d) => {
+            if let Some(r) = &d.record {
+                checks.push(check(
+                    "record",
+                    r.state == "ok",
+                    r.detail(),
+                    "stdout, the HTTP streams and NATS still carry every change; free space on \
+                     the record's file system (or fix the disk): the record resumes by itself \
+                     and keeps a gap row for what it missed, which `observer query` shows",
+                ));
+            }
             if let Some(n) = &d.nats {
                 checks.push(check(
                     "nats",
@@ -510,6 +577,29 @@ mod tests {
         assert_eq!(d.dropped.get("stdout"), Some(&12));
         assert_eq!(d.dropped.get("events"), Some(&0));
         assert_eq!(d.record_dropped, 3);
+    }
+
+    #[test]
+    fn the_records_state_is_read_from_its_metrics() {
+        let ok = daemon_state("http://n:9820", METRICS).record.unwrap();
+        assert_eq!((ok.state, ok.gaps, ok.rows_lost), ("ok", 0, 3));
+        assert!(ok.detail().starts_with("ok: rows reach the record"));
+        let failing = format!(
+            "{METRICS}observer_record_rows_total{{outcome=\"failed\"}} 29503\n\
+             observer_record_gaps_total 2\n\
+             observer_record_failing_since_seconds 1764680000\n\
+             observer_record_failing{{reason=\"disk full\"}} 1\n"
+        );
+        let r = daemon_state("http://n:9820", &failing).record.unwrap();
+        assert_eq!(r.state, "failing");
+        assert_eq!(r.reason.as_deref(), Some("disk full"));
+        assert_eq!(r.since.as_deref(), Some("2025-12-02T12:53:20.000000000Z"));
+        assert_eq!((r.gaps, r.rows_lost), (2, 29506));
+        assert_eq!(
+            r.detail(),
+            "failing since 2025-12-02T12:53:20.000000000Z: disk full; 2 gaps so far (29506 \
+             rows not recorded)"
+        );
     }
 
     #[test]

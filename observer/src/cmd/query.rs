@@ -98,6 +98,18 @@ pub fn run(a: QueryArgs) -> anyhow::Result<()> {
     if a.open {
         rows = still_open(rows);
     }
+    // The stretches the record does not hold, where they fall among the rows; retention's
+    // start of the record only when --since reaches before it.
+    let gaps = store::select_gaps(&conn, since, until).context("reading the record's gaps")?;
+    for g in gaps
+        .into_iter()
+        .filter(|g| since.is_some() || g.reason != store::gaps::RETENTION)
+    {
+        let line = Line::Status(crate::output::StatusLine::record_gap(&g, g.message()));
+        // Among the changes of its time, where its first seq would be.
+        let seq = g.first_seq.unwrap_or(0);
+        rows.push((g.first_ns(), 0, seq, serde_json::to_string(&line)?));
+    }
     rows.sort();
     if let Some(l) = a.limit {
         rows.truncate(l);
@@ -134,6 +146,7 @@ fn record_path(a: &QueryArgs) -> PathBuf {
 
 /// `--at`, `--diff` and `--incident`: the record's rulesets rebuilt (see `crate::forensics`).
 fn forensic(a: &QueryArgs) -> anyhow::Result<()> {
+    use crate::forensics::gaps as fg;
     use crate::forensics::query as fq;
     let scope = fq::Scope {
         netns: a
@@ -149,33 +162,37 @@ fn forensic(a: &QueryArgs) -> anyhow::Result<()> {
     let mut lines = Vec::new();
     if let Some(t) = &a.at {
         let at_ns = fq::parse_time("--at", t)?;
-        let (seq, states) = fq::at(&conn, at_ns, &scope)?;
+        let (seq, states, holes) = fq::at_with_gaps(&conn, at_ns, &scope)?;
         if a.json {
-            for v in fq::at_json(at_ns, seq, &states) {
+            gap_lines(&holes, &mut lines)?;
+            for v in fq::at_json(at_ns, seq, &states, &holes) {
                 lines.push(serde_json::to_string(&v)?);
             }
         } else {
-            lines.push(fq::at_text(at_ns, seq, &states));
+            lines.push(fq::at_text(at_ns, seq, &states, &holes));
             if states.is_empty() {
                 eprintln!("observer: the record holds no ruleset at that time in that scope");
             }
         }
     } else if let Some(id) = &a.incident {
         let story = crate::forensics::story::story(&conn, id)?;
+        let holes = fg::of_story(&fg::all(&conn)?, &story);
         if a.json {
+            gap_lines(&holes, &mut lines)?;
             lines.push(serde_json::to_string(&story)?);
         } else {
-            lines.push(crate::forensics::story::story_text(&story));
+            lines.push(fg::text(&holes) + &crate::forensics::story::story_text(&story));
         }
     } else if let Some(r) = &a.diff {
         let (from, to) = fq::parse_range(r)?;
-        let diffs = fq::diff(&conn, from, to, &scope)?;
+        let (diffs, holes) = fq::diff_with_gaps(&conn, from, to, &scope)?;
         if a.json {
+            gap_lines(&holes, &mut lines)?;
             for d in &diffs {
                 lines.push(serde_json::to_string(d)?);
             }
         } else {
-            lines.push(fq::diff_text(from, to, &diffs));
+            lines.push(fq::diff_text(from, to, &diffs, &holes));
         }
     }
     let mut out = std::io::stdout().lock();
@@ -191,6 +208,14 @@ fn forensic(a: &QueryArgs) -> anyhow::Result<()> {
             }
             return Err(e.into());
         }
+    }
+    Ok(())
+}
+
+/// The `status` lines (state `gap`) of the record's gaps an answer spans, before its JSON.
+fn gap_lines(holes: &[crate::store::RecordGap], lines: &mut Vec<String>) -> anyhow::Result<()> {
+    for l in crate::forensics::gaps::lines(holes) {
+        lines.push(serde_json::to_string(&Line::Status(l))?);
     }
     Ok(())
 }
@@ -237,6 +262,11 @@ fn render(json: &str, colour: bool) -> String {
         return json.to_string();
     };
     let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    if s("kind") == "status" {
+        let time = s("time");
+        let clock = time.get(..26).unwrap_or(&time).replace('T', " ");
+        return format!("{clock} {} {}", s("state").to_uppercase(), s("message"));
+    }
     if s("kind") == "incident" {
         let time = s("time");
         let clock = time.get(..26).unwrap_or(&time).replace('T', " ");

@@ -449,6 +449,7 @@ impl Engine {
             sources,
             netns_watched: Some(self.watched.len()),
             lost,
+            record_gap: None,
             gap: None,
             x_tables_hook: Some(self.hooks.as_ref().map_or("none", |h| {
                 h.report

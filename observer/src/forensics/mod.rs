@@ -8,6 +8,7 @@
 //! the kernel: it reads the record only.
 
 pub mod frames;
+pub mod gaps;
 pub mod model;
 pub mod query;
 pub mod replay;

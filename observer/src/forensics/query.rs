@@ -8,8 +8,8 @@ use rusqlite::Connection;
 use super::model::{self, Last, Table};
 use super::replay::Recorded;
 use super::snapshots::{self, State};
-use super::ForensicsError;
-use crate::store::{self, Selection};
+use super::{gaps, ForensicsError};
+use crate::store::{self, RecordGap, Selection};
 use crate::timestamp::Timestamp;
 
 /// What to rebuild: all namespaces or one, all tables or one.
@@ -81,13 +81,35 @@ fn provenance(st: &State) -> String {
     }
 }
 
+/// The rulesets at `at_ns` and the record's gaps that may make them incomplete.
+pub fn at_with_gaps(
+    conn: &Connection,
+    at_ns: i64,
+    scope: &Scope,
+) -> Result<(u64, Vec<State>, Vec<RecordGap>), ForensicsError> {
+    let (seq, states) = at(conn, at_ns, scope)?;
+    let holes = gaps::at(&gaps::all(conn)?, at_ns, &states);
+    Ok((seq, states, holes))
+}
+
+fn incomplete(gaps: &[RecordGap], at_ns: i64, st: &State) -> bool {
+    gaps.iter()
+        .any(|g| gaps::spans_at(g, at_ns, st.snapshot_seq))
+}
+
 /// `observer query --at` for people: each namespace's tables in their tools' syntax, chains'
-/// last writers in `#` comments.
-pub fn at_text(at_ns: i64, seq: u64, states: &[State]) -> String {
+/// last writers in `#` comments; first, the record's gaps that the answer spans.
+pub fn at_text(at_ns: i64, seq: u64, states: &[State], holes: &[RecordGap]) -> String {
     let mut out = format!("# the ruleset at {} (after change {seq})\n", rfc3339(at_ns));
+    out.push_str(&gaps::text(holes));
     for st in states {
+        let maybe = if incomplete(holes, at_ns, st) {
+            "; may be incomplete: the record has a gap before it"
+        } else {
+            ""
+        };
         out.push_str(&format!(
-            "\n# {}, {} (from {})\n",
+            "\n# {}, {} (from {}{maybe})\n",
             where_(st),
             st.backend,
             provenance(st)
@@ -109,16 +131,26 @@ pub struct RulesetLine<'a> {
     #[serde(flatten)]
     pub state: &'a State,
     pub text: String,
+    /// The record has a gap that this ruleset may lack changes of (the `status` lines of state
+    /// `gap` before it say which).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub incomplete: bool,
 }
 
 /// `observer query --at --json`: one object per namespace and backend.
-pub fn at_json(at_ns: i64, seq: u64, states: &[State]) -> Vec<RulesetLine<'_>> {
+pub fn at_json<'a>(
+    at_ns: i64,
+    seq: u64,
+    states: &'a [State],
+    holes: &[RecordGap],
+) -> Vec<RulesetLine<'a>> {
     states
         .iter()
         .map(|st| RulesetLine {
             kind: "ruleset",
             at: rfc3339(at_ns),
             seq,
+            incomplete: incomplete(holes, at_ns, st),
             state: st,
             text: st
                 .tables
@@ -167,8 +199,19 @@ pub fn diff(
     to_ns: i64,
     scope: &Scope,
 ) -> Result<Vec<Difference>, ForensicsError> {
+    Ok(diff_with_gaps(conn, from_ns, to_ns, scope)?.0)
+}
+
+/// [`diff`], and the record's gaps the diff spans.
+pub fn diff_with_gaps(
+    conn: &Connection,
+    from_ns: i64,
+    to_ns: i64,
+    scope: &Scope,
+) -> Result<(Vec<Difference>, Vec<RecordGap>), ForensicsError> {
     let (s_from, before) = at(conn, from_ns, scope)?;
     let (s_to, after) = at(conn, to_ns, scope)?;
+    let holes = gaps::between(&gaps::all(conn)?, from_ns, to_ns, &before, &after);
     // Who touched what in between: the last change of each chain (and each table).
     let mut last: HashMap<(Key, Option<String>), Last> = HashMap::new();
     if s_to > s_from {
@@ -271,7 +314,7 @@ pub fn diff(
             out.push(d);
         }
     }
-    Ok(out)
+    Ok((out, holes))
 }
 
 /// Rules in `b` and not in `a`, and in `a` and not in `b`, counting repeats.
@@ -299,13 +342,14 @@ fn multiset_diff(a: &[String], b: &[String]) -> (Vec<String>, Vec<String>) {
     (added, removed)
 }
 
-/// `observer query --diff` for people.
-pub fn diff_text(from_ns: i64, to_ns: i64, diffs: &[Difference]) -> String {
+/// `observer query --diff` for people; first, the record's gaps that the diff spans.
+pub fn diff_text(from_ns: i64, to_ns: i64, diffs: &[Difference], holes: &[RecordGap]) -> String {
     let mut out = format!(
         "# what changed between {} and {}\n",
         rfc3339(from_ns),
         rfc3339(to_ns)
     );
+    out.push_str(&gaps::text(holes));
     if diffs.is_empty() {
         out.push_str("# nothing\n");
     }

@@ -60,6 +60,10 @@ pub struct StatusLine {
     /// What this run cannot see, one sentence each.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lost: Vec<String>,
+    /// On a gap line of `observer query`: the stretch the record does not hold (its first and
+    /// last seq and time, how many changes, and why).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record_gap: Option<crate::store::RecordGap>,
     /// What a gap line lost, for counters; not part of the line.
     #[serde(skip)]
     pub gap: Option<Gap>,
@@ -149,8 +153,18 @@ impl StatusLine {
             sources: Vec::new(),
             netns_watched: None,
             lost: Vec::new(),
+            record_gap: None,
             gap: None,
             x_tables_hook: None,
+        }
+    }
+
+    /// A gap line of `observer query`: the record does not hold `g`; `message` says so.
+    pub fn record_gap(g: &crate::store::RecordGap, message: String) -> StatusLine {
+        StatusLine {
+            time: g.first_time,
+            record_gap: Some(g.clone()),
+            ..StatusLine::gap(Gap::Other, message)
         }
     }
 }
@@ -496,6 +510,7 @@ mod tests {
             sources: vec![Source::Tracepoint, Source::Netlink],
             netns_watched: Some(2),
             lost: vec![],
+            record_gap: None,
             gap: None,
             x_tables_hook: Some("tracepoint"),
         });

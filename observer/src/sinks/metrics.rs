@@ -208,6 +208,23 @@ fn register_record(registry: &mut Registry, stats: &StoreStats) {
         "Size of the record file and its write-ahead log",
         stats.bytes.clone(),
     );
+    registry.register(
+        "record_gaps",
+        "Gap rows written to the record: stretches of rows it could not take (disk full, \
+         I/O error, writer behind), each kept so that queries say so",
+        stats.gaps.clone(),
+    );
+    registry.register(
+        "record_failing_since_seconds",
+        "While rows are not reaching the record: since when (Unix time); 0 while it takes them",
+        stats.failing_since.clone(),
+    );
+    registry.register(
+        "record_failing",
+        "1 for the reason rows are not reaching the record (disk full, i/o error: ...), \
+         while they are not",
+        stats.failing.clone(),
+    );
 }
 
 /// The NATS publisher's counters, kept by the publisher and shown here.

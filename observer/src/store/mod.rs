@@ -9,11 +9,14 @@
 //! run` opens them. Layout 3 is layout 2 with snapshots stored as frames, deltas of the snapshot
 //! before ([`crate::forensics::frames`]), which an observer of layout 2 cannot read: it refuses
 //! the record instead of misreading it. A layout 2 record becomes layout 3 when `observer run`
-//! opens it (its snapshots stay as they are).
+//! opens it (its snapshots stay as they are). Layout 4 adds the `gaps` table ([`gaps`]): the
+//! stretches the record could not take, and since when it covers everything; any older record
+//! is read as having none, and gets the table when `observer run` opens it.
 
 use std::path::PathBuf;
 
 mod encode;
+pub mod gaps;
 mod schema;
 mod select;
 
@@ -21,6 +24,7 @@ pub use encode::ChangeRow;
 #[cfg(test)]
 pub(crate) use encode::{compressor, DICT_SAMPLES, STRS_SWEPT_FROM};
 pub(crate) use encode::{Encoder, INSERT_CHANGE};
+pub use gaps::{select_gaps, RecordGap};
 pub(crate) use schema::SCHEMA_VERSION;
 #[cfg(test)]
 pub(crate) use schema::SNAPSHOT_SCHEMA;

@@ -4,7 +4,8 @@
 //! Each row keeps the record's JSON line exactly as it was streamed, plus the columns that
 //! queries filter on (time, chain, actor, op, netns...), each indexed with the time. Snapshots of
 //! the ruleset have their own tables (`snapshots`, `snap_frames`; layout 2's `snap_chains` and
-//! `snap_dicts`), written and read by [`crate::forensics`].
+//! `snap_dicts`), written and read by [`crate::forensics`]; the stretches the record lacks have
+//! theirs (`gaps`, layout 4, [`super::gaps`]).
 
 use std::path::Path;
 
@@ -14,7 +15,7 @@ use super::encode::{ChangeRow, Encoder, INSERT_CHANGE};
 use super::StoreError;
 
 /// Version of the file layout, kept in `PRAGMA user_version`.
-pub(crate) const SCHEMA_VERSION: i64 = 3;
+pub(crate) const SCHEMA_VERSION: i64 = 4;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS strs (id INTEGER PRIMARY KEY, s TEXT NOT NULL UNIQUE);
@@ -114,6 +115,9 @@ pub fn open_rw(path: &Path) -> Result<Connection, StoreError> {
     // Snapshots (layout 3 adds frames to a layout 2 record's snapshot tables).
     conn.execute_batch(SNAPSHOT_SCHEMA)
         .and_then(|()| upgrade_snapshots(&conn))
+        .map_err(|source| classify(path, source))?;
+    // Layout 4: the record's gaps (a new table; the rest is layout 3's).
+    conn.execute_batch(super::gaps::GAPS_SCHEMA)
         .map_err(|source| classify(path, source))?;
     conn.pragma_update(None, "user_version", SCHEMA_VERSION)
         .map_err(|source| classify(path, source))?;

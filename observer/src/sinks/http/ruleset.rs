@@ -91,19 +91,19 @@ async fn answer(
         if matches!(ask, Ask::Diff) {
             let from = fq::parse_time("from", p.from.as_deref().unwrap_or(""))?;
             let to = fq::parse_time("to", p.to.as_deref().unwrap_or("now"))?;
-            let diffs = fq::diff(&conn, from, to, &scope)?;
+            let (diffs, holes) = fq::diff_with_gaps(&conn, from, to, &scope)?;
             Ok(if text {
-                fq::diff_text(from, to, &diffs)
+                fq::diff_text(from, to, &diffs, &holes)
             } else {
                 serde_json::to_string(&diffs).unwrap_or_default()
             })
         } else {
             let at = fq::parse_time("at", p.at.as_deref().unwrap_or("now"))?;
-            let (seq, states) = fq::at(&conn, at, &scope)?;
+            let (seq, states, holes) = fq::at_with_gaps(&conn, at, &scope)?;
             Ok(if text {
-                fq::at_text(at, seq, &states)
+                fq::at_text(at, seq, &states, &holes)
             } else {
-                serde_json::to_string(&fq::at_json(at, seq, &states)).unwrap_or_default()
+                serde_json::to_string(&fq::at_json(at, seq, &states, &holes)).unwrap_or_default()
             })
         }
     };

@@ -6,10 +6,13 @@
 //! row's batch is committed: whatever was streamed is in the record, even after a `kill -9`.
 //! When more than the queue's capacity of rows wait for the disk, further rows are counted as
 //! dropped from the record and the loss is reported (log line and metric), never silently; they
-//! are still streamed, in order. Rows are written in batches, one transaction each, in WAL mode.
-//! The file is kept within an age (`--retain`) and a size (`--max-record`) by deleting the
-//! oldest rows (the ruleset's state before them kept as a snapshot); it is checked after writes,
-//! so an idle daemon does no work.
+//! are still streamed, in order. Whatever the record could not take (rows dropped, a write that
+//! failed: disk full, I/O error) is kept in it as a gap row ([`gaps`]) with the first batch that
+//! commits after it, so that readers can say what the record lacks. Rows are written in
+//! batches, one transaction each, in WAL mode. The file is kept within an age (`--retain`) and a
+//! size (`--max-record`) by deleting the oldest rows (the ruleset's state before them kept as a
+//! snapshot, and what went as one `retention` gap row); it is checked after writes, so an idle
+//! daemon does no work.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -17,13 +20,16 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::{counter::Counter, family::Family, gauge::Gauge};
 use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::forensics::snapshots::{self, LastWriters};
 use crate::forensics::{frames, ForensicsError, Snapshot};
-use crate::store::{self, ChangeRow};
+use crate::store::{self, ChangeRow, RecordGap};
+
+pub mod gaps;
+mod stats;
+use gaps::{GapBook, Lost};
+pub use stats::{Outcome, Reason, StoreStats};
 
 /// One row to write.
 #[derive(Debug, Clone)]
@@ -47,60 +53,18 @@ pub struct Limits {
     pub max_bytes: u64,
 }
 
-/// The `outcome` label of the record's row counter: `written`, `dropped` (the writer was
-/// behind), `failed` (a write failed: disk full, I/O error) or `expired` (retention).
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct Outcome {
-    pub outcome: String,
-}
-
-/// Counters shared with the metrics endpoint.
-#[derive(Debug)]
-pub struct StoreStats {
-    pub rows: Family<Outcome, Counter>,
-    /// Size of the file and its write-ahead log, in bytes.
-    pub bytes: Gauge,
-    /// Signalled after each batch the writer commits: a reader of the record (the NATS
-    /// publisher) waits on it instead of polling.
-    pub committed: tokio::sync::Notify,
-    /// Times the record's file was found deleted or replaced under the writer, which then made
-    /// a new record at its path.
-    pub reopened: Counter,
-}
-
-impl Default for StoreStats {
-    fn default() -> Self {
-        let s = StoreStats {
-            rows: Family::default(),
-            bytes: Gauge::default(),
-            committed: tokio::sync::Notify::new(),
-            reopened: Counter::default(),
-        };
-        // Every series exists from the start, at 0.
-        for o in ["written", "dropped", "failed", "expired"] {
-            s.count(o, 0);
-        }
-        s
-    }
-}
-
-impl StoreStats {
-    /// Add `n` rows to an outcome; returns the new total.
-    pub fn count(&self, outcome: &str, n: u64) -> u64 {
-        self.rows
-            .get_or_create(&Outcome {
-                outcome: outcome.into(),
-            })
-            .inc_by(n)
-            + n
-    }
-}
-
 /// What streams a row, run once the row is committed (or known not to be recorded).
 pub type Then = Box<dyn FnOnce() + Send>;
 
+/// What the writer gets: a row to write, or one dropped on the way (for its gap row).
+#[derive(Debug)]
+enum Entry {
+    Row(Row),
+    Dropped(Lost),
+}
+
 /// A row to write (if any) and what to do once it is written.
-type Item = (Option<Row>, Option<Then>);
+type Item = (Option<Entry>, Option<Then>);
 
 /// The sending side: never blocks.
 #[derive(Clone)]
@@ -117,17 +81,21 @@ impl StoreSender {
     /// the order sent. When more than the capacity of rows are waiting for the disk, the row is
     /// dropped from the record (counted, reported) and `then` still runs in its turn; false is
     /// returned. When the writer is gone, `then` runs here and now.
-    pub fn send_then(&self, mut row: Option<Row>, then: Option<Then>) -> bool {
+    pub fn send_then(&self, row: Option<Row>, then: Option<Then>) -> bool {
         let mut recorded = true;
-        if row.is_some() && self.pending.fetch_add(1, Ordering::AcqRel) >= self.capacity {
+        let mut entry = row.map(Entry::Row);
+        if entry.is_some() && self.pending.fetch_add(1, Ordering::AcqRel) >= self.capacity {
             self.pending.fetch_sub(1, Ordering::AcqRel);
-            row = None;
+            // Only what the gap row needs stays queued.
+            if let Some(Entry::Row(r)) = &entry {
+                entry = Some(Entry::Dropped(Lost::of(r)));
+            }
             recorded = false;
             self.dropped();
         }
-        if let Err(e) = self.tx.send((row, then)) {
-            let (row, then) = e.0;
-            if row.is_some() {
+        if let Err(e) = self.tx.send((entry, then)) {
+            let (entry, then) = e.0;
+            if let Some(Entry::Row(_)) = entry {
                 self.pending.fetch_sub(1, Ordering::AcqRel);
                 recorded = false;
                 self.dropped();
@@ -197,6 +165,8 @@ pub struct Writer {
     enc: store::Encoder,
     /// Each chain's last writer, stamped on the snapshots.
     last: LastWriters,
+    /// What did not reach the record yet, to write as gap rows.
+    book: GapBook,
 }
 
 impl Writer {
@@ -214,6 +184,7 @@ impl Writer {
             stats,
             last_check: None,
             since_check: 0,
+            book: GapBook::default(),
         }
     }
 
@@ -265,14 +236,23 @@ impl Writer {
         let mut thens = Vec::with_capacity(BATCH);
         while let Ok(first) = rx.recv() {
             let mut next = Some(first);
-            while let Some((row, then)) = next.take() {
-                rows.extend(row);
+            let mut dropped = false;
+            while let Some((entry, then)) = next.take() {
+                match entry {
+                    Some(Entry::Row(row)) => rows.push(row),
+                    Some(Entry::Dropped(lost)) => {
+                        self.book.lost([lost], gaps::BEHIND);
+                        dropped = true;
+                    }
+                    None => {}
+                }
                 thens.extend(then);
                 if rows.len() < BATCH {
                     next = rx.try_recv().ok();
                 }
             }
-            if !rows.is_empty() {
+            // Rows, or only a gap to write (rows dropped, none queued after them).
+            if !rows.is_empty() || dropped {
                 self.check_file();
                 self.write_batch(&rows);
                 pending.fetch_sub(rows.len(), Ordering::AcqRel);
@@ -290,24 +270,58 @@ impl Writer {
                 self.enforce_limits();
             }
         }
-        // Senders gone: everything queued has been written. Fold the log into the file.
+        // Senders gone: everything queued has been written. A gap still owed gets one more try
+        // (the last batch failed: the disk may still be full); then the process may end.
+        if !self.book.is_empty() {
+            self.write_batch(&[]);
+            if let Some((g, _)) = self.book.failing() {
+                tracing::error!(
+                    "the record {} ends without saying that {} (its gap row could not be \
+                     written either)",
+                    self.path.display(),
+                    g.message()
+                );
+            }
+        }
+        // Fold the log into the file.
         if let Err(e) = self.conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);") {
             tracing::debug!("record checkpoint: {e}");
         }
         self.update_size();
     }
 
-    /// Write rows in one transaction. On failure (disk full...) the rows are counted as failed
-    /// and reported; what was written before stays.
+    /// Write rows in one transaction, with the gap rows owed. On failure (disk full...) the
+    /// rows are counted as failed, reported, and kept as a gap; what was written before stays.
     pub fn write_batch(&mut self, rows: &[Row]) {
-        match self.try_write(rows) {
+        let due = self.book.due();
+        match self.try_write(rows, &due) {
             Ok(()) => {
                 self.stats.count("written", rows.len() as u64);
                 self.since_check += rows.len() as u64;
+                if !due.is_empty() {
+                    self.book.written();
+                    self.stats.gaps.inc_by(due.len() as u64);
+                    self.stats.recovered();
+                    for g in &due {
+                        tracing::warn!(
+                            "the record {} is written again; it says that {}",
+                            self.path.display(),
+                            g.message()
+                        );
+                    }
+                }
             }
             Err(e) => {
                 // Strings and a dictionary the rolled-back transaction added are not there.
                 self.enc = load_encoder(&self.conn, &self.path);
+                let reason = gaps::reason_of(&e);
+                self.book.lost(rows.iter().map(Lost::of), &reason);
+                if let Some((g, since)) = self.book.failing() {
+                    self.stats.failing_for(&g.reason, since);
+                }
+                if rows.is_empty() {
+                    return;
+                }
                 let n = self.stats.count("failed", rows.len() as u64);
                 tracing::error!(
                     "could not write {} records to the record {} ({e}); {n} lost so far. Free \
@@ -319,8 +333,11 @@ impl Writer {
         }
     }
 
-    fn try_write(&mut self, rows: &[Row]) -> rusqlite::Result<()> {
+    fn try_write(&mut self, rows: &[Row], gaps: &[RecordGap]) -> rusqlite::Result<()> {
         let tx = self.conn.transaction()?;
+        for g in gaps {
+            store::gaps::insert_gap(&tx, g)?;
+        }
         {
             let mut change = tx.prepare_cached(store::INSERT_CHANGE)?;
             let mut incident = tx.prepare_cached(
@@ -387,9 +404,11 @@ impl Writer {
         if let Some(k) = last_gone {
             self.roll_forward(k as u64);
         }
+        let gone = store::gaps::expiring(&self.conn, "time_ns < ?1", cutoff)?;
         let mut deleted = self
             .conn
             .execute("DELETE FROM changes WHERE time_ns < ?1", [cutoff])?;
+        self.note_expired(gone)?;
         deleted += self
             .conn
             .execute("DELETE FROM incidents WHERE time_ns < ?1", [cutoff])?;
@@ -426,10 +445,12 @@ impl Writer {
             if let Some(k) = last_gone {
                 self.roll_forward(k as u64);
             }
-            deleted += self.conn.execute(
-                "DELETE FROM changes WHERE seq IN (SELECT seq FROM changes ORDER BY seq LIMIT ?1)",
-                [n],
-            )?;
+            let oldest_n = "seq IN (SELECT seq FROM changes ORDER BY seq LIMIT ?1)";
+            let gone = store::gaps::expiring(&self.conn, oldest_n, n)?;
+            deleted += self
+                .conn
+                .execute(&format!("DELETE FROM changes WHERE {oldest_n}"), [n])?;
+            self.note_expired(gone)?;
             let oldest: Option<i64> =
                 self.conn
                     .query_row("SELECT MIN(time_ns) FROM changes", [], |r| r.get(0))?;
@@ -450,6 +471,17 @@ impl Writer {
             );
         }
         Ok(())
+    }
+
+    /// Retention deleted `gone`: the record's `retention` gap row says since when it covers
+    /// everything.
+    fn note_expired(&mut self, gone: Option<RecordGap>) -> rusqlite::Result<()> {
+        let Some(g) = gone else {
+            return Ok(());
+        };
+        let tx = self.conn.transaction()?;
+        store::gaps::note_expired(&tx, &g)?;
+        tx.commit()
     }
 
     /// Make the state after change `seq` a snapshot before the changes up to it go. A failure

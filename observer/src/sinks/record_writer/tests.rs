@@ -143,7 +143,13 @@ fn a_full_queue_drops_from_the_record_and_still_streams_in_order() {
     // Every item is queued, rows only for the first two; nothing streamed before the writer.
     let items: Vec<Item> = rx.try_iter().collect();
     assert_eq!(items.len(), 5);
-    assert_eq!(items.iter().filter(|(r, _)| r.is_some()).count(), 2);
+    assert_eq!(
+        items
+            .iter()
+            .filter(|(r, _)| matches!(r, Some(Entry::Row(_))))
+            .count(),
+        2
+    );
     assert!(streamed.lock().unwrap().is_empty());
     // The writer gone: the stream goes on at once.
     drop(rx);
@@ -478,4 +484,138 @@ fn a_file_that_is_not_a_record_is_refused_and_kept() {
     assert!(err.to_string().contains("left untouched"), "{err}");
     assert_eq!(std::fs::read(&path).unwrap(), junk);
     assert!(open_ro(&path).is_err());
+}
+
+#[test]
+fn a_full_file_keeps_its_hole_as_a_gap_row_once_space_is_back() {
+    let (_dir, path) = tmp_record();
+    let now = crate::timestamp::Timestamp::now().unix_nanos();
+    let stats = Arc::new(StoreStats::default());
+    let mut w = Writer::new(open_rw(&path).unwrap(), path.clone(), WIDE, stats.clone());
+    w.write_batch(&[realistic(1, now + 1), realistic(2, now + 2)]);
+    // The file may not grow: every write fails with SQLITE_FULL, as on a full disk.
+    let pages: i64 = w
+        .conn
+        .query_row("PRAGMA page_count", [], |r| r.get(0))
+        .unwrap();
+    w.conn.pragma_update(None, "max_page_count", pages).unwrap();
+    let burst: Vec<Row> = (3..=3002).map(|i| realistic(i, now + i as i64)).collect();
+    for b in burst.chunks(500) {
+        w.write_batch(b);
+    }
+    assert_eq!(stats.count("failed", 0), 3000);
+    assert!(stats.failing_since.get() > 0);
+    assert_eq!(
+        stats
+            .failing
+            .get_or_create(&Reason {
+                reason: "disk full".into()
+            })
+            .get(),
+        1
+    );
+    // Space is back: the next batch commits, with the gap row.
+    w.conn
+        .pragma_update(None, "max_page_count", 1_000_000)
+        .unwrap();
+    w.write_batch(&[realistic(3003, now + 3003)]);
+    assert_eq!(stats.gaps.get(), 1);
+    assert_eq!(stats.failing_since.get(), 0);
+    drop(w);
+    let ro = open_ro(&path).unwrap();
+    let gaps = select_gaps(&ro, None, None).unwrap();
+    assert_eq!(gaps.len(), 1, "{gaps:?}");
+    let g = &gaps[0];
+    assert_eq!(
+        (g.first_seq, g.last_seq, g.changes),
+        (Some(3), Some(3002), 3000)
+    );
+    assert_eq!((g.first_ns(), g.last_ns()), (now + 3, now + 3002));
+    assert_eq!(g.reason, "disk full");
+    let kept: Vec<u64> = select_changes(&ro, &Selection::default())
+        .unwrap()
+        .iter()
+        .map(|r| r.number)
+        .collect();
+    assert_eq!(kept, [1, 2, 3003]);
+    // Only the gap's time range finds it.
+    assert!(select_gaps(&ro, Some(now + 3003), None).unwrap().is_empty());
+    assert_eq!(select_gaps(&ro, None, Some(now + 3)).unwrap().len(), 1);
+}
+
+#[test]
+fn rows_dropped_from_a_full_queue_leave_a_gap_row() {
+    let (_dir, path) = tmp_record();
+    let now = crate::timestamp::Timestamp::now().unix_nanos();
+    let stats = Arc::new(StoreStats::default());
+    let (tx, rx) = channel();
+    let pending = Arc::new(AtomicUsize::new(0));
+    let s = StoreSender {
+        tx,
+        pending: pending.clone(),
+        capacity: 2,
+        stats: stats.clone(),
+    };
+    for i in 1..=5 {
+        s.send_then(Some(realistic(i, now + i as i64)), None);
+    }
+    drop(s);
+    // The writer finds two rows and three dropped, in order.
+    Writer::new(open_rw(&path).unwrap(), path.clone(), WIDE, stats.clone()).run(rx, &pending);
+    let ro = open_ro(&path).unwrap();
+    let gaps = select_gaps(&ro, None, None).unwrap();
+    assert_eq!(gaps.len(), 1, "{gaps:?}");
+    assert_eq!((gaps[0].first_seq, gaps[0].last_seq), (Some(3), Some(5)));
+    assert_eq!(gaps[0].reason, "writer fell behind");
+    assert_eq!(stats.count("dropped", 0), 3);
+    assert_eq!(last_numbers(&ro).unwrap().0, 2);
+}
+
+#[test]
+fn retention_keeps_one_row_saying_since_when_the_record_covers_all() {
+    let (_dir, path) = tmp_record();
+    let now = crate::timestamp::Timestamp::now().unix_nanos();
+    let hour = HOURLY.retain.as_nanos() as i64;
+    let mut w = writer(&path, HOURLY);
+    w.write_batch(&[
+        change(1, now - 3 * hour, "A"),
+        change(2, now - 2 * hour, "B"),
+    ]);
+    w.enforce_limits();
+    w.write_batch(&[change(3, now - 2 * hour, "C"), change(4, now, "D")]);
+    w.enforce_limits();
+    drop(w);
+    let ro = open_ro(&path).unwrap();
+    let gaps = select_gaps(&ro, None, None).unwrap();
+    assert_eq!(gaps.len(), 1, "{gaps:?}");
+    let g = &gaps[0];
+    assert_eq!(g.reason, "retention");
+    assert_eq!((g.first_seq, g.last_seq, g.changes), (Some(1), Some(3), 3));
+    assert_eq!(g.last_ns(), now - 2 * hour);
+    assert!(
+        g.message().starts_with("the record covers only since "),
+        "{}",
+        g.message()
+    );
+    // Asked from after its start, the record is whole.
+    assert!(select_gaps(&ro, Some(now - hour), None).unwrap().is_empty());
+}
+
+#[test]
+fn a_layout_3_record_gets_the_gaps_table_and_reads_without_it() {
+    let (_dir, path) = tmp_record();
+    drop(open_rw(&path).unwrap());
+    let c = Connection::open(&path).unwrap();
+    c.execute_batch("DROP TABLE gaps; PRAGMA user_version = 3;")
+        .unwrap();
+    drop(c);
+    let ro = open_ro(&path).unwrap();
+    assert!(select_gaps(&ro, None, None).unwrap().is_empty());
+    drop(ro);
+    let rw = open_rw(&path).unwrap();
+    let v: i64 = rw
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(v, 4);
+    assert!(select_gaps(&rw, None, None).unwrap().is_empty());
 }
