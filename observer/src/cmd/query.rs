@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use crate::cli::query::QueryArgs;
 use crate::output::{ChangeLine, Line};
+use crate::shown::escape;
 use crate::sinks::tail::human;
 use crate::store::{self, Selection, Stored};
 use crate::timestamp::Timestamp;
@@ -233,10 +234,11 @@ fn render(json: &str, colour: bool) -> String {
         let date = c.time.date();
         return format!("{date} {}", human::render(&Line::Change(c), colour));
     }
+    // Not a change: the fields people read, shown escaped (`crate::shown`).
     let Ok(v) = serde_json::from_str::<Value>(json) else {
-        return json.to_string();
+        return escape(json).into_owned();
     };
-    let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    let s = |k: &str| escape(v.get(k).and_then(Value::as_str).unwrap_or("")).into_owned();
     if s("kind") == "incident" {
         let time = s("time");
         let clock = time.get(..26).unwrap_or(&time).replace('T', " ");
@@ -245,11 +247,9 @@ fn render(json: &str, colour: bool) -> String {
             s("id"),
             s("state"),
             s("type"),
-            v.get("severity")
-                .map(|x| x.as_str().map(str::to_string).unwrap_or(x.to_string()))
-                .unwrap_or_default(),
+            s("severity"),
             s("summary")
         );
     }
-    json.to_string()
+    escape(json).into_owned()
 }

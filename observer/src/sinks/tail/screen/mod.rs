@@ -10,6 +10,7 @@ use std::io::{self, Write};
 use std::time::Duration;
 
 use super::terminal::{cut, strip_escapes};
+use crate::output::people::for_people;
 use crate::output::line::{
     ChangeLine, IncidentLine, IncidentState, Line, Severity, StatusLine, StatusState,
 };
@@ -150,9 +151,11 @@ impl<W: Write> Screen<W> {
         self
     }
 
-    /// Take one record. Changes wait for the end of their transaction when grouping.
+    /// Take one record. Changes wait for the end of their transaction when grouping. Its text
+    /// is shown escaped (`crate::output::people`), whatever the lines make of it below.
     pub fn record(&mut self, r: &Line) -> io::Result<()> {
-        match r {
+        let shown = for_people(r);
+        match &shown {
             Line::Change(c) => {
                 self.count_change(c);
                 if self.opt.incidents_only {
