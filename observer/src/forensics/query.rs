@@ -86,6 +86,8 @@ fn provenance(st: &State) -> String {
 pub fn at_text(at_ns: i64, seq: u64, states: &[State]) -> String {
     let mut out = format!("# the ruleset at {} (after change {seq})\n", rfc3339(at_ns));
     for st in states {
+        // The ruleset as people read it: its names and rules shown escaped.
+        let st = &crate::output::people::for_people(st);
         out.push_str(&format!(
             "\n# {}, {} (from {})\n",
             where_(st),
@@ -310,6 +312,7 @@ pub fn diff_text(from_ns: i64, to_ns: i64, diffs: &[Difference]) -> String {
         out.push_str("# nothing\n");
     }
     for d in diffs {
+        let d = &crate::output::people::for_people(d);
         let place = match &d.netns_name {
             Some(n) => n.clone(),
             None => d.netns.to_string(),
@@ -345,6 +348,17 @@ pub fn diff_text(from_ns: i64, to_ns: i64, diffs: &[Difference]) -> String {
     }
     out
 }
+
+crate::output::people::texts!(
+    Difference: netns_name,
+    table,
+    chain,
+    change,
+    rules_added,
+    rules_removed,
+    head,
+    by
+);
 
 /// `FROM..TO` into two times.
 pub fn parse_range(s: &str) -> Result<(i64, i64), ForensicsError> {
