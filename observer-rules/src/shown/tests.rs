@@ -2,9 +2,21 @@ use super::*;
 
 #[test]
 fn clean_text_is_borrowed_not_copied() {
-    for s in ["", "KUBE-SVC-X", "ns/svc:http cluster IP", "\"quoted\" \\ back", "日本語 ü ß ✓"] {
-        assert!(matches!(escape(s), Cow::Borrowed(b) if std::ptr::eq(b, s)), "{s}");
-        assert!(matches!(escape_bytes(s.as_bytes()), Cow::Borrowed(_)), "{s}");
+    for s in [
+        "",
+        "KUBE-SVC-X",
+        "ns/svc:http cluster IP",
+        "\"quoted\" \\ back",
+        "日本語 ü ß ✓",
+    ] {
+        assert!(
+            matches!(escape(s), Cow::Borrowed(b) if std::ptr::eq(b, s)),
+            "{s}"
+        );
+        assert!(
+            matches!(escape_bytes(s.as_bytes()), Cow::Borrowed(_)),
+            "{s}"
+        );
         assert_eq!(Shown(s).to_string(), s);
     }
 }
@@ -12,7 +24,10 @@ fn clean_text_is_borrowed_not_copied() {
 #[test]
 fn c0_and_del_are_hex_escapes() {
     assert_eq!(escape("e\x1b[31mvil"), "e\\x1b[31mvil");
-    assert_eq!(escape("\x00\x07\x08\t\n\r\x1f"), "\\x00\\x07\\x08\\x09\\x0a\\x0d\\x1f");
+    assert_eq!(
+        escape("\x00\x07\x08\t\n\r\x1f"),
+        "\\x00\\x07\\x08\\x09\\x0a\\x0d\\x1f"
+    );
     assert_eq!(escape("a\x7fb"), "a\\x7fb");
     // Every C0 byte and DEL.
     for b in (0u8..0x20).chain([0x7f]) {

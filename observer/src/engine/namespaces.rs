@@ -53,7 +53,7 @@ impl Engine {
             Err(e) => return self.warn(format!("namespace {inode}: {e}")),
         };
         for p in &baseline.problems {
-            tracing::warn!("namespace {inode}: {}", crate::shown::Shown(&p));
+            tracing::warn!("namespace {inode}: {}", crate::shown::Shown(p));
         }
         if let Some(h) = self.hooks.as_mut() {
             h.mark_netns_seen(inode);

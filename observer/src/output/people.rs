@@ -11,9 +11,7 @@ use std::borrow::Cow;
 
 use crate::attribution::{Ancestor, ProcessInfo};
 use crate::cgroup::Pod;
-use crate::output::line::{
-    ChangeLine, IncidentLine, Line, OwnerHit, SplitBackends, StatusLine,
-};
+use crate::output::line::{ChangeLine, IncidentLine, Line, OwnerHit, SplitBackends, StatusLine};
 use crate::ruleset::{ChangeResult, RuleForms};
 
 /// A value whose text fields a person's view escapes.

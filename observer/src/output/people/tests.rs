@@ -178,7 +178,10 @@ fn every_text_field_is_escaped(line: Line, at_least: usize) {
         strings(&raw, String::new(), &mut exact);
         assert!(exact.iter().any(|(p, s)| p == path && s == HOSTILE));
     }
-    assert!(free >= at_least, "only {free} free text fields found in {v}");
+    assert!(
+        free >= at_least,
+        "only {free} free text fields found in {v}"
+    );
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! Aligned, coloured lines for a person watching a terminal.
 
-use crate::output::people::for_people;
 use crate::output::line::{ChangeLine, IncidentLine, IncidentState, Line, Severity, StatusLine};
+use crate::output::people::for_people;
 use crate::ruleset::Op;
 use crate::timestamp::Timestamp;
 
@@ -232,14 +232,19 @@ mod tests {
         c.process.actor = "e\x1b[31mvil".into();
         let plain = render(&Line::Change(c.clone()), false);
         assert!(!plain.chars().any(char::is_control), "{plain:?}");
-        assert!(plain.contains("--comment \"ok\\x1b]0;t\\x07\\x0d\\u202e\""), "{plain}");
+        assert!(
+            plain.contains("--comment \"ok\\x1b]0;t\\x07\\x0d\\u202e\""),
+            "{plain}"
+        );
         assert!(plain.contains("by e\\x1b[31mvil"), "{plain}");
         // In colour, every ESC left starts one of observer's own colours.
         let coloured = render(&Line::Change(c), true);
         for (i, _) in coloured.match_indices('\x1b') {
             let code = &coloured[i..];
             assert!(
-                [RESET, DIM, BOLD, GREEN].iter().any(|k| code.starts_with(k)),
+                [RESET, DIM, BOLD, GREEN]
+                    .iter()
+                    .any(|k| code.starts_with(k)),
                 "{coloured:?}"
             );
         }

@@ -10,10 +10,10 @@ use std::io::{self, Write};
 use std::time::Duration;
 
 use super::terminal::{cut, strip_escapes};
-use crate::output::people::for_people;
 use crate::output::line::{
     ChangeLine, IncidentLine, IncidentState, Line, Severity, StatusLine, StatusState,
 };
+use crate::output::people::for_people;
 use crate::ruleset::{Backend, Op};
 use crate::timestamp::Timestamp;
 

@@ -390,7 +390,13 @@ fn hostile_text_is_shown_escaped_in_every_part_of_the_screen() {
     a.process.actor = evil.into();
     a.process.parent_comm = Some(evil.into());
     a.netns_name = Some(evil.into());
-    let mut b = change(4, "t", Op::RuleAdd, "X", Some("-m comment --comment \"\x1b]0;t\x07\""));
+    let mut b = change(
+        4,
+        "t",
+        Op::RuleAdd,
+        "X",
+        Some("-m comment --comment \"\x1b]0;t\x07\""),
+    );
     b.process = a.process.clone();
     let mut i = incident(IncidentState::Open);
     i.owner = evil.into();
@@ -418,9 +424,15 @@ fn hostile_text_is_shown_escaped_in_every_part_of_the_screen() {
         }
         assert!(!text.contains(['\r', '\u{202e}', '\x07']), "{text:?}");
         if width.is_none() {
-            assert!(text.contains(&format!("writer: iptables-restor 4121 < {shown}")), "{text}");
+            assert!(
+                text.contains(&format!("writer: iptables-restor 4121 < {shown}")),
+                "{text}"
+            );
             assert!(text.contains("--comment \"\\x1b]0;t\\x07\""), "{text}");
-            assert!(text.contains(&format!("owner {shown} · by {shown}")), "{text}");
+            assert!(
+                text.contains(&format!("owner {shown} · by {shown}")),
+                "{text}"
+            );
         }
         opt.incidents_only = true;
         let compact = draw(opt, &records).join("\n");
