@@ -253,3 +253,19 @@ fn render(json: &str, colour: bool) -> String {
     }
     escape(json).into_owned()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_lines_are_shown_escaped() {
+        let incident = r#"{"kind":"incident","id":"i\u001b[2J","time":"2026-11-21T05:42:37.000000000Z","state":"open","type":"foreign_flush","severity":"warning","summary":"e\u001b]0;t\u0007 flushed \u202eX"}"#;
+        let line = render(incident, false);
+        assert!(!line.contains(['\x1b', '\x07', '\u{202e}']), "{line:?}");
+        assert!(line.contains("e\\x1b]0;t\\x07 flushed \\u202eX"), "{line}");
+        assert!(line.contains("INCIDENT i\\x1b[2J open"), "{line}");
+        // A row that is no line observer knows is shown escaped too.
+        assert_eq!(render("{\"x\":\"\u{9b}\"}", false), "{\"x\":\"\\u009b\"}");
+    }
+}

@@ -382,6 +382,71 @@ mod tests {
     }
 
     #[test]
+    fn rulesets_and_differences_for_people_show_names_and_rules_escaped() {
+        use crate::forensics::model::{Chain, Last, Table, Tables};
+        use crate::ruleset::{Backend, Family};
+        let evil = "c\n\x1b[2J\u{202e}";
+        let shown = "c\\x0a\\x1b[2J\\u202e";
+        let last = Last {
+            seq: 3,
+            time: crate::timestamp::Timestamp::parse("2026-11-21T05:42:37.000000000Z").unwrap(),
+            actor: evil.into(),
+            comm: evil.into(),
+            pid: 9,
+            op: "rule_add".into(),
+        };
+        let mut table = Table::new(Family::Ip, evil);
+        table.chains.push(Chain {
+            name: evil.into(),
+            head: None,
+            rules: vec![format!("counter comment \"{evil}\"")],
+            last: Some(last.clone()),
+        });
+        let st = State {
+            netns: 7,
+            netns_name: Some(evil.into()),
+            backend: Backend::Nft,
+            snapshot_seq: None,
+            replayed: 1,
+            tables: Tables {
+                tables: vec![table],
+            },
+        };
+        let text = at_text(0, 3, std::slice::from_ref(&st));
+        // Only the renderer's own line ends and tabs are left.
+        assert!(!text.contains(['\x1b', '\u{202e}']), "{text:?}");
+        assert!(text.contains(&format!("\tchain {shown} {{\n")), "{text}");
+        assert!(text.contains(&format!("comment \"{shown}\"")), "{text}");
+        assert!(text.contains(&format!("namespace {shown} (7)")), "{text}");
+        assert!(
+            text.contains(&format!("last written by {shown} ({shown} 9)")),
+            "{text}"
+        );
+        let d = Difference {
+            netns: 7,
+            netns_name: Some(evil.into()),
+            backend: Backend::Nft,
+            family: Family::Ip,
+            table: evil.into(),
+            chain: Some(evil.into()),
+            change: "changed".into(),
+            rules_added: vec![evil.into()],
+            rules_removed: vec![],
+            reordered: false,
+            head: Some((None, Some(evil.into()))),
+            by: Some(last),
+        };
+        let text = diff_text(0, 1, &[d]);
+        assert!(!text.contains(['\x1b', '\u{202e}', '\t']), "{text:?}");
+        assert_eq!(
+            text.lines().count(),
+            4,
+            "no line of its own from a name: {text}"
+        );
+        assert!(text.contains(&format!("  + {shown}\n")), "{text}");
+    }
+
+    #[test]
     fn bad_ranges_and_times_name_the_fix() {
         let e = parse_range("yesterday").unwrap_err().to_string();
         assert!(e.contains("FROM..TO"), "{e}");
