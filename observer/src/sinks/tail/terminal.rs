@@ -80,19 +80,19 @@ impl Drop for LogWriter {
 /// A log event's text as it may reach a terminal. tracing-subscriber (0.3.20 on) escapes ESC
 /// in the values it formats, so an ESC left in the text starts its own colouring, kept; every
 /// other control character (a CR or newline inside a name, a bidi override, a BEL) is shown
-/// escaped ([`crate::shown`]), and the event's closing newline is kept.
+/// escaped ([`crate::shown`]), a byte that is not UTF-8 as `\xNN`, and the event's closing
+/// newline is kept.
 fn log_text(buf: &[u8]) -> String {
-    let text = String::from_utf8_lossy(buf);
-    let (body, end) = match text.strip_suffix('\n') {
+    let (body, end) = match buf.strip_suffix(b"\n") {
         Some(b) => (b, "\n"),
-        None => (&*text, ""),
+        None => (buf, ""),
     };
-    let mut out = String::with_capacity(text.len());
-    for (i, part) in body.split('\x1b').enumerate() {
+    let mut out = String::with_capacity(buf.len());
+    for (i, part) in body.split(|&b| b == 0x1b).enumerate() {
         if i > 0 {
             out.push('\x1b');
         }
-        out.push_str(&crate::shown::escape(part));
+        out.push_str(&crate::shown::escape_bytes(part));
     }
     out.push_str(end);
     out
@@ -180,6 +180,7 @@ mod tests {
             "\x1b[33m WARN\x1b[0m chain a\\x0db\\x0ac \\u202ex\\x07 gone\n"
         );
         assert_eq!(log_text(b"plain"), "plain");
+        assert_eq!(log_text(b"bad \xff byte\n"), "bad \\xff byte\n");
     }
 
     #[test]
