@@ -8,12 +8,14 @@
 //! It opens no socket, enters no namespace and needs no root and no kernel: the agent (the
 //! `observer` crate) reads the bytes and calls in here, and the tests run on captured bytes with
 //! a plain `cargo test -p observer-rules`. The modules, bottom up: [`netlink`] (framing and
-//! attributes), [`ruleset`] (the change model and its summary), [`xtables`] (legacy tables),
-//! [`nftables`] (nf_tables, whose iptables-nft rules print through `xtables`' printers).
+//! attributes), [`shown`] (untrusted text as a person's terminal shows it), [`ruleset`] (the
+//! change model and its summary), [`xtables`] (legacy tables), [`nftables`] (nf_tables, whose
+//! iptables-nft rules print through `xtables`' printers).
 
 pub mod netlink;
 pub mod nftables;
 pub mod ruleset;
+pub mod shown;
 pub mod xtables;
 
 #[doc(hidden)]

@@ -31,5 +31,6 @@ pub mod store;
 pub mod timestamp;
 pub mod xtables;
 
-// The decoder crate's netlink framing and change model, under the paths the agent uses.
-pub use observer_rules::{netlink, ruleset};
+// The decoder crate's netlink framing, change model and shown text, under the paths the agent
+// uses.
+pub use observer_rules::{netlink, ruleset, shown};

@@ -45,7 +45,8 @@ fn main() -> ExitCode {
         // `observer tail ... | head`: the reader has what it wanted.
         Err(e) if observer::cmd::reader_gone(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("observer: {e:#}");
+            // An error can quote a name or a server's words: shown escaped.
+            eprintln!("observer: {}", observer::shown::Shown(&format!("{e:#}")));
             ExitCode::FAILURE
         }
     }

@@ -1,6 +1,7 @@
 //! `observer tail` in a real terminal (tmux), read back with `capture-pane`: columns that line
 //! up, lines that fit 80 and 200 columns, colours only when allowed, one header for a whole
-//! restore, and an incident block that says how it ended.
+//! restore, an incident block that says how it ended, and a hostile writer's text that drives
+//! nothing.
 //!
 //! Each test runs its own tmux server (`-L`), its own namespace and writers; needs root, tmux,
 //! iptables-legacy and ip.
@@ -51,6 +52,15 @@ impl Term {
         }
         let out = c.output().expect("tmux capture-pane");
         String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The pane's title (what an escape sequence would set).
+    fn title(&self) -> String {
+        let out = Command::new("tmux")
+            .args(["-L", &self.socket, "display-message", "-p", "#{pane_title}"])
+            .output()
+            .expect("tmux display-message");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
 
     fn wait_for(&self, what: &str, secs: u64, pred: impl Fn(&str) -> bool) -> String {
@@ -349,5 +359,55 @@ fn a_log_line_goes_above_the_footer_cut_to_the_width() {
     assert!(
         lines[log].contains("DEBUG"),
         "the log line starts on a line of its own: {screen}"
+    );
+}
+
+/// A hostile writer on a real terminal: its comm and its rule's comment would set the window's
+/// title, clear the screen, recolour and overwrite the line; on the screen they are text,
+/// escaped, and the title and colours stay as they were.
+#[test]
+fn hostile_text_does_not_drive_the_terminal() {
+    if !runnable() {
+        return;
+    }
+    let ns = Netns::new("tuihostile");
+    let w = Writer::new("e\x1b[31mvil\x07");
+    let term = Term::start(
+        "hostile",
+        200,
+        &[("NO_COLOR", "1")],
+        &["--netns", ns.name()],
+    );
+    let title = term.title();
+    ns.write(&w, &["iptables-legacy", "-N", "OBS-H"]);
+    let comment = "ok\x1b]0;pwned\x07\x1b[2J\x1b[31mRED\rX\x08Y \u{202e}evil";
+    ns.write(
+        &w,
+        &[
+            "iptables-legacy",
+            "-A",
+            "OBS-H",
+            "-m",
+            "comment",
+            "--comment",
+            comment,
+            "-j",
+            "ACCEPT",
+        ],
+    );
+    let screen = term.wait_for("the rule", 30, |s| s.contains("rule_add"));
+    assert!(
+        screen.contains("\"ok\\x1b]0;pwned\\x07\\x1b[2J\\x1b[31mRED\\x0dX\\x08Y \\u202eevil\""),
+        "the comment, escaped:\n{screen}"
+    );
+    assert!(
+        screen.contains("e\\x1b[31mvil\\x07"),
+        "the writer, escaped:\n{screen}"
+    );
+    assert_eq!(term.title(), title, "the window's title changed");
+    let raw = term.screen(true);
+    assert!(
+        !raw.contains("\x1b[31m"),
+        "recoloured under NO_COLOR:\n{raw:?}"
     );
 }

@@ -11,6 +11,7 @@ use serde::Serialize;
 use crate::caps;
 use crate::cli::DoctorArgs;
 use crate::hooks::{self, btf, tracefs};
+use crate::shown::Shown;
 
 #[derive(Debug, Serialize)]
 struct Check {
@@ -497,24 +498,25 @@ async fn remote(
     }
 }
 
-/// The report for people.
+/// The report for people. Its details hold the kernel's, a daemon's and a server's words
+/// (errors, metric labels), shown escaped ([`Shown`]).
 fn print_text(report: &Report) {
     for c in &report.checks {
         println!(
             "{:<4} {:<20} {}",
             if c.ok { "ok" } else { "MISS" },
             c.name,
-            c.detail
+            Shown(&c.detail)
         );
         if let Some(fix) = &c.fix {
-            println!("     {:<20} -> {fix}", "");
+            println!("     {:<20} -> {}", "", Shown(fix));
         }
     }
-    println!("\nhooks: tail would use {}", report.hooks);
-    println!("attached: {}", report.attached.join(", "));
-    println!("cost: {}", report.cost);
+    println!("\nhooks: tail would use {}", Shown(&report.hooks));
+    println!("attached: {}", Shown(&report.attached.join(", ")));
+    println!("cost: {}", Shown(&report.cost));
     for d in &report.degraded {
-        println!("degraded on this kernel: {d}");
+        println!("degraded on this kernel: {}", Shown(d));
     }
     for r in &report.running {
         let e = &r.errors;
@@ -525,10 +527,14 @@ fn print_text(report: &Report) {
         );
     }
     if let Some(d) = &report.daemon {
-        let dropped: Vec<String> = d.dropped.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        let dropped: Vec<String> = d
+            .dropped
+            .iter()
+            .map(|(k, v)| format!("{} {v}", Shown(k)))
+            .collect();
         println!(
             "observer run at {}: lines dropped by stream: {}; record rows dropped {}",
-            d.url,
+            Shown(&d.url),
             if dropped.is_empty() {
                 "none counted".to_string()
             } else {
@@ -537,14 +543,17 @@ fn print_text(report: &Report) {
             d.record_dropped
         );
         if d.nats.is_none() {
-            println!("observer run at {}: does not publish to NATS", d.url);
+            println!(
+                "observer run at {}: does not publish to NATS",
+                Shown(&d.url)
+            );
         }
     }
     if report.lost.is_empty() {
         println!("nothing is lost: every iptables-legacy and nftables change is seen");
     } else {
         for l in &report.lost {
-            println!("not seen: {l}");
+            println!("not seen: {}", Shown(l));
         }
     }
 }

@@ -13,6 +13,7 @@ use crate::cli::OwnersArgs;
 use crate::engine::{inventory, load_owners, read_baseline};
 use crate::incidents::{Config, Correlator, OwnerRow};
 use crate::netns;
+use crate::shown::Shown;
 
 /// Per owner: where its chains live.
 #[derive(Debug, Serialize)]
@@ -119,6 +120,7 @@ fn needs_root() -> &'static str {
     }
 }
 
+/// The report for people: every name shown escaped ([`Shown`]).
 fn write_human(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
     let mut netns: Option<u32> = None;
     for row in &r.chains {
@@ -127,7 +129,7 @@ fn write_human(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
             let name = row
                 .netns_name
                 .as_deref()
-                .map(|n| format!(" ({n})"))
+                .map(|n| format!(" ({})", Shown(n)))
                 .unwrap_or_default();
             writeln!(out, "netns {}{name}", row.netns)?;
             writeln!(
@@ -138,21 +140,21 @@ fn write_human(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
         }
         let how = row.how.map(|h| h.as_str()).unwrap_or("-");
         let chain = if row.set {
-            format!("{} (set)", row.chain)
+            format!("{} (set)", Shown(&row.chain))
         } else {
-            row.chain.clone()
+            Shown(&row.chain).to_string()
         };
         let owner = if row.writers.is_empty() {
-            row.owner.clone()
+            Shown(&row.owner).to_string()
         } else {
-            format!("{} ({})", row.owner, row.writers.join(", "))
+            format!("{} ({})", Shown(&row.owner), Shown(&row.writers.join(", ")))
         };
         writeln!(
             out,
             "  {:<6} {:<6} {:<10} {:<28} {:<14} {:<8} {:>5}",
             row.backend.as_str(),
             row.family.as_str(),
-            row.table,
+            Shown(&row.table),
             chain,
             owner,
             how,
@@ -171,14 +173,14 @@ fn write_human(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
                 out,
                 "  netns {:<11} {:<14} {:>4} chains  {}{warn}",
                 o.netns,
-                o.owner,
+                Shown(&o.owner),
                 o.chains,
                 o.backends.join(", ")
             )?;
         }
     }
     for p in &r.problems {
-        writeln!(out, "problem: {p}")?;
+        writeln!(out, "problem: {}", Shown(p))?;
     }
     Ok(())
 }

@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use crate::cli::query::QueryArgs;
 use crate::output::{ChangeLine, Line};
+use crate::shown::escape;
 use crate::sinks::tail::human;
 use crate::store::{self, Selection, Stored};
 use crate::timestamp::Timestamp;
@@ -258,10 +259,11 @@ fn render(json: &str, colour: bool) -> String {
         let date = c.time.date();
         return format!("{date} {}", human::render(&Line::Change(c), colour));
     }
+    // Not a change: the fields people read, shown escaped (`crate::shown`).
     let Ok(v) = serde_json::from_str::<Value>(json) else {
-        return json.to_string();
+        return escape(json).into_owned();
     };
-    let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    let s = |k: &str| escape(v.get(k).and_then(Value::as_str).unwrap_or("")).into_owned();
     if s("kind") == "status" {
         let time = s("time");
         let clock = time.get(..26).unwrap_or(&time).replace('T', " ");
@@ -275,11 +277,25 @@ fn render(json: &str, colour: bool) -> String {
             s("id"),
             s("state"),
             s("type"),
-            v.get("severity")
-                .map(|x| x.as_str().map(str::to_string).unwrap_or(x.to_string()))
-                .unwrap_or_default(),
+            s("severity"),
             s("summary")
         );
     }
-    json.to_string()
+    escape(json).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_lines_are_shown_escaped() {
+        let incident = r#"{"kind":"incident","id":"i\u001b[2J","time":"2026-11-21T05:42:37.000000000Z","state":"open","type":"foreign_flush","severity":"warning","summary":"e\u001b]0;t\u0007 flushed \u202eX"}"#;
+        let line = render(incident, false);
+        assert!(!line.contains(['\x1b', '\x07', '\u{202e}']), "{line:?}");
+        assert!(line.contains("e\\x1b]0;t\\x07 flushed \\u202eX"), "{line}");
+        assert!(line.contains("INCIDENT i\\x1b[2J open"), "{line}");
+        // A row that is no line observer knows is shown escaped too.
+        assert_eq!(render("{\"x\":\"\u{9b}\"}", false), "{\"x\":\"\\u009b\"}");
+    }
 }

@@ -403,11 +403,12 @@ impl Printer {
         match (&mut self.screen, serde_json::from_value::<Line>(v)) {
             (Some(screen), Ok(r)) => screen.record(&r),
             (Some(screen), Err(e)) => {
-                // A newer daemon's line this version cannot draw: shown as sent, not dropped.
+                // A newer daemon's line this version cannot draw: shown as sent (escaped, as
+                // every text on the screen), not dropped.
                 tracing::debug!("drawing a line from the daemon: {e}");
-                screen
-                    .end_txn()
-                    .and_then(|_| writeln!(std::io::stdout().lock(), "{data}"))
+                screen.end_txn().and_then(|_| {
+                    writeln!(std::io::stdout().lock(), "{}", crate::shown::Shown(data))
+                })
             }
             (None, _) => {
                 let mut out = std::io::stdout().lock();

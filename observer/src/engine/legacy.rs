@@ -141,7 +141,7 @@ impl Engine {
                 }
             };
             for p in problems {
-                tracing::warn!("namespace {inode}: {p}");
+                tracing::warn!("namespace {inode}: {}", crate::shown::Shown(&p));
             }
             let Some(w) = self.watched.get_mut(&inode) else {
                 continue;

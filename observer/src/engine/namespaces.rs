@@ -53,7 +53,7 @@ impl Engine {
             Err(e) => return self.warn(format!("namespace {inode}: {e}")),
         };
         for p in &baseline.problems {
-            tracing::warn!("namespace {inode}: {p}");
+            tracing::warn!("namespace {inode}: {}", crate::shown::Shown(p));
         }
         if let Some(h) = self.hooks.as_mut() {
             h.mark_netns_seen(inode);
@@ -102,7 +102,10 @@ impl Engine {
             });
             match reader {
                 Ok(task) => watched.nft_reader = Some(task),
-                Err(e) => tracing::warn!("namespace {inode}: nftables reader: {e}"),
+                Err(e) => tracing::warn!(
+                    "namespace {inode}: nftables reader: {}",
+                    crate::shown::Shown(&e.to_string())
+                ),
             }
         }
         tracing::debug!(

@@ -45,6 +45,12 @@ pub struct Set {
     pub last: Option<Last>,
 }
 
+crate::output::people::texts!(Last: actor, comm, op);
+crate::output::people::texts!(Chain: name, head, rules, last);
+crate::output::people::texts!(Set: name, decl, elements, last);
+crate::output::people::texts!(Table: name, sets, chains);
+crate::output::people::texts!(Tables: tables);
+
 /// One table.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Table {

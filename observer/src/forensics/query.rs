@@ -108,6 +108,8 @@ pub fn at_text(at_ns: i64, seq: u64, states: &[State], holes: &[RecordGap]) -> S
         } else {
             ""
         };
+        // The ruleset as people read it: its names and rules shown escaped.
+        let st = &crate::output::people::for_people(st);
         out.push_str(&format!(
             "\n# {}, {} (from {}{maybe})\n",
             where_(st),
@@ -354,6 +356,7 @@ pub fn diff_text(from_ns: i64, to_ns: i64, diffs: &[Difference], holes: &[Record
         out.push_str("# nothing\n");
     }
     for d in diffs {
+        let d = &crate::output::people::for_people(d);
         let place = match &d.netns_name {
             Some(n) => n.clone(),
             None => d.netns.to_string(),
@@ -390,6 +393,17 @@ pub fn diff_text(from_ns: i64, to_ns: i64, diffs: &[Difference], holes: &[Record
     out
 }
 
+crate::output::people::texts!(
+    Difference: netns_name,
+    table,
+    chain,
+    change,
+    rules_added,
+    rules_removed,
+    head,
+    by
+);
+
 /// `FROM..TO` into two times.
 pub fn parse_range(s: &str) -> Result<(i64, i64), ForensicsError> {
     let (a, b) = s
@@ -409,6 +423,71 @@ mod tests {
         let (a, r) = multiset_diff(&s(&["x", "x", "y"]), &s(&["x", "z"]));
         assert_eq!(a, ["z"]);
         assert_eq!(r, ["x", "y"]);
+    }
+
+    #[test]
+    fn rulesets_and_differences_for_people_show_names_and_rules_escaped() {
+        use crate::forensics::model::{Chain, Last, Table, Tables};
+        use crate::ruleset::{Backend, Family};
+        let evil = "c\n\x1b[2J\u{202e}";
+        let shown = "c\\x0a\\x1b[2J\\u202e";
+        let last = Last {
+            seq: 3,
+            time: crate::timestamp::Timestamp::parse("2026-11-21T05:42:37.000000000Z").unwrap(),
+            actor: evil.into(),
+            comm: evil.into(),
+            pid: 9,
+            op: "rule_add".into(),
+        };
+        let mut table = Table::new(Family::Ip, evil);
+        table.chains.push(Chain {
+            name: evil.into(),
+            head: None,
+            rules: vec![format!("counter comment \"{evil}\"")],
+            last: Some(last.clone()),
+        });
+        let st = State {
+            netns: 7,
+            netns_name: Some(evil.into()),
+            backend: Backend::Nft,
+            snapshot_seq: None,
+            replayed: 1,
+            tables: Tables {
+                tables: vec![table],
+            },
+        };
+        let text = at_text(0, 3, std::slice::from_ref(&st));
+        // Only the renderer's own line ends and tabs are left.
+        assert!(!text.contains(['\x1b', '\u{202e}']), "{text:?}");
+        assert!(text.contains(&format!("\tchain {shown} {{\n")), "{text}");
+        assert!(text.contains(&format!("comment \"{shown}\"")), "{text}");
+        assert!(text.contains(&format!("namespace {shown} (7)")), "{text}");
+        assert!(
+            text.contains(&format!("last written by {shown} ({shown} 9)")),
+            "{text}"
+        );
+        let d = Difference {
+            netns: 7,
+            netns_name: Some(evil.into()),
+            backend: Backend::Nft,
+            family: Family::Ip,
+            table: evil.into(),
+            chain: Some(evil.into()),
+            change: "changed".into(),
+            rules_added: vec![evil.into()],
+            rules_removed: vec![],
+            reordered: false,
+            head: Some((None, Some(evil.into()))),
+            by: Some(last),
+        };
+        let text = diff_text(0, 1, &[d]);
+        assert!(!text.contains(['\x1b', '\u{202e}', '\t']), "{text:?}");
+        assert_eq!(
+            text.lines().count(),
+            4,
+            "no line of its own from a name: {text}"
+        );
+        assert!(text.contains(&format!("  + {shown}\n")), "{text}");
     }
 
     #[test]

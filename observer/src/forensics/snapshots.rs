@@ -252,6 +252,8 @@ pub struct State {
     pub tables: Tables,
 }
 
+crate::output::people::texts!(State: netns_name, tables);
+
 /// The last change at or before `at_ns` (0: none), or the snapshot standing for it.
 pub fn seq_at(conn: &Connection, at_ns: i64) -> Result<u64, ForensicsError> {
     let s: Option<i64> = conn.query_row(

@@ -84,6 +84,11 @@ pub struct ChainStory {
     pub end: Option<Chain>,
 }
 
+crate::output::people::texts!(Story: id, incident, states, changes, repairs, chains);
+crate::output::people::texts!(StateLine: summary);
+crate::output::people::texts!(Repair: owner, chains, repaired_by, change, failed);
+crate::output::people::texts!(ChainStory: table, chain, before, after, end);
+
 type ChainKey = (u32, Backend, Family, String, String);
 
 /// The story of incident `id`.
@@ -351,7 +356,10 @@ fn change_line(c: &ChangeLine) -> String {
 }
 
 /// The story for people: a timeline, then the chains before and after.
+///
+/// Its text is shown escaped (`crate::output::people`).
 pub fn story_text(s: &Story) -> String {
+    let s = &crate::output::people::for_people(s);
     let mut out = header(s);
     out.push_str("timeline\n");
     for (time, _, _, text) in &timeline(s) {

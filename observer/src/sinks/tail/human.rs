@@ -1,6 +1,7 @@
 //! Aligned, coloured lines for a person watching a terminal.
 
 use crate::output::line::{ChangeLine, IncidentLine, IncidentState, Line, Severity, StatusLine};
+use crate::output::people::for_people;
 use crate::ruleset::Op;
 use crate::timestamp::Timestamp;
 
@@ -32,8 +33,9 @@ fn paint(s: &str, colour: &str, on: bool) -> String {
     }
 }
 
+/// One line for a person: its text shown escaped (`crate::output::people`), then coloured.
 pub fn render(record: &Line, colour: bool) -> String {
-    match record {
+    match &for_people(record) {
         Line::Status(s) => status(s, colour),
         Line::Change(c) => change(c, colour),
         Line::Incident(i) => incident(i, colour),
@@ -218,6 +220,33 @@ mod tests {
             "nft 5 < admin.sh",
         ] {
             assert!(line.contains(part), "{part} missing in {line}");
+        }
+    }
+
+    #[test]
+    fn hostile_text_is_shown_escaped_and_colour_is_only_ours() {
+        let mut c = rec();
+        c.op = Op::RuleAdd;
+        c.rule = Some("-m comment --comment \"ok\x1b]0;t\x07\r\u{202e}\" -j ACCEPT".into());
+        c.process.comm = "e\x1b[31mvil".into();
+        c.process.actor = "e\x1b[31mvil".into();
+        let plain = render(&Line::Change(c.clone()), false);
+        assert!(!plain.chars().any(char::is_control), "{plain:?}");
+        assert!(
+            plain.contains("--comment \"ok\\x1b]0;t\\x07\\x0d\\u202e\""),
+            "{plain}"
+        );
+        assert!(plain.contains("by e\\x1b[31mvil"), "{plain}");
+        // In colour, every ESC left starts one of observer's own colours.
+        let coloured = render(&Line::Change(c), true);
+        for (i, _) in coloured.match_indices('\x1b') {
+            let code = &coloured[i..];
+            assert!(
+                [RESET, DIM, BOLD, GREEN]
+                    .iter()
+                    .any(|k| code.starts_with(k)),
+                "{coloured:?}"
+            );
         }
     }
 

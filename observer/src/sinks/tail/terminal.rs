@@ -5,6 +5,10 @@
 //!
 //! Lines are fitted to the terminal here too ([`cut`], [`strip_escapes`]).
 //!
+//! A log event can name what a namespace observer does not trust named (a chain, a comm, a
+//! decoder's complaint about a table): its text is shown escaped here ([`log_text`]) before it
+//! goes to stderr or the terminal.
+//!
 //! The tail's screen publishes its footer here ([`Shared::footer`]) while it holds the lock;
 //! the log's writer ([`LogWriter`]) takes the same lock, so the two never interleave.
 
@@ -56,7 +60,7 @@ impl Drop for LogWriter {
         if self.buf.is_empty() {
             return;
         }
-        let text = String::from_utf8_lossy(&self.buf).into_owned();
+        let text = log_text(&self.buf);
         let shared = lock();
         // A footer is only drawn on a terminal; the log goes above it only when it would go
         // to that same terminal (stderr not sent elsewhere).
@@ -67,10 +71,31 @@ impl Drop for LogWriter {
                 let _ = out.flush();
             }
             _ => {
-                let _ = io::stderr().lock().write_all(&self.buf);
+                let _ = io::stderr().lock().write_all(text.as_bytes());
             }
         }
     }
+}
+
+/// A log event's text as it may reach a terminal. tracing-subscriber (0.3.20 on) escapes ESC
+/// in the values it formats, so an ESC left in the text starts its own colouring, kept; every
+/// other control character (a CR or newline inside a name, a bidi override, a BEL) is shown
+/// escaped ([`crate::shown`]), a byte that is not UTF-8 as `\xNN`, and the event's closing
+/// newline is kept.
+fn log_text(buf: &[u8]) -> String {
+    let (body, end) = match buf.strip_suffix(b"\n") {
+        Some(b) => (b, "\n"),
+        None => (buf, ""),
+    };
+    let mut out = String::with_capacity(buf.len());
+    for (i, part) in body.split(|&b| b == 0x1b).enumerate() {
+        if i > 0 {
+            out.push('\x1b');
+        }
+        out.push_str(&crate::shown::escape_bytes(part));
+    }
+    out.push_str(end);
+    out
 }
 
 /// The bytes that put the log `text` on lines of its own above `footer`: the footer's line
@@ -145,6 +170,17 @@ mod tests {
             out,
             "\r\x1b[2K WARN namespace 402…\nsecond\n open incidents: 0 "
         );
+    }
+
+    #[test]
+    fn a_log_event_keeps_its_colour_and_newline_and_nothing_else() {
+        let raw = "\x1b[33m WARN\x1b[0m chain a\rb\nc \u{202e}x\x07 gone\n";
+        assert_eq!(
+            log_text(raw.as_bytes()),
+            "\x1b[33m WARN\x1b[0m chain a\\x0db\\x0ac \\u202ex\\x07 gone\n"
+        );
+        assert_eq!(log_text(b"plain"), "plain");
+        assert_eq!(log_text(b"bad \xff byte\n"), "bad \\xff byte\n");
     }
 
     #[test]

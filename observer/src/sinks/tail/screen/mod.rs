@@ -13,6 +13,7 @@ use super::terminal::{cut, strip_escapes};
 use crate::output::line::{
     node_label, ChangeLine, IncidentLine, IncidentState, Line, Severity, StatusLine, StatusState,
 };
+use crate::output::people::for_people;
 use crate::ruleset::{Backend, Op};
 use crate::timestamp::Timestamp;
 
@@ -161,9 +162,11 @@ impl<W: Write> Screen<W> {
         self
     }
 
-    /// Take one record. Changes wait for the end of their transaction when grouping.
+    /// Take one record. Changes wait for the end of their transaction when grouping. Its text
+    /// is shown escaped (`crate::output::people`), whatever the lines make of it below.
     pub fn record(&mut self, r: &Line) -> io::Result<()> {
-        let node = match r {
+        let shown = for_people(r);
+        let node = match &shown {
             Line::Change(c) => c.node.as_deref(),
             Line::Incident(i) => i.node.as_deref(),
             Line::Status(_) => None,
@@ -172,7 +175,7 @@ impl<W: Write> Screen<W> {
             let w = node_label(n).chars().count().min(NODE_WIDTH_MAX);
             self.node_width = self.node_width.max(w);
         }
-        match r {
+        match &shown {
             Line::Change(c) => {
                 self.count_change(c);
                 if self.opt.incidents_only {

@@ -415,3 +415,64 @@ fn fleet_nodes_are_told_apart_by_their_first_label_whole() {
     let line = draw(o, &[Line::Incident(i)]);
     assert!(line[0].contains("ip-10-0-1-23/blue"), "{line:#?}");
 }
+
+#[test]
+fn hostile_text_is_shown_escaped_in_every_part_of_the_screen() {
+    let evil = "e\x1b[31mv\r\u{202e}";
+    let shown = "e\\x1b[31mv\\x0d\\u202e";
+    let mut a = change(3, "t", Op::ChainFlush, evil, None);
+    a.process.actor = evil.into();
+    a.process.parent_comm = Some(evil.into());
+    a.netns_name = Some(evil.into());
+    let mut b = change(
+        4,
+        "t",
+        Op::RuleAdd,
+        "X",
+        Some("-m comment --comment \"\x1b]0;t\x07\""),
+    );
+    b.process = a.process.clone();
+    let mut i = incident(IncidentState::Open);
+    i.owner = evil.into();
+    i.actors = vec![evil.into()];
+    i.summary = format!("{evil} flushed the chains of 2 owners.");
+    i.events = vec![3];
+    for width in [None, Some(200), Some(80)] {
+        let mut opt = opts(width);
+        opt.colour = true;
+        let records = [
+            Line::Change(a.clone()),
+            Line::Change(b.clone()),
+            Line::Incident(i.clone()),
+        ];
+        let lines = draw(opt.clone(), &records);
+        let text = lines.join("\n");
+        // Colour is on: every ESC left starts one of the screen's own codes.
+        for (at, _) in text.match_indices('\x1b') {
+            assert!(
+                [RESET, DIM, BOLD, RED, GREEN, YELLOW, BLUE, CYAN, MAGENTA, REVERSE]
+                    .iter()
+                    .any(|k| text[at..].starts_with(k)),
+                "{width:?}: {text:?}"
+            );
+        }
+        assert!(!text.contains(['\r', '\u{202e}', '\x07']), "{text:?}");
+        if width.is_none() {
+            assert!(
+                text.contains(&format!("writer: iptables-restor 4121 < {shown}")),
+                "{text}"
+            );
+            assert!(text.contains("--comment \"\\x1b]0;t\\x07\""), "{text}");
+            assert!(
+                text.contains(&format!("owner {shown} · by {shown}")),
+                "{text}"
+            );
+        }
+        opt.incidents_only = true;
+        let compact = draw(opt, &records).join("\n");
+        if width.is_none() {
+            assert!(compact.contains(&format!("{shown} ← {shown}")), "{compact}");
+        }
+        assert!(!compact.contains(['\r', '\u{202e}']), "{compact:?}");
+    }
+}
