@@ -270,8 +270,43 @@ fn wake_flags() -> u64 {
     RB_FORCE_WAKEUP
 }
 
+/// True when the reader has read everything the ring holds (`BPF_RB_AVAIL_DATA` is 0): it is
+/// idle, or about to be, and a record committed now without a wakeup would wait for its
+/// linger read.
+pub(crate) fn reader_idle() -> bool {
+    EVENTS.query(0) == 0
+}
+
+/// The commit flags of a record that nothing else asks the reader for (a table replace):
+/// found idle (by [`reader_idle`], asked before the record's pieces went in), the reader is
+/// woken at once; otherwise it is reading, or reads again within its linger, as for every
+/// record ([`wake_flags`]).
+fn wake_flags_if_idle(idle: bool) -> u64 {
+    if !idle {
+        return wake_flags();
+    }
+    // SAFETY: no preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    if let Some(last) = LAST_WAKE.get_ptr_mut(0) {
+        // SAFETY: the map's only slot, as in `wake_flags`.
+        unsafe { *last = now };
+    }
+    RB_FORCE_WAKEUP
+}
+
 fn output<T: 'static>(event: &Event<T>) {
     if EVENTS.output::<Event<T>>(event, wake_flags()).is_err() {
+        count_drop(DROP_RINGBUF);
+    }
+}
+
+/// [`output`] for a record whose line waits for nothing else: the reader, found idle before
+/// the record was begun (`idle`), reads it at once.
+pub(crate) fn output_waking<T: 'static>(event: &Event<T>, idle: bool) {
+    if EVENTS
+        .output::<Event<T>>(event, wake_flags_if_idle(idle))
+        .is_err()
+    {
         count_drop(DROP_RINGBUF);
     }
 }
