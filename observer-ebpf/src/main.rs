@@ -270,29 +270,27 @@ fn wake_flags() -> u64 {
     RB_FORCE_WAKEUP
 }
 
-/// True when the reader has read everything the ring holds (`BPF_RB_AVAIL_DATA` is 0): it is
-/// idle, or about to be, and a record committed now without a wakeup would wait for its
-/// linger read.
-pub(crate) fn reader_idle() -> bool {
-    EVENTS.query(0) == 0
-}
-
-/// The commit flags of a record that nothing else asks the reader for (a table replace):
-/// found idle (by [`reader_idle`], asked before the record's pieces went in), the reader is
-/// woken at once; otherwise it is reading, or reads again within its linger, as for every
-/// record ([`wake_flags`]).
-fn wake_flags_if_idle(idle: bool) -> u64 {
-    if !idle {
-        return wake_flags();
-    }
+/// The commit flags of a record whose line waits for nothing else (a table replace): the
+/// reader is woken at once, unless a wakeup was given within the last
+/// [`CHANGE_WAKE_GAP_NS`] (a burst: the reader is reading, and reads again within its linger).
+fn change_wake_flags() -> u64 {
     // SAFETY: no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
-    if let Some(last) = LAST_WAKE.get_ptr_mut(0) {
-        // SAFETY: the map's only slot, as in `wake_flags`.
-        unsafe { *last = now };
+    let Some(last) = LAST_WAKE.get_ptr_mut(0) else {
+        return 0;
+    };
+    // SAFETY: the map's only slot, as in `wake_flags`.
+    unsafe {
+        if now >= *last && now - *last < CHANGE_WAKE_GAP_NS {
+            return RB_NO_WAKEUP;
+        }
+        *last = now;
     }
     RB_FORCE_WAKEUP
 }
+
+/// How close after a wakeup a change's record is taken to be part of the same burst.
+const CHANGE_WAKE_GAP_NS: u64 = 250_000;
 
 fn output<T: 'static>(event: &Event<T>) {
     if EVENTS.output::<Event<T>>(event, wake_flags()).is_err() {
@@ -300,11 +298,11 @@ fn output<T: 'static>(event: &Event<T>) {
     }
 }
 
-/// [`output`] for a record whose line waits for nothing else: the reader, found idle before
-/// the record was begun (`idle`), reads it at once.
-pub(crate) fn output_waking<T: 'static>(event: &Event<T>, idle: bool) {
+/// [`output`] for a record whose line waits for nothing else: the reader reads it at once,
+/// unless it came in a burst ([`change_wake_flags`]).
+pub(crate) fn output_change<T: 'static>(event: &Event<T>) {
     if EVENTS
-        .output::<Event<T>>(event, wake_flags_if_idle(idle))
+        .output::<Event<T>>(event, change_wake_flags())
         .is_err()
     {
         count_drop(DROP_RINGBUF);

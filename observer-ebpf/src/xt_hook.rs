@@ -26,8 +26,8 @@ use observer_common::{
 };
 
 use crate::{
-    count_drop, fill_args, fill_process, header, offsets, opaque, output_waking, read_at,
-    reader_idle, verifier_bound, EVENTS, RB_NO_WAKEUP, SEEN_NETNS, XT_BLOB_MAX,
+    count_drop, fill_args, fill_process, header, offsets, opaque, output_change, read_at,
+    verifier_bound, EVENTS, RB_NO_WAKEUP, SEEN_NETNS, XT_BLOB_MAX,
 };
 
 /// A replace seen at function entry (kprobe), until the function returns (kretprobe).
@@ -122,9 +122,6 @@ pub fn report(pending: &Pending, sock_netns: u32, ret: i64, source: u32) {
         blob_len: 0,
         blob_state: BLOB_NONE,
     };
-    // Asked before the table's pieces go into the ring: they are never announced, and the
-    // reader, idle before them, reads the whole at once.
-    let idle = reader_idle();
     fill_process(&mut event.data.process);
     event.data.args_len = fill_args(&mut event.data.args);
     if ret == 0 {
@@ -143,7 +140,7 @@ pub fn report(pending: &Pending, sock_netns: u32, ret: i64, source: u32) {
     if event.data.process.netns != 0 {
         let _ = SEEN_NETNS.insert(event.data.process.netns, 1, 0);
     }
-    output_waking(event, idle);
+    output_change(event);
 }
 
 /// Copy the replace struct the writer handed to the kernel into `XtBlob` records, in order,
