@@ -456,7 +456,7 @@ mod tests {
                 tables: vec![table],
             },
         };
-        let text = at_text(0, 3, std::slice::from_ref(&st));
+        let text = at_text(0, 3, std::slice::from_ref(&st), &[]);
         // Only the renderer's own line ends and tabs are left.
         assert!(!text.contains(['\x1b', '\u{202e}']), "{text:?}");
         assert!(text.contains(&format!("\tchain {shown} {{\n")), "{text}");
@@ -480,7 +480,7 @@ mod tests {
             head: Some((None, Some(evil.into()))),
             by: Some(last),
         };
-        let text = diff_text(0, 1, &[d]);
+        let text = diff_text(0, 1, &[d], &[]);
         assert!(!text.contains(['\x1b', '\u{202e}', '\t']), "{text:?}");
         assert_eq!(
             text.lines().count(),
