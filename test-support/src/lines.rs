@@ -9,6 +9,17 @@ use serde_json::Value;
 /// How long [`wait_for`] waits for a line.
 pub const WAIT: Duration = Duration::from_secs(20);
 
+/// The comms of a change line's `process.ancestry`, nearest first (`""` for one without a comm,
+/// so that positions hold).
+pub fn ancestry_comms(line: &Value) -> Vec<&str> {
+    line["process"]["ancestry"]
+        .as_array()
+        .expect("ancestry")
+        .iter()
+        .map(|a| a["comm"].as_str().unwrap_or(""))
+        .collect()
+}
+
 /// A TCP port free on 127.0.0.1 at this moment.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

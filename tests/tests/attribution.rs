@@ -6,7 +6,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
 use serde_json::Value;
-use test_support::{skip_unless, Netns, Observer};
+use test_support::{ancestry_comms, skip_unless, Netns, Observer};
 
 const WAIT: u64 = 20;
 
@@ -387,12 +387,7 @@ fn the_actor_is_found_above_shells_and_wrappers_with_its_ancestry() {
         w.name.as_str(),
         "the component, not a wrapper: {v}"
     );
-    let chain: Vec<&str> = p["ancestry"]
-        .as_array()
-        .expect("ancestry")
-        .iter()
-        .map(|a| a["comm"].as_str().unwrap_or(""))
-        .collect();
+    let chain = ancestry_comms(&v);
     // The way to the actor, then on above it (the test that ran the component).
     assert_eq!(
         chain.get(..4),
@@ -634,12 +629,7 @@ fn a_script_run_parts_runs_is_named_after_the_tool_that_ran_it() {
     assert_eq!(p["comm"], "iptables-restor", "{v}");
     assert_eq!(p["parent_comm"], "15-ip4tables", "{v}");
     assert_eq!(p["actor"], "netfilter-persistent", "{v}");
-    let chain: Vec<&str> = p["ancestry"]
-        .as_array()
-        .expect("ancestry")
-        .iter()
-        .map(|a| a["comm"].as_str().unwrap_or(""))
-        .collect();
+    let chain = ancestry_comms(&v);
     assert_eq!(
         chain.get(..3),
         Some(&["15-ip4tables", "run-parts", "netfilter-persi"][..]),

@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use test_support::{skip_unless, KilledOnDrop, Netns, Observer, Writer};
+use test_support::{ancestry_comms, skip_unless, KilledOnDrop, Netns, Observer, Writer};
 
 const WAIT: u64 = 40;
 
@@ -615,12 +615,7 @@ fn fail2ban_scenario(tag: &str, banaction: &str, steps: Steps) {
     // Through `sh -c` and from any of its threads: fail2ban-server, never `sh`.
     assert_actors(&obs, &ns, &["fail2ban-server"]);
     let v = stopped;
-    let ancestry: Vec<&str> = v["process"]["ancestry"]
-        .as_array()
-        .expect("ancestry")
-        .iter()
-        .filter_map(|a| a["comm"].as_str())
-        .collect();
+    let ancestry = ancestry_comms(&v);
     // The way to the actor, then what is above it (the test that started the server).
     assert_eq!(
         ancestry.get(..2),
