@@ -15,7 +15,7 @@ mod forms;
 mod summary;
 
 pub use forms::{RuleForms, RuleSyntax};
-pub use summary::{settle_flushes, settle_set_flushes, summarize, FlushEvidence};
+pub use summary::{plural, settle_flushes, settle_set_flushes, summarize, FlushEvidence};
 
 /// Which kernel subsystem holds the ruleset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

@@ -119,7 +119,7 @@ fn summarize_table(
             forms,
             position: None,
             fingerprint: None,
-            detail: Some(plural(idx.len(), "rule deleted", "rules deleted")),
+            detail: Some(plural(idx.len() as u64, "rule deleted", "rules deleted")),
             ..template
         });
     }
@@ -303,7 +303,7 @@ fn pair_replacements(changes: &mut [Option<Change>]) {
 }
 
 /// `1 rule deleted`, `3 rules deleted`.
-fn plural(n: usize, one: &str, many: &str) -> String {
+pub fn plural(n: u64, one: &str, many: &str) -> String {
     if n == 1 {
         format!("1 {one}")
     } else {

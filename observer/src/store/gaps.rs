@@ -8,6 +8,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 
 use super::StoreError;
+use crate::ruleset::plural;
 use crate::timestamp::Timestamp;
 
 pub(crate) const GAPS_SCHEMA: &str = "
@@ -104,10 +105,6 @@ fn min_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     }
-}
-
-fn plural(n: u64, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 /// Add a gap row (in the caller's transaction).
