@@ -35,5 +35,5 @@ pub mod testing;
 mod tests;
 
 pub use compat::xt_syntax;
-pub use model::{generation, state, Dump};
+pub use model::{generation, rule_positions_told, state, Dump};
 pub use netlink::decode;

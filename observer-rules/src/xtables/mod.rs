@@ -33,7 +33,7 @@ mod tests;
 
 pub use decode::decode_replace;
 pub use diff::diff;
-pub(crate) use render::{ext_text, proto_name};
+pub(crate) use render::{ext_text, ext_text_named, proto_name};
 
 /// Which x_tables family a table belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

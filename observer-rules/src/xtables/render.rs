@@ -41,6 +41,7 @@ pub(crate) fn rule_text(table: &XtTable, rule: &XtRule) -> String {
     let cx = Cx {
         table,
         proto: table.proto,
+        sets: None,
     };
     for m in e.matches() {
         let start = out.len();
@@ -65,6 +66,7 @@ fn arp_rule(out: &mut String, table: &XtTable, e: &Entry<'_>, verdict: Verdict, 
     let cx = Cx {
         table,
         proto: table.proto,
+        sets: None,
     };
     let mut t = String::new();
     target(&mut t, &cx, e, verdict);
@@ -417,6 +419,19 @@ pub(crate) fn ext_text(
     revision: u8,
     data: &[u8],
 ) -> Option<String> {
+    ext_text_named(proto, is_match, name, revision, data, None)
+}
+
+/// [`ext_text`], with the names of the ipsets a `set` match or a `SET` target refers to by
+/// index (`#<index>` where `sets` has none).
+pub(crate) fn ext_text_named(
+    proto: XtProto,
+    is_match: bool,
+    name: &str,
+    revision: u8,
+    data: &[u8],
+    sets: Option<&dyn Fn(u16) -> Option<String>>,
+) -> Option<String> {
     let table = XtTable {
         proto,
         name: String::new(),
@@ -429,6 +444,7 @@ pub(crate) fn ext_text(
     let cx = Cx {
         table: &table,
         proto,
+        sets,
     };
     let ext = Ext {
         name: name.as_bytes(),

@@ -12,6 +12,8 @@ use super::{XtProto, XtTable};
 pub(super) struct Cx<'a> {
     pub table: &'a XtTable,
     pub proto: XtProto,
+    /// Names of ipsets the table does not hold (a rule of iptables-nft's, printed alone).
+    pub sets: Option<&'a dyn Fn(u16) -> Option<String>>,
 }
 
 /// `inet_ntop` for IPv6: like Rust's `Display`, except that glibc also writes an IPv4-compatible

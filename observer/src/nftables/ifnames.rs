@@ -29,11 +29,15 @@ const IFINFOMSG_LEN: usize = 16;
 /// Names kept per namespace; a node with more interfaces only looks some up again.
 const CACHE: usize = 1024;
 
-/// The interface names of one namespace, looked up on demand.
+/// The interface names of one namespace, looked up on demand; and its ipsets' names.
 pub struct IfNames {
     sock: Socket,
     cache: LruCache<u32, Option<String>>,
     seq: u32,
+    /// An AF_INET socket of the namespace, for `SO_IP_SET` (none without CAP_NET_RAW: set
+    /// references then print as `#<index>`). Not cached: an index is reused once its set is
+    /// destroyed, which the kernel allows only when no rule refers to it any more.
+    ipset: Option<crate::xtables::sockopt::IpsetSocket>,
 }
 
 impl std::fmt::Debug for IfNames {
@@ -50,10 +54,14 @@ impl IfNames {
         let mut sock = Socket::new(NETLINK_ROUTE)?;
         sock.bind_auto()?;
         sock.connect(&SocketAddr::new(0, 0))?;
+        let ipset = crate::xtables::sockopt::IpsetSocket::open()
+            .map_err(|e| tracing::debug!("no ipset names in this namespace: {e}"))
+            .ok();
         Ok(IfNames {
             sock,
             cache: LruCache::new(NonZeroUsize::new(CACHE).expect("non-zero")),
             seq: 0,
+            ipset,
         })
     }
 
@@ -132,6 +140,10 @@ impl InterfaceNames for IfNames {
 
     fn clear(&mut self) {
         IfNames::clear(self)
+    }
+
+    fn ipset(&mut self, index: u16) -> Option<String> {
+        self.ipset.as_mut()?.name(index)
     }
 }
 

@@ -328,6 +328,64 @@ pub(crate) fn getsockopt(
     Ok(len as usize)
 }
 
+/// An AF_INET socket of one namespace, for name look-ups by index, and the kernel's ipset
+/// protocol version once it has answered (it cannot before `ip_set` is loaded, which the first
+/// `ipset` command does, so a failed ask is asked again).
+pub(crate) struct IpsetSocket {
+    fd: OwnedFd,
+    version: Option<u32>,
+}
+
+impl IpsetSocket {
+    /// Open it in the calling thread's namespace.
+    pub(crate) fn open() -> Result<IpsetSocket, XtError> {
+        Ok(IpsetSocket {
+            fd: raw_socket(libc::AF_INET)?,
+            version: None,
+        })
+    }
+
+    /// The name of the ipset at `index`, if one is there.
+    pub(crate) fn name(&mut self, index: u16) -> Option<String> {
+        let version = match self.version {
+            Some(v) => v,
+            None => {
+                let v = ipset_version(&self.fd)
+                    .map_err(|e| tracing::debug!("ipset version query failed: {e}"))
+                    .ok()?;
+                *self.version.insert(v)
+            }
+        };
+        ipset_by_index(&self.fd, version, index)
+    }
+}
+
+/// The ipset protocol version of `sock`'s kernel.
+fn ipset_version(sock: &OwnedFd) -> io::Result<u32> {
+    let mut req = [0u8; 8];
+    req[..4].copy_from_slice(&IP_SET_OP_VERSION.to_ne_bytes());
+    getsockopt(sock, SOL_IP, SO_IP_SET, &mut req)?;
+    Ok(u32::from_ne_bytes([req[4], req[5], req[6], req[7]]))
+}
+
+/// The name of the ipset at `index` in `sock`'s namespace, if one is there.
+fn ipset_by_index(sock: &OwnedFd, version: u32, index: u16) -> Option<String> {
+    let mut req = [0u8; 8 + IPSET_MAXNAMELEN];
+    req[..4].copy_from_slice(&IP_SET_OP_GET_BYINDEX.to_ne_bytes());
+    req[4..8].copy_from_slice(&version.to_ne_bytes());
+    req[8..10].copy_from_slice(&index.to_ne_bytes());
+    match getsockopt(sock, SOL_IP, SO_IP_SET, &mut req) {
+        Ok(_) => {
+            let name = cstr(&req[8..]);
+            (!name.is_empty()).then(|| String::from_utf8_lossy(name).into_owned())
+        }
+        Err(e) => {
+            tracing::debug!("ipset index {index}: {e}");
+            None
+        }
+    }
+}
+
 /// Resolve ipset indices to names through `SO_IP_SET` (what `iptables-save` does) on `sock` (an
 /// AF_INET socket of the table's namespace; one is opened in the calling thread's namespace
 /// when `None`). Indices that cannot be resolved are left out; the renderer then prints
@@ -345,26 +403,16 @@ fn ipset_names(sock: Option<&OwnedFd>, indices: &[u16]) -> HashMap<u16, String> 
             Err(_) => return out,
         },
     };
-    let mut req = [0u8; 8];
-    req[..4].copy_from_slice(&IP_SET_OP_VERSION.to_ne_bytes());
-    if let Err(e) = getsockopt(sock, SOL_IP, SO_IP_SET, &mut req) {
-        tracing::debug!("ipset version query failed: {e}");
-        return out;
-    }
-    let version = u32::from_ne_bytes([req[4], req[5], req[6], req[7]]);
+    let version = match ipset_version(sock) {
+        Ok(v) => v,
+        Err(e) => {
+            tracing::debug!("ipset version query failed: {e}");
+            return out;
+        }
+    };
     for &index in indices {
-        let mut req = [0u8; 8 + IPSET_MAXNAMELEN];
-        req[..4].copy_from_slice(&IP_SET_OP_GET_BYINDEX.to_ne_bytes());
-        req[4..8].copy_from_slice(&version.to_ne_bytes());
-        req[8..10].copy_from_slice(&index.to_ne_bytes());
-        match getsockopt(sock, SOL_IP, SO_IP_SET, &mut req) {
-            Ok(_) => {
-                let name = cstr(&req[8..]);
-                if !name.is_empty() {
-                    out.insert(index, String::from_utf8_lossy(name).into_owned());
-                }
-            }
-            Err(e) => tracing::debug!("ipset index {index}: {e}"),
+        if let Some(name) = ipset_by_index(sock, version, index) {
+            out.insert(index, name);
         }
     }
     out

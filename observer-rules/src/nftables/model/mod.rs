@@ -12,3 +12,4 @@ mod txn;
 mod txn_apply;
 
 pub use dump::Dump;
+pub use txn_apply::rule_positions_told;

@@ -23,6 +23,18 @@ use crate::nftables::netlink::decode::{
 };
 use crate::ruleset::{Change, Family, Op};
 
+/// Whether this kernel has said where a new rule went (`NLM_F_APPEND` or `NFTA_RULE_POSITION`
+/// in a rule notification) since the process started. Kernels before 6.1 (5.10 among the
+/// tested ones) send neither: every rule then reads as inserted first, so the order held for
+/// the rules added since is not the kernel's.
+static RULE_POSITIONS_TOLD: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// See [`RULE_POSITIONS_TOLD`].
+pub fn rule_positions_told() -> bool {
+    RULE_POSITIONS_TOLD.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 impl Txn {
     pub(crate) fn apply(mut self, st: &mut NftState, items: Vec<Notification>) -> Vec<Change> {
         for n in items {
@@ -141,6 +153,9 @@ impl Txn {
         self.touch_rules(st, &key);
         match verb {
             Verb::New => {
+                if r.append || r.position.is_some() {
+                    RULE_POSITIONS_TOLD.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
                 let t = st.table_mut(r.family, &r.table);
                 let rs = t.rule_state(&r);
                 let c = chain_entry(t, r.family, &r.table, &r.chain);

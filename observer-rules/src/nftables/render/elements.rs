@@ -93,12 +93,15 @@ fn items(set: &Set, elems: &[&Element], key: &[(Ty, Order)], sizes: &[usize]) ->
         });
     let data_ty = data_ty.as_deref();
     let mut sorted: Vec<&Element> = elems.to_vec();
-    // nft sorts by value: a key whose parts are all host-order (strings are too) compares as
-    // one host-order number, from its last byte; the catch-all element comes last.
-    let host = !key.is_empty()
-        && key
-            .iter()
-            .all(|(ty, order)| *order == Order::Host || *ty == Ty::Ifname);
+    // nft sorts by value (its mergesort): a single key by its own value; a concatenation, or a
+    // key in host order (strings are too), as one host-order number of all its bytes, from the
+    // last byte (`{ 10.0.0.1 . 22, 192.168.0.1 . 22, 10.0.0.1 . 443 }`: the port first). The
+    // catch-all element comes last.
+    let host = key.len() > 1
+        || (!key.is_empty()
+            && key
+                .iter()
+                .all(|(ty, order)| *order == Order::Host || *ty == Ty::Ifname));
     // Flag words come in nft's order for them: by their lowest flag, more flags first (`{ fin
     // | ack, fin, syn | ack, syn }`): the bits reversed, descending.
     let flags = match key.as_slice() {

@@ -13,12 +13,18 @@
 use std::any::Any;
 use std::cell::RefCell;
 
-/// Where interface names come from: a namespace's link table, looked up on demand.
+/// Where interface names come from: a namespace's link table, looked up on demand; and the
+/// names of the namespace's ipsets, which iptables-nft's `-m set` and `-j SET` refer to by
+/// index (as the legacy tables do; `iptables-nft-save` asks the kernel for the name).
 pub trait InterfaceNames: std::fmt::Debug + Send + 'static {
     /// The name of interface `index`, if it exists.
     fn name(&mut self, index: u32) -> Option<String>;
     /// Forget cached names (after a re-read: interfaces may have been renamed).
     fn clear(&mut self) {}
+    /// The name of the ipset at `index`, if one is there.
+    fn ipset(&mut self, _index: u16) -> Option<String> {
+        None
+    }
 }
 
 /// A lent [`InterfaceNames`], boxed so that the thread can hold any kind, and given back as
@@ -26,6 +32,7 @@ pub trait InterfaceNames: std::fmt::Debug + Send + 'static {
 pub(crate) trait Lent: std::fmt::Debug + Send {
     fn name(&mut self, index: u32) -> Option<String>;
     fn clear(&mut self);
+    fn ipset(&mut self, index: u16) -> Option<String>;
     fn into_any(self: Box<Self>) -> Box<dyn Any>;
 }
 
@@ -35,6 +42,9 @@ impl<T: InterfaceNames> Lent for T {
     }
     fn clear(&mut self) {
         InterfaceNames::clear(self)
+    }
+    fn ipset(&mut self, index: u16) -> Option<String> {
+        InterfaceNames::ipset(self, index)
     }
     fn into_any(self: Box<Self>) -> Box<dyn Any> {
         self
@@ -70,6 +80,12 @@ pub(crate) fn scope_lent<R>(names: &mut Option<Box<dyn Lent>>, f: impl FnOnce() 
     f()
 }
 
+/// The name of the ipset at `index` in the namespace being decoded, when known (outside a
+/// scope, or when no set is there, the rule prints `#<index>`).
+pub fn ipset_lookup(index: u16) -> Option<String> {
+    CURRENT.with(|c| c.borrow_mut().as_mut().and_then(|n| n.ipset(index)))
+}
+
 /// The name of interface `index` in the namespace being decoded, when known.
 pub fn lookup(index: u32) -> Option<String> {
     if index == 1 {
@@ -90,6 +106,9 @@ mod tests {
             self.0 += 1;
             (index == 7).then(|| "eth0".to_string())
         }
+        fn ipset(&mut self, index: u16) -> Option<String> {
+            (index == 2).then(|| "KUBE-DST-ABC".to_string())
+        }
     }
 
     #[test]
@@ -106,5 +125,13 @@ mod tests {
             "the scope hands the names back"
         );
         assert_eq!(lookup(7), None);
+    }
+
+    #[test]
+    fn ipset_names_are_asked_of_the_lent_names() {
+        assert_eq!(ipset_lookup(2), None, "outside a scope");
+        let mut names = Some(Fixed(0));
+        let got = scope(&mut names, || (ipset_lookup(2), ipset_lookup(3)));
+        assert_eq!(got, (Some("KUBE-DST-ABC".into()), None));
     }
 }

@@ -174,21 +174,24 @@ impl<'a> Renderer<'a> {
                         killed[j] = true;
                         deps.remove(layer);
                         // icmp implies ipv4 and icmpv6 ipv6: nft drops that dependency too.
-                        let implied = match (layer, proto) {
-                            (Layer::L4, 1) => Some(2),
-                            (Layer::L4, 58) => Some(10),
-                            _ => None,
-                        };
-                        if let Some(&(k, l3)) = deps.get(&Layer::L3) {
-                            if Some(l3) == implied {
-                                killed[k] = true;
-                                deps.remove(&Layer::L3);
-                            }
+                        if *layer == Layer::L4 {
+                            kill_implied_l3(&mut deps, &mut killed, *proto);
                         }
                     }
                 }
             }
             if let Some((layer, proto)) = s.dep {
+                // In inet tables, `meta l4proto ipv6-icmp` says the packet is IPv6 (and `icmp`
+                // IPv4): nft hides a `meta nfproto` of that protocol before it, and keeps one of
+                // the other protocol.
+                if layer == Layer::L4 && s.dep_base.is_none() && self.family == NFPROTO_INET {
+                    let meta_l3 = deps
+                        .get(&Layer::L3)
+                        .is_some_and(|&(k, _)| self.stmts[k].dep_base.is_none());
+                    if meta_l3 {
+                        kill_implied_l3(&mut deps, &mut killed, proto);
+                    }
+                }
                 deps.insert(layer, (i, proto));
             }
             if !s.is_match {
@@ -340,21 +343,13 @@ impl<'a> Renderer<'a> {
                     }
                 }
                 let f = self.field(src);
-                let (m, x) = (
-                    mask_text(f.ty, f.order, mask),
-                    values::format(f.ty, f.order, xor),
+                let text = mask_xor_text(
+                    &f.text,
+                    mask,
+                    xor,
+                    |m| mask_text(f.ty, f.order, m),
+                    |x| values::format(f.ty, f.order, x),
                 );
-                let inverse =
-                    mask.len() == xor.len() && mask.iter().zip(xor).all(|(a, b)| *a == !b);
-                let text = if xor.iter().all(|b| *b == 0) {
-                    format!("{} & {m}", f.text)
-                } else if inverse {
-                    format!("{} | {x}", f.text)
-                } else if mask.iter().all(|b| *b == 0xff) {
-                    format!("{} ^ {x}", f.text)
-                } else {
-                    format!("({} & {m}) ^ {x}", f.text)
-                };
                 Field { text, ..f }
             }
             Val::Shift { src, left, n } => {
@@ -490,22 +485,99 @@ impl<'a> Renderer<'a> {
             Val::Imm(b) => values::format(f.ty, f.order, b),
             Val::Bits { src, mask, xor } => {
                 let s = self.field(src).text;
-                let m = values::format(Ty::Hex, f.order, mask);
-                let x = values::format(Ty::Hex, f.order, xor);
-                let zero = xor.iter().all(|b| *b == 0);
-                let inverse =
-                    mask.len() == xor.len() && mask.iter().zip(xor).all(|(a, b)| *a == !b);
-                if zero {
-                    format!("{s} & {m}")
-                } else if inverse {
-                    format!("{s} | {x}")
-                } else if mask.iter().all(|b| *b == 0xff) {
-                    format!("{s} ^ {x}")
-                } else {
-                    format!("({s} & {m}) ^ {x}")
-                }
+                let hex = |b: &[u8]| values::format(Ty::Hex, f.order, b);
+                mask_xor_text(&s, mask, xor, hex, hex)
             }
             other => self.field(other).text,
         }
+    }
+}
+
+/// A transport protocol that implies its network protocol (icmp ipv4, ipv6-icmp ipv6) hides the
+/// dependency that pinned that network protocol, when one is in reach.
+fn kill_implied_l3(deps: &mut HashMap<Layer, (usize, u32)>, killed: &mut [bool], l4: u32) {
+    let implied = match l4 {
+        1 => 2,
+        58 => 10,
+        _ => return,
+    };
+    if let Some(&(k, l3)) = deps.get(&Layer::L3) {
+        if l3 == implied {
+            killed[k] = true;
+            deps.remove(&Layer::L3);
+        }
+    }
+}
+
+/// The kernel's `(src & mask) ^ xor` as nft prints it, which turns it back into the operation
+/// that was written: `src & m` when xor is 0; `src ^ x` when mask is all ones; when mask and
+/// xor share no bit, an and then an or (`src & (m | x) | x`, or `src | x` when `m | x` is all
+/// ones, as `meta mark set meta mark & 0xffff00ff | 0xab` is kept by the kernel as
+/// `& 0xffff0054 ^ 0xab`); else `src & m ^ x`, without parentheses, as `&` binds first.
+/// `and` prints a mask, `value` the other operand.
+fn mask_xor_text(
+    src: &str,
+    mask: &[u8],
+    xor: &[u8],
+    and: impl Fn(&[u8]) -> String,
+    value: impl Fn(&[u8]) -> String,
+) -> String {
+    if xor.iter().all(|b| *b == 0) {
+        return format!("{src} & {}", and(mask));
+    }
+    if mask.iter().all(|b| *b == 0xff) {
+        return format!("{src} ^ {}", value(xor));
+    }
+    let disjoint = mask.len() == xor.len() && mask.iter().zip(xor).all(|(m, x)| m & x == 0);
+    if !disjoint {
+        return format!("{src} & {} ^ {}", and(mask), value(xor));
+    }
+    let or: Vec<u8> = mask.iter().zip(xor).map(|(m, x)| m | x).collect();
+    if or.iter().all(|b| *b == 0xff) {
+        format!("{src} | {}", value(xor))
+    } else {
+        format!("{src} & {} | {}", and(&or), value(xor))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mask_xor_text;
+
+    /// Each pair as the kernel keeps it, and as nft 1.0.6 lists it (checked with the real nft).
+    #[test]
+    fn a_mask_and_xor_prints_as_the_operation_nft_wrote() {
+        let hex = |b: &[u8]| {
+            let mut s = String::from("0x");
+            s.extend(b.iter().map(|b| format!("{b:02x}")));
+            s
+        };
+        let text = |m: u32, x: u32| {
+            mask_xor_text("meta mark", &m.to_be_bytes(), &x.to_be_bytes(), hex, hex)
+        };
+        assert_eq!(
+            text(0xffff_0054, 0xab),
+            "meta mark & 0xffff00ff | 0x000000ab"
+        );
+        assert_eq!(text(0xffff_ffef, 0x10), "meta mark | 0x00000010");
+        assert_eq!(text(0x0000_00ff, 0), "meta mark & 0x000000ff");
+        assert_eq!(text(0xffff_ffff, 0x10), "meta mark ^ 0x00000010");
+        assert_eq!(
+            text(0x0000_ff00, 0x3),
+            "meta mark & 0x0000ff03 | 0x00000003"
+        );
+        assert_eq!(
+            text(0x0000_fc00, 0x300),
+            "meta mark & 0x0000ff00 | 0x00000300"
+        );
+        assert_eq!(text(0x0000_ffff, 0xffff_0000), "meta mark | 0xffff0000");
+        assert_eq!(
+            text(0x0000_00ff, 0x0f),
+            "meta mark & 0x000000ff ^ 0x0000000f"
+        );
+        assert_eq!(
+            text(0xffff_fffe, 0x2),
+            "meta mark & 0xfffffffe ^ 0x00000002"
+        );
     }
 }

@@ -202,6 +202,7 @@ pub(crate) const MH_TYPE: &[(u64, &str)] = &[
 
 pub(crate) const DSCP: &[(u64, &str)] = &[
     (0, "cs0"),
+    (1, "lephb"),
     (8, "cs1"),
     (16, "cs2"),
     (24, "cs3"),

@@ -492,11 +492,8 @@ fn fingerprint(
                 user_size(t.name, t.revision, true).map_or(t.data.len(), |n| n.min(t.data.len()));
             h.bytes(trim_zeros(&t.data[..n]));
             if t.is("SET") && (1..=3).contains(&t.revision) {
-                let slots: &[usize] = if t.revision == 3 {
-                    &[0, 4, 8, 12]
-                } else {
-                    &[0, 4]
-                };
+                // add, del and (revision 3) map set; then flags and timeout.
+                let slots: &[usize] = if t.revision == 3 { &[0, 4, 8] } else { &[0, 4] };
                 for &at in slots {
                     set_refs.extend(u16_at(t.data, at).filter(|&i| i != IPSET_INVALID_ID));
                 }

@@ -249,24 +249,36 @@ fn multiport(out: &mut String, d: &[u8], rev: u8) -> Option<()> {
 }
 
 fn set_name(cx: &Cx<'_>, index: u16) -> String {
-    match cx.table.set_names.get(&index) {
-        Some(n) => n.clone(),
-        None => format!("#{index}"),
+    if let Some(n) = cx.table.set_names.get(&index) {
+        return n.clone();
     }
+    cx.sets
+        .and_then(|sets| sets(index))
+        .unwrap_or_else(|| format!("#{index}"))
 }
 
-/// `--match-set NAME src,dst` from an `xt_set_info` at `at`.
-fn set_info(out: &mut String, cx: &Cx<'_>, d: &[u8], at: usize, opt: &str) -> Option<()> {
-    let (index, dim, flags) = (u16_at(d, at)?, u8_at(d, at + 2)?, u8_at(d, at + 3)?);
-    if dim > 6 {
-        return None;
-    }
-    inv(out, flags & 0x01 != 0);
+/// The `xt_set_info` at `at`: the set's index, its dimension and its flags.
+pub(super) fn set_info_at(d: &[u8], at: usize) -> Option<(u16, u8, u8)> {
+    Some((u16_at(d, at)?, u8_at(d, at + 2)?, u8_at(d, at + 3)?))
+}
+
+/// ` OPT NAME src,dst`: a set by name, then the direction of each of its `dim` parts.
+pub(super) fn set_ref(out: &mut String, cx: &Cx<'_>, opt: &str, index: u16, dim: u8, flags: u8) {
     let _ = write!(out, " {opt} {}", set_name(cx, index));
     for i in 1..=dim {
         out.push(if i == 1 { ' ' } else { ',' });
         out.push_str(if flags & (1 << i) != 0 { "src" } else { "dst" });
     }
+}
+
+/// `--match-set NAME src,dst` from an `xt_set_info` at `at`.
+fn set_info(out: &mut String, cx: &Cx<'_>, d: &[u8], at: usize, opt: &str) -> Option<()> {
+    let (index, dim, flags) = set_info_at(d, at)?;
+    if dim > 6 {
+        return None;
+    }
+    inv(out, flags & 0x01 != 0);
+    set_ref(out, cx, opt, index, dim, flags);
     Some(())
 }
 

@@ -7,6 +7,7 @@
 use std::fmt::Write as _;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
+use super::matches::{set_info_at, set_ref};
 use crate::xtables::bytes::{ipv4_at, ipv6_at, str_at, u16_at, u32_at, u8_at};
 use crate::xtables::decode::Ext;
 use crate::xtables::text::{ip6_text, save_string, Cx};
@@ -45,7 +46,58 @@ pub(crate) fn target_options(out: &mut String, cx: &Cx<'_>, t: &Ext<'_>) -> Opti
         (b"TPROXY", 0 | 1) => tproxy(out, cx, d, t.revision)?,
         (b"NOTRACK", 0) if d.is_empty() => out.push_str("NOTRACK"),
         (b"CT", 0..=2) => ct(out, d, t.revision)?,
+        (b"SET", 1..=3) => set_target(out, cx, d, t.revision)?,
         _ => return None,
+    }
+    Some(())
+}
+
+/// `SET` (revisions 1 to 3, `xt_set_info_target_v1..v3`): the sets to add to, delete from or
+/// map from, each `NAME src,dst`, with the flags and timeout of revisions 2 and 3, as
+/// `iptables-save` prints them.
+fn set_target(out: &mut String, cx: &Cx<'_>, d: &[u8], revision: u8) -> Option<()> {
+    const EXIST: u32 = 1;
+    const MAP_MARK: u32 = 1 << 8;
+    const MAP_PRIO: u32 = 1 << 9;
+    const MAP_QUEUE: u32 = 1 << 10;
+    // An unused slot holds no set; a target's sets are never inverted.
+    let slot = |out: &mut String, at: usize, opt: &str| -> Option<()> {
+        let (index, dim, flags) = set_info_at(d, at)?;
+        if index == crate::xtables::decode::IPSET_INVALID_ID {
+            return Some(());
+        }
+        if dim > 6 {
+            return None;
+        }
+        set_ref(out, cx, opt, index, dim, flags);
+        Some(())
+    };
+    out.push_str("SET");
+    slot(out, 0, "--add-set")?;
+    let (flags, timeout) = if revision >= 2 {
+        let at = if revision == 3 { 12 } else { 8 };
+        (u32_at(d, at)?, u32_at(d, at + 4)?)
+    } else {
+        (0, u32::MAX)
+    };
+    if flags & EXIST != 0 {
+        out.push_str(" --exist");
+    }
+    if timeout != u32::MAX {
+        let _ = write!(out, " --timeout {timeout}");
+    }
+    slot(out, 4, "--del-set")?;
+    if revision == 3 {
+        slot(out, 8, "--map-set")?;
+        for (bit, opt) in [
+            (MAP_MARK, " --map-mark"),
+            (MAP_PRIO, " --map-prio"),
+            (MAP_QUEUE, " --map-queue"),
+        ] {
+            if flags & bit != 0 {
+                out.push_str(opt);
+            }
+        }
     }
     Some(())
 }

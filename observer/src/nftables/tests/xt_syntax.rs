@@ -9,6 +9,9 @@ use crate::nftables::socket;
 use crate::nftables::state::NftState;
 use crate::nftables::xt_syntax::XtText;
 
+/// Istio's `tproxy.golden` (IPv4), as istio-iptables feeds it to the restore tool.
+const ISTIO: &str = include_str!("../../xtables/testdata/rulesets/istio-tproxy.rules");
+
 /// A kube-proxy-shaped restore (iptables mode, 1.28), as `iptables-nft-restore` is fed it.
 const KUBE_PROXY: &str = r#"*filter
 :KUBE-EXTERNAL-SERVICES - [0:0]
@@ -130,6 +133,19 @@ const COMMANDS: &[&str] = &[
     "ip6tables-nft -A INPUT ! -d fe80::1/128 -p ipv6-icmp -j ACCEPT",
     "ip6tables-nft -A INPUT -i lo -m conntrack --ctstate INVALID -j DROP",
     "ip6tables-nft -t nat -A POSTROUTING -s fd00::/64 ! -o eth0 -j MASQUERADE",
+    // ipsets, by name (the rules hold their index): kube-router's and Calico's shapes, and SET
+    "ipset create KUBE-DST-2CHJBMQNDM5NR4JY hash:ip",
+    "ipset create cali40s:9WMH5gUH2bC2CedLpt8V hash:net",
+    "ipset create KUBE-SRC-OTHER hash:ip,port",
+    "iptables-nft -A INPUT -m set --match-set KUBE-DST-2CHJBMQNDM5NR4JY dst -j ACCEPT",
+    "iptables-nft -A INPUT -m set ! --match-set cali40s:9WMH5gUH2bC2CedLpt8V src -j DROP",
+    "iptables-nft -A FORWARD -p tcp -m set --match-set KUBE-SRC-OTHER src,dst -j ACCEPT",
+    "iptables-nft -A FORWARD -j SET --add-set KUBE-DST-2CHJBMQNDM5NR4JY src",
+    "ipset create obs-timeout hash:ip timeout 0",
+    "ipset create obs-map hash:ip skbinfo",
+    "iptables-nft -A FORWARD -j SET --add-set obs-timeout src,dst --exist --timeout 60",
+    "iptables-nft -A FORWARD -j SET --del-set obs-timeout dst",
+    "iptables-nft -t mangle -A OUTPUT -j SET --map-set obs-map dst --map-mark --map-prio",
 ];
 
 /// `iptables-nft-save`'s rules, by (table, chain), in order, without `-A CHAIN `.
@@ -140,7 +156,10 @@ fn saved(ns: &Netns, tool: &str) -> BTreeMap<(String, String), Vec<String>> {
 /// observer's reading of the same tables, from a dump of the namespace.
 fn observed(ns: &Netns, family: u8) -> BTreeMap<(String, String), Vec<String>> {
     let (_notify, req) = ns.sockets().expect("sockets");
-    let st = NftState::from_dump(&socket::dump_on(&req).expect("dump"));
+    // The namespace's names: its interfaces, and its ipsets for `-m set`.
+    let mut names = Some(ns.ifnames());
+    let dump = socket::dump_on(&req).expect("dump");
+    let st = crate::nftables::ifnames::scope(&mut names, || NftState::from_dump(&dump));
     let mut out: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
     for ((fam, table), t) in &st.tables {
         if *fam != family {
@@ -196,6 +215,12 @@ fn iptables_nft_rules_read_as_iptables_nft_save_prints_them() {
     let file = std::env::temp_dir().join(format!("obs-xt-kube-{}.rules", std::process::id()));
     std::fs::write(&file, KUBE_PROXY).expect("write restore file");
     ns.sh(&format!("iptables-nft-restore < {}", file.display()));
+    // Istio's sidecar capture (its own test data), mangle, nat and raw, through iptables-nft.
+    std::fs::write(&file, ISTIO).expect("write restore file");
+    ns.sh(&format!(
+        "iptables-nft-restore --noflush < {}",
+        file.display()
+    ));
     let _ = std::fs::remove_file(&file);
     ns.sh("iptables-nft -t nat -N CNI-HOSTPORT-SETMARK");
     for cmd in COMMANDS {
@@ -214,7 +239,7 @@ fn iptables_nft_rules_read_as_iptables_nft_save_prints_them() {
         );
         all.extend(diffs);
     }
-    assert!(total > 60, "the corpus was not loaded: {total} rules");
+    assert!(total > 130, "the corpus was not loaded: {total} rules");
     assert!(
         all.is_empty(),
         "{} rules differ:\n{}",

@@ -304,7 +304,30 @@ fn chains_sets_and_flushes(st: &mut Stepper<'_>) {
                 None
             )]
         );
-        rules += 1;
+        // The SET target (revision 3) names its sets too, with its flags.
+        assert_eq!(
+            st.step(&[
+                "-A",
+                "INPUT",
+                "-j",
+                "SET",
+                "--add-set",
+                "live-set",
+                "src",
+                "--exist",
+                "--del-set",
+                "live-set",
+                "dst"
+            ]),
+            vec![(
+                Op::RuleAdd,
+                s("INPUT"),
+                s("-j SET --add-set live-set src --exist --del-set live-set dst"),
+                Some(2),
+                None
+            )]
+        );
+        rules += 2;
     } else {
         println!("no ipset tool: set names not checked live");
     }

@@ -7,13 +7,15 @@
 //! cannot read back ([`Unreadable`]).
 //!
 //! Layering: called by [`super`] (which prints the parts); imports the decoder's types and the
-//! attribute reader, and the legacy extension printers through `xtables::ext_text`.
+//! attribute reader, the legacy extension printers through `xtables::ext_text`, and the
+//! namespace's ipset names through the renderer's `ifnames` scope.
 
 use std::collections::HashMap;
 
 use crate::nftables::netlink::decode::{self, Data, Expr};
 use crate::nftables::netlink::expr::{Attrs, REG_VERDICT};
-use crate::xtables::{ext_text, XtProto};
+use crate::nftables::render::ifnames;
+use crate::xtables::{ext_text, ext_text_named, XtProto};
 
 /// Why iptables-nft cannot read a rule back: the expression (or pair) it does not know.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -213,7 +215,11 @@ pub(crate) fn parse(proto: XtProto, exprs: &[Expr]) -> Result<Parsed, Unreadable
                 let rev = u8::try_from(a.u32(2).unwrap_or(0)).unwrap_or(u8::MAX);
                 let info = a.bytes(3).unwrap_or(&[]);
                 let is_match = e.name == "match";
-                let text = ext_text(proto, is_match, &name, rev, info).ok_or_else(|| {
+                // `-m set` and `-j SET` name their sets by index; the namespace's own
+                // names, as iptables-nft-save asks the kernel for them.
+                let sets: &dyn Fn(u16) -> Option<String> = &ifnames::ipset_lookup;
+                let text = ext_text_named(proto, is_match, &name, rev, info, Some(sets));
+                let text = text.ok_or_else(|| {
                     unreadable(format!("{} {name} rev {rev} (no printer here)", e.name))
                 })?;
                 if is_match {
