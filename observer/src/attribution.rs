@@ -134,17 +134,10 @@ pub fn add_wrappers(names: Vec<String>) {
 /// (`python3.11`) also stops it: the chain is then completed from `/proc`, as one longer than
 /// the walk is.
 pub fn walk_past() -> Vec<([u8; observer_common::process::COMM_LEN], u8)> {
-    use observer_common::process::{COMM_LEN, WALK_DISPATCHER, WALK_WRAPPER};
-    let key = |name: &str| {
-        let mut key = [0u8; COMM_LEN];
-        let bytes = name.as_bytes();
-        let n = bytes.len().min(key.len() - 1);
-        key[..n].copy_from_slice(&bytes[..n]);
-        key
-    };
+    use observer_common::process::{WALK_DISPATCHER, WALK_WRAPPER};
     let mut out: Vec<_> = DISPATCHERS
         .iter()
-        .map(|d| (key(d), WALK_DISPATCHER))
+        .map(|d| (comm_key(d), WALK_DISPATCHER))
         .collect();
     for k in walk_past_wrappers() {
         if !out.iter().any(|(d, _)| *d == k) {
@@ -154,7 +147,9 @@ pub fn walk_past() -> Vec<([u8; observer_common::process::COMM_LEN], u8)> {
     out
 }
 
-fn walk_past_wrappers() -> Vec<[u8; observer_common::process::COMM_LEN]> {
+/// The netfilter tools' own commands, whole (`iptables-legacy-restore`): the tools and their
+/// `-` variants, nft, ipset and the xtables multi-binaries.
+fn front_end_names() -> impl Iterator<Item = String> {
     let tools = ["iptables", "ip6tables", "arptables", "ebtables"];
     let variants = [
         "",
@@ -164,24 +159,37 @@ fn walk_past_wrappers() -> Vec<[u8; observer_common::process::COMM_LEN]> {
         "-save",
         "-legacy-restore",
         "-nft-restore",
+        "-legacy-save",
+        "-nft-save",
+        "-translate",
+        "-restore-translate",
+        "-apply",
+        "-wrapper",
     ];
-    let front_ends = tools
-        .iter()
-        .flat_map(|t| variants.iter().map(move |v| format!("{t}{v}")))
-        .chain(["nft", "ipset", "xtables-nft-multi", "xtables-legacy-multi"].map(String::from));
+    tools
+        .into_iter()
+        .flat_map(move |t| variants.into_iter().map(move |v| format!("{t}{v}")))
+        .chain(["nft", "ipset", "xtables-nft-multi", "xtables-legacy-multi"].map(String::from))
+}
+
+/// A name as the walk's map keys it: its first `COMM_LEN - 1` bytes, as the kernel cuts a
+/// comm, NUL-padded.
+fn comm_key(name: &str) -> [u8; observer_common::process::COMM_LEN] {
+    let mut key = [0u8; observer_common::process::COMM_LEN];
+    let n = name.len().min(key.len() - 1);
+    key[..n].copy_from_slice(&name.as_bytes()[..n]);
+    key
+}
+
+fn walk_past_wrappers() -> Vec<[u8; observer_common::process::COMM_LEN]> {
+    let front_ends = front_end_names();
     let extra = EXTRA_WRAPPERS.get().into_iter().flatten().cloned();
     let mut keys: Vec<_> = WRAPPERS
         .iter()
         .map(|w| w.to_string())
         .chain(extra)
         .chain(front_ends)
-        .map(|name| {
-            let mut key = [0u8; observer_common::process::COMM_LEN];
-            let bytes = name.as_bytes();
-            let n = bytes.len().min(key.len() - 1);
-            key[..n].copy_from_slice(&bytes[..n]);
-            key
-        })
+        .map(|name| comm_key(&name))
         .collect();
     keys.sort_unstable();
     keys.dedup();
@@ -249,22 +257,18 @@ impl ProcessInfo {
 }
 
 /// True for the commands that only carry a change to the kernel on someone else's behalf.
-/// The front ends are the tools themselves and their `-` variants (`iptables-legacy-restore`,
-/// `ip6tables-nft`, `xtables-nft-multi`); a component whose name merely starts like one
-/// (`iptables.init`, a firewall's init script) is an actor.
+/// The front ends are the tools themselves and their variants (`iptables-legacy-restore`,
+/// `ip6tables-nft`, `xtables-nft-multi`), as a comm holds them (cut to 15 bytes); a component
+/// whose name merely starts like one (`iptables.init`, a reset script `iptables-reset`) is an
+/// actor.
 pub fn is_front_end(comm: &str) -> bool {
-    let tool = |name: &str| {
-        comm == name
-            || comm
-                .strip_prefix(name)
-                .is_some_and(|rest| rest.starts_with('-'))
-    };
-    tool("nft")
-        || tool("ipset")
+    static NAMES: std::sync::OnceLock<
+        std::collections::HashSet<[u8; observer_common::process::COMM_LEN]>,
+    > = std::sync::OnceLock::new();
+    NAMES
+        .get_or_init(|| front_end_names().map(|n| comm_key(&n)).collect())
+        .contains(&comm_key(comm))
         || comm.starts_with("xtables-")
-        || ["iptables", "ip6tables", "arptables", "ebtables"]
-            .into_iter()
-            .any(tool)
 }
 
 /// The index of the actor in a chain of comms (writer first, then its ancestors; an empty comm

@@ -93,6 +93,16 @@ pub const DAC_READ_SEARCH: Capability = Capability {
               instead",
 };
 
+pub const SYS_CHROOT: Capability = Capability {
+    name: "CAP_SYS_CHROOT",
+    bit: 18,
+    need: Need::Optional,
+    used_for: "--restore in a container: setns() into the node's mount namespace, to write \
+               through the node's own iptables-restore or nft (the image holds neither)",
+    without: "nothing is missed; --restore in a container without the tools fails, and says so \
+              in the incident",
+};
+
 pub const BPF: Capability = Capability {
     name: "CAP_BPF",
     bit: 39,
@@ -112,14 +122,15 @@ pub const PERFMON: Capability = Capability {
               iptables-legacy changes are missed, nftables ones are seen through netlink",
 };
 
-/// Every capability observer uses: the needed ones, the optional one, then the two that
+/// Every capability observer uses: the needed ones, the optional ones, then the two that
 /// CAP_SYS_ADMIN stands for.
-pub const CAPABILITIES: [&Capability; 7] = [
+pub const CAPABILITIES: [&Capability; 8] = [
     &SYS_ADMIN,
     &NET_ADMIN,
     &NET_RAW,
     &SYS_PTRACE,
     &DAC_READ_SEARCH,
+    &SYS_CHROOT,
     &BPF,
     &PERFMON,
 ];

@@ -26,6 +26,7 @@ pub mod netns;
 pub mod nftables;
 pub mod output;
 pub mod pods;
+pub mod restore;
 pub mod sinks;
 pub mod store;
 pub mod timestamp;

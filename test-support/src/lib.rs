@@ -34,11 +34,15 @@ mod cgroup;
 #[cfg(feature = "integration")]
 mod daemon;
 #[cfg(feature = "integration")]
+mod firewalld;
+#[cfg(feature = "integration")]
 mod hooks;
 #[cfg(feature = "integration")]
 mod http;
 #[cfg(feature = "integration")]
 mod nats;
+#[cfg(feature = "integration")]
+mod persistent;
 #[cfg(feature = "integration")]
 mod tail;
 #[cfg(feature = "integration")]
@@ -57,11 +61,17 @@ pub use cgroup::{cgroup2_mount, Cgroup};
 #[cfg(feature = "integration")]
 pub use daemon::{query, Daemon, KilledOnDrop};
 #[cfg(feature = "integration")]
+pub use firewalld::{copy_dir, in_private_mounts, private_mounts, Bus, Firewalld};
+#[cfg(feature = "integration")]
 pub use hooks::{forced_hooks, hooks_source, legacy_source, slowdown, xt_fallback};
 #[cfg(feature = "integration")]
 pub use http::{get, metric};
 #[cfg(feature = "integration")]
 pub use nats::{stream_messages, StreamMessage};
+#[cfg(feature = "integration")]
+pub use persistent::{
+    netfilter_persistent_reload, netfilter_persistent_unpacked, NETFILTER_PERSISTENT,
+};
 #[cfg(feature = "integration")]
 pub use tail::{change, is_change, is_incident, Observer};
 #[cfg(feature = "integration")]

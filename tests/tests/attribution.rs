@@ -556,10 +556,6 @@ fn ipset_lifecycle_race_names_both_writers() {
     obs.stop();
 }
 
-/// Where `cargo xtask setup` unpacks Debian's netfilter-persistent and iptables-persistent
-/// (not installed: ufw, which other tests run, breaks them).
-const NETFILTER_PERSISTENT: &str = "/var/cache/observer-tests/netfilter-persistent";
-
 /// Debian's `netfilter-persistent reload` runs its plugins with `run-parts`, and
 /// `plugins.d/15-ip4tables` runs `iptables-restore` on /etc/iptables/rules.v4: the actor is the
 /// tool that ran the dispatcher, and the ancestry keeps the script and `run-parts` and goes on
@@ -569,53 +565,17 @@ const NETFILTER_PERSISTENT: &str = "/var/cache/observer-tests/netfilter-persiste
 #[test]
 fn a_script_run_parts_runs_is_named_after_the_tool_that_ran_it() {
     skip_unless!("ip", "unshare", "mount", "run-parts", "iptables-restore");
-    let root = std::path::Path::new(NETFILTER_PERSISTENT);
-    let script = root.join("usr/sbin/netfilter-persistent");
-    let plugins = root.join("usr/share/netfilter-persistent/plugins.d");
-    if !script.exists() || !plugins.join("15-ip4tables").exists() {
-        test_support::skip(format_args!(
-            "netfilter-persistent is not unpacked in {NETFILTER_PERSISTENT} (run `cargo xtask setup`)"
-        ));
+    if !test_support::netfilter_persistent_unpacked() {
         return;
     }
     let mut obs = Observer::start(&[]);
     let ns = Netns::new("attr-nfp");
     let here = in_ns(&ns);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let upper = dir.path().join("upper");
-    std::fs::create_dir_all(upper.join("iptables")).expect("mkdir");
-    std::fs::create_dir_all(upper.join("default")).expect("mkdir");
-    std::fs::create_dir_all(dir.path().join("work")).expect("mkdir");
-    std::fs::write(
-        upper.join("iptables/rules.v4"),
+    let out = test_support::netfilter_persistent_reload(
+        &ns,
         "*filter\n:OBS-PERSISTENT - [0:0]\n-A OBS-PERSISTENT -j RETURN\nCOMMIT\n",
-    )
-    .expect("rules.v4");
-    std::fs::write(upper.join("iptables/rules.v6"), "*filter\nCOMMIT\n").expect("rules.v6");
-    let defaults =
-        std::fs::read_to_string(root.join("etc/default/netfilter-persistent")).unwrap_or_default();
-    std::fs::write(
-        upper.join("default/netfilter-persistent"),
-        format!("{defaults}\nPLUGINS={}\n", plugins.display()),
-    )
-    .expect("defaults");
-    // The upper directory on a tmpfs of the mount namespace's own (an overlay's upper layer
-    // cannot be on an overlay, as /tmp may be).
-    let tmp = dir.path().join("tmp");
-    let sh = format!(
-        "set -e; mkdir -p {tmp}; mount -t tmpfs obs {tmp}; cp -a {upper} {tmp}/upper; \
-         mkdir {tmp}/work; \
-         mount -t overlay obs -o lowerdir=/etc,upperdir={tmp}/upper,workdir={tmp}/work /etc; \
-         exec ip netns exec {ns} {script} reload",
-        tmp = tmp.display(),
-        upper = upper.display(),
-        ns = ns.name(),
-        script = script.display(),
+        "*filter\nCOMMIT\n",
     );
-    let out = std::process::Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "sh", "-c", &sh])
-        .output()
-        .expect("unshare");
     assert!(
         out.status.success(),
         "netfilter-persistent reload: {}\n{}",

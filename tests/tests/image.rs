@@ -216,29 +216,12 @@ fn the_image_runs_doctor_and_reports_a_change_made_in_a_namespace() {
     );
 
     // tail: a change in a namespace created after it started, named with its writer.
-    let mut child = podman_run(&spec, &name, &["tail", "--json"])
+    let child = podman_run(&spec, &name, &["tail", "--json"])
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
         .expect("podman run tail");
-    let stdout = child.stdout.take().expect("stdout");
-    let _container = Container { name, child };
-    let (tx, rx) = mpsc::channel::<Value>();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            let Ok(v) = serde_json::from_str(&line) else {
-                panic!("not JSON from the container: {line}");
-            };
-            if tx.send(v).is_err() {
-                break;
-            }
-        }
-    });
-    let ready = rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("no ready line from observer in the container within 60 s");
-    assert_eq!(ready["state"], "ready", "{ready}");
+    let (_container, rx, ready) = started(name, child);
     assert!(
         ready["hooks"]
             .as_str()
@@ -272,4 +255,121 @@ fn the_image_runs_doctor_and_reports_a_change_made_in_a_namespace() {
     assert_eq!(change["netns"].as_u64(), Some(ns.ino()), "{change}");
     assert_eq!(change["process"]["comm"], "nft", "{change}");
     assert_eq!(change["process"]["parent_comm"], "imgwriter", "{change}");
+}
+
+/// The container's JSON lines, once its ready line has come.
+fn started(name: String, mut child: Child) -> (Container, mpsc::Receiver<Value>, Value) {
+    let stdout = child.stdout.take().expect("stdout");
+    let container = Container { name, child };
+    let (tx, rx) = mpsc::channel::<Value>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            let Ok(v) = serde_json::from_str(&line) else {
+                panic!("not JSON from the container: {line}");
+            };
+            if tx.send(v).is_err() {
+                break;
+            }
+        }
+    });
+    let ready = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("no ready line from observer in the container within 60 s");
+    assert_eq!(ready["state"], "ready", "{ready}");
+    (container, rx, ready)
+}
+
+/// `--restore` from the image, which holds no iptables: observer runs the node's own
+/// iptables-legacy-restore in the node's mount namespace (CAP_SYS_CHROOT, from the manifest),
+/// and kubelet's chain is back.
+#[test]
+fn the_image_restores_through_the_nodes_own_tools() {
+    skip_unless!(
+        "podman",
+        "ip",
+        "iptables-legacy",
+        "iptables-legacy-save",
+        "sha256sum"
+    );
+    if let Err(why) = image_is_this_build() {
+        test_support::skip(why);
+        return;
+    }
+    let record = tempfile::tempdir().expect("tempdir");
+    let spec = manifest_pod_spec(record.path());
+    let name = format!("observer-image-restore-{}", std::process::id());
+    let child = podman_run(&spec, &name, &["tail", "--json", "--restore", "kubelet"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("podman run tail");
+    let (_container, rx, _ready) = started(name, child);
+    let ns = Netns::new("image-restore");
+    let inode = ns.ino();
+    let mut seen = Vec::new();
+    let mut wait = |what: &str, pred: &dyn Fn(&Value) -> bool| loop {
+        match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(v) if v["netns"].as_u64() == Some(inode) && pred(&v) => break v,
+            Ok(v) => seen.push(v),
+            Err(_) => panic!(
+                "no {what} from the container within 20 s; saw:\n{}",
+                seen.iter()
+                    .map(Value::to_string)
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            ),
+        }
+    };
+    let kubelet = Writer::new("kubelet");
+    ns.write(&kubelet, &["iptables-legacy", "-N", "KUBE-FIREWALL"]);
+    wait("the first change", &|v| v["kind"] == "change");
+    ns.write(
+        &kubelet,
+        &[
+            "iptables-legacy",
+            "-A",
+            "KUBE-FIREWALL",
+            "-m",
+            "mark",
+            "--mark",
+            "0x8000/0x8000",
+            "-j",
+            "DROP",
+        ],
+    );
+    ns.write(
+        &kubelet,
+        &["iptables-legacy", "-I", "INPUT", "-j", "KUBE-FIREWALL"],
+    );
+    wait("kubelet's jump", &|v| {
+        v["op"] == "rule_add" && v["chain"] == "INPUT"
+    });
+    let save = || {
+        let out = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                ns.name(),
+                "iptables-legacy-save",
+                "-t",
+                "filter",
+            ])
+            .output()
+            .expect("save");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.contains("KUBE-FIREWALL"))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let before = save();
+    let wiper = Writer::new("iptables-reset");
+    ns.write(&wiper, &["iptables-legacy", "-F"]);
+    ns.write(&wiper, &["iptables-legacy", "-X"]);
+    let line = wait("the restore", &|v| {
+        v["kind"] == "incident" && v["restore"]["outcome"].is_string()
+    });
+    assert_eq!(line["restore"]["outcome"], "restored", "{line}");
+    assert_eq!(save(), before);
 }

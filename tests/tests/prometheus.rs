@@ -254,7 +254,7 @@ fn prometheus_scrapes_the_daemon_and_fires_the_critical_incident_alert() {
         .flatten()
         .flat_map(|g| g["rules"].as_array().into_iter().flatten())
         .collect();
-    assert_eq!(rules.len(), 5, "{groups}");
+    assert_eq!(rules.len(), 6, "{groups}");
     for r in &rules {
         assert_eq!(r["health"], "ok", "rule evaluated with an error: {r}");
         if r["name"] != "ObserverCriticalIncident" {

@@ -76,6 +76,11 @@ pub fn output(cmd: &mut Command) -> Result<String> {
 /// Like `which`: the first executable file called `name` in PATH, then in the sbin directories
 /// (a non-root PATH often lacks them, yet nft and ip live there).
 pub fn which(name: &str) -> Option<PathBuf> {
+    // A program outside PATH (the CNI plugins' /usr/lib/cni) is named by its path.
+    if name.starts_with('/') {
+        let p = PathBuf::from(name);
+        return is_executable(&p).then_some(p);
+    }
     let path = env::var_os("PATH").unwrap_or_default();
     env::split_paths(&path)
         .chain(["/usr/local/sbin", "/usr/sbin", "/sbin"].map(PathBuf::from))

@@ -91,6 +91,7 @@ impl Gen {
                     },
                     replayed: false,
                     recovered: false,
+                    restore: None,
                 }
             })
             .collect()

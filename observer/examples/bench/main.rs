@@ -363,6 +363,7 @@ fn record(args: BenchRecordArgs) -> anyhow::Result<()> {
                 },
                 replayed: false,
                 recovered: false,
+                restore: None,
             };
             let json: Arc<str> = serde_json::to_string(&Line::Change(c.clone()))?.into();
             batch.push(Row::Change(ChangeRow {

@@ -12,6 +12,11 @@ fn front_ends_are_recognised() {
         "arptables",
         "ebtables-legacy",
         "ipset",
+        "iptables-nft-re",
+        "ip6tables-resto",
+        "iptables-save",
+        "arptables-nft-r",
+        "ebtables-restor",
     ] {
         assert!(is_front_end(c), "{c}");
     }
@@ -23,6 +28,9 @@ fn front_ends_are_recognised() {
         "bash",
         "ip",
         "iptables.init",
+        "iptables-reset",
+        "ip6tables-flush",
+        "nft-reload",
         "ipsetd",
     ] {
         assert!(!is_front_end(c), "{c}");

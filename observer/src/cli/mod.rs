@@ -259,9 +259,56 @@ pub struct SourceArgs {
     #[arg(long, value_name = "DIR", env = "OBSERVER_CONTAINER_LOGS", default_value = crate::pods::CONTAINER_LOGS)]
     pub container_logs: std::path::PathBuf,
 
+    /// `--restore`: put back what foreign wipes take (off unless given).
+    #[command(flatten)]
+    pub restore: RestoreArgs,
+
     /// The `seq` of the last change already recorded: numbering goes on after it.
     #[arg(skip)]
     pub first_seq: u64,
+}
+
+/// Restoring what a foreign wipe took: the one thing that makes observer write to the kernel.
+#[derive(Debug, Clone, Default, Args)]
+pub struct RestoreArgs {
+    /// Put back what a foreign delete, flush, unhook, mass flush or rule rewrite takes from
+    /// these owners (comma-separated, or `all`), when they have not repaired it themselves
+    /// within --restore-after: the chains with their rules in order, the jumps into them, the
+    /// sets they use, in one atomic write through the backend they lived in. Off by default:
+    /// without it observer never writes to the kernel. Suits owners that never repair
+    /// themselves (kubelet's one-shot chains, the CNI plugins, docker or podman without a
+    /// firewalld hook); kube-proxy and Cilium repair themselves.
+    #[arg(long, env = "OBSERVER_RESTORE", value_name = "OWNER,...|all", value_parser = parse_restore)]
+    pub restore: Option<crate::restore::Which>,
+
+    /// How long an owner has to repair its chains itself before observer does [default: 1s].
+    #[arg(long, env = "OBSERVER_RESTORE_AFTER", value_name = "DURATION", value_parser = parse_window)]
+    pub restore_after: Option<std::time::Duration>,
+
+    /// With --restore: say what would be written (in the incident's `restore` field), and
+    /// write nothing.
+    #[arg(long, env = "OBSERVER_RESTORE_DRY_RUN", requires = "restore")]
+    pub restore_dry_run: bool,
+}
+
+/// The default of --restore-after.
+pub const DEFAULT_RESTORE_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
+fn parse_restore(s: &str) -> Result<crate::restore::Which, String> {
+    crate::restore::Which::parse(s)
+}
+
+impl RestoreArgs {
+    /// What the engine is to restore (nothing without --restore).
+    pub fn config(&self) -> Option<crate::restore::RestoreConfig> {
+        self.restore.as_ref().map(|w| {
+            crate::restore::RestoreConfig::new(
+                w.clone(),
+                self.restore_after.unwrap_or(DEFAULT_RESTORE_AFTER),
+                self.restore_dry_run,
+            )
+        })
+    }
 }
 
 impl SourceArgs {
@@ -287,6 +334,7 @@ impl SourceArgs {
                 containers: self.container_logs.clone(),
             },
             first_seq: self.first_seq,
+            restore: self.restore.config(),
         }
     }
 }

@@ -89,4 +89,10 @@ pub struct QueryArgs {
     /// incident, after its actors' changes and at its end. --json gives the same as one object.
     #[arg(long, value_name = "ID", conflicts_with_all = ["since", "until", "at", "diff"])]
     pub incident: Option<String>,
+
+    /// With --incident: print the script that puts back what it took (the chains as they were
+    /// before it, the jumps into them), against the chains at its end, with the command that
+    /// applies it in its namespace. Nothing is written: it is for a person to read and apply.
+    #[arg(long, requires = "incident", conflicts_with = "json")]
+    pub restore_script: bool,
 }

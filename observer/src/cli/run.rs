@@ -25,7 +25,7 @@ pub struct RunArgs {
     /// flap_window, mass_window, repair_within, pod_logs, container_logs, tls_cert, tls_key,
     /// tls_client_ca, insecure_plaintext, stdout_queue, nats, node, nats_stream, nats_max_age, nats_max_bytes,
     /// nats_replicas, nats_window, nats_ca, nats_cert, nats_key, nats_creds, nats_nkey, nats_token_file,
-    /// nats_user, nats_password_file, nats_insecure). Flags and environment variables win over
+    /// nats_user, nats_password_file, nats_insecure, restore, restore_after, restore_dry_run). Flags and environment variables win over
     /// it.
     #[arg(long, env = "OBSERVER_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -205,6 +205,11 @@ pub struct RunArgs {
     /// TLS and credentials for --nats.
     #[command(flatten)]
     pub nats_auth: crate::sinks::nats::flags::NatsAuthArgs,
+
+    /// Restoring what a foreign wipe took (config keys: restore, restore_after,
+    /// restore_dry_run).
+    #[command(flatten)]
+    pub restore: crate::cli::RestoreArgs,
 }
 
 /// `7d`, `36h`, `90m`, `1w`...

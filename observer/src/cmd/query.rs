@@ -178,7 +178,10 @@ fn forensic(a: &QueryArgs) -> anyhow::Result<()> {
     } else if let Some(id) = &a.incident {
         let story = crate::forensics::story::story(&conn, id)?;
         let holes = fg::of_story(&fg::all(&conn)?, &story);
-        if a.json {
+        if a.restore_script {
+            let chains = crate::restore::record::chains_from_record(&conn, &story)?;
+            lines.push(fg::text(&holes) + &crate::restore::record::shown_script(&story, chains));
+        } else if a.json {
             gap_lines(&holes, &mut lines)?;
             lines.push(serde_json::to_string(&story)?);
         } else {

@@ -46,12 +46,17 @@ pub fn tail_screen(args: &TailArgs) -> Screen<std::io::Stdout> {
 /// `observer tail`'s filtered output on stdout (JSON lines, or the screen), whatever feeds it.
 pub fn tail_output(args: &TailArgs) -> anyhow::Result<Box<dyn Output>> {
     let filter = build_filter(args).map_err(anyhow::Error::msg)?;
+    Ok(filtered_output(args, filter))
+}
+
+/// [`tail_output`] with its filter already built.
+fn filtered_output(args: &TailArgs, filter: Filter) -> Box<dyn Output> {
     let view = if args.json {
         TailView::Json(Sink::new(std::io::stdout(), Format::Json))
     } else {
         TailView::Screen(Box::new(tail_screen(args)))
     };
-    Ok(Box::new(TailOutput::new(view, filter, args.incidents_only)))
+    Box::new(TailOutput::new(view, filter, args.incidents_only))
 }
 
 /// `observer tail` on this node: every namespace watched, the filtered stream on stdout.
@@ -62,10 +67,16 @@ pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
              or a running daemon (--remote URL); the local kernel keeps none"
         );
     }
-    let output = tail_output(&args)?;
+    let filter = build_filter(&args).map_err(anyhow::Error::msg)?;
+    let mut config = args.source.engine_config();
+    if let Some(r) = config.restore.as_mut() {
+        // A tail of one namespace restores in that one only.
+        r.netns = filter.netns;
+    }
+    let output = filtered_output(&args, filter);
     // A terminal that stopped reading does not hold the exit.
     super::exit_after_signal(std::time::Duration::from_secs(5), 0)?;
-    Ok(engine::run(&args.source.engine_config(), output).await?)
+    Ok(engine::run(&config, output).await?)
 }
 
 fn build_filter(args: &TailArgs) -> Result<Filter, String> {

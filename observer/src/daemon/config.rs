@@ -78,6 +78,10 @@ pub enum ConfigError {
     /// A replica count JetStream does not take.
     #[error("{at}: must be 1 to 5")]
     NatsReplicas { at: String },
+    #[error("{at}: {why}")]
+    Restore { at: String, why: String },
+    #[error("{at}: restoring is off (no restore key, no --restore): a dry run of it needs one")]
+    RestoreDryRunAlone { at: String },
     /// A NATS window out of range.
     #[error("{at}: must be 1 to 65536")]
     NatsWindow { at: String },
@@ -136,6 +140,18 @@ struct FileConfig {
     nats_user: Option<String>,
     nats_password_file: Option<PathBuf>,
     nats_insecure: Option<bool>,
+    /// Owners to restore: a list, or `"all"`.
+    restore: Option<RestoreKey>,
+    restore_after: Option<String>,
+    restore_dry_run: Option<bool>,
+}
+
+/// `restore = "all"`, `restore = "kubelet,cni-plugins"` or `restore = ["kubelet"]`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RestoreKey {
+    One(String),
+    List(Vec<String>),
 }
 
 /// Resolved settings.
@@ -290,6 +306,7 @@ impl Layers {
                 at: self.at("flap_cycles"),
             });
         }
+        let restore = self.restore()?;
         let (flags, file) = (&mut self.flags, &mut self.file);
         Ok(SourceArgs {
             owners: flags.owners.take().or(file.owners.take()),
@@ -310,7 +327,46 @@ impl Layers {
                 .take()
                 .or(file.container_logs.take())
                 .unwrap_or_else(|| PathBuf::from(crate::pods::CONTAINER_LOGS)),
+            restore,
             first_seq: 0,
+        })
+    }
+
+    /// `--restore`, `--restore-after`, `--restore-dry-run` over the file's keys.
+    fn restore(&self) -> Result<crate::cli::RestoreArgs, ConfigError> {
+        let (flags, file) = (&self.flags.restore, &self.file);
+        let restore = match (&flags.restore, &file.restore) {
+            (Some(w), _) => Some(w.clone()),
+            (None, Some(k)) => {
+                let text = match k {
+                    RestoreKey::One(s) => s.clone(),
+                    RestoreKey::List(l) => l.join(","),
+                };
+                Some(
+                    crate::restore::Which::parse(&text).map_err(|why| ConfigError::Restore {
+                        at: self.at("restore"),
+                        why,
+                    })?,
+                )
+            }
+            (None, None) => None,
+        };
+        let restore_after = flag_or_file(
+            flags.restore_after,
+            file.restore_after.as_deref(),
+            crate::cli::parse_window,
+            || self.at("restore_after"),
+        )?;
+        let restore_dry_run = flags.restore_dry_run || file.restore_dry_run.unwrap_or(false);
+        if restore_dry_run && restore.is_none() {
+            return Err(ConfigError::RestoreDryRunAlone {
+                at: self.at("restore_dry_run"),
+            });
+        }
+        Ok(crate::cli::RestoreArgs {
+            restore,
+            restore_after,
+            restore_dry_run,
         })
     }
 

@@ -13,6 +13,7 @@
 //! report a gap), `lifecycle` (when a namespace is looked for, opened, kept and let go) and
 //! `losses` (lost records: gap lines, re-reads, counters).
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::attribution::ProcessInfo;
@@ -46,7 +47,21 @@ pub struct TxnLines {
 pub struct Core {
     seq: u64,
     correlator: Correlator,
+    /// observer's own writers (`--restore`): pid → the incident they restore, and since when.
+    own: HashMap<u32, Own>,
 }
+
+/// A restore's writer: the incident it restores, the owner it writes for, since when.
+#[derive(Debug, Clone)]
+struct Own {
+    incident: String,
+    owner: String,
+    since: Timestamp,
+}
+
+/// How long a restore's writer is known by its pid (its changes may be read a while after it
+/// exited).
+const OWN_WRITER_KEPT: Duration = Duration::from_secs(60);
 
 impl Core {
     /// Numbering goes on after `last_seq` (the last change already recorded, or 0).
@@ -54,7 +69,28 @@ impl Core {
         Core {
             seq: last_seq,
             correlator,
+            own: HashMap::new(),
         }
+    }
+
+    /// `pid` is observer's own writer, restoring what `incident` took: its changes are tagged
+    /// with it, count as the owner's, and raise no incident.
+    pub fn own_write(&mut self, pid: u32, incident: String, owner: String, now: Timestamp) {
+        self.own
+            .retain(|_, o| now.elapsed_since(o.since) < OWN_WRITER_KEPT);
+        self.own.insert(
+            pid,
+            Own {
+                incident,
+                owner,
+                since: now,
+            },
+        );
+    }
+
+    /// Does this process write as `owner`? (See [`Correlator::writes_as`].)
+    pub fn writes_as(&self, process: &crate::attribution::ProcessInfo, owner: &str) -> bool {
+        self.correlator.writes_as(process, owner)
     }
 
     /// The `seq` of the last change numbered.
@@ -82,6 +118,8 @@ impl Core {
         ctx: &ChangeCtx,
         changes: Vec<(Change, ChangeResult)>,
     ) -> TxnLines {
+        let own = self.own.get(&ctx.process.pid).cloned();
+        let restore = own.as_ref().map(|o| o.incident.clone());
         let changes: Vec<ChangeLine> = changes
             .into_iter()
             .map(|(c, result)| {
@@ -107,10 +145,14 @@ impl Core {
                     process: ctx.process.clone(),
                     replayed: ctx.replayed,
                     recovered: ctx.recovered,
+                    restore: restore.clone(),
                 }
             })
             .collect();
-        let incidents = self.correlator.observe(&changes);
+        let incidents = match &own {
+            Some(o) => self.correlator.observe_restore(&changes, &o.owner),
+            None => self.correlator.observe(&changes),
+        };
         TxnLines { changes, incidents }
     }
 

@@ -104,6 +104,10 @@ impl Engine {
     /// transaction the heap is trimmed: its changes and lines are freed by then.
     fn emit_lines(&mut self, ctx: &ChangeCtx, lines: TxnLines) {
         let (inode, backend, n) = (ctx.inode, ctx.backend, lines.changes.len() as u64);
+        if let Some(r) = self.restorer.as_mut() {
+            let core = &self.core;
+            r.txn(&lines.changes, &|p, owner| core.writes_as(p, owner));
+        }
         for c in lines.changes {
             self.write(&Line::Change(c));
         }
@@ -137,6 +141,9 @@ impl Engine {
 
     pub(super) fn emit_incidents(&mut self, incidents: Vec<IncidentLine>) {
         for i in incidents {
+            if let Some(r) = self.restorer.as_mut() {
+                r.incident(&i);
+            }
             self.write(&Line::Incident(i));
         }
     }

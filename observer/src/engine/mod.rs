@@ -46,6 +46,7 @@ mod kernel;
 mod legacy;
 mod namespaces;
 mod nft;
+mod restore;
 
 use self::core::lifecycle::Sweep;
 use self::core::{ChangeCtx, Core};
@@ -126,6 +127,8 @@ struct Engine {
     recovered_txns: u64,
     /// When the output keeps snapshots (the record): which are due.
     snapshots: Option<crate::forensics::Due>,
+    /// `--restore`: what was lost, and the restores due.
+    restorer: Option<crate::restore::Restorer>,
 }
 
 /// What the engine is asked to do: built by the command line (`tail`) or the daemon's settings
@@ -146,6 +149,8 @@ pub struct EngineConfig {
     pub pods: crate::pods::PodDirs,
     /// The `seq` of the last change already recorded: numbering goes on after it.
     pub first_seq: u64,
+    /// `--restore`: put back what foreign wipes take from these owners. None: never write.
+    pub restore: Option<crate::restore::RestoreConfig>,
 }
 
 /// Why the engine could not start (once started, it reports trouble as status lines and goes
@@ -162,6 +167,17 @@ pub enum EngineError {
     /// The ownership file (`--owners`) cannot be used.
     #[error(transparent)]
     Owners(#[from] OwnersError),
+    /// `--restore` names owners that neither the catalog nor the owners file knows.
+    #[error(
+        "--restore: unknown owner {}; known owners: {} (name another in an [[owner]] entry \
+         of the --owners file)",
+        unknown.join(", "),
+        known.join(", ")
+    )]
+    RestoreOwners {
+        unknown: Vec<String>,
+        known: Vec<String>,
+    },
     /// The kernel hooks asked for (`--hooks` other than `auto`) could not be attached.
     #[error("attaching the kernel hooks")]
     Hooks(#[source] crate::hooks::HookError),
@@ -264,10 +280,20 @@ async fn start(
     config: &EngineConfig,
     output: Box<dyn Output>,
 ) -> Result<(Engine, Channels), EngineError> {
-    let correlator = Correlator::new(
-        config.incidents.clone(),
-        load_owners(config.owners.as_deref())?,
-    );
+    let owners = load_owners(config.owners.as_deref())?;
+    if let Some(r) = &config.restore {
+        let known = owners.names();
+        let unknown: Vec<String> = r
+            .owners
+            .unknown(&known)
+            .into_iter()
+            .map(str::to_string)
+            .collect();
+        if !unknown.is_empty() {
+            return Err(EngineError::RestoreOwners { unknown, known });
+        }
+    }
+    let correlator = Correlator::new(config.incidents.clone(), owners);
     crate::pods::configure(config.pods.clone());
     if !nix::unistd::geteuid().is_root() {
         tracing::warn!(
@@ -294,6 +320,7 @@ async fn start(
         ipsets: HashMap::new(),
         netlink_rcvbuf: config.netlink_rcvbuf,
         recovered_txns: 0,
+        restorer: config.restore.clone().map(crate::restore::Restorer::new),
     };
     let reader_stats = engine.reader_stats.clone();
     if let Some(h) = engine.hooks.as_mut() {
@@ -350,8 +377,9 @@ async fn run_loop(engine: &mut Engine, signals: &mut Signals, channels: &mut Cha
     // later record brought to light are looked for after something happened (see `Sweep`).
     let mut sweep = Sweep::new(tokio::time::Instant::now());
     while !engine.output_closed {
-        // Incident windows (flapping, mass flush repair) end on a timer of their own.
-        let deadline = engine.core.next_deadline();
+        // Incident windows (flapping, mass flush repair) end on a timer of their own, and
+        // restores are due on one.
+        let deadline = earliest(engine.core.next_deadline(), engine.next_restore());
         let wake = tokio::time::Instant::now() + self::core::wake_in(deadline, Timestamp::now());
         tokio::select! {
             biased;
@@ -360,6 +388,7 @@ async fn run_loop(engine: &mut Engine, signals: &mut Signals, channels: &mut Cha
             _ = tokio::time::sleep_until(wake), if deadline.is_some() => {
                 let closed = engine.core.tick(Timestamp::now());
                 engine.emit_incidents(closed);
+                engine.run_restores(Timestamp::now()).await;
             }
             Some(ev) = kernel_rx.recv() => {
                 // Records lost before this one are re-read first: the re-read holds what they
@@ -396,6 +425,13 @@ async fn run_loop(engine: &mut Engine, signals: &mut Signals, channels: &mut Cha
             }
             else => break,
         }
+    }
+}
+
+fn earliest(a: Option<Timestamp>, b: Option<Timestamp>) -> Option<Timestamp> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 

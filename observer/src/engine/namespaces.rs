@@ -66,13 +66,30 @@ impl Engine {
         if let Some(sets) = baseline.ipsets {
             self.ipsets.insert(inode, sets);
         }
+        // The tables as text, rendered once for the record's first snapshot and the
+        // restorer's first model, whichever want them.
         let wants = self.snapshots.is_some();
-        let legacy_snapshot = wants.then(|| Tables::from_legacy(baseline.legacy.values()));
-        let nft_snapshot = baseline
+        let nft_wanted = wants && baseline.socket.is_some();
+        let restoring = self.restorer.is_some();
+        let mut legacy_snapshot =
+            (wants || restoring).then(|| Tables::from_legacy(baseline.legacy.values()));
+        let mut nft_snapshot = baseline
             .nft
             .as_ref()
-            .filter(|_| wants && baseline.socket.is_some())
+            .filter(|_| nft_wanted || restoring)
             .map(|(state, _)| Tables::from_nft(state));
+        if let Some(r) = self.restorer.as_mut() {
+            let give = |t: &mut Option<Tables>, keep: bool| match keep {
+                true => t.clone(),
+                false => t.take(),
+            };
+            if let Some(t) = give(&mut legacy_snapshot, wants) {
+                r.seed(inode, Backend::Legacy, t);
+            }
+            if let Some(t) = give(&mut nft_snapshot, nft_wanted) {
+                r.seed(inode, Backend::Nft, t);
+            }
+        }
         let mut watched = Watched {
             handle: handle.clone(),
             read_at: baseline.legacy.keys().map(|k| (k.clone(), began)).collect(),
@@ -223,6 +240,9 @@ impl Engine {
             }
             self.watched.remove(&inode);
             self.core.forget_netns(inode);
+            if let Some(r) = self.restorer.as_mut() {
+                r.forget(inode);
+            }
             self.ipsets.remove(&inode);
             if let Some(h) = self.hooks.as_mut() {
                 h.forget_netns(inode);

@@ -154,6 +154,30 @@ impl Replay {
             .get(name)
     }
 
+    /// A table as it is now, its chains in their order.
+    pub fn table(&self, family: Family, table: &str) -> Option<Table> {
+        let t = self
+            .tables
+            .iter()
+            .find(|t| t.family == family && t.name == table)?;
+        Some(Table {
+            family: t.family,
+            name: t.name.clone(),
+            sets: t.sets.clone(),
+            chains: t.chains.values().cloned().collect(),
+        })
+    }
+
+    /// A named set as it is now.
+    pub fn set(&self, family: Family, table: &str, name: &str) -> Option<&Set> {
+        self.tables
+            .iter()
+            .find(|t| t.family == family && t.name == table)?
+            .sets
+            .iter()
+            .find(|s| s.name == name)
+    }
+
     /// How many rules the tables hold.
     pub fn rule_count(&self) -> usize {
         self.tables

@@ -186,5 +186,6 @@ pub(super) fn blank(kind: IncidentKind, netns: u32, time: Timestamp) -> Incident
         merged_into: None,
         backends: None,
         last_backend: None,
+        restore: None,
     }
 }

@@ -364,15 +364,40 @@ impl Correlator {
         }
     }
 
+    /// Does the writer of this process write as `owner` (the owner itself, or a writer that
+    /// writes for it)? Its changes to the owner's objects are the owner's own.
+    pub fn writes_as(&self, process: &crate::attribution::ProcessInfo, owner: &str) -> bool {
+        let actor = self.owners.identity(process);
+        actor == owner || self.owners.writes_for(&actor, owner)
+    }
+
     /// One transaction: every change line of one x_tables replace or one nft generation, in
     /// order (all in one namespace, by one writer). Returns the incident lines it produces.
     pub fn observe(&mut self, txn: &[ChangeLine]) -> Vec<IncidentLine> {
+        self.observe_for(txn, None)
+    }
+
+    /// A transaction observer wrote itself (`--restore`) for `owner`: it counts as the owner's
+    /// write (it raises no incident, and what it puts back is the owner's), and repairs what it
+    /// puts back as `observer`.
+    pub fn observe_restore(&mut self, txn: &[ChangeLine], owner: &str) -> Vec<IncidentLine> {
+        self.observe_for(txn, Some(owner))
+    }
+
+    fn observe_for(&mut self, txn: &[ChangeLine], for_owner: Option<&str>) -> Vec<IncidentLine> {
         let Some(first) = txn.first() else {
             return Vec::new();
         };
         let netns = first.netns;
         let now = first.time;
-        let actor = self.owners.identity(&first.process);
+        let actor = match for_owner {
+            Some(o) => o.to_string(),
+            None => self.owners.identity(&first.process),
+        };
+        let repairer = match for_owner {
+            Some(_) => "observer".to_string(),
+            None => actor.clone(),
+        };
         let known_actor = !(first.process.actor == "unknown" && first.process.unit.is_none());
         {
             let net = self.nets.entry(netns).or_default();
@@ -420,10 +445,10 @@ impl Correlator {
             self.last_backend
                 .insert((netns, actor.clone()), first.backend);
             self.handle_hits(netns, &actor, first, hits, now, &mut out);
-            self.handle_restores(netns, &actor, &restored, now, &mut out);
+            self.handle_restores(netns, (&actor, &repairer), &restored, now, &mut out);
             let fresh: BTreeSet<String> = out.iter().map(|r| r.id.clone()).collect();
             let seqs: Vec<u64> = applied.iter().map(|c| c.seq).collect();
-            self.check_repairs(netns, &actor, now, &seqs, &fresh, &mut out);
+            self.check_repairs(netns, &repairer, now, &seqs, &fresh, &mut out);
         }
         // Split brain, for every owner this transaction touched (before or after it).
         if reshapes {

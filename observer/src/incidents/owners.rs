@@ -526,6 +526,25 @@ impl Owners {
         p.actor.clone()
     }
 
+    /// Every owner the catalog and the file name, sorted (learned owners are not known before
+    /// they write).
+    pub fn names(&self) -> Vec<String> {
+        let owned = |c: &Claim| match c {
+            Claim::Owned { owner, .. } => Some(owner.clone()),
+            Claim::Shared { .. } => None,
+        };
+        let mut names: Vec<String> = self
+            .rules
+            .iter()
+            .filter_map(|r| owned(&r.claim))
+            .chain(self.tables.iter().filter_map(|t| owned(&t.claim)))
+            .chain(self.aliases.iter().map(|a| a.owner.clone()))
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
     /// The owner a name (an owner or an actor name) stands for.
     pub fn canonical(&self, name: &str) -> String {
         self.aliases

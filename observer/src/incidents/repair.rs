@@ -78,7 +78,7 @@ impl Correlator {
     pub(super) fn handle_restores(
         &mut self,
         netns: u32,
-        actor: &str,
+        (actor, repairer): (&str, &str),
         restored: &[Restore],
         now: Timestamp,
         out: &mut Vec<IncidentLine>,
@@ -87,7 +87,7 @@ impl Correlator {
             return;
         }
         let seqs: Vec<u64> = restored.iter().map(|r| r.seq).collect();
-        self.mass_repairs(netns, actor, restored, &seqs, now, out);
+        self.mass_repairs(netns, (actor, repairer), restored, &seqs, now, out);
         // Flapping cycles: every conflict where this owner had something undone.
         let keys: Vec<ConflictKey> = self
             .conflicts
@@ -104,7 +104,7 @@ impl Correlator {
     fn mass_repairs(
         &mut self,
         netns: u32,
-        actor: &str,
+        (actor, repairer): (&str, &str),
         restored: &[Restore],
         seqs: &[u64],
         now: Timestamp,
@@ -119,7 +119,7 @@ impl Correlator {
             if restored.iter().any(|r| o.chains.contains(&r.key.3)) {
                 o.repaired = true;
                 o.repair_ms = Some(now.elapsed_since(since).as_millis() as u64);
-                o.repaired_by = Some(actor.to_string());
+                o.repaired_by = Some(repairer.to_string());
                 let all = t.record.owners.iter().all(|o| o.repaired);
                 t.record.state = if all {
                     resolved.push(id.clone());

@@ -93,6 +93,7 @@ impl Stream {
                     },
                     replayed: false,
                     recovered: false,
+                    restore: None,
                 }
             })
             .collect();
@@ -508,6 +509,7 @@ fn a_refused_recreation_during_a_mass_flush_is_named() {
         process: ProcessInfo::named(1, "iptables", None, "kubelet"),
         replayed: false,
         recovered: false,
+        restore: None,
     };
     let got = s.c.observe(std::slice::from_ref(&failed));
     assert_eq!(got.len(), 1);

@@ -217,6 +217,9 @@ pub struct ChangeLine {
     /// writing there meanwhile, when that is one writer (else `unknown`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub recovered: bool,
+    /// Set on observer's own writes (`--restore`): the incident whose losses they put back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore: Option<String>,
 }
 
 impl ChangeLine {
@@ -316,6 +319,10 @@ pub struct IncidentLine {
     /// `split_brain`: the backend the owner wrote last, when a write was seen.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_backend: Option<Backend>,
+    /// The line that tells of a restore (`--restore`): what observer put back, would have, or
+    /// why it did not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore: Option<super::restore::RestoreNote>,
 }
 
 impl IncidentLine {
@@ -466,6 +473,7 @@ mod tests {
             },
             replayed: false,
             recovered: false,
+            restore: None,
         }
     }
 

@@ -6,4 +6,5 @@ pub mod filter;
 pub mod line;
 pub mod people;
 
+pub mod restore;
 pub use line::{ChangeLine, IncidentLine, Line, Source, StatusLine};

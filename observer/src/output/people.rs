@@ -92,7 +92,7 @@ impl Texts for ChangeResult {
 }
 
 texts!(StatusLine: message, hooks, lost);
-texts!(ChangeLine: netns_name, node, table, chain, rule, forms, detail, txn, result, process);
+texts!(ChangeLine: netns_name, node, table, chain, rule, forms, detail, txn, result, process, restore);
 texts!(RuleForms: rule_nft, iptables_unreadable);
 texts!(ProcessInfo: comm, parent_comm, actor, unit, container_id, pod, ancestry);
 texts!(Pod: uid, namespace, name, container);
@@ -113,6 +113,7 @@ texts!(
     tables,
     merged_into,
     backends,
+    restore,
 );
 texts!(OwnerHit: owner, chains, repaired_by, failed);
 texts!(SplitBackends: legacy, nft);

@@ -197,6 +197,14 @@ impl Output for DaemonOutput {
                 severity: i.severity.as_str().into(),
             };
             let m = &self.hub.metrics;
+            if let Some(r) = &i.restore {
+                m.restores
+                    .get_or_create(&crate::sinks::metrics::RestoreLabels {
+                        owner: r.owner.clone(),
+                        outcome: r.outcome.as_str().into(),
+                    })
+                    .inc();
+            }
             match i.state {
                 IncidentState::Resolved | IncidentState::Expired => {
                     if let Some(l) = self.open.remove(&i.id) {

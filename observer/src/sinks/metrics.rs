@@ -44,6 +44,14 @@ pub struct SinkLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RestoreLabels {
+    /// An owner `--restore` names (the list bounds the series).
+    pub owner: String,
+    /// restored, skipped_owner_repaired, refused_conflict, gave_up, failed, dry_run.
+    pub outcome: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HookLabels {
     pub backend: String,
 }
@@ -54,6 +62,8 @@ pub struct Metrics {
     pub incidents: Family<IncidentLabels, Counter>,
     /// Incidents open now (raised and neither resolved nor expired).
     pub incidents_open: Family<IncidentLabels, Gauge>,
+    /// What `--restore` did, by owner and outcome.
+    pub restores: Family<RestoreLabels, Counter>,
     pub gaps: Family<GapLabels, Counter>,
     pub kernel_records_lost: Counter,
     /// The eBPF programs' own error counters, by kind.
@@ -86,6 +96,12 @@ impl Metrics {
             "incidents_open",
             "Incidents open now (neither resolved nor expired), by type and severity",
             incidents_open.clone(),
+        );
+        let restores = Family::<RestoreLabels, Counter>::default();
+        registry.register(
+            "restores",
+            "Restores of what a foreign wipe took (--restore), by owner and outcome",
+            restores.clone(),
         );
         let gaps = Family::<GapLabels, Counter>::default();
         // Every cause exists from the start, at 0: an alert on `increase()` then sees the first
@@ -162,6 +178,7 @@ impl Metrics {
             changes,
             incidents,
             incidents_open,
+            restores,
             gaps,
             kernel_records_lost,
             kernel_errors,

@@ -54,6 +54,18 @@ const DEB_PACKAGES: &[DebPackage] = &[
         binaries: &["ipset"],
         optional: false,
     },
+    // The CNI plugins (bridge, portmap) whose hostPort chains the restore tests put back.
+    DebPackage {
+        name: "containernetworking-plugins",
+        binaries: &["/usr/lib/cni/bridge", "/usr/lib/cni/portmap"],
+        optional: false,
+    },
+    // The restore tests send a packet with a mark (`ping -m`) to see a DROP rule work again.
+    DebPackage {
+        name: "iputils-ping",
+        binaries: &["ping"],
+        optional: false,
+    },
     // `-m nfacct`: the accounting objects its rules name (created in the tests' namespaces).
     DebPackage {
         name: "nfacct",
@@ -98,7 +110,9 @@ const DEB_PACKAGES: &[DebPackage] = &[
         binaries: &["dockerd"],
         optional: false,
     },
-    // The image of the container the docker test runs (built locally, nothing pulled).
+    // The image of the container the docker test runs (built locally, nothing pulled), and the
+    // restore tests' server in a pod (`busybox httpd`). Debian's `busybox` conflicts with it, and
+    // the static one has every applet both need.
     DebPackage {
         name: "busybox-static",
         binaries: &["busybox"],

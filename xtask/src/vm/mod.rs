@@ -68,6 +68,23 @@ const MODULES: &[&str] = &[
 const GUEST_ONLY_TAIL_TESTS: &str = "ebtables_legacy";
 const GUEST_ONLY_UNIT_TESTS: &str = "xtables::tests::ebt_atomic::live_";
 
+/// The restore tests the guests run: the legacy path, the nft path (a table with its set and
+/// map) and the guard against a wiper in a loop. (The tests of netfilter-persistent's reload
+/// need its unpacked package, which the guest's /var does not hold.)
+const GUEST_RESTORE_TESTS: &str = "legacy_chains_come_back an_nft_table_wiped a_wiper_flushing_nat";
+
+/// The backend whose run in a guest holds the restore tests: one per kernel, as what they test
+/// (the kernel's notifications, observer's own writes told apart) runs once per kernel, and
+/// each backend's run of them costs a guest two to three minutes. kprobe on 6.1, fentry on the
+/// others (on 5.10, fentry's x_tables hook falls back to the next backend, a mix worth a run).
+fn restore_backend(series: &str) -> &'static str {
+    if series == guest::BENCH_SERIES {
+        "kprobe"
+    } else {
+        "fentry"
+    }
+}
+
 /// The bound of one run of the tests on one backend inside the guest. A run takes 3 to 5
 /// minutes under emulation (6.1's guest is the slower), more on a busy machine: at 300 s a run
 /// that was only slow (its tests still passing one after another) was cut and failed.
@@ -78,10 +95,11 @@ const RUN_TIMEOUT_SECS: u64 = 600;
 struct TestBinaries {
     tail: PathBuf,
     attribution: Option<PathBuf>,
+    restore: Option<PathBuf>,
     unit: Option<PathBuf>,
 }
 
-/// Builds (`--no-run`) and finds the test executables: `tail` and `attribution` of the
+/// Builds (`--no-run`) and finds the test executables: `tail`, `attribution` and `restore` of the
 /// integration tests' package ([`TESTS_PACKAGE`]), observer's own unit tests. They run
 /// the observer binary the host build made (`OBSERVER_BIN` in [`guest_script`]).
 fn build_test_binary(ready: &crate::setup::Ready) -> Result<TestBinaries> {
@@ -120,6 +138,7 @@ fn build_test_binary(ready: &crate::setup::Ready) -> Result<TestBinaries> {
         tail: executable(tests, "tail", "test")
             .with_context(|| format!("cargo built no `tail` test executable of {tests}"))?,
         attribution: executable(tests, "attribution", "test"),
+        restore: executable(tests, "restore", "test"),
         unit: executable("observer", "observer", "lib"),
     })
 }
@@ -165,20 +184,24 @@ fn test_command(bin: &Path) -> String {
 /// The script the guest runs: load the modules, run the tests once per backend, and leave each
 /// run's output and exit status in `dir`. Waits are 5 times longer (software emulation); the
 /// [`HOST_ONLY_TESTS`] are skipped.
-fn guest_script(
-    test_bin: &Path,
-    attribution: Option<&Path>,
-    unit: Option<&Path>,
-    observer: &Path,
-    dir: &Path,
-) -> String {
-    // The ipset writers' tests too (an ipset command is seen only through the writer hook).
-    let ipset = attribution.map_or(String::new(), |a| {
+fn guest_script(bins: &TestBinaries, observer: &Path, dir: &Path, series: &str) -> String {
+    let test_bin = &bins.tail;
+    // The ipset writers' tests too (an ipset command is seen only through the writer hook),
+    // and, on one backend per kernel, the restores on the legacy and nft paths.
+    let mut extra_runs = bins.attribution.as_deref().map_or(String::new(), |a| {
         format!(
             "[ $rc = 0 ] && {{ {} ipset >> $out 2>&1; rc=$?; }}\n",
             test_command(a)
         )
     });
+    if let Some(r) = bins.restore.as_deref() {
+        extra_runs.push_str(&format!(
+            "[ $rc = 0 ] && [ $b = {} ] && {{ {} {GUEST_RESTORE_TESTS} >> $out 2>&1; rc=$?; }}\n",
+            restore_backend(series),
+            test_command(r)
+        ));
+    }
+    let unit = bins.unit.as_deref();
     // The tests of what only the guests' kernels have, under CI=true so that they fail when
     // they cannot run.
     let mut guest_only = format!(
@@ -214,7 +237,7 @@ fn guest_script(
          rm -f $out.skips; export {skips_env}=$out.skips\n\
          {test} {skips} > $out 2>&1\n\
          rc=$?\n\
-         {ipset}\
+         {extra_runs}\
          {guest_only}\
          if [ $rc = 124 ] || [ $rc = 137 ]; then\n\
          echo \"vm: $b: no end after {RUN_TIMEOUT_SECS}s; still running:\" >> $out\n\
@@ -300,16 +323,7 @@ fn run_in_vm(
     let _ = fs::remove_dir_all(&dir);
     fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let script = dir.join("run.sh");
-    fs::write(
-        &script,
-        guest_script(
-            &bins.tail,
-            bins.attribution.as_deref(),
-            bins.unit.as_deref(),
-            observer_bin,
-            &dir,
-        ),
-    )?;
+    fs::write(&script, guest_script(bins, observer_bin, &dir, &label))?;
     if !cmd::is_executable(observer_bin) {
         bail!(
             "{} is missing; the release build failed",
@@ -581,11 +595,15 @@ mod tests {
     #[test]
     fn the_guest_script_runs_every_backend_and_keeps_its_status() {
         let s = guest_script(
-            Path::new("/t/tail-1"),
-            Some(Path::new("/t/attribution-1")),
-            Some(Path::new("/t/observer-1")),
+            &TestBinaries {
+                tail: "/t/tail-1".into(),
+                attribution: Some("/t/attribution-1".into()),
+                restore: Some("/t/restore-1".into()),
+                unit: Some("/t/observer-1".into()),
+            },
             Path::new("/o/observer"),
             Path::new("/r"),
+            "6.1",
         );
         assert!(
             s.contains("/o/observer tail --json --hooks tracepoint > /r/tracepoint.out"),
@@ -595,6 +613,17 @@ mod tests {
             s.contains(&format!("/t/attribution-1 {TEST_ARGS} ipset >> $out")),
             "{s}"
         );
+        // The restore tests run on one backend per kernel.
+        assert!(
+            s.contains(&format!(
+                "[ $rc = 0 ] && [ $b = kprobe ] && {{ {TEST_ENV} OBSERVER_TEST_HOOKS=$b \
+                 OBSERVER_TEST_SLOWDOWN=5 timeout -k 10 {RUN_TIMEOUT_SECS} /t/restore-1 \
+                 {TEST_ARGS} {GUEST_RESTORE_TESTS} >> $out"
+            )),
+            "{s}"
+        );
+        assert_eq!(restore_backend("5.10"), "fentry");
+        assert_eq!(restore_backend("6.12"), "fentry");
         for b in BACKENDS {
             assert!(s.contains(&format!("run {b} /r/{b}.out")), "{s}");
             assert!(s.contains(&format!("echo $rc > /r/{b}.rc")), "{s}");

@@ -60,6 +60,7 @@ fn change() -> ChangeLine {
         },
         replayed: false,
         recovered: false,
+        restore: None,
     }
 }
 
@@ -102,6 +103,7 @@ fn incident() -> IncidentLine {
             nft: vec!["B".into()],
         }),
         last_backend: Some(Backend::Nft),
+        restore: None,
     }
 }
 

@@ -201,6 +201,7 @@ mod tests {
             process: ProcessInfo::named(5, "nft", Some((4, "admin.sh")), "admin.sh"),
             replayed: false,
             recovered: false,
+            restore: None,
         }
     }
 

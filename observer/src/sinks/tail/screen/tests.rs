@@ -32,6 +32,7 @@ fn change(seq: u64, txn: &str, op: Op, chain: &str, rule: Option<&str>) -> Chang
         ),
         replayed: false,
         recovered: false,
+        restore: None,
     }
 }
 
@@ -237,6 +238,7 @@ fn incident(state: IncidentState) -> IncidentLine {
         merged_into: None,
         backends: None,
         last_backend: None,
+        restore: None,
     }
 }
 
