@@ -3,30 +3,53 @@
 //! restore, from the incident's story: each chain before the incident (what was lost, and the
 //! jumps into it), against the chains at its end (now, while it is open).
 
-use crate::forensics::model::Chain;
+use crate::forensics::model::{Chain, Set};
 use crate::forensics::story::{ChainStory, Story};
 use crate::ruleset::{Backend, Family};
 
-use super::plan::{self, jump_target, Decision, Jump, Lost, Now};
+use super::plan::{self, jump_target, set_refs, Decision, Jump, Lost, Now};
 
-/// The chains at the incident's end.
-struct End<'s>(&'s [ChainStory]);
+/// What a restore script is made from: the chains ([`ChainStory`]: before the wipe and at the
+/// incident's end), and the named sets of their nftables tables.
+#[derive(Debug, Clone, Default)]
+pub struct FromRecord {
+    pub chains: Vec<ChainStory>,
+    pub sets: Vec<SetStory>,
+}
+
+/// A named set (or map) of an nftables table, before the wipe, and whether it is there at the
+/// incident's end.
+#[derive(Debug, Clone)]
+pub struct SetStory {
+    pub backend: Backend,
+    pub family: Family,
+    pub table: String,
+    pub before: Set,
+    pub there_at_end: bool,
+}
+
+/// The chains and sets at the incident's end.
+struct End<'s>(&'s FromRecord);
 
 impl Now for End<'_> {
     fn chain(&self, family: Family, table: &str, name: &str) -> Option<&Chain> {
         self.0
+            .chains
             .iter()
             .find(|c| c.family == family && c.table == table && c.chain == name)?
             .end
             .as_ref()
     }
-    fn has_set(&self, _: Family, _: &str, _: &str) -> bool {
-        false
+    fn has_set(&self, family: Family, table: &str, name: &str) -> bool {
+        self.0.sets.iter().any(|s| {
+            s.there_at_end && s.family == family && s.table == table && s.before.name == name
+        })
     }
 }
 
-/// What the incident took from each owner, per table.
-fn lost_of(story: &Story) -> Vec<(String, Lost)> {
+/// What the incident took from each owner, per table; in nftables tables, with the named sets
+/// its rules use as they were before the wipe.
+fn lost_of(story: &Story, sets: &[SetStory]) -> Vec<(String, Lost)> {
     let mut out: Vec<(String, Lost)> = Vec::new();
     for (owner, names) in super::owners_hit(&story.incident) {
         for c in &story.chains {
@@ -57,6 +80,26 @@ fn lost_of(story: &Story) -> Vec<(String, Lost)> {
         }
     }
     out.retain(|(_, l)| !l.chains.is_empty() || !l.jumps.is_empty());
+    for (_, l) in &mut out {
+        let rules = l
+            .chains
+            .iter()
+            .flat_map(|c| c.rules.iter())
+            .chain(l.jumps.iter().map(|j| &j.rule));
+        let mut names: Vec<&str> = rules.flat_map(|r| set_refs(r)).collect();
+        names.sort_unstable();
+        names.dedup();
+        l.sets = sets
+            .iter()
+            .filter(|s| {
+                s.backend == l.backend
+                    && s.family == l.family
+                    && s.table == l.table
+                    && names.contains(&s.before.name.as_str())
+            })
+            .map(|s| s.before.clone())
+            .collect();
+    }
     out
 }
 
@@ -153,7 +196,7 @@ fn merged(story: &Story, related: &[Story]) -> Vec<ChainStory> {
 pub fn chains_from_record(
     conn: &rusqlite::Connection,
     story: &Story,
-) -> Result<Vec<ChainStory>, crate::forensics::ForensicsError> {
+) -> Result<FromRecord, crate::forensics::ForensicsError> {
     use crate::forensics::snapshots;
     let related = related(conn, story)?;
     let mut chains = merged(story, &related);
@@ -164,7 +207,10 @@ pub fn chains_from_record(
         .filter_map(|s| s.changes.first())
         .min_by_key(|c| c.seq)
     else {
-        return Ok(chains);
+        return Ok(FromRecord {
+            chains,
+            sets: Vec::new(),
+        });
     };
     let before = snapshots::states(
         conn,
@@ -217,17 +263,40 @@ pub fn chains_from_record(
             }
         }
     }
-    Ok(chains)
+    // The named sets of the nftables tables the chains are in.
+    let mut sets = Vec::new();
+    for st in before.iter().filter(|st| st.backend == i.backend) {
+        for t in &st.tables.tables {
+            if !chains
+                .iter()
+                .any(|k| k.family == t.family && k.table == t.name)
+            {
+                continue;
+            }
+            for set in &t.sets {
+                let there_at_end = end
+                    .iter()
+                    .filter(|e| e.backend == st.backend)
+                    .flat_map(|e| &e.tables.tables)
+                    .filter(|e| e.family == t.family && e.name == t.name)
+                    .any(|e| e.sets.iter().any(|x| x.name == set.name));
+                sets.push(SetStory {
+                    backend: st.backend,
+                    family: t.family,
+                    table: t.name.clone(),
+                    before: set.clone(),
+                    there_at_end,
+                });
+            }
+        }
+    }
+    Ok(FromRecord { chains, sets })
 }
 
 /// The script, with a comment before each part saying what it puts back, in which namespace
 /// and with which command; or why there is nothing to put back. `chains`: the chains it is
 /// made from ([`chains_from_record`]; the story's own, without a record).
-pub fn restore_script(story: &Story, chains: Vec<ChainStory>) -> String {
-    let story = &Story {
-        chains,
-        ..story.clone()
-    };
+pub fn restore_script(story: &Story, from: FromRecord) -> String {
     let i = &story.incident;
     let ns = match &i.netns_name {
         Some(n) => format!("ip netns exec {n} "),
@@ -240,7 +309,11 @@ pub fn restore_script(story: &Story, chains: Vec<ChainStory>) -> String {
         "# What incident {} took, as the record holds it, against the ruleset at its end.\n",
         i.id
     );
-    let lost = lost_of(story);
+    let story = &Story {
+        chains: from.chains.clone(),
+        ..story.clone()
+    };
+    let lost = lost_of(story, &from.sets);
     if lost.is_empty() {
         out.push_str("# The record holds none of the chains it took: nothing to restore.\n");
     }
@@ -249,7 +322,7 @@ pub fn restore_script(story: &Story, chains: Vec<ChainStory>) -> String {
             "{owner}'s chains in {} {} ({})",
             l.family, l.table, l.backend
         );
-        match plan::plan(l, &End(&story.chains)) {
+        match plan::plan(l, &End(&from)) {
             Decision::Write(s) => {
                 out.push_str(&format!(
                     "# {what}: apply with `{ns}{}` and this on stdin:\n{}",
@@ -271,8 +344,8 @@ pub fn restore_script(story: &Story, chains: Vec<ChainStory>) -> String {
 /// [`restore_script`] for a terminal: every line escaped as all untrusted text is (a hostile
 /// pod's comment must not drive the terminal), with a warning when that changed a line, since
 /// such a line no longer matches what the kernel held.
-pub fn shown_script(story: &Story, chains: Vec<ChainStory>) -> String {
-    let text = restore_script(story, chains);
+pub fn shown_script(story: &Story, from: FromRecord) -> String {
+    let text = restore_script(story, from);
     let mut changed = false;
     let mut out = String::with_capacity(text.len());
     for line in text.lines() {
@@ -315,6 +388,14 @@ mod tests {
         }
     }
 
+    /// What a story without a record is made from: its own chains, no sets.
+    fn from_story(s: &Story) -> FromRecord {
+        FromRecord {
+            chains: s.chains.clone(),
+            sets: Vec::new(),
+        }
+    }
+
     fn cs(name: &str, before: Option<Chain>, end: Option<Chain>) -> ChainStory {
         ChainStory {
             netns: 7,
@@ -342,7 +423,7 @@ mod tests {
                 None,
             ),
         ]);
-        let text = restore_script(&s, s.chains.clone());
+        let text = restore_script(&s, from_story(&s));
         assert!(
             text.contains(
                 "# kubelet's chains in ip filter (legacy): apply with `ip netns exec node \
@@ -363,7 +444,7 @@ mod tests {
             )),
             None,
         )]);
-        let text = shown_script(&s, s.chains.clone());
+        let text = shown_script(&s, from_story(&s));
         assert!(!text.contains('\u{1b}'), "{text}");
         assert!(text.contains("\\x1b[2J"), "{text}");
         assert!(
@@ -377,7 +458,64 @@ mod tests {
         let fw = chain("KUBE-FIREWALL", &["-j DROP"]);
         let s = story_of(vec![cs("KUBE-FIREWALL", Some(fw.clone()), Some(fw))]);
         assert!(
-            restore_script(&s, s.chains.clone()).contains("back as they were, nothing to restore")
+            restore_script(&s, from_story(&s)).contains("back as they were, nothing to restore")
         );
+    }
+
+    /// An nftables table's chain and the named set its rule uses, both gone: the script
+    /// declares the set again with its elements; a set still there at the end is not declared,
+    /// and one the rules do not use is left out.
+    #[test]
+    fn an_nft_script_declares_the_sets_its_rules_use_that_are_gone() {
+        let nft = |name: &str, before: Option<Chain>| ChainStory {
+            backend: Backend::Nft,
+            family: Family::Inet,
+            table: "podman".into(),
+            ..cs(name, before, None)
+        };
+        let mut s = story_of(vec![nft(
+            "input",
+            Some(crate::restore::plan::tests::chain(
+                "input",
+                Some("type filter hook input priority filter; policy accept"),
+                &["ip saddr @blocked drop", "ip daddr @kept accept"],
+            )),
+        )]);
+        s.incident.owner = "podman".into();
+        s.incident.chains = vec!["input".into()];
+        s.incident.backend = Backend::Nft;
+        s.incident.family = Family::Inet;
+        s.incident.table = "podman".into();
+        let set = |name: &str, there_at_end: bool| SetStory {
+            backend: Backend::Nft,
+            family: Family::Inet,
+            table: "podman".into(),
+            before: Set {
+                name: name.into(),
+                decl: "type ipv4_addr".into(),
+                elements: vec!["10.0.0.1".into()],
+                incomplete: false,
+                last: None,
+            },
+            there_at_end,
+        };
+        let from = FromRecord {
+            chains: s.chains.clone(),
+            sets: vec![
+                set("blocked", false),
+                set("kept", true),
+                set("unused", false),
+            ],
+        };
+        let text = restore_script(&s, from);
+        assert!(
+            text.contains(
+                "table inet podman {\n\tset blocked {\n\t\ttype ipv4_addr\n\t\telements = { 10.0.0.1 }\n\t}\n"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("set kept"), "{text}");
+        assert!(!text.contains("set unused"), "{text}");
+        assert!(text.contains("nft -f -"), "{text}");
     }
 }
