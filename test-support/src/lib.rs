@@ -70,7 +70,8 @@ pub use http::{get, metric};
 pub use nats::{stream_messages, StreamMessage};
 #[cfg(feature = "integration")]
 pub use persistent::{
-    netfilter_persistent_reload, netfilter_persistent_unpacked, NETFILTER_PERSISTENT,
+    netfilter_persistent_flush, netfilter_persistent_reload, netfilter_persistent_unpacked,
+    NETFILTER_PERSISTENT,
 };
 #[cfg(feature = "integration")]
 pub use tail::{change, is_change, is_incident, Observer};

@@ -439,11 +439,18 @@ fn a_refused_restore_is_failed_and_leaves_nothing_half_written() {
     skip_unless!("ip", "iptables-legacy", "iptables-legacy-save", "ipset");
     let ns = Netns::new("restore-fail");
     let mut obs = restoring(&ns, "kubelet", &[]);
+    // An admin's chain that kubelet's jumps to: the wipe takes it too, and observer does not
+    // restore its owner, so kubelet's rule that jumps there is refused by the tool, after the
+    // ipset its other rule names was created again.
+    let admin = Writer::script("admin-script", "iptables-legacy -N OBS-OTHER");
+    must(&ns, &admin.path.display().to_string());
     let kubelet = Writer::script(
         "kubelet",
         "ipset create obs-allowed hash:ip\n\
+         ipset add obs-allowed 10.0.0.1\n\
          iptables-legacy -N KUBE-FIREWALL\n\
          iptables-legacy -A KUBE-FIREWALL -m set --match-set obs-allowed src -j ACCEPT\n\
+         iptables-legacy -A KUBE-FIREWALL -j OBS-OTHER\n\
          iptables-legacy -A KUBE-FIREWALL -m mark --mark 0x8000/0x8000 -j DROP\n\
          iptables-legacy -I INPUT -j KUBE-FIREWALL\n\
          iptables-legacy -I OUTPUT -j KUBE-FIREWALL",
@@ -457,12 +464,102 @@ fn a_refused_restore_is_failed_and_leaves_nothing_half_written() {
     must(&ns, &wiper.path.display().to_string());
     let line = restore_line(&mut obs, &ns, "failed");
     let reason = line["restore"]["reason"].as_str().unwrap_or("");
-    assert!(reason.contains("obs-allowed"), "the tool's words: {line}");
+    assert!(reason.contains("OBS-OTHER"), "the tool's words: {line}");
+    assert_eq!(
+        line["restore"]["command"], "ipset restore; iptables-legacy-restore --noflush",
+        "{line}"
+    );
     assert!(
         firewall_lines(&ns, "iptables-legacy-save").is_empty(),
         "half written: {:?}",
         firewall_lines(&ns, "iptables-legacy-save")
     );
+    // The set created for the refused rules was taken back.
+    assert!(
+        !sh(&ns, "ipset list -n obs-allowed").status.success(),
+        "the ipset was left behind: {}",
+        must(&ns, "ipset list -n")
+    );
+    obs.stop();
+}
+
+/// `netfilter-persistent flush` (Debian's, with ipset-persistent's plugins): every chain
+/// flushed and deleted through iptables-nft, then every ipset destroyed. A kube-router-like
+/// owner's chain drops what comes from the addresses of its ipset; with `--restore
+/// kube-router` the set comes back first, with its members, then the chain and its jump, as
+/// `ipset save` and `iptables-nft-save` printed them, and the traffic is dropped again.
+#[test]
+fn an_ipset_destroyed_with_the_chains_comes_back_with_its_members_before_them() {
+    skip_unless!(
+        "ip",
+        "ipset",
+        "iptables-nft",
+        "iptables-nft-save",
+        "ping",
+        "unshare"
+    );
+    if !netfilter_persistent_unpacked() {
+        return;
+    }
+    let ns = Netns::new("restore-ipset");
+    let mut obs = restoring(&ns, "kube-router", &[]);
+    let kube_router = Writer::script(
+        "kube-router",
+        "ipset create kube-router-block hash:ip\n\
+         ipset add kube-router-block 127.0.0.1\n\
+         ipset add kube-router-block 10.9.8.7\n\
+         iptables-nft -N KUBE-ROUTER-INPUT\n\
+         iptables-nft -A KUBE-ROUTER-INPUT -p icmp -m set --match-set kube-router-block src \
+         -j DROP\n\
+         iptables-nft -I INPUT -j KUBE-ROUTER-INPUT",
+    );
+    must(
+        &ns,
+        &format!("ip link set lo up; {}", kube_router.path.display()),
+    );
+    let here = in_ns(&ns);
+    obs.expect("kube-router's jump from INPUT", WAIT, |v| {
+        here(v) && v["op"] == "rule_add" && v["chain"] == "INPUT"
+    });
+    let lines = |ns: &Netns| -> Vec<String> {
+        must(ns, "iptables-nft-save -t filter")
+            .lines()
+            .filter(|l| l.contains("KUBE-ROUTER"))
+            .map(str::to_string)
+            .collect()
+    };
+    let chains_before = lines(&ns);
+    let set_before = must(&ns, "ipset save kube-router-block");
+    let pings = |ns: &Netns| sh(ns, "ping -c 1 -W 1 127.0.0.1").status.success();
+    assert!(!pings(&ns), "kube-router's chain drops the ping");
+
+    let out = test_support::netfilter_persistent_flush(&ns);
+    assert!(
+        out.status.success(),
+        "netfilter-persistent flush: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = restore_line(&mut obs, &ns, "restored");
+    assert_eq!(
+        line["restore"]["command"], "ipset restore; iptables-nft-restore --noflush",
+        "{line}"
+    );
+    assert_eq!(
+        line["restore"]["sets"],
+        serde_json::json!(["kube-router-block"]),
+        "{line}"
+    );
+    assert_eq!(lines(&ns), chains_before);
+    assert_eq!(must(&ns, "ipset save kube-router-block"), set_before);
+    assert!(!pings(&ns), "the ping is dropped again");
+    // observer's own ipset write is a change line like any other, tagged with the incident.
+    obs.expect("observer's ipset write", WAIT, |v| {
+        here(v)
+            && v["kind"] == "change"
+            && v["table"] == "ipset"
+            && v["process"]["actor"] == "observer"
+            && v["restore"].is_string()
+    });
     obs.stop();
 }
 

@@ -48,8 +48,9 @@ enum Verb {
           procps, the firewall managers and fleet tools the tests run, and (when apt has it) \
           bpftool, by their binaries; missing ones are installed with apt-get (needs root; \
           `apt-get update` runs once, only when something is missing).\n\
-        - netfilter-persistent and iptables-persistent, unpacked (not installed: ufw breaks \
-          them) in /var/cache/observer-tests/netfilter-persistent for the attribution tests.\n\
+        - netfilter-persistent, iptables-persistent and ipset-persistent, unpacked (not \
+          installed: ufw breaks them) in /var/cache/observer-tests/netfilter-persistent for the \
+          attribution and restore tests.\n\
         - The nightly toolchain and its rust-src component (rustup), which build the eBPF programs.\n\
         - bpf-linker, built with `cargo install` against nightly rustc's own libLLVM \
           (prefix $CARGO_HOME/bpf-linker-llvm), when the installed one does not run or links \

@@ -181,6 +181,7 @@ impl Engine {
         };
         let outcomes = crate::ipset::outcome(&cmd, self.ipsets.get(&inode), &after);
         self.ipsets.insert(inode, after);
+        self.save_ipsets(inode).await;
         let name = self.watched.get(&inode).and_then(|w| w.handle.name.clone());
         let ctx = ChangeCtx {
             inode,

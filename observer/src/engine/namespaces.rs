@@ -133,6 +133,7 @@ impl Engine {
                 .unwrap_or(&handle.origin.display().to_string())
         );
         self.watched.insert(inode, watched);
+        self.save_ipsets(inode).await;
         if let Some(t) = legacy_snapshot {
             self.emit_snapshot(inode, Backend::Legacy, t);
         }

@@ -47,6 +47,9 @@ pub struct RestoreNote {
     /// How many jumps into them were put back.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub jumps: usize,
+    /// The ipsets their rules name that were created again (`ipset restore`, before them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sets: Vec<String>,
     /// The program and the script it was given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
@@ -64,4 +67,4 @@ fn is_zero(n: &usize) -> bool {
     *n == 0
 }
 
-crate::output::people::texts!(RestoreNote: owner, chains, command, script, reason);
+crate::output::people::texts!(RestoreNote: owner, chains, sets, command, script, reason);

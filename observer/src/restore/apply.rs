@@ -18,7 +18,8 @@ fn args(tool: Tool) -> Vec<&'static str> {
     let [_, first] = tool.argv();
     match tool {
         Tool::Nft => vec![first, "-"],
-        _ => vec![first, "--wait", "5"],
+        Tool::Ipset => vec![first],
+        Tool::IptablesLegacy(_) | Tool::IptablesNft(_) => vec![first, "--wait", "5"],
     }
 }
 
@@ -70,16 +71,17 @@ fn node_mounts(prog: &str) -> Result<Option<std::fs::File>, String> {
     ))
 }
 
-/// Run `tool` in the network namespace `netns` with `script` on its stdin. `spawned` is told
-/// the writer's pid before it can write (its changes are tagged with it). `Err`: what went
-/// wrong, with what the tool said.
-pub async fn write(
-    netns: BorrowedFd<'_>,
-    tool: Tool,
-    script: &str,
-    spawned: impl FnOnce(u32),
-) -> Result<(), String> {
-    let [prog, _] = tool.argv();
+/// `prog` with `args`, to be run in the network namespace `netns` (and, when observer's own
+/// filesystem lacks it, in the node's mount namespace), its stderr piped; and the node's mount
+/// namespace when it is used, or why none could be (said when `prog` is then not found).
+struct InNamespace {
+    cmd: tokio::process::Command,
+    /// Kept open until the child has exited (its descriptor is entered in the child).
+    host: Option<std::fs::File>,
+    why_not: Option<String>,
+}
+
+fn in_namespace(netns: BorrowedFd<'_>, prog: &str, args: &[&str]) -> InNamespace {
     let fd = netns.as_fd().as_raw_fd();
     // In a container without the tool (the image holds none), the node's own: run in the
     // node's mount namespace (init's), where its PATH finds it.
@@ -98,13 +100,9 @@ pub async fn write(
             format!("{own}:{NODE_PATH}")
         },
     );
-    cmd.args(args(tool))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    // SAFETY: setns(2) is async-signal-safe; the closure touches nothing but the descriptor,
-    // which the engine keeps open until the child has exited.
+    cmd.args(args).stderr(Stdio::piped()).kill_on_drop(true);
+    // SAFETY: setns(2) is async-signal-safe; the closure touches nothing but the descriptors,
+    // which the caller keeps open until the child has exited.
     unsafe {
         cmd.pre_exec(move || {
             let ns = BorrowedFd::borrow_raw(fd);
@@ -120,20 +118,68 @@ pub async fn write(
             Ok(())
         });
     }
-    let mut child = cmd.spawn().map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => format!(
-            "{prog} is not installed{} (observer restores through the backend's own tool{})",
-            if host.is_some() { " on the node" } else { "" },
-            why_not.as_deref().map_or(String::new(), |w| format!(
-                "; the node's could not be used: {w}"
-            ))
-        ),
-        std::io::ErrorKind::PermissionDenied if host.is_some() => format!(
-            "cannot enter the node's mount namespace to run its {prog}: {e} (grant \
-             CAP_SYS_CHROOT, or put {prog} in observer's own filesystem)"
-        ),
-        _ => format!("cannot run {prog}: {e}"),
-    })?;
+    InNamespace { cmd, host, why_not }
+}
+
+impl InNamespace {
+    fn spawn(&mut self, prog: &str) -> Result<tokio::process::Child, String> {
+        self.cmd.spawn().map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => format!(
+                "{prog} is not installed{} (observer restores through the backend's own tool{})",
+                if self.host.is_some() {
+                    " on the node"
+                } else {
+                    ""
+                },
+                self.why_not.as_deref().map_or(String::new(), |w| format!(
+                    "; the node's could not be used: {w}"
+                ))
+            ),
+            std::io::ErrorKind::PermissionDenied if self.host.is_some() => format!(
+                "cannot enter the node's mount namespace to run its {prog}: {e} (grant \
+                 CAP_SYS_CHROOT, or put {prog} in observer's own filesystem)"
+            ),
+            _ => format!("cannot run {prog}: {e}"),
+        })
+    }
+}
+
+/// What a finished tool's status and stderr say: `Ok` when it succeeded.
+fn finished(prog: &str, out: &std::process::Output) -> Result<(), String> {
+    if out.status.success() {
+        return Ok(());
+    }
+    let said = String::from_utf8_lossy(&out.stderr);
+    let said = said.trim();
+    Err(format!(
+        "{prog} refused it ({}){}{}",
+        out.status,
+        if said.is_empty() { "" } else { ": " },
+        said
+    ))
+}
+
+fn too_long(prog: &str) -> String {
+    format!(
+        "{prog} did not finish within {} s: stopped (an atomic write leaves nothing \
+         half-written)",
+        TIMEOUT.as_secs()
+    )
+}
+
+/// Run `tool` in the network namespace `netns` with `script` on its stdin. `spawned` is told
+/// the writer's pid before it can write (its changes are tagged with it). `Err`: what went
+/// wrong, with what the tool said.
+pub async fn write(
+    netns: BorrowedFd<'_>,
+    tool: Tool,
+    script: &str,
+    spawned: impl FnOnce(u32),
+) -> Result<(), String> {
+    let [prog, _] = tool.argv();
+    let mut run = in_namespace(netns, prog, &args(tool));
+    run.cmd.stdin(Stdio::piped()).stdout(Stdio::null());
+    let mut child = run.spawn(prog)?;
     if let Some(pid) = child.id() {
         spawned(pid);
     }
@@ -144,28 +190,34 @@ pub async fn write(
         drop(stdin);
         Ok::<(), std::io::Error>(())
     };
-    let run = async {
+    let waited = async {
         // A tool that exits before reading all of the script shows it in its status.
         let _ = feed.await;
         child.wait_with_output().await
     };
-    match tokio::time::timeout(TIMEOUT, run).await {
+    match tokio::time::timeout(TIMEOUT, waited).await {
+        Err(_) => Err(too_long(prog)),
+        Ok(Err(e)) => Err(format!("{prog}: {e}")),
+        Ok(Ok(out)) => finished(prog, &out),
+    }
+}
+
+/// `ipset save` in the network namespace `netns`: every set with its members, as `ipset
+/// restore` takes them back. Only reads.
+pub async fn save_ipsets(netns: BorrowedFd<'_>) -> Result<String, String> {
+    let prog = "ipset";
+    let mut run = in_namespace(netns, prog, &["save"]);
+    run.cmd.stdin(Stdio::null()).stdout(Stdio::piped());
+    let child = run.spawn(prog)?;
+    match tokio::time::timeout(TIMEOUT, child.wait_with_output()).await {
         Err(_) => Err(format!(
-            "{prog} did not finish within {} s: stopped (an atomic write leaves nothing \
-             half-written)",
+            "{prog} save did not finish within {} s",
             TIMEOUT.as_secs()
         )),
         Ok(Err(e)) => Err(format!("{prog}: {e}")),
-        Ok(Ok(out)) if out.status.success() => Ok(()),
         Ok(Ok(out)) => {
-            let said = String::from_utf8_lossy(&out.stderr);
-            let said = said.trim();
-            Err(format!(
-                "{prog} refused it ({}){}{}",
-                out.status,
-                if said.is_empty() { "" } else { ": " },
-                said
-            ))
+            finished(prog, &out)?;
+            String::from_utf8(out.stdout).map_err(|_| format!("{prog} save printed non-UTF-8 text"))
         }
     }
 }

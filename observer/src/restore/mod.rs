@@ -15,6 +15,7 @@
 //! namespace within `window`, observer stops and says so (`gave_up`).
 
 pub mod apply;
+pub mod ipsets;
 pub mod keeper;
 pub mod plan;
 pub mod record;
@@ -179,6 +180,8 @@ impl Pending {
 pub struct Restorer {
     cfg: RestoreConfig,
     keeper: Keeper,
+    /// The ipsets of each namespace with their members, as the last `ipset save` printed them.
+    ipsets: ipsets::Ipsets,
     jobs: BTreeMap<(u32, String), Job>,
     /// When each owner was restored in each namespace, within the window.
     history: HashMap<(u32, String), VecDeque<Timestamp>>,
@@ -202,6 +205,7 @@ impl Restorer {
         Restorer {
             cfg,
             keeper: Keeper::new(keep),
+            ipsets: ipsets::Ipsets::new(keep),
             jobs: BTreeMap::new(),
             history: HashMap::new(),
             put_back: HashMap::new(),
@@ -226,8 +230,20 @@ impl Restorer {
         self.keeper.seed(netns, backend, tables);
     }
 
+    /// `ipset save`'s text in `netns` at `now` (after an ipset command there, or when it starts
+    /// being watched). `Err` when it is too big to keep (said once).
+    pub fn ipsets_saved(
+        &mut self,
+        netns: u32,
+        text: &str,
+        now: Timestamp,
+    ) -> Result<(), ipsets::TooBig> {
+        self.ipsets.saved(netns, text, now)
+    }
+
     pub fn forget(&mut self, netns: u32) {
         self.keeper.forget(netns);
+        self.ipsets.forget(netns);
         self.jobs.retain(|(n, _), _| *n != netns);
         self.history.retain(|(n, _), _| *n != netns);
         self.put_back.retain(|(n, _), _| *n != netns);
@@ -434,6 +450,15 @@ impl Restorer {
             }));
             return Step::Say(said);
         }
+        // The ipsets the iptables scripts' rules name that went with the chains, created again
+        // first (the rules cannot be written without them).
+        let named = scripts
+            .iter()
+            .filter(|s| matches!(s.tool, Tool::IptablesLegacy(_) | Tool::IptablesNft(_)))
+            .flat_map(|s| ipsets::named_in(&s.text));
+        if let Some(sets) = self.ipsets.script(netns, named) {
+            scripts.insert(0, sets);
+        }
         if scripts.is_empty() {
             said.extend(open.iter().map(|i| {
                 note_line(i, now, note(Outcome::SkippedOwnerRepaired, &owner), |o| {
@@ -469,6 +494,7 @@ impl Restorer {
             Outcome::Failed
         };
         let chains: Vec<String> = p.scripts.iter().flat_map(|s| s.chains.clone()).collect();
+        let sets: Vec<String> = p.scripts.iter().flat_map(|s| s.sets.clone()).collect();
         if outcome == Outcome::Restored {
             let key = (p.netns, p.owner.clone());
             self.history.entry(key.clone()).or_default().push_back(now);
@@ -487,7 +513,7 @@ impl Restorer {
             }
         }
         let jumps: usize = p.scripts.iter().map(|s| s.jumps).sum();
-        let what = what_was_put(&chains, jumps);
+        let what = what_was_put(&chains, jumps, &sets);
         let after_ms = now.elapsed_since(p.since).as_millis() as u64;
         p.incidents
             .iter()
@@ -495,6 +521,7 @@ impl Restorer {
                 let mut nt = note(outcome, &p.owner);
                 nt.chains.clone_from(&chains);
                 nt.jumps = jumps;
+                nt.sets.clone_from(&sets);
                 nt.command = Some(
                     p.scripts
                         .iter()
@@ -535,7 +562,7 @@ fn merge(scripts: &mut Vec<Script>, s: Script) {
     }
 }
 
-fn what_was_put(chains: &[String], jumps: usize) -> String {
+fn what_was_put(chains: &[String], jumps: usize, sets: &[String]) -> String {
     let mut parts = Vec::new();
     if !chains.is_empty() {
         parts.push(format!(
@@ -546,6 +573,13 @@ fn what_was_put(chains: &[String], jumps: usize) -> String {
     }
     if jumps > 0 {
         parts.push(crate::ruleset::plural(jumps as u64, "jump", "jumps"));
+    }
+    if !sets.is_empty() {
+        parts.push(format!(
+            "{} ({})",
+            crate::ruleset::plural(sets.len() as u64, "ipset", "ipsets"),
+            sets.join(", ")
+        ));
     }
     parts.join(" and ")
 }
@@ -564,6 +598,7 @@ fn note(outcome: Outcome, owner: &str) -> RestoreNote {
         owner: owner.to_string(),
         chains: Vec::new(),
         jumps: 0,
+        sets: Vec::new(),
         command: None,
         script: None,
         reason: None,

@@ -50,6 +50,8 @@ pub enum Tool {
     IptablesLegacy(Family),
     IptablesNft(Family),
     Nft,
+    /// `ipset restore`: the sets the rules of an iptables script name, written before it.
+    Ipset,
 }
 
 impl Tool {
@@ -60,6 +62,7 @@ impl Tool {
             Tool::IptablesNft(Family::Ip6) => ["ip6tables-nft-restore", "--noflush"],
             Tool::IptablesNft(_) => ["iptables-nft-restore", "--noflush"],
             Tool::Nft => ["nft", "-f"],
+            Tool::Ipset => ["ipset", "restore"],
         }
     }
 
@@ -82,6 +85,11 @@ pub struct Script {
     /// The chains it puts back (or fills), and the jumps it re-inserts, for the incident.
     pub chains: Vec<String>,
     pub jumps: usize,
+    /// The ipsets it creates again.
+    pub sets: Vec<String>,
+    /// What takes it back, for the same tool, when a script after it is refused (so that the
+    /// restore as a whole leaves nothing half-written).
+    pub undo: Option<String>,
 }
 
 /// What to do about one owner's losses in one table.
@@ -140,6 +148,8 @@ pub fn plan(lost: &Lost, now: &dyn Now) -> Decision {
         text,
         chains: put.iter().map(|(c, _)| c.name.clone()).collect(),
         jumps: jumps.len(),
+        sets: Vec::new(),
+        undo: None,
     })
 }
 

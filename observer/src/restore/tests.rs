@@ -23,11 +23,18 @@ struct World {
     c: Correlator,
     r: Restorer,
     seq: u64,
+    /// KUBE-FIREWALL's one rule.
+    rule: &'static str,
 }
 
 impl World {
     /// kubelet's KUBE-FIREWALL in filter, jumped to from INPUT, in a legacy namespace.
     fn new(max: u32) -> World {
+        World::with_rule(max, DROP)
+    }
+
+    /// The same, KUBE-FIREWALL's rule being `rule`.
+    fn with_rule(max: u32, rule: &'static str) -> World {
         let mut c = Correlator::new(
             Config {
                 flap_cycles: 3,
@@ -64,10 +71,10 @@ impl World {
         let mut t = Table::new(Family::Ip, "filter");
         t.chains = vec![
             chain("INPUT", Some("ACCEPT"), &["-j KUBE-FIREWALL"]),
-            chain("KUBE-FIREWALL", None, &[DROP]),
+            chain("KUBE-FIREWALL", None, &[rule]),
         ];
         r.seed(NS, Backend::Legacy, Tables { tables: vec![t] });
-        World { c, r, seq: 0 }
+        World { c, r, seq: 0, rule }
     }
 
     /// One transaction by `actor` (`pid`), at `ms`: each op (op, chain, rule, position).
@@ -145,7 +152,7 @@ impl World {
             restore,
             &[
                 (Op::ChainCreate, "KUBE-FIREWALL", "", None),
-                (Op::RuleAdd, "KUBE-FIREWALL", DROP, Some(0)),
+                (Op::RuleAdd, "KUBE-FIREWALL", self.rule, Some(0)),
                 (Op::RuleAdd, "INPUT", "-j KUBE-FIREWALL", Some(0)),
             ],
         )
@@ -398,5 +405,53 @@ fn the_owner_list_reads_all_and_lists() {
     assert_eq!(
         Which::parse("kubelet,kubeletx").unwrap().unknown(&known),
         vec!["kubeletx"]
+    );
+}
+
+/// A wipe that destroyed the ipset KUBE-FIREWALL's rule names as well (`netfilter-persistent
+/// flush` with ipset-persistent): the set is created again first, with its members, through
+/// `ipset restore`, with an undo for a refused rule write; the note names it. A set that is
+/// still there, or that observer never saw, is not written.
+#[test]
+fn a_destroyed_ipset_the_rules_name_is_created_again_before_them() {
+    const RULE: &str = "-m set --match-set kf-allow src -j ACCEPT";
+    let mut w = World::with_rule(3, RULE);
+    let save = "create kf-allow hash:ip family inet hashsize 1024 maxelem 65536\n\
+                add kf-allow 10.0.0.1\nadd kf-allow 10.0.0.2\n\
+                create unrelated hash:ip family inet hashsize 1024 maxelem 65536\n";
+    w.r.ipsets_saved(NS, save, at(-100)).unwrap();
+    w.wipe(0);
+    // The set is still there: only the chain is written.
+    let p = write(w.r.due(at(1000)));
+    assert_eq!(p.scripts.len(), 1, "{:?}", p.scripts);
+    // Again, with the set destroyed after the wipe.
+    let mut w = World::with_rule(3, RULE);
+    w.r.ipsets_saved(NS, save, at(-100)).unwrap();
+    w.wipe(0);
+    w.r.ipsets_saved(NS, "", at(10)).unwrap();
+    let p = write(w.r.due(at(1000)));
+    assert_eq!(p.scripts.len(), 2, "{:?}", p.scripts);
+    let sets = &p.scripts[0];
+    assert_eq!(sets.tool, Tool::Ipset);
+    assert_eq!(
+        sets.text,
+        "create kf-allow hash:ip family inet hashsize 1024 maxelem 65536\n\
+         add kf-allow 10.0.0.1\nadd kf-allow 10.0.0.2\n"
+    );
+    assert_eq!(sets.undo.as_deref(), Some("destroy kf-allow\n"));
+    assert_eq!(p.scripts[1].tool, Tool::IptablesLegacy(Family::Ip));
+    assert!(p.scripts[1].text.contains(RULE), "{}", p.scripts[1].text);
+    let lines = w.r.written(p, vec![Ok(()), Ok(())], at(1010));
+    let note = lines[0].restore.as_ref().expect("a restore note");
+    assert_eq!(note.outcome, Outcome::Restored);
+    assert_eq!(note.sets, ["kf-allow"]);
+    assert_eq!(
+        note.command.as_deref(),
+        Some("ipset restore; iptables-legacy-restore --noflush")
+    );
+    assert!(
+        lines[0].summary.contains("1 ipset (kf-allow)"),
+        "{}",
+        lines[0].summary
     );
 }

@@ -278,33 +278,40 @@ fn apt_has_candidate(pkg: &str) -> Result<bool> {
         .any(|c| c.trim() != "(none)"))
 }
 
-/// Where setup unpacks Debian's netfilter-persistent and iptables-persistent: they cannot be
-/// installed beside ufw (which breaks them), and the attribution test runs their scripts from
-/// here (a dispatcher, `run-parts`, running plugins), in namespaces of its own.
+/// Where setup unpacks Debian's netfilter-persistent, iptables-persistent and ipset-persistent:
+/// they cannot be installed beside ufw (which breaks them), and the attribution and restore
+/// tests run their scripts from here (a dispatcher, `run-parts`, running plugins), in
+/// namespaces of their own.
 pub const UNPACKED_NETFILTER_PERSISTENT: &str = "/var/cache/observer-tests/netfilter-persistent";
 
-/// Unpack (`apt-get download`, `dpkg-deb -x`; never installed) netfilter-persistent and
-/// iptables-persistent into [`UNPACKED_NETFILTER_PERSISTENT`], unless they are there.
+/// The packages unpacked there.
+const PERSISTENT_PACKAGES: &[&str] = &[
+    "netfilter-persistent",
+    "iptables-persistent",
+    "ipset-persistent",
+];
+
+/// Unpack (`apt-get download`, `dpkg-deb -x`; never installed) [`PERSISTENT_PACKAGES`] into
+/// [`UNPACKED_NETFILTER_PERSISTENT`], unless they are there.
 pub(super) fn unpacked_packages(opts: Options) -> Result<()> {
     let root = PathBuf::from(UNPACKED_NETFILTER_PERSISTENT);
     let script = root.join("usr/sbin/netfilter-persistent");
-    let plugin = root.join("usr/share/netfilter-persistent/plugins.d/15-ip4tables");
-    if script.exists() && plugin.exists() {
-        println!(
-            "ok netfilter-persistent, iptables-persistent (unpacked in {})",
-            root.display()
-        );
+    let plugins = root.join("usr/share/netfilter-persistent/plugins.d");
+    let plugin = plugins.join("15-ip4tables");
+    let ipset_plugin = plugins.join("40-ipset");
+    let names = PERSISTENT_PACKAGES.join(", ");
+    if script.exists() && plugin.exists() && ipset_plugin.exists() {
+        println!("ok {names} (unpacked in {})", root.display());
         return Ok(());
     }
     let by_hand = format!(
-        "cd $(mktemp -d) && apt-get download netfilter-persistent iptables-persistent && \
-         for d in *.deb; do dpkg-deb -x $d {}; done",
+        "cd $(mktemp -d) && apt-get download {} && for d in *.deb; do dpkg-deb -x $d {}; done",
+        PERSISTENT_PACKAGES.join(" "),
         root.display()
     );
     if !cmd::is_root() || cmd::which("apt-get").is_none() || cmd::which("dpkg-deb").is_none() {
         let msg = format!(
-            "netfilter-persistent and iptables-persistent are not unpacked in {}; as root, with \
-             apt: `{by_hand}`",
+            "{names} are not unpacked in {}; as root, with apt: `{by_hand}`",
             root.display()
         );
         if opts.lenient_packages {
@@ -313,35 +320,29 @@ pub(super) fn unpacked_packages(opts: Options) -> Result<()> {
         }
         bail!(msg);
     }
-    println!("unpacking netfilter-persistent and iptables-persistent (apt-get download)");
+    println!("unpacking {names} (apt-get download)");
     let dir = std::env::temp_dir().join(format!("observer-setup-debs-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let unpacked = download_and_unpack(&dir, &root, &by_hand);
     let _ = std::fs::remove_dir_all(&dir);
     unpacked?;
-    if !(script.exists() && plugin.exists()) {
+    if !(script.exists() && plugin.exists() && ipset_plugin.exists()) {
         bail!(
-            "{} or {} is missing after unpacking",
+            "{}, {} or {} is missing after unpacking",
             script.display(),
-            plugin.display()
+            plugin.display(),
+            ipset_plugin.display()
         );
     }
-    println!(
-        "ok unpacked netfilter-persistent, iptables-persistent in {}",
-        root.display()
-    );
+    println!("ok unpacked {names} in {}", root.display());
     Ok(())
 }
 
 fn download_and_unpack(dir: &std::path::Path, root: &std::path::Path, by_hand: &str) -> Result<()> {
     cmd::run(
         Command::new("apt-get")
-            .args([
-                "download",
-                "-q",
-                "netfilter-persistent",
-                "iptables-persistent",
-            ])
+            .args(["download", "-q"])
+            .args(PERSISTENT_PACKAGES)
             .current_dir(dir),
     )
     .with_context(|| format!("downloading the packages failed; try by hand: `{by_hand}`"))?;
