@@ -315,5 +315,30 @@ pub fn is_builtin_chain(name: &str) -> bool {
     )
 }
 
+/// The words of a rule as `iptables-save` or `nft list` prints it: split on whitespace, a
+/// double-quoted string (a comment, with `\"` inside) being one word, kept with its quotes.
+pub fn words(rule: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = rule.trim_start();
+    while !rest.is_empty() {
+        let end = if rest.starts_with('"') {
+            let mut escaped = false;
+            rest.char_indices()
+                .skip(1)
+                .find(|&(_, c)| {
+                    let close = c == '"' && !escaped;
+                    escaped = c == '\\' && !escaped;
+                    close
+                })
+                .map_or(rest.len(), |(i, _)| i + 1)
+        } else {
+            rest.find(char::is_whitespace).unwrap_or(rest.len())
+        };
+        out.push(&rest[..end]);
+        rest = rest[end..].trim_start();
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests;

@@ -210,3 +210,25 @@ fn op_names_round_trip() {
         assert_eq!(json, format!("\"{}\"", op.as_str()));
     }
 }
+
+#[test]
+fn words_keep_a_quoted_comment_whole_with_its_escaped_quotes() {
+    assert_eq!(
+        words("  -m comment --comment \"x \\\" -j y\" -j  DROP "),
+        [
+            "-m",
+            "comment",
+            "--comment",
+            "\"x \\\" -j y\"",
+            "-j",
+            "DROP"
+        ]
+    );
+    assert_eq!(
+        words("comment \"a b\" drop"),
+        ["comment", "\"a b\"", "drop"]
+    );
+    // An unclosed quote runs to the end.
+    assert_eq!(words("-j \"a b"), ["-j", "\"a b"]);
+    assert!(words("   ").is_empty());
+}

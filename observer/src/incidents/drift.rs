@@ -1,7 +1,7 @@
 //! What a rewritten rule lost: the rule split into its parts (matches, options, the verdict) in
 //! the backend's own syntax, and the parts of the old rule the new one no longer has.
 
-use crate::ruleset::Backend;
+use crate::ruleset::{words, Backend};
 
 /// How a rule changed, part by part.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,37 +81,12 @@ fn is_noise(part: &str) -> bool {
         || part.starts_with("-c ")
 }
 
-/// Split on whitespace, keeping double-quoted strings whole.
-fn words(rule: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    let mut quoted = false;
-    for ch in rule.chars() {
-        match ch {
-            '"' => {
-                quoted = !quoted;
-                cur.push(ch);
-            }
-            c if c.is_whitespace() && !quoted => {
-                if !cur.is_empty() {
-                    out.push(std::mem::take(&mut cur));
-                }
-            }
-            c => cur.push(c),
-        }
-    }
-    if !cur.is_empty() {
-        out.push(cur);
-    }
-    out
-}
-
 /// `iptables-save` syntax: a part starts at each single-dash option (`-m mark`, `-s 10.0.0.0/8`,
 /// `-j DROP`) or at a `!` before one, and takes the `--long` options that follow it.
 fn iptables_parts(rule: &str) -> Vec<String> {
     let w = words(rule);
     let starts = |i: usize| -> bool {
-        let t = w[i].as_str();
+        let t = w[i];
         let short = |t: &str| t.starts_with('-') && !t.starts_with("--") && t.len() > 1;
         short(t) && !(i > 0 && w[i - 1] == "!")
             || (t == "!" && w.get(i + 1).is_some_and(|n| short(n)))
@@ -119,7 +94,7 @@ fn iptables_parts(rule: &str) -> Vec<String> {
     let mut parts: Vec<String> = Vec::new();
     for (i, word) in w.iter().enumerate() {
         if starts(i) || parts.is_empty() {
-            parts.push(word.clone());
+            parts.push(word.to_string());
         } else if let Some(last) = parts.last_mut() {
             last.push(' ');
             last.push_str(word);
@@ -214,14 +189,14 @@ fn nft_parts(rule: &str) -> Vec<String> {
     let mut parts: Vec<String> = Vec::new();
     let mut after_selector = false;
     for word in words(rule) {
-        let starts = NFT_STARTS.contains(&word.as_str()) && !after_selector;
+        let starts = NFT_STARTS.contains(&word) && !after_selector;
         // `meta mark`, `ct mark`, `ip protocol`: the word after a selector is its field.
-        after_selector = starts && NFT_SELECTORS.contains(&word.as_str());
+        after_selector = starts && NFT_SELECTORS.contains(&word);
         if starts || parts.is_empty() {
-            parts.push(word);
+            parts.push(word.to_string());
         } else if let Some(last) = parts.last_mut() {
             last.push(' ');
-            last.push_str(&word);
+            last.push_str(word);
         }
     }
     parts
@@ -268,7 +243,7 @@ pub fn jump_targets(backend: Backend, rule: &str) -> Vec<String> {
         _ => &["jump", "goto"],
     };
     w.windows(2)
-        .filter(|p| flags.contains(&p[0].as_str()))
+        .filter(|p| flags.contains(&p[0]))
         .map(|p| p[1].trim_matches('"').to_string())
         .collect()
 }

@@ -22,17 +22,12 @@ use super::plan::{Script, Tool};
 /// rule needs a destroyed set).
 pub const MAX_TEXT_PER_NAMESPACE: usize = 16 << 20;
 
-/// One set as `ipset save` prints it: its `create` line, then its `add` lines.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Saved {
-    text: String,
-}
-
+/// Each set as `ipset save` prints it (its `create` line, then its `add` lines), by name.
 #[derive(Debug, Default)]
 struct Namespace {
-    now: BTreeMap<String, Saved>,
+    now: BTreeMap<String, String>,
     /// Sets that were there at an earlier save, and when they were first missed.
-    gone: BTreeMap<String, (Saved, Timestamp)>,
+    gone: BTreeMap<String, (String, Timestamp)>,
     /// The last save was too big to keep.
     too_big: bool,
 }
@@ -101,19 +96,19 @@ impl Ipsets {
         let ns = self.namespaces.get(&netns)?;
         let mut text = String::new();
         let mut undo = String::new();
-        let mut chains = Vec::new();
+        let mut sets: Vec<String> = Vec::new();
         for name in names {
-            if ns.now.contains_key(name) || chains.iter().any(|c| c == name) {
+            if ns.now.contains_key(name) || sets.iter().any(|s| s == name) {
                 continue;
             }
             let Some((saved, _)) = ns.gone.get(name) else {
                 continue;
             };
-            text.push_str(&saved.text);
+            text.push_str(saved);
             undo.push_str(&format!("destroy {name}\n"));
-            chains.push(name.to_string());
+            sets.push(name.to_string());
         }
-        if chains.is_empty() {
+        if sets.is_empty() {
             return None;
         }
         Some(Script {
@@ -121,7 +116,7 @@ impl Ipsets {
             text,
             chains: Vec::new(),
             jumps: 0,
-            sets: chains,
+            sets,
             undo: Some(undo),
         })
     }
@@ -129,8 +124,8 @@ impl Ipsets {
 
 /// `ipset save`'s text, set by set: each `create NAME ...` line with the `add NAME ...` lines
 /// that follow it. Other lines (there are none in ipset 7's output) are left out.
-fn parse_save(text: &str) -> BTreeMap<String, Saved> {
-    let mut sets: BTreeMap<String, Saved> = BTreeMap::new();
+fn parse_save(text: &str) -> BTreeMap<String, String> {
+    let mut sets: BTreeMap<String, String> = BTreeMap::new();
     for line in text.lines() {
         let mut words = line.split_whitespace();
         let (Some(verb), Some(name)) = (words.next(), words.next()) else {
@@ -138,17 +133,12 @@ fn parse_save(text: &str) -> BTreeMap<String, Saved> {
         };
         match verb {
             "create" => {
-                sets.insert(
-                    name.to_string(),
-                    Saved {
-                        text: format!("{line}\n"),
-                    },
-                );
+                sets.insert(name.to_string(), format!("{line}\n"));
             }
             "add" => {
                 if let Some(s) = sets.get_mut(name) {
-                    s.text.push_str(line);
-                    s.text.push('\n');
+                    s.push_str(line);
+                    s.push('\n');
                 }
             }
             _ => {}
@@ -162,7 +152,7 @@ fn parse_save(text: &str) -> BTreeMap<String, Saved> {
 /// never taken for options.
 pub fn named_in(script: &str) -> impl Iterator<Item = &str> {
     script.lines().flat_map(|l| {
-        let words = quoted_words(l);
+        let words = crate::ruleset::words(l);
         words
             .windows(2)
             .filter(|w| {
@@ -174,31 +164,6 @@ pub fn named_in(script: &str) -> impl Iterator<Item = &str> {
             .map(|w| w[1])
             .collect::<Vec<_>>()
     })
-}
-
-/// The words of an iptables-save line, a double-quoted string (with `\"` inside) being one
-/// word, kept with its quotes.
-fn quoted_words(line: &str) -> Vec<&str> {
-    let mut out = Vec::new();
-    let mut rest = line.trim_start();
-    while !rest.is_empty() {
-        let end = if rest.starts_with('"') {
-            let mut escaped = false;
-            rest.char_indices()
-                .skip(1)
-                .find(|&(_, c)| {
-                    let close = c == '"' && !escaped;
-                    escaped = c == '\\' && !escaped;
-                    close
-                })
-                .map_or(rest.len(), |(i, _)| i + 1)
-        } else {
-            rest.find(char::is_whitespace).unwrap_or(rest.len())
-        };
-        out.push(&rest[..end]);
-        rest = rest[end..].trim_start();
-    }
-    out
 }
 
 #[cfg(test)]
