@@ -71,6 +71,122 @@ pub struct ProcessInfo {
     /// them (empty when nothing is known of its parents).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ancestry: Vec<Ancestor>,
+    /// For a change a D-Bus firewall manager (firewalld) made while it served a caller's
+    /// request: that caller, and the method it called.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_by: Option<Box<Requester>>,
+}
+
+/// The process that asked a D-Bus firewall manager for a change (`firewall-cmd --reload`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Requester {
+    pub pid: u32,
+    pub comm: String,
+    /// Who asked: the caller, or for a firewall manager's own client (`firewall-cmd`) the
+    /// nearest process above it that is no shell or wrapper (the job or person that ran it),
+    /// or `unknown`.
+    pub actor: String,
+    /// The D-Bus method called (`org.fedoraproject.FirewallD1.reload`).
+    pub method: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unit: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<Pod>,
+    /// The caller's ancestors, nearest first, while they lived to be read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ancestry: Vec<Ancestor>,
+}
+
+/// The clients of the D-Bus firewall managers: they carry a person's or a job's request to the
+/// manager, so the requester's `actor` is found above them.
+const BUS_CLIENTS: &[&str] = &["firewall-cmd", "firewall-config", "firewall-applet"];
+
+impl Requester {
+    /// The caller `pid` of `method`, read from `/proc` while it lives (a caller waits for its
+    /// reply, so it does while its request is served). None when it is gone already.
+    pub fn of_caller(pid: u32, method: String) -> Option<Requester> {
+        let comm = read_comm(pid)?;
+        let p = from_tid(pid, &comm);
+        let actor = if BUS_CLIENTS.contains(&long_name(pid, &comm).as_str()) {
+            let names: Vec<&str> = p.ancestry.iter().map(|a| a.comm.as_str()).collect();
+            actor_index(names.into_iter().chain(std::iter::once("")))
+                .and_then(|i| p.ancestry.get(i))
+                .map_or_else(|| "unknown".to_string(), |a| long_name(a.pid, &a.comm))
+        } else {
+            p.actor.clone()
+        };
+        Some(Requester {
+            pid,
+            comm: long_name(pid, &comm),
+            actor,
+            method,
+            unit: p.unit,
+            container_id: p.container_id,
+            pod: p.pod,
+            ancestry: p.ancestry,
+        })
+    }
+
+    /// The method without the manager's interface prefix (`reload`, `direct.addRule`).
+    pub fn short_method(&self) -> &str {
+        self.method
+            .strip_prefix("org.fedoraproject.FirewallD1.")
+            .unwrap_or(&self.method)
+    }
+
+    /// How a person is told who asked: `firewall-cmd 4242 (run by compliance-job, unit
+    /// cron.service) over D-Bus: reload`.
+    pub fn describe(&self) -> String {
+        let mut by = Vec::new();
+        if self.actor != self.comm && self.actor != "unknown" {
+            by.push(format!("run by {}", self.actor));
+        }
+        if let Some(u) = &self.unit {
+            by.push(format!("unit {u}"));
+        }
+        if let Some(p) = &self.pod {
+            match (&p.namespace, &p.name) {
+                (Some(ns), Some(n)) => by.push(format!("pod {ns}/{n}")),
+                _ => by.push(format!("pod {}", p.uid)),
+            }
+        }
+        let by = if by.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", by.join(", "))
+        };
+        format!(
+            "{} {}{by} over D-Bus: {}",
+            self.comm,
+            self.pid,
+            self.short_method()
+        )
+    }
+}
+
+impl ProcessInfo {
+    /// The actor as a person reads it: `firewall-cmd (via firewalld)` for a change a D-Bus
+    /// firewall manager made on a caller's request, else `actor`.
+    pub fn shown_actor(&self) -> std::borrow::Cow<'_, str> {
+        match &self.requested_by {
+            Some(r) => format!("{} (via {})", r.comm, self.actor).into(),
+            None => self.actor.as_str().into(),
+        }
+    }
+}
+
+/// The caller and the manager of an actor as shown (`firewall-cmd (via firewalld)`), when it
+/// is one.
+pub fn split_via(shown: &str) -> Option<(&str, &str)> {
+    shown.strip_suffix(')')?.split_once(" (via ")
+}
+
+/// Whether an actor as shown names `who`: the whole, or either side of a `via`.
+pub fn actor_names(shown: &str, who: &str) -> bool {
+    shown == who
+        || split_via(shown).is_some_and(|(caller, manager)| caller == who || manager == who)
 }
 
 /// One process of a writer's ancestry.
@@ -228,6 +344,7 @@ impl ProcessInfo {
             container_id: None,
             pod: None,
             ancestry: Vec::new(),
+            requested_by: None,
         }
     }
 
@@ -391,6 +508,7 @@ pub fn from_kernel(p: &KernelProcess) -> ProcessInfo {
         container_id: None,
         pod: None,
         ancestry: chain,
+        requested_by: None,
     }
     // From the id the kernel captured: works after the writer exited.
     .with_workload(cgroup::from_kernel(p.cgroup_id, p.tgid, &p.comm))
@@ -446,6 +564,7 @@ pub fn from_tid(tid: u32, comm: &str) -> ProcessInfo {
         container_id: None,
         pod: None,
         ancestry,
+        requested_by: None,
     }
     .with_workload(if alive {
         cgroup::from_proc(pid).unwrap_or_default()

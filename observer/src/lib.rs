@@ -4,12 +4,13 @@
 //! (the netlink subscription) and `xtables` / `ipset` (tables and sets read back) in, `netns` to
 //! reach every namespace; the decoding, diffing and rendering are the decoder crate's
 //! (`observer_rules`, whose `netlink` and `ruleset` are re-exported here); `attribution`,
-//! `cgroup` and `pods` name the writer, `engine` puts it together, `incidents` correlates,
+//! `cgroup` and `pods` name the writer (`bus`: who asked firewalld), `engine` puts it together, `incidents` correlates,
 //! `output` is the line (the contract), `sinks` write it (tail, stdout, the record writer into
 //! `store`, HTTP, metrics, NATS); `forensics` reads the record back. `cli`, `daemon` and `cmd`
 //! are the commands; `caps` states the capabilities they need. ARCHITECTURE.md draws the layers.
 
 pub mod attribution;
+pub mod bus;
 pub mod caps;
 pub mod cgroup;
 pub mod cli;

@@ -106,6 +106,19 @@ pub struct Firewalld {
 impl Firewalld {
     pub fn start(ns: &Netns, backend: &str, legacy: bool) -> Firewalld {
         let dir = tempfile::tempdir().expect("tempdir");
+        let bus = Bus::start(dir.path());
+        Firewalld::start_on(ns, backend, legacy, dir, bus)
+    }
+
+    /// firewalld on a bus started beforehand (in `dir`), so that observer can watch the bus
+    /// from firewalld's start.
+    pub fn start_on(
+        ns: &Netns,
+        backend: &str,
+        legacy: bool,
+        dir: tempfile::TempDir,
+        bus: Bus,
+    ) -> Firewalld {
         let etc = copy_dir("/etc/firewalld", dir.path(), "etc");
         std::fs::create_dir_all(dir.path().join("run")).expect("mkdir");
         let conf = etc.join("firewalld.conf");
@@ -122,7 +135,6 @@ impl Firewalld {
             .collect::<Vec<_>>()
             .join("\n");
         std::fs::write(&conf, text + "\n").expect("write firewalld.conf");
-        let bus = Bus::start(dir.path());
         let log = dir.path().join("firewalld.log");
         let setup = private_mounts(&[(&etc, "/etc/firewalld")], legacy);
         let child = in_private_mounts(

@@ -221,6 +221,192 @@ fn firewalld_iptables_backend_reloads_are_firewallds_and_each_wipe_is_its_own_in
     assert_eq!(host_rulesets(), host_before, "the host's ruleset changed");
 }
 
+/// A script named `compliance-job` that runs `firewall-cmd ARGS` on `fw`'s bus (not through
+/// exec: the job stays firewall-cmd's parent, as a real job's shell does).
+fn compliance_job(fw: &Firewalld, dir: &Path, args: &str) {
+    let script = dir.join("compliance-job");
+    std::fs::write(
+        &script,
+        format!("#!/bin/sh\nfirewall-cmd {args}\nexit $?\n"),
+    )
+    .expect("write the job");
+    let mut perm = std::fs::metadata(&script).expect("stat").permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+    std::fs::set_permissions(&script, perm).expect("chmod");
+    let out = Command::new(&script)
+        .env("DBUS_SYSTEM_BUS_ADDRESS", &fw.bus.address)
+        .output()
+        .expect("run the job");
+    assert!(out.status.success(), "compliance-job {args}: {out:?}");
+}
+
+/// firewalld's changes name who asked for them over D-Bus: a reload run by a compliance job
+/// wipes kube-proxy's chains, and the incident names the job through firewall-cmd; a direct
+/// rule carries the caller; what firewalld does on its own (its start-up) carries none.
+#[test]
+fn firewalld_changes_name_the_caller_behind_them_on_the_bus() {
+    skip_unless!(
+        "ip",
+        "iptables-legacy-restore",
+        "firewalld",
+        "firewall-cmd",
+        "dbus-daemon"
+    );
+    let host_before = host_rulesets();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bus = Bus::start(dir.path());
+    let mut obs = Observer::start(&["--system-bus", &bus.address]);
+    let ns = Netns::new("fwd-bus");
+    let here = in_ns(&ns);
+    let jobs = tempfile::tempdir().expect("tempdir");
+    let fw = Firewalld::start_on(&ns, "iptables", true, dir, bus);
+    obs.expect("firewalld's chains", WAIT, |v| {
+        here(v) && v["chain"] == "INPUT_direct"
+    });
+    let kp = Writer::new("kube-proxy");
+    ns.write_stdin(
+        &kp,
+        &["iptables-legacy-restore", "--noflush"],
+        KUBE_PROXY_NAT,
+    );
+    obs.expect("kube-proxy's chain", WAIT, |v| {
+        here(v) && v["chain"] == "KUBE-SVC-WEB" && v["op"] == "rule_add"
+    });
+    // firewalld's start-up was its own doing.
+    let own: Vec<&Value> = obs
+        .changes()
+        .into_iter()
+        .filter(|v| here(v) && v["process"]["actor"] == "firewalld")
+        .collect();
+    assert!(!own.is_empty(), "firewalld's start-up was not seen");
+    for v in &own {
+        assert!(v["process"].get("requested_by").is_none(), "{v}");
+    }
+
+    let mark = obs.mark();
+    compliance_job(&fw, jobs.path(), "--reload");
+    let wipe = obs.wait_line_since(mark, "the reload's incident", WAIT, |v| {
+        v["kind"] == "incident" && here(v) && v["owner"] == "kube-proxy" && v["state"] == "open"
+    });
+    assert_eq!(wipe["actors"][0], "firewall-cmd (via firewalld)", "{wipe}");
+    assert_eq!(wipe["requested_by"]["comm"], "firewall-cmd", "{wipe}");
+    assert_eq!(wipe["requested_by"]["actor"], "compliance-job", "{wipe}");
+    assert_eq!(
+        wipe["requested_by"]["method"], "org.fedoraproject.FirewallD1.reload",
+        "{wipe}"
+    );
+    let summary = wipe["summary"].as_str().unwrap_or("");
+    assert!(
+        summary.contains("Asked by firewall-cmd") && summary.contains("run by compliance-job"),
+        "{wipe}"
+    );
+    // Each change of the wipe names the caller, its job in the caller's ancestry.
+    let deleted = obs.expect("KUBE-SVC-WEB deleted", WAIT, |v| {
+        here(v) && v["chain"] == "KUBE-SVC-WEB" && v["op"] == "chain_delete"
+    });
+    let by = &deleted["process"]["requested_by"];
+    assert_eq!(by["comm"], "firewall-cmd", "{deleted}");
+    assert!(
+        by["ancestry"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|x| x["comm"] == "compliance-job")),
+        "{deleted}"
+    );
+    assert_eq!(deleted["process"]["actor"], "firewalld", "{deleted}");
+
+    // A direct rule, asked for by firewall-cmd from this test (no job around it).
+    let mark = obs.mark();
+    fw.must(&[
+        "--direct",
+        "--add-rule",
+        "ipv4",
+        "filter",
+        "INPUT",
+        "0",
+        "-p",
+        "tcp",
+        "--dport",
+        "9998",
+        "-j",
+        "ACCEPT",
+    ]);
+    let direct = obs.wait_line_since(mark, "the direct rule", WAIT, |v| {
+        here(v)
+            && v["kind"] == "change"
+            && v["chain"] == "INPUT_direct"
+            && v["rule"].as_str().is_some_and(|r| r.contains("9998"))
+    });
+    assert_eq!(
+        direct["process"]["requested_by"]["method"], "org.fedoraproject.FirewallD1.direct.addRule",
+        "{direct}"
+    );
+    // doctor says whether the bus can be monitored, and that no bus at all loses nothing.
+    let bus_check = |address: &str| -> Value {
+        let out = Command::new(test_support::observer_bin())
+            .args(["doctor", "--json", "--system-bus", address])
+            .output()
+            .expect("run observer doctor");
+        let report: Value = serde_json::from_slice(&out.stdout).expect("doctor --json");
+        report["checks"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["name"] == "system_bus").cloned())
+            .unwrap_or_else(|| panic!("no system_bus check: {report}"))
+    };
+    let here_bus = bus_check(&fw.bus.address);
+    assert_eq!(here_bus["ok"], true, "{here_bus}");
+    assert!(
+        here_bus["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("can be monitored")),
+        "{here_bus}"
+    );
+    let none = bus_check("unix:path=/nonexistent/bus.sock");
+    assert_eq!(none["ok"], true, "{none}");
+    assert!(
+        none["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("no system bus")),
+        "{none}"
+    );
+    drop(fw);
+    obs.stop();
+    assert_eq!(host_rulesets(), host_before, "the host's ruleset changed");
+}
+
+/// On the nftables backend firewalld writes through libnftables in its own process: a port
+/// opened by a job's `firewall-cmd` is that job's request too.
+#[test]
+fn firewalld_nftables_backend_changes_name_their_caller() {
+    skip_unless!("ip", "nft", "firewalld", "firewall-cmd", "dbus-daemon");
+    let host_before = host_rulesets();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bus = Bus::start(dir.path());
+    let mut obs = Observer::start(&["--system-bus", &bus.address]);
+    let ns = Netns::new("fwd-bus-nft");
+    let here = in_ns(&ns);
+    let jobs = tempfile::tempdir().expect("tempdir");
+    let fw = Firewalld::start_on(&ns, "nftables", false, dir, bus);
+    let mark = obs.mark();
+    compliance_job(&fw, jobs.path(), "--add-port 4444/tcp");
+    let port = obs.wait_line_since(mark, "the port's rule", WAIT, |v| {
+        here(v)
+            && v["kind"] == "change"
+            && v["op"] == "rule_add"
+            && v["rule"].as_str().is_some_and(|r| r.contains("4444"))
+    });
+    assert_eq!(port["process"]["comm"], "firewalld", "{port}");
+    let by = &port["process"]["requested_by"];
+    assert_eq!(by["comm"], "firewall-cmd", "{port}");
+    assert_eq!(by["actor"], "compliance-job", "{port}");
+    assert_eq!(
+        by["method"], "org.fedoraproject.FirewallD1.zone.addPort",
+        "{port}"
+    );
+    drop(fw);
+    obs.stop();
+    assert_eq!(host_rulesets(), host_before, "the host's ruleset changed");
+}
+
 #[test]
 fn firewalld_nftables_backend_owns_its_table_and_leaves_others_alone() {
     skip_unless!("ip", "nft", "firewalld", "firewall-cmd", "dbus-daemon");

@@ -360,6 +360,7 @@ fn record(args: BenchRecordArgs) -> anyhow::Result<()> {
                     ),
                     pod: None,
                     ancestry: Vec::new(),
+                    requested_by: None,
                 },
                 replayed: false,
                 recovered: false,

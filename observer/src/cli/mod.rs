@@ -259,6 +259,15 @@ pub struct SourceArgs {
     #[arg(long, value_name = "DIR", env = "OBSERVER_CONTAINER_LOGS", default_value = crate::pods::CONTAINER_LOGS)]
     pub container_logs: std::path::PathBuf,
 
+    /// The D-Bus system bus, watched (read only, as a monitor) for who asks firewalld for each
+    /// change: its changes then carry `process.requested_by` (`firewall-cmd --reload` and the
+    /// job that ran it). Default: DBUS_SYSTEM_BUS_ADDRESS, else
+    /// unix:path=/run/dbus/system_bus_socket; `off` to not watch it. Without a bus, or as a
+    /// user it does not let monitor, firewalld's changes are firewalld's alone (`observer
+    /// doctor` says why).
+    #[arg(long, env = "OBSERVER_SYSTEM_BUS", value_name = "ADDRESS|off")]
+    pub system_bus: Option<String>,
+
     /// `--restore`: put back what foreign wipes take (off unless given).
     #[command(flatten)]
     pub restore: RestoreArgs,
@@ -335,6 +344,7 @@ impl SourceArgs {
             },
             first_seq: self.first_seq,
             restore: self.restore.config(),
+            system_bus: crate::bus::address(self.system_bus.as_deref()),
         }
     }
 }
@@ -386,6 +396,11 @@ pub struct DoctorArgs {
 
     #[command(flatten)]
     pub access: RemoteAccess,
+
+    /// The D-Bus system bus to check, as `tail --system-bus` takes it (whether it can be
+    /// monitored for firewalld's callers); `off` to leave it out.
+    #[arg(long, env = "OBSERVER_SYSTEM_BUS", value_name = "ADDRESS|off")]
+    pub system_bus: Option<String>,
 
     /// Print the report as one JSON object.
     #[arg(long)]

@@ -22,7 +22,7 @@ pub const DEFAULT_HTTP_MAX_CONNECTIONS: usize = 256;
 pub struct RunArgs {
     /// TOML file with any of the settings below (keys: listen, token_file, record, no_record,
     /// retain, max_record, hooks, ringbuf_size, netlink_rcvbuf, owners, flap_cycles,
-    /// flap_window, mass_window, repair_within, pod_logs, container_logs, tls_cert, tls_key,
+    /// flap_window, mass_window, repair_within, pod_logs, container_logs, system_bus, tls_cert, tls_key,
     /// tls_client_ca, insecure_plaintext, stdout_queue, nats, node, nats_stream, nats_max_age, nats_max_bytes,
     /// nats_replicas, nats_window, nats_ca, nats_cert, nats_key, nats_creds, nats_nkey, nats_token_file,
     /// nats_user, nats_password_file, nats_insecure, restore, restore_after, restore_dry_run). Flags and environment variables win over
@@ -163,6 +163,12 @@ pub struct RunArgs {
     /// [default: /var/log/containers].
     #[arg(long, env = "OBSERVER_CONTAINER_LOGS", value_name = "DIR")]
     pub container_logs: Option<PathBuf>,
+
+    /// The D-Bus system bus, watched (read only) for who asks firewalld for each change
+    /// [default: DBUS_SYSTEM_BUS_ADDRESS, else unix:path=/run/dbus/system_bus_socket]; `off`
+    /// to not watch it.
+    #[arg(long, env = "OBSERVER_SYSTEM_BUS", value_name = "ADDRESS|off")]
+    pub system_bus: Option<String>,
 
     /// Publish every change and incident line to NATS JetStream at this URL
     /// (`nats://HOST:4222`), on `observer.<node>.change` and `observer.<node>.incident`. The

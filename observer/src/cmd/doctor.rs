@@ -256,6 +256,28 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<()> {
         "nftables changes cannot be seen; run as root or with CAP_NET_ADMIN",
     ));
     checks.push(x_tables_check());
+    let bus = crate::bus::address(args.system_bus.as_deref());
+    let bus_ok = match &bus {
+        Some(address) => {
+            let checked = crate::bus::check(address).await;
+            // No bus at all: no firewalld to ask either, nothing lost.
+            let ok = matches!(checked, Ok(()) | Err(crate::bus::BusError::Absent(_)));
+            checks.push(check(
+                "system_bus",
+                ok,
+                match &checked {
+                    Ok(()) => format!("{address} can be monitored for firewalld's callers"),
+                    Err(crate::bus::BusError::Absent(_)) => format!(
+                        "no system bus at {address}: no D-Bus caller to name (firewalld needs                          one)"
+                    ),
+                    Err(e) => e.to_string(),
+                },
+                "firewalld's changes are named after firewalld only, not after who asked it                  (firewall-cmd and the job that ran it); where firewalld runs, let observer                  reach the system bus as root (the DaemonSet mounts /run/dbus read-only)",
+            ));
+            ok
+        }
+        None => true,
+    };
 
     let mut lost = Vec::new();
     if !bpf.ok {
@@ -264,6 +286,9 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<()> {
     }
     if nl_ok.is_err() {
         lost.push("nftables changes (nft, iptables-nft, firewalld)".into());
+    }
+    if !bus_ok {
+        lost.push("who asked firewalld for its changes (process.requested_by)".into());
     }
     if let Some(why) = bpf.writers_lost {
         lost.push(format!("{why}; refused nftables batches are not seen"));

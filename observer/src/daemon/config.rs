@@ -124,6 +124,7 @@ struct FileConfig {
     repair_within: Option<String>,
     pod_logs: Option<PathBuf>,
     container_logs: Option<PathBuf>,
+    system_bus: Option<String>,
     nats: Option<String>,
     node: Option<String>,
     nats_stream: Option<String>,
@@ -327,6 +328,7 @@ impl Layers {
                 .take()
                 .or(file.container_logs.take())
                 .unwrap_or_else(|| PathBuf::from(crate::pods::CONTAINER_LOGS)),
+            system_bus: flags.system_bus.take().or(file.system_bus.take()),
             restore,
             first_seq: 0,
         })

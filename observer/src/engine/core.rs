@@ -49,6 +49,8 @@ pub struct Core {
     correlator: Correlator,
     /// observer's own writers (`--restore`): pid → the incident they restore, and since when.
     own: HashMap<u32, Own>,
+    /// The calls to a D-Bus firewall manager: who asked for the changes it makes.
+    requests: requests::Requests,
 }
 
 /// A restore's writer: the incident it restores, the owner it writes for, since when.
@@ -70,6 +72,7 @@ impl Core {
             seq: last_seq,
             correlator,
             own: HashMap::new(),
+            requests: requests::Requests::default(),
         }
     }
 
@@ -86,6 +89,17 @@ impl Core {
                 since: now,
             },
         );
+    }
+
+    /// A method call to a D-Bus firewall manager was seen: its changes until the reply are the
+    /// caller's request.
+    pub fn bus_call(&mut self, call: requests::Call) {
+        self.requests.call(call);
+    }
+
+    /// The manager replied to a call.
+    pub fn bus_reply(&mut self, reply: &requests::Reply) {
+        self.requests.reply(reply);
     }
 
     /// Does this process write as `owner`? (See [`Correlator::writes_as`].)
@@ -120,6 +134,8 @@ impl Core {
     ) -> TxnLines {
         let own = self.own.get(&ctx.process.pid).cloned();
         let restore = own.as_ref().map(|o| o.incident.clone());
+        let requested = self.requests.attribute(&ctx.process, ctx.time);
+        let process = requested.as_ref().unwrap_or(&ctx.process);
         let changes: Vec<ChangeLine> = changes
             .into_iter()
             .map(|(c, result)| {
@@ -142,7 +158,7 @@ impl Core {
                     txn: ctx.txn.clone(),
                     result,
                     source: ctx.source,
-                    process: ctx.process.clone(),
+                    process: process.clone(),
                     replayed: ctx.replayed,
                     recovered: ctx.recovered,
                     restore: restore.clone(),
@@ -185,6 +201,7 @@ impl Core {
 pub mod lifecycle;
 pub mod losses;
 pub mod replace;
+pub mod requests;
 
 /// How long the loop may sleep before the next window ends (`deadline`, from `now`): a
 /// millisecond past it, so that the tick finds it ended; at most `u32::MAX` microseconds (about

@@ -49,6 +49,7 @@ mod nft;
 mod restore;
 
 use self::core::lifecycle::Sweep;
+pub use self::core::requests;
 use self::core::{ChangeCtx, Core};
 pub(crate) use baseline::{inventory, read_baseline};
 use nft::sleep_until_some;
@@ -151,6 +152,8 @@ pub struct EngineConfig {
     pub first_seq: u64,
     /// `--restore`: put back what foreign wipes take from these owners. None: never write.
     pub restore: Option<crate::restore::RestoreConfig>,
+    /// The system bus watched for firewalld's callers; None: not watched.
+    pub system_bus: Option<String>,
 }
 
 /// Why the engine could not start (once started, it reports trouble as status lines and goes
@@ -273,6 +276,18 @@ struct Signals {
 struct Channels {
     kernel_rx: mpsc::Receiver<KernelEvent>,
     ns_rx: mpsc::Receiver<NsMsg>,
+    /// firewalld's calls and replies (see [`crate::bus`]); a channel nobody sends on when the
+    /// bus is not watched.
+    bus_rx: mpsc::Receiver<crate::bus::BusMsg>,
+    bus_task: Option<JoinHandle<()>>,
+}
+
+impl Drop for Channels {
+    fn drop(&mut self) {
+        if let Some(t) = self.bus_task.take() {
+            t.abort();
+        }
+    }
 }
 
 /// Attach the hooks, watch every namespace that exists now, and say `ready`.
@@ -366,13 +381,31 @@ async fn start(
     // What the rulesets already show (split brain), once everything is read.
     let found = engine.core.check_all(Timestamp::now());
     engine.emit_incidents(found);
-    Ok((engine, Channels { kernel_rx, ns_rx }))
+    let (bus_tx, bus_rx) = mpsc::channel(BUS_QUEUE);
+    let bus_task = config
+        .system_bus
+        .clone()
+        .map(|address| tokio::spawn(crate::bus::watch(address, bus_tx)));
+    Ok((
+        engine,
+        Channels {
+            kernel_rx,
+            ns_rx,
+            bus_rx,
+            bus_task,
+        },
+    ))
 }
 
 /// Read the sources and write what they show until a signal, or until the output's reader
 /// goes away.
 async fn run_loop(engine: &mut Engine, signals: &mut Signals, channels: &mut Channels) {
-    let Channels { kernel_rx, ns_rx } = channels;
+    let Channels {
+        kernel_rx,
+        ns_rx,
+        bus_rx,
+        ..
+    } = channels;
     // Kernel map entries of tasks that exited, namespaces nothing holds any more and losses no
     // later record brought to light are looked for after something happened (see `Sweep`).
     let mut sweep = Sweep::new(tokio::time::Instant::now());
@@ -390,6 +423,9 @@ async fn run_loop(engine: &mut Engine, signals: &mut Signals, channels: &mut Cha
                 engine.emit_incidents(closed);
                 engine.run_restores(Timestamp::now()).await;
             }
+            // Before the changes: a call to firewalld is seen before firewalld acts on it, and
+            // the change it makes must find it.
+            Some(msg) = bus_rx.recv() => engine.on_bus(msg),
             Some(ev) = kernel_rx.recv() => {
                 // Records lost before this one are re-read first: the re-read holds what they
                 // did (as recovered changes of an unknown writer), and the changes still queued
@@ -424,6 +460,19 @@ async fn run_loop(engine: &mut Engine, signals: &mut Signals, channels: &mut Cha
                 sweep.swept(tokio::time::Instant::now(), held_by_processes_only);
             }
             else => break,
+        }
+    }
+}
+
+/// firewalld's calls queued for the engine at most; more are dropped (their changes stay
+/// firewalld's alone).
+const BUS_QUEUE: usize = 1024;
+
+impl Engine {
+    fn on_bus(&mut self, msg: crate::bus::BusMsg) {
+        match msg {
+            crate::bus::BusMsg::Call(c) => self.core.bus_call(*c),
+            crate::bus::BusMsg::Reply(r) => self.core.bus_reply(&r),
         }
     }
 }

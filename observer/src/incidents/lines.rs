@@ -36,9 +36,16 @@ pub(super) fn trim_events(r: &mut IncidentLine) {
     }
 }
 
+/// The actors an incident names for a change: the one it is counted against, as a person reads
+/// it (`firewall-cmd (via firewalld)` when a D-Bus firewall manager served a caller), the
+/// writer's own actor when that differs, and its unit.
 pub(super) fn actors_of(actor: &str, first: &ChangeLine) -> Vec<String> {
-    let mut actors = vec![actor.to_string()];
     let p: &ProcessInfo = &first.process;
+    let shown = match &p.requested_by {
+        Some(r) => format!("{} (via {actor})", r.comm),
+        None => actor.to_string(),
+    };
+    let mut actors = vec![shown];
     if p.actor != actor && p.actor != "unknown" {
         actors.push(p.actor.clone());
     }
@@ -85,6 +92,7 @@ pub(super) fn new_incident(
         chains,
         owner: h.owner.clone(),
         actors: actors_of(actor, first),
+        requested_by: first.process.requested_by.clone(),
         events,
         ..blank(kind, netns, first.time)
     };
@@ -132,6 +140,9 @@ pub(super) fn update_with_hits(
         if !r.actors.contains(&a) {
             r.actors.push(a);
         }
+    }
+    if r.requested_by.is_none() {
+        r.requested_by.clone_from(&first.process.requested_by);
     }
     add_events(r, &hits.iter().map(|h| h.seq).collect::<Vec<_>>());
 }
@@ -187,5 +198,6 @@ pub(super) fn blank(kind: IncidentKind, netns: u32, time: Timestamp) -> Incident
         backends: None,
         last_backend: None,
         restore: None,
+        requested_by: None,
     }
 }

@@ -25,6 +25,15 @@ pub(super) fn where_(r: &IncidentLine) -> String {
     }
 }
 
+/// ` Asked by firewall-cmd 4242 (run by compliance-job) over D-Bus: reload.`, when a D-Bus
+/// firewall manager made the changes on a caller's request; else nothing.
+pub(super) fn asked_by(r: &IncidentLine) -> String {
+    r.requested_by
+        .as_ref()
+        .map(|q| format!(" Asked by {}.", q.describe()))
+        .unwrap_or_default()
+}
+
 /// The last line of a foreign_*, unhooked or rule_drift incident whose objects are back.
 pub(super) fn resolved_summary(r: &IncidentLine, by: &str, ms: u64) -> String {
     let what = match r.kind {
@@ -44,6 +53,14 @@ pub(super) fn resolved_summary(r: &IncidentLine, by: &str, ms: u64) -> String {
 }
 
 pub(super) fn summary(r: &IncidentLine, hits: &[Hit]) -> String {
+    let mut s = what_happened(r, hits);
+    if !s.is_empty() {
+        s.push_str(&asked_by(r));
+    }
+    s
+}
+
+fn what_happened(r: &IncidentLine, hits: &[Hit]) -> String {
     let by = r.actors.join("/");
     let owner = &r.owner;
     let chains = list(&r.chains);
@@ -141,11 +158,12 @@ pub(super) fn mass_summary(r: &IncidentLine) -> String {
         )
     };
     format!(
-        "{} flushed or deleted the chains of {} owners at once in the {}: {}.{fix}",
+        "{} flushed or deleted the chains of {} owners at once in the {}: {}.{}{fix}",
         r.actors.join("/"),
         r.owners.len(),
         where_(r),
-        parts.join("; ")
+        parts.join("; "),
+        asked_by(r),
     )
 }
 

@@ -43,15 +43,20 @@ impl Filter {
                 .chain
                 .as_ref()
                 .is_none_or(|g| c.chain.as_deref().is_some_and(|ch| g.is_match(ch)))
-            && self
-                .actor
-                .as_ref()
-                .is_none_or(|a| *a == c.process.actor || *a == c.process.comm)
+            && self.actor.as_ref().is_none_or(|a| {
+                *a == c.process.actor
+                    || *a == c.process.comm
+                    || c.process
+                        .requested_by
+                        .as_ref()
+                        .is_some_and(|r| *a == r.comm || *a == r.actor)
+            })
             && (self.ops.is_empty() || self.ops.contains(&c.op))
     }
 
     /// Incidents pass the namespace, backend, table, chain and actor filters (`--actor` matches an
-    /// actor or the owner); `--op` does not apply to them.
+    /// actor, either side of `caller (via manager)`, a D-Bus caller's actor, or the owner); `--op`
+    /// does not apply to them.
     pub fn matches_incident(&self, i: &IncidentLine) -> bool {
         self.netns.is_none_or(|n| n == i.netns)
             && self.backend.is_none_or(|b| b == i.backend)
@@ -60,9 +65,12 @@ impl Filter {
                 .chain
                 .as_ref()
                 .is_none_or(|g| i.chains.iter().any(|ch| g.is_match(ch)))
-            && self
-                .actor
-                .as_ref()
-                .is_none_or(|a| *a == i.owner || i.actors.contains(a))
+            && self.actor.as_ref().is_none_or(|a| {
+                *a == i.owner
+                    || i.actors
+                        .iter()
+                        .any(|x| crate::attribution::actor_names(x, a))
+                    || i.requested_by.as_ref().is_some_and(|r| *a == r.actor)
+            })
     }
 }

@@ -323,6 +323,10 @@ pub struct IncidentLine {
     /// why it did not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restore: Option<super::restore::RestoreNote>,
+    /// When a D-Bus firewall manager made the changes on a caller's request: the first such
+    /// caller (as in the changes' `process.requested_by`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_by: Option<Box<crate::attribution::Requester>>,
 }
 
 impl IncidentLine {

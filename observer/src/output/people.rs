@@ -9,7 +9,7 @@
 
 use std::borrow::Cow;
 
-use crate::attribution::{Ancestor, ProcessInfo};
+use crate::attribution::{Ancestor, ProcessInfo, Requester};
 use crate::cgroup::Pod;
 use crate::output::line::{ChangeLine, IncidentLine, Line, OwnerHit, SplitBackends, StatusLine};
 use crate::ruleset::{ChangeResult, RuleForms};
@@ -50,6 +50,12 @@ impl<T: Texts> Texts for Vec<T> {
         for v in self {
             v.texts_mut(f);
         }
+    }
+}
+
+impl<T: Texts> Texts for Box<T> {
+    fn texts_mut(&mut self, f: &mut dyn FnMut(&mut String)) {
+        (**self).texts_mut(f);
     }
 }
 
@@ -94,7 +100,8 @@ impl Texts for ChangeResult {
 texts!(StatusLine: message, hooks, lost);
 texts!(ChangeLine: netns_name, node, table, chain, rule, forms, detail, txn, result, process, restore);
 texts!(RuleForms: rule_nft, iptables_unreadable);
-texts!(ProcessInfo: comm, parent_comm, actor, unit, container_id, pod, ancestry);
+texts!(ProcessInfo: comm, parent_comm, actor, unit, container_id, pod, ancestry, requested_by);
+texts!(Requester: comm, actor, method, unit, container_id, pod, ancestry);
 texts!(Pod: uid, namespace, name, container);
 texts!(Ancestor: comm);
 texts!(
@@ -114,6 +121,7 @@ texts!(
     merged_into,
     backends,
     restore,
+    requested_by,
 );
 texts!(OwnerHit: owner, chains, repaired_by, failed);
 texts!(SplitBackends: legacy, nft);

@@ -57,6 +57,19 @@ fn change() -> ChangeLine {
                 comm: "sh".into(),
                 pid: 1,
             }],
+            requested_by: Some(Box::new(crate::attribution::Requester {
+                pid: 3,
+                comm: "firewall-cmd".into(),
+                actor: "compliance-job".into(),
+                method: "org.fedoraproject.FirewallD1.reload".into(),
+                unit: Some("cron.service".into()),
+                container_id: Some("def".into()),
+                pod: None,
+                ancestry: vec![Ancestor {
+                    comm: "compliance-job".into(),
+                    pid: 1,
+                }],
+            })),
         },
         replayed: false,
         recovered: false,
@@ -104,6 +117,19 @@ fn incident() -> IncidentLine {
         }),
         last_backend: Some(Backend::Nft),
         restore: None,
+        requested_by: Some(Box::new(crate::attribution::Requester {
+            pid: 3,
+            comm: "firewall-cmd".into(),
+            actor: "compliance-job".into(),
+            method: "org.fedoraproject.FirewallD1.reload".into(),
+            unit: Some("cron.service".into()),
+            container_id: Some("def".into()),
+            pod: None,
+            ancestry: vec![Ancestor {
+                comm: "compliance-job".into(),
+                pid: 1,
+            }],
+        })),
     }
 }
 

@@ -57,6 +57,18 @@ pub struct Meta {
     pub kind: Option<String>,
 }
 
+/// The actors, with both sides of each `caller (via manager)` added: `--actor firewalld` and
+/// `--actor firewall-cmd` both find such a line.
+fn with_via_parts(mut actors: Vec<String>) -> Vec<String> {
+    let parts: Vec<String> = actors
+        .iter()
+        .filter_map(|a| crate::attribution::split_via(a))
+        .flat_map(|(c, m)| [c.to_string(), m.to_string()])
+        .collect();
+    actors.extend(parts);
+    actors
+}
+
 impl Meta {
     pub(in crate::sinks) fn from_change(c: &ChangeLine) -> Meta {
         Meta {
@@ -65,15 +77,24 @@ impl Meta {
             backend: Some(c.backend.as_str().into()),
             table: Some(c.table.clone()),
             chains: c.chain.iter().cloned().collect(),
-            actors: vec![c.process.actor.clone(), c.process.comm.clone()],
+            actors: {
+                let mut a = vec![c.process.actor.clone(), c.process.comm.clone()];
+                if let Some(r) = &c.process.requested_by {
+                    a.extend([r.comm.clone(), r.actor.clone()]);
+                }
+                a
+            },
             op: Some(c.op.as_str().into()),
             kind: None,
         }
     }
 
     pub(in crate::sinks) fn from_incident(i: &IncidentLine) -> Meta {
-        let mut actors = i.actors.clone();
+        let mut actors = with_via_parts(i.actors.clone());
         actors.push(i.owner.clone());
+        if let Some(r) = &i.requested_by {
+            actors.push(r.actor.clone());
+        }
         Meta {
             time_ns: i.time.unix_nanos(),
             netns: Some(i.netns),
@@ -101,11 +122,21 @@ impl Meta {
         };
         let mut chains = list("chain");
         chains.extend(list("chains"));
-        let mut actors = list("actors");
+        let mut actors = with_via_parts(list("actors"));
         actors.extend(list("owner"));
         if let Some(p) = v.get("process") {
             for k in ["actor", "comm"] {
                 if let Some(x) = p.get(k).and_then(Value::as_str) {
+                    actors.push(x.into());
+                }
+            }
+        }
+        for r in [v.get("requested_by"), v.pointer("/process/requested_by")]
+            .into_iter()
+            .flatten()
+        {
+            for k in ["actor", "comm"] {
+                if let Some(x) = r.get(k).and_then(Value::as_str) {
                     actors.push(x.into());
                 }
             }

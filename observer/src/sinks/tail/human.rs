@@ -134,7 +134,7 @@ fn change(c: &ChangeLine, colour: bool) -> String {
         None => detail,
     };
     let who = format!(
-        "by {} [{} {}{}]",
+        "by {} [{} {}{}]{}",
         c.process.actor,
         c.process.comm,
         c.process.pid,
@@ -142,6 +142,11 @@ fn change(c: &ChangeLine, colour: bool) -> String {
             .parent_comm
             .as_ref()
             .map(|p| format!(" < {p}"))
+            .unwrap_or_default(),
+        c.process
+            .requested_by
+            .as_ref()
+            .map(|r| format!(" asked by {}", r.describe()))
             .unwrap_or_default()
     );
     let result = if c.result.is_applied() {

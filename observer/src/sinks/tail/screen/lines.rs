@@ -81,7 +81,7 @@ impl<W: Write> Screen<W> {
             pad(&c.table, k.table),
             self.paint(&pad(c.op.as_str(), k.op), op_colour(c.op)),
             self.paint(&pad(&chain, k.chain), BOLD),
-            self.paint(&pad(&c.process.actor, k.actor), CYAN),
+            self.paint(&pad(&c.process.shown_actor(), k.actor), CYAN),
         );
         let mut text = String::new();
         if !c.result.is_applied() {
@@ -174,6 +174,9 @@ impl<W: Write> Screen<W> {
         );
         if failed > 0 {
             head.push_str(&format!("; {failed} FAILED"));
+        }
+        if let Some(r) = &p.requested_by {
+            head.push_str(&format!("; asked by {}", r.describe()));
         }
         if let Some(w) = self.opt.width {
             head = cut(&head, w);

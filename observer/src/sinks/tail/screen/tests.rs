@@ -239,6 +239,7 @@ fn incident(state: IncidentState) -> IncidentLine {
         backends: None,
         last_backend: None,
         restore: None,
+        requested_by: None,
     }
 }
 
