@@ -9,7 +9,7 @@
 //! The *actor* is the nearest process in the chain that is neither a netfilter front end nor a
 //! shell, interpreter or wrapper: the component that ran `sh -c "iptables ..."`, not `iptables`
 //! and not `sh`; a script a dispatcher (`run-parts`) runs is named after the tool that ran the
-//! dispatcher. The chain walked to find it, and on above it, is `ancestry`.
+//! dispatcher, and so is a plugin a tool runs straight from its plugin directory. The chain walked to find it, and on above it, is `ancestry`.
 
 use std::fs;
 use std::sync::OnceLock;
@@ -487,10 +487,73 @@ fn ancestry_of(p: &KernelProcess) -> (Vec<Ancestor>, Option<usize>) {
     (chain, idx)
 }
 
+/// Whether an ancestor is a plugin its tool ran straight from its plugin directory (no
+/// dispatcher between): a script whose path, in its command line while it lives, lies in a
+/// directory named `*.d` or `plugins` (`/usr/share/fwtool/plugins.d/10-rules`). Once it has
+/// exited, a name in run-parts' numbered style (`10-rules`) stands for that.
+fn is_plugin(pid: u32, comm: &str) -> bool {
+    if read_comm(pid).as_deref() != Some(comm) {
+        return numbered(comm);
+    }
+    let Ok(cmdline) = fs::read(format!("/proc/{pid}/cmdline")) else {
+        return numbered(comm);
+    };
+    cmdline
+        .split(|&b| b == 0)
+        .take(3)
+        .filter_map(|arg| std::str::from_utf8(arg).ok())
+        .map(std::path::Path::new)
+        .any(|path| {
+            path.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(comm))
+                && path
+                    .parent()
+                    .and_then(|d| d.file_name())
+                    .and_then(|d| d.to_str())
+                    .is_some_and(|d| d.ends_with(".d") || d == "plugins")
+        })
+}
+
+/// `10-rules`: digits, a dash, then a name (the plugin naming run-parts runs).
+fn numbered(comm: &str) -> bool {
+    let digits = comm.bytes().take_while(u8::is_ascii_digit).count();
+    digits > 0
+        && comm[digits..]
+            .strip_prefix('-')
+            .is_some_and(|r| !r.is_empty())
+}
+
+/// The actor's index again when the one found (`idx`, in the writer-first chain of `writer`
+/// and `chain`) is a plugin its tool ran straight from its plugin directory: then, as for a
+/// script a dispatcher runs, the tool above it is the actor (see [`actor_index`]).
+fn past_plugin(writer: &str, chain: &[Ancestor], idx: Option<usize>) -> Option<usize> {
+    let Some((i, plugin)) = idx
+        .filter(|&i| i > 0)
+        .and_then(|i| Some((i, chain.get(i - 1)?)))
+    else {
+        return idx;
+    };
+    let dispatched = chain.get(i).is_some_and(|p| is_dispatcher(&p.comm));
+    if dispatched || !is_plugin(plugin.pid, &plugin.comm) {
+        return idx;
+    }
+    let mut names: Vec<&str> = std::iter::once(writer)
+        .chain(chain.iter().map(|a| a.comm.as_str()))
+        .collect();
+    names.insert(i + 1, DISPATCHERS[0]);
+    match actor_index(names.into_iter().chain(std::iter::once(""))) {
+        Some(j) if j > i + 1 => Some(j - 1),
+        Some(j) if j <= i => Some(j),
+        _ => idx,
+    }
+}
+
 /// Attribution from what the kernel captured, completed from `/proc` only where the captured
 /// chain holds nothing but front ends and wrappers.
 pub fn from_kernel(p: &KernelProcess) -> ProcessInfo {
     let (chain, idx) = ancestry_of(p);
+    let idx = past_plugin(&p.comm, &chain, idx);
     let actor = match idx {
         Some(0) => Some(long_name(p.tgid, &p.comm)),
         Some(i) => chain.get(i - 1).map(|a| long_name(a.pid, &a.comm)),
@@ -543,6 +606,11 @@ pub fn from_tid(tid: u32, comm: &str) -> ProcessInfo {
     } else {
         // Only the comm is known: it is the actor unless it is a front end or a wrapper.
         actor_index([comm, ""])
+    };
+    let idx = if alive {
+        past_plugin(comm, &chain, idx)
+    } else {
+        idx
     };
     let actor = match idx {
         Some(0) if alive => Some(long_name(tid, comm)),

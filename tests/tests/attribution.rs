@@ -556,6 +556,61 @@ fn ipset_lifecycle_race_names_both_writers() {
     obs.stop();
 }
 
+/// A tool that runs its plugins straight from its plugin directory (no `run-parts`): each
+/// plugin's change is named after the tool, the plugin kept in the ancestry; a script the tool
+/// runs from elsewhere is its own actor, as before.
+#[test]
+fn a_plugin_its_tool_runs_from_its_plugin_directory_is_named_after_the_tool() {
+    skip_unless!("ip", "iptables-legacy", "sleep");
+    use std::os::unix::fs::PermissionsExt;
+    let mut obs = Observer::start(&[]);
+    let ns = Netns::new("attr-plug");
+    let here = in_ns(&ns);
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir(dir.path().join("plugins.d")).expect("mkdir");
+    let script = |rel: &str, body: &str| {
+        let path = dir.path().join(rel);
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).expect("write script");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    };
+    script(
+        "obs-fwtool",
+        "here=$(dirname \"$0\")\nfor p in \"$here\"/plugins.d/*; do \"$p\" || exit 1; done\n\
+         \"$here\"/obs-helper",
+    );
+    // Alive when its change is read: known by its path.
+    script(
+        "plugins.d/obs-rules",
+        "iptables-legacy -N OBS-PLUGGED\nsleep 1",
+    );
+    // Gone at once: known by its numbered name.
+    script("plugins.d/20-rules", "iptables-legacy -N OBS-NUMBERED");
+    // Not a plugin: its own actor.
+    script("obs-helper", "iptables-legacy -N OBS-HELPED\nsleep 1");
+    let status = std::process::Command::new("ip")
+        .args(["netns", "exec", ns.name()])
+        .arg(dir.path().join("obs-fwtool"))
+        .status()
+        .expect("run the tool");
+    assert!(status.success(), "obs-fwtool: {status}");
+    for (chain, plugin) in [("OBS-PLUGGED", "obs-rules"), ("OBS-NUMBERED", "20-rules")] {
+        let v = obs.expect(chain, WAIT, |v| {
+            here(v) && v["op"] == "chain_create" && v["chain"] == chain
+        });
+        assert_eq!(v["process"]["actor"], "obs-fwtool", "{v}");
+        assert_eq!(
+            ancestry_comms(&v).get(..2),
+            Some(&[plugin, "obs-fwtool"][..]),
+            "{v}"
+        );
+    }
+    let v = obs.expect("OBS-HELPED", WAIT, |v| {
+        here(v) && v["op"] == "chain_create" && v["chain"] == "OBS-HELPED"
+    });
+    assert_eq!(v["process"]["actor"], "obs-helper", "{v}");
+    obs.stop();
+}
+
 /// Debian's `netfilter-persistent reload` runs its plugins with `run-parts`, and
 /// `plugins.d/15-ip4tables` runs `iptables-restore` on /etc/iptables/rules.v4: the actor is the
 /// tool that ran the dispatcher, and the ancestry keeps the script and `run-parts` and goes on

@@ -283,3 +283,38 @@ fn workload_fields_are_written_only_when_known() {
     assert_eq!(v["container_id"].as_str().map(str::len), Some(64));
     assert!(v.get("unit").is_none(), "{v}");
 }
+
+#[test]
+fn a_plugin_its_tool_runs_straight_from_its_directory_is_named_after_the_tool() {
+    let chain = |names: &[&str]| -> Vec<Ancestor> {
+        names
+            .iter()
+            .enumerate()
+            .map(|(i, c)| Ancestor {
+                comm: c.to_string(),
+                // Pids no process has: only the names can tell.
+                pid: u32::MAX - 20 + i as u32,
+            })
+            .collect()
+    };
+    // An exited plugin in run-parts' numbered style, run by its tool.
+    let c = chain(&["10-rules", "fwtool", "systemd"]);
+    assert_eq!(past_plugin("iptables", &c, Some(1)), Some(2));
+    // ...through a shell of the tool's.
+    let c = chain(&["10-rules", "sh", "fwtool", "systemd"]);
+    assert_eq!(past_plugin("iptables", &c, Some(1)), Some(3));
+    // Run by an init system alone: the plugin is the actor.
+    let c = chain(&["10-rules", "systemd"]);
+    assert_eq!(past_plugin("iptables", &c, Some(1)), Some(1));
+    // A script of another name, gone: its own actor.
+    let c = chain(&["rules", "fwtool", "systemd"]);
+    assert_eq!(past_plugin("iptables", &c, Some(1)), Some(1));
+    // Under run-parts: the dispatcher's rule already decided.
+    let c = chain(&["10-rules", "run-parts", "cron"]);
+    assert_eq!(past_plugin("iptables", &c, Some(1)), Some(1));
+    // No actor, or the writer itself: unchanged.
+    assert_eq!(past_plugin("iptables", &c, None), None);
+    assert_eq!(past_plugin("10-rules", &c, Some(0)), Some(0));
+    assert!(numbered("15-ip4tables") && numbered("10-x"));
+    assert!(!numbered("15-") && !numbered("-x") && !numbered("ip4tables") && !numbered("15x"));
+}
