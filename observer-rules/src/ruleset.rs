@@ -340,5 +340,32 @@ pub fn words(rule: &str) -> Vec<&str> {
     out
 }
 
+/// The chains a rule jumps or goes to, in order: `-j NAME`, `-g NAME` (and `--jump`, `--goto`)
+/// in `iptables-save` syntax, `jump NAME`, `goto NAME` in nft's. `syntax` `None` reads it from the
+/// text (an `iptables-save` rule begins with an option or a `!`; an nft rule never does). A
+/// comment is never taken for a jump: a quoted one is one word (see [`words`]), and the value of
+/// `--comment`, which `iptables-save` leaves unquoted when it is one plain word, is skipped.
+pub fn jump_targets(syntax: Option<RuleSyntax>, rule: &str) -> Vec<&str> {
+    let words = words(rule);
+    let syntax = syntax.unwrap_or_else(|| match words.first() {
+        Some(w) if w.starts_with('-') || *w == "!" => RuleSyntax::Iptables,
+        _ => RuleSyntax::Nft,
+    });
+    let (flags, comment): (&[&str], &str) = match syntax {
+        RuleSyntax::Iptables => (&["-j", "--jump", "-g", "--goto"], "--comment"),
+        RuleSyntax::Nft => (&["jump", "goto"], "comment"),
+    };
+    let mut out = Vec::new();
+    let mut it = words.into_iter();
+    while let Some(w) = it.next() {
+        if flags.contains(&w) {
+            out.extend(it.next().map(|t| t.trim_matches('"')));
+        } else if w == comment {
+            it.next();
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests;

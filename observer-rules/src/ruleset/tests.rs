@@ -232,3 +232,54 @@ fn words_keep_a_quoted_comment_whole_with_its_escaped_quotes() {
     assert_eq!(words("-j \"a b"), ["-j", "\"a b"]);
     assert!(words("   ").is_empty());
 }
+
+#[test]
+fn jump_targets_are_read_from_either_syntax() {
+    let ipt = Some(RuleSyntax::Iptables);
+    let nft = Some(RuleSyntax::Nft);
+    assert_eq!(
+        jump_targets(ipt, "-m comment --comment \"svc a\" -j KUBE-SVC-X"),
+        ["KUBE-SVC-X"]
+    );
+    assert_eq!(jump_targets(ipt, "--goto X"), ["X"]);
+    assert_eq!(jump_targets(ipt, "-g X"), ["X"]);
+    assert_eq!(jump_targets(ipt, "-p tcp --jump ACCEPT"), ["ACCEPT"]);
+    assert_eq!(jump_targets(nft, "ip daddr 10.0.0.1 jump X"), ["X"]);
+    assert_eq!(jump_targets(nft, "counter goto \"X\""), ["X"]);
+    assert!(jump_targets(ipt, "-m mark --mark 1").is_empty());
+    assert!(jump_targets(nft, "counter drop").is_empty());
+    // The syntax read from the text.
+    assert_eq!(
+        jump_targets(None, "! -s 10.0.0.0/8 -j KUBE-SVC-X"),
+        ["KUBE-SVC-X"]
+    );
+    assert_eq!(jump_targets(None, "--goto X"), ["X"]);
+    assert_eq!(jump_targets(None, "jump X"), ["X"]);
+    assert_eq!(jump_targets(None, "ip saddr @set goto X"), ["X"]);
+}
+
+#[test]
+fn a_comment_is_never_a_jump_target() {
+    let ipt = Some(RuleSyntax::Iptables);
+    let nft = Some(RuleSyntax::Nft);
+    for syntax in [ipt, None] {
+        assert!(jump_targets(syntax, "-m comment --comment \"x -j FOO\"").is_empty());
+        assert_eq!(
+            jump_targets(syntax, "-m comment --comment \"x \\\" -j FOO\" -j ACCEPT"),
+            ["ACCEPT"]
+        );
+        // `iptables-save` leaves a one-word comment unquoted.
+        assert_eq!(
+            jump_targets(syntax, "-m comment --comment -j -j KUBE-SVC-X"),
+            ["KUBE-SVC-X"]
+        );
+        assert!(jump_targets(syntax, "-m comment --comment --goto").is_empty());
+    }
+    for syntax in [nft, None] {
+        assert!(jump_targets(syntax, "counter comment \"a jump FOO\" accept").is_empty());
+        assert_eq!(
+            jump_targets(syntax, "comment \"goto \\\"FOO\\\"\" jump BAR"),
+            ["BAR"]
+        );
+    }
+}

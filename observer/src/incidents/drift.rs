@@ -1,7 +1,7 @@
 //! What a rewritten rule lost: the rule split into its parts (matches, options, the verdict) in
 //! the backend's own syntax, and the parts of the old rule the new one no longer has.
 
-use crate::ruleset::{words, Backend};
+use crate::ruleset::{self, words, Backend, RuleSyntax};
 
 /// How a rule changed, part by part.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -235,16 +235,15 @@ fn verdict(backend: Backend, parts: &[String]) -> Option<String> {
     }
 }
 
-/// The chains a rule jumps or goes to.
+/// The chains a rule of `backend`'s syntax jumps or goes to ([`ruleset::jump_targets`]).
 pub fn jump_targets(backend: Backend, rule: &str) -> Vec<String> {
-    let w = words(rule);
-    let flags: &[&str] = match backend {
-        Backend::Legacy => &["-j", "-g", "--jump", "--goto"],
-        _ => &["jump", "goto"],
+    let syntax = match backend {
+        Backend::Legacy => RuleSyntax::Iptables,
+        _ => RuleSyntax::Nft,
     };
-    w.windows(2)
-        .filter(|p| flags.contains(&p[0]))
-        .map(|p| p[1].trim_matches('"').to_string())
+    ruleset::jump_targets(Some(syntax), rule)
+        .into_iter()
+        .map(str::to_string)
         .collect()
 }
 
@@ -330,5 +329,27 @@ mod tests {
         );
         assert!(jump_targets(Backend::Legacy, "-j DROP").len() == 1);
         assert!(jump_targets(Backend::Nft, "drop").is_empty());
+    }
+
+    #[test]
+    fn a_comment_holding_a_jump_is_no_jump() {
+        assert_eq!(
+            jump_targets(
+                Backend::Legacy,
+                "-m comment --comment \"x -j FOO\" -j KUBE-SVC-X"
+            ),
+            vec!["KUBE-SVC-X"]
+        );
+        // `iptables-save` leaves a one-word comment unquoted.
+        assert_eq!(
+            jump_targets(Backend::Legacy, "-m comment --comment -j -j KUBE-SVC-X"),
+            vec!["KUBE-SVC-X"]
+        );
+        assert!(jump_targets(Backend::Legacy, "-m comment --comment --goto").is_empty());
+        assert_eq!(
+            jump_targets(Backend::Nft, "comment \"x jump FOO\" goto KUBE-SVC-X"),
+            vec!["KUBE-SVC-X"]
+        );
+        assert!(jump_targets(Backend::Nft, "counter comment \"jump FOO\" accept").is_empty());
     }
 }

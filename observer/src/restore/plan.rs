@@ -14,7 +14,7 @@
 //! `nft -f` one transaction.
 
 use crate::forensics::model::{render_nft, Chain, Set, Table};
-use crate::ruleset::{Backend, Family};
+use crate::ruleset::{self, Backend, Family};
 
 /// What one wipe took from one owner in one table.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -276,20 +276,17 @@ fn nft_script(
 }
 
 /// The chain a rule jumps or goes to, if any: `-j NAME`, `-g NAME` (iptables), `jump NAME`,
-/// `goto NAME` (nft).
+/// `goto NAME` (nft); never a word of its comment.
 pub fn jump_target(rule: &str) -> Option<&str> {
-    let mut words = rule.split_whitespace();
-    while let Some(w) = words.next() {
-        if matches!(w, "-j" | "--jump" | "-g" | "--goto" | "jump" | "goto") {
-            return words.next().map(|t| t.trim_matches('"'));
-        }
-    }
-    None
+    ruleset::jump_targets(None, rule).into_iter().next()
 }
 
-/// The named sets (`@name`) a rule uses.
+/// The named sets (`@name`) a rule uses; never a word of its comment (a quoted string).
 pub fn set_refs(rule: &str) -> impl Iterator<Item = &str> {
-    rule.split(|c: char| c.is_whitespace() || c == ',' || c == '{' || c == '}')
+    ruleset::words(rule)
+        .into_iter()
+        .filter(|w| !w.starts_with('"'))
+        .flat_map(|w| w.split([',', '{', '}']))
         .filter_map(|w| w.strip_prefix('@'))
         .filter(|w| !w.is_empty())
 }
@@ -505,5 +502,35 @@ pub(crate) mod tests {
         assert_eq!(jump_target("-m mark --mark 1"), None);
         let refs: Vec<&str> = set_refs("ip saddr @a tcp dport vmap @b,@c").collect();
         assert_eq!(refs, vec!["a", "b", "c"]);
+    }
+
+    #[test]
+    fn a_comment_is_neither_a_jump_nor_a_set_reference() {
+        assert_eq!(jump_target("-j KUBE-SVC-X"), Some("KUBE-SVC-X"));
+        assert_eq!(jump_target("-p tcp --goto X"), Some("X"));
+        assert_eq!(jump_target("ip saddr @set jump X"), Some("X"));
+        assert_eq!(jump_target("goto X"), Some("X"));
+        assert_eq!(jump_target("-m comment --comment \"x -j FOO\""), None);
+        assert_eq!(
+            jump_target("-m comment --comment \"x -j FOO\" -j KUBE-SVC-X"),
+            Some("KUBE-SVC-X")
+        );
+        assert_eq!(
+            jump_target("-m comment --comment -g -j KUBE-SVC-X"),
+            Some("KUBE-SVC-X")
+        );
+        assert_eq!(jump_target("counter comment \"jump FOO\" accept"), None);
+
+        let refs: Vec<&str> = set_refs("ip saddr @set counter drop").collect();
+        assert_eq!(refs, vec!["set"]);
+        let refs: Vec<&str> =
+            set_refs("ip saddr { 10.0.0.1 } ip daddr @d comment \"see @myset\" accept").collect();
+        assert_eq!(refs, vec!["d"]);
+        assert_eq!(
+            set_refs("tcp dport 22 comment \"@myset, {@other}\" drop").count(),
+            0
+        );
+        let refs: Vec<&str> = set_refs("ip saddr . tcp dport {@a,@b} accept").collect();
+        assert_eq!(refs, vec!["a", "b"]);
     }
 }
