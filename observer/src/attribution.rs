@@ -489,30 +489,34 @@ fn ancestry_of(p: &KernelProcess) -> (Vec<Ancestor>, Option<usize>) {
 
 /// Whether an ancestor is a plugin its tool ran straight from its plugin directory (no
 /// dispatcher between): a script whose path, in its command line while it lives, lies in a
-/// directory named `*.d` or `plugins` (`/usr/share/fwtool/plugins.d/10-rules`). Once it has
-/// exited, a name in run-parts' numbered style (`10-rules`) stands for that.
+/// directory named `*.d` or `plugins` (`/usr/share/fwtool/plugins.d/10-rules`). When its
+/// command line no longer tells (it exited, or is exiting and its command line reads empty), a
+/// name in run-parts' numbered style (`10-rules`) stands for that.
 fn is_plugin(pid: u32, comm: &str) -> bool {
-    if read_comm(pid).as_deref() != Some(comm) {
-        return numbered(comm);
-    }
-    let Ok(cmdline) = fs::read(format!("/proc/{pid}/cmdline")) else {
-        return numbered(comm);
+    let script_dir = || -> Option<bool> {
+        if read_comm(pid).as_deref() != Some(comm) {
+            return None;
+        }
+        let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let script = cmdline
+            .split(|&b| b == 0)
+            .take(3)
+            .filter_map(|arg| std::str::from_utf8(arg).ok())
+            .map(std::path::Path::new)
+            .find(|path| {
+                path.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(comm))
+            })?;
+        Some(
+            script
+                .parent()
+                .and_then(|d| d.file_name())
+                .and_then(|d| d.to_str())
+                .is_some_and(|d| d.ends_with(".d") || d == "plugins"),
+        )
     };
-    cmdline
-        .split(|&b| b == 0)
-        .take(3)
-        .filter_map(|arg| std::str::from_utf8(arg).ok())
-        .map(std::path::Path::new)
-        .any(|path| {
-            path.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(comm))
-                && path
-                    .parent()
-                    .and_then(|d| d.file_name())
-                    .and_then(|d| d.to_str())
-                    .is_some_and(|d| d.ends_with(".d") || d == "plugins")
-        })
+    script_dir().unwrap_or_else(|| numbered(comm))
 }
 
 /// `10-rules`: digits, a dash, then a name (the plugin naming run-parts runs).

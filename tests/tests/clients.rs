@@ -57,6 +57,25 @@ const KUBE_PROXY_NAT: &str = "*nat\n:KUBE-SERVICES - [0:0]\n:KUBE-SVC-WEB - [0:0
 -A KUBE-SERVICES -d 10.96.0.10/32 -p tcp -m tcp --dport 80 -j KUBE-SVC-WEB\n\
 -A KUBE-SVC-WEB -p tcp -j DNAT --to-destination 10.244.1.5:80\nCOMMIT\n";
 
+/// Once firewalld's iptables-backend chains are seen in `ns`, kube-proxy's nat chains are
+/// written beside them (legacy) and seen: kube-proxy's writer, to write them again.
+fn kube_proxy_beside_firewalld(obs: &mut Observer, ns: &Netns) -> Writer {
+    let here = in_ns(ns);
+    obs.expect("firewalld's chains", WAIT, |v| {
+        here(v) && v["chain"] == "INPUT_direct"
+    });
+    let kp = Writer::new("kube-proxy");
+    ns.write_stdin(
+        &kp,
+        &["iptables-legacy-restore", "--noflush"],
+        KUBE_PROXY_NAT,
+    );
+    obs.expect("kube-proxy's chain", WAIT, |v| {
+        here(v) && v["chain"] == "KUBE-SVC-WEB" && v["op"] == "rule_add"
+    });
+    kp
+}
+
 /// No incident line in `ns`.
 fn assert_no_incidents(obs: &Observer, ns: &Netns) {
     let here = in_ns(ns);
@@ -110,18 +129,7 @@ fn firewalld_iptables_backend_reloads_are_firewallds_and_each_wipe_is_its_own_in
     let ns = Netns::new("fwd-ipt");
     let here = in_ns(&ns);
     let fw = Firewalld::start(&ns, "iptables", true);
-    obs.expect("firewalld's chains", WAIT, |v| {
-        here(v) && v["chain"] == "INPUT_direct"
-    });
-    let kp = Writer::new("kube-proxy");
-    ns.write_stdin(
-        &kp,
-        &["iptables-legacy-restore", "--noflush"],
-        KUBE_PROXY_NAT,
-    );
-    obs.expect("kube-proxy's chain", WAIT, |v| {
-        here(v) && v["chain"] == "KUBE-SVC-WEB" && v["op"] == "rule_add"
-    });
+    let kp = kube_proxy_beside_firewalld(&mut obs, &ns);
 
     // A reload wipes every table, kube-proxy's chains with them.
     fw.must(&["--reload"]);
@@ -260,18 +268,7 @@ fn firewalld_changes_name_the_caller_behind_them_on_the_bus() {
     let here = in_ns(&ns);
     let jobs = tempfile::tempdir().expect("tempdir");
     let fw = Firewalld::start_on(&ns, "iptables", true, dir, bus);
-    obs.expect("firewalld's chains", WAIT, |v| {
-        here(v) && v["chain"] == "INPUT_direct"
-    });
-    let kp = Writer::new("kube-proxy");
-    ns.write_stdin(
-        &kp,
-        &["iptables-legacy-restore", "--noflush"],
-        KUBE_PROXY_NAT,
-    );
-    obs.expect("kube-proxy's chain", WAIT, |v| {
-        here(v) && v["chain"] == "KUBE-SVC-WEB" && v["op"] == "rule_add"
-    });
+    kube_proxy_beside_firewalld(&mut obs, &ns);
     // firewalld's start-up was its own doing.
     let own: Vec<&Value> = obs
         .changes()

@@ -318,3 +318,39 @@ fn a_plugin_its_tool_runs_straight_from_its_directory_is_named_after_the_tool() 
     assert!(numbered("15-ip4tables") && numbered("10-x"));
     assert!(!numbered("15-") && !numbered("-x") && !numbered("ip4tables") && !numbered("15x"));
 }
+
+#[test]
+fn a_plugin_is_known_by_its_directory_while_it_lives_and_by_its_name_after() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = |rel: &str, body: &str| {
+        let path = dir.path().join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    };
+    let settle = || std::thread::sleep(std::time::Duration::from_millis(300));
+    // Alive in a plugin directory: a plugin, whatever its name.
+    let mut alive = std::process::Command::new(script("tool/plugins.d/rules", "sleep 5"))
+        .spawn()
+        .unwrap();
+    // Alive elsewhere, even with a numbered name: not one.
+    let mut elsewhere = std::process::Command::new(script("tool/20-rules", "sleep 5"))
+        .spawn()
+        .unwrap();
+    // Exited and not reaped yet (its command line reads empty): its numbered name tells.
+    let mut exited = std::process::Command::new(script("tool/plugins.d/30-rules", "exit 0"))
+        .spawn()
+        .unwrap();
+    settle();
+    assert!(is_plugin(alive.id(), "rules"));
+    assert!(!is_plugin(elsewhere.id(), "20-rules"));
+    assert!(is_plugin(exited.id(), "30-rules"));
+    for c in [&mut alive, &mut elsewhere] {
+        let _ = c.kill();
+    }
+    for c in [&mut alive, &mut elsewhere, &mut exited] {
+        let _ = c.wait();
+    }
+}

@@ -57,24 +57,28 @@ fn change() -> ChangeLine {
                 comm: "sh".into(),
                 pid: 1,
             }],
-            requested_by: Some(Box::new(crate::attribution::Requester {
-                pid: 3,
-                comm: "firewall-cmd".into(),
-                actor: "compliance-job".into(),
-                method: "org.fedoraproject.FirewallD1.reload".into(),
-                unit: Some("cron.service".into()),
-                container_id: Some("def".into()),
-                pod: None,
-                ancestry: vec![Ancestor {
-                    comm: "compliance-job".into(),
-                    pid: 1,
-                }],
-            })),
+            requested_by: requester(),
         },
         replayed: false,
         recovered: false,
         restore: None,
     }
+}
+
+fn requester() -> Option<Box<crate::attribution::Requester>> {
+    Some(Box::new(crate::attribution::Requester {
+        pid: 3,
+        comm: "firewall-cmd".into(),
+        actor: "compliance-job".into(),
+        method: "org.fedoraproject.FirewallD1.reload".into(),
+        unit: Some("cron.service".into()),
+        container_id: Some("def".into()),
+        pod: None,
+        ancestry: vec![Ancestor {
+            comm: "compliance-job".into(),
+            pid: 1,
+        }],
+    }))
 }
 
 fn incident() -> IncidentLine {
@@ -117,19 +121,7 @@ fn incident() -> IncidentLine {
         }),
         last_backend: Some(Backend::Nft),
         restore: None,
-        requested_by: Some(Box::new(crate::attribution::Requester {
-            pid: 3,
-            comm: "firewall-cmd".into(),
-            actor: "compliance-job".into(),
-            method: "org.fedoraproject.FirewallD1.reload".into(),
-            unit: Some("cron.service".into()),
-            container_id: Some("def".into()),
-            pod: None,
-            ancestry: vec![Ancestor {
-                comm: "compliance-job".into(),
-                pid: 1,
-            }],
-        })),
+        requested_by: requester(),
     }
 }
 
