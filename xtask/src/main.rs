@@ -142,7 +142,8 @@ enum Verb {
         /boot/vmlinuz-* of each series 5.10, 6.1 and 6.12 (or OBSERVER_VM_KERNEL, paths \
         separated by `:`) with `vng --disable-kvm`, one guest each, two guests at a time \
         (OBSERVER_VM_PARALLEL=N for another number), load the netfilter modules, and run the \
-        integration tests once with `--hooks kprobe` and once with `--hooks fentry`, each test's \
+        integration tests once with `--hooks kprobe` and once with `--hooks fentry` (on 5.10 \
+        and 6.1 one of them runs its smoke tests only), each test's \
         time in the log. Each run fails unless its \
         ready line names that backend and every legacy change carries it as `source`. Exits \
         non-zero when a run fails; skips (exit 0, with the reason) when no guest can be had. \
