@@ -21,6 +21,8 @@ struct Stream {
     table: String,
     /// Every incident line produced so far.
     out: Vec<IncidentLine>,
+    /// Who asked the writer (a D-Bus firewall manager) for the next transactions.
+    requested_by: Option<Box<crate::attribution::Requester>>,
 }
 
 fn cfg() -> Config {
@@ -59,6 +61,7 @@ impl Stream {
             backend: Backend::Legacy,
             table: "filter".into(),
             out: Vec::new(),
+            requested_by: None,
         }
     }
 
@@ -89,6 +92,7 @@ impl Stream {
                     source: Source::Tracepoint,
                     process: ProcessInfo {
                         cgroup: Some(1),
+                        requested_by: self.requested_by.clone(),
                         ..ProcessInfo::named(100, "iptables", Some((99, actor)), actor)
                     },
                     replayed: false,
@@ -350,6 +354,64 @@ fn a_learned_owner_is_defended_and_unknown_chains_are_learned_by_their_first_wri
         ("tool-a", Some(How::Learned))
     );
     assert_eq!(row.last.as_ref().unwrap().actor, "tool-b");
+}
+
+#[test]
+fn a_wipe_firewalld_made_on_request_names_who_asked() {
+    let mut s = Stream::new(kube_proxy_nat());
+    s.table = "nat".into();
+    s.requested_by = Some(Box::new(crate::attribution::Requester {
+        pid: 4242,
+        comm: "firewall-cmd".into(),
+        actor: "compliance-job".into(),
+        method: "org.fedoraproject.FirewallD1.reload".into(),
+        unit: Some("compliance.service".into()),
+        container_id: None,
+        pod: None,
+        ancestry: Vec::new(),
+    }));
+    let got = s.txn(
+        0,
+        "firewalld",
+        &[
+            (Op::ChainDelete, "KUBE-SEP-A", "", ""),
+            (Op::ChainDelete, "KUBE-SVC-A", "", ""),
+        ],
+    );
+    let i = got
+        .iter()
+        .find(|i| i.kind == IncidentKind::ForeignDelete)
+        .expect("a foreign delete");
+    assert_eq!(i.owner, "kube-proxy");
+    // Counted against firewalld, shown with who asked it.
+    assert_eq!(i.actors[0], "firewall-cmd (via firewalld)", "{i:?}");
+    assert_eq!(
+        i.requested_by.as_ref().map(|r| r.actor.as_str()),
+        Some("compliance-job")
+    );
+    assert!(
+        i.summary
+            .starts_with("firewall-cmd (via firewalld) deleted kube-proxy's")
+            && i.summary.ends_with(
+                " Asked by firewall-cmd 4242 (run by compliance-job, unit compliance.service) \
+                 over D-Bus: reload."
+            ),
+        "{}",
+        i.summary
+    );
+    // The tail's --actor finds it by the manager, the client and the job.
+    for who in ["firewalld", "firewall-cmd", "compliance-job", "kube-proxy"] {
+        let f = crate::output::filter::Filter {
+            actor: Some(who.into()),
+            ..Default::default()
+        };
+        assert!(f.matches_incident(i), "--actor {who}");
+    }
+    let f = crate::output::filter::Filter {
+        actor: Some("someone-else".into()),
+        ..Default::default()
+    };
+    assert!(!f.matches_incident(i));
 }
 
 #[test]
