@@ -235,7 +235,13 @@ async fn watch_once(address: &str, tx: &mpsc::Sender<BusMsg>) -> Result<(), BusE
                 else {
                     continue;
                 };
-                if !is_request(iface.as_str(), member.as_str()) {
+                // A call that wants no reply would leave its window open with nothing to end
+                // it, and lend its caller to firewalld's own changes meanwhile: not matched.
+                let no_reply = h
+                    .primary()
+                    .flags()
+                    .contains(zbus::message::Flags::NO_REPLY_EXPECTED);
+                if no_reply || !is_request(iface.as_str(), member.as_str()) {
                     continue;
                 }
                 let sender = sender.to_string();

@@ -48,8 +48,10 @@ const BEFORE_CALL: Duration = Duration::from_millis(5);
 const AFTER_REPLY: Duration = Duration::from_millis(50);
 /// How long a window is kept after its reply, for changes read late (a big table).
 const KEPT: Duration = Duration::from_secs(120);
-/// A call with no reply for so long is given up (the manager or the caller went away).
-const OPEN_AT_MOST: Duration = Duration::from_secs(600);
+/// A call with no reply for so long is given up (the manager or the caller went away, or the
+/// reply was missed): a complete reload of a big ruleset takes seconds, and a window left open
+/// would lend its caller to the manager's own changes.
+const OPEN_AT_MOST: Duration = Duration::from_secs(120);
 /// The windows kept at most: a caller flooding the manager cannot grow them.
 const MAX_WINDOWS: usize = 1024;
 
