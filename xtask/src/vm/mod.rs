@@ -265,12 +265,20 @@ fn guest_script(bins: &TestBinaries, observer: &Path, dir: &Path, series: &str) 
     run.push_str("return $rc\n}\n");
     s.push_str(&run);
     // The fallback backend must load on these kernels too (their verifiers are older than the
-    // host's): its ready line names where each hook went and why a backend was refused.
+    // host's): its ready line names where each hook went and why a backend was refused. Its end
+    // is waited for 60 s at most: a process that does not end is shown with the kernel's last
+    // lines, killed, and left behind, so that it cannot hold up the guest's tests.
     s.push_str(&format!(
         "timeout -k 5 180 {obs} tail --json --hooks tracepoint > {dir}/{TRACEPOINT_OUT} 2>&1 &\n\
          tp=$!; i=0\n\
          while [ $i -lt 1200 ] && ! grep -q '\"state\"' {dir}/{TRACEPOINT_OUT}; do sleep 0.1; i=$((i+1)); done\n\
-         kill $tp 2>/dev/null; wait $tp\n",
+         kill $tp 2>/dev/null; i=0\n\
+         while kill -0 $tp 2>/dev/null && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done\n\
+         if kill -0 $tp 2>/dev/null; then\n\
+         echo \"vm: the tracepoint check's observer did not end within 60 s of SIGTERM:\"\n\
+         ps -eo pid,stat,wchan:24,etime,args | grep -E 'observer|timeout'; dmesg | tail -n 30\n\
+         pkill -9 -f 'observer tail --json --hooks tracepoint'; kill -9 $tp 2>/dev/null\n\
+         else wait $tp; fi\n",
         obs = observer.display(),
         dir = dir.display(),
     ));
