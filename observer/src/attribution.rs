@@ -109,7 +109,8 @@ impl Requester {
     pub fn of_caller(pid: u32, method: String) -> Option<Requester> {
         let comm = read_comm(pid)?;
         let p = from_tid(pid, &comm);
-        let actor = if BUS_CLIENTS.contains(&long_name(pid, &comm).as_str()) {
+        let name = long_name(pid, &comm);
+        let actor = if BUS_CLIENTS.contains(&name.as_str()) {
             let names: Vec<&str> = p.ancestry.iter().map(|a| a.comm.as_str()).collect();
             actor_index(names.into_iter().chain(std::iter::once("")))
                 .and_then(|i| p.ancestry.get(i))
@@ -119,7 +120,7 @@ impl Requester {
         };
         Some(Requester {
             pid,
-            comm: long_name(pid, &comm),
+            comm: name,
             actor,
             method,
             unit: p.unit,

@@ -229,6 +229,21 @@ fn firewalld_iptables_backend_reloads_are_firewallds_and_each_wipe_is_its_own_in
     assert_eq!(host_rulesets(), host_before, "the host's ruleset changed");
 }
 
+/// A bus of the test's own that observer watches from the start, then firewalld on it in a
+/// namespace `name` (see [`Firewalld::start_on`]).
+fn firewalld_on_a_watched_bus(
+    name: &str,
+    backend: &str,
+    legacy: bool,
+) -> (Observer, Netns, Firewalld) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bus = Bus::start(dir.path());
+    let obs = Observer::start(&["--system-bus", &bus.address]);
+    let ns = Netns::new(name);
+    let fw = Firewalld::start_on(&ns, backend, legacy, dir, bus);
+    (obs, ns, fw)
+}
+
 /// A script named `compliance-job` that runs `firewall-cmd ARGS` on `fw`'s bus (not through
 /// exec: the job stays firewall-cmd's parent, as a real job's shell does).
 fn compliance_job(fw: &Firewalld, dir: &Path, args: &str) {
@@ -261,13 +276,9 @@ fn firewalld_changes_name_the_caller_behind_them_on_the_bus() {
         "dbus-daemon"
     );
     let host_before = host_rulesets();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let bus = Bus::start(dir.path());
-    let mut obs = Observer::start(&["--system-bus", &bus.address]);
-    let ns = Netns::new("fwd-bus");
+    let (mut obs, ns, fw) = firewalld_on_a_watched_bus("fwd-bus", "iptables", true);
     let here = in_ns(&ns);
     let jobs = tempfile::tempdir().expect("tempdir");
-    let fw = Firewalld::start_on(&ns, "iptables", true, dir, bus);
     kube_proxy_beside_firewalld(&mut obs, &ns);
     // firewalld's start-up was its own doing.
     let own: Vec<&Value> = obs
@@ -376,13 +387,9 @@ fn firewalld_changes_name_the_caller_behind_them_on_the_bus() {
 fn firewalld_nftables_backend_changes_name_their_caller() {
     skip_unless!("ip", "nft", "firewalld", "firewall-cmd", "dbus-daemon");
     let host_before = host_rulesets();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let bus = Bus::start(dir.path());
-    let mut obs = Observer::start(&["--system-bus", &bus.address]);
-    let ns = Netns::new("fwd-bus-nft");
+    let (mut obs, ns, fw) = firewalld_on_a_watched_bus("fwd-bus-nft", "nftables", false);
     let here = in_ns(&ns);
     let jobs = tempfile::tempdir().expect("tempdir");
-    let fw = Firewalld::start_on(&ns, "nftables", false, dir, bus);
     let mark = obs.mark();
     compliance_job(&fw, jobs.path(), "--add-port 4444/tcp");
     let port = obs.wait_line_since(mark, "the port's rule", WAIT, |v| {
