@@ -112,17 +112,23 @@ impl Core {
         self.seq
     }
 
-    /// A transaction whose changes were all applied. Flushes the source could not settle (an
-    /// nft writer whose request was not captured, changes found by a re-read) are settled as
-    /// having no evidence.
-    pub fn applied(&mut self, ctx: &ChangeCtx, mut changes: Vec<Change>) -> TxnLines {
+    /// A transaction whose changes were all applied, with their results. Flushes the source
+    /// could not settle (an nft writer whose request was not captured, changes found by a
+    /// re-read) are settled as having no evidence.
+    pub fn settled(mut changes: Vec<Change>) -> Vec<(Change, ChangeResult)> {
         ruleset::settle_flushes(&mut changes, &ruleset::FlushEvidence::Unknown);
         ruleset::settle_set_flushes(&mut changes, &ruleset::FlushEvidence::Unknown);
-        let with_results = changes
+        changes
             .into_iter()
             .map(|c| (c, ChangeResult::Applied))
-            .collect();
-        self.transaction(ctx, with_results)
+            .collect()
+    }
+
+    /// A transaction whose changes were all applied (see [`Core::settled`]), whole: the
+    /// tests' short form of what the engine does in [`pieces`].
+    #[cfg(test)]
+    pub fn applied(&mut self, ctx: &ChangeCtx, changes: Vec<Change>) -> TxnLines {
+        self.transaction(ctx, Core::settled(changes))
     }
 
     /// A transaction whose changes each have their `result`: `ok`, or what went wrong
@@ -200,6 +206,7 @@ impl Core {
 
 pub mod lifecycle;
 pub mod losses;
+pub mod pieces;
 pub mod replace;
 pub mod requests;
 

@@ -9,6 +9,7 @@ use crate::output::{IncidentLine, Line, StatusLine};
 use crate::ruleset::{Backend, Change, ChangeResult};
 
 use super::core::losses::{self, Losses};
+use super::core::pieces;
 use super::core::TxnLines;
 use super::{ChangeCtx, Engine};
 
@@ -85,25 +86,33 @@ impl Engine {
 
     /// Number, print and correlate the changes of one transaction (all applied).
     pub(super) fn emit_txn(&mut self, ctx: ChangeCtx, changes: Vec<Change>) {
-        let lines = self.core.applied(&ctx, changes);
-        self.emit_lines(&ctx, lines);
+        self.emit_txn_results(ctx, super::core::Core::settled(changes));
     }
 
     /// Number, print and correlate the changes of one transaction; each has its `result`: `ok`
-    /// or what went wrong (`EBUSY: Device or resource busy`).
+    /// or what went wrong (`EBUSY: Device or resource busy`). A large load is handled in
+    /// pieces ([`pieces`]): only one piece's lines are held at a time.
     pub(super) fn emit_txn_results(
         &mut self,
         ctx: ChangeCtx,
         changes: Vec<(Change, ChangeResult)>,
     ) {
-        let lines = self.core.transaction(&ctx, changes);
-        self.emit_lines(&ctx, lines);
+        let (inode, backend, n) = (ctx.inode, ctx.backend, changes.len() as u64);
+        for piece in pieces::pieces(changes, pieces::PIECE) {
+            let lines = self.core.transaction(&ctx, piece);
+            self.emit_lines(lines);
+        }
+        let ended = self.output.end_txn();
+        self.check_written(ended);
+        self.snapshot_if_due(inode, backend, n);
+        // After a large transaction the heap is trimmed: its changes and lines are freed.
+        if n >= super::LARGE_TXN_CHANGES as u64 {
+            super::release_free_heap();
+        }
     }
 
-    /// Write a transaction's lines, then take the snapshot its changes made due. After a large
-    /// transaction the heap is trimmed: its changes and lines are freed by then.
-    fn emit_lines(&mut self, ctx: &ChangeCtx, lines: TxnLines) {
-        let (inode, backend, n) = (ctx.inode, ctx.backend, lines.changes.len() as u64);
+    /// Write the lines of a transaction (or of a piece of one).
+    fn emit_lines(&mut self, lines: TxnLines) {
         if let Some(r) = self.restorer.as_mut() {
             let core = &self.core;
             r.txn(&lines.changes, &|p, owner| core.writes_as(p, owner));
@@ -111,31 +120,31 @@ impl Engine {
         for c in lines.changes {
             self.write(&Line::Change(c));
         }
-        let ended = self.output.end_txn();
-        self.check_written(ended);
         self.emit_incidents(lines.incidents);
-        if self
+    }
+
+    /// Take the snapshot that `n` more changes of a namespace made due.
+    fn snapshot_if_due(&mut self, inode: u32, backend: Backend, n: u64) {
+        if !self
             .snapshots
             .as_mut()
             .is_some_and(|d| d.changed(inode, backend, n))
         {
-            match backend {
-                Backend::Legacy => self.legacy_snapshot(inode),
-                Backend::Nft => {
-                    // Taken by the reader with its next transaction.
-                    if let Some(f) = self
-                        .watched
-                        .get(&inode)
-                        .and_then(|w| w.nft_snapshot.as_ref())
-                    {
-                        f.store(true, Ordering::Relaxed);
-                    }
-                }
-                Backend::Ipset => {}
-            }
+            return;
         }
-        if n >= super::LARGE_TXN_CHANGES as u64 {
-            super::release_free_heap();
+        match backend {
+            Backend::Legacy => self.legacy_snapshot(inode),
+            Backend::Nft => {
+                // Taken by the reader with its next transaction.
+                if let Some(f) = self
+                    .watched
+                    .get(&inode)
+                    .and_then(|w| w.nft_snapshot.as_ref())
+                {
+                    f.store(true, Ordering::Relaxed);
+                }
+            }
+            Backend::Ipset => {}
         }
     }
 

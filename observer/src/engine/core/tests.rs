@@ -214,3 +214,57 @@ fn the_loop_wakes_a_millisecond_after_the_next_window_ends_or_in_an_hour() {
         Duration::from_micros(u64::from(u32::MAX)) + Duration::from_millis(1)
     );
 }
+/// A load of 3,000 kube-proxy chains with two rules each, handled as the engine handles it
+/// (cut into pieces of `piece`), then firewalld deleting the first; the lines of both.
+fn load_then_foreign_delete(piece: usize) -> (Vec<ChangeLine>, Vec<IncidentLine>) {
+    let mut core = core(0);
+    let mut load = Vec::new();
+    for i in 0..3000 {
+        let chain = format!("KUBE-SEP-{i}");
+        load.push(change(Op::ChainCreate, &chain, None));
+        load.push(change(Op::RuleAdd, &chain, Some("-j KUBE-MARK-MASQ")));
+        load.push(change(Op::RuleAdd, &chain, Some("-p tcp -j ACCEPT")));
+    }
+    let (mut lines, mut incidents) = (Vec::new(), Vec::new());
+    let load_ctx = ctx(1, "xt-load", "kube-proxy");
+    for p in pieces::pieces(Core::settled(load), piece) {
+        let t = core.transaction(&load_ctx, p);
+        lines.extend(t.changes);
+        incidents.extend(t.incidents);
+    }
+    let wipe = core.applied(
+        &ctx(2, "xt-wipe", "firewalld"),
+        vec![change(Op::ChainDelete, "KUBE-SEP-0", None)],
+    );
+    lines.extend(wipe.changes);
+    incidents.extend(wipe.incidents);
+    (lines, incidents)
+}
+
+#[test]
+fn a_load_handled_in_pieces_is_numbered_and_owned_as_it_would_be_whole() {
+    let (whole, whole_incidents) = load_then_foreign_delete(usize::MAX);
+    let (cut, cut_incidents) = load_then_foreign_delete(1000);
+    assert_eq!(cut.len(), 9001);
+    let seqs: Vec<u64> = cut.iter().map(|c| c.seq).collect();
+    assert_eq!(
+        seqs,
+        (1..=9001).collect::<Vec<u64>>(),
+        "numbered in order, none lost"
+    );
+    let key = |c: &ChangeLine| (c.seq, c.op, c.chain.clone(), c.rule.clone(), c.txn.clone());
+    assert_eq!(
+        cut.iter().map(key).collect::<Vec<_>>(),
+        whole.iter().map(key).collect::<Vec<_>>()
+    );
+    // The chains the load's pieces created are kube-proxy's: firewalld's delete is an incident,
+    // the same one as when the load was handled whole.
+    let shape = |i: &IncidentLine| (i.kind, i.owner.clone(), i.chains.clone(), i.events.clone());
+    assert_eq!(cut_incidents.len(), 1, "{cut_incidents:#?}");
+    assert_eq!(cut_incidents[0].kind, IncidentKind::ForeignDelete);
+    assert_eq!(cut_incidents[0].owner, "kube-proxy");
+    assert_eq!(
+        cut_incidents.iter().map(shape).collect::<Vec<_>>(),
+        whole_incidents.iter().map(shape).collect::<Vec<_>>()
+    );
+}

@@ -1,0 +1,125 @@
+//! A large transaction cut into pieces, so that its lines are never all held at once.
+//!
+//! A kube-proxy nat table of 40,000 services loaded in one `iptables-legacy-restore` is one
+//! transaction of 600,017 changes. Numbered, attributed and held whole before the first is
+//! written, its lines took 1.2 KB each, 730 MiB in all, above a DaemonSet's memory limit. A
+//! transaction that only creates (tables, chains, rules, sets, elements) is numbered, correlated
+//! and written [`PIECE`] changes at a time instead: a creation raises no hit in the correlator's
+//! scan and is read against no other change of its transaction, so its pieces come out exactly
+//! as the whole would. A transaction that deletes, flushes or rewrites anything stays whole,
+//! since its changes are read against each other (a flush told from deletes of every rule, an
+//! unhook from the delete of its chain).
+
+use crate::ruleset::{Change, ChangeResult, Op};
+
+/// Changes per piece of a large creating transaction.
+pub const PIECE: usize = 4096;
+
+/// A change that only adds to the ruleset.
+fn creates(op: Op) -> bool {
+    matches!(
+        op,
+        Op::TableCreate | Op::ChainCreate | Op::RuleAdd | Op::SetCreate | Op::ElementAdd
+    )
+}
+
+/// The pieces a transaction is handled in, in order: one, unless it holds more than `piece`
+/// changes, all of them applied creations.
+pub fn pieces(
+    changes: Vec<(Change, ChangeResult)>,
+    piece: usize,
+) -> impl Iterator<Item = Vec<(Change, ChangeResult)>> {
+    let cut = changes.len() > piece && changes.iter().all(|(c, r)| r.is_applied() && creates(c.op));
+    let mut rest = changes;
+    // Pieces are taken from the end of the reversed list, so the list shrinks as they go.
+    if cut {
+        rest.reverse();
+    }
+    let piece = if cut { piece.max(1) } else { usize::MAX };
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        if piece == usize::MAX {
+            return Some(std::mem::take(&mut rest));
+        }
+        let mut p = rest.split_off(rest.len().saturating_sub(piece));
+        p.reverse();
+        // Give back the room the piece took (a large block shrinks in place).
+        if rest.capacity() > 2 * rest.len() + piece {
+            rest.shrink_to_fit();
+        }
+        Some(p)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ruleset::Family;
+
+    fn change(op: Op, chain: &str) -> (Change, ChangeResult) {
+        let mut c = Change::new(op, Family::Ip, "nat");
+        c.chain = Some(chain.to_string());
+        (c, ChangeResult::Applied)
+    }
+
+    fn chains(p: &[(Change, ChangeResult)]) -> Vec<String> {
+        p.iter().map(|(c, _)| c.chain.clone().unwrap()).collect()
+    }
+
+    #[test]
+    fn a_large_load_is_cut_in_order_and_nothing_is_lost() {
+        let all: Vec<_> = (0..10)
+            .map(|i| change(Op::RuleAdd, &format!("C{i}")))
+            .collect();
+        let got: Vec<Vec<String>> = pieces(all, 4).map(|p| chains(&p)).collect();
+        assert_eq!(
+            got,
+            vec![
+                vec!["C0", "C1", "C2", "C3"],
+                vec!["C4", "C5", "C6", "C7"],
+                vec!["C8", "C9"],
+            ]
+        );
+    }
+
+    #[test]
+    fn a_transaction_that_deletes_flushes_or_rewrites_stays_whole() {
+        for op in [
+            Op::ChainDelete,
+            Op::ChainFlush,
+            Op::RuleDelete,
+            Op::RuleReplace,
+            Op::TableFlush,
+            Op::SetFlush,
+            Op::ElementDelete,
+            Op::ChainUpdate,
+        ] {
+            let mut all: Vec<_> = (0..10)
+                .map(|i| change(Op::RuleAdd, &format!("C{i}")))
+                .collect();
+            all.push(change(op, "X"));
+            let got: Vec<usize> = pieces(all, 4).map(|p| p.len()).collect();
+            assert_eq!(got, vec![11], "{op:?}");
+        }
+    }
+
+    #[test]
+    fn a_refused_change_keeps_its_transaction_whole() {
+        let mut all: Vec<_> = (0..10)
+            .map(|i| change(Op::RuleAdd, &format!("C{i}")))
+            .collect();
+        all[3].1 = ChangeResult::Refused("EPERM".into());
+        assert_eq!(pieces(all, 4).count(), 1);
+    }
+
+    #[test]
+    fn a_small_transaction_is_one_piece_and_an_empty_one_none() {
+        let all: Vec<_> = (0..4)
+            .map(|i| change(Op::RuleAdd, &format!("C{i}")))
+            .collect();
+        assert_eq!(pieces(all, 4).map(|p| p.len()).collect::<Vec<_>>(), vec![4]);
+        assert_eq!(pieces(Vec::new(), 4).count(), 0);
+    }
+}
