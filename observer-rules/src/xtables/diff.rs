@@ -126,7 +126,7 @@ fn keyed(t: &XtTable) -> Vec<(ChainKey<'_>, &XtChain)> {
             let nth = seen.entry(c.name.as_str()).or_insert(0);
             let key = (c.name.as_str(), *nth);
             *nth += 1;
-            (key, c)
+            (key, &**c)
         })
         .collect()
 }

@@ -115,8 +115,9 @@ pub enum XtError {
 pub struct XtTable {
     pub proto: XtProto,
     pub name: String,
-    /// Chains in kernel order: built-in chains in hook order, then user chains.
-    pub chains: Vec<XtChain>,
+    /// Chains in kernel order: built-in chains in hook order, then user chains. A chain that
+    /// did not change is shared with the copy of the table before it.
+    pub chains: Vec<std::sync::Arc<XtChain>>,
     /// The rules' entries as the kernel returned them, packed; kept so that a rule's text is
     /// rendered only when a change needs it.
     entries: packed::Packed,
@@ -126,6 +127,8 @@ pub struct XtTable {
     set_names: HashMap<u16, String>,
     /// How many of its chains were taken from the previous copy instead of decoded.
     carried: usize,
+    /// Bytes of `entries` its rules use (the rest is what other copies of the table use).
+    live: usize,
 }
 
 impl fmt::Debug for XtTable {
@@ -156,10 +159,13 @@ pub struct XtChain {
     pub(crate) key: u64,
     /// The ipset indices its rules refer to, sorted.
     pub(crate) sets: Vec<u16>,
+    /// Bytes its rules' packed entries take.
+    pub(crate) kept: usize,
 }
 
 /// One rule of an [`XtChain`]. Its text is rendered on demand by [`XtTable::rule_text`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Two rules are equal when their structure and verdict are, wherever their entries are kept.
+#[derive(Debug, Clone, Copy)]
 pub struct XtRule {
     /// A hash of the rule's structure (addresses, interfaces, matches, target; for a jump the
     /// target chain's name), not of its counters. Comparable within one process run only.
@@ -169,6 +175,14 @@ pub struct XtRule {
     /// What the standard target of the entry means, resolved at decode time.
     verdict: Verdict,
 }
+
+impl PartialEq for XtRule {
+    fn eq(&self, other: &Self) -> bool {
+        (self.fingerprint, self.verdict) == (other.fingerprint, other.verdict)
+    }
+}
+
+impl Eq for XtRule {}
 
 /// The meaning of an entry's target, as far as decoding needs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -195,9 +209,15 @@ impl XtTable {
         self.chains.len() == names.len() && self.chains.iter().zip(names).all(|(c, n)| c.name == n)
     }
 
-    /// Bytes kept for the rules' entries (packed).
+    /// Bytes kept for the rules' entries (packed), in segments this copy holds, some of them
+    /// shared with the copy before it.
     pub fn kept_bytes(&self) -> usize {
         self.entries.len()
+    }
+
+    /// Bytes of [`XtTable::kept_bytes`] this copy's rules use.
+    pub fn live_bytes(&self) -> usize {
+        self.live
     }
 
     /// How many chains were taken unchanged from the previous copy when this one was decoded
@@ -220,7 +240,7 @@ impl XtTable {
     #[cfg(any(test, feature = "test-utils"))]
     #[doc(hidden)]
     pub fn chain(&self, name: &str) -> Option<&XtChain> {
-        self.chains.iter().find(|c| c.name == name)
+        self.chains.iter().find(|c| c.name == name).map(|c| &**c)
     }
 
     /// The chains that the rules of `chain` jump or go to, one entry per rule.

@@ -440,6 +440,7 @@ pub(crate) fn ext_text_named(
         set_refs: Vec::new(),
         set_names: Default::default(),
         carried: 0,
+        live: 0,
     };
     let cx = Cx {
         table: &table,

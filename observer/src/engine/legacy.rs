@@ -252,6 +252,11 @@ impl Engine {
         }
         let old = w.legacy.remove(&key);
         let mut changes = xtables::diff(old.as_deref(), new.as_ref());
+        // The last copy's chains and entries that the new one does not share go now.
+        let large = old
+            .as_ref()
+            .is_some_and(|t| t.kept_bytes() >= super::LARGE_TABLE_BYTES);
+        drop(old);
         // The command line the kernel hook captured tells `-F` from `-D` of a one-rule chain.
         ruleset::settle_flushes(&mut changes, &ruleset::FlushEvidence::from_args(&x.args));
         if let Some(t) = new {
@@ -259,6 +264,11 @@ impl Engine {
         }
         let name = w.handle.name.clone();
         self.emit_replace(&x, name, process, changes);
+        if large {
+            // What a large table's copy freed (its chains, the read's buffer) may sit in the
+            // allocator's arena of another thread, which the next read would not reuse.
+            super::release_free_heap();
+        }
     }
 
     /// The table replace `x` installed: decoded from its writer's copy when that is trusted,

@@ -570,6 +570,10 @@ impl Engine {
 /// its notifications, bookkeeping and lines freed behind it: the heap is trimmed after it.
 pub(crate) const LARGE_TXN_CHANGES: usize = 1_000;
 
+/// A legacy table whose last copy kept this many bytes of entries or more is large: once it is
+/// replaced, the heap is trimmed too (a kube-proxy nat table of 2,500 services keeps about 4 MB).
+pub(crate) const LARGE_TABLE_BYTES: usize = 4 << 20;
+
 /// Gives the allocator's free pages back to the kernel (glibc keeps them otherwise: after a
 /// kube-proxy table of 10,000 services was loaded in one transaction, over 100 MiB).
 pub(crate) fn release_free_heap() {

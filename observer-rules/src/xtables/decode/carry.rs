@@ -6,6 +6,8 @@
 //! [`Earlier::carry_over`] before decoding a chain; it imports `bytes`, `packed`, the entry
 //! layout and the `xtables` types.
 
+use std::sync::Arc;
+
 use super::entry::{Layout, EXT_HEADER, EXT_NAME_LEN};
 use crate::xtables::bytes::{i32_at, u16_at};
 use crate::xtables::packed::Packed;
@@ -22,26 +24,30 @@ pub(super) struct Earlier<'p> {
     /// rewrote rules, not chains): a chain is found at its own index and its jumps keep theirs,
     /// and the maps below stay empty.
     same_order: bool,
+    /// The new copy's store shares the previous copy's segments: a chain carried over keeps its
+    /// entries where they are (else they are copied).
+    shared: bool,
     /// Previous chains by name; `None` for a name held by more than one chain (such chains
     /// are decoded).
-    by_name: foldhash::HashMap<&'p str, Option<&'p XtChain>>,
+    by_name: foldhash::HashMap<&'p str, Option<&'p Arc<XtChain>>>,
     /// The new copy's chains by name (the first of a name), where jumps are pointed again.
     index: foldhash::HashMap<&'p str, u32>,
 }
 
 impl<'p> Earlier<'p> {
-    /// `names`: the new copy's chains, in order.
-    pub(super) fn new(table: &'p XtTable, names: &[&'p str]) -> Self {
+    /// `names`: the new copy's chains, in order; `shared`: see [`Earlier::shared`].
+    pub(super) fn new(table: &'p XtTable, names: &[&'p str], shared: bool) -> Self {
         let same_order = table.has_chains_named(names.iter().copied());
         if same_order {
             return Earlier {
                 table,
                 same_order,
+                shared,
                 by_name: Default::default(),
                 index: Default::default(),
             };
         }
-        let mut by_name: foldhash::HashMap<&str, Option<&XtChain>> =
+        let mut by_name: foldhash::HashMap<&str, Option<&Arc<XtChain>>> =
             foldhash::HashMap::with_capacity_and_hasher(table.chains.len(), Default::default());
         for c in &table.chains {
             by_name
@@ -57,14 +63,17 @@ impl<'p> Earlier<'p> {
         Earlier {
             table,
             same_order,
+            shared,
             by_name,
             index,
         }
     }
 
     /// The previous copy of chain `at` (named `name`) of the new copy when its key is `key`
-    /// there too, its entries copied into `packed` and its jumps pointed at the new copy's
-    /// chains; `None` to decode it.
+    /// there too, its entries kept where they are (or copied into `packed`, when it shares
+    /// nothing) and its jumps pointed at the new copy's chains; `None` to decode it. With the
+    /// same chains in the same order and the entries shared, it is the previous copy's chain
+    /// itself.
     pub(super) fn carry_over(
         &self,
         at: usize,
@@ -72,7 +81,7 @@ impl<'p> Earlier<'p> {
         builtin: bool,
         key: u64,
         packed: &mut Packed,
-    ) -> Option<XtChain> {
+    ) -> Option<Arc<XtChain>> {
         let old = if self.same_order {
             self.table.chains.get(at)?
         } else {
@@ -80,6 +89,9 @@ impl<'p> Earlier<'p> {
         };
         if old.key != key || old.builtin != builtin {
             return None;
+        }
+        if self.same_order && self.shared {
+            return Some(Arc::clone(old));
         }
         let mut rules = Vec::with_capacity(old.rules.len());
         for r in &old.rules {
@@ -95,20 +107,26 @@ impl<'p> Earlier<'p> {
                 }
                 v => v,
             };
+            let packed_at = if self.shared {
+                r.packed_at
+            } else {
+                packed.copy_from(&self.table.entries, r.packed_at)?.0
+            };
             rules.push(XtRule {
                 fingerprint: r.fingerprint,
-                packed_at: packed.copy_from(&self.table.entries, r.packed_at)?,
+                packed_at,
                 verdict,
             });
         }
-        Some(XtChain {
+        Some(Arc::new(XtChain {
             name: name.to_string(),
             builtin,
             policy: old.policy.clone(),
             rules,
             key,
             sets: old.sets.clone(),
-        })
+            kept: old.kept,
+        }))
     }
 }
 

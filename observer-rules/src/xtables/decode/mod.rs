@@ -228,12 +228,13 @@ pub(crate) fn decode_table_against(
     let landing = landings(&builds);
 
     // Pass 2: rules, policies, fingerprints; or the previous copy's, for a chain that did not
-    // change.
+    // change. The new copy shares the previous copy's entries (unchanged chains keep theirs
+    // where they are) unless those are mostly what the previous copy no longer used.
     let names: Vec<&str> = builds.iter().map(|b| b.name.as_str()).collect();
-    let earlier = prev.map(|p| Earlier::new(p, &names));
+    let shared = prev.filter(|p| p.entries.worth_sharing(p.live));
+    let earlier = prev.map(|p| Earlier::new(p, &names, shared.is_some()));
     let mut set_refs = Vec::new();
-    // About what the last copy kept: no growing (and copying) of megabytes on the way.
-    let mut packed = Packed::with_capacity(prev.map_or(0, |p| p.kept_bytes() + p.kept_bytes() / 8));
+    let mut packed = shared.map_or_else(Packed::default, |p| p.entries.sharing());
     let mut chains = Vec::with_capacity(builds.len());
     let mut carried = 0;
     for (at, b) in builds.iter().enumerate() {
@@ -250,14 +251,19 @@ pub(crate) fn decode_table_against(
         }
         let c = decode_chain(l, blob, b, idx, &landing, &builds, key, &mut packed)?;
         set_refs.extend_from_slice(&c.sets);
-        chains.push(c);
+        chains.push(std::sync::Arc::new(c));
     }
     set_refs.sort_unstable();
     set_refs.dedup();
-    packed.shrink_to_fit();
+    packed.release_unused(
+        chains
+            .iter()
+            .flat_map(|c| c.rules.iter().map(|r| r.packed_at)),
+    );
     Ok(XtTable {
         proto,
         name: info.name.clone(),
+        live: chains.iter().map(|c| c.kept).sum(),
         chains,
         entries: packed,
         set_refs,
@@ -383,6 +389,7 @@ fn decode_chain(
     let mut policy = None;
     let mut rules = Vec::with_capacity(b.end - b.first);
     let mut sets = Vec::new();
+    let mut kept = 0;
     for (k, &off) in idx.iter().enumerate() {
         let e = Entry::at(l, blob, off as usize)?;
         if b.underflow == Some(off) {
@@ -394,9 +401,10 @@ fn decode_chain(
         }
         let verdict = classify(&e, off, landing);
         let fingerprint = fingerprint(l, &e, verdict, builds, &mut sets);
-        let packed_at = packed
+        let (packed_at, size) = packed
             .push(e.bytes)
             .ok_or_else(|| malformed(off as usize, "table too large to keep"))?;
+        kept += size;
         rules.push(XtRule {
             fingerprint,
             packed_at,
@@ -418,6 +426,7 @@ fn decode_chain(
         rules,
         key,
         sets,
+        kept,
     })
 }
 

@@ -201,3 +201,53 @@ fn a_chain_emptied_in_the_same_order_is_a_flush() {
     assert_eq!(changes[0].op, Op::ChainFlush);
     assert_eq!(changes[0].chain.as_deref(), Some("B"));
 }
+
+#[test]
+fn a_copy_shares_the_unchanged_chains_entries_and_memory_follows_the_change() {
+    // 300 chains of 4 rules; each replace changes one rule of one chain.
+    let chains = |changed: u8, round: u8| -> Vec<C> {
+        (0..300u16)
+            .map(|i| {
+                let last = if i == u16::from(changed) { round } else { 4 };
+                user(&format!("C{i}"), &[1, 2, 3, last])
+            })
+            .collect()
+    };
+    let first = table(vec![drop_rule(1)], chains(0, 4));
+    let mut held = decode(&first, None);
+    let whole = held.kept_bytes();
+    assert_eq!(held.live_bytes(), whole);
+    // Rounds whose unchanged chains' entries were copied (packed afresh) rather than shared:
+    // a shared store keeps the last copy's segments and adds one of its own.
+    let (mut copied, mut shared) = (0, 0);
+    for round in 0..=255u8 {
+        let next = table(vec![drop_rule(1)], chains(round % 200, round));
+        let against = decode(&next, Some(&held));
+        let alone = decode(&next, None);
+        assert_eq!(against.chains, alone.chains, "round {round}");
+        assert_eq!(against.save_text(), alone.save_text(), "round {round}");
+        assert_eq!(against.live_bytes(), alone.live_bytes(), "round {round}");
+        let changes = diff(Some(&held), Some(&against));
+        assert!(changes.len() <= 2, "round {round}: {changes:?}");
+        if against.entries.segments() == held.entries.segments() + 1 {
+            shared += 1;
+        } else {
+            copied += 1;
+        }
+        // What the copy holds beyond what it uses stays bounded: the segments it shares are
+        // let go once unused, and a store grown with many small segments is packed afresh.
+        assert!(
+            against.kept_bytes() <= 2 * against.live_bytes() + (1 << 20),
+            "round {round}: {} held for {} used",
+            against.kept_bytes(),
+            against.live_bytes()
+        );
+        held = against;
+    }
+    assert!(held.carried_chains() >= held.chains.len() - 2);
+    // One round in a hundred or so packs afresh (many small segments); the others share.
+    assert!(
+        (1..=3).contains(&copied),
+        "{copied} rounds of 256 copied, {shared} shared"
+    );
+}
