@@ -50,6 +50,7 @@ mod memory;
 mod read;
 
 // What the benches share.
+pub(crate) mod cgroup;
 pub(crate) mod harness;
 pub(crate) mod kstats;
 pub(crate) mod netns;

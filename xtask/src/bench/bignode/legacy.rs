@@ -19,11 +19,12 @@ use super::{
     run_syncs, settle, Figures, ENDPOINTS, SAVE_RUNS,
 };
 use crate::bench::{
+    cgroup::MemCgroup,
     netns::Netns,
     procfs::status_kib,
     remove_stale_namespaces,
     spawn::{run_bounded, Observer},
-    stats::{ms, thousands},
+    stats::{mib, ms, thousands},
     table::chain_hash,
     Environment,
 };
@@ -54,11 +55,18 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(300);
 /// Runs the legacy shape at `sizes` with `syncs` syncs each (observer's `--ringbuf-size` when
 /// given); prints the section and writes it into BENCHMARKS.md unless `no_write`. True when
 /// every size was measured.
+/// What observer runs under: its `--ringbuf-size`, and a memory cgroup's limit in bytes.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Under {
+    pub(super) ringbuf: Option<u32>,
+    pub(super) memory_limit: Option<u64>,
+}
+
 pub(super) fn run(
     bin: &Path,
     sizes: &[usize],
     syncs: usize,
-    ringbuf: Option<u32>,
+    under: Under,
     no_write: bool,
 ) -> Result<bool> {
     let env = Environment::collect();
@@ -73,7 +81,7 @@ pub(super) fn run(
                 thousands(expected_rules(services) as u64)
             )
         },
-        |services| measure(bin, services, syncs, ringbuf, &mut notes),
+        |services| measure(bin, services, syncs, under, &mut notes),
     );
     publish(Shape::Legacy, &env, syncs, &results, &notes, no_write)?;
     Ok(results.iter().all(|(_, r)| r.is_ok()))
@@ -207,57 +215,51 @@ fn measure(
     bin: &Path,
     services: usize,
     syncs: usize,
-    ringbuf: Option<u32>,
+    under: Under,
     notes: &mut Vec<String>,
 ) -> Result<Figures> {
     let ns = Netns::add(format!("{NS_PREFIX}{}-{services}", process::id()))?;
     let tag = format!("bignode-{services}");
-    let ring = ringbuf.map(|b| b.to_string());
+    // Made before observer starts, dropped after it ends.
+    let cgroup = under
+        .memory_limit
+        .map(|limit| MemCgroup::create(&tag, limit))
+        .transpose()?;
+    let ring = under.ringbuf.map(|b| b.to_string());
     let mut args = vec!["tail", "--json", "--netns", &ns.name];
     if let Some(ring) = &ring {
         args.extend(["--ringbuf-size", ring.as_str()]);
     }
-    let mut obs = Observer::start(bin, &args, &tag)?;
-
-    // The table, loaded while observer watches.
-    let table = nat_table(services);
-    let cpu0 = cpu_ms(obs.pid)?;
-    let t0 = Instant::now();
-    let mut restore = ns.cmd("iptables-legacy-restore");
-    restore.args(["-w", "30"]);
-    run_bounded(&mut restore, Some(table.as_bytes()), LOAD_TIMEOUT)
-        .context("loading the nat table")?;
-    let load_ms = ms(t0.elapsed());
-    let t1 = Instant::now();
-    let load_lines = settle(&obs, SETTLE_QUIET, SETTLE_TIMEOUT)?;
-    // The quiet window is not observer's work.
-    let load_settle_ms = ms(t1.elapsed()) - ms(SETTLE_QUIET);
-    let load_cpu_ms = cpu_ms(obs.pid)? - cpu0;
-    if load_lines == 0 {
-        notes.push(format!(
-            "{services} services: observer printed no change line for the table's load"
-        ));
-    }
-
-    // The partial syncs, one a second.
-    let file = std::env::temp_dir().join(format!("obs-bignode-{}-sync.txt", process::id()));
-    let mut size = Figures {
-        load_ms,
-        load_lines,
-        load_cpu_ms,
-        load_settle_ms,
-        ..Figures::default()
+    let procs = cgroup.as_ref().map(|c| c.procs().display().to_string());
+    let bin_text = bin.display().to_string();
+    let mut obs = match &procs {
+        // Into the cgroup before observer starts: a shell that joins it, then becomes observer.
+        Some(procs) => {
+            let mut wrapped = vec!["-c", "echo $$ > \"$0\" && exec \"$@\"", procs, &bin_text];
+            wrapped.extend(&args);
+            Observer::start(Path::new("/bin/sh"), &wrapped, &tag)?
+        }
+        None => Observer::start(bin, &args, &tag)?,
     };
-    size.syncs = run_syncs(&mut obs, services, syncs, &file, notes, |k| {
-        let sync = sync_block(services, k);
-        let mut c = ns.cmd("iptables-legacy-restore");
-        c.args(["-w", "5", "--noflush"]).arg(&file);
-        (sync.chain, sync.text, c)
-    })?;
-    let _ = fs::remove_file(&file);
+    let measured = load_and_sync(&ns, &mut obs, services, syncs, notes);
+    let mut size = match (measured, &cgroup) {
+        (Ok(size), _) => size,
+        (Err(e), Some(cg)) if cg.figures().oom_kills > 0 => {
+            let f = cg.figures();
+            bail!(
+                "observer was killed by the OOM killer of its memory cgroup (limit {}, peak \
+                 usage {}): {e:#}",
+                mib(f.limit >> 10),
+                f.peak.map_or("not kept".into(), |p| mib(p >> 10))
+            )
+        }
+        (Err(e), _) => return Err(e),
+    };
     size.rss_kib = status_kib(obs.pid, "VmRSS:")?;
     size.hwm_kib = status_kib(obs.pid, "VmHWM:")?;
+    size.cgroup = cgroup.as_ref().map(MemCgroup::figures);
     obs.finish(&format!("{services} services"), notes);
+    drop(cgroup);
 
     // iptables-legacy-save of the same table: one untimed run that checks its shape, then timed.
     let save = || {
@@ -283,6 +285,54 @@ fn measure(
     }
     size.time_dumps(SAVE_RUNS, save)?;
     drop(ns);
+    Ok(size)
+}
+
+/// The table loaded while observer watches, then the partial syncs: their figures.
+fn load_and_sync(
+    ns: &Netns,
+    obs: &mut Observer,
+    services: usize,
+    syncs: usize,
+    notes: &mut Vec<String>,
+) -> Result<Figures> {
+    // The table, loaded while observer watches.
+    let table = nat_table(services);
+    let cpu0 = cpu_ms(obs.pid)?;
+    let t0 = Instant::now();
+    let mut restore = ns.cmd("iptables-legacy-restore");
+    restore.args(["-w", "30"]);
+    run_bounded(&mut restore, Some(table.as_bytes()), LOAD_TIMEOUT)
+        .context("loading the nat table")?;
+    let load_ms = ms(t0.elapsed());
+    let t1 = Instant::now();
+    let load_lines = settle(obs, SETTLE_QUIET, SETTLE_TIMEOUT)?;
+    // The quiet window is not observer's work.
+    let load_settle_ms = ms(t1.elapsed()) - ms(SETTLE_QUIET);
+    let load_cpu_ms = cpu_ms(obs.pid)? - cpu0;
+    if load_lines == 0 {
+        notes.push(format!(
+            "{services} services: observer printed no change line for the table's load"
+        ));
+    }
+
+    // The partial syncs, one a second.
+    let file = std::env::temp_dir().join(format!("obs-bignode-{}-sync.txt", process::id()));
+    let mut size = Figures {
+        load_ms,
+        load_lines,
+        load_cpu_ms,
+        load_settle_ms,
+        ..Figures::default()
+    };
+    let synced = run_syncs(obs, services, syncs, &file, notes, |k| {
+        let sync = sync_block(services, k);
+        let mut c = ns.cmd("iptables-legacy-restore");
+        c.args(["-w", "5", "--noflush"]).arg(&file);
+        (sync.chain, sync.text, c)
+    });
+    let _ = fs::remove_file(&file);
+    size.syncs = synced?;
     Ok(size)
 }
 

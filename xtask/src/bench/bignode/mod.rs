@@ -76,6 +76,11 @@ pub struct BenchBignodeArgs {
     /// the table read back
     #[arg(long, value_name = "BYTES")]
     ringbuf_size: Option<u32>,
+    /// Run observer in a memory cgroup of its own with this limit, in MiB, for the legacy part
+    /// (a DaemonSet's limit is 512): whether it survives, its peak usage and the OOM kills are
+    /// reported
+    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u32).range(16..=1_048_576))]
+    memory_limit: Option<u32>,
 }
 
 /// Timed runs of `iptables-legacy-save -t nat` per size (their median is reported).
@@ -134,7 +139,16 @@ pub fn run(args: &BenchBignodeArgs) -> Result<i32> {
         let ok = nft::run(&bin, &sizes, syncs, args.no_write)?;
         return Ok(if ok { 0 } else { 1 });
     }
-    let legacy_ok = legacy::run(&bin, &sizes, syncs, args.ringbuf_size, args.no_write)?;
+    let legacy_ok = legacy::run(
+        &bin,
+        &sizes,
+        syncs,
+        legacy::Under {
+            ringbuf: args.ringbuf_size,
+            memory_limit: args.memory_limit.map(|m| u64::from(m) << 20),
+        },
+        args.no_write,
+    )?;
     let nft_ok = !args.nft || nft::run(&bin, &sizes, syncs, args.no_write)?;
     Ok(if nft_ok && legacy_ok { 0 } else { 1 })
 }
@@ -200,6 +214,8 @@ struct Figures {
     syncs: SyncFigures,
     rss_kib: u64,
     hwm_kib: u64,
+    /// The memory cgroup observer ran in (`--memory-limit`).
+    cgroup: Option<crate::bench::cgroup::MemFigures>,
     dump_ms: Vec<f64>,
     dump_cpu_ms: Vec<f64>,
 }

@@ -152,6 +152,19 @@ pub(super) fn markdown(
     md
 }
 
+/// The memory cgroup's figures, when observer ran in one.
+fn cgroup_cell(f: &Figures) -> String {
+    match &f.cgroup {
+        Some(c) => format!(
+            "{}; {}; {}",
+            mib(c.limit >> 10),
+            c.peak.map_or("not kept".to_string(), |p| mib(p >> 10)),
+            c.oom_kills
+        ),
+        None => "not run".to_string(),
+    }
+}
+
 /// One row of the figures table: what, the cell of one size, the aim.
 struct Row {
     what: &'static str,
@@ -195,6 +208,11 @@ fn rows(shape: Shape) -> Vec<Row> {
                 "observer VmRSS after the syncs / VmHWM (peak)",
                 |f| format!("{} / {}", mib(f.rss_kib), mib(f.hwm_kib)),
                 "< 128 MiB",
+            ),
+            row(
+                "in a memory cgroup (`--memory-limit`): limit; peak usage charged; OOM kills",
+                cgroup_cell,
+                "survives 512 MiB; peak ≤ 256 MiB",
             ),
             row(
                 "`iptables-legacy-save -t nat`: wall / CPU (median of 3)",
@@ -441,6 +459,11 @@ mod tests {
             },
             rss_kib: 20_000 * k as u64,
             hwm_kib: 30_000,
+            cgroup: (k > 1.0).then_some(crate::bench::cgroup::MemFigures {
+                limit: 512 << 20,
+                peak: Some(300 << 20),
+                oom_kills: 0,
+            }),
             dump_ms: vec![100.0 * k, 110.0],
             dump_cpu_ms: vec![90.0 * k, 95.0],
         }
@@ -465,7 +488,7 @@ mod tests {
         for (shape, rows_wanted, first_row) in [
             (
                 Shape::Legacy,
-                9,
+                10,
                 "| nat table: rules / user chains (saved size) | 1,000 / 40 (0.1 MiB) | \
                  4,000 / 160 (0.5 MiB) | NOT MEASURED |  |",
             ),
@@ -499,6 +522,16 @@ mod tests {
             assert_eq!(curves.len(), 1, "{md}");
             assert!(curves[0].starts_with("Curve, 500 → 2,000 services"), "{md}");
             assert!(lines.contains(&"- 9 services: not measured: boom at once"));
+            if shape == Shape::Legacy {
+                assert!(
+                    lines.contains(
+                        &"| in a memory cgroup (`--memory-limit`): limit; peak usage charged; \
+                          OOM kills | not run | 512.0 MiB; 300.0 MiB; 0 | NOT MEASURED | \
+                          survives 512 MiB; peak ≤ 256 MiB |"
+                    ),
+                    "{md}"
+                );
+            }
             assert!(lines.contains(&"- note: a note"));
         }
     }
