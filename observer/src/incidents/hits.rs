@@ -52,8 +52,10 @@ impl Correlator {
     ) -> Vec<Restore> {
         let mut restored: Vec<(ObjKey, u64)> = Vec::new();
         let net = self.nets.entry(netns).or_default();
+        // One name for every object the transaction writes.
+        let writer: Arc<str> = Arc::from(actor);
         for c in txn {
-            apply_change(net, &self.owners, actor, c, &mut restored);
+            apply_change(net, &self.owners, &writer, c, &mut restored);
         }
         if learn {
             self.learn(netns, actor, txn);
@@ -73,6 +75,7 @@ impl Correlator {
 
     /// Learning: the writer of a chain nobody is known to own becomes its owner.
     fn learn(&mut self, netns: u32, actor: &str, txn: &[&ChangeLine]) {
+        let learned: Arc<str> = Arc::from(actor);
         let keys: Vec<ObjKey> = txn
             .iter()
             .filter_map(|c| {
@@ -87,7 +90,7 @@ impl Correlator {
             }
             if let Some(info) = self.nets.get_mut(&netns).and_then(|n| n.objs.get_mut(&key)) {
                 if info.claim.is_none() && info.learned.is_none() {
-                    info.learned = Some(actor.to_string());
+                    info.learned = Some(Arc::clone(&learned));
                 }
             }
         }
@@ -322,12 +325,12 @@ fn rule_drift(c: &ChangeLine, was: &str, new: &str) -> Option<Drift> {
 fn apply_change(
     net: &mut Net,
     owners: &Owners,
-    actor: &str,
+    actor: &Arc<str>,
     c: &ChangeLine,
     restored: &mut Vec<(ObjKey, u64)>,
 ) {
     let last = LastWrite {
-        actor: actor.to_string(),
+        actor: Arc::clone(actor),
         time: c.time,
         seq: c.seq,
         op: c.op,

@@ -36,6 +36,7 @@ mod split;
 mod summary;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -83,9 +84,9 @@ impl Default for Config {
 struct ObjInfo {
     /// What the catalog or the file says about this name (resolved once, when the object
     /// enters the model).
-    claim: Option<Claim>,
+    claim: Option<Arc<Claim>>,
     /// Learned owner (the catalog and the file are asked first, see [`Correlator::owner_of`]).
-    learned: Option<String>,
+    learned: Option<Arc<str>>,
     rules: usize,
     /// Chains the rules of this chain jump to (one entry per rule).
     jumps: Vec<String>,
@@ -104,7 +105,8 @@ impl ObjInfo {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct LastWrite {
-    pub actor: String,
+    /// Shared by every object one transaction wrote.
+    pub actor: Arc<str>,
     pub time: Timestamp,
     pub seq: u64,
     pub op: Op,
@@ -334,7 +336,7 @@ impl Correlator {
         if !info.is_set && is_builtin_chain(name) {
             return false;
         }
-        match &info.claim {
+        match info.claim.as_deref() {
             Some(Claim::Owned { owner: o, .. }) => o == owner,
             Some(Claim::Shared { .. }) => false,
             None => info.learned.as_deref() == Some(owner),
@@ -346,16 +348,19 @@ impl Correlator {
         if !info.is_set && is_builtin_chain(name) {
             return None;
         }
-        match &info.claim {
+        match info.claim.as_deref() {
             Some(Claim::Owned { owner, how }) => Some((owner.clone(), *how)),
             Some(Claim::Shared { .. }) => None,
-            None => info.learned.clone().map(|o| (o, How::Learned)),
+            None => info
+                .learned
+                .as_deref()
+                .map(|o| (o.to_string(), How::Learned)),
         }
     }
 
     /// May `actor` change `name` without it being an incident? (Its owner, or a shared writer.)
     fn allowed(&self, name: &str, info: &ObjInfo, actor: &str) -> bool {
-        if let Some(Claim::Shared { writers, .. }) = &info.claim {
+        if let Some(Claim::Shared { writers, .. }) = info.claim.as_deref() {
             return writers.iter().any(|w| self.owners.canonical(w) == actor);
         }
         match self.owner_of(name, info) {
@@ -487,7 +492,7 @@ impl Correlator {
                 continue;
             }
             for (k, info) in &net.objs {
-                let (owner, how, writers) = match &info.claim {
+                let (owner, how, writers) = match info.claim.as_deref() {
                     Some(Claim::Shared { writers, how }) if !is_builtin_chain(&k.3) => {
                         ("shared".to_string(), Some(*how), writers.clone())
                     }

@@ -5,6 +5,7 @@
 //! a chain can be shared by several writers (`KUBE-MARK-MASQ`: kubelet and kube-proxy).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use globset::{Glob, GlobMatcher, GlobSet};
 
@@ -49,7 +50,8 @@ pub enum Claim {
 #[derive(Debug, Clone)]
 struct Rule {
     patterns: Vec<Glob>,
-    claim: Claim,
+    /// Shared with every object of the model it names.
+    claim: Arc<Claim>,
 }
 
 /// An owner and the actor names (or systemd units) that act for it.
@@ -309,7 +311,7 @@ pub enum OwnersError {
 struct TableRule {
     family: Family,
     name: GlobMatcher,
-    claim: Claim,
+    claim: Arc<Claim>,
 }
 
 impl Owners {
@@ -319,19 +321,19 @@ impl Owners {
         for (patterns, writers) in CATALOG_SHARED {
             rules.push(Rule {
                 patterns: globs(patterns),
-                claim: Claim::Shared {
+                claim: Arc::new(Claim::Shared {
                     writers: writers.iter().map(|w| w.to_string()).collect(),
                     how: How::Catalog,
-                },
+                }),
             });
         }
         for (owner, patterns) in CATALOG {
             rules.push(Rule {
                 patterns: globs(patterns),
-                claim: Claim::Owned {
+                claim: Arc::new(Claim::Owned {
                     owner: owner.to_string(),
                     how: How::Catalog,
-                },
+                }),
             });
         }
         let aliases = CATALOG_ALIASES
@@ -348,10 +350,10 @@ impl Owners {
                 tables.push(TableRule {
                     family,
                     name,
-                    claim: Claim::Owned {
+                    claim: Arc::new(Claim::Owned {
                         owner: owner.to_string(),
                         how: How::Catalog,
-                    },
+                    }),
                 });
             }
         }
@@ -412,10 +414,10 @@ impl Owners {
             }
             rules.push(Rule {
                 patterns: compile(&s.chains)?,
-                claim: Claim::Shared {
+                claim: Arc::new(Claim::Shared {
                     writers: s.writers.clone(),
                     how: How::Config,
-                },
+                }),
             });
         }
         let mut tables = Vec::new();
@@ -431,18 +433,18 @@ impl Owners {
                 tables.push(TableRule {
                     family,
                     name,
-                    claim: Claim::Owned {
+                    claim: Arc::new(Claim::Owned {
                         owner: o.name.clone(),
                         how: How::Config,
-                    },
+                    }),
                 });
             }
             rules.push(Rule {
                 patterns: compile(&o.chains)?,
-                claim: Claim::Owned {
+                claim: Arc::new(Claim::Owned {
                     owner: o.name.clone(),
                     how: How::Config,
-                },
+                }),
             });
             let mut actors = vec![o.name.clone()];
             actors.extend(o.actors.iter().cloned());
@@ -477,7 +479,7 @@ impl Owners {
         family: Family,
         table: &str,
         chain: &str,
-    ) -> Option<&Claim> {
+    ) -> Option<&Arc<Claim>> {
         if backend == Backend::Nft {
             if let Some(t) = self
                 .tables
@@ -491,7 +493,7 @@ impl Owners {
     }
 
     /// What the catalog or the file says about this chain, if anything.
-    pub fn claim(&self, chain: &str) -> Option<&Claim> {
+    pub fn claim(&self, chain: &str) -> Option<&Arc<Claim>> {
         // The first rule with a matching pattern; most names match none (`is_match` says so).
         if !self.chain_globs.is_match(chain) {
             return None;

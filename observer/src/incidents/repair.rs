@@ -35,7 +35,7 @@ impl Correlator {
                 let rewritten_by_owner = |i: &ObjInfo| {
                     i.last
                         .as_ref()
-                        .is_some_and(|l| l.seq > undo_seq && l.actor == owner)
+                        .is_some_and(|l| l.seq > undo_seq && *l.actor == *owner)
                 };
                 match kind {
                     IncidentKind::ForeignDelete => net.objs.contains_key(k),

@@ -353,7 +353,7 @@ fn a_learned_owner_is_defended_and_unknown_chains_are_learned_by_their_first_wri
         (row.owner.as_str(), row.how),
         ("tool-a", Some(How::Learned))
     );
-    assert_eq!(row.last.as_ref().unwrap().actor, "tool-b");
+    assert_eq!(&*row.last.as_ref().unwrap().actor, "tool-b");
 }
 
 #[test]

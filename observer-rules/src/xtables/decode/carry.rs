@@ -13,9 +13,44 @@ use crate::xtables::bytes::{i32_at, u16_at};
 use crate::xtables::packed::Packed;
 use crate::xtables::{Verdict, XtChain, XtRule, XtTable};
 
-/// Where jumps land: entry offset -> chain index. Looked up once per jump of the table, so
-/// with a fast hash rather than the default one.
-pub(super) type Landing = foldhash::HashMap<u32, u32>;
+/// Where jumps land: entry offset -> chain index, for the offsets where a chain starts (its
+/// head, its first entry). Kept as a list sorted by offset (the chains come in table order, so
+/// it is built sorted) and searched: a 160,004-chain table's map took 10 MB more.
+#[derive(Debug, Default)]
+pub(super) struct Landing {
+    at: Vec<(u32, u32)>,
+}
+
+impl Landing {
+    pub(super) fn with_capacity(n: usize) -> Self {
+        Landing {
+            at: Vec::with_capacity(n),
+        }
+    }
+
+    /// Chain `chain` starts at `offset`; a second chain said to start at the same offset is
+    /// not kept (the first one is where a jump there lands).
+    pub(super) fn insert(&mut self, offset: u32, chain: u32) {
+        match self.at.last() {
+            Some(&(last, _)) if last >= offset => {
+                if self.get(&offset).is_none() {
+                    let at = self.at.partition_point(|&(o, _)| o < offset);
+                    self.at.insert(at, (offset, chain));
+                }
+            }
+            _ => self.at.push((offset, chain)),
+        }
+    }
+
+    /// The chain that starts at `offset`.
+    pub(super) fn get(&self, offset: &u32) -> Option<&u32> {
+        let at = self.at.partition_point(|&(o, _)| o < *offset);
+        match self.at.get(at) {
+            Some((o, c)) if o == offset => Some(c),
+            _ => None,
+        }
+    }
+}
 
 /// The chains of the previous copy of a table, to carry the unchanged ones over.
 pub(super) struct Earlier<'p> {
@@ -189,4 +224,24 @@ pub(super) fn chain_key(
         }
     }
     h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Landing;
+
+    #[test]
+    fn landing_finds_where_each_chain_starts_and_the_first_chain_of_an_offset_wins() {
+        let mut l = Landing::with_capacity(8);
+        for (offset, chain) in [(0, 0), (152, 1), (304, 1), (456, 2), (304, 7), (100, 9)] {
+            l.insert(offset, chain);
+        }
+        assert_eq!(l.get(&0), Some(&0));
+        assert_eq!(l.get(&304), Some(&1), "the first chain said to start there");
+        assert_eq!(l.get(&100), Some(&9), "out of order, still found");
+        assert_eq!(l.get(&456), Some(&2));
+        for missing in [1, 99, 153, 500, u32::MAX] {
+            assert_eq!(l.get(&missing), None);
+        }
+    }
 }

@@ -18,6 +18,7 @@
 //! The agent's `sockopt`, `render` and `ext` sit above it; it imports `bytes`, `packed`,
 //! its three files and the `xtables` types.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use super::bytes::{cstr, u16_at, u32_at};
@@ -84,9 +85,10 @@ pub fn parse_info(proto: XtProto, b: &[u8]) -> Result<TableInfo, XtError> {
     Ok(info)
 }
 
-/// A chain while the blob is being walked: entries are indices into the offset list.
-struct ChainBuild {
-    name: String,
+/// A chain while the blob is being walked: entries are indices into the offset list. Its name
+/// is borrowed from the blob (or the hook names), and copied only for a chain decoded again.
+struct ChainBuild<'b> {
+    name: Cow<'b, str>,
     builtin: bool,
     /// The hook's underflow offset (builtin chains).
     underflow: Option<u32>,
@@ -230,7 +232,7 @@ pub(crate) fn decode_table_against(
     // Pass 2: rules, policies, fingerprints; or the previous copy's, for a chain that did not
     // change. The new copy shares the previous copy's entries (unchanged chains keep theirs
     // where they are) unless those are mostly what the previous copy no longer used.
-    let names: Vec<&str> = builds.iter().map(|b| b.name.as_str()).collect();
+    let names: Vec<&str> = builds.iter().map(|b| &*b.name).collect();
     let shared = prev.filter(|p| p.entries.worth_sharing(p.live));
     let earlier = prev.map(|p| Earlier::new(p, &names, shared.is_some()));
     let mut set_refs = Vec::new();
@@ -274,12 +276,12 @@ pub(crate) fn decode_table_against(
 
 /// Pass 1 of decoding: every entry's offset and the chains' boundaries, checked against
 /// `GET_INFO` (entry count, hook offsets) and for the final `ERROR` entry.
-fn find_chains(
+fn find_chains<'b>(
     l: &'static Layout,
     info: &TableInfo,
-    blob: &[u8],
-    hook_names: &[&str],
-) -> Result<(Vec<u32>, Vec<ChainBuild>), XtError> {
+    blob: &'b [u8],
+    hook_names: &[&'static str],
+) -> Result<(Vec<u32>, Vec<ChainBuild<'b>>), XtError> {
     let mut offsets: Vec<u32> = Vec::with_capacity(info.num_entries.min(1 << 20) as usize);
     let mut builds: Vec<ChainBuild> = Vec::new();
     let mut ended = false;
@@ -295,7 +297,7 @@ fn find_chains(
                 c.end = offsets.len();
             }
             builds.push(ChainBuild {
-                name: hook_names.get(h).copied().unwrap_or("?").to_string(),
+                name: Cow::Borrowed(hook_names.get(h).copied().unwrap_or("?")),
                 builtin: true,
                 underflow: Some(info.underflow[h]),
                 entry_offset: off32,
@@ -314,7 +316,7 @@ fn find_chains(
             }
             let next32 = u32::try_from(next).map_err(|_| malformed(off, "blob too large"))?;
             builds.push(ChainBuild {
-                name: String::from_utf8_lossy(name).into_owned(),
+                name: String::from_utf8_lossy(name),
                 builtin: false,
                 underflow: None,
                 entry_offset: next32,
@@ -327,7 +329,7 @@ fn find_chains(
         } else if builds.is_empty() {
             // Entries before the first hook are unreachable; keep them visible anyway.
             builds.push(ChainBuild {
-                name: format!("?unreachable@{off}"),
+                name: Cow::Owned(format!("?unreachable@{off}")),
                 builtin: false,
                 underflow: None,
                 entry_offset: off32,
@@ -360,12 +362,12 @@ fn find_chains(
 /// Where jumps land: a user chain's first entry (or its head), a builtin's first entry; the
 /// chain's index for each.
 fn landings(builds: &[ChainBuild]) -> Landing {
-    let mut landing = Landing::with_capacity_and_hasher(builds.len() * 2, Default::default());
+    let mut landing = Landing::with_capacity(builds.len() * 2);
     for (i, b) in builds.iter().enumerate() {
-        landing.entry(b.entry_offset).or_insert(i as u32);
         if let Some(h) = b.head_offset {
-            landing.entry(h).or_insert(i as u32);
+            landing.insert(h, i as u32);
         }
+        landing.insert(b.entry_offset, i as u32);
     }
     landing
 }
@@ -420,7 +422,7 @@ fn decode_chain(
     sets.sort_unstable();
     sets.dedup();
     Ok(XtChain {
-        name: b.name.clone(),
+        name: b.name.to_string(),
         builtin: b.builtin,
         policy,
         rules,
@@ -515,7 +517,7 @@ fn fingerprint(
         Verdict::Jump { chain, goto } => {
             h.word(2);
             h.word(u64::from(goto));
-            let name = builds.get(chain as usize).map_or("", |b| b.name.as_str());
+            let name = builds.get(chain as usize).map_or("", |b| &*b.name);
             h.bytes(name.as_bytes());
         }
         Verdict::Fallthrough => h.word(3),

@@ -8,7 +8,7 @@ fn proc_(actor: &str, unit: Option<&str>) -> ProcessInfo {
 }
 
 fn owned(o: &Owners, chain: &str) -> Option<(String, How)> {
-    match o.claim(chain)? {
+    match &**o.claim(chain)? {
         Claim::Owned { owner, how } => Some((owner.clone(), *how)),
         Claim::Shared { .. } => None,
     }
@@ -26,11 +26,11 @@ fn catalog_knows_kep_3178_and_the_cnis() {
     assert_eq!(owned(&o, "AZURE-NPM-INGRESS").unwrap().0, "azure-npm");
     assert_eq!(owned(&o, "CILIUM_OUTPUT").unwrap().0, "cilium-agent");
     assert!(matches!(
-        o.claim("KUBE-MARK-MASQ"),
+        o.claim("KUBE-MARK-MASQ").map(|c| &**c),
         Some(Claim::Shared { writers, .. }) if writers.contains(&"kubelet".to_string())
     ));
-    assert_eq!(o.claim("MY-CHAIN"), None);
-    assert_eq!(o.claim("INPUT"), None);
+    assert_eq!(o.claim("MY-CHAIN").map(|c| &**c), None);
+    assert_eq!(o.claim("INPUT").map(|c| &**c), None);
 }
 
 #[test]
@@ -82,18 +82,20 @@ fn every_catalog_owner_claims_the_names_its_component_really_uses() {
     ] {
         assert!(
             matches!(
-                o.claim_in(Backend::Nft, family, table, "service-XYZ-default/web/tcp/http"),
+                o.claim_in(Backend::Nft, family, table, "service-XYZ-default/web/tcp/http").map(|c| &**c),
                 Some(Claim::Owned { owner: w, .. }) if w == owner
             ),
             "{family:?} {table}"
         );
     }
     assert_eq!(
-        o.claim_in(Backend::Nft, Family::Inet, "kube-proxy", "x"),
+        o.claim_in(Backend::Nft, Family::Inet, "kube-proxy", "x")
+            .map(|c| &**c),
         None
     );
     assert_eq!(
-        o.claim_in(Backend::Legacy, Family::Ip, "kube-proxy", "x"),
+        o.claim_in(Backend::Legacy, Family::Ip, "kube-proxy", "x")
+            .map(|c| &**c),
         None
     );
     // The firewall managers' helpers act for them.
@@ -111,7 +113,7 @@ fn an_owners_file_can_own_a_whole_table() {
     let mut o = Owners::catalog();
     o.apply(file).expect("apply");
     assert!(matches!(
-        o.claim_in(Backend::Nft, Family::Inet, "edge-fw", "anything"),
+        o.claim_in(Backend::Nft, Family::Inet, "edge-fw", "anything").map(|c| &**c),
         Some(Claim::Owned { owner, how: How::Config }) if owner == "edge"
     ));
     let bad = parse_file(
@@ -176,7 +178,7 @@ fn a_file_overrides_the_catalog_in_toml_and_yaml() {
         assert_eq!(owned(&o, "KUBE-SVC-OTHER").unwrap().0, "kube-proxy");
         assert_eq!(o.identity(&proc_("calico-node", None)), "calico");
         assert!(matches!(
-            o.claim("KUBE-FIREWALL"),
+            o.claim("KUBE-FIREWALL").map(|c| &**c),
             Some(Claim::Shared {
                 how: How::Config,
                 ..
