@@ -296,6 +296,15 @@ fn one_change_stream_on_stdout_sse_query_and_metrics() {
         "{m}"
     );
     assert!(metric(&m, "observer_netns_watched", &[]).unwrap_or(0.0) >= 1.0);
+    // The two legacy replaces' tables were learned, each counted by where it came from (a table
+    // this small comes from its writer's copy wherever the hooks copy it); both series exist.
+    let learned = |from| metric(&m, "observer_legacy_tables_total", &[("from", from)]);
+    let (copied, read_back) = (learned("writer_copy"), learned("read_back"));
+    assert!(copied.is_some() && read_back.is_some(), "{m}");
+    assert!(
+        copied.unwrap_or(0.0) + read_back.unwrap_or(0.0) >= 2.0,
+        "{copied:?} copied, {read_back:?} read back\n{m}"
+    );
     assert!(
         metric(&m, "observer_record_size_bytes", &[]).unwrap_or(0.0) > 0.0,
         "{m}"

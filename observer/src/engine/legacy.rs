@@ -298,6 +298,7 @@ impl Engine {
             Err(c) => *c,
         };
         let from = replace::table_from(seen, w.xt_socks.is_some());
+        self.output.table_learned(from.read_back());
         let began = boot_now_ns();
         let read = match (from, copy, w.xt_socks.clone()) {
             (TableFrom::Copy { name_sets }, Ok(mut t), socks) => {

@@ -222,6 +222,10 @@ pub trait Output: Send {
     /// The kernel side's error counters moved (for a sink that exports them, such as metrics).
     fn kernel_errors(&mut self, _errors: &crate::hooks::KernelErrors) {}
 
+    /// A legacy table was learned after a replace: `read_back` from the kernel (the fallback),
+    /// or else decoded from its writer's copy (for a sink that counts them, such as metrics).
+    fn table_learned(&mut self, _read_back: bool) {}
+
     /// When this output keeps snapshots of the rulesets (the daemon's record), how often.
     fn snapshot_policy(&self) -> Option<crate::forensics::SnapshotPolicy> {
         None

@@ -119,6 +119,20 @@ impl DaemonOutput {
 }
 
 impl Output for DaemonOutput {
+    fn table_learned(&mut self, read_back: bool) {
+        use super::metrics::{LegacyTableLabels, LEGACY_FROM_COPY, LEGACY_FROM_READ};
+        let from = if read_back {
+            LEGACY_FROM_READ
+        } else {
+            LEGACY_FROM_COPY
+        };
+        self.hub
+            .metrics
+            .legacy_tables
+            .get_or_create(&LegacyTableLabels { from: from.into() })
+            .inc();
+    }
+
     fn kernel_errors(&mut self, errors: &crate::hooks::KernelErrors) {
         for (kind, total) in errors.by_kind() {
             let c = self

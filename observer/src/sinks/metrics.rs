@@ -37,6 +37,14 @@ pub struct KernelErrorLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LegacyTableLabels {
+    /// `writer_copy` (decoded from the table the writer handed the kernel, as the eBPF side
+    /// copied it) or `read_back` (read from the kernel: the table was too large to copy, the
+    /// ring buffer too full, or the copy not usable).
+    pub from: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SinkLabels {
     /// `stdout` (the HTTP streams' clients catch up from memory and the record; the NATS
     /// publisher from the record).
@@ -56,6 +64,11 @@ pub struct HookLabels {
     pub backend: String,
 }
 
+/// `from` of a legacy table decoded from its writer's copy.
+pub const LEGACY_FROM_COPY: &str = "writer_copy";
+/// `from` of a legacy table read back from the kernel.
+pub const LEGACY_FROM_READ: &str = "read_back";
+
 pub struct Metrics {
     registry: Registry,
     pub changes: Family<ChangeLabels, Counter>,
@@ -68,6 +81,8 @@ pub struct Metrics {
     pub kernel_records_lost: Counter,
     /// The eBPF programs' own error counters, by kind.
     pub kernel_errors: Family<KernelErrorLabels, Counter>,
+    /// Legacy tables learned after a replace, by where from.
+    pub legacy_tables: Family<LegacyTableLabels, Counter>,
     pub hooks: Family<HookLabels, Gauge>,
     pub netns_watched: Gauge,
     pub sse_clients: Gauge,
@@ -132,6 +147,17 @@ impl Metrics {
              flight not followed (map full), failed memory reads, other failed map updates",
             kernel_errors.clone(),
         );
+        let legacy_tables = Family::<LegacyTableLabels, Counter>::default();
+        for from in [LEGACY_FROM_COPY, LEGACY_FROM_READ] {
+            let _ = legacy_tables.get_or_create(&LegacyTableLabels { from: from.into() });
+        }
+        registry.register(
+            "legacy_tables",
+            "Legacy (x_tables) tables learned after a replace, by where from: the writer's copy, \
+             or read back from the kernel (the fallback, which costs about a third of an \
+             iptables-save of the table)",
+            legacy_tables.clone(),
+        );
         let hooks = Family::<HookLabels, Gauge>::default();
         registry.register(
             "hook_backend",
@@ -182,6 +208,7 @@ impl Metrics {
             gaps,
             kernel_records_lost,
             kernel_errors,
+            legacy_tables,
             hooks,
             netns_watched,
             sse_clients,
