@@ -43,7 +43,7 @@ use serde_json::Value;
 
 use crate::{
     bench::{
-        procfs::{rusage_cpu_ms, stat_ticks, USER_HZ},
+        procfs::{has_ended, rusage_cpu_ms, stat_ticks, USER_HZ},
         spawn::{run_timed, Observer},
         stats::{median, ms, signed_ms},
     },
@@ -283,6 +283,9 @@ fn settle(obs: &Observer, quiet: Duration, limit: Duration) -> Result<usize> {
         let lines = obs.drain();
         let now_ticks = cpu_ms(obs.pid)?;
         changes += count_changes(&lines);
+        if has_ended(obs.pid) {
+            bail!("observer ended during the load, after {changes} change lines");
+        }
         if !lines.is_empty() || now_ticks != ticks {
             last_activity = Instant::now();
             ticks = now_ticks;
