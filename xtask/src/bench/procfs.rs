@@ -27,16 +27,6 @@ pub(crate) fn stat_ticks(pid: u32, fields: [usize; 2]) -> Result<u64> {
     })
 }
 
-/// Whether the process has ended: gone, or a zombie not reaped yet (its parent is this process,
-/// which reaps it only when it stops it).
-pub(crate) fn has_ended(pid: u32) -> bool {
-    fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
-        stat.rsplit_once(')')
-            .and_then(|(_, after)| after.split_whitespace().next())
-            .is_some_and(|state| state == "Z" || state == "X")
-    })
-}
-
 pub(crate) fn status_kib(pid: u32, key: &str) -> Result<u64> {
     let status = fs::read_to_string(format!("/proc/{pid}/status"))?;
     status
@@ -63,21 +53,6 @@ mod tests {
     use std::process;
 
     use super::*;
-
-    #[test]
-    fn a_running_process_has_not_ended_and_a_zombie_or_a_reaped_one_has() {
-        assert!(!has_ended(process::id()));
-        let mut child = process::Command::new("true").spawn().unwrap();
-        let pid = child.id();
-        // Not reaped yet: a zombie once it has exited.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while !has_ended(pid) && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        assert!(has_ended(pid), "an exited child not reaped reads as ended");
-        child.wait().unwrap();
-        assert!(has_ended(pid));
-    }
 
     #[test]
     fn stat_fields_are_read_by_their_proc5_numbers() {

@@ -182,9 +182,7 @@ impl Observer {
                     // Its stdout closed: it exited, or is about to.
                     thread::sleep(Duration::from_millis(200));
                     let status = self
-                        .child
-                        .as_mut()
-                        .and_then(|c| c.try_wait().ok().flatten())
+                        .exited()
                         .map_or_else(|| "still running".to_owned(), |s| s.to_string());
                     bail!(
                         "observer closed its stdout ({status}) before printing {what}{}",
@@ -193,6 +191,13 @@ impl Observer {
                 }
             }
         }
+    }
+
+    /// How it ended, once it has (`None` while it runs).
+    pub(crate) fn exited(&mut self) -> Option<ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
     }
 
     /// Lines that arrived and were not read yet.

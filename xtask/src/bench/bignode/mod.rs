@@ -43,7 +43,7 @@ use serde_json::Value;
 
 use crate::{
     bench::{
-        procfs::{has_ended, rusage_cpu_ms, stat_ticks, USER_HZ},
+        procfs::{rusage_cpu_ms, stat_ticks, USER_HZ},
         spawn::{run_timed, Observer},
         stats::{median, ms, signed_ms},
     },
@@ -273,7 +273,7 @@ fn count_changes(lines: &[(Instant, String)]) -> usize {
 
 /// Reads observer's lines until none came and its CPU time stood still for `quiet`; returns
 /// the change lines read. Fails after `limit`.
-fn settle(obs: &Observer, quiet: Duration, limit: Duration) -> Result<usize> {
+fn settle(obs: &mut Observer, quiet: Duration, limit: Duration) -> Result<usize> {
     let start = Instant::now();
     let mut changes = 0;
     let mut last_activity = Instant::now();
@@ -283,8 +283,8 @@ fn settle(obs: &Observer, quiet: Duration, limit: Duration) -> Result<usize> {
         let lines = obs.drain();
         let now_ticks = cpu_ms(obs.pid)?;
         changes += count_changes(&lines);
-        if has_ended(obs.pid) {
-            bail!("observer ended during the load, after {changes} change lines");
+        if let Some(status) = obs.exited() {
+            bail!("observer ended during the load ({status}), after {changes} change lines");
         }
         if !lines.is_empty() || now_ticks != ticks {
             last_activity = Instant::now();

@@ -247,7 +247,7 @@ fn measure(bin: &Path, services: usize, syncs: usize, notes: &mut Vec<String>) -
         ..Figures::default()
     };
     let t1 = Instant::now();
-    size.load_lines = settle(&obs, SETTLE_QUIET, SETTLE_TIMEOUT)?;
+    size.load_lines = settle(&mut obs, SETTLE_QUIET, SETTLE_TIMEOUT)?;
     size.load_settle_ms = ms(t1.elapsed()) - ms(SETTLE_QUIET);
     size.load_cpu_ms = cpu_ms(obs.pid)? - cpu0;
     size.loaded_rss_kib = status_kib(obs.pid, "VmRSS:")?;
