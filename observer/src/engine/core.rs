@@ -204,6 +204,7 @@ impl Core {
     }
 }
 
+pub mod backlog;
 pub mod lifecycle;
 pub mod losses;
 pub mod pieces;

@@ -13,6 +13,22 @@ use super::core::pieces;
 use super::core::TxnLines;
 use super::{ChangeCtx, Engine};
 
+/// Work waiting in the [`Backlog`](super::core::backlog::Backlog) of a namespace.
+pub(super) enum Queued {
+    /// A transaction, in the pieces not written yet, of `n` changes in all.
+    Txn {
+        /// Boxed: the writer's attribution is by far the largest part of an item.
+        ctx: Box<ChangeCtx>,
+        pieces: Box<dyn Iterator<Item = Vec<(Change, ChangeResult)>> + Send>,
+        n: u64,
+    },
+    /// A snapshot taken after the transactions queued before it.
+    Snapshot {
+        backend: Backend,
+        tables: Box<Tables>,
+    },
+}
+
 impl Engine {
     pub(super) fn emit_status(&mut self, s: StatusLine) {
         self.write(&Line::Status(s));
@@ -91,23 +107,74 @@ impl Engine {
 
     /// Number, print and correlate the changes of one transaction; each has its `result`: `ok`
     /// or what went wrong (`EBUSY: Device or resource busy`). A large load is handled in
-    /// pieces ([`pieces`]): only one piece's lines are held at a time.
+    /// pieces ([`pieces`]): only one piece's lines are held at a time, and the pieces are
+    /// written from the [`Backlog`](super::core::backlog::Backlog), between the other sources'
+    /// events. A transaction of a namespace with work waiting queues behind it.
     pub(super) fn emit_txn_results(
         &mut self,
         ctx: ChangeCtx,
         changes: Vec<(Change, ChangeResult)>,
     ) {
-        let (inode, backend, n) = (ctx.inode, ctx.backend, changes.len() as u64);
-        for piece in pieces::pieces(changes, pieces::PIECE) {
-            let lines = self.core.transaction(&ctx, piece);
+        let n = changes.len() as u64;
+        let inode = ctx.inode;
+        if !self.backlog.holds(inode) && !pieces::cut(&changes, pieces::PIECE) {
+            let lines = self.core.transaction(&ctx, changes);
             self.emit_lines(lines);
+            return self.end_txn(&ctx, n);
         }
+        let pieces = Box::new(pieces::pieces(changes, pieces::PIECE));
+        let ctx = Box::new(ctx);
+        self.backlog.push(inode, Queued::Txn { ctx, pieces, n });
+    }
+
+    /// The transaction of `ctx`, of `n` changes, is all written: said to the output, then the
+    /// snapshot it made due.
+    fn end_txn(&mut self, ctx: &ChangeCtx, n: u64) {
         let ended = self.output.end_txn();
         self.check_written(ended);
-        self.snapshot_if_due(inode, backend, n);
+        self.snapshot_if_due(ctx.inode, ctx.backend, n);
         // After a large transaction the heap is trimmed: its changes and lines are freed.
         if n >= super::LARGE_TXN_CHANGES as u64 {
             super::release_free_heap();
+        }
+    }
+
+    /// Write one piece of the work waiting (the loop calls it when no other event is ready).
+    pub(super) fn work_backlog(&mut self) {
+        let Some((inode, item)) = self.backlog.take() else {
+            return;
+        };
+        match item {
+            Queued::Txn { ctx, mut pieces, n } => match pieces.next() {
+                Some(piece) => {
+                    let lines = self.core.transaction(&ctx, piece);
+                    self.emit_lines(lines);
+                    self.backlog.put_back(inode, Queued::Txn { ctx, pieces, n });
+                }
+                None => self.end_txn(&ctx, n),
+            },
+            Queued::Snapshot { backend, tables } => self.emit_snapshot(inode, backend, *tables),
+        }
+        // The namespace's lines are all out: its next legacy replace may be learned.
+        self.learn_next(inode);
+    }
+
+    /// Write all the work waiting (the run ends): nothing reported is lost.
+    pub(super) fn flush_backlog(&mut self) {
+        while !self.backlog.is_empty() && !self.output_closed {
+            self.work_backlog();
+        }
+    }
+
+    /// A snapshot of what a namespace holds after the changes it reported so far: handed to
+    /// the output after those changes, which may still wait in the backlog.
+    pub(super) fn snapshot_in_turn(&mut self, inode: u32, backend: Backend, tables: Tables) {
+        if self.backlog.holds(inode) {
+            let tables = Box::new(tables);
+            self.backlog
+                .push(inode, Queued::Snapshot { backend, tables });
+        } else {
+            self.emit_snapshot(inode, backend, tables);
         }
     }
 
@@ -133,6 +200,9 @@ impl Engine {
             return;
         }
         match backend {
+            // The tables held now are those after this transaction only when nothing of the
+            // namespace waits behind it (it stays due until then).
+            Backend::Legacy if self.backlog.holds(inode) => {}
             Backend::Legacy => self.legacy_snapshot(inode),
             Backend::Nft => {
                 // Taken by the reader with its next transaction.

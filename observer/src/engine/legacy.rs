@@ -16,7 +16,7 @@ use crate::xtables::{self, XtError, XtProto};
 use super::baseline::read_legacy_tables;
 use super::core::losses;
 use super::core::replace::{self, Route, TableFrom, WriterCopy};
-use super::{ChangeCtx, Engine};
+use super::{ChangeCtx, Engine, NsMsg};
 
 pub(super) fn xt_proto(kind: XtKind) -> Option<XtProto> {
     match kind {
@@ -58,38 +58,113 @@ pub(super) fn installed_table(
     }
 }
 
-/// What a replace's table was learned from, when, and the table (`None`: gone).
-struct Learned {
+/// A replace the kernel took, waiting for its namespace's replaces before it to be learned.
+pub(super) struct Pending {
+    x: XtReplaceEvent,
+    proto: XtProto,
+    process: ProcessInfo,
+}
+
+/// A replace learned off the loop: the table it installed, what it changed, and how it was
+/// learned.
+pub(super) struct Learned {
+    x: XtReplaceEvent,
+    proto: XtProto,
+    process: ProcessInfo,
     from: TableFrom,
     /// When (boot clock) the read began, if the table was read back.
     began: u64,
     /// The namespace's sockets, when the read opened them.
     socks: Option<xtables::XtSockets>,
+    /// The copy of the table the changes were found against.
+    prev: Option<Arc<xtables::XtTable>>,
+    /// The table installed (`None`: gone).
     table: Option<xtables::XtTable>,
+    /// What changed from `prev` to `table`, its flushes settled.
+    changes: Vec<Change>,
+}
+
+/// What a namespace's reading thread needs to learn a replace's table: the copy held now
+/// (the decode, or the read, takes the chains that did not change from it) and the way into
+/// the namespace (its sockets once open, else the namespace itself).
+struct Way {
+    prev: Option<Arc<xtables::XtTable>>,
+    socks: Option<Arc<xtables::XtSockets>>,
+    file: Option<std::fs::File>,
 }
 
 /// The sockets of a namespace and the result of a read.
 type SocksAndRead<T> = (Option<xtables::XtSockets>, Result<T, XtError>);
 
-/// Read a table from a thread that enters the namespace (`file`), opening its sockets there.
-async fn read_entering(
-    file: std::fs::File,
-    proto: XtProto,
-    table: String,
-    prev: Option<Arc<xtables::XtTable>>,
-) -> Result<SocksAndRead<xtables::XtTable>, String> {
-    tokio::task::spawn_blocking(move || {
-        netns::run_in(&file, move || {
-            let socks = xtables::XtSockets::open().ok();
-            (
-                socks,
-                xtables::read_table_against(proto, &table, prev.as_deref()),
-            )
-        })
+/// Learn the table replace `p` installed, on a thread of the blocking pool: decoded from its
+/// writer's copy when that is trusted, else read back (see [`replace::table_from`]), then
+/// diffed against the copy held. The error says why it could not be read.
+fn learn(mut p: Pending, way: Way) -> Result<Learned, String> {
+    let inode = p.x.process.netns;
+    let (proto, table) = (p.proto, p.x.table.clone());
+    let Way { prev, socks, file } = way;
+    // The table the writer installed, as the kernel side copied it: exactly this writer's
+    // change, whatever was installed after it.
+    let copy = match p.x.blob.take() {
+        Some(b) => installed_table(proto, &table, b, prev.as_deref()),
+        None => Err(WriterCopy::Missing),
+    };
+    let seen = match &copy {
+        Ok(t) => WriterCopy::Whole {
+            refers_to_sets: !t.set_indices().is_empty(),
+        },
+        Err(c) => *c,
+    };
+    let from = replace::table_from(seen, socks.is_some());
+    let began = boot_now_ns();
+    let (socks, read): SocksAndRead<xtables::XtTable> = match (from, copy, socks, file) {
+        (TableFrom::Copy { name_sets }, Ok(mut t), socks, _) => {
+            // `-m set` refers to its sets by index: they are named through the namespace's
+            // sockets (before those are open, the table is read back, which opens them).
+            if let Some(socks) = socks.filter(|_| name_sets) {
+                xtables::name_sets(&mut t, &socks);
+            }
+            (None, Ok(t))
+        }
+        // The table was just replaced, so it exists: read it through the namespace's sockets.
+        (_, _, Some(socks), _) => (
+            None,
+            xtables::read_existing_table(&socks, proto, &table, prev.as_deref()),
+        ),
+        // The first time: enter the namespace, open its sockets there, and read.
+        (_, _, None, Some(file)) => {
+            let (table, prev) = (table.clone(), prev.clone());
+            netns::run_in(&file, move || {
+                let socks = xtables::XtSockets::open().ok();
+                (
+                    socks,
+                    xtables::read_table_against(proto, &table, prev.as_deref()),
+                )
+            })
+            .map_err(|e| format!("namespace {inode}: entering the namespace: {e}"))?
+        }
+        (_, _, None, None) => return Err(format!("namespace {inode}: no way in")),
+    };
+    let table = replace::table_or_gone(read).map_err(|e| {
+        format!(
+            "reading legacy table {} in namespace {inode}: {e}",
+            p.x.table
+        )
+    })?;
+    let mut changes = xtables::diff(prev.as_deref(), table.as_ref());
+    // The command line the kernel hook captured tells `-F` from `-D` of a one-rule chain.
+    ruleset::settle_flushes(&mut changes, &ruleset::FlushEvidence::from_args(&p.x.args));
+    Ok(Learned {
+        x: p.x,
+        proto,
+        process: p.process,
+        from,
+        began,
+        socks,
+        prev,
+        table,
+        changes,
     })
-    .await
-    .map_err(|e| e.to_string())
-    .and_then(|r| r.map_err(|e| format!("entering the namespace: {e}")))
 }
 
 /// Why the changes of a table read back after a replace may not all be the writer's: the table
@@ -185,7 +260,7 @@ impl Engine {
         }
         if let Some(w) = self.watched.get(&inode) {
             let tables = Tables::from_legacy(w.legacy.values().map(|t| &**t));
-            self.emit_snapshot(inode, Backend::Legacy, tables);
+            self.snapshot_in_turn(inode, Backend::Legacy, tables);
         }
     }
 
@@ -205,36 +280,100 @@ impl Engine {
         if !self.ensure_namespace(&x.process).await {
             return;
         }
-        self.on_table_replace(x, proto, process).await;
+        self.on_table_replace(x, proto, process);
     }
 
     /// An iptables, ip6tables or arptables replace the kernel took, in a watched namespace:
-    /// the table it installed (its writer's copy, or read back) diffed against the last copy.
-    async fn on_table_replace(
-        &mut self,
-        mut x: XtReplaceEvent,
-        proto: XtProto,
-        process: ProcessInfo,
-    ) {
+    /// queued behind the namespace's replaces not learned yet. Each is learned off the loop
+    /// ([`learn`]), one at a time per namespace and in order, so that a large table in one
+    /// namespace does not hold up the others' changes.
+    fn on_table_replace(&mut self, x: XtReplaceEvent, proto: XtProto, process: ProcessInfo) {
         let inode = x.process.netns;
-        let Some(w) = self.watched.get(&inode) else {
+        let Some(w) = self.watched.get_mut(&inode) else {
             return;
         };
-        let key = (proto, x.table.clone());
-        if replace::held_already(w.read_at.get(&key).copied(), x.ktime_ns) {
-            // Replaced before the table was last read back (a re-read after lost records, the
-            // namespace's first read): what observer holds already has this change.
+        w.replaces.push_back(Pending { x, proto, process });
+        self.learn_next(inode);
+    }
+
+    /// Start learning the namespace's next replace, if one waits, on the blocking pool; the
+    /// result comes back to the loop as [`NsMsg::Learned`]. Not while another is learned, nor
+    /// while the namespace's lines wait in the backlog (its next replace is reported after
+    /// them anyway, and its table is not read while a large load's changes are still held).
+    pub(super) fn learn_next(&mut self, inode: u32) {
+        let tx = self.ns_tx.clone();
+        if self.backlog.holds(inode) {
             return;
         }
-        let Some(learned) = self.learn_table(&mut x, &key).await else {
+        let Some(w) = self.watched.get_mut(&inode).filter(|w| !w.learning) else {
             return;
         };
+        while let Some(p) = w.replaces.pop_front() {
+            let key = (p.proto, p.x.table.clone());
+            if replace::held_already(w.read_at.get(&key).copied(), p.x.ktime_ns) {
+                // Replaced before the table was last read back (a re-read after lost records,
+                // the namespace's first read): what observer holds already has this change.
+                continue;
+            }
+            let socks = w.xt_socks.clone();
+            let file = match socks {
+                Some(_) => None,
+                None => match w.handle.file.try_clone() {
+                    Ok(f) => Some(f),
+                    Err(e) => {
+                        tracing::warn!("namespace {inode}: {e}");
+                        continue;
+                    }
+                },
+            };
+            let prev = w.legacy.get(&key).cloned();
+            w.learning = true;
+            let way = Way { prev, socks, file };
+            tokio::spawn(async move {
+                let learned = tokio::task::spawn_blocking(move || learn(p, way))
+                    .await
+                    .unwrap_or_else(|e| Err(format!("namespace {inode}: {e}")))
+                    .map(Box::new);
+                let _ = tx.send(NsMsg::Learned { inode, learned }).await;
+            });
+            return;
+        }
+    }
+
+    /// A replace learned off the loop (or why it could not be): reported, then the
+    /// namespace's next replace is learned.
+    pub(super) fn on_learned(&mut self, inode: u32, learned: Result<Box<Learned>, String>) {
+        // A namespace let go meanwhile took its replaces with it.
+        let Some(w) = self.watched.get_mut(&inode) else {
+            return;
+        };
+        w.learning = false;
+        let deferred = std::mem::take(&mut w.deferred);
+        match learned {
+            Ok(l) => self.took(*l),
+            Err(message) => self.warn(message),
+        }
+        for msg in deferred {
+            self.on_ns(msg);
+        }
+        self.learn_next(inode);
+    }
+
+    /// What a replace installed becomes the table held, and what it changed is reported.
+    fn took(&mut self, l: Learned) {
         let Learned {
+            x,
+            proto,
+            process,
             from,
             began,
             socks,
+            prev,
             table: new,
-        } = learned;
+            changes,
+        } = l;
+        self.output.table_learned(from.read_back());
+        let inode = x.process.netns;
         let settled = replace::settle(from, x.num_entries, new.as_ref().map(|t| t.entry_count()));
         if let Some(entries) = settled.gap {
             let message = replaced_before_read(&x, inode, entries);
@@ -244,6 +383,12 @@ impl Engine {
         let Some(w) = self.watched.get_mut(&inode) else {
             return;
         };
+        let key = (proto, x.table.clone());
+        if replace::held_already(w.read_at.get(&key).copied(), x.ktime_ns) {
+            // Read again while this replace was learned (a re-read after lost records): what
+            // observer holds has it already.
+            return;
+        }
         if let Some(s) = socks {
             w.xt_socks = Some(Arc::new(s));
         }
@@ -251,14 +396,24 @@ impl Engine {
             w.read_at.insert(key.clone(), began);
         }
         let old = w.legacy.remove(&key);
-        let mut changes = xtables::diff(old.as_deref(), new.as_ref());
+        let same = match (&old, &prev) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        };
+        let changes = if same {
+            changes
+        } else {
+            // What observer held changed while this replace was learned: diffed again.
+            let mut changes = xtables::diff(old.as_deref(), new.as_ref());
+            ruleset::settle_flushes(&mut changes, &ruleset::FlushEvidence::from_args(&x.args));
+            changes
+        };
         // The last copy's chains and entries that the new one does not share go now.
         let large = old
             .as_ref()
             .is_some_and(|t| t.kept_bytes() >= super::LARGE_TABLE_BYTES);
-        drop(old);
-        // The command line the kernel hook captured tells `-F` from `-D` of a one-rule chain.
-        ruleset::settle_flushes(&mut changes, &ruleset::FlushEvidence::from_args(&x.args));
+        drop((old, prev));
         if let Some(t) = new {
             w.legacy.insert(key, Arc::new(t));
         }
@@ -268,91 +423,6 @@ impl Engine {
             // What a large table's copy freed (its chains, the read's buffer) may sit in the
             // allocator's arena of another thread, which the next read would not reuse.
             super::release_free_heap();
-        }
-    }
-
-    /// The table replace `x` installed: decoded from its writer's copy when that is trusted,
-    /// else read back (see [`replace::table_from`]). `None` (said as a warning) when it could
-    /// not be read.
-    async fn learn_table(
-        &mut self,
-        x: &mut XtReplaceEvent,
-        key: &(XtProto, String),
-    ) -> Option<Learned> {
-        let inode = x.process.netns;
-        let (proto, table) = (key.0, key.1.clone());
-        let w = self.watched.get(&inode)?;
-        // The copy held now: the decode (or the read) takes the chains that did not change
-        // from it.
-        let prev = w.legacy.get(key).cloned();
-        // The table the writer installed, as the kernel side copied it: exactly this writer's
-        // change, whatever was installed after it.
-        let copy = match x.blob.take() {
-            Some(b) => installed_table(proto, &table, b, prev.as_deref()),
-            None => Err(WriterCopy::Missing),
-        };
-        let seen = match &copy {
-            Ok(t) => WriterCopy::Whole {
-                refers_to_sets: !t.set_indices().is_empty(),
-            },
-            Err(c) => *c,
-        };
-        let from = replace::table_from(seen, w.xt_socks.is_some());
-        self.output.table_learned(from.read_back());
-        let began = boot_now_ns();
-        let read = match (from, copy, w.xt_socks.clone()) {
-            (TableFrom::Copy { name_sets }, Ok(mut t), socks) => {
-                // `-m set` refers to its sets by index: they are named through the namespace's
-                // sockets (before those are open, the table is read back, which opens them).
-                if let Some(socks) = socks.filter(|_| name_sets) {
-                    xtables::name_sets(&mut t, &socks);
-                }
-                Ok((None, Ok(t)))
-            }
-            // The table was just replaced, so it exists: read it through the namespace's
-            // sockets, from a pooled thread.
-            (_, _, Some(socks)) => tokio::task::spawn_blocking(move || {
-                let prev = prev.as_deref();
-                (
-                    None,
-                    xtables::read_existing_table(&socks, proto, &table, prev),
-                )
-            })
-            .await
-            .map_err(|e| e.to_string()),
-            // The first time: enter the namespace, open its sockets there, and read.
-            (_, _, None) => {
-                let file = match w.handle.file.try_clone() {
-                    Ok(f) => f,
-                    Err(e) => {
-                        self.warn(format!("namespace {inode}: {e}"));
-                        return None;
-                    }
-                };
-                read_entering(file, proto, table, prev).await
-            }
-        };
-        let (socks, read) = match read {
-            Ok(r) => r,
-            Err(e) => {
-                self.warn(format!("namespace {inode}: {e}"));
-                return None;
-            }
-        };
-        match replace::table_or_gone(read) {
-            Ok(table) => Some(Learned {
-                from,
-                began,
-                socks,
-                table,
-            }),
-            Err(e) => {
-                self.warn(format!(
-                    "reading legacy table {} in namespace {inode}: {e}",
-                    x.table
-                ));
-                None
-            }
         }
     }
 

@@ -71,6 +71,11 @@ enum NsMsg {
     },
     /// The reader stopped or lost notifications.
     Trouble { inode: u32, message: String },
+    /// A legacy replace learned off the loop, or why it could not be.
+    Learned {
+        inode: u32,
+        learned: Result<Box<legacy::Learned>, String>,
+    },
     /// A namespace made a moment ago, found after its creator entered it (or handed it on).
     Found(NetnsHandle),
     /// A namespace made a moment ago that nothing held any more when it was looked for.
@@ -96,6 +101,12 @@ struct Watched {
     read_at: HashMap<(XtProto, String), u64>,
     /// The ebtables tables as last read back after a replace, by name.
     bridge: HashMap<String, xtables::ebt::EbTable>,
+    /// Legacy replaces the kernel took and not learned yet, in order.
+    replaces: std::collections::VecDeque<legacy::Pending>,
+    /// One of them is being learned, off the loop.
+    learning: bool,
+    /// nftables transactions that came while a legacy replace was learned: reported after it.
+    deferred: Vec<NsMsg>,
 }
 
 impl Drop for Watched {
@@ -130,6 +141,9 @@ struct Engine {
     snapshots: Option<crate::forensics::Due>,
     /// `--restore`: what was lost, and the restores due.
     restorer: Option<crate::restore::Restorer>,
+    /// Lines waiting to be written, per namespace: a large load's pieces, and what its
+    /// namespace reported after it.
+    backlog: self::core::backlog::Backlog<emit::Queued>,
 }
 
 /// What the engine is asked to do: built by the command line (`tail`) or the daemon's settings
@@ -264,6 +278,8 @@ async fn run_here(config: &EngineConfig, output: Box<dyn Output>) -> Result<(), 
     };
     let (mut engine, mut channels) = start(config, output).await?;
     run_loop(&mut engine, &mut signals, &mut channels).await;
+    // What was reported and not yet written goes out before the end.
+    engine.flush_backlog();
     // The queues go last, after the readers and the programs.
     engine.stop();
     drop(channels);
@@ -340,6 +356,7 @@ async fn start(
         netlink_rcvbuf: config.netlink_rcvbuf,
         recovered_txns: 0,
         restorer: config.restore.clone().map(crate::restore::Restorer::new),
+        backlog: Default::default(),
     };
     let reader_stats = engine.reader_stats.clone();
     if let Some(h) = engine.hooks.as_mut() {
@@ -463,6 +480,8 @@ async fn run_loop(engine: &mut Engine, signals: &mut Signals, channels: &mut Cha
                 let held_by_processes_only = engine.held_by_processes_only();
                 sweep.swept(tokio::time::Instant::now(), held_by_processes_only);
             }
+            // Last: a piece of the lines waiting, when no other event is ready.
+            () = std::future::ready(()), if !engine.backlog.is_empty() => engine.work_backlog(),
             else => break,
         }
     }

@@ -102,6 +102,9 @@ impl Engine {
             nft_snapshot: wants.then(|| Arc::new(AtomicBool::new(false))),
             xt_socks: None,
             bridge: Default::default(),
+            replaces: Default::default(),
+            learning: false,
+            deferred: Vec::new(),
         };
         if let (Some(sock), Some((state, gen))) = (baseline.socket, baseline.nft) {
             if lifecycle::report_established(new, !state.tables.is_empty()) {
@@ -227,14 +230,22 @@ impl Engine {
     /// process): its descriptor would keep it alive. Each check reads /proc once, and runs only
     /// when some watched namespace is not mounted: when a namespace's mount goes, and every
     /// 10 s for namespaces that only processes held (an `unshare -n` whose last process
-    /// exited).
+    /// exited). A namespace whose changes are still being learned or written is let go at a
+    /// later check, once they are out.
     pub(super) fn forget_gone(&mut self, why: &str) {
         for inode in lifecycle::gone(self.unmounted(), netns::held_by_processes) {
+            let busy = self.watched.get(&inode).is_some_and(|w| w.learning);
+            if busy || self.backlog.holds(inode) {
+                tracing::debug!(
+                    "namespace {inode} is gone ({why}); let go once its changes are out"
+                );
+                continue;
+            }
             tracing::debug!("namespace {inode} is gone ({why})");
             if self.snapshots.is_some() {
                 // Gone: the record shows it empty from now on.
-                self.emit_snapshot(inode, Backend::Legacy, Tables::default());
-                self.emit_snapshot(inode, Backend::Nft, Tables::default());
+                self.snapshot_in_turn(inode, Backend::Legacy, Tables::default());
+                self.snapshot_in_turn(inode, Backend::Nft, Tables::default());
                 if let Some(d) = self.snapshots.as_mut() {
                     d.forget(inode);
                 }
@@ -252,6 +263,13 @@ impl Engine {
     }
 
     pub(super) fn on_ns(&mut self, msg: NsMsg) {
+        if let NsMsg::Nft { inode, .. } = &msg {
+            if let Some(w) = self.watched.get_mut(inode).filter(|w| w.learning) {
+                // Made after the legacy replace being learned: reported after it.
+                w.deferred.push(msg);
+                return;
+            }
+        }
         match msg {
             NsMsg::Nft {
                 inode,
@@ -284,7 +302,7 @@ impl Engine {
                     changes,
                 );
                 if let Some(t) = snapshot {
-                    self.emit_snapshot(inode, Backend::Nft, *t);
+                    self.snapshot_in_turn(inode, Backend::Nft, *t);
                 }
             }
             NsMsg::Trouble { inode, message } => {
@@ -294,6 +312,7 @@ impl Engine {
                 ));
             }
             NsMsg::Unfound(inode) => self.unseen(inode),
+            NsMsg::Learned { inode, learned } => self.on_learned(inode, learned),
             // Handled by the run loop, which can wait for the namespace's first read.
             NsMsg::Found(_) => {}
         }
