@@ -140,6 +140,14 @@ impl Observer {
         self.seen.last()
     }
 
+    /// The next line, if one arrives within `within`: checked like every line, but not kept in
+    /// `seen`, for a stream too long to keep (the hundred thousand lines of a big table's load).
+    pub fn take_line(&mut self, within: Duration) -> Option<Value> {
+        let v = self.lines.recv_timeout(within).ok()?;
+        check_legacy_source(&v);
+        Some(v)
+    }
+
     /// Wait until `n` lines seen match `pred` (counting those already seen); fails after `secs`
     /// with the count reached. Returns the count, which may pass `n` if more arrive at once.
     pub fn wait_count(

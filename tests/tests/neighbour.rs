@@ -1,0 +1,501 @@
+//! A noisy neighbour does not hold back another namespace's evidence.
+//!
+//! In one namespace (the "pod"), a kube-proxy-shaped legacy nat table of 10,000 services
+//! (110,008 rules; 40,004 chains beside the built-in ones) is loaded with one
+//! `iptables-legacy-restore`, then the whole table is rewritten three times (no `--noflush`),
+//! each rewrite moving one service's endpoint to a new address. Meanwhile, in another namespace
+//! (the "node"), one nft rule is added every 200 ms, from before the load until after the last
+//! rewrite. observer watches both.
+//!
+//! Every change must be reported: each node rule; each rule and chain of the load; each
+//! rewrite's change, in the moved service's chains only. And the load must not hold back the
+//! node: a node rule whose `nft` started after the load's restore exited is printed before the
+//! load's last line. That is read from the order of observer's stdout, not from time; the node
+//! rules' latency (the line read, less the `nft` exit) is printed, not checked, since the
+//! machines are shared. Needs root.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use test_support::{is_change, skip_unless, slowdown, Netns, Observer, Writer};
+
+/// Services in the pod's nat table: 4 chains and 11 rules each.
+const SERVICES: usize = 10_000;
+/// Endpoints (`KUBE-SEP-` chains) per service.
+const ENDPOINTS: usize = 3;
+/// Whole-table rewrites after the load.
+const REWRITES: usize = 3;
+/// How often the node adds a rule.
+const NODE_EVERY: Duration = Duration::from_millis(200);
+/// How long one step (the node's first rule, the load, a rewrite) may take to be reported
+/// before the pod's writes give up, and how long the node's last rules may take after them.
+const STEP_WAIT: Duration = Duration::from_secs(60);
+/// The pod's restores: the whole nat table, waiting for the xtables lock if another holds it.
+const RESTORE: [&str; 3] = ["iptables-legacy-restore", "-w", "30"];
+
+/// `base` plus `n`, as an address.
+fn ipv4(base: [u8; 4], n: usize) -> Ipv4Addr {
+    Ipv4Addr::from(u32::from_be_bytes(base) + n as u32)
+}
+
+/// A kube-proxy-like chain name: `PREFIX-` and 16 hex digits, different for each `seed` (the
+/// service chains take seeds below [`SERVICES`], the endpoint chains the seeds above).
+fn chain(prefix: &str, seed: usize) -> String {
+    format!(
+        "{prefix}-{:016X}",
+        (seed as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    )
+}
+
+fn svc_chain(s: usize) -> String {
+    chain("KUBE-SVC", s)
+}
+
+fn sep_chain(s: usize, e: usize) -> String {
+    chain("KUBE-SEP", SERVICES + s * ENDPOINTS + e)
+}
+
+/// Rewrite `k`'s move: service `.0`'s first endpoint goes to address `.1` (services spread
+/// over the table).
+fn moved(k: usize) -> (usize, Ipv4Addr) {
+    (
+        (k + 1) * SERVICES / (REWRITES + 1),
+        ipv4([10, 64, 0, 0], k + 1),
+    )
+}
+
+/// The pod's nat table as `iptables-legacy-restore` reads it, shaped like kube-proxy's: per
+/// service, a rule in KUBE-SERVICES jumping to its KUBE-SVC- chain, which marks traffic from
+/// outside the pod range for masquerading and jumps to three KUBE-SEP- chains (by
+/// `-m statistic --mode random --probability`, the last one unconditionally), each with its
+/// KUBE-MARK-MASQ and DNAT rules; comments as kube-proxy writes them. The first endpoint of each
+/// service in `moves` is at the address given there.
+fn nat_table(moves: &[(usize, Ipv4Addr)]) -> String {
+    let endpoint = |s: usize, e: usize| {
+        moves.iter().find(|&&(m, _)| e == 0 && m == s).map_or_else(
+            || ipv4([10, 128, 0, 0], s * ENDPOINTS + e + 1),
+            |&(_, ip)| ip,
+        )
+    };
+    let mut t = String::with_capacity(SERVICES * 1_400);
+    t.push_str(
+        "*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n\
+         :POSTROUTING ACCEPT [0:0]\n:KUBE-SERVICES - [0:0]\n:KUBE-POSTROUTING - [0:0]\n\
+         :KUBE-MARK-MASQ - [0:0]\n:KUBE-NODEPORTS - [0:0]\n",
+    );
+    for s in 0..SERVICES {
+        let _ = writeln!(t, ":{} - [0:0]", svc_chain(s));
+        for e in 0..ENDPOINTS {
+            let _ = writeln!(t, ":{} - [0:0]", sep_chain(s, e));
+        }
+    }
+    t.push_str(
+        "-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\n\
+         -A OUTPUT -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\n\
+         -A POSTROUTING -m comment --comment \"kubernetes postrouting rules\" -j KUBE-POSTROUTING\n\
+         -A KUBE-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN\n\
+         -A KUBE-POSTROUTING -j MARK --set-xmark 0x4000/0x0\n\
+         -A KUBE-POSTROUTING -m comment --comment \"kubernetes service traffic requiring SNAT\" \
+         -j MASQUERADE --random-fully\n\
+         -A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000\n",
+    );
+    for s in 0..SERVICES {
+        let (svc, ip, port) = (
+            svc_chain(s),
+            ipv4([10, 96, 0, 0], s + 1),
+            format!("ns-{}/svc-{s}:http", s % 40),
+        );
+        let _ = writeln!(
+            t,
+            "-A KUBE-SERVICES -d {ip}/32 -p tcp -m comment --comment \"{port} cluster IP\" \
+             -m tcp --dport 80 -j {svc}\n\
+             -A {svc} ! -s 10.128.0.0/9 -d {ip}/32 -p tcp -m comment --comment \"{port} cluster \
+             IP\" -m tcp --dport 80 -j KUBE-MARK-MASQ"
+        );
+        for e in 0..ENDPOINTS {
+            let statistic = match ENDPOINTS - e {
+                1 => String::new(),
+                left => format!(
+                    " -m statistic --mode random --probability {:.11}",
+                    1.0 / left as f64
+                ),
+            };
+            let _ = writeln!(
+                t,
+                "-A {svc} -m comment --comment \"{port} -> {}:8080\"{statistic} -j {}",
+                endpoint(s, e),
+                sep_chain(s, e)
+            );
+        }
+        for e in 0..ENDPOINTS {
+            let (sep, ip) = (sep_chain(s, e), endpoint(s, e));
+            let _ = writeln!(
+                t,
+                "-A {sep} -s {ip}/32 -m comment --comment \"{port}\" -j KUBE-MARK-MASQ\n\
+                 -A {sep} -p tcp -m comment --comment \"{port}\" -m tcp -j DNAT \
+                 --to-destination {ip}:8080"
+            );
+        }
+    }
+    t.push_str(
+        "-A KUBE-SERVICES -m comment --comment \"kubernetes service nodeports; NOTE: this must \
+         be the last rule in this chain\" -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS\n\
+         COMMIT\n",
+    );
+    t
+}
+
+/// One node rule added: its K (`comment "mark-K"`), when its `nft` started and when it exited.
+struct NodeWrite {
+    k: usize,
+    started: Instant,
+    exited: Instant,
+}
+
+/// Adds the node's rules, one every [`NODE_EVERY`], into `writes`, until `stop` is set; one
+/// more after that, so that the last one starts after whatever set it.
+fn node_writes(node: &Netns, writer: &Writer, stop: &AtomicBool, writes: &Mutex<Vec<NodeWrite>>) {
+    for k in 0.. {
+        let last = stop.load(Ordering::SeqCst);
+        let started = Instant::now();
+        node.write(
+            writer,
+            &[
+                "nft",
+                &format!("add rule inet t c counter comment \"mark-{k}\""),
+            ],
+        );
+        let exited = Instant::now();
+        writes
+            .lock()
+            .unwrap()
+            .push(NodeWrite { k, started, exited });
+        if last {
+            return;
+        }
+        std::thread::sleep((started + NODE_EVERY).saturating_duration_since(Instant::now()));
+    }
+}
+
+/// Sets its flag when dropped: the node's writes stop however the pod's writes end (also in a
+/// panic).
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Waits until `reported` says that at least `steps` steps were reported; false when that did
+/// not happen within [`STEP_WAIT`].
+fn wait_reported(reported: &mpsc::Receiver<usize>, steps: usize) -> bool {
+    let deadline = Instant::now() + STEP_WAIT * slowdown() as u32;
+    loop {
+        match reported.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(n) if n >= steps => return true,
+            Ok(_) => {}
+            Err(_) => return false,
+        }
+    }
+}
+
+/// The pod's writes, each once the step before it is reported (`reported` gives how many
+/// steps were: the node's first rule, the load, then each rewrite): the load, then the
+/// rewrites. Returns when the load's restore exited (`None`: the node's first rule was not
+/// reported), after the last rewrite is reported or a step was not; sets `stop` then.
+fn pod_writes(
+    pod: &Netns,
+    writer: &Writer,
+    load: &str,
+    reported: mpsc::Receiver<usize>,
+    stop: &AtomicBool,
+) -> Option<Instant> {
+    let _stop = StopOnDrop(stop);
+    if !wait_reported(&reported, 1) {
+        return None;
+    }
+    pod.write_stdin(writer, &RESTORE, load);
+    let load_exited = Instant::now();
+    for k in 0..REWRITES {
+        if !wait_reported(&reported, k + 2) {
+            break;
+        }
+        let moves: Vec<_> = (0..=k).map(moved).collect();
+        pod.write_stdin(writer, &RESTORE, &nat_table(&moves));
+    }
+    wait_reported(&reported, REWRITES + 2);
+    Some(load_exited)
+}
+
+/// A pod change line outside the load: its transaction, op, chain and rule.
+struct PodChange {
+    txn: String,
+    op: String,
+    chain: String,
+    rule: String,
+}
+
+/// What the test keeps of observer's stdout: each line's position (lines since the ready line)
+/// and what the lines about the two namespaces said.
+struct Stream {
+    node: u64,
+    pod: u64,
+    lines: usize,
+    /// Node rule K: the position of its line and when the test read it.
+    marks: HashMap<usize, (usize, Instant)>,
+    /// The load's transaction: the pod's first change.
+    load_txn: Option<String>,
+    load_lines: usize,
+    load_rules: usize,
+    load_chains: usize,
+    /// The position of the load's last line.
+    load_last: usize,
+    others: Vec<PodChange>,
+}
+
+impl Stream {
+    fn new(node: &Netns, pod: &Netns) -> Stream {
+        Stream {
+            node: node.ino(),
+            pod: pod.ino(),
+            lines: 0,
+            marks: HashMap::new(),
+            load_txn: None,
+            load_lines: 0,
+            load_rules: 0,
+            load_chains: 0,
+            load_last: 0,
+            others: Vec::new(),
+        }
+    }
+
+    /// Keeps what matters of the next line of stdout.
+    fn take(&mut self, v: &Value) {
+        let at = self.lines;
+        self.lines += 1;
+        if !is_change(v) {
+            return;
+        }
+        let text = |key: &str| v[key].as_str().unwrap_or_default().to_string();
+        let netns = v["netns"].as_u64();
+        if netns == Some(self.node) && v["op"] == "rule_add" {
+            if let Some(k) = mark_of(&text("rule")) {
+                self.marks.entry(k).or_insert((at, Instant::now()));
+            }
+        } else if netns == Some(self.pod) {
+            let txn = text("txn");
+            let load = self.load_txn.get_or_insert_with(|| txn.clone());
+            if *load == txn {
+                self.load_last = at;
+                self.load_lines += 1;
+                self.load_rules += usize::from(v["op"] == "rule_add");
+                self.load_chains += usize::from(v["op"] == "chain_create");
+            } else {
+                self.others.push(PodChange {
+                    txn,
+                    op: text("op"),
+                    chain: text("chain"),
+                    rule: text("rule"),
+                });
+            }
+        }
+    }
+
+    /// The transaction of rewrite `k`: the one that moved its service's first endpoint.
+    fn rewrite_txn(&self, k: usize) -> Option<&str> {
+        let (s, ip) = moved(k);
+        let (sep, dnat) = (sep_chain(s, 0), format!("--to-destination {ip}:8080"));
+        self.others
+            .iter()
+            .find(|c| c.chain == sep && c.rule.contains(&dnat))
+            .map(|c| c.txn.as_str())
+    }
+
+    /// How many steps are reported, in order: the node's first rule, the whole load (`rules`
+    /// rule adds), then each rewrite.
+    fn steps(&self, rules: usize) -> usize {
+        let mut done = vec![!self.marks.is_empty(), self.load_rules >= rules];
+        done.extend((0..REWRITES).map(|k| self.rewrite_txn(k).is_some()));
+        done.iter().take_while(|d| **d).count()
+    }
+}
+
+/// The K of a rule's `comment "mark-K"`.
+fn mark_of(rule: &str) -> Option<usize> {
+    rule.split_once("comment \"mark-")?
+        .1
+        .split_once('"')?
+        .0
+        .parse()
+        .ok()
+}
+
+/// The value at fraction `q` of sorted `v`.
+fn quantile(v: &[f64], q: f64) -> f64 {
+    v[((v.len() - 1) as f64 * q).round() as usize]
+}
+
+#[test]
+fn a_big_legacy_load_in_one_namespace_does_not_hold_back_another() {
+    skip_unless!("ip", "nft", "iptables-legacy-restore");
+    let mut obs = Observer::start(&[]);
+    let node = Netns::new("nb-node");
+    let pod = Netns::new("nb-pod");
+    let node_writer = Writer::new("obs-node-agent");
+    let pod_writer = Writer::new("obs-kube-proxy");
+    node.write(
+        &node_writer,
+        &["nft", "add table inet t; add chain inet t c"],
+    );
+    let load = nat_table(&[]);
+    let rules = load.lines().filter(|l| l.starts_with("-A ")).count();
+    // Every chain the restore declares, the four built-in ones included.
+    let chains = load.lines().filter(|l| l.starts_with(':')).count();
+    let mut stream = Stream::new(&node, &pod);
+    let stop = AtomicBool::new(false);
+    let writes = Mutex::new(Vec::new());
+    let (reported, reported_rx) = mpsc::channel();
+
+    // Observer's lines are read here while the two namespaces write from their own threads; each
+    // pod write waits until the step before it is reported.
+    let load_exited = std::thread::scope(|s| {
+        let node_thread = s.spawn(|| node_writes(&node, &node_writer, &stop, &writes));
+        let pod_thread = s.spawn(|| pod_writes(&pod, &pod_writer, &load, reported_rx, &stop));
+        let mut steps = 0;
+        let mut settle: Option<Instant> = None;
+        loop {
+            if let Some(v) = obs.take_line(Duration::from_millis(50)) {
+                stream.take(&v);
+            }
+            let now = stream.steps(rules);
+            if now > steps {
+                steps = now;
+                let _ = reported.send(steps);
+            }
+            if node_thread.is_finished() && pod_thread.is_finished() {
+                let all = writes.lock().unwrap().len();
+                let until = *settle.get_or_insert(Instant::now() + STEP_WAIT * slowdown() as u32);
+                if stream.marks.len() >= all || Instant::now() > until {
+                    break;
+                }
+            }
+        }
+        node_thread.join().expect("the node's writes");
+        pod_thread.join().expect("the pod's writes")
+    });
+    let writes = writes.into_inner().unwrap();
+
+    // (1) Every node rule reported.
+    let missing: Vec<String> = writes
+        .iter()
+        .filter(|w| !stream.marks.contains_key(&w.k))
+        .map(|w| format!("mark-{}", w.k))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "expected a change line for each of the node's {} rules; none for {}",
+        writes.len(),
+        missing.join(", ")
+    );
+
+    // (2) Every change of the load reported once, and each rewrite's change to its service only.
+    let load_exited = load_exited.expect("the load ran: the node's first rule was reported");
+    assert_eq!(
+        (stream.load_rules, stream.load_chains),
+        (rules, chains),
+        "expected the load's transaction to add {rules} rules and {chains} chains (rule_add, \
+         chain_create); saw {} and {}",
+        stream.load_rules,
+        stream.load_chains
+    );
+    for k in 0..REWRITES {
+        let (s, ip) = moved(k);
+        let Some(txn) = stream.rewrite_txn(k) else {
+            let seen: Vec<String> = stream
+                .others
+                .iter()
+                .take(10)
+                .map(|c| format!("{} {} {}", c.op, c.chain, c.rule))
+                .collect();
+            panic!(
+                "expected rewrite {k} (service {s}'s first endpoint moved to {ip}) reported as a \
+                 DNAT to {ip}:8080 in {}; saw {} pod changes after the load, such as {seen:?}",
+                sep_chain(s, 0),
+                stream.others.len()
+            );
+        };
+        let own = |c: &str| c == svc_chain(s) || (0..ENDPOINTS).any(|e| c == sep_chain(s, e));
+        let strays: Vec<String> = stream
+            .others
+            .iter()
+            .filter(|c| c.txn == txn && !own(&c.chain))
+            .map(|c| format!("{} {} {}", c.op, c.chain, c.rule))
+            .collect();
+        assert!(
+            strays.is_empty(),
+            "expected rewrite {k} (service {s}'s first endpoint moved to {ip}) to change that \
+             service's chains only; its transaction also has {} other changes, such as {:?}",
+            strays.len(),
+            &strays[..strays.len().min(5)]
+        );
+    }
+
+    // The node rules' latency, for information: the line read, less the nft exit.
+    let mut latency: Vec<f64> = writes
+        .iter()
+        .map(|w| {
+            let read = stream.marks[&w.k].1;
+            match read.checked_duration_since(w.exited) {
+                Some(d) => d.as_secs_f64() * 1e3,
+                None => -(w.exited - read).as_secs_f64() * 1e3,
+            }
+        })
+        .collect();
+    latency.sort_by(f64::total_cmp);
+    eprintln!(
+        "node rules: {} added; latency from nft's exit to the line read: p50 {:.1} ms, p95 \
+         {:.1} ms, max {:.1} ms",
+        writes.len(),
+        quantile(&latency, 0.5),
+        quantile(&latency, 0.95),
+        quantile(&latency, 1.0)
+    );
+
+    // (3) The load did not hold the node back: a node rule started after the load's restore
+    // exited is printed among the load's lines, before its last.
+    let after: Vec<(usize, usize)> = writes
+        .iter()
+        .filter(|w| w.started > load_exited)
+        .map(|w| (w.k, stream.marks[&w.k].0))
+        .collect();
+    let within = after
+        .iter()
+        .filter(|&&(_, at)| at < stream.load_last)
+        .count();
+    eprintln!(
+        "the load: {} lines, its last at line {}; node rules started after the restore exited: \
+         {}, printed before the load's last line: {within}",
+        stream.load_lines,
+        stream.load_last,
+        after.len()
+    );
+    let first = after
+        .iter()
+        .min_by_key(|&&(_, at)| at)
+        .map_or("none".into(), |(k, at)| format!("mark-{k} at line {at}"));
+    assert!(
+        within > 0,
+        "expected a node rule started after the load's restore exited to be printed before the \
+         load's last line (line {}); saw {} such rules, the first printed: {first}: the load held \
+         the node's changes back",
+        stream.load_last,
+        after.len()
+    );
+    obs.stop();
+}
