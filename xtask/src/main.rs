@@ -133,6 +133,28 @@ enum Verb {
     )]
     BenchBignode(bench::bignode::BenchBignodeArgs),
 
+    /// Build observer, then measure one namespace's change latency while another rewrites a big table
+    #[command(
+        long_about = "Run setup's checks and build observer (release; or take the binary named \
+        with --bin), then, in two network namespaces of its own (`obs-neighbour-PID-pod` and \
+        `-node`, deleted at the end; the host's ruleset is never touched), with one `observer \
+        tail --json` watching every namespace: the node adds one nft rule every --interval-ms \
+        (default 200) while the pod loads the kube-proxy-shaped legacy nat table of \
+        bench-bignode (--services, default 10,000: 110,008 rules) with one \
+        `iptables-legacy-restore` and then rewrites the whole table --rewrites times (default 3; \
+        a restore without --noflush, one service's endpoint moved each time), each once \
+        observer has reported the one before. Reports the node's changes sent and reported \
+        (a missing one fails the run) and their latency from `nft`'s exit to their line (p50, \
+        p95, max), while the pod's restores were being handled and overall; per restore, the \
+        time from its exit to observer's first and last line for it, and the pod's change \
+        lines. With --against PATH (a second observer binary, an earlier build say), the plan \
+        runs with it first, then with --bin's, in fresh namespaces each time, and the figures \
+        are shown side by side with the ratio of the p95 latency while the restores were \
+        handled. Prints a markdown section and writes it into BENCHMARKS.md between its \
+        bench-neighbour markers, unless --no-write. Needs root; a minute or two per binary."
+    )]
+    BenchNeighbour(bench::neighbour::BenchNeighbourArgs),
+
     /// Run the integration tests in a QEMU guest with kprobes and fentry, once per backend
     #[command(
         long_about = "Install what the guest needs when missing (Debian packages qemu-system-x86, \
@@ -310,6 +332,7 @@ fn main() -> ExitCode {
         Verb::Tail(a) => tail(&a.args),
         Verb::Bench(a) => bench::run(&a),
         Verb::BenchBignode(a) => bench::bignode::run(&a),
+        Verb::BenchNeighbour(a) => bench::neighbour::run(&a),
         Verb::VmBench(a) => bench::vm::run(&a),
         Verb::BenchOverhead(a) => bench::overhead::run(&a),
         Verb::OverheadWorkload(a) => bench::overhead::workload(&a),

@@ -24,7 +24,8 @@
 //! environment and the one writer of a marked section of BENCHMARKS.md, for every bench.
 //!
 //! The other bench verbs live beside it, one module each, and share those too:
-//! [`bignode`] (`bench-bignode`: cost per kube-proxy sync on a big node), [`overhead`]
+//! [`bignode`] (`bench-bignode`: cost per kube-proxy sync on a big node), [`neighbour`]
+//! (`bench-neighbour`: one namespace's changes while another rewrites a big table), [`overhead`]
 //! (`bench-overhead`: what the hooks cost the rest of the node), [`vm`] (`vm-bench`: the hook
 //! backends' cost to a writer, in a QEMU guest), [`daemon`] (`bench-daemon`: the record and
 //! `observer run` under load), [`forensics`] (`bench-forensics`), [`incidents`]
@@ -66,6 +67,7 @@ pub(crate) mod daemon;
 pub(crate) mod forensics;
 pub(crate) mod incidents;
 pub(crate) mod nats;
+pub(crate) mod neighbour;
 pub(crate) mod overhead;
 pub(crate) mod soak;
 pub(crate) mod vm;

@@ -112,7 +112,8 @@ fn sep_rules(out: &mut String, chain: &str, port: &str, ip: &str) {
     );
 }
 
-fn expected_rules(services: usize) -> usize {
+/// The rules of [`nat_table`]`(services)`, as `iptables-legacy-save` lists them.
+pub(crate) fn expected_rules(services: usize) -> usize {
     FIXED_RULES + RULES_PER_SERVICE * services
 }
 
@@ -124,7 +125,17 @@ fn expected_chains(services: usize) -> usize {
 /// `services` services of [`ENDPOINTS`] endpoints each ([`CHAINS_PER_SERVICE`] chains and
 /// [`RULES_PER_SERVICE`] rules per service), plus KUBE-MARK-MASQ, KUBE-POSTROUTING,
 /// KUBE-NODEPORTS and the jumps from the built-in chains.
-pub(super) fn nat_table(services: usize) -> String {
+pub(crate) fn nat_table(services: usize) -> String {
+    nat_table_moving(services, |_, _| None)
+}
+
+/// [`nat_table`] with some endpoints moved: endpoint `e` of service `s` at `moved(s, e)` when
+/// that is `Some` (in its KUBE-SVC- rule's comment and its KUBE-SEP- chain's two rules), at its
+/// own address otherwise. The chains and the number of rules stay those of [`nat_table`].
+pub(crate) fn nat_table_moving(
+    services: usize,
+    moved: impl Fn(usize, usize) -> Option<String>,
+) -> String {
     let mut t = String::with_capacity(services * 1_400 + 4_096);
     t.push_str(
         "*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n\
@@ -149,6 +160,9 @@ pub(super) fn nat_table(services: usize) -> String {
     );
     for s in 0..services {
         let (svc, ip, port) = (svc_chain(s), cluster_ip(s), port_name(s));
+        let endpoints: Vec<String> = (0..ENDPOINTS)
+            .map(|e| moved(s, e).unwrap_or_else(|| endpoint_ip(s, e)))
+            .collect();
         let _ = writeln!(
             t,
             "-A KUBE-SERVICES -d {ip}/32 -p tcp -m comment --comment \"{port} cluster IP\" \
@@ -156,7 +170,7 @@ pub(super) fn nat_table(services: usize) -> String {
              -A {svc} ! -s 10.128.0.0/9 -d {ip}/32 -p tcp -m comment --comment \"{port} cluster IP\" \
              -m tcp --dport 80 -j KUBE-MARK-MASQ"
         );
-        for e in 0..ENDPOINTS {
+        for (e, endpoint) in endpoints.iter().enumerate() {
             let statistic = match ENDPOINTS - e {
                 1 => String::new(),
                 left => format!(
@@ -166,13 +180,12 @@ pub(super) fn nat_table(services: usize) -> String {
             };
             let _ = writeln!(
                 t,
-                "-A {svc} -m comment --comment \"{port} -> {}:8080\"{statistic} -j {}",
-                endpoint_ip(s, e),
+                "-A {svc} -m comment --comment \"{port} -> {endpoint}:8080\"{statistic} -j {}",
                 sep_chain(s, e)
             );
         }
-        for e in 0..ENDPOINTS {
-            sep_rules(&mut t, &sep_chain(s, e), &port, &endpoint_ip(s, e));
+        for (e, endpoint) in endpoints.iter().enumerate() {
+            sep_rules(&mut t, &sep_chain(s, e), &port, endpoint);
         }
     }
     t.push_str(

@@ -25,7 +25,7 @@
 //! them, the figures of one size); [`legacy`] and [`nft`] make each shape's table and syncs and
 //! measure one size, [`report`] writes the one section per shape.
 
-mod legacy;
+pub(crate) mod legacy;
 mod nft;
 mod report;
 
@@ -91,7 +91,7 @@ const LIST_RUNS: usize = 3;
 const ONE_LIST_ABOVE: usize = 20_000;
 
 /// Endpoint chains per service (kube-proxy's probabilities 1/3, 1/2, the rest), in both shapes.
-const ENDPOINTS: usize = 3;
+pub(crate) const ENDPOINTS: usize = 3;
 
 const SYNC_INTERVAL: Duration = Duration::from_secs(1);
 /// One sync's first line.
