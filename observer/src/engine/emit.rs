@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::forensics::model::Tables;
 use crate::output::{IncidentLine, Line, StatusLine};
 use crate::ruleset::{Backend, Change, ChangeResult};
+use crate::xtables;
 
 use super::core::losses::{self, Losses};
 use super::core::pieces;
@@ -123,6 +124,17 @@ impl Engine {
             return self.end_txn(&ctx, n);
         }
         let pieces = Box::new(pieces::pieces(changes, pieces::PIECE));
+        let ctx = Box::new(ctx);
+        self.backlog.push(inode, Queued::Txn { ctx, pieces, n });
+    }
+
+    /// A large table created (see [`xtables::diff::created`]): its changes are made and
+    /// written a piece at a time from the backlog.
+    pub(super) fn emit_created(&mut self, ctx: ChangeCtx, table: Arc<xtables::XtTable>) {
+        let n = xtables::diff::created_count(&table) as u64;
+        let changes = xtables::diff::created(table);
+        let pieces = Box::new(pieces::chunks(changes, pieces::PIECE));
+        let inode = ctx.inode;
         let ctx = Box::new(ctx);
         self.backlog.push(inode, Queued::Txn { ctx, pieces, n });
     }

@@ -79,9 +79,38 @@ pub(super) struct Learned {
     /// The copy of the table the changes were found against.
     prev: Option<Arc<xtables::XtTable>>,
     /// The table installed (`None`: gone).
-    table: Option<xtables::XtTable>,
-    /// What changed from `prev` to `table`, its flushes settled.
-    changes: Vec<Change>,
+    table: Option<Arc<xtables::XtTable>>,
+    /// What changed from `prev` to `table`.
+    changes: Found,
+}
+
+/// What a replace changed.
+pub(super) enum Found {
+    /// These changes, their flushes settled.
+    Changes(Vec<Change>),
+    /// A large table that did not exist was created: its changes are made a chain at a time
+    /// as they are written ([`xtables::diff::created`]).
+    Created(Arc<xtables::XtTable>),
+}
+
+/// What changed from `old` to `new`, read against each other, the flushes settled from the
+/// writer's command line (`args`): it tells `-F` from `-D` of a one-rule chain. A large table
+/// created is left to be made a chain at a time.
+fn found(
+    old: Option<&xtables::XtTable>,
+    new: Option<&Arc<xtables::XtTable>>,
+    args: &[String],
+) -> Found {
+    match (old, new) {
+        (None, Some(t)) if xtables::diff::created_count(t) > super::core::pieces::PIECE => {
+            Found::Created(t.clone())
+        }
+        _ => {
+            let mut changes = xtables::diff(old, new.map(|t| &**t));
+            ruleset::settle_flushes(&mut changes, &ruleset::FlushEvidence::from_args(args));
+            Found::Changes(changes)
+        }
+    }
 }
 
 /// What a namespace's reading thread needs to learn a replace's table: the copy held now
@@ -151,9 +180,8 @@ fn learn(mut p: Pending, way: Way) -> Result<Learned, String> {
             p.x.table
         )
     })?;
-    let mut changes = xtables::diff(prev.as_deref(), table.as_ref());
-    // The command line the kernel hook captured tells `-F` from `-D` of a one-rule chain.
-    ruleset::settle_flushes(&mut changes, &ruleset::FlushEvidence::from_args(&p.x.args));
+    let table = table.map(Arc::new);
+    let changes = found(prev.as_deref(), table.as_ref(), &p.x.args);
     Ok(Learned {
         x: p.x,
         proto,
@@ -165,6 +193,23 @@ fn learn(mut p: Pending, way: Way) -> Result<Learned, String> {
         table,
         changes,
     })
+}
+
+/// A replace's changes are one transaction of its writer, dated by the kernel's clock at the
+/// replace.
+fn replace_ctx(x: &XtReplaceEvent, name: Option<String>, process: ProcessInfo) -> ChangeCtx {
+    let inode = x.process.netns;
+    ChangeCtx {
+        inode,
+        name,
+        backend: Backend::Legacy,
+        time: Timestamp::from_boot_ns(x.ktime_ns),
+        txn: format!("xt-{inode}-{}", x.ktime_ns),
+        source: x.source.into(),
+        process,
+        replayed: false,
+        recovered: false,
+    }
 }
 
 /// Why the changes of a table read back after a replace may not all be the writer's: the table
@@ -405,9 +450,7 @@ impl Engine {
             changes
         } else {
             // What observer held changed while this replace was learned: diffed again.
-            let mut changes = xtables::diff(old.as_deref(), new.as_ref());
-            ruleset::settle_flushes(&mut changes, &ruleset::FlushEvidence::from_args(&x.args));
-            changes
+            found(old.as_deref(), new.as_ref(), &x.args)
         };
         // The last copy's chains and entries that the new one does not share go now.
         let large = old
@@ -415,10 +458,14 @@ impl Engine {
             .is_some_and(|t| t.kept_bytes() >= super::LARGE_TABLE_BYTES);
         drop((old, prev));
         if let Some(t) = new {
-            w.legacy.insert(key, Arc::new(t));
+            w.legacy.insert(key, t);
         }
         let name = w.handle.name.clone();
-        self.emit_replace(&x, name, process, changes);
+        let ctx = replace_ctx(&x, name, process);
+        match changes {
+            Found::Changes(changes) => self.emit_txn(ctx, changes),
+            Found::Created(table) => self.emit_created(ctx, table),
+        }
         if large {
             // What a large table's copy freed (its chains, the read's buffer) may sit in the
             // allocator's arena of another thread, which the next read would not reuse.
@@ -426,8 +473,7 @@ impl Engine {
         }
     }
 
-    /// Report what a replace changed as one transaction of its writer, dated by the kernel's
-    /// clock at the replace.
+    /// Report what a replace changed as one transaction of its writer.
     fn emit_replace(
         &mut self,
         x: &XtReplaceEvent,
@@ -435,21 +481,7 @@ impl Engine {
         process: ProcessInfo,
         changes: Vec<Change>,
     ) {
-        let inode = x.process.netns;
-        self.emit_txn(
-            ChangeCtx {
-                inode,
-                name,
-                backend: Backend::Legacy,
-                time: Timestamp::from_boot_ns(x.ktime_ns),
-                txn: format!("xt-{inode}-{}", x.ktime_ns),
-                source: x.source.into(),
-                process,
-                replayed: false,
-                recovered: false,
-            },
-            changes,
-        );
+        self.emit_txn(replace_ctx(x, name, process), changes);
     }
 
     /// An ebtables replace the kernel took: the table is read back through the namespace's
@@ -568,19 +600,11 @@ impl Engine {
         process: ProcessInfo,
         c: (Change, ChangeResult),
     ) {
-        let inode = x.process.netns;
-        let name = self.watched.get(&inode).and_then(|w| w.handle.name.clone());
-        let ctx = ChangeCtx {
-            inode,
-            name,
-            backend: Backend::Legacy,
-            time: Timestamp::from_boot_ns(x.ktime_ns),
-            txn: format!("xt-{inode}-{}", x.ktime_ns),
-            source: x.source.into(),
-            process,
-            replayed: false,
-            recovered: false,
-        };
+        let name = self
+            .watched
+            .get(&x.process.netns)
+            .and_then(|w| w.handle.name.clone());
+        let ctx = replace_ctx(x, name, process);
         self.emit_txn_results(ctx, vec![c]);
     }
 }

@@ -267,6 +267,30 @@ fn diff_table_appears_and_goes() {
     );
 }
 
+/// A table's creation made a chain at a time says exactly what `diff` from nothing says.
+#[test]
+fn created_is_diff_from_nothing() {
+    let mut tables = vec![
+        filter(-2, vec![drop_rule(1)], &[("A", &[]), ("B", &[2, 3, 4])]),
+        base(),
+    ];
+    for f in [
+        fixture!("ip_filter_basic", XtProto::Ipv4),
+        fixture!("ip_filter_ext", XtProto::Ipv4),
+        fixture!("ip_nat", XtProto::Ipv4),
+        fixture!("ip6_nat", XtProto::Ipv6),
+    ] {
+        tables.push(fixture_table(&f));
+    }
+    for t in tables {
+        let whole = diff(None, Some(&t));
+        assert!(whole.len() > 2, "{}: a table with chains and rules", t.name);
+        assert_eq!(super::diff::created_count(&t), whole.len(), "{}", t.name);
+        let lazy: Vec<Change> = super::diff::created(std::sync::Arc::new(t)).collect();
+        assert_eq!(lazy, whole);
+    }
+}
+
 /// Counters change on every packet; they must never show up as a change.
 #[test]
 fn diff_ignores_counters() {

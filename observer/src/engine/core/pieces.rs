@@ -59,6 +59,22 @@ pub fn pieces(
     })
 }
 
+/// Changes made as they are read (all applied creations), in pieces of `piece`.
+pub fn chunks(
+    mut changes: impl Iterator<Item = Change> + Send + 'static,
+    piece: usize,
+) -> impl Iterator<Item = Vec<(Change, ChangeResult)>> + Send + 'static {
+    let piece = piece.max(1);
+    std::iter::from_fn(move || {
+        let p: Vec<_> = changes
+            .by_ref()
+            .take(piece)
+            .map(|c| (c, ChangeResult::Applied))
+            .collect();
+        (!p.is_empty()).then_some(p)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,6 +134,18 @@ mod tests {
             .collect();
         all[3].1 = ChangeResult::Refused("EPERM".into());
         assert_eq!(pieces(all, 4).count(), 1);
+    }
+
+    #[test]
+    fn changes_made_as_they_are_read_come_in_pieces_in_order() {
+        let made = (0..10).map(|i| change(Op::RuleAdd, &format!("C{i}")).0);
+        let got: Vec<Vec<String>> = chunks(made, 4).map(|p| chains(&p)).collect();
+        assert_eq!(got.iter().map(Vec::len).collect::<Vec<_>>(), vec![4, 4, 2]);
+        assert_eq!(
+            got.concat(),
+            (0..10).map(|i| format!("C{i}")).collect::<Vec<_>>()
+        );
+        assert_eq!(chunks(std::iter::empty(), 4).count(), 0);
     }
 
     #[test]
