@@ -197,6 +197,31 @@ impl Observer {
         self.seen.iter().filter(|v| is_change(v)).collect()
     }
 
+    /// Send SIGTERM, as a DaemonSet's end does, hand `each` every line written after it until
+    /// stdout closes (within `secs`), and check that it exits cleanly then.
+    pub fn terminate_reading(mut self, secs: u64, mut each: impl FnMut(&Value)) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(secs * slowdown());
+        loop {
+            match self
+                .lines
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            {
+                Ok(v) => each(&v),
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    panic!("observer's stdout was still open {secs} s after SIGTERM")
+                }
+            }
+        }
+        let status = self.child.wait().expect("observer's exit status");
+        assert!(
+            status.success(),
+            "observer exited with {status} after SIGTERM"
+        );
+    }
+
     /// Stop with Ctrl-C, as a person would, and check that it exits cleanly.
     pub fn stop(mut self) {
         let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);

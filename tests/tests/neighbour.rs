@@ -499,3 +499,90 @@ fn a_big_legacy_load_in_one_namespace_does_not_hold_back_another() {
     );
     obs.stop();
 }
+
+/// What the pod's lines said: the load's changes by op, and whether the rewrite's move came.
+#[derive(Default)]
+struct Ended {
+    load_txn: Option<String>,
+    rules: usize,
+    chains: usize,
+    moved: bool,
+    /// Lines read after SIGTERM.
+    after_signal: usize,
+}
+
+impl Ended {
+    fn take(&mut self, v: &Value, pod: u64, dnat: &str) {
+        if !is_change(v) || v["netns"].as_u64() != Some(pod) {
+            return;
+        }
+        let txn = v["txn"].as_str().unwrap_or_default();
+        if self.load_txn.get_or_insert_with(|| txn.to_string()) == txn {
+            self.rules += usize::from(v["op"] == "rule_add");
+            self.chains += usize::from(v["op"] == "chain_create");
+        } else if v["rule"].as_str().is_some_and(|r| r.contains(dnat)) {
+            self.moved = true;
+        }
+    }
+}
+
+/// SIGTERM while the load's lines are still being written and a whole-table rewrite behind it
+/// is taken but not learned: observer ends cleanly, only once it has written every change of
+/// both (a DaemonSet's restart loses nothing the kernel already reported).
+#[test]
+fn the_end_writes_every_change_the_kernel_reported_before_it() {
+    skip_unless!("ip", "iptables-legacy-restore");
+    let pod = Netns::new("nb-end");
+    let mut obs = Observer::start(&["--netns", pod.name()]);
+    let writer = Writer::new("obs-kube-proxy");
+    let load = nat_table(&[]);
+    let rules = load.lines().filter(|l| l.starts_with("-A ")).count();
+    let chains = load.lines().filter(|l| l.starts_with(':')).count();
+    let (s, ip) = moved(0);
+    let dnat = format!("--to-destination {ip}:8080");
+    let mut ended = Ended::default();
+    pod.write_stdin(&writer, &RESTORE, &load);
+    // The load is being written: its first line.
+    let until = Instant::now() + STEP_WAIT * slowdown() as u32;
+    while ended.load_txn.is_none() {
+        assert!(
+            Instant::now() < until,
+            "expected the load's first line within {STEP_WAIT:?}"
+        );
+        if let Some(v) = obs.take_line(Duration::from_millis(50)) {
+            ended.take(&v, pod.ino(), &dnat);
+        }
+    }
+    // The rewrite, made while the load is written (its lines are still read meanwhile); SIGTERM
+    // a moment after its restore exited, for its kernel record to leave the ring buffer.
+    std::thread::scope(|scope| {
+        let rewrite = scope.spawn(|| pod.write_stdin(&writer, &RESTORE, &nat_table(&[moved(0)])));
+        while !rewrite.is_finished() {
+            if let Some(v) = obs.take_line(Duration::from_millis(20)) {
+                ended.take(&v, pod.ino(), &dnat);
+            }
+        }
+        rewrite.join().expect("the rewrite");
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let before = ended.rules;
+    obs.terminate_reading(120, |v| {
+        ended.after_signal += 1;
+        ended.take(v, pod.ino(), &dnat);
+    });
+    eprintln!(
+        "rule adds of the load read before SIGTERM: {before} of {rules}; lines read after it: {}",
+        ended.after_signal
+    );
+    assert_eq!(
+        (ended.rules, ended.chains),
+        (rules, chains),
+        "expected every change of the load (rule_add, chain_create) before observer ended"
+    );
+    assert!(
+        ended.moved,
+        "expected the rewrite's move (service {s}'s first endpoint to {ip}, a DNAT to {ip}:8080 \
+         in {}) before observer ended",
+        sep_chain(s, 0)
+    );
+}

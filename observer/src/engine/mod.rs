@@ -278,8 +278,8 @@ async fn run_here(config: &EngineConfig, output: Box<dyn Output>) -> Result<(), 
     };
     let (mut engine, mut channels) = start(config, output).await?;
     run_loop(&mut engine, &mut signals, &mut channels).await;
-    // What was reported and not yet written goes out before the end.
-    engine.flush_backlog();
+    // What the kernel reported and is not written yet goes out before the end.
+    finish(&mut engine, &mut channels).await;
     // The queues go last, after the readers and the programs.
     engine.stop();
     drop(channels);
@@ -483,6 +483,66 @@ async fn run_loop(engine: &mut Engine, signals: &mut Signals, channels: &mut Cha
             // Last: a piece of the lines waiting, when no other event is ready.
             () = std::future::ready(()), if !engine.backlog.is_empty() => engine.work_backlog(),
             else => break,
+        }
+    }
+}
+
+/// How long the end waits for legacy replaces still being learned.
+const FINISH_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+/// At the end, the kernel records already on their way are taken until none came for this
+/// long, or for [`RECORDS_WAIT`] at most.
+const RECORDS_QUIET: std::time::Duration = std::time::Duration::from_millis(50);
+const RECORDS_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The run ends: the kernel records already on their way are handled, the lines waiting in
+/// the backlog are written, and the legacy replaces taken and not yet learned are learned and
+/// written too (for at most [`FINISH_WAIT`]; those left are said in the log), so that a change
+/// the kernel reported before the signal is not lost.
+async fn finish(engine: &mut Engine, channels: &mut Channels) {
+    let records_until = tokio::time::Instant::now() + RECORDS_WAIT;
+    while !engine.output_closed && tokio::time::Instant::now() < records_until {
+        match tokio::time::timeout(RECORDS_QUIET, channels.kernel_rx.recv()).await {
+            Ok(Some(ev)) => {
+                engine.handle_losses().await;
+                engine.on_kernel(ev).await;
+            }
+            Ok(None) | Err(_) => break,
+        }
+    }
+    let ns_rx = &mut channels.ns_rx;
+    let until = tokio::time::Instant::now() + FINISH_WAIT;
+    loop {
+        engine.flush_backlog();
+        if engine.output_closed {
+            return;
+        }
+        let waiting: Vec<u32> = engine
+            .watched
+            .iter()
+            .filter(|(_, w)| w.learning || !w.replaces.is_empty())
+            .map(|(inode, _)| *inode)
+            .collect();
+        if waiting.is_empty() {
+            return;
+        }
+        for inode in waiting {
+            engine.learn_next(inode);
+        }
+        match tokio::time::timeout_at(until, ns_rx.recv()).await {
+            Ok(Some(NsMsg::Found(_))) => {}
+            Ok(Some(msg)) => engine.on_ns(msg),
+            Ok(None) | Err(_) => {
+                let left: usize = engine
+                    .watched
+                    .values()
+                    .map(|w| w.replaces.len() + usize::from(w.learning))
+                    .sum();
+                tracing::warn!(
+                    "{left} legacy table replaces were not learned before the end (after {} s)",
+                    FINISH_WAIT.as_secs()
+                );
+                return;
+            }
         }
     }
 }
