@@ -113,13 +113,12 @@ fn found(
     }
 }
 
-/// What a namespace's reading thread needs to learn a replace's table: the copy held now
-/// (the decode, or the read, takes the chains that did not change from it) and the way into
-/// the namespace (its sockets once open, else the namespace itself).
-struct Way {
-    prev: Option<Arc<xtables::XtTable>>,
-    socks: Option<Arc<xtables::XtSockets>>,
-    file: Option<std::fs::File>,
+/// The way into a namespace for reading its legacy tables.
+enum Way {
+    /// Its sockets, open since its first legacy replace.
+    Sockets(Arc<xtables::XtSockets>),
+    /// The namespace itself, entered to open them (its first legacy replace).
+    Enter(std::fs::File),
 }
 
 /// The sockets of a namespace and the result of a read.
@@ -127,11 +126,11 @@ type SocksAndRead<T> = (Option<xtables::XtSockets>, Result<T, XtError>);
 
 /// Learn the table replace `p` installed, on a thread of the blocking pool: decoded from its
 /// writer's copy when that is trusted, else read back (see [`replace::table_from`]), then
-/// diffed against the copy held. The error says why it could not be read.
-fn learn(mut p: Pending, way: Way) -> Result<Learned, String> {
+/// diffed against `prev`, the copy held now (the decode, or the read, takes the chains that
+/// did not change from it). The error says why it could not be read.
+fn learn(mut p: Pending, prev: Option<Arc<xtables::XtTable>>, way: Way) -> Result<Learned, String> {
     let inode = p.x.process.netns;
     let (proto, table) = (p.proto, p.x.table.clone());
-    let Way { prev, socks, file } = way;
     // The table the writer installed, as the kernel side copied it: exactly this writer's
     // change, whatever was installed after it.
     let copy = match p.x.blob.take() {
@@ -144,24 +143,24 @@ fn learn(mut p: Pending, way: Way) -> Result<Learned, String> {
         },
         Err(c) => *c,
     };
-    let from = replace::table_from(seen, socks.is_some());
+    let from = replace::table_from(seen, matches!(way, Way::Sockets(_)));
     let began = boot_now_ns();
-    let (socks, read): SocksAndRead<xtables::XtTable> = match (from, copy, socks, file) {
-        (TableFrom::Copy { name_sets }, Ok(mut t), socks, _) => {
+    let (socks, read): SocksAndRead<xtables::XtTable> = match (from, copy, way) {
+        (TableFrom::Copy { name_sets }, Ok(mut t), way) => {
             // `-m set` refers to its sets by index: they are named through the namespace's
             // sockets (before those are open, the table is read back, which opens them).
-            if let Some(socks) = socks.filter(|_| name_sets) {
+            if let (true, Way::Sockets(socks)) = (name_sets, way) {
                 xtables::name_sets(&mut t, &socks);
             }
             (None, Ok(t))
         }
         // The table was just replaced, so it exists: read it through the namespace's sockets.
-        (_, _, Some(socks), _) => (
+        (_, _, Way::Sockets(socks)) => (
             None,
             xtables::read_existing_table(&socks, proto, &table, prev.as_deref()),
         ),
         // The first time: enter the namespace, open its sockets there, and read.
-        (_, _, None, Some(file)) => {
+        (_, _, Way::Enter(file)) => {
             let (table, prev) = (table.clone(), prev.clone());
             netns::run_in(&file, move || {
                 let socks = xtables::XtSockets::open().ok();
@@ -172,7 +171,6 @@ fn learn(mut p: Pending, way: Way) -> Result<Learned, String> {
             })
             .map_err(|e| format!("namespace {inode}: entering the namespace: {e}"))?
         }
-        (_, _, None, None) => return Err(format!("namespace {inode}: no way in")),
     };
     let table = replace::table_or_gone(read).map_err(|e| {
         format!(
@@ -360,11 +358,10 @@ impl Engine {
                 // the namespace's first read): what observer holds already has this change.
                 continue;
             }
-            let socks = w.xt_socks.clone();
-            let file = match socks {
-                Some(_) => None,
+            let way = match &w.xt_socks {
+                Some(socks) => Way::Sockets(socks.clone()),
                 None => match w.handle.file.try_clone() {
-                    Ok(f) => Some(f),
+                    Ok(file) => Way::Enter(file),
                     Err(e) => {
                         tracing::warn!("namespace {inode}: {e}");
                         continue;
@@ -373,9 +370,8 @@ impl Engine {
             };
             let prev = w.legacy.get(&key).cloned();
             w.learning = true;
-            let way = Way { prev, socks, file };
             tokio::spawn(async move {
-                let learned = tokio::task::spawn_blocking(move || learn(p, way))
+                let learned = tokio::task::spawn_blocking(move || learn(p, prev, way))
                     .await
                     .unwrap_or_else(|e| Err(format!("namespace {inode}: {e}")))
                     .map(Box::new);
