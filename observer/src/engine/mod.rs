@@ -109,6 +109,13 @@ struct Watched {
     deferred: Vec<NsMsg>,
 }
 
+impl Watched {
+    /// Its legacy replaces taken and not learned yet: those waiting, and the one being learned.
+    fn unlearned(&self) -> usize {
+        self.replaces.len() + usize::from(self.learning)
+    }
+}
+
 impl Drop for Watched {
     fn drop(&mut self) {
         if let Some(task) = self.nft_reader.take() {
@@ -487,8 +494,9 @@ async fn run_loop(engine: &mut Engine, signals: &mut Signals, channels: &mut Cha
     }
 }
 
-/// How long the end waits for legacy replaces still being learned.
-const FINISH_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long the end waits for legacy replaces still being learned: within `tail`'s 5 s after a
+/// signal (`cmd::exit_after_signal`), so that what is left can still be said in the log.
+const FINISH_WAIT: std::time::Duration = std::time::Duration::from_secs(4);
 /// At the end, the kernel records already on their way are taken until none came for this
 /// long, or for [`RECORDS_WAIT`] at most.
 const RECORDS_QUIET: std::time::Duration = std::time::Duration::from_millis(50);
@@ -519,7 +527,7 @@ async fn finish(engine: &mut Engine, channels: &mut Channels) {
         let waiting: Vec<u32> = engine
             .watched
             .iter()
-            .filter(|(_, w)| w.learning || !w.replaces.is_empty())
+            .filter(|(_, w)| w.unlearned() > 0)
             .map(|(inode, _)| *inode)
             .collect();
         if waiting.is_empty() {
@@ -532,11 +540,7 @@ async fn finish(engine: &mut Engine, channels: &mut Channels) {
             Ok(Some(NsMsg::Found(_))) => {}
             Ok(Some(msg)) => engine.on_ns(msg),
             Ok(None) | Err(_) => {
-                let left: usize = engine
-                    .watched
-                    .values()
-                    .map(|w| w.replaces.len() + usize::from(w.learning))
-                    .sum();
+                let left: usize = engine.watched.values().map(Watched::unlearned).sum();
                 tracing::warn!(
                     "{left} legacy table replaces were not learned before the end (after {} s)",
                     FINISH_WAIT.as_secs()
