@@ -32,7 +32,7 @@ pub fn diff(old: Option<&XtTable>, new: Option<&XtTable>) -> Vec<Change> {
         .chains
         .iter()
         .filter(|c| named.contains(c.name.as_str()))
-        .map(|c| (c.name.as_str(), c.rules.len()))
+        .map(|c| (c.name.as_str(), c.rule_count()))
         .collect();
     let family = old.proto.family();
     let total = old.rule_count();
@@ -69,9 +69,11 @@ pub fn created(new: std::sync::Arc<XtTable>) -> impl Iterator<Item = Change> + S
     }))
 }
 
-/// How many changes [`created`] makes of `t`: the table, its chains and its rules.
+/// How many changes [`created`] makes of `t`: the table, its chains and its rules (none for a
+/// table held at chain level).
 pub fn created_count(t: &XtTable) -> usize {
-    1 + t.chains.len() + t.rule_count()
+    let rules = if t.chain_level { 0 } else { t.rule_count() };
+    1 + t.chains.len() + rules
 }
 
 /// The per-rule and per-chain deltas, before summarizing.
@@ -121,8 +123,8 @@ pub(crate) fn raw_changes(old: Option<&XtTable>, new: Option<&XtTable>) -> Vec<C
                 if !new_keys.contains_key(k) {
                     let mut ch =
                         Change::new(Op::ChainDelete, o.proto.family(), &o.name).chain(&c.name);
-                    if !c.rules.is_empty() {
-                        ch = ch.detail(format!("{} rules deleted", c.rules.len()));
+                    if c.rule_count() > 0 {
+                        ch = ch.detail(format!("{} rules deleted", c.rule_count()));
                     }
                     out.push(ch);
                 }
@@ -150,10 +152,20 @@ fn keyed(t: &XtTable) -> Vec<(ChainKey<'_>, &XtChain)> {
         .collect()
 }
 
+/// What is said of a chain's rules when its table is held at chain level.
+const NOT_RULE_BY_RULE: &str = "table held at chain level: rules not told one by one";
+
 fn chain_created(out: &mut Vec<Change>, t: &XtTable, c: &XtChain) {
     let mut ch = Change::new(Op::ChainCreate, t.proto.family(), &t.name).chain(&c.name);
-    if let Some(p) = &c.policy {
-        ch = ch.detail(format!("builtin, policy {p}"));
+    let policy = c.policy.as_ref().map(|p| format!("builtin, policy {p}"));
+    if t.chain_level {
+        let rules = ruleset::plural(c.rule_count() as u64, "rule", "rules");
+        let head = policy.map_or(String::new(), |p| format!("{p}; "));
+        out.push(ch.detail(format!("{head}{rules} ({NOT_RULE_BY_RULE})")));
+        return;
+    }
+    if let Some(p) = policy {
+        ch = ch.detail(p);
     }
     out.push(ch);
     for (i, r) in c.rules.iter().enumerate() {
@@ -183,6 +195,9 @@ fn chain_changed(out: &mut Vec<Change>, o: &XtTable, oc: &XtChain, n: &XtTable, 
         // The same entries (the policy's included): the same rules.
         return;
     }
+    if o.chain_level || n.chain_level {
+        return chain_level_changed(out, oc, n, nc);
+    }
     let a: Vec<u64> = oc.rules.iter().map(|r| r.fingerprint).collect();
     let b: Vec<u64> = nc.rules.iter().map(|r| r.fingerprint).collect();
     if a == b {
@@ -204,6 +219,31 @@ fn chain_changed(out: &mut Vec<Change>, o: &XtTable, oc: &XtChain, n: &XtTable, 
             }
         });
     }
+}
+
+/// A chain whose rules changed, in a table held at chain level (before or after): a flush when
+/// it has none left, else one `chain_update` that says how many rules it had and has.
+fn chain_level_changed(out: &mut Vec<Change>, oc: &XtChain, n: &XtTable, nc: &XtChain) {
+    let (was, now) = (oc.rule_count(), nc.rule_count());
+    let family = n.proto.family();
+    if now == 0 && was > 0 {
+        out.push(
+            Change::new(Op::ChainFlush, family, &n.name)
+                .chain(&nc.name)
+                .detail(format!(
+                    "{} flushed ({NOT_RULE_BY_RULE})",
+                    ruleset::plural(was as u64, "rule", "rules")
+                )),
+        );
+        return;
+    }
+    out.push(
+        Change::new(Op::ChainUpdate, family, &n.name)
+            .chain(&nc.name)
+            .detail(format!(
+                "rules changed: {was} -> {now} ({NOT_RULE_BY_RULE})"
+            )),
+    );
 }
 
 /// One step of an edit script: delete `a[i]` or insert `b[j]`.

@@ -98,6 +98,18 @@ pub enum XtError {
         #[source]
         source: std::io::Error,
     },
+    /// The table is larger than the reader may read at once (its entries are copied out in
+    /// one call: reading it would take that much memory).
+    #[error(
+        "{proto} table {name:?} takes {size} bytes in the kernel, more than the {cap} bytes \
+         observer reads at once"
+    )]
+    TooLarge {
+        proto: XtProto,
+        name: String,
+        size: u64,
+        cap: usize,
+    },
     /// The table was replaced again between `GET_INFO` and `GET_ENTRIES` on every attempt.
     #[error("{proto} table {name:?} kept changing while being read ({attempts} attempts)")]
     Unstable {
@@ -129,6 +141,9 @@ pub struct XtTable {
     carried: usize,
     /// Bytes of `entries` its rules use (the rest is what other copies of the table use).
     live: usize,
+    /// Held at chain level: its chains' names, policies, keys and rule counts only, no rules
+    /// (a table with more rules than the decode had room for; see [`Against::room`]).
+    chain_level: bool,
 }
 
 impl fmt::Debug for XtTable {
@@ -140,6 +155,7 @@ impl fmt::Debug for XtTable {
             .field("chains", &self.chains)
             .field("entries_packed", &self.entries.len())
             .field("set_names", &self.set_names)
+            .field("chain_level", &self.chain_level)
             .finish()
     }
 }
@@ -152,7 +168,11 @@ pub struct XtChain {
     pub builtin: bool,
     /// The policy of a built-in chain (`ACCEPT`, `DROP`, ...); `None` for user chains.
     pub policy: Option<String>,
+    /// Its rules; empty for a chain of a table held at chain level (see
+    /// [`XtChain::rule_count`]).
     pub rules: Vec<XtRule>,
+    /// How many rules it has (`rules.len()`, unless its table is held at chain level).
+    pub(crate) count: usize,
     /// A hash of the chain's entries as they define its rules and policy (not its counters, not
     /// where in the table it sits): equal keys in two copies of a table mean the chain did not
     /// change, so it is neither decoded again nor diffed. Comparable within one process run.
@@ -197,6 +217,34 @@ pub(crate) enum Verdict {
     Fallthrough,
     /// A jump to an offset where no chain starts (never written by iptables).
     BadJump(i32),
+}
+
+impl XtChain {
+    /// How many rules it has, whether they are held or not.
+    pub fn rule_count(&self) -> usize {
+        self.count
+    }
+}
+
+/// What a table is decoded against: the last copy of it, whose unchanged chains are taken as
+/// they are, and how many rules may be held rule by rule.
+#[derive(Debug, Clone, Copy)]
+pub struct Against<'p> {
+    pub prev: Option<&'p XtTable>,
+    /// The most rules the table may have to be held rule by rule; a table with more is held at
+    /// chain level (its chains' names, policies, rule counts and a hash of each, no rules), so
+    /// that one namespace's huge table costs little memory.
+    pub room: usize,
+}
+
+impl<'p> From<Option<&'p XtTable>> for Against<'p> {
+    /// Against `prev`, held rule by rule whatever its size.
+    fn from(prev: Option<&'p XtTable>) -> Self {
+        Against {
+            prev,
+            room: usize::MAX,
+        }
+    }
 }
 
 impl XtTable {
@@ -259,7 +307,14 @@ impl XtTable {
 
     /// How many rules the whole table holds.
     pub fn rule_count(&self) -> usize {
-        self.chains.iter().map(|c| c.rules.len()).sum()
+        self.chains.iter().map(|c| c.count).sum()
+    }
+
+    /// Whether it is held at chain level: its chains without their rules, because it had more
+    /// rules than the decode had room for ([`Against::room`]). Its changes are then told a
+    /// chain at a time ([`diff`]).
+    pub fn chain_level(&self) -> bool {
+        self.chain_level
     }
 
     /// How many entries the kernel holds for it (`num_entries` of `GET_INFO` and of the

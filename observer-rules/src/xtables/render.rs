@@ -441,6 +441,7 @@ pub(crate) fn ext_text_named(
         set_names: Default::default(),
         carried: 0,
         live: 0,
+        chain_level: false,
     };
     let cx = Cx {
         table: &table,

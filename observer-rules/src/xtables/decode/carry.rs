@@ -105,7 +105,7 @@ impl<'p> Earlier<'p> {
     }
 
     /// The previous copy of chain `at` (named `name`) of the new copy when its key is `key`
-    /// there too, its entries kept where they are (or copied into `packed`, when it shares
+    /// and its policy `policy` there too, its entries kept where they are (or copied into `packed`, when it shares
     /// nothing) and its jumps pointed at the new copy's chains; `None` to decode it. With the
     /// same chains in the same order and the entries shared, it is the previous copy's chain
     /// itself.
@@ -115,6 +115,7 @@ impl<'p> Earlier<'p> {
         name: &str,
         builtin: bool,
         key: u64,
+        policy: &Option<String>,
         packed: &mut Packed,
     ) -> Option<Arc<XtChain>> {
         let old = if self.same_order {
@@ -122,7 +123,11 @@ impl<'p> Earlier<'p> {
         } else {
             (*self.by_name.get(name)?)?
         };
-        if old.key != key || old.builtin != builtin {
+        if old.key != key
+            || old.builtin != builtin
+            || old.policy != *policy
+            || self.table.chain_level
+        {
             return None;
         }
         if self.same_order && self.shared {
@@ -157,6 +162,7 @@ impl<'p> Earlier<'p> {
             name: name.to_string(),
             builtin,
             policy: old.policy.clone(),
+            count: rules.len(),
             rules,
             key,
             sets: old.sets.clone(),

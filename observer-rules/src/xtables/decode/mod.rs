@@ -23,7 +23,7 @@ use std::collections::HashMap;
 
 use super::bytes::{cstr, u16_at, u32_at};
 use super::packed::Packed;
-use super::{Verdict, XtChain, XtError, XtProto, XtRule, XtTable};
+use super::{Against, Verdict, XtChain, XtError, XtProto, XtRule, XtTable};
 
 mod carry;
 mod entry;
@@ -125,13 +125,19 @@ impl RawTable {
 }
 
 /// Decode a table as the kernel's `GET_INFO` and `GET_ENTRIES` returned it, taking the chains
-/// that did not change since `prev` (the last copy of the same table) from it.
-pub fn decode_raw(
+/// that did not change since the last copy of the same table from it.
+pub fn decode_raw<'p>(
     proto: XtProto,
     raw: RawTable,
-    prev: Option<&XtTable>,
+    against: impl Into<Against<'p>>,
 ) -> Result<XtTable, XtError> {
-    decode_table_against(proto, &raw.info, raw.buf, GET_ENTRIES_HEADER, prev)
+    decode_table_against(
+        proto,
+        &raw.info,
+        raw.buf,
+        GET_ENTRIES_HEADER,
+        against.into(),
+    )
 }
 
 /// Decode the table a writer handed to the kernel: a whole `ipt_replace` (`ip6t_replace`,
@@ -139,12 +145,12 @@ pub fn decode_raw(
 /// gives what `GET_INFO` would (name, hooks, entry count, size) in another order: name, valid
 /// hooks, entry count, size, hook entries, underflows, then the counter count and a pointer.
 ///
-/// The chains that did not change since `prev` (the last copy of the same table) are taken from
-/// it instead of being decoded again.
-pub fn decode_replace(
+/// The chains that did not change since the last copy of the same table are taken from it
+/// instead of being decoded again.
+pub fn decode_replace<'p>(
     proto: XtProto,
     buf: Vec<u8>,
-    prev: Option<&XtTable>,
+    against: impl Into<Against<'p>>,
 ) -> Result<XtTable, XtError> {
     let l = layout(proto);
     let field = |at: usize| u32_at(&buf, at).ok_or_else(|| malformed(at, "replace header"));
@@ -170,7 +176,7 @@ pub fn decode_replace(
         info.hook_entry[h] = field(hooks_at + 4 * h)?;
         info.underflow[h] = field(under_at + 4 * h)?;
     }
-    decode_table_against(proto, &info, buf, head, prev)
+    decode_table_against(proto, &info, buf, head, against.into())
 }
 
 /// The replace struct a writer would hand the kernel to install the table `info` describes
@@ -207,18 +213,19 @@ pub fn decode_table_at(
     buf: Vec<u8>,
     base: usize,
 ) -> Result<XtTable, XtError> {
-    decode_table_against(proto, info, buf, base, None)
+    decode_table_against(proto, info, buf, base, None.into())
 }
 
 /// [`decode_table_at`], taking each chain whose [key](chain_key) is the same in `prev` (the
 /// last copy of this table) from `prev`: its rules' fingerprints and packed entries are carried
-/// over, so a replace that changed one chain of 2,000 decodes one.
+/// over, so a replace that changed one chain of 2,000 decodes one. A table with more rules than
+/// `against.room` is held at chain level ([`chain_level`]).
 pub(crate) fn decode_table_against(
     proto: XtProto,
     info: &TableInfo,
     buf: Vec<u8>,
     base: usize,
-    prev: Option<&XtTable>,
+    against: Against<'_>,
 ) -> Result<XtTable, XtError> {
     let blob = buf.get(base..).unwrap_or(&[]);
     let l = layout(proto);
@@ -228,6 +235,12 @@ pub(crate) fn decode_table_against(
     let hook_names = proto.hook_names();
     let (offsets, builds) = find_chains(l, info, blob, hook_names)?;
     let landing = landings(&builds);
+    // Each chain has one entry that is not a rule at most (a policy, a closing RETURN): a table
+    // with fewer entries than that beside its rules fits, whatever the exact count.
+    if offsets.len().saturating_sub(builds.len()) > against.room {
+        return chain_level(proto, info, l, blob, &offsets, &builds, &landing);
+    }
+    let prev = against.prev;
 
     // Pass 2: rules, policies, fingerprints; or the previous copy's, for a chain that did not
     // change. The new copy shares the previous copy's entries (unchanged chains keep theirs
@@ -241,10 +254,11 @@ pub(crate) fn decode_table_against(
     let mut carried = 0;
     for (at, b) in builds.iter().enumerate() {
         let idx = &offsets[b.first..b.end];
-        let key = chain_key(l, blob, idx, &landing, &names);
+        let (rules_idx, policy) = policy_of(l, blob, b, idx)?;
+        let key = chain_key(l, blob, rules_idx, &landing, &names);
         if let Some(c) = earlier
             .as_ref()
-            .and_then(|e| e.carry_over(at, &b.name, b.builtin, key, &mut packed))
+            .and_then(|e| e.carry_over(at, &b.name, b.builtin, key, &policy, &mut packed))
         {
             set_refs.extend_from_slice(&c.sets);
             chains.push(c);
@@ -271,6 +285,54 @@ pub(crate) fn decode_table_against(
         set_refs,
         set_names: HashMap::new(),
         carried,
+        chain_level: false,
+    })
+}
+
+/// A table held at chain level: each chain's name, policy, key and rule count, no rules. Reads
+/// each entry's bytes once (for the key) and keeps nothing of them.
+fn chain_level(
+    proto: XtProto,
+    info: &TableInfo,
+    l: &'static Layout,
+    blob: &[u8],
+    offsets: &[u32],
+    builds: &[ChainBuild],
+    landing: &Landing,
+) -> Result<XtTable, XtError> {
+    let names: Vec<&str> = builds.iter().map(|b| &*b.name).collect();
+    let mut chains = Vec::with_capacity(builds.len());
+    for b in builds {
+        let idx = &offsets[b.first..b.end];
+        let (rules_idx, policy) = policy_of(l, blob, b, idx)?;
+        let key = chain_key(l, blob, rules_idx, landing, &names);
+        let mut count = idx.len() - usize::from(policy.is_some());
+        if let (false, Some(&last)) = (b.builtin, idx.last()) {
+            if Entry::at(l, blob, last as usize)?.is_unconditional_return() {
+                count -= 1;
+            }
+        }
+        chains.push(std::sync::Arc::new(XtChain {
+            name: b.name.to_string(),
+            builtin: b.builtin,
+            policy,
+            rules: Vec::new(),
+            count,
+            key,
+            sets: Vec::new(),
+            kept: 0,
+        }));
+    }
+    Ok(XtTable {
+        proto,
+        name: info.name.clone(),
+        chains,
+        entries: Packed::default(),
+        set_refs: Vec::new(),
+        set_names: HashMap::new(),
+        carried: 0,
+        live: 0,
+        chain_level: true,
     })
 }
 
@@ -372,6 +434,33 @@ fn landings(builds: &[ChainBuild]) -> Landing {
     landing
 }
 
+/// A chain's entries but its policy (the entries its [key](chain_key) covers: a policy is
+/// compared as it is), and its policy: a built-in chain's `underflow` entry. A chain whose
+/// policy entry is not its last (never written by iptables) keeps it among the others.
+fn policy_of<'i>(
+    l: &'static Layout,
+    blob: &[u8],
+    b: &ChainBuild,
+    idx: &'i [u32],
+) -> Result<(&'i [u32], Option<String>), XtError> {
+    let Some(under) = b.underflow.filter(|u| idx.contains(u)) else {
+        if b.builtin {
+            return Err(malformed(
+                b.entry_offset as usize,
+                "builtin chain has no policy",
+            ));
+        }
+        return Ok((idx, None));
+    };
+    let policy = Some(policy_name(
+        Entry::at(l, blob, under as usize)?.standard_verdict(),
+    ));
+    match idx.split_last() {
+        Some((&last, rest)) if last == under => Ok((rest, policy)),
+        _ => Ok((idx, policy)),
+    }
+}
+
 /// Pass 2 for one chain that must be decoded: its rules (verdicts, fingerprints, packed
 /// entries), its policy and the ipsets it refers to.
 #[allow(
@@ -425,6 +514,7 @@ fn decode_chain(
         name: b.name.to_string(),
         builtin: b.builtin,
         policy,
+        count: rules.len(),
         rules,
         key,
         sets,

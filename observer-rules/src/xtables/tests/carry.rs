@@ -24,7 +24,7 @@ fn table(input: Vec<R>, user_chains: Vec<C>) -> (TableInfo, Vec<u8>) {
 }
 
 fn decode(t: &(TableInfo, Vec<u8>), prev: Option<&XtTable>) -> XtTable {
-    decode::decode_table_against(XtProto::Ipv4, &t.0, t.1.clone(), 0, prev).expect("decode")
+    decode::decode_table_against(XtProto::Ipv4, &t.0, t.1.clone(), 0, prev.into()).expect("decode")
 }
 
 #[test]

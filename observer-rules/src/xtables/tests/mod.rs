@@ -220,4 +220,5 @@ fn fingerprints_ignore_counters() {
 
 mod blobs;
 mod carry;
+mod chain_level;
 mod changes;
