@@ -593,3 +593,213 @@ fn the_end_writes_every_change_the_kernel_reported_before_it() {
         sep_chain(s, 0)
     );
 }
+
+/// The rule-level limit of the chain-level test: the pod's 4,408-rule table is past it, the
+/// node's rules and the pod's shrunk table are within it.
+const LIMIT: usize = 1_000;
+
+/// A change line of namespace `ns`.
+fn change_in(v: &Value, ns: u64) -> bool {
+    is_change(v) && v["netns"] == ns
+}
+
+/// A status line of `state` whose message holds every word of `words`.
+fn status_saying(v: &Value, state: &str, words: &[&str]) -> bool {
+    v["kind"] == "status"
+        && v["state"] == state
+        && v["message"]
+            .as_str()
+            .is_some_and(|m| words.iter().all(|w| m.contains(w)))
+}
+
+#[test]
+fn a_namespace_past_the_rule_level_limit_is_held_at_chain_level_and_the_others_are_not() {
+    skip_unless!("ip", "iptables-legacy-restore", "iptables-legacy");
+    let (pod, node) = (Netns::new("nb-coarse"), Netns::new("nb-fine"));
+    let limit = LIMIT.to_string();
+    let mut obs = Observer::start(&["--rule-level-limit", &limit]);
+    let writer = Writer::new("obs-kube-proxy");
+    let ns = pod.ino().to_string();
+
+    // The load is past the limit: one warning that names the table and the namespace, then its
+    // chains, each with its rule count, and not one rule.
+    let load = nat_table_of(END_SERVICES, &[]);
+    let rules = load.lines().filter(|l| l.starts_with("-A ")).count();
+    let chains = load.lines().filter(|l| l.starts_with(':')).count();
+    assert!(rules > LIMIT);
+    pod.write_stdin(&writer, &RESTORE, &load);
+    let held = format!("holds {rules} rules");
+    obs.wait_line(
+        "the status line of the table held at chain level",
+        60,
+        |v| status_saying(v, "warning", &["ip nat", &ns, &held, "held at chain level"]),
+    );
+    let pod_ino = pod.ino();
+    obs.wait_count("the load's chain_create lines", 60, chains, |v| {
+        change_in(v, pod_ino) && v["op"] == "chain_create"
+    });
+    let svc = svc_chain(7);
+    let created = obs.expect("service 7's chain", 10, |v| {
+        change_in(v, pod_ino) && v["op"] == "chain_create" && v["chain"] == svc.as_str()
+    });
+    let detail = created["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.starts_with("4 rules (") && detail.contains("chain level"),
+        "{created}"
+    );
+
+    // The other namespace is held rule by rule.
+    node.write(
+        &writer,
+        &[
+            "iptables-legacy",
+            "-A",
+            "INPUT",
+            "-s",
+            "192.0.2.7",
+            "-j",
+            "DROP",
+        ],
+    );
+    obs.expect("the node's rule, rule by rule", 60, |v| {
+        change_in(v, node.ino())
+            && v["op"] == "rule_add"
+            && v["rule"].as_str().is_some_and(|r| r.contains("192.0.2.7"))
+    });
+
+    // A move of one endpoint: its service's chain and the endpoint's chain changed, only those.
+    let mark = obs.mark();
+    let (s, ip) = (END_SERVICES / 2, ipv4([10, 64, 0, 0], 9));
+    pod.write_stdin(&writer, &RESTORE, &nat_table_of(END_SERVICES, &[(s, ip)]));
+    for c in [svc_chain(s), sep_chain(s, 0)] {
+        obs.expect_since(mark, &format!("chain_update of {c}"), 60, |v| {
+            change_in(v, pod_ino)
+                && v["op"] == "chain_update"
+                && v["chain"] == c.as_str()
+                && v["detail"]
+                    .as_str()
+                    .is_some_and(|d| d.starts_with("rules changed:"))
+        });
+    }
+    // A chain flushed by another writer is a flush, and deleting it is a delete.
+    let (flushed, deleted) = (sep_chain(3, 1), sep_chain(5, 2));
+    let admin = Writer::new("obs-admin");
+    pod.write(&admin, &["iptables-legacy", "-t", "nat", "-F", &flushed]);
+    obs.expect_since(mark, "the chain_flush", 60, |v| {
+        change_in(v, pod_ino) && v["op"] == "chain_flush" && v["chain"] == flushed.as_str()
+    });
+    let mut moved: Vec<String> = obs
+        .seen
+        .iter()
+        .skip(mark)
+        .filter(|v| change_in(v, pod_ino) && v["op"] != "chain_flush")
+        .filter_map(|v| v["chain"].as_str().map(str::to_string))
+        .collect();
+    moved.sort();
+    let mut want = [svc_chain(s), sep_chain(s, 0)];
+    want.sort();
+    assert_eq!(
+        moved, want,
+        "the move changed two chains, and nothing else was said of the pod"
+    );
+    pod.write(&admin, &["iptables-legacy", "-t", "nat", "-F", &deleted]);
+    let jumps_to = format!("-j {deleted}");
+    let without: String = nat_table_of(END_SERVICES, &[(s, ip)])
+        .lines()
+        .filter(|l| !l.contains(&jumps_to) && *l != format!(":{deleted} - [0:0]"))
+        .filter(|l| {
+            !l.starts_with(&format!("-A {deleted} ")) && !l.starts_with(&format!("-A {flushed} "))
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    pod.write_stdin(&admin, &RESTORE, &without);
+    obs.expect_since(mark, "the chain_delete", 60, |v| {
+        change_in(v, pod_ino) && v["op"] == "chain_delete" && v["chain"] == deleted.as_str()
+    });
+
+    // Shrunk within the limit: held rule by rule again, and said so.
+    let small = nat_table_of(10, &[]);
+    pod.write_stdin(&writer, &RESTORE, &small);
+    obs.wait_line("the status line of the table back at rule level", 60, |v| {
+        status_saying(v, "warning", &["ip nat", &ns, "rule level again"])
+    });
+    let back = obs.mark();
+    pod.write(
+        &writer,
+        &[
+            "iptables-legacy",
+            "-t",
+            "nat",
+            "-A",
+            "KUBE-MARK-MASQ",
+            "-j",
+            "RETURN",
+        ],
+    );
+    obs.expect_since(back, "a rule of the pod, rule by rule again", 60, |v| {
+        change_in(v, pod_ino)
+            && v["op"] == "rule_add"
+            && v["chain"] == "KUBE-MARK-MASQ"
+            && v["rule"] == "-j RETURN"
+    });
+    let early_rules = obs.seen[..back]
+        .iter()
+        .filter(|v| {
+            change_in(v, pod_ino) && v["op"].as_str().is_some_and(|o| o.starts_with("rule_"))
+        })
+        .count();
+    assert_eq!(
+        early_rules, 0,
+        "no rule of the pod told while it was held at chain level"
+    );
+}
+
+#[test]
+fn a_table_too_large_to_read_is_a_gap_and_observer_goes_on() {
+    skip_unless!("ip", "iptables-legacy-restore", "iptables-legacy");
+    let (pod, node) = (Netns::new("nb-huge"), Netns::new("nb-small"));
+    // 1 MiB read at most; the ring buffer small enough that the load is not copied through it.
+    let mut obs = Observer::start(&["--max-table-read", "1MiB", "--ringbuf-size", "262144"]);
+    let writer = Writer::new("obs-kube-proxy");
+    pod.write_stdin(&writer, &RESTORE, &nat_table_of(END_SERVICES, &[]));
+    let ns = pod.ino().to_string();
+    obs.wait_line("the gap line of the table not read", 60, |v| {
+        status_saying(
+            v,
+            "gap",
+            &[
+                "legacy table nat",
+                &ns,
+                "observer reads at once",
+                "--max-table-read",
+            ],
+        )
+    });
+    // Still watching: the other namespace's change, and the pod's own once its table is small.
+    node.write(
+        &writer,
+        &[
+            "iptables-legacy",
+            "-A",
+            "INPUT",
+            "-s",
+            "192.0.2.8",
+            "-j",
+            "DROP",
+        ],
+    );
+    obs.expect("the node's rule", 60, |v| {
+        change_in(v, node.ino()) && v["rule"].as_str().is_some_and(|r| r.contains("192.0.2.8"))
+    });
+    pod.write_stdin(&writer, &RESTORE, &nat_table_of(10, &[]));
+    let pod_ino = pod.ino();
+    obs.expect("the pod's small table", 60, |v| {
+        change_in(v, pod_ino) && v["op"] == "chain_create" && v["chain"] == svc_chain(9).as_str()
+    });
+    assert!(
+        !obs.seen
+            .iter()
+            .any(|v| change_in(v, pod_ino) && v["chain"] == svc_chain(300).as_str()),
+        "nothing of the table not read is told"
+    );
+}

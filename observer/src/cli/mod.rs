@@ -242,6 +242,22 @@ pub struct SourceArgs {
     #[arg(long, default_value_t = 1 << 22, value_parser = parse_ringbuf_size)]
     pub ringbuf_size: u32,
 
+    /// The most rules one network namespace's legacy tables (iptables, ip6tables, arptables)
+    /// are held at rule level. A table that would take its namespace past it is held at chain
+    /// level: its chains' names, policies and rule counts, no rules, and its changes are told a
+    /// chain at a time (created, deleted, flushed, `chain_update` "rules changed: N -> M").
+    /// A status line says so when it happens; `observer_chain_level_tables` counts such tables.
+    /// 450000 holds a 40,000-service kube-proxy table within the DaemonSet's 512 MiB.
+    #[arg(long, value_name = "RULES", default_value_t = crate::engine::DEFAULT_RULE_LEVEL_LIMIT)]
+    pub rule_level_limit: usize,
+
+    /// The most bytes of entries observer copies out of the kernel to read one legacy table.
+    /// The kernel hands a table over in one call, so a larger one would take that much memory
+    /// at once (about 600 bytes per kube-proxy rule): its changes are not read, and a gap line
+    /// says so. 288MiB reads a 40,000-service kube-proxy table (264 MB).
+    #[arg(long, value_name = "SIZE", default_value = crate::cli::run::DEFAULT_MAX_TABLE_READ, value_parser = parse_table_read)]
+    pub max_table_read: usize,
+
     /// Receive buffer of each namespace's nftables notification socket. The kernel sends a
     /// generation's notifications in one burst; when they overflow it (ENOBUFS), observer reports
     /// a gap, re-reads the namespace and reports what changed meanwhile, attributed to the
@@ -331,6 +347,8 @@ impl SourceArgs {
             },
             ringbuf_size: self.ringbuf_size,
             netlink_rcvbuf: self.netlink_rcvbuf,
+            rule_level_limit: self.rule_level_limit,
+            max_table_read: self.max_table_read,
             owners: self.owners.clone(),
             incidents: crate::incidents::Config {
                 flap_cycles: self.flap_cycles,
@@ -430,6 +448,9 @@ pub enum ArgError {
     /// A receive buffer below 4KiB or above 1GiB.
     #[error("`{0}`: the receive buffer must be between 4KiB and 1GiB")]
     Rcvbuf(String),
+    /// A table read cap below 1MiB or above 4GiB.
+    #[error("`{0}`: --max-table-read must be between 1MiB and 4GiB")]
+    TableRead(String),
     /// A ring buffer size that is not a number of bytes.
     #[error("{given}: {cause}")]
     RingbufNumber {
@@ -504,6 +525,14 @@ pub fn parse_rcvbuf(s: &str) -> Result<usize, ArgError> {
     let v = parse_bytes(s)?;
     if !(4096..=1 << 30).contains(&v) {
         return Err(ArgError::Rcvbuf(s.to_string()));
+    }
+    Ok(v as usize)
+}
+
+pub fn parse_table_read(s: &str) -> Result<usize, ArgError> {
+    let v = parse_bytes(s)?;
+    if !(1 << 20..=1 << 32).contains(&v) {
+        return Err(ArgError::TableRead(s.to_string()));
     }
     Ok(v as usize)
 }

@@ -14,6 +14,8 @@ pub const DEFAULT_RECORD: &str = "/var/lib/observer/record.db";
 pub const DEFAULT_RETAIN: &str = "7d";
 pub const DEFAULT_MAX_RECORD: &str = "512MiB";
 pub const DEFAULT_NETLINK_RCVBUF: &str = "32MiB";
+/// `--max-table-read`'s default: a 40,000-service kube-proxy nat table (264 MB) is read.
+pub const DEFAULT_MAX_TABLE_READ: &str = "288MiB";
 pub const DEFAULT_HTTP_HEAD_TIMEOUT: &str = "5s";
 pub const DEFAULT_HTTP_IDLE_TIMEOUT: &str = "60s";
 pub const DEFAULT_HTTP_MAX_CONNECTIONS: usize = 256;
@@ -21,7 +23,7 @@ pub const DEFAULT_HTTP_MAX_CONNECTIONS: usize = 256;
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// TOML file with any of the settings below (keys: listen, token_file, record, no_record,
-    /// retain, max_record, hooks, ringbuf_size, netlink_rcvbuf, owners, flap_cycles,
+    /// retain, max_record, hooks, ringbuf_size, netlink_rcvbuf, rule_level_limit, max_table_read, owners, flap_cycles,
     /// flap_window, mass_window, repair_within, pod_logs, container_logs, system_bus, tls_cert, tls_key,
     /// tls_client_ca, insecure_plaintext, stdout_queue, nats, node, nats_stream, nats_max_age, nats_max_bytes,
     /// nats_replicas, nats_window, nats_ca, nats_cert, nats_key, nats_creds, nats_nkey, nats_token_file,
@@ -134,6 +136,16 @@ pub struct RunArgs {
     /// Receive buffer of each namespace's nftables notification socket [default: 32MiB].
     #[arg(long, env = "OBSERVER_NETLINK_RCVBUF", value_name = "SIZE", value_parser = super::parse_rcvbuf)]
     pub netlink_rcvbuf: Option<usize>,
+
+    /// The most rules one namespace's legacy tables are held at rule level; a larger table is
+    /// held at chain level, as for `tail` [default: 450000].
+    #[arg(long, env = "OBSERVER_RULE_LEVEL_LIMIT", value_name = "RULES")]
+    pub rule_level_limit: Option<usize>,
+
+    /// The most bytes observer copies out of the kernel to read one legacy table, as for
+    /// `tail` [default: 288MiB].
+    #[arg(long, env = "OBSERVER_MAX_TABLE_READ", value_name = "SIZE", value_parser = super::parse_table_read)]
+    pub max_table_read: Option<usize>,
 
     /// Chain ownership file (TOML or YAML), as for `tail`.
     #[arg(long, env = "OBSERVER_OWNERS", value_name = "FILE")]

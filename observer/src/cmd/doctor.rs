@@ -55,6 +55,8 @@ struct Daemon {
     dropped: std::collections::BTreeMap<String, u64>,
     /// Rows the record dropped (its queue was full: the disk too slow or full).
     record_dropped: u64,
+    /// Legacy tables it holds at chain level (`observer_chain_level_tables`).
+    chain_level_tables: u64,
     /// How its record stands; `None` when it keeps none.
     #[serde(skip_serializing_if = "Option::is_none")]
     record: Option<RecordState>,
@@ -156,6 +158,7 @@ fn daemon_state(url: &str, text: &str) -> Daemon {
         nats,
         dropped,
         record_dropped: count("observer_record_rows_total", "outcome=\"dropped\""),
+        chain_level_tables: count("observer_chain_level_tables", ""),
         record: RecordState::from_metrics(text),
     }
 }
@@ -488,6 +491,22 @@ async fn remote(
                      and keeps a gap row for what it missed, which `observer query` shows",
                 ));
             }
+            checks.push(check(
+                "rule level",
+                d.chain_level_tables == 0,
+                match d.chain_level_tables {
+                    0 => "every legacy table is held rule by rule".to_string(),
+                    n => format!(
+                        "{} held at chain level: more rules than --rule-level-limit leaves \
+                         for their namespace; their changes are told a chain at a time, \
+                         without rule text, rule-level incidents or restore",
+                        crate::ruleset::plural(n, "legacy table is", "legacy tables are")
+                    ),
+                },
+                "the daemon's log and status lines name each table; raise --rule-level-limit \
+                 (and the memory limit: about 0.5 KiB per rule held, plus one read of the \
+                 table) if the node should hold them rule by rule",
+            ));
             if let Some(n) = &d.nats {
                 checks.push(check(
                     "nats",
@@ -595,7 +614,8 @@ mod tests {
         observer_sink_dropped_total{sink=\"stdout\"} 12\n\
         observer_sink_dropped_total{sink=\"events\"} 0\n\
         observer_record_rows_total{outcome=\"written\"} 20013\n\
-        observer_record_rows_total{outcome=\"dropped\"} 3\n";
+        observer_record_rows_total{outcome=\"dropped\"} 3\n\
+        observer_chain_level_tables 2\n";
 
     #[test]
     fn the_daemon_state_is_read_from_its_metrics() {
@@ -611,6 +631,7 @@ mod tests {
         assert_eq!(d.dropped.get("stdout"), Some(&12));
         assert_eq!(d.dropped.get("events"), Some(&0));
         assert_eq!(d.record_dropped, 3);
+        assert_eq!(d.chain_level_tables, 2);
     }
 
     #[test]

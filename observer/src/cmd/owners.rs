@@ -51,7 +51,9 @@ pub fn run(args: OwnersArgs) -> anyhow::Result<()> {
                 continue;
             }
         };
-        let baseline = match netns::run_in(&handle.file, || read_baseline(true, None)) {
+        let baseline = match netns::run_in(&handle.file, || {
+            read_baseline(Some(crate::engine::DEFAULT_RULE_LEVEL_LIMIT), None)
+        }) {
             Ok(b) => b,
             Err(e) => {
                 problems.push(format!("cannot enter namespace {inode}: {e}"));

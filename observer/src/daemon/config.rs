@@ -117,6 +117,8 @@ struct FileConfig {
     hooks: Option<String>,
     ringbuf_size: Option<u32>,
     netlink_rcvbuf: Option<String>,
+    rule_level_limit: Option<usize>,
+    max_table_read: Option<String>,
     owners: Option<PathBuf>,
     flap_cycles: Option<u32>,
     flap_window: Option<String>,
@@ -287,6 +289,18 @@ impl Layers {
             || self.at("netlink_rcvbuf"),
         )?
         .unwrap_or_else(|| builtin(crate::cli::parse_rcvbuf, DEFAULT_NETLINK_RCVBUF));
+        let max_table_read = flag_or_file(
+            flags.max_table_read,
+            file.max_table_read.as_deref(),
+            crate::cli::parse_table_read,
+            || self.at("max_table_read"),
+        )?
+        .unwrap_or_else(|| {
+            builtin(
+                crate::cli::parse_table_read,
+                crate::cli::run::DEFAULT_MAX_TABLE_READ,
+            )
+        });
         let window = |flag, file: &Option<String>, key: &str, default: &str| {
             flag_or_file(flag, file.as_deref(), crate::cli::parse_window, || {
                 self.at(key)
@@ -318,6 +332,11 @@ impl Layers {
             hooks,
             ringbuf_size,
             netlink_rcvbuf,
+            rule_level_limit: flags
+                .rule_level_limit
+                .or(file.rule_level_limit)
+                .unwrap_or(crate::engine::DEFAULT_RULE_LEVEL_LIMIT),
+            max_table_read,
             pod_logs: flags
                 .pod_logs
                 .take()

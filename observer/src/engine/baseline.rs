@@ -75,8 +75,10 @@ pub(crate) struct Baseline {
 }
 
 /// Runs inside the namespace: subscribe first (when `subscribe`), then read, so nothing falls
-/// between the two.
-pub(crate) fn read_baseline(read_legacy: bool, subscribe: Option<usize>) -> Baseline {
+/// between the two. The legacy tables are read when `legacy` says how many of their rules may
+/// be held at rule level.
+pub(crate) fn read_baseline(legacy: Option<usize>, subscribe: Option<usize>) -> Baseline {
+    let read_legacy = legacy.is_some();
     let mut b = Baseline {
         socket: None,
         nft: None,
@@ -104,17 +106,20 @@ pub(crate) fn read_baseline(read_legacy: bool, subscribe: Option<usize>) -> Base
             Err(e) => b.problems.push(format!("nftables dump: {e}")),
         }
     }
-    if read_legacy {
-        b.legacy = read_legacy_tables(&mut b.problems);
+    if let Some(limit) = legacy {
+        b.legacy = read_legacy_tables(&mut b.problems, limit);
     }
     b
 }
 
-/// Every x_tables table of the current namespace (runs inside it).
+/// Every x_tables table of the current namespace (runs inside it), held at rule level while
+/// their rules fit in `limit`, at chain level past it.
 pub(super) fn read_legacy_tables(
     problems: &mut Vec<String>,
+    limit: usize,
 ) -> HashMap<(XtProto, String), XtTable> {
     let mut tables = HashMap::new();
+    let mut room = limit;
     for proto in [XtProto::Ipv4, XtProto::Ipv6, XtProto::Arp] {
         let names = match xtables::table_names(proto) {
             Ok(n) => n,
@@ -124,8 +129,12 @@ pub(super) fn read_legacy_tables(
             }
         };
         for name in names {
-            match xtables::read_table(proto, &name) {
+            let against = xtables::Against { prev: None, room };
+            match xtables::read_table_against(proto, &name, against) {
                 Ok(t) => {
+                    if !t.chain_level() {
+                        room = room.saturating_sub(t.rule_count());
+                    }
                     tables.insert((proto, name), t);
                 }
                 Err(e) => problems.push(format!("reading legacy table {name}: {e}")),

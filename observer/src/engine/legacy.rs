@@ -34,10 +34,10 @@ pub(super) fn installed_table(
     proto: XtProto,
     name: &str,
     blob: Vec<u8>,
-    prev: Option<&xtables::XtTable>,
+    against: xtables::Against<'_>,
 ) -> Result<xtables::XtTable, WriterCopy> {
     let bytes = blob.len();
-    match xtables::decode_replace(proto, blob, prev) {
+    match xtables::decode_replace(proto, blob, against) {
         Ok(t) if t.name == name => {
             tracing::debug!(
                 "table {name} decoded from the writer's copy ({bytes} bytes; {} of {} chains \
@@ -128,13 +128,22 @@ type SocksAndRead<T> = (Option<xtables::XtSockets>, Result<T, XtError>);
 /// writer's copy when that is trusted, else read back (see [`replace::table_from`]), then
 /// diffed against `prev`, the copy held now (the decode, or the read, takes the chains that
 /// did not change from it). The error says why it could not be read.
-fn learn(mut p: Pending, prev: Option<Arc<xtables::XtTable>>, way: Way) -> Result<Learned, String> {
+fn learn(
+    mut p: Pending,
+    prev: Option<Arc<xtables::XtTable>>,
+    room: usize,
+    way: Way,
+) -> Result<Learned, String> {
     let inode = p.x.process.netns;
     let (proto, table) = (p.proto, p.x.table.clone());
+    let against = xtables::Against {
+        prev: prev.as_deref(),
+        room,
+    };
     // The table the writer installed, as the kernel side copied it: exactly this writer's
     // change, whatever was installed after it.
     let copy = match p.x.blob.take() {
-        Some(b) => installed_table(proto, &table, b, prev.as_deref()),
+        Some(b) => installed_table(proto, &table, b, against),
         None => Err(WriterCopy::Missing),
     };
     let seen = match &copy {
@@ -157,24 +166,32 @@ fn learn(mut p: Pending, prev: Option<Arc<xtables::XtTable>>, way: Way) -> Resul
         // The table was just replaced, so it exists: read it through the namespace's sockets.
         (_, _, Way::Sockets(socks)) => (
             None,
-            xtables::read_existing_table(&socks, proto, &table, prev.as_deref()),
+            xtables::read_existing_table(&socks, proto, &table, against),
         ),
         // The first time: enter the namespace, open its sockets there, and read.
         (_, _, Way::Enter(file)) => {
             let (table, prev) = (table.clone(), prev.clone());
             netns::run_in(&file, move || {
                 let socks = xtables::XtSockets::open().ok();
-                (
-                    socks,
-                    xtables::read_table_against(proto, &table, prev.as_deref()),
-                )
+                let against = xtables::Against {
+                    prev: prev.as_deref(),
+                    room,
+                };
+                (socks, xtables::read_table_against(proto, &table, against))
             })
             .map_err(|e| format!("namespace {inode}: entering the namespace: {e}"))?
         }
     };
     let table = replace::table_or_gone(read).map_err(|e| {
+        let what = match e {
+            XtError::TooLarge { .. } => {
+                " (--max-table-read): what this replace changed is not reported; raise it, and \
+                 the memory limit with it, to read such a table"
+            }
+            _ => "",
+        };
         format!(
-            "reading legacy table {} in namespace {inode}: {e}",
+            "reading legacy table {} in namespace {inode}: {e}{what}",
             p.x.table
         )
     })?;
@@ -232,6 +249,7 @@ impl Engine {
             .and_then(|h| h.report.placement.x_tables)
             .map_or(Source::Tracepoint, Source::from);
         let inodes: Vec<u32> = self.watched.keys().copied().collect();
+        let limit = self.rule_level_limit;
         for inode in inodes {
             let Some(file) = self
                 .watched
@@ -242,9 +260,9 @@ impl Engine {
             };
             let began = boot_now_ns();
             let read = tokio::task::spawn_blocking(move || {
-                netns::run_in(&file, || {
+                netns::run_in(&file, move || {
                     let mut problems = Vec::new();
-                    let tables = read_legacy_tables(&mut problems);
+                    let tables = read_legacy_tables(&mut problems, limit);
                     (tables, problems)
                 })
             })
@@ -266,17 +284,35 @@ impl Engine {
             };
             // What was read becomes what observer holds; each table is diffed against its old
             // self, and the tables gone are diffed against nothing.
-            let tables = tables.into_iter().map(|(k, t)| (k, Arc::new(t))).collect();
+            let tables: std::collections::HashMap<_, _> =
+                tables.into_iter().map(|(k, t)| (k, Arc::new(t))).collect();
+            let levels: Vec<_> = tables
+                .iter()
+                .map(|(k, t)| (k.clone(), t.chain_level().then(|| t.rule_count())))
+                .chain(
+                    w.legacy
+                        .keys()
+                        .filter(|k| !tables.contains_key(*k))
+                        .map(|k| (k.clone(), None)),
+                )
+                .map(|(k, now)| {
+                    let was = w.legacy.get(&k).is_some_and(|t| t.chain_level());
+                    (k, was, now)
+                })
+                .collect();
             let old = std::mem::replace(&mut w.legacy, tables);
             w.read_at = w.legacy.keys().map(|k| (k.clone(), began)).collect();
             let changes: Vec<Change> = losses::reread_pairs(&old, &w.legacy)
                 .into_iter()
                 .flat_map(|(old, new)| xtables::diff(old.map(|t| &**t), new.map(|t| &**t)))
                 .collect();
+            let name = w.handle.name.clone();
+            for (key, was, now) in levels {
+                self.note_level(inode, &key, was, now);
+            }
             if changes.is_empty() {
                 continue;
             }
-            let name = w.handle.name.clone();
             let time = Timestamp::now();
             let txn = format!("xt-{inode}-resync-{}", time.unix_nanos());
             self.emit_txn(
@@ -295,6 +331,57 @@ impl Engine {
             );
             self.legacy_snapshot(inode);
         }
+    }
+
+    /// Say when table `key` of a namespace starts being held at chain level (`now`: its rule
+    /// count; `None` when it is held at rule level or gone) or stops, and count such tables.
+    pub(super) fn note_level(
+        &mut self,
+        inode: u32,
+        key: &(XtProto, String),
+        was: bool,
+        now: Option<usize>,
+    ) {
+        if was == now.is_some() {
+            return;
+        }
+        let (proto, table) = key;
+        let limit = self.rule_level_limit;
+        let message = match now {
+            Some(rules) => {
+                let room = self
+                    .watched
+                    .get(&inode)
+                    .map_or(limit, |w| w.rule_room(key, limit));
+                format!(
+                    "legacy table {proto} {table} in namespace {inode} holds {rules} rules, \
+                     more than the {room} that --rule-level-limit {limit} leaves for it: it is \
+                     held at chain level, and its changes are told a chain at a time (created, \
+                     deleted, flushed, rules changed; no rule text, no rule-level incidents, \
+                     no restore) until it fits again"
+                )
+            }
+            None => format!(
+                "legacy table {proto} {table} in namespace {inode} is held at rule level again"
+            ),
+        };
+        tracing::warn!("{}", crate::shown::Shown(&message));
+        self.emit_status(StatusLine::warning(message));
+        if let Some(r) = self.restorer.as_mut() {
+            r.held_at_chain_level(inode, proto.family(), table, now.is_some());
+        }
+        self.count_chain_level();
+    }
+
+    /// Tell the outputs how many legacy tables are held at chain level now.
+    pub(super) fn count_chain_level(&mut self) {
+        let n = self
+            .watched
+            .values()
+            .flat_map(|w| w.legacy.values())
+            .filter(|t| t.chain_level())
+            .count();
+        self.output.chain_level_tables(n);
     }
 
     pub(super) fn legacy_snapshot(&mut self, inode: u32) {
@@ -369,9 +456,10 @@ impl Engine {
                 },
             };
             let prev = w.legacy.get(&key).cloned();
+            let room = w.rule_room(&key, self.rule_level_limit);
             w.learning = true;
             tokio::spawn(async move {
-                let learned = tokio::task::spawn_blocking(move || learn(p, prev, way))
+                let learned = tokio::task::spawn_blocking(move || learn(p, prev, room, way))
                     .await
                     .unwrap_or_else(|e| Err(format!("namespace {inode}: {e}")))
                     .map(Box::new);
@@ -392,7 +480,11 @@ impl Engine {
         let deferred = std::mem::take(&mut w.deferred);
         match learned {
             Ok(l) => self.took(*l),
-            Err(message) => self.warn(message),
+            Err(message) => {
+                // What the replace changed is not known: said as a gap.
+                tracing::warn!("{}", crate::shown::Shown(&message));
+                self.emit_status(StatusLine::gap(Gap::Other, message));
+            }
         }
         for msg in deferred {
             self.on_ns(msg);
@@ -437,6 +529,11 @@ impl Engine {
             w.read_at.insert(key.clone(), began);
         }
         let old = w.legacy.remove(&key);
+        let was = old.as_ref().is_some_and(|t| t.chain_level());
+        let now = new
+            .as_ref()
+            .filter(|t| t.chain_level())
+            .map(|t| t.rule_count());
         let same = match (&old, &prev) {
             (Some(a), Some(b)) => Arc::ptr_eq(a, b),
             (None, None) => true,
@@ -454,9 +551,10 @@ impl Engine {
             .is_some_and(|t| t.kept_bytes() >= super::LARGE_TABLE_BYTES);
         drop((old, prev));
         if let Some(t) = new {
-            w.legacy.insert(key, t);
+            w.legacy.insert(key.clone(), t);
         }
         let name = w.handle.name.clone();
+        self.note_level(inode, &key, was, now);
         let ctx = replace_ctx(&x, name, process);
         match changes {
             Found::Changes(changes) => self.emit_txn(ctx, changes),

@@ -114,6 +114,18 @@ impl Watched {
     fn unlearned(&self) -> usize {
         self.replaces.len() + usize::from(self.learning)
     }
+
+    /// How many rules table `key`'s next copy may have to be held at rule level: what `limit`
+    /// leaves beside the namespace's other tables held at rule level.
+    fn rule_room(&self, key: &(XtProto, String), limit: usize) -> usize {
+        let others: usize = self
+            .legacy
+            .iter()
+            .filter(|(k, t)| *k != key && !t.chain_level())
+            .map(|(_, t)| t.rule_count())
+            .sum();
+        limit.saturating_sub(others)
+    }
 }
 
 impl Drop for Watched {
@@ -142,6 +154,8 @@ struct Engine {
     ipsets: HashMap<u32, crate::ipset::Sets>,
     /// Receive buffer of the notification sockets (`--netlink-rcvbuf`).
     netlink_rcvbuf: usize,
+    /// The most rules a namespace's legacy tables are held at rule level.
+    rule_level_limit: usize,
     /// Transactions recovered by re-reads so far (numbers their `txn`).
     recovered_txns: u64,
     /// When the output keeps snapshots (the record): which are due.
@@ -163,6 +177,11 @@ pub struct EngineConfig {
     pub ringbuf_size: u32,
     /// Receive buffer of each namespace's nftables notification socket.
     pub netlink_rcvbuf: usize,
+    /// The most rules a namespace's legacy tables are held at rule level (the rest at chain
+    /// level).
+    pub rule_level_limit: usize,
+    /// The most bytes of entries read out of the kernel for one legacy table.
+    pub max_table_read: usize,
     /// The chain ownership file; the built-in catalog when none.
     pub owners: Option<PathBuf>,
     /// The incident windows.
@@ -246,6 +265,10 @@ pub trait Output: Send {
     /// A legacy table was learned after a replace: `read_back` from the kernel (the fallback),
     /// or else decoded from its writer's copy (for a sink that counts them, such as metrics).
     fn table_learned(&mut self, _read_back: bool) {}
+
+    /// How many legacy tables are held at chain level now (`--rule-level-limit`), for a sink
+    /// that exports it.
+    fn chain_level_tables(&mut self, _tables: usize) {}
 
     /// When this output keeps snapshots of the rulesets (the daemon's record), how often.
     fn snapshot_policy(&self) -> Option<crate::forensics::SnapshotPolicy> {
@@ -337,6 +360,7 @@ async fn start(
     }
     let correlator = Correlator::new(config.incidents.clone(), owners);
     crate::pods::configure(config.pods.clone());
+    crate::xtables::sockopt::set_read_cap(config.max_table_read);
     if !nix::unistd::geteuid().is_root() {
         tracing::warn!(
             "not running as root: loading BPF programs and joining namespaces will likely fail"
@@ -361,6 +385,7 @@ async fn start(
         losses: Default::default(),
         ipsets: HashMap::new(),
         netlink_rcvbuf: config.netlink_rcvbuf,
+        rule_level_limit: config.rule_level_limit,
         recovered_txns: 0,
         restorer: config.restore.clone().map(crate::restore::Restorer::new),
         backlog: Default::default(),
@@ -652,6 +677,11 @@ impl Engine {
         self.hooks = None;
     }
 }
+
+/// `--rule-level-limit`'s default: the most rules a namespace's legacy tables are held at rule
+/// level. A 40,000-service kube-proxy nat table (440,008 rules) fits, and is held within the
+/// DaemonSet's 512 MiB; beyond it, a namespace's larger tables are held at chain level.
+pub const DEFAULT_RULE_LEVEL_LIMIT: usize = 450_000;
 
 /// A transaction or replace of this many changes or more (a whole table loaded, a namespace read) leaves
 /// its notifications, bookkeeping and lines freed behind it: the heap is trimmed after it.

@@ -39,12 +39,11 @@ impl Engine {
             Err(e) => return self.warn(format!("namespace {inode}: {e}")),
         };
         let rcvbuf = self.netlink_rcvbuf;
+        let legacy = plan.legacy_baseline.then_some(self.rule_level_limit);
         let began = boot_now_ns();
         let read_from = std::time::Instant::now();
         let baseline = tokio::task::spawn_blocking(move || {
-            netns::run_in(&file, move || {
-                read_baseline(plan.legacy_baseline, Some(rcvbuf))
-            })
+            netns::run_in(&file, move || read_baseline(legacy, Some(rcvbuf)))
         })
         .await;
         let baseline = match baseline {
@@ -135,7 +134,16 @@ impl Engine {
                 .as_deref()
                 .unwrap_or(&handle.origin.display().to_string())
         );
+        let chain_level: Vec<_> = watched
+            .legacy
+            .iter()
+            .filter(|(_, t)| t.chain_level())
+            .map(|(k, t)| (k.clone(), t.rule_count()))
+            .collect();
         self.watched.insert(inode, watched);
+        for (key, rules) in chain_level {
+            self.note_level(inode, &key, false, Some(rules));
+        }
         self.save_ipsets(inode).await;
         if let Some(t) = legacy_snapshot {
             self.emit_snapshot(inode, Backend::Legacy, t);
@@ -251,6 +259,7 @@ impl Engine {
                 }
             }
             self.watched.remove(&inode);
+            self.count_chain_level();
             self.core.forget_netns(inode);
             if let Some(r) = self.restorer.as_mut() {
                 r.forget(inode);

@@ -143,6 +143,11 @@ impl StatusLine {
         }
     }
 
+    /// A warning line: observer goes on, and the message says what it does differently.
+    pub fn warning(message: String) -> StatusLine {
+        StatusLine::new(StatusState::Warning, message)
+    }
+
     /// A status line of `state` with only a message.
     fn new(state: StatusState, message: String) -> StatusLine {
         StatusLine {

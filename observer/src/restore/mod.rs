@@ -188,6 +188,9 @@ pub struct Restorer {
     /// What observer put back for each owner in each namespace, and the incident line a
     /// later wipe of it is told on (the `flapping` one, once the loop is one).
     put_back: HashMap<(u32, String), PutBack>,
+    /// Legacy tables held at chain level (`--rule-level-limit`), by namespace, family and
+    /// name: observer does not hold their rules, so it never writes them.
+    chain_level: std::collections::HashSet<(u32, crate::ruleset::Family, String)>,
 }
 
 #[derive(Debug)]
@@ -209,6 +212,7 @@ impl Restorer {
             jobs: BTreeMap::new(),
             history: HashMap::new(),
             put_back: HashMap::new(),
+            chain_level: Default::default(),
         }
     }
 
@@ -241,7 +245,24 @@ impl Restorer {
         self.ipsets.saved(netns, text, now)
     }
 
+    /// Legacy table `table` of `netns` is held at chain level (`yes`), or at rule level again.
+    pub fn held_at_chain_level(
+        &mut self,
+        netns: u32,
+        family: crate::ruleset::Family,
+        table: &str,
+        yes: bool,
+    ) {
+        let key = (netns, family, table.to_string());
+        if yes {
+            self.chain_level.insert(key);
+        } else {
+            self.chain_level.remove(&key);
+        }
+    }
+
     pub fn forget(&mut self, netns: u32) {
+        self.chain_level.retain(|(n, _, _)| *n != netns);
         self.keeper.forget(netns);
         self.ipsets.forget(netns);
         self.jobs.retain(|(n, _), _| *n != netns);
@@ -427,6 +448,19 @@ impl Restorer {
                     "this kernel's nf_tables notifications do not say where a rule went \
                      (kernels before 6.1), so the order observer holds for table {} may not be \
                      the kernel's: nothing of it is written",
+                    l.table
+                ));
+                continue;
+            }
+            if l.backend == crate::ruleset::Backend::Legacy
+                && self
+                    .chain_level
+                    .contains(&(netns, l.family, l.table.clone()))
+            {
+                conflicts.push(format!(
+                    "legacy table {} is held at chain level (it has more rules than \
+                     --rule-level-limit leaves for it): observer does not hold its rules, so \
+                     nothing of it is written",
                     l.table
                 ));
                 continue;

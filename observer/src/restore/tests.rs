@@ -455,3 +455,21 @@ fn a_destroyed_ipset_the_rules_name_is_created_again_before_them() {
         lines[0].summary
     );
 }
+
+#[test]
+fn a_table_held_at_chain_level_is_never_written_and_the_incident_says_why() {
+    let mut w = World::new(3);
+    w.r.held_at_chain_level(NS, Family::Ip, "filter", true);
+    assert!(!w.wipe(0).is_empty(), "the wipe raises an incident");
+    let lines = said(w.r.due(at(1000)));
+    let note = lines[0].restore.as_ref().expect("the line tells of it");
+    assert_eq!(note.outcome, Outcome::RefusedConflict);
+    let reason = note.reason.as_deref().unwrap_or_default();
+    assert!(reason.contains("held at chain level"), "{reason}");
+    // Held at rule level again: the next wipe is restored as usual.
+    let mut w = World::new(3);
+    w.r.held_at_chain_level(NS, Family::Ip, "filter", true);
+    w.r.held_at_chain_level(NS, Family::Ip, "filter", false);
+    w.wipe(0);
+    assert_eq!(write(w.r.due(at(1000))).scripts[0].text, SCRIPT);
+}

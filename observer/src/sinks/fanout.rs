@@ -119,6 +119,10 @@ impl DaemonOutput {
 }
 
 impl Output for DaemonOutput {
+    fn chain_level_tables(&mut self, tables: usize) {
+        self.hub.metrics.chain_level_tables.set(tables as i64);
+    }
+
     fn table_learned(&mut self, read_back: bool) {
         use super::metrics::{LegacyTableLabels, LEGACY_FROM_COPY, LEGACY_FROM_READ};
         let from = if read_back {

@@ -83,6 +83,8 @@ pub struct Metrics {
     pub kernel_errors: Family<KernelErrorLabels, Counter>,
     /// Legacy tables learned after a replace, by where from.
     pub legacy_tables: Family<LegacyTableLabels, Counter>,
+    /// Legacy tables held at chain level now (`--rule-level-limit`).
+    pub chain_level_tables: Gauge,
     pub hooks: Family<HookLabels, Gauge>,
     pub netns_watched: Gauge,
     pub sse_clients: Gauge,
@@ -158,6 +160,13 @@ impl Metrics {
              fifth of an iptables-save of the table)",
             legacy_tables.clone(),
         );
+        let chain_level_tables = Gauge::default();
+        registry.register(
+            "chain_level_tables",
+            "Legacy tables held at chain level now: more rules than --rule-level-limit leaves \
+             for their namespace; their changes are told a chain at a time, without rule text",
+            chain_level_tables.clone(),
+        );
         let hooks = Family::<HookLabels, Gauge>::default();
         registry.register(
             "hook_backend",
@@ -209,6 +218,7 @@ impl Metrics {
             kernel_records_lost,
             kernel_errors,
             legacy_tables,
+            chain_level_tables,
             hooks,
             netns_watched,
             sse_clients,

@@ -31,6 +31,7 @@ pub fn read_table(sock: &std::os::fd::OwnedFd, name: &str) -> Result<EbTable, Xt
             .map_err(|e| io("EBT_SO_GET_INFO", e))?;
         let (_, info) = parse_info(&rep)?;
         let size = info.entries_size as usize;
+        super::sockopt::check_read_cap(XtProto::Ipv4, name, size as u64)?;
         let mut entries = vec![0u8; size];
         // struct ebt_replace with num_counters 0 (no counters) and entries pointing at the
         // buffer; the kernel checks the length and the sizes against the table's own.

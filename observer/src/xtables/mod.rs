@@ -21,7 +21,7 @@ pub(crate) mod tests;
 
 pub use attempt::replace_attempt;
 pub use observer_rules::xtables::{
-    decode, decode_replace, diff, XtChain, XtError, XtProto, XtRule, XtTable,
+    decode, decode_replace, diff, Against, XtChain, XtError, XtProto, XtRule, XtTable,
 };
 pub use sockopt::{
     name_sets, read_existing_table, read_table, read_table_against, table_names, XtSockets,

@@ -16,7 +16,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use observer_rules::xtables::bytes::cstr;
 
 use super::decode::{self, RawTable, TableInfo, GET_ENTRIES_HEADER, TABLE_NAME_LEN};
-use super::{XtError, XtProto, XtTable};
+use super::{Against, XtError, XtProto, XtTable};
 
 /// How often to retry when the table is replaced between `GET_INFO` and `GET_ENTRIES`.
 const MAX_ATTEMPTS: u32 = 8;
@@ -77,13 +77,13 @@ pub fn read_table(proto: XtProto, name: &str) -> Result<XtTable, XtError> {
 
 /// [`read_table`], taking the chains that did not change since `prev` (the copy read last
 /// time) from it.
-pub fn read_table_against(
+pub fn read_table_against<'p>(
     proto: XtProto,
     name: &str,
-    prev: Option<&XtTable>,
+    against: impl Into<Against<'p>>,
 ) -> Result<XtTable, XtError> {
     let raw = read_raw(proto, name)?;
-    finish(proto, name, raw, None, prev)
+    finish(proto, name, raw, None, against.into())
 }
 
 /// Sockets opened in one network namespace, through which its tables are read from any thread:
@@ -130,14 +130,14 @@ impl XtSockets {
 /// kernel would create it.
 ///
 /// The chains that did not change since `prev` (the copy read last time) are taken from it.
-pub fn read_existing_table(
+pub fn read_existing_table<'p>(
     socks: &XtSockets,
     proto: XtProto,
     name: &str,
-    prev: Option<&XtTable>,
+    against: impl Into<Against<'p>>,
 ) -> Result<XtTable, XtError> {
     let raw = read_raw_on(socks.for_proto(proto)?, proto, name)?;
-    finish(proto, name, raw, Some(&socks.inet), prev)
+    finish(proto, name, raw, Some(&socks.inet), against.into())
 }
 
 /// Decode, name, and resolve the ipset names (through `sock`, or a socket of the calling
@@ -147,9 +147,9 @@ fn finish(
     name: &str,
     raw: RawTable,
     sock: Option<&OwnedFd>,
-    prev: Option<&XtTable>,
+    against: Against<'_>,
 ) -> Result<XtTable, XtError> {
-    let mut table = decode::decode_raw(proto, raw, prev)?;
+    let mut table = decode::decode_raw(proto, raw, against)?;
     table.name = name.to_string();
     name_sets_on(&mut table, sock);
     Ok(table)
@@ -192,6 +192,30 @@ fn check_name(name: &str) -> Result<(), XtError> {
 
 /// `GET_INFO` then `GET_ENTRIES` on `sock` (of the table's family and namespace), retried while
 /// the table changes in between.
+/// The most bytes of entries one read may copy out of the kernel ([`set_read_cap`]).
+static READ_CAP: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(usize::MAX);
+
+/// The most bytes of entries a read of one table may copy out of the kernel
+/// (`--max-table-read`): the kernel hands them over in one call, so a larger table would take
+/// that much memory at once. Reading a larger table fails with [`XtError::TooLarge`].
+pub fn set_read_cap(bytes: usize) {
+    READ_CAP.store(bytes, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// [`XtError::TooLarge`] when `size` bytes of table `name` may not be read.
+pub(crate) fn check_read_cap(proto: XtProto, name: &str, size: u64) -> Result<(), XtError> {
+    let cap = READ_CAP.load(std::sync::atomic::Ordering::Relaxed);
+    if size > cap as u64 {
+        return Err(XtError::TooLarge {
+            proto,
+            name: name.to_string(),
+            size,
+            cap,
+        });
+    }
+    Ok(())
+}
+
 fn read_raw_on(sock: &OwnedFd, proto: XtProto, name: &str) -> Result<RawTable, XtError> {
     check_name(name)?;
     let (level, info_opt, entries_opt) = match proto {
@@ -210,6 +234,7 @@ fn read_raw_on(sock: &OwnedFd, proto: XtProto, name: &str) -> Result<RawTable, X
     };
     for _ in 0..MAX_ATTEMPTS {
         let (info_bytes, info) = get_info()?;
+        check_read_cap(proto, name, u64::from(info.size))?;
         let mut buf = vec![0u8; GET_ENTRIES_HEADER + info.size as usize];
         advise_huge_pages(&buf);
         buf[..name.len()].copy_from_slice(name.as_bytes());
