@@ -716,6 +716,18 @@ fn a_namespace_past_the_rule_level_limit_is_held_at_chain_level_and_the_others_a
     obs.expect_since(mark, "the chain_delete", 60, |v| {
         change_in(v, pod_ino) && v["op"] == "chain_delete" && v["chain"] == deleted.as_str()
     });
+    // Chain-level changes still raise the incidents of chains: kube-proxy's chains flushed and
+    // deleted by another writer.
+    for (ty, c) in [("foreign_flush", &flushed), ("foreign_delete", &deleted)] {
+        let i = obs.expect_incident(ty, 30, |v| {
+            v["netns"] == pod_ino
+                && v["chains"]
+                    .as_array()
+                    .is_some_and(|cs| cs.iter().any(|x| x == c.as_str()))
+        });
+        assert_eq!(i["owner"], "kube-proxy", "{i}");
+        assert_eq!(i["actors"], serde_json::json!(["obs-admin"]), "{i}");
+    }
 
     // Shrunk within the limit: held rule by rule again, and said so.
     let small = nat_table_of(10, &[]);

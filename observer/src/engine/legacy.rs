@@ -546,9 +546,10 @@ impl Engine {
             found(old.as_deref(), new.as_ref(), &x.args)
         };
         // The last copy's chains and entries that the new one does not share go now.
-        let large = old
-            .as_ref()
-            .is_some_and(|t| t.kept_bytes() >= super::LARGE_TABLE_BYTES);
+        let large = [old.as_ref(), new.as_ref()].into_iter().flatten().any(|t| {
+            t.kept_bytes() >= super::LARGE_TABLE_BYTES
+                || t.entry_count() >= super::LARGE_TABLE_ENTRIES
+        });
         drop((old, prev));
         if let Some(t) = new {
             w.legacy.insert(key.clone(), t);

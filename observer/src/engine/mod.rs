@@ -691,6 +691,10 @@ pub(crate) const LARGE_TXN_CHANGES: usize = 1_000;
 /// replaced, the heap is trimmed too (a kube-proxy nat table of 2,500 services keeps about 4 MB).
 pub(crate) const LARGE_TABLE_BYTES: usize = 4 << 20;
 
+/// A legacy table of this many entries is large too, whatever it keeps (one held at chain level
+/// keeps no entries, but its read and decode allocated in proportion to them).
+pub(crate) const LARGE_TABLE_ENTRIES: usize = 25_000;
+
 /// Gives the allocator's free pages back to the kernel (glibc keeps them otherwise: after a
 /// kube-proxy table of 10,000 services was loaded in one transaction, over 100 MiB).
 pub(crate) fn release_free_heap() {

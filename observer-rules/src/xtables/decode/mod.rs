@@ -238,7 +238,14 @@ pub(crate) fn decode_table_against(
     // Each chain has one entry that is not a rule at most (a policy, a closing RETURN): a table
     // with fewer entries than that beside its rules fits, whatever the exact count.
     if offsets.len().saturating_sub(builds.len()) > against.room {
-        return chain_level(proto, info, l, blob, &offsets, &builds, &landing);
+        let walked = Walked {
+            l,
+            blob,
+            offsets: &offsets,
+            builds: &builds,
+            landing: &landing,
+        };
+        return chain_level(proto, info, &walked, against.prev);
     }
     let prev = against.prev;
 
@@ -289,20 +296,41 @@ pub(crate) fn decode_table_against(
     })
 }
 
+/// A blob walked by pass 1: its entries' offsets, its chains and where jumps land.
+struct Walked<'w, 'b> {
+    l: &'static Layout,
+    blob: &'b [u8],
+    offsets: &'w [u32],
+    builds: &'w [ChainBuild<'b>],
+    landing: &'w Landing,
+}
+
 /// A table held at chain level: each chain's name, policy, key and rule count, no rules. Reads
-/// each entry's bytes once (for the key) and keeps nothing of them.
+/// each entry's bytes once (for the key) and keeps nothing of them. A chain that is the same in
+/// `prev` (held at chain level too) is `prev`'s.
 fn chain_level(
     proto: XtProto,
     info: &TableInfo,
-    l: &'static Layout,
-    blob: &[u8],
-    offsets: &[u32],
-    builds: &[ChainBuild],
-    landing: &Landing,
+    w: &Walked,
+    prev: Option<&XtTable>,
 ) -> Result<XtTable, XtError> {
+    let Walked {
+        l,
+        blob,
+        offsets,
+        builds,
+        landing,
+    } = *w;
     let names: Vec<&str> = builds.iter().map(|b| &*b.name).collect();
+    let prev = prev.filter(|p| p.chain_level);
+    let same_order = prev.is_some_and(|p| p.has_chains_named(names.iter().copied()));
+    let by_name: foldhash::HashMap<&str, &std::sync::Arc<XtChain>> = match prev {
+        Some(p) if !same_order => p.chains.iter().map(|c| (c.name.as_str(), c)).collect(),
+        _ => Default::default(),
+    };
     let mut chains = Vec::with_capacity(builds.len());
-    for b in builds {
+    let mut chains_carried = 0;
+    for (at, b) in builds.iter().enumerate() {
         let idx = &offsets[b.first..b.end];
         let (rules_idx, policy) = policy_of(l, blob, b, idx)?;
         let key = chain_key(l, blob, rules_idx, landing, &names);
@@ -311,6 +339,18 @@ fn chain_level(
             if Entry::at(l, blob, last as usize)?.is_unconditional_return() {
                 count -= 1;
             }
+        }
+        let old = match prev {
+            Some(p) if same_order => p.chains.get(at),
+            _ => by_name.get(&*b.name).copied(),
+        };
+        if let Some(old) = old.filter(|o| {
+            (o.key, o.count, o.builtin, &o.policy) == (key, count, b.builtin, &policy)
+                && o.name == b.name
+        }) {
+            chains.push(std::sync::Arc::clone(old));
+            chains_carried += 1;
+            continue;
         }
         chains.push(std::sync::Arc::new(XtChain {
             name: b.name.to_string(),
@@ -330,7 +370,7 @@ fn chain_level(
         entries: Packed::default(),
         set_refs: Vec::new(),
         set_names: HashMap::new(),
-        carried: 0,
+        carried: chains_carried,
         live: 0,
         chain_level: true,
     })

@@ -126,8 +126,13 @@ fn changes_at_chain_level_name_the_chains_that_changed_and_only_those() {
         .unwrap_or_default()
         .starts_with("1 rule flushed"));
     assert_eq!(changes[4].detail.as_deref(), Some("3 rules deleted"));
-    // The same table again: nothing.
-    assert!(diff(Some(&new), Some(&decode(&after, Some(&new), 0))).is_empty());
+    // FORWARD and OUTPUT did not change: they are the last copy's.
+    assert_eq!(new.carried_chains(), 2);
+    assert!(std::sync::Arc::ptr_eq(&new.chains[1], &old.chains[1]));
+    // The same table again: every chain is the last copy's, and nothing changed.
+    let again = decode(&after, Some(&new), 0);
+    assert_eq!(again.carried_chains(), again.chains.len());
+    assert!(diff(Some(&new), Some(&again)).is_empty());
 }
 
 #[test]

@@ -55,10 +55,12 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(300);
 /// Runs the legacy shape at `sizes` with `syncs` syncs each (observer's `--ringbuf-size` when
 /// given); prints the section and writes it into BENCHMARKS.md unless `no_write`. True when
 /// every size was measured.
-/// What observer runs under: its `--ringbuf-size`, and a memory cgroup's limit in bytes.
+/// What observer runs under: its `--ringbuf-size` and `--rule-level-limit`, and a memory
+/// cgroup's limit in bytes.
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Under {
     pub(super) ringbuf: Option<u32>,
+    pub(super) rule_level_limit: Option<u32>,
     pub(super) memory_limit: Option<u64>,
 }
 
@@ -242,6 +244,10 @@ fn measure(
     let mut args = vec!["tail", "--json", "--netns", &ns.name];
     if let Some(ring) = &ring {
         args.extend(["--ringbuf-size", ring.as_str()]);
+    }
+    let limit = under.rule_level_limit.map(|n| n.to_string());
+    if let Some(limit) = &limit {
+        args.extend(["--rule-level-limit", limit.as_str()]);
     }
     let procs = cgroup.as_ref().map(|c| c.procs().display().to_string());
     let bin_text = bin.display().to_string();

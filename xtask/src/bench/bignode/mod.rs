@@ -76,6 +76,10 @@ pub struct BenchBignodeArgs {
     /// the table read back
     #[arg(long, value_name = "BYTES")]
     ringbuf_size: Option<u32>,
+    /// observer's `--rule-level-limit` for the legacy part: a table of more rules is held at
+    /// chain level (its changes told a chain at a time)
+    #[arg(long, value_name = "RULES")]
+    rule_level_limit: Option<u32>,
     /// Run observer in a memory cgroup of its own with this limit, in MiB, for the legacy part
     /// (a DaemonSet's limit is 512): whether it survives, its peak usage and the OOM kills are
     /// reported
@@ -145,6 +149,7 @@ pub fn run(args: &BenchBignodeArgs) -> Result<i32> {
         syncs,
         legacy::Under {
             ringbuf: args.ringbuf_size,
+            rule_level_limit: args.rule_level_limit,
             memory_limit: args.memory_limit.map(|m| u64::from(m) << 20),
         },
         args.no_write,
