@@ -612,6 +612,19 @@ fn status_saying(v: &Value, state: &str, words: &[&str]) -> bool {
             .is_some_and(|m| words.iter().all(|w| m.contains(w)))
 }
 
+/// The node namespace drops `addr` (one `iptables-legacy -A`), and observer tells that rule.
+fn node_drops(obs: &mut Observer, node: &Netns, writer: &Writer, addr: &str) {
+    node.write(
+        writer,
+        &["iptables-legacy", "-A", "INPUT", "-s", addr, "-j", "DROP"],
+    );
+    obs.expect(&format!("the node's rule dropping {addr}"), 60, |v| {
+        change_in(v, node.ino())
+            && v["op"] == "rule_add"
+            && v["rule"].as_str().is_some_and(|r| r.contains(addr))
+    });
+}
+
 #[test]
 fn a_namespace_past_the_rule_level_limit_is_held_at_chain_level_and_the_others_are_not() {
     skip_unless!("ip", "iptables-legacy-restore", "iptables-legacy");
@@ -649,23 +662,7 @@ fn a_namespace_past_the_rule_level_limit_is_held_at_chain_level_and_the_others_a
     );
 
     // The other namespace is held rule by rule.
-    node.write(
-        &writer,
-        &[
-            "iptables-legacy",
-            "-A",
-            "INPUT",
-            "-s",
-            "192.0.2.7",
-            "-j",
-            "DROP",
-        ],
-    );
-    obs.expect("the node's rule, rule by rule", 60, |v| {
-        change_in(v, node.ino())
-            && v["op"] == "rule_add"
-            && v["rule"].as_str().is_some_and(|r| r.contains("192.0.2.7"))
-    });
+    node_drops(&mut obs, &node, &writer, "192.0.2.7");
 
     // A move of one endpoint: its service's chain and the endpoint's chain changed, only those.
     let mark = obs.mark();
@@ -788,21 +785,7 @@ fn a_table_too_large_to_read_is_a_gap_and_observer_goes_on() {
         )
     });
     // Still watching: the other namespace's change, and the pod's own once its table is small.
-    node.write(
-        &writer,
-        &[
-            "iptables-legacy",
-            "-A",
-            "INPUT",
-            "-s",
-            "192.0.2.8",
-            "-j",
-            "DROP",
-        ],
-    );
-    obs.expect("the node's rule", 60, |v| {
-        change_in(v, node.ino()) && v["rule"].as_str().is_some_and(|r| r.contains("192.0.2.8"))
-    });
+    node_drops(&mut obs, &node, &writer, "192.0.2.8");
     pod.write_stdin(&writer, &RESTORE, &nat_table_of(10, &[]));
     let pod_ino = pod.ino();
     obs.expect("the pod's small table", 60, |v| {
@@ -813,5 +796,54 @@ fn a_table_too_large_to_read_is_a_gap_and_observer_goes_on() {
             .iter()
             .any(|v| change_in(v, pod_ino) && v["chain"] == svc_chain(300).as_str()),
         "nothing of the table not read is told"
+    );
+}
+
+#[test]
+fn what_a_namespace_reports_after_two_replaces_comes_after_both() {
+    skip_unless!("ip", "iptables-legacy-restore", "nft");
+    let pod = Netns::new("nb-order");
+    // A ring buffer that holds both replaces' copies: each is learned from its own, not read
+    // back (a read after both would find the rewrite already there, and learn both at once).
+    let mut obs = Observer::start(&["--netns", pod.name(), "--ringbuf-size", "16777216"]);
+    let writer = Writer::new("obs-kube-proxy");
+    let pod_ino = pod.ino();
+    for cmd in ["add table inet t", "add chain inet t c"] {
+        pod.write(&writer, &["nft", cmd]);
+    }
+    obs.expect("the nft chain", 60, |v| {
+        change_in(v, pod_ino) && v["chain"] == "c"
+    });
+    // While observer is stopped: a load, a rewrite of it, then an nft rule. When it goes on,
+    // the load is being learned when the rewrite and the rule come: the rule is reported
+    // after both replaces, as they were made.
+    let (s, ip) = (END_SERVICES / 3, ipv4([10, 64, 0, 0], 7));
+    obs.freeze(true);
+    pod.write_stdin(&writer, &RESTORE, &nat_table_of(END_SERVICES, &[]));
+    pod.write_stdin(&writer, &RESTORE, &nat_table_of(END_SERVICES, &[(s, ip)]));
+    pod.write(
+        &writer,
+        &["nft", "add rule inet t c counter comment \"after\""],
+    );
+    obs.freeze(false);
+    let rule = obs.expect("the nft rule", 60, |v| {
+        change_in(v, pod_ino) && v["op"] == "rule_add" && v["table"] == "t"
+    });
+    let at = |pred: &dyn Fn(&Value) -> bool| obs.seen.iter().position(|v| pred(v));
+    let rule_at = at(&|v| v["seq"] == rule["seq"]).expect("the rule was seen");
+    let moved = format!("{ip}:8080");
+    let rewrite_at = at(&|v| {
+        change_in(v, pod_ino)
+            && v["chain"] == sep_chain(s, 0).as_str()
+            && v["rule"].as_str().is_some_and(|r| r.contains(&moved))
+    });
+    let load_end = obs
+        .seen
+        .iter()
+        .rposition(|v| change_in(v, pod_ino) && v["table"] == "nat" && v["op"] == "rule_add");
+    assert!(
+        rewrite_at.is_some_and(|r| r < rule_at) && load_end.is_some_and(|l| l < rule_at),
+        "the nft rule (line {rule_at}) before the rewrite ({rewrite_at:?}) or the load's end \
+         ({load_end:?})"
     );
 }

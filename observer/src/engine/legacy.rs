@@ -65,6 +65,16 @@ pub(super) struct Pending {
     process: ProcessInfo,
 }
 
+/// What a namespace reports after a legacy replace not learned yet, in its turn.
+pub(super) enum Waiting {
+    /// A replace the kernel took: learned in its turn.
+    Replace(Pending),
+    /// A replace the kernel refused: its one line.
+    Refused(Box<(XtReplaceEvent, ProcessInfo, (Change, ChangeResult))>),
+    /// A message of the namespace's nftables reader.
+    Said(super::NsMsg),
+}
+
 /// A replace learned off the loop: the table it installed, what it changed, and how it was
 /// learned.
 pub(super) struct Learned {
@@ -401,8 +411,18 @@ impl Engine {
         let proto = match replace::route(x.ret, xt_proto(x.kind)) {
             Route::Bridge => return self.on_bridge_replace(x, process).await,
             Route::Attempt => {
-                // Refused by the kernel (nothing changed: no read, no diff).
+                // Refused by the kernel (nothing changed: no read, no diff); after the
+                // namespace's replaces not learned yet.
                 let c = crate::xtables::replace_attempt(x.kind, &x.table, x.num_entries, x.ret);
+                if let Some(w) = self
+                    .watched
+                    .get_mut(&x.process.netns)
+                    .filter(|w| w.behind_a_replace())
+                {
+                    w.waiting
+                        .push_back(Waiting::Refused(Box::new((x, process, c))));
+                    return;
+                }
                 return self.emit_attempt(&x, process, c);
             }
             Route::Table(proto) => proto,
@@ -422,7 +442,8 @@ impl Engine {
         let Some(w) = self.watched.get_mut(&inode) else {
             return;
         };
-        w.replaces.push_back(Pending { x, proto, process });
+        w.waiting
+            .push_back(Waiting::Replace(Pending { x, proto, process }));
         self.learn_next(inode);
     }
 
@@ -432,13 +453,27 @@ impl Engine {
     /// them anyway, and its table is not read while a large load's changes are still held).
     pub(super) fn learn_next(&mut self, inode: u32) {
         let tx = self.ns_tx.clone();
-        if self.backlog.holds(inode) {
-            return;
-        }
-        let Some(w) = self.watched.get_mut(&inode).filter(|w| !w.learning) else {
-            return;
-        };
-        while let Some(p) = w.replaces.pop_front() {
+        loop {
+            // What waits before the next replace is reported in its turn, as it came.
+            if self.backlog.holds(inode) {
+                return;
+            }
+            let Some(w) = self.watched.get_mut(&inode).filter(|w| !w.learning) else {
+                return;
+            };
+            let p = match w.waiting.pop_front() {
+                None => return,
+                Some(Waiting::Replace(p)) => p,
+                Some(Waiting::Refused(r)) => {
+                    let (x, process, c) = *r;
+                    self.emit_attempt(&x, process, c);
+                    continue;
+                }
+                Some(Waiting::Said(msg)) => {
+                    self.handle_ns(msg);
+                    continue;
+                }
+            };
             let key = (p.proto, p.x.table.clone());
             if replace::held_already(w.read_at.get(&key).copied(), p.x.ktime_ns) {
                 // Replaced before the table was last read back (a re-read after lost records,
@@ -477,7 +512,6 @@ impl Engine {
             return;
         };
         w.learning = false;
-        let deferred = std::mem::take(&mut w.deferred);
         match learned {
             Ok(l) => self.took(*l),
             Err(message) => {
@@ -485,9 +519,6 @@ impl Engine {
                 tracing::warn!("{}", crate::shown::Shown(&message));
                 self.emit_status(StatusLine::gap(Gap::Other, message));
             }
-        }
-        for msg in deferred {
-            self.on_ns(msg);
         }
         self.learn_next(inode);
     }

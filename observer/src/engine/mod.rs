@@ -101,18 +101,23 @@ struct Watched {
     read_at: HashMap<(XtProto, String), u64>,
     /// The ebtables tables as last read back after a replace, by name.
     bridge: HashMap<String, xtables::ebt::EbTable>,
-    /// Legacy replaces the kernel took and not learned yet, in order.
-    replaces: std::collections::VecDeque<legacy::Pending>,
-    /// One of them is being learned, off the loop.
+    /// What waits behind a legacy replace not learned yet, in the order it came: the replaces
+    /// the kernel took, refused replaces and nftables transactions.
+    waiting: std::collections::VecDeque<legacy::Waiting>,
+    /// A replace is being learned, off the loop.
     learning: bool,
-    /// nftables transactions that came while a legacy replace was learned: reported after it.
-    deferred: Vec<NsMsg>,
 }
 
 impl Watched {
-    /// Its legacy replaces taken and not learned yet: those waiting, and the one being learned.
+    /// What it has not reported yet behind its legacy replaces: what waits, and the replace
+    /// being learned.
     fn unlearned(&self) -> usize {
-        self.replaces.len() + usize::from(self.learning)
+        self.waiting.len() + usize::from(self.learning)
+    }
+
+    /// Whether what it reports now must wait behind a replace not learned yet.
+    fn behind_a_replace(&self) -> bool {
+        self.learning || !self.waiting.is_empty()
     }
 
     /// How many rules table `key`'s next copy may have to be held at rule level: what `limit`
@@ -558,8 +563,15 @@ async fn finish(engine: &mut Engine, channels: &mut Channels) {
         if waiting.is_empty() {
             return;
         }
+        let before: usize = engine.watched.values().map(Watched::unlearned).sum();
         for inode in waiting {
             engine.learn_next(inode);
+        }
+        let learning = engine.watched.values().any(|w| w.learning);
+        let after: usize = engine.watched.values().map(Watched::unlearned).sum();
+        if !learning && after < before {
+            // What waited was reported here and now: nothing to wait for.
+            continue;
         }
         match tokio::time::timeout_at(until, ns_rx.recv()).await {
             Ok(Some(NsMsg::Found(_))) => {}
@@ -567,7 +579,7 @@ async fn finish(engine: &mut Engine, channels: &mut Channels) {
             Ok(None) | Err(_) => {
                 let left: usize = engine.watched.values().map(Watched::unlearned).sum();
                 tracing::warn!(
-                    "{left} legacy table replaces were not learned before the end (after {} s)",
+                    "{left} legacy table replaces (and what their namespaces reported after them) were not reported before the end (after {} s)",
                     FINISH_WAIT.as_secs()
                 );
                 return;

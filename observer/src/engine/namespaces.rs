@@ -101,9 +101,8 @@ impl Engine {
             nft_snapshot: wants.then(|| Arc::new(AtomicBool::new(false))),
             xt_socks: None,
             bridge: Default::default(),
-            replaces: Default::default(),
+            waiting: Default::default(),
             learning: false,
-            deferred: Vec::new(),
         };
         if let (Some(sock), Some((state, gen))) = (baseline.socket, baseline.nft) {
             if lifecycle::report_established(new, !state.tables.is_empty()) {
@@ -242,7 +241,7 @@ impl Engine {
     /// later check, once they are out.
     pub(super) fn forget_gone(&mut self, why: &str) {
         for inode in lifecycle::gone(self.unmounted(), netns::held_by_processes) {
-            let busy = self.watched.get(&inode).is_some_and(|w| w.learning);
+            let busy = self.watched.get(&inode).is_some_and(|w| w.unlearned() > 0);
             if busy || self.backlog.holds(inode) {
                 tracing::debug!(
                     "namespace {inode} is gone ({why}); let go once its changes are out"
@@ -273,12 +272,17 @@ impl Engine {
 
     pub(super) fn on_ns(&mut self, msg: NsMsg) {
         if let NsMsg::Nft { inode, .. } = &msg {
-            if let Some(w) = self.watched.get_mut(inode).filter(|w| w.learning) {
-                // Made after the legacy replace being learned: reported after it.
-                w.deferred.push(msg);
+            if let Some(w) = self.watched.get_mut(inode).filter(|w| w.behind_a_replace()) {
+                // Made after a legacy replace not learned yet: reported after it.
+                w.waiting.push_back(super::legacy::Waiting::Said(msg));
                 return;
             }
         }
+        self.handle_ns(msg);
+    }
+
+    /// A namespace message, in its turn.
+    pub(super) fn handle_ns(&mut self, msg: NsMsg) {
         match msg {
             NsMsg::Nft {
                 inode,
