@@ -67,8 +67,9 @@ pub(super) struct Pending {
 
 /// What a namespace reports after a legacy replace not learned yet, in its turn.
 pub(super) enum Waiting {
-    /// A replace the kernel took: learned in its turn.
-    Replace(Pending),
+    /// A replace the kernel took: learned in its turn (boxed: a record with its writer's
+    /// attribution is the largest of the three).
+    Replace(Box<Pending>),
     /// A replace the kernel refused: its one line.
     Refused(Box<(XtReplaceEvent, ProcessInfo, (Change, ChangeResult))>),
     /// A message of the namespace's nftables reader.
@@ -443,7 +444,7 @@ impl Engine {
             return;
         };
         w.waiting
-            .push_back(Waiting::Replace(Pending { x, proto, process }));
+            .push_back(Waiting::Replace(Box::new(Pending { x, proto, process })));
         self.learn_next(inode);
     }
 
@@ -463,7 +464,7 @@ impl Engine {
             };
             let p = match w.waiting.pop_front() {
                 None => return,
-                Some(Waiting::Replace(p)) => p,
+                Some(Waiting::Replace(p)) => *p,
                 Some(Waiting::Refused(r)) => {
                     let (x, process, c) = *r;
                     self.emit_attempt(&x, process, c);
