@@ -829,7 +829,7 @@ fn what_a_namespace_reports_after_two_replaces_comes_after_both() {
     let rule = obs.expect("the nft rule", 60, |v| {
         change_in(v, pod_ino) && v["op"] == "rule_add" && v["table"] == "t"
     });
-    let at = |pred: &dyn Fn(&Value) -> bool| obs.seen.iter().position(|v| pred(v));
+    let at = |pred: &dyn Fn(&Value) -> bool| obs.seen.iter().position(pred);
     let rule_at = at(&|v| v["seq"] == rule["seq"]).expect("the rule was seen");
     let moved = format!("{ip}:8080");
     let rewrite_at = at(&|v| {
