@@ -70,6 +70,8 @@ pub(super) enum Waiting {
     /// A replace the kernel took: learned in its turn (boxed: a record with its writer's
     /// attribution is the largest of the three).
     Replace(Box<Pending>),
+    /// An ebtables replace the kernel took: its table is read back in its turn.
+    Bridge(Box<(XtReplaceEvent, ProcessInfo)>),
     /// A replace the kernel refused: its one line.
     Refused(Box<(XtReplaceEvent, ProcessInfo, (Change, ChangeResult))>),
     /// A message of the namespace's nftables reader.
@@ -134,6 +136,52 @@ enum Way {
 
 /// The sockets of a namespace and the result of a read.
 type SocksAndRead<T> = (Option<xtables::XtSockets>, Result<T, XtError>);
+
+/// The way into namespace `inode` for a read: its sockets, once open, else the namespace to
+/// enter (`None`, said in the log, when its descriptor cannot be duplicated).
+fn way_into(w: &super::Watched, inode: u32) -> Option<Way> {
+    match &w.xt_socks {
+        Some(socks) => Some(Way::Sockets(socks.clone())),
+        None => match w.handle.file.try_clone() {
+            Ok(file) => Some(Way::Enter(file)),
+            Err(e) => {
+                tracing::warn!("namespace {inode}: {e}");
+                None
+            }
+        },
+    }
+}
+
+/// An ebtables replace read back off the loop: the table (`None`: gone), with the namespace's
+/// sockets when the read opened them; or why it could not be read.
+pub(super) struct BridgeRead {
+    x: XtReplaceEvent,
+    process: ProcessInfo,
+    read: Result<(Option<xtables::XtSockets>, Option<xtables::ebt::EbTable>), String>,
+}
+
+/// Read ebtables table `table` through `way`, on a thread of the blocking pool.
+fn read_bridge(
+    table: &str,
+    way: Way,
+) -> Result<(Option<xtables::XtSockets>, Option<xtables::ebt::EbTable>), String> {
+    let (socks, read) = match way {
+        Way::Sockets(socks) => (None, xtables::ebt::read_table(socks.inet(), table)),
+        Way::Enter(file) => {
+            let table = table.to_string();
+            netns::run_in(&file, move || match xtables::XtSockets::open() {
+                Ok(socks) => {
+                    let t = xtables::ebt::read_table(socks.inet(), &table);
+                    (Some(socks), t)
+                }
+                Err(e) => (None, Err(e)),
+            })
+            .map_err(|e| format!("entering the namespace: {e}"))?
+        }
+    };
+    let table = replace::table_or_gone(read).map_err(|e| e.to_string())?;
+    Ok((socks, table))
+}
 
 /// Learn the table replace `p` installed, on a thread of the blocking pool: decoded from its
 /// writer's copy when that is trusted, else read back (see [`replace::table_from`]), then
@@ -410,7 +458,17 @@ impl Engine {
     pub(super) async fn on_replace(&mut self, x: XtReplaceEvent) {
         let process = attribution::from_kernel(&x.process);
         let proto = match replace::route(x.ret, xt_proto(x.kind)) {
-            Route::Bridge => return self.on_bridge_replace(x, process).await,
+            Route::Bridge => {
+                // Read back off the loop, in the namespace's turn.
+                if !self.ensure_namespace(&x.process).await {
+                    return;
+                }
+                let inode = x.process.netns;
+                if let Some(w) = self.watched.get_mut(&inode) {
+                    w.waiting.push_back(Waiting::Bridge(Box::new((x, process))));
+                }
+                return self.learn_next(inode);
+            }
             Route::Attempt => {
                 // Refused by the kernel (nothing changed: no read, no diff); after the
                 // namespace's replaces not learned yet.
@@ -474,6 +532,22 @@ impl Engine {
                     self.handle_ns(msg);
                     continue;
                 }
+                Some(Waiting::Bridge(b)) => {
+                    let (x, process) = *b;
+                    let Some(way) = way_into(w, inode) else {
+                        continue;
+                    };
+                    w.learning = true;
+                    tokio::spawn(async move {
+                        let table = x.table.clone();
+                        let read = tokio::task::spawn_blocking(move || read_bridge(&table, way))
+                            .await
+                            .unwrap_or_else(|e| Err(format!("namespace {inode}: {e}")));
+                        let read = Box::new(BridgeRead { x, process, read });
+                        let _ = tx.send(NsMsg::BridgeRead { inode, read }).await;
+                    });
+                    return;
+                }
             };
             let key = (p.proto, p.x.table.clone());
             if replace::held_already(w.read_at.get(&key).copied(), p.x.ktime_ns) {
@@ -481,15 +555,8 @@ impl Engine {
                 // the namespace's first read): what observer holds already has this change.
                 continue;
             }
-            let way = match &w.xt_socks {
-                Some(socks) => Way::Sockets(socks.clone()),
-                None => match w.handle.file.try_clone() {
-                    Ok(file) => Way::Enter(file),
-                    Err(e) => {
-                        tracing::warn!("namespace {inode}: {e}");
-                        continue;
-                    }
-                },
+            let Some(way) = way_into(w, inode) else {
+                continue;
             };
             let prev = w.legacy.get(&key).cloned();
             let room = w.rule_room(&key, self.rule_level_limit);
@@ -611,72 +678,40 @@ impl Engine {
         self.emit_txn(replace_ctx(x, name, process), changes);
     }
 
-    /// An ebtables replace the kernel took: the table is read back through the namespace's
-    /// sockets (`EBT_SO_GET_ENTRIES`) and diffed with the copy held, into chain and rule
-    /// changes. A table not held yet (its first replace since observer started) is reported
-    /// whole. When it cannot be read, the replace is reported as one `table_replace` line.
-    async fn on_bridge_replace(&mut self, x: XtReplaceEvent, process: ProcessInfo) {
-        if !self.ensure_namespace(&x.process).await {
-            return;
-        }
-        let inode = x.process.netns;
-        let Some(w) = self.watched.get(&inode) else {
-            return;
-        };
-        let table = x.table.clone();
-        let read = match w.xt_socks.clone() {
-            Some(socks) => tokio::task::spawn_blocking(move || {
-                (None, xtables::ebt::read_table(socks.inet(), &table))
-            })
-            .await
-            .map_err(|e| e.to_string()),
-            None => {
-                let file = match w.handle.file.try_clone() {
-                    Ok(f) => f,
-                    Err(e) => return self.warn(format!("namespace {inode}: {e}")),
-                };
-                tokio::task::spawn_blocking(move || {
-                    netns::run_in(&file, move || match xtables::XtSockets::open() {
-                        Ok(socks) => {
-                            let t = xtables::ebt::read_table(socks.inet(), &table);
-                            (Some(socks), t)
-                        }
-                        Err(e) => (None, Err(e)),
-                    })
-                })
-                .await
-                .map_err(|e| e.to_string())
-                .and_then(|r| r.map_err(|e| format!("entering the namespace: {e}")))
-            }
-        };
-        let (socks, new) = match read {
-            Ok((socks, read)) => match replace::table_or_gone(read) {
-                Ok(new) => (socks, new),
-                Err(e) => {
-                    self.warn(format!(
-                        "reading ebtables table {} in namespace {inode}: {e}",
-                        x.table
-                    ));
-                    let c = crate::xtables::replace_attempt(x.kind, &x.table, x.num_entries, x.ret);
-                    return self.emit_attempt(&x, process, c);
-                }
-            },
-            Err(e) => return self.warn(format!("namespace {inode}: {e}")),
-        };
+    /// An ebtables table read back off the loop after a replace (or why it could not be):
+    /// diffed with the copy held, into chain and rule changes (a table not held yet, its first
+    /// replace since observer started, is reported whole), or, when it could not be read,
+    /// reported as one `table_replace` line. Then the namespace's next waiting item.
+    pub(super) fn on_bridge_read(&mut self, inode: u32, read: Box<BridgeRead>) {
+        let BridgeRead { x, process, read } = *read;
         let Some(w) = self.watched.get_mut(&inode) else {
             return;
         };
-        if let Some(s) = socks {
-            w.xt_socks = Some(Arc::new(s));
+        w.learning = false;
+        match read {
+            Ok((socks, new)) => {
+                if let Some(s) = socks {
+                    w.xt_socks = Some(Arc::new(s));
+                }
+                let old = w.bridge.remove(&x.table);
+                let mut changes = xtables::ebt::diff(old.as_ref(), new.as_ref());
+                ruleset::settle_flushes(&mut changes, &ruleset::FlushEvidence::from_args(&x.args));
+                if let Some(t) = new {
+                    w.bridge.insert(x.table.clone(), t);
+                }
+                let name = w.handle.name.clone();
+                self.emit_replace(&x, name, process, changes);
+            }
+            Err(e) => {
+                self.warn(format!(
+                    "reading ebtables table {} in namespace {inode}: {e}",
+                    x.table
+                ));
+                let c = crate::xtables::replace_attempt(x.kind, &x.table, x.num_entries, x.ret);
+                self.emit_attempt(&x, process, c);
+            }
         }
-        let old = w.bridge.remove(&x.table);
-        let mut changes = xtables::ebt::diff(old.as_ref(), new.as_ref());
-        ruleset::settle_flushes(&mut changes, &ruleset::FlushEvidence::from_args(&x.args));
-        if let Some(t) = new {
-            w.bridge.insert(x.table.clone(), t);
-        }
-        let name = w.handle.name.clone();
-        self.emit_replace(&x, name, process, changes);
+        self.learn_next(inode);
     }
 
     /// Refused nftables writes (from the replies a writer read, or from the kernel's error path):

@@ -76,6 +76,11 @@ enum NsMsg {
         inode: u32,
         learned: Result<Box<legacy::Learned>, String>,
     },
+    /// An ebtables replace read back off the loop.
+    BridgeRead {
+        inode: u32,
+        read: Box<legacy::BridgeRead>,
+    },
     /// A namespace made a moment ago, found after its creator entered it (or handed it on).
     Found(NetnsHandle),
     /// A namespace made a moment ago that nothing held any more when it was looked for.
