@@ -44,6 +44,8 @@ mod nats;
 #[cfg(feature = "integration")]
 mod persistent;
 #[cfg(feature = "integration")]
+mod smallfs;
+#[cfg(feature = "integration")]
 mod tail;
 #[cfg(feature = "integration")]
 mod writer;
@@ -73,6 +75,8 @@ pub use persistent::{
     netfilter_persistent_flush, netfilter_persistent_reload, netfilter_persistent_unpacked,
     NETFILTER_PERSISTENT,
 };
+#[cfg(feature = "integration")]
+pub use smallfs::{fill, legacy_rules, SmallFs};
 #[cfg(feature = "integration")]
 pub use tail::{change, is_change, is_incident, Observer};
 #[cfg(feature = "integration")]

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use test_support::{
-    free_port, get, json_lines, metric, observer_bin, query, skip_unless, wait_for, Daemon, Netns,
-    Writer,
+    fill, free_port, get, json_lines, legacy_rules, metric, observer_bin, query, skip_unless,
+    wait_for, Daemon, Netns, SmallFs, Writer,
 };
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -690,32 +690,6 @@ fn bad_input_gets_clear_errors_and_keeps_data() {
     assert!(err.contains("cannot open the record"), "{err}");
 }
 
-/// Fill the file system holding `path` but for `leave` bytes.
-fn fill(path: &Path, leave: u64) {
-    let mut f = std::fs::File::create(path).unwrap();
-    let block = vec![0u8; 64 * 1024];
-    while f.write_all(&block).is_ok() {}
-    let len = f.metadata().unwrap().len();
-    f.set_len(len.saturating_sub(leave)).unwrap();
-}
-
-/// An iptables-legacy-restore script adding `n` rules to a new filter chain.
-fn legacy_rules(chain: &str, n: usize) -> String {
-    let mut script = format!("*filter\n:{chain} - [0:0]\n");
-    for i in 0..n {
-        script.push_str(&format!(
-            "-A {chain} -s 10.{}.{}.{}/32 -p tcp -m tcp --dport {} -m comment --comment \
-             \"padding padding padding\" -j ACCEPT\n",
-            i / 65536,
-            i / 256 % 256,
-            i % 256,
-            1 + i % 65000
-        ));
-    }
-    script.push_str("COMMIT\n");
-    script
-}
-
 /// `observer doctor --remote`'s view of the daemon's record.
 fn doctor_record(port: u16) -> Value {
     let out = Command::new(observer_bin())
@@ -753,27 +727,8 @@ const BURST: usize = 30_000;
 fn a_full_disk_leaves_a_gap_that_queries_show_and_the_record_resumes() {
     let _serial = serial();
     skip_unless!("ip", "nft", "mount", "iptables-legacy-restore");
-    let dir = tempfile::tempdir().unwrap();
-    let mnt = dir.path().join("small");
-    std::fs::create_dir(&mnt).unwrap();
-    test_support::run(
-        "mount",
-        &[
-            "-t",
-            "tmpfs",
-            "-o",
-            "size=8m",
-            "tmpfs",
-            mnt.to_str().unwrap(),
-        ],
-    );
-    struct Unmount(PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg(&self.0).status();
-        }
-    }
-    let _unmount = Unmount(mnt.clone());
+    let small = SmallFs::mount("8m");
+    let mnt = small.path().to_path_buf();
     let record = mnt.join("record.db");
     let port = free_port();
     let ns = Netns::new("full");
