@@ -7,7 +7,8 @@
 //! with the message id and headers of the contract; and the fleet tail showed each of them, in
 //! order, with its node. A tail started later from history says how much it has to print and
 //! when it caught up. A second test puts a proxy between a node and the server that loses one
-//! publish and one acknowledgement: the stream still holds every change once, in order. Needs
+//! publish and one acknowledgement: the stream still holds every change once, in order. A third
+//! fills the record's file system: the stream still holds what the record could not take. Needs
 //! root (the daemons load their hooks) and nats-server.
 
 use std::collections::HashMap;
@@ -18,7 +19,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use test_support::{
-    free_port, get, json_lines, observer_bin, skip_unless, wait_for, Daemon, Netns, Writer,
+    fill, free_port, get, json_lines, legacy_rules, metric, observer_bin, query, skip_unless,
+    wait_for, Daemon, Netns, SmallFs, Writer,
 };
 
 struct NatsServer {
@@ -809,5 +811,111 @@ fn a_lost_publish_and_a_lost_ack_neither_drop_nor_duplicate_nor_reorder() {
         "the late row {late} is one of {want:?}"
     );
     assert_once_in_order(&want, &mine);
+    daemon.stop();
+}
+
+/// The record on an 8 MiB file system filled to 1 MiB free, then a burst of 5,000 changes: the
+/// record cannot take most of them (its failures are counted, a gap row says so once space is
+/// back), but the stream holds every change the node printed, once, in order, with the line it
+/// printed: the rows the record could not take were held in memory for the publisher and let
+/// go once JetStream acknowledged them.
+#[test]
+fn a_full_record_still_publishes_every_change() {
+    skip_unless!(
+        "nats-server",
+        "ip",
+        "nft",
+        "mount",
+        "iptables-legacy-restore"
+    );
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let nats = NatsServer::start(dir.path());
+    let url = nats.url();
+    let small = SmallFs::mount("8m");
+    let record = small.path().join("record.db");
+    let node = "full.fleet.test";
+    let port = free_port();
+    let mut daemon = Daemon::start(
+        port,
+        &[
+            "--record",
+            record.to_str().expect("utf-8"),
+            "--nats",
+            &url,
+            "--node",
+            node,
+            "--stdout-queue",
+            "65536",
+        ],
+    );
+    let ns = Netns::new("natsfull");
+    let writer = Writer::new("natsfullw");
+    changes(&ns, &writer, "early", 1);
+    let early = printed_seqs(&mut daemon, "early0");
+    assert_once_in_order(&early, &node_changes(&url, node, &early));
+
+    let filler = small.path().join("filler");
+    fill(&filler, 1 << 20);
+    ns.write_stdin(
+        &writer,
+        &["iptables-legacy-restore", "--noflush"],
+        &legacy_rules("OBS-NATS", 5_000),
+    );
+    changes(&ns, &writer, "burstend", 1);
+    printed_changes(&mut daemon, "burstend0");
+    let metric_of = |name: &str, labels: &[(&str, &str)]| {
+        let (_, m) = get(port, "/metrics", &[]);
+        metric(&m, name, labels).unwrap_or(0.0)
+    };
+    let failed = metric_of("observer_record_rows_total", &[("outcome", "failed")]);
+    assert!(
+        failed > 0.0,
+        "the record took the whole burst: nothing to test"
+    );
+
+    std::fs::remove_file(&filler).expect("remove the filler");
+    changes(&ns, &writer, "later", 50);
+    // Every change the node printed, from the first.
+    let printed = printed_changes(&mut daemon, "later49");
+    let want: Vec<u64> = printed.iter().filter_map(|v| v["seq"].as_u64()).collect();
+    let mine = node_changes(&url, node, &want);
+    assert_once_in_order(&want, &mine);
+    // The rows the record lacks were published with the line the node printed.
+    let recorded: std::collections::HashSet<u64> = query(&record, &[])
+        .iter()
+        .filter(|v| v["kind"] == "change")
+        .filter_map(|v| v["seq"].as_u64())
+        .collect();
+    let unrecorded: Vec<&Value> = printed
+        .iter()
+        .filter(|v| v["seq"].as_u64().is_some_and(|s| !recorded.contains(&s)))
+        .collect();
+    assert!(
+        !unrecorded.is_empty(),
+        "every printed change is in the record, though {failed} rows failed"
+    );
+    for line in &unrecorded {
+        let in_stream = mine.iter().find(|(_, _, v)| v["seq"] == line["seq"]);
+        assert_eq!(
+            in_stream.map(|(_, _, v)| v),
+            Some(*line),
+            "change {} not in the record is published as printed",
+            line["seq"]
+        );
+    }
+    // Acknowledged, they are let go; none was too many to hold.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while metric_of("observer_nats_unrecorded_held_rows", &[]) > 0.0 {
+        assert!(Instant::now() < deadline, "held rows were not let go");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(metric_of("observer_nats_unrecorded_lost_total", &[]), 0.0);
+    eprintln!(
+        "{} changes printed, {} of them not in the record ({failed} rows failed), all in the \
+         stream",
+        want.len(),
+        unrecorded.len()
+    );
     daemon.stop();
 }

@@ -202,11 +202,14 @@ impl Metrics {
             "Lines a reader did not get because it did not keep up, by reader",
             sink_dropped.clone(),
         );
-        if let Some(stats) = store {
-            register_record(&mut registry, &stats);
+        if let Some(stats) = &store {
+            register_record(&mut registry, stats);
         }
         if let Some(nats) = nats {
             register_nats(&mut registry, &nats);
+            if let Some(stats) = &store {
+                register_held(&mut registry, stats);
+            }
         }
         Metrics {
             registry,
@@ -278,6 +281,22 @@ fn register_record(registry: &mut Registry, stats: &StoreStats) {
         "1 for the reason rows are not reaching the record (disk full, i/o error: ...), \
          while they are not",
         stats.failing.clone(),
+    );
+}
+
+/// The rows the record could not take, held for the NATS publisher.
+fn register_held(registry: &mut Registry, stats: &StoreStats) {
+    registry.register(
+        "nats_unrecorded_held_rows",
+        "Rows the record could not take (disk full, I/O error, writer behind), held in memory \
+         until NATS JetStream acknowledges them",
+        stats.held.rows_held.clone(),
+    );
+    registry.register(
+        "nats_unrecorded_lost",
+        "Rows the record could not take that could not be held for NATS either (past 32 MiB \
+         held): the stream lacks them as the record does, whose gap row says so",
+        stats.held.not_held.clone(),
     );
 }
 

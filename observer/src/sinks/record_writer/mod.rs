@@ -8,7 +8,8 @@
 //! dropped from the record and the loss is reported (log line and metric), never silently; they
 //! are still streamed, in order. Whatever the record could not take (rows dropped, a write that
 //! failed: disk full, I/O error) is kept in it as a gap row ([`gaps`]) with the first batch that
-//! commits after it, so that readers can say what the record lacks. Rows are written in
+//! commits after it, so that readers can say what the record lacks; with a NATS publisher
+//! attached, those rows themselves are held for it in memory ([`held`]). Rows are written in
 //! batches, one transaction each, in WAL mode. The file is kept within an age (`--retain`) and a
 //! size (`--max-record`) by deleting the oldest rows (the ruleset's state before them kept as a
 //! snapshot, and what went as one `retention` gap row); it is checked after writes, so an idle
@@ -27,6 +28,7 @@ use crate::forensics::{frames, ForensicsError, Snapshot};
 use crate::store::{self, ChangeRow, RecordGap};
 
 pub mod gaps;
+pub mod held;
 mod stats;
 use gaps::{GapBook, Lost};
 pub use stats::{Outcome, Reason, StoreStats};
@@ -86,8 +88,9 @@ impl StoreSender {
         let mut entry = row.map(Entry::Row);
         if entry.is_some() && self.pending.fetch_add(1, Ordering::AcqRel) >= self.capacity {
             self.pending.fetch_sub(1, Ordering::AcqRel);
-            // Only what the gap row needs stays queued.
+            // Only what the gap row needs stays queued (and the row, for the NATS publisher).
             if let Some(Entry::Row(r)) = &entry {
+                self.stats.held.hold([r]);
                 entry = Some(Entry::Dropped(Lost::of(r)));
             }
             recorded = false;
@@ -316,6 +319,7 @@ impl Writer {
                 self.enc = load_encoder(&self.conn, &self.path);
                 let reason = gaps::reason_of(&e);
                 self.book.lost(rows.iter().map(Lost::of), &reason);
+                self.stats.held.hold(rows);
                 if let Some((g, since)) = self.book.failing() {
                     self.stats.failing_for(&g.reason, since);
                 }

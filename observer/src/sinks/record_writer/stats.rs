@@ -31,6 +31,8 @@ pub struct StoreStats {
     pub failing_since: Gauge,
     /// While rows are being lost: 1 for the reason (`disk full`, `i/o error: ...`).
     pub failing: Family<Reason, Gauge>,
+    /// Rows the record could not take, held for the NATS publisher until it has sent them.
+    pub held: super::held::Held,
 }
 
 /// The `reason` label of `observer_record_failing`.
@@ -49,6 +51,7 @@ impl Default for StoreStats {
             gaps: Counter::default(),
             failing_since: Gauge::default(),
             failing: Family::default(),
+            held: Default::default(),
         };
         // Every series exists from the start, at 0.
         for o in ["written", "dropped", "failed", "expired"] {

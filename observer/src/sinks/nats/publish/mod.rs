@@ -4,7 +4,9 @@
 //! this node and record and keeps up to `--nats-window` of them in flight: row n is sent only
 //! once row n-window is acknowledged, acknowledgements are taken oldest first, and the cursor
 //! moves only over rows acknowledged in order. Any failure ends the session. While the server is
-//! unreachable nothing is published and nothing is lost: the rows wait in the record.
+//! unreachable nothing is published and nothing is lost: the rows wait in the record. Rows the
+//! record could not take (a full disk, a writer behind) are held in memory for the publisher
+//! (`record_writer::held`, bounded) and read in their places among the record's.
 //!
 //! Every session starts by reconciling each subject with the record (`reconcile`): a connection
 //! that dies with rows in flight can leave a hole (a row lost while a later one was stored, e.g.
@@ -46,6 +48,7 @@ use tokio::sync::watch;
 use super::{
     message_id, stream_config, subject, Kind, NatsSettings, HEADER_NODE, HEADER_RECORD, HEADER_SEQ,
 };
+use crate::sinks::record_writer::held::HeldKind;
 use crate::store::{self, StoreError, Stored};
 use reconcile::Checks;
 pub use spool::Spool;
@@ -193,10 +196,13 @@ pub fn spawn(
         stats,
         store: spool.stats,
     };
+    // What the record cannot take is held for the publisher from now on.
+    p.store.held.want();
     tokio::spawn(count_backlog(
         p.record.clone(),
         p.settings.max_age,
         p.stats.clone(),
+        p.store.clone(),
         shutdown.clone(),
     ));
     tokio::spawn(async move {
@@ -358,7 +364,7 @@ impl Publisher {
                 conn = open_record(&self.record).await?;
                 ino = now;
             }
-            let rows = read_after(&conn, sent, since_ns).await?;
+            let rows = read_after(&conn, &self.store, sent, since_ns).await?;
             if rows.is_empty() {
                 // Nothing more to send: take the acknowledgements still due, then wait.
                 while let Some(f) = in_flight.pop_front() {
@@ -438,10 +444,17 @@ impl Publisher {
             self.check_first(stream, f.kind, from, f.number, ack.sequence)
                 .await?;
         }
-        match f.kind {
-            Kind::Change => cursor.change = f.number,
-            Kind::Incident => cursor.incident = f.number,
-        }
+        let held = match f.kind {
+            Kind::Change => {
+                cursor.change = f.number;
+                HeldKind::Change
+            }
+            Kind::Incident => {
+                cursor.incident = f.number;
+                HeldKind::Incident
+            }
+        };
+        self.store.held.sent(held, f.number);
         self.stats.acked(*cursor);
         self.stats
             .published

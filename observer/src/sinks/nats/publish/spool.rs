@@ -11,6 +11,7 @@ use tokio::sync::watch;
 
 use super::{Cursor, NatsStats, PublishError};
 use crate::sinks::nats::Kind;
+use crate::sinks::record_writer::held::HeldKind;
 use crate::store::{self, Selection, Stored};
 
 /// Rows read from the record at a time.
@@ -53,12 +54,14 @@ pub(super) fn oldest_kept(now_ns: i64, max_age: Duration) -> i64 {
 const BACKLOG_EVERY: Duration = Duration::from_secs(1);
 
 /// Count, once a second until `shutdown`, the rows of the record after the last acknowledged
-/// ones (within the stream's max age) into the backlog gauges: apart from the publisher, so
-/// that they still move while it waits on a server that does not answer.
+/// ones (within the stream's max age), and the rows held for the publisher that the record
+/// could not take, into the backlog gauges: apart from the publisher, so that they still move
+/// while it waits on a server that does not answer.
 pub(super) async fn count_backlog(
     record: PathBuf,
     max_age: Duration,
     stats: Arc<NatsStats>,
+    store: Arc<crate::sinks::record_writer::StoreStats>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut conn: Option<(Option<u64>, Arc<Mutex<RecordReader>>)> = None;
@@ -82,7 +85,8 @@ pub(super) async fn count_backlog(
             .await;
             match counted {
                 Ok(Ok(p)) => {
-                    stats.backlog.set(i64::try_from(p.rows).unwrap_or(i64::MAX));
+                    let rows = p.rows.saturating_add(store.held.len() as u64);
+                    stats.backlog.set(i64::try_from(rows).unwrap_or(i64::MAX));
                     let age = p.oldest_ns.map_or(0.0, |t| (now - t).max(0) as f64 / 1e9);
                     stats.backlog_age.set(age);
                 }
@@ -99,12 +103,15 @@ pub(super) async fn count_backlog(
 
 /// The next rows after `cursor`, changes and incident lines interleaved by time (so that a
 /// fleet tail sees an incident after the changes that made it), each kind in its own order.
+/// The rows the record could not take, held in memory (`held`), come in their places.
 pub(super) async fn read_after(
     conn: &Arc<Mutex<RecordReader>>,
+    held: &Arc<crate::sinks::record_writer::StoreStats>,
     cursor: Cursor,
     since_ns: i64,
 ) -> Result<Vec<(Kind, Stored)>, PublishError> {
     let conn = conn.clone();
+    let stats = held.clone();
     tokio::task::spawn_blocking(move || -> Result<Vec<(Kind, Stored)>, PublishError> {
         let mut reader = conn.lock().map_err(|_| PublishError::Poisoned)?;
         let RecordReader { conn, frames } = &mut *reader;
@@ -116,19 +123,61 @@ pub(super) async fn read_after(
         };
         let changes = store::select_changes_with(conn, &sel(cursor.change), frames)?;
         let incidents = store::select_incidents(conn, &sel(cursor.incident))?;
+        // The held rows are read after the record's: a row the writer failed to write before
+        // a row just read was held before that row was committed.
+        let held = |kind, after| stats.held.after(kind, after, since_ns, BATCH);
+        let changes = Part::union(changes, held(HeldKind::Change, cursor.change));
+        let incidents = Part::union(incidents, held(HeldKind::Incident, cursor.incident));
         Ok(merge(changes, incidents))
     })
     .await
     .map_err(PublishError::Reader)?
 }
 
-/// Merge the two lists, each in its numbers' order, by time. A list read in full (shorter than
-/// [`BATCH`]) has nothing more before the other's rows; a list cut at `BATCH` may have, so the
-/// merge stops where such a list ends.
-fn merge(changes: Vec<Stored>, incidents: Vec<Stored>) -> Vec<(Kind, Stored)> {
-    let (c_cut, i_cut) = (changes.len() == BATCH, incidents.len() == BATCH);
-    let mut c = changes.into_iter().peekable();
-    let mut i = incidents.into_iter().peekable();
+/// Rows of one kind in their numbers' order, and whether more may follow the last (a read cut
+/// at [`BATCH`]).
+struct Part {
+    rows: Vec<Stored>,
+    cut: bool,
+}
+
+impl Part {
+    /// A read of at most [`BATCH`] rows.
+    fn read(rows: Vec<Stored>) -> Part {
+        let cut = rows.len() >= BATCH;
+        Part { rows, cut }
+    }
+
+    /// The record's rows and the held ones, after the same number, in one order. A list cut
+    /// at [`BATCH`] may have more rows after its last, which may come before the other's next:
+    /// the union stops at the lowest such end.
+    fn union(record: Vec<Stored>, held: Vec<Stored>) -> Part {
+        let (record, held) = (Part::read(record), Part::read(held));
+        if held.rows.is_empty() {
+            return record;
+        }
+        let end_of = |p: &Part| p.cut.then(|| p.rows.last().map(|r| r.number)).flatten();
+        let end = [end_of(&record), end_of(&held)].into_iter().flatten().min();
+        let mut rows: Vec<Stored> = record.rows.into_iter().chain(held.rows).collect();
+        rows.sort_by_key(|r| r.number);
+        rows.dedup_by_key(|r| r.number);
+        if let Some(end) = end {
+            rows.retain(|r| r.number <= end);
+        }
+        Part {
+            rows,
+            cut: end.is_some(),
+        }
+    }
+}
+
+/// Merge the two lists, each in its numbers' order, by time. A list that may have more rows
+/// (cut) has nothing more before the other's rows only as far as it goes, so the merge stops
+/// where such a list ends.
+fn merge(changes: Part, incidents: Part) -> Vec<(Kind, Stored)> {
+    let (c_cut, i_cut) = (changes.cut, incidents.cut);
+    let mut c = changes.rows.into_iter().peekable();
+    let mut i = incidents.rows.into_iter().peekable();
     let mut out = Vec::new();
     loop {
         let take_change = match (c.peek(), i.peek()) {
@@ -163,7 +212,10 @@ mod tests {
     #[test]
     fn rows_interleave_by_time_and_keep_each_kinds_order() {
         // Change 2 carries an earlier time than change 1 (a recovered change): numbers win.
-        let out = merge(vec![row(1, 10), row(2, 5), row(3, 30)], vec![row(7, 20)]);
+        let out = merge(
+            Part::read(vec![row(1, 10), row(2, 5), row(3, 30)]),
+            Part::read(vec![row(7, 20)]),
+        );
         let got: Vec<(Kind, u64)> = out.iter().map(|(k, r)| (*k, r.number)).collect();
         assert_eq!(
             got,
@@ -179,8 +231,47 @@ mod tests {
     #[test]
     fn a_list_cut_short_stops_the_merge_where_it_ends() {
         let changes: Vec<Stored> = (1..=BATCH as u64).map(|n| row(n, n as i64)).collect();
-        let out = merge(changes, vec![row(1, BATCH as i64 + 100)]);
+        let out = merge(
+            Part::read(changes),
+            Part::read(vec![row(1, BATCH as i64 + 100)]),
+        );
         assert_eq!(out.len(), BATCH);
         assert!(out.iter().all(|(k, _)| *k == Kind::Change));
+    }
+
+    fn numbers(p: &Part) -> Vec<u64> {
+        p.rows.iter().map(|r| r.number).collect()
+    }
+
+    #[test]
+    fn held_rows_come_in_their_places_among_the_records() {
+        let p = Part::union(
+            vec![row(1, 1), row(5, 5)],
+            vec![row(2, 2), row(3, 3), row(9, 9)],
+        );
+        assert_eq!(numbers(&p), [1, 2, 3, 5, 9]);
+        assert!(!p.cut);
+        // Nothing held: the record's read as it is.
+        let p = Part::union(vec![row(4, 4)], Vec::new());
+        assert_eq!(numbers(&p), [4]);
+    }
+
+    #[test]
+    fn a_cut_read_ends_the_union_where_it_ends() {
+        // The record's read is cut at BATCH rows (2..=BATCH+1): a held row after its last may
+        // have record rows before it that were not read yet.
+        let record: Vec<Stored> = (2..=BATCH as u64 + 1).map(|n| row(n, n as i64)).collect();
+        let held = vec![row(1, 1), row(BATCH as u64 + 5, 0)];
+        let p = Part::union(record, held);
+        assert!(p.cut);
+        assert_eq!(p.rows.len(), BATCH + 1);
+        assert_eq!(p.rows.first().map(|r| r.number), Some(1));
+        assert_eq!(p.rows.last().map(|r| r.number), Some(BATCH as u64 + 1));
+        // The held rows' read is cut: the record's rows after its last wait.
+        let held: Vec<Stored> = (1..=BATCH as u64).map(|n| row(n * 2, 0)).collect();
+        let p = Part::union(vec![row(3, 0), row(BATCH as u64 * 2 + 1, 0)], held);
+        assert!(p.cut);
+        assert_eq!(p.rows.last().map(|r| r.number), Some(BATCH as u64 * 2));
+        assert_eq!(p.rows.len(), BATCH + 1);
     }
 }
