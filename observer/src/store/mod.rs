@@ -30,8 +30,8 @@ pub(crate) use schema::SCHEMA_VERSION;
 pub(crate) use schema::SNAPSHOT_SCHEMA;
 pub use schema::{inode, last_numbers, open_ro, open_rw, record_id};
 pub use select::{
-    frame_size, frame_size_at_most, pending, select_changes, select_changes_with, select_incidents,
-    DictFrameError, DictFrames, FrameSizeError, Pending, Selection, Stored,
+    any_between, frame_size, frame_size_at_most, pending, select_changes, select_changes_with,
+    select_incidents, DictFrameError, DictFrames, FrameSizeError, Pending, Selection, Stored,
 };
 
 /// What can go wrong with the record file.

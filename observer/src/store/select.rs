@@ -351,6 +351,31 @@ pub fn pending(
     Ok(total)
 }
 
+/// Whether the record holds a change (`changes`: true; else an incident line) numbered strictly
+/// between `after` and `before`, recorded at `since_ns` or later.
+pub fn any_between(
+    conn: &Connection,
+    changes: bool,
+    after: u64,
+    before: u64,
+    since_ns: i64,
+) -> Result<bool, StoreError> {
+    let (table, number) = if changes {
+        ("changes", "seq")
+    } else {
+        ("incidents", "no")
+    };
+    let n = |v: u64| v.min(i64::MAX as u64) as i64;
+    Ok(conn.query_row(
+        &format!(
+            "SELECT EXISTS (SELECT 1 FROM {table} WHERE {number} > ?1 AND {number} < ?2 \
+             AND time_ns >= ?3)"
+        ),
+        rusqlite::params![n(after), n(before), since_ns],
+        |r| r.get(0),
+    )?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

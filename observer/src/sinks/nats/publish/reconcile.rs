@@ -10,6 +10,7 @@ use async_nats::jetstream::{self, stream::LastRawMessageErrorKind};
 
 use super::{PublishError, Publisher};
 use crate::sinks::nats::{subject, Kind, HEADER_RECORD, HEADER_SEQ};
+use crate::sinks::record_writer::held::HeldKind;
 
 impl Publisher {
     /// Reconcile `kind`'s subject with the record (see [`plan`]) and return where publishing
@@ -37,7 +38,8 @@ impl Publisher {
                 stream_seq: last.stream_seq,
             });
         }
-        let p = plan(&scanned);
+        let rowless = self.rowless_jumps(kind, &scanned).await?;
+        let p = plan(&scanned, |after, next| rowless.contains(&(after, next)));
         if !p.delete.is_empty() {
             tracing::warn!(
                 "NATS {}: {} {} message(s) of this node were stored out of order after row {}: \
@@ -99,6 +101,56 @@ impl Publisher {
             resume_after: from.after,
             rows,
         })
+    }
+
+    /// The jumps in this record's rows on the subject (row `a` followed by row `b > a + 1`)
+    /// that no row to publish fills: the record lacks every row between (a full disk, a writer
+    /// behind, retention) and none is held in memory for the publisher. Such a jump is not a
+    /// hole: nothing can be published into it.
+    async fn rowless_jumps(
+        &self,
+        kind: Kind,
+        scanned: &[Scanned],
+    ) -> Result<std::collections::HashSet<(u64, u64)>, PublishError> {
+        let ours: Vec<u64> = scanned
+            .iter()
+            .filter(|m| m.ours)
+            .map(|m| m.number)
+            .collect();
+        let jumps: Vec<(u64, u64)> = ours
+            .windows(2)
+            .filter(|w| w[1] > w[0].saturating_add(1))
+            .map(|w| (w[0], w[1]))
+            .collect();
+        if jumps.is_empty() {
+            return Ok(Default::default());
+        }
+        let since_ns = super::oldest_kept(
+            crate::timestamp::Timestamp::now().unix_nanos(),
+            self.settings.max_age,
+        );
+        let held_kind = match kind {
+            Kind::Change => HeldKind::Change,
+            Kind::Incident => HeldKind::Incident,
+        };
+        let conn = super::open_record(&self.record).await?;
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || {
+            let reader = conn.lock().map_err(|_| PublishError::Poisoned)?;
+            let mut rowless = std::collections::HashSet::new();
+            for (a, b) in jumps {
+                let held = store.held.after(held_kind, a, since_ns, 1);
+                let held_between = held.first().is_some_and(|r| r.number < b);
+                let recorded =
+                    crate::store::any_between(reader.conn(), kind == Kind::Change, a, b, since_ns)?;
+                if !held_between && !recorded {
+                    rowless.insert((a, b));
+                }
+            }
+            Ok(rowless)
+        })
+        .await
+        .map_err(PublishError::Reader)?
     }
 
     /// The headers of this record's messages on `kind`'s subject, from far enough back that the
@@ -277,9 +329,10 @@ pub(crate) struct Plan {
 /// Reconcile a subject with the record. `scanned` is this record's messages on the subject in
 /// stream order, from far enough back that it starts before the last `window` rows (every row
 /// before those was acknowledged before a later one was sent, so it is stored, in order). The
-/// clean run is the longest prefix where each row follows the one before; every message after it
-/// is deleted, and publishing resumes after the run's last row.
-pub(crate) fn plan(scanned: &[Scanned]) -> Plan {
+/// clean run is the longest prefix where each row follows the one before, or jumps over rows
+/// that do not exist to publish (`rowless(a, b)`: none between rows a and b); every message
+/// after it is deleted, and publishing resumes after the run's last row.
+pub(crate) fn plan(scanned: &[Scanned], rowless: impl Fn(u64, u64) -> bool) -> Plan {
     let scanned: Vec<Scanned> = scanned.iter().copied().filter(|m| m.ours).collect();
     let Some(first) = scanned.first() else {
         return Plan {
@@ -292,7 +345,9 @@ pub(crate) fn plan(scanned: &[Scanned]) -> Plan {
     let mut end = *first;
     let mut clean = 1;
     for m in &scanned[1..] {
-        if m.number != end.number + 1 {
+        let follows = m.number == end.number + 1
+            || (m.number > end.number + 1 && rowless(end.number, m.number));
+        if !follows {
             break;
         }
         end = *m;
@@ -311,6 +366,11 @@ pub(crate) fn plan(scanned: &[Scanned]) -> Plan {
 mod tests {
     use super::*;
 
+    /// Every row between two rows exists (to publish).
+    fn none(_: u64, _: u64) -> bool {
+        false
+    }
+
     /// Messages of this record as (stream sequence, row).
     fn scanned(list: &[(u64, u64)]) -> Vec<Scanned> {
         list.iter()
@@ -324,7 +384,7 @@ mod tests {
 
     #[test]
     fn a_clean_run_resumes_after_its_last_row() {
-        let p = plan(&scanned(&[(10, 5), (11, 6), (14, 7), (20, 8)]));
+        let p = plan(&scanned(&[(10, 5), (11, 6), (14, 7), (20, 8)]), none);
         assert_eq!(
             p,
             Plan {
@@ -339,7 +399,7 @@ mod tests {
     #[test]
     fn a_row_stored_without_its_ack_is_not_sent_again() {
         // Row 4 was stored and its acknowledgement lost: the stream holds it.
-        let p = plan(&scanned(&[(1, 1), (2, 2), (3, 3), (4, 4)]));
+        let p = plan(&scanned(&[(1, 1), (2, 2), (3, 3), (4, 4)]), none);
         assert_eq!(p.resume_after, 4);
         assert!(p.delete.is_empty() && !p.fresh_ids);
     }
@@ -347,7 +407,7 @@ mod tests {
     #[test]
     fn rows_lost_at_the_end_are_sent_again() {
         // Rows 4.. were sent and never stored: nothing to delete, resume after 3.
-        let p = plan(&scanned(&[(1, 1), (2, 2), (3, 3)]));
+        let p = plan(&scanned(&[(1, 1), (2, 2), (3, 3)]), none);
         assert_eq!(p.resume_after, 3);
         assert!(p.delete.is_empty() && !p.fresh_ids);
     }
@@ -355,7 +415,7 @@ mod tests {
     #[test]
     fn a_hole_deletes_every_later_message_and_resumes_before_it() {
         // Row 4 lost, rows 5 and 6 stored after: delete them, resume after 3, fresh ids.
-        let p = plan(&scanned(&[(1, 1), (2, 2), (3, 3), (7, 5), (8, 6)]));
+        let p = plan(&scanned(&[(1, 1), (2, 2), (3, 3), (7, 5), (8, 6)]), none);
         assert_eq!(
             p,
             Plan {
@@ -369,12 +429,12 @@ mod tests {
 
     #[test]
     fn a_row_stored_twice_is_deleted_with_what_follows() {
-        let p = plan(&scanned(&[(1, 1), (2, 2), (3, 2), (4, 3)]));
+        let p = plan(&scanned(&[(1, 1), (2, 2), (3, 2), (4, 3)]), none);
         assert_eq!(p.resume_after, 2);
         assert_eq!(p.delete, vec![3, 4]);
         assert!(p.fresh_ids);
         // A row stored late, before the rows it should follow.
-        let p = plan(&scanned(&[(1, 1), (2, 3), (3, 2)]));
+        let p = plan(&scanned(&[(1, 1), (2, 3), (3, 2)]), none);
         assert_eq!(p.resume_after, 1);
         assert_eq!(p.delete, vec![2, 3]);
     }
@@ -391,7 +451,7 @@ mod tests {
         };
         list.insert(2, other(3));
         list.insert(3, other(4));
-        let p = plan(&list);
+        let p = plan(&list, none);
         assert_eq!(p.resume_after, 9);
         assert!(p.delete.is_empty());
         // Nor are they deleted after a hole.
@@ -401,7 +461,7 @@ mod tests {
             ours: true,
             number: 11,
         });
-        let p = plan(&list);
+        let p = plan(&list, none);
         assert_eq!(p.resume_after, 9);
         assert_eq!(p.delete, vec![7]);
     }
@@ -409,7 +469,7 @@ mod tests {
     #[test]
     fn an_empty_subject_publishes_from_the_start() {
         assert_eq!(
-            plan(&[]),
+            plan(&[], none),
             Plan {
                 resume_after: 0,
                 resume_seq: 0,
@@ -417,5 +477,22 @@ mod tests {
                 fresh_ids: false
             }
         );
+    }
+
+    #[test]
+    fn a_jump_over_rows_that_do_not_exist_is_not_a_hole() {
+        // Rows 4..=9 are neither in the record nor held (a full disk, past what is held).
+        let list = scanned(&[(1, 1), (2, 2), (3, 3), (4, 10), (5, 11)]);
+        let p = plan(&list, |a, b| (a, b) == (3, 10));
+        assert_eq!(p.resume_after, 11);
+        assert!(p.delete.is_empty() && !p.fresh_ids);
+        // Rows that do exist make it a hole, as before.
+        let p = plan(&list, none);
+        assert_eq!(p.resume_after, 3);
+        assert_eq!(p.delete, vec![4, 5]);
+        // A row going back is never a jump.
+        let p = plan(&scanned(&[(1, 5), (2, 3)]), |_, _| true);
+        assert_eq!(p.resume_after, 5);
+        assert_eq!(p.delete, vec![2]);
     }
 }

@@ -30,6 +30,12 @@ pub(super) struct RecordReader {
     frames: store::DictFrames,
 }
 
+impl RecordReader {
+    pub(super) fn conn(&self) -> &rusqlite::Connection {
+        &self.conn
+    }
+}
+
 /// The record, read-only, for the publisher or the backlog count.
 pub(super) async fn open_record(
     path: &std::path::Path,
