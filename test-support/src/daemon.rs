@@ -18,6 +18,15 @@ pub struct Daemon {
 }
 
 impl Daemon {
+    /// `observer run --record RECORD --nats URL --node NODE EXTRA...`: a node publishing its
+    /// record to NATS.
+    pub fn publishing(port: u16, record: &Path, url: &str, node: &str, extra: &[&str]) -> Daemon {
+        let record = record.to_str().expect("utf-8 path");
+        let args = ["--record", record, "--nats", url, "--node", node];
+        let args: Vec<&str> = args.iter().chain(extra).copied().collect();
+        Daemon::start(port, &args)
+    }
+
     pub fn start(port: u16, args: &[&str]) -> Daemon {
         let listen = format!("127.0.0.1:{port}");
         let mut child = Command::new(observer_bin())

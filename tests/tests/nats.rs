@@ -181,17 +181,7 @@ fn two_nodes_publish_every_change_once_in_order_across_a_server_crash() {
         .zip(&ports)
         .map(|(node, &port)| {
             let record = dir.path().join(format!("{node}.db"));
-            Daemon::start(
-                port,
-                &[
-                    "--record",
-                    record.to_str().expect("utf-8"),
-                    "--nats",
-                    &url,
-                    "--node",
-                    node,
-                ],
-            )
+            Daemon::publishing(port, &record, &url, node, &[])
         })
         .collect();
     let namespaces: Vec<Netns> = ["fleet-a", "fleet-b"]
@@ -345,17 +335,7 @@ fn two_nodes_publish_every_change_once_in_order_across_a_server_crash() {
     node_a.stop();
     let record = dir.path().join(format!("{}.db", nodes[0]));
     let port = free_port();
-    let mut node_a = Daemon::start(
-        port,
-        &[
-            "--record",
-            record.to_str().expect("utf-8"),
-            "--nats",
-            &url,
-            "--node",
-            nodes[0],
-        ],
-    );
+    let mut node_a = Daemon::publishing(port, &record, &url, nodes[0], &[]);
     changes(&namespaces[0], &writers[0], "restarted", 5);
     let last = node_a.expect("the last change after the restart", |v| {
         v["table"] == "restarted4"
@@ -702,10 +682,26 @@ fn assert_once_in_order(want: &[u64], mine: &[test_support::StreamMessage]) {
     );
     let last = want.last().copied().unwrap_or(0);
     let got: Vec<u64> = seqs.iter().copied().filter(|s| *s <= last).collect();
-    assert_eq!(
-        got, want,
-        "the stream does not hold each printed change once, in order"
-    );
+    if got != want {
+        let held: std::collections::HashSet<u64> = got.iter().copied().collect();
+        let printed: std::collections::HashSet<u64> = want.iter().copied().collect();
+        let missing: Vec<u64> = want.iter().copied().filter(|s| !held.contains(s)).collect();
+        let extra: Vec<u64> = got
+            .iter()
+            .copied()
+            .filter(|s| !printed.contains(s))
+            .collect();
+        panic!(
+            "the stream does not hold each printed change once, in order: {} of {} printed \
+             missing (first {:?}, last {:?}), {} not printed ({:?}...)",
+            missing.len(),
+            want.len(),
+            missing.first(),
+            missing.last(),
+            extra.len(),
+            &extra[..extra.len().min(5)]
+        );
+    }
 }
 
 /// A publish the server never got while later ones were stored (a hole), then an
@@ -728,16 +724,12 @@ fn a_lost_publish_and_a_lost_ack_neither_drop_nor_duplicate_nor_reorder() {
     let proxy = lossy_proxy(nats.port, losses.clone());
     let node = "lossy.fleet.test";
     let record = dir.path().join("lossy.db");
-    let mut daemon = Daemon::start(
+    let mut daemon = Daemon::publishing(
         free_port(),
-        &[
-            "--record",
-            record.to_str().expect("utf-8"),
-            "--nats",
-            &format!("nats://127.0.0.1:{proxy}"),
-            "--node",
-            node,
-        ],
+        &record,
+        &format!("nats://127.0.0.1:{proxy}"),
+        node,
+        &[],
     );
     let ns = Netns::new("lossy");
     let writer = Writer::new("lossywriter");
@@ -836,19 +828,7 @@ fn a_full_record_still_publishes_every_change() {
     let record = small.path().join("record.db");
     let node = "full.fleet.test";
     let port = free_port();
-    let mut daemon = Daemon::start(
-        port,
-        &[
-            "--record",
-            record.to_str().expect("utf-8"),
-            "--nats",
-            &url,
-            "--node",
-            node,
-            "--stdout-queue",
-            "65536",
-        ],
-    );
+    let mut daemon = Daemon::publishing(port, &record, &url, node, &["--stdout-queue", "65536"]);
     let ns = Netns::new("natsfull");
     let writer = Writer::new("natsfullw");
     changes(&ns, &writer, "early", 1);

@@ -233,19 +233,7 @@ fn a_burst_reaches_a_three_node_cluster_once_in_order_across_a_leader_kill() {
 
     let record = dir.path().join("node.db");
     let port = free_port();
-    let mut daemon = Daemon::start(
-        port,
-        &[
-            "--record",
-            record.to_str().expect("utf-8"),
-            "--nats",
-            &urls,
-            "--node",
-            NODE,
-            "--nats-replicas",
-            "3",
-        ],
-    );
+    let mut daemon = Daemon::publishing(port, &record, &urls, NODE, &["--nats-replicas", "3"]);
     // The stream, as the publisher created it: three replicas.
     let info = poll("stream created by the daemon", 30, || client.info());
     assert_eq!(info.config.num_replicas, 3, "{:?}", info.config);

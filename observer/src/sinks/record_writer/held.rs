@@ -156,21 +156,9 @@ impl Held {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::ChangeRow;
 
     fn change(seq: u64, json: &str) -> Row {
-        Row::Change(ChangeRow {
-            seq,
-            time_ns: seq as i64 * 10,
-            netns: None,
-            backend: None,
-            table: None,
-            chain: None,
-            op: None,
-            actor: None,
-            comm: None,
-            json: json.into(),
-        })
+        Row::bare_change(seq, seq as i64 * 10, None, json)
     }
 
     fn incident(no: u64) -> Row {

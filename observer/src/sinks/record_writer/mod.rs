@@ -48,6 +48,26 @@ pub enum Row {
     Snapshot(Snapshot),
 }
 
+#[cfg(test)]
+impl Row {
+    /// A change row with only its number, time, namespace and line (for tests of what reads
+    /// rows back).
+    pub(crate) fn bare_change(seq: u64, time_ns: i64, netns: Option<u32>, json: &str) -> Row {
+        Row::Change(ChangeRow {
+            seq,
+            time_ns,
+            netns,
+            backend: None,
+            table: None,
+            chain: None,
+            op: None,
+            actor: None,
+            comm: None,
+            json: json.into(),
+        })
+    }
+}
+
 /// Limits on the record's size.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {

@@ -1,6 +1,5 @@
 use super::*;
 use crate::sinks::record_writer::Row;
-use crate::store::ChangeRow;
 
 /// A record holding changes 1..=`n` (an earlier run's).
 fn record_with(n: u64) -> (tempfile::TempDir, std::path::PathBuf) {
@@ -17,18 +16,12 @@ fn record_with(n: u64) -> (tempfile::TempDir, std::path::PathBuf) {
     );
     let rows: Vec<Row> = (1..=n)
         .map(|seq| {
-            Row::Change(ChangeRow {
+            Row::bare_change(
                 seq,
-                time_ns: crate::timestamp::Timestamp::now().unix_nanos(),
-                netns: Some(1),
-                backend: None,
-                table: None,
-                chain: None,
-                op: None,
-                actor: None,
-                comm: None,
-                json: format!(r#"{{"kind":"change","seq":{seq}}}"#).into(),
-            })
+                crate::timestamp::Timestamp::now().unix_nanos(),
+                Some(1),
+                &format!(r#"{{"kind":"change","seq":{seq}}}"#),
+            )
         })
         .collect();
     w.write_batch(&rows);
