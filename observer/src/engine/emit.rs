@@ -52,12 +52,13 @@ impl Engine {
     }
 
     /// Say so, once per change of the counters, when kernel records were lost or unreadable,
-    /// then re-read every legacy table of every namespace: what the lost records would have
-    /// shown is reported as `recovered` changes. Checked whenever a record arrives: a loss is
-    /// noticed with the next record, no timer.
-    pub(super) async fn handle_losses(&mut self) {
+    /// then re-read every legacy table of every namespace (off the loop, each in its
+    /// namespace's turn): what the lost records would have shown is reported as `recovered`
+    /// changes. Checked whenever a record arrives: a loss is noticed with the next record, no
+    /// timer.
+    pub(super) fn handle_losses(&mut self) {
         if self.report_losses() {
-            self.resync_legacy().await;
+            self.resync_legacy();
         }
     }
 

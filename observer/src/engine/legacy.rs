@@ -76,6 +76,8 @@ pub(super) enum Waiting {
     Refused(Box<(XtReplaceEvent, ProcessInfo, (Change, ChangeResult))>),
     /// A message of the namespace's nftables reader.
     Said(super::NsMsg),
+    /// Every legacy table of the namespace, to read again after a loss of kernel records.
+    Reread,
 }
 
 /// A replace learned off the loop: the table it installed, what it changed, and how it was
@@ -158,6 +160,29 @@ pub(super) struct BridgeRead {
     x: XtReplaceEvent,
     process: ProcessInfo,
     read: Result<(Option<xtables::XtSockets>, Option<xtables::ebt::EbTable>), String>,
+}
+
+/// A namespace's legacy tables re-read off the loop after a loss: when the read began (boot
+/// clock), and the tables with what could not be read of them, or why nothing could be.
+pub(super) struct Reread {
+    began: u64,
+    read: Result<(LegacyTables, Vec<String>), String>,
+}
+
+/// A namespace's legacy tables, by family and name.
+type LegacyTables = std::collections::HashMap<(XtProto, String), xtables::XtTable>;
+
+/// Read every legacy table of the namespace `file` (at rule level up to `limit` rules), on a
+/// thread of the blocking pool.
+fn reread(file: std::fs::File, limit: usize) -> Reread {
+    let began = boot_now_ns();
+    let read = netns::run_in(&file, move || {
+        let mut problems = Vec::new();
+        let tables = read_legacy_tables(&mut problems, limit);
+        (tables, problems)
+    })
+    .map_err(|e| e.to_string());
+    Reread { began, read }
 }
 
 /// Read ebtables table `table` through `way`, on a thread of the blocking pool.
@@ -300,96 +325,99 @@ pub(super) fn replaced_before_read(x: &XtReplaceEvent, inode: u32, entries: usiz
 
 impl Engine {
     /// Re-read the legacy tables of every watched namespace and report how they differ from
-    /// what observer holds, as `recovered` changes of an unknown writer.
-    pub(super) async fn resync_legacy(&mut self) {
+    /// what observer holds, as `recovered` changes of an unknown writer. Each namespace's read
+    /// waits in its queue behind what it reported before, and runs off the loop: a namespace
+    /// with big tables delays only itself.
+    pub(super) fn resync_legacy(&mut self) {
+        let inodes: Vec<u32> = self.watched.keys().copied().collect();
+        for inode in inodes {
+            // One re-read waiting at the end of the queue covers every loss until it runs.
+            if let Some(w) = self.watched.get_mut(&inode) {
+                if !matches!(w.waiting.back(), Some(Waiting::Reread)) {
+                    w.waiting.push_back(Waiting::Reread);
+                }
+            }
+            self.learn_next(inode);
+        }
+    }
+
+    /// A namespace's legacy tables re-read after a loss (see [`Engine::resync_legacy`]): what
+    /// was read becomes what observer holds, and the difference is reported as `recovered`
+    /// changes. Then the namespace's next waiting item.
+    pub(super) fn on_reread(&mut self, inode: u32, reread: Reread) {
+        let Reread { began, read } = reread;
+        if let Some(w) = self.watched.get_mut(&inode) {
+            w.learning = false;
+        }
+        match read {
+            Ok((tables, problems)) => {
+                for p in problems {
+                    tracing::warn!("namespace {inode}: {}", crate::shown::Shown(&p));
+                }
+                self.apply_reread(inode, began, tables);
+            }
+            Err(e) => self.warn(format!("re-reading namespace {inode}: {e}")),
+        }
+        self.learn_next(inode);
+    }
+
+    /// Hold `tables`, read at `began`, as namespace `inode`'s legacy tables; each is diffed
+    /// against its old self, and the tables gone against nothing.
+    fn apply_reread(&mut self, inode: u32, began: u64, tables: LegacyTables) {
         let source = self
             .hooks
             .as_ref()
             .and_then(|h| h.report.placement.x_tables)
             .map_or(Source::Tracepoint, Source::from);
-        let inodes: Vec<u32> = self.watched.keys().copied().collect();
-        let limit = self.rule_level_limit;
-        for inode in inodes {
-            let Some(file) = self
-                .watched
-                .get(&inode)
-                .and_then(|w| w.handle.file.try_clone().ok())
-            else {
-                continue;
-            };
-            let began = boot_now_ns();
-            let read = tokio::task::spawn_blocking(move || {
-                netns::run_in(&file, move || {
-                    let mut problems = Vec::new();
-                    let tables = read_legacy_tables(&mut problems, limit);
-                    (tables, problems)
-                })
+        let Some(w) = self.watched.get_mut(&inode) else {
+            return;
+        };
+        let tables: std::collections::HashMap<_, _> =
+            tables.into_iter().map(|(k, t)| (k, Arc::new(t))).collect();
+        let levels: Vec<_> = tables
+            .iter()
+            .map(|(k, t)| (k.clone(), t.chain_level().then(|| t.rule_count())))
+            .chain(
+                w.legacy
+                    .keys()
+                    .filter(|k| !tables.contains_key(*k))
+                    .map(|k| (k.clone(), None)),
+            )
+            .map(|(k, now)| {
+                let was = w.legacy.get(&k).is_some_and(|t| t.chain_level());
+                (k, was, now)
             })
-            .await
-            .map_err(|e| e.to_string())
-            .and_then(|r| r.map_err(|e| e.to_string()));
-            let (tables, problems) = match read {
-                Ok(r) => r,
-                Err(e) => {
-                    self.warn(format!("re-reading namespace {inode}: {e}"));
-                    continue;
-                }
-            };
-            for p in problems {
-                tracing::warn!("namespace {inode}: {}", crate::shown::Shown(&p));
-            }
-            let Some(w) = self.watched.get_mut(&inode) else {
-                continue;
-            };
-            // What was read becomes what observer holds; each table is diffed against its old
-            // self, and the tables gone are diffed against nothing.
-            let tables: std::collections::HashMap<_, _> =
-                tables.into_iter().map(|(k, t)| (k, Arc::new(t))).collect();
-            let levels: Vec<_> = tables
-                .iter()
-                .map(|(k, t)| (k.clone(), t.chain_level().then(|| t.rule_count())))
-                .chain(
-                    w.legacy
-                        .keys()
-                        .filter(|k| !tables.contains_key(*k))
-                        .map(|k| (k.clone(), None)),
-                )
-                .map(|(k, now)| {
-                    let was = w.legacy.get(&k).is_some_and(|t| t.chain_level());
-                    (k, was, now)
-                })
-                .collect();
-            let old = std::mem::replace(&mut w.legacy, tables);
-            w.read_at = w.legacy.keys().map(|k| (k.clone(), began)).collect();
-            let changes: Vec<Change> = losses::reread_pairs(&old, &w.legacy)
-                .into_iter()
-                .flat_map(|(old, new)| xtables::diff(old.map(|t| &**t), new.map(|t| &**t)))
-                .collect();
-            let name = w.handle.name.clone();
-            for (key, was, now) in levels {
-                self.note_level(inode, &key, was, now);
-            }
-            if changes.is_empty() {
-                continue;
-            }
-            let time = Timestamp::now();
-            let txn = format!("xt-{inode}-resync-{}", time.unix_nanos());
-            self.emit_txn(
-                ChangeCtx {
-                    inode,
-                    name,
-                    backend: Backend::Legacy,
-                    time,
-                    txn,
-                    source,
-                    process: ProcessInfo::unknown(),
-                    replayed: false,
-                    recovered: true,
-                },
-                changes,
-            );
-            self.legacy_snapshot(inode);
+            .collect();
+        let old = std::mem::replace(&mut w.legacy, tables);
+        w.read_at = w.legacy.keys().map(|k| (k.clone(), began)).collect();
+        let changes: Vec<Change> = losses::reread_pairs(&old, &w.legacy)
+            .into_iter()
+            .flat_map(|(old, new)| xtables::diff(old.map(|t| &**t), new.map(|t| &**t)))
+            .collect();
+        let name = w.handle.name.clone();
+        for (key, was, now) in levels {
+            self.note_level(inode, &key, was, now);
         }
+        if changes.is_empty() {
+            return;
+        }
+        let time = Timestamp::now();
+        let txn = format!("xt-{inode}-resync-{}", time.unix_nanos());
+        self.emit_txn(
+            ChangeCtx {
+                inode,
+                name,
+                backend: Backend::Legacy,
+                time,
+                txn,
+                source,
+                process: ProcessInfo::unknown(),
+                replayed: false,
+                recovered: true,
+            },
+            changes,
+        );
+        self.legacy_snapshot(inode);
     }
 
     /// Say when table `key` of a namespace starts being held at chain level (`now`: its rule
@@ -531,6 +559,27 @@ impl Engine {
                 Some(Waiting::Said(msg)) => {
                     self.handle_ns(msg);
                     continue;
+                }
+                Some(Waiting::Reread) => {
+                    let file = match w.handle.file.try_clone() {
+                        Ok(f) => f,
+                        Err(e) => {
+                            tracing::warn!("re-reading namespace {inode}: {e}");
+                            continue;
+                        }
+                    };
+                    w.learning = true;
+                    let limit = self.rule_level_limit;
+                    tokio::spawn(async move {
+                        let reread = tokio::task::spawn_blocking(move || reread(file, limit))
+                            .await
+                            .unwrap_or_else(|e| Reread {
+                                began: boot_now_ns(),
+                                read: Err(e.to_string()),
+                            });
+                        let _ = tx.send(NsMsg::Reread { inode, reread }).await;
+                    });
+                    return;
                 }
                 Some(Waiting::Bridge(b)) => {
                     let (x, process) = *b;

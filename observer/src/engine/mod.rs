@@ -81,6 +81,8 @@ enum NsMsg {
         inode: u32,
         read: Box<legacy::BridgeRead>,
     },
+    /// A namespace's legacy tables re-read off the loop after a loss of kernel records.
+    Reread { inode: u32, reread: legacy::Reread },
     /// A namespace made a moment ago, found after its creator entered it (or handed it on).
     Found(NetnsHandle),
     /// A namespace made a moment ago that nothing held any more when it was looked for.
@@ -493,7 +495,7 @@ async fn run_loop(engine: &mut Engine, signals: &mut Signals, channels: &mut Cha
                 // Records lost before this one are re-read first: the re-read holds what they
                 // did (as recovered changes of an unknown writer), and the changes still queued
                 // that it holds are not passed off as this writer's.
-                engine.handle_losses().await;
+                engine.handle_losses();
                 engine.on_kernel(ev).await;
                 sweep.activity(tokio::time::Instant::now());
             }
@@ -510,7 +512,7 @@ async fn run_loop(engine: &mut Engine, signals: &mut Signals, channels: &mut Cha
             () = sleep_until_some(sweep.at), if sweep.at.is_some() => {
                 // Losses that no later record brought to light (the ring buffer filled, then
                 // all went quiet) are reported here at the latest.
-                engine.handle_losses().await;
+                engine.handle_losses();
                 engine.refresh_mounts();
                 engine.forget_gone("nothing holds it any more");
                 if let Some(h) = engine.hooks.as_mut() {
@@ -546,7 +548,7 @@ async fn finish(engine: &mut Engine, channels: &mut Channels) {
     while !engine.output_closed && tokio::time::Instant::now() < records_until {
         match tokio::time::timeout(RECORDS_QUIET, channels.kernel_rx.recv()).await {
             Ok(Some(ev)) => {
-                engine.handle_losses().await;
+                engine.handle_losses();
                 engine.on_kernel(ev).await;
             }
             Ok(None) | Err(_) => break,

@@ -327,6 +327,7 @@ impl Engine {
             NsMsg::Unfound(inode) => self.unseen(inode),
             NsMsg::Learned { inode, learned } => self.on_learned(inode, learned),
             NsMsg::BridgeRead { inode, read } => self.on_bridge_read(inode, read),
+            NsMsg::Reread { inode, reread } => self.on_reread(inode, reread),
             // Handled by the run loop, which can wait for the namespace's first read.
             NsMsg::Found(_) => {}
         }
