@@ -65,7 +65,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     .context("starting the stdout writer thread")?;
     // Whatever holds the stop (a disk that does not answer), the kubelet does not have to kill
     // observer: it ends 9 s after SIGTERM at the latest, with status 1.
-    super::exit_after_signal(Duration::from_secs(9), 1)?;
+    // (Its stdout never blocks, so lines taken say nothing of the disk: stall and cap alike.)
+    super::exit_after_signal(Duration::from_secs(9), Duration::from_secs(9), 1)?;
     let output = DaemonOutput::new(
         hub.clone(),
         Some(stdout.clone()),

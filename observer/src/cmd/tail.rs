@@ -74,8 +74,13 @@ pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
         r.netns = filter.netns;
     }
     let output = filtered_output(&args, filter);
-    // A terminal that stopped reading does not hold the exit.
-    super::exit_after_signal(std::time::Duration::from_secs(5), 0)?;
+    // A terminal that stopped reading does not hold the exit (5 s without a line taken); one
+    // that still reads a long backlog has until the kubelet's grace is nearly out.
+    super::exit_after_signal(
+        std::time::Duration::from_secs(5),
+        std::time::Duration::from_secs(25),
+        0,
+    )?;
     Ok(engine::run(&config, output).await?)
 }
 

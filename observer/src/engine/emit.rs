@@ -37,6 +37,7 @@ impl Engine {
 
     pub(super) fn write(&mut self, r: &Line) {
         let written = self.output.emit(r);
+        super::LINES_OUT.fetch_add(1, Ordering::Relaxed);
         self.check_written(written);
     }
 

@@ -179,6 +179,10 @@ struct Engine {
     backlog: self::core::backlog::Backlog<emit::Queued>,
 }
 
+/// Lines the engine has handed its output so far: after a signal, the exit watchdog's sign
+/// that the output still takes them (`cmd::exit_after_signal`).
+pub static LINES_OUT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// What the engine is asked to do: built by the command line (`tail`) or the daemon's settings
 /// (`run`).
 #[derive(Debug, Clone)]
