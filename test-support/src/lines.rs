@@ -1,7 +1,8 @@
 //! A child's stdout as JSON lines, and a line waited for.
 
 use std::io::{BufRead, BufReader, Read};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -32,6 +33,15 @@ pub fn free_port() -> u16 {
 /// Lines of a child's stdout, parsed as JSON, on a channel. A line that is not JSON fails the
 /// test (observer's stdout is JSON lines only).
 pub fn json_lines(out: impl Read + Send + 'static) -> mpsc::Receiver<Value> {
+    json_lines_paced(out, Arc::new(AtomicU64::new(0)))
+}
+
+/// [`json_lines`], read at most `pace` lines a second while `pace` is not 0: a slow reader, whom
+/// the child's writes wait for once the pipe is full.
+pub fn json_lines_paced(
+    out: impl Read + Send + 'static,
+    pace: Arc<AtomicU64>,
+) -> mpsc::Receiver<Value> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(out).lines() {
@@ -40,6 +50,10 @@ pub fn json_lines(out: impl Read + Send + 'static) -> mpsc::Receiver<Value> {
                 serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON: {line}: {e}"));
             if tx.send(v).is_err() {
                 break;
+            }
+            let per_second = pace.load(Ordering::Relaxed);
+            if per_second > 0 {
+                std::thread::sleep(Duration::from_secs(1) / per_second as u32);
             }
         }
     });

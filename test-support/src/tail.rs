@@ -1,7 +1,8 @@
 //! `observer tail --json` started as a user would start it, its lines waited for and checked.
 
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -9,12 +10,14 @@ use serde_json::Value;
 use crate::hooks::{
     check_legacy_source, forced_hooks, legacy_source, record_xt_fallback, slowdown, xt_fallback,
 };
-use crate::{json_lines, observer_bin, run};
+use crate::{json_lines_paced, observer_bin, run};
 
 /// The observer binary under test, printing JSON lines.
 pub struct Observer {
     child: Child,
     lines: mpsc::Receiver<Value>,
+    /// Lines a second its stdout is read at (0: as fast as it comes).
+    pace: Arc<AtomicU64>,
     pub seen: Vec<Value>,
 }
 
@@ -30,10 +33,12 @@ impl Observer {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("start observer");
-        let rx = json_lines(child.stdout.take().expect("stdout"));
+        let pace = Arc::new(AtomicU64::new(0));
+        let rx = json_lines_paced(child.stdout.take().expect("stdout"), pace.clone());
         let mut obs = Observer {
             child,
             lines: rx,
+            pace,
             seen: Vec::new(),
         };
         let first = obs
@@ -58,6 +63,12 @@ impl Observer {
         );
         obs.seen.push(first);
         obs
+    }
+
+    /// Read its stdout at most `lines_per_second` from now on (0: as fast as it comes), as a
+    /// slow terminal or log shipper would.
+    pub fn pace(&self, lines_per_second: u64) {
+        self.pace.store(lines_per_second, Ordering::Relaxed);
     }
 
     /// The observer process's pid.

@@ -531,6 +531,50 @@ impl Ended {
     }
 }
 
+/// A pod namespace watched by a tail that is loading a kube-proxy table, its first line read.
+struct Loading {
+    pod: Netns,
+    obs: Observer,
+    writer: Writer,
+    /// The load's rules and chains.
+    rules: usize,
+    chains: usize,
+    ended: Ended,
+}
+
+/// Watch a new namespace `name` (reading the tail at `pace` lines a second, 0: at once), load a
+/// table of `services` in it, and read until the load's first line (`dnat` marks a rewrite's
+/// move, see [`Ended`]).
+fn loading(name: &str, services: usize, pace: u64, dnat: &str) -> Loading {
+    let pod = Netns::new(name);
+    let mut obs = Observer::start(&["--netns", pod.name()]);
+    let writer = Writer::new("obs-kube-proxy");
+    let load = nat_table_of(services, &[]);
+    let rules = load.lines().filter(|l| l.starts_with("-A ")).count();
+    let chains = load.lines().filter(|l| l.starts_with(':')).count();
+    let mut ended = Ended::default();
+    obs.pace(pace);
+    pod.write_stdin(&writer, &RESTORE, &load);
+    let until = Instant::now() + STEP_WAIT * slowdown() as u32;
+    while ended.load_txn.is_none() {
+        assert!(
+            Instant::now() < until,
+            "expected the load's first line within {STEP_WAIT:?}"
+        );
+        if let Some(v) = obs.take_line(Duration::from_millis(50)) {
+            ended.take(&v, pod.ino(), dnat);
+        }
+    }
+    Loading {
+        pod,
+        obs,
+        writer,
+        rules,
+        chains,
+        ended,
+    }
+}
+
 /// Services of the table loaded in the end's test: 4,408 rules (6,009 changes, six pieces),
 /// written, and the rewrite learned, in about a second on a loaded machine: well within the 4 s
 /// the end waits, and `tail`'s 5 s after a signal.
@@ -542,27 +586,17 @@ const END_SERVICES: usize = 400;
 #[test]
 fn the_end_writes_every_change_the_kernel_reported_before_it() {
     skip_unless!("ip", "iptables-legacy-restore");
-    let pod = Netns::new("nb-end");
-    let mut obs = Observer::start(&["--netns", pod.name()]);
-    let writer = Writer::new("obs-kube-proxy");
-    let load = nat_table_of(END_SERVICES, &[]);
-    let rules = load.lines().filter(|l| l.starts_with("-A ")).count();
-    let chains = load.lines().filter(|l| l.starts_with(':')).count();
     let (s, ip) = (END_SERVICES / 2, ipv4([10, 64, 0, 0], 9));
     let dnat = format!("--to-destination {ip}:8080");
-    let mut ended = Ended::default();
-    pod.write_stdin(&writer, &RESTORE, &load);
     // The load is being written: its first line.
-    let until = Instant::now() + STEP_WAIT * slowdown() as u32;
-    while ended.load_txn.is_none() {
-        assert!(
-            Instant::now() < until,
-            "expected the load's first line within {STEP_WAIT:?}"
-        );
-        if let Some(v) = obs.take_line(Duration::from_millis(50)) {
-            ended.take(&v, pod.ino(), &dnat);
-        }
-    }
+    let Loading {
+        pod,
+        obs,
+        writer,
+        rules,
+        chains,
+        mut ended,
+    } = loading("nb-end", END_SERVICES, 0, &dnat);
     // Observer stopped (SIGSTOP) with most of the load still to write; the rewrite made, and
     // SIGTERM sent, while it is stopped; then it goes on: at the signal it holds the load's
     // backlog, the rewrite's record on its way, and nothing learned of it.
@@ -591,6 +625,49 @@ fn the_end_writes_every_change_the_kernel_reported_before_it() {
         "expected the rewrite's move (service {s}'s first endpoint to {ip}, a DNAT to {ip}:8080 \
          in {}) before observer ended",
         sep_chain(s, 0)
+    );
+}
+
+/// Services of the slow reader's load: 4,408 rules and 1,604 chains (6,012 lines), read at
+/// [`SLOW_PACE`] lines a second after the signal: 10 s (12 s here, with the reader's own
+/// time), twice the 5 s an output that takes nothing gets, and well within the 25 s cap.
+const SLOW_SERVICES: usize = 400;
+const SLOW_PACE: u64 = 600;
+
+/// SIGTERM with a long backlog still to write, to a reader slower than the backlog (a slow
+/// terminal, a log shipper): observer goes on while its output takes lines, past the 5 s an
+/// output that takes nothing gets, and ends once every change of the load is written.
+#[test]
+fn after_sigterm_a_slow_reader_still_gets_the_whole_backlog() {
+    skip_unless!("ip", "iptables-legacy-restore");
+    let Loading {
+        pod,
+        obs,
+        rules,
+        chains,
+        mut ended,
+        ..
+    } = loading("nb-slow", SLOW_SERVICES, SLOW_PACE, "no rewrite");
+    let signalled = Instant::now();
+    obs.terminate_reading(120, |v| {
+        ended.after_signal += 1;
+        ended.take(v, pod.ino(), "no rewrite");
+    });
+    let took = signalled.elapsed();
+    eprintln!(
+        "lines read after SIGTERM: {}, in {took:?}; rule adds of the load: {} of {rules}",
+        ended.after_signal, ended.rules
+    );
+    assert_eq!(
+        (ended.rules, ended.chains),
+        (rules, chains),
+        "expected every change of the load (rule_add, chain_create) before observer ended, \
+         {took:?} after SIGTERM"
+    );
+    assert!(
+        took > Duration::from_secs(6),
+        "the backlog was read in {took:?} after SIGTERM: too little to show that observer waits \
+         past 5 s for an output that still takes lines"
     );
 }
 
