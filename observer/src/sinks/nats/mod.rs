@@ -58,6 +58,15 @@ impl Kind {
         }
     }
 
+    /// The same kind among the rows held for the publisher.
+    pub(crate) fn held(self) -> crate::sinks::record_writer::held::HeldKind {
+        use crate::sinks::record_writer::held::HeldKind;
+        match self {
+            Kind::Change => HeldKind::Change,
+            Kind::Incident => HeldKind::Incident,
+        }
+    }
+
     fn id_letter(self) -> char {
         match self {
             Kind::Change => 'c',

@@ -48,7 +48,6 @@ use tokio::sync::watch;
 use super::{
     message_id, stream_config, subject, Kind, NatsSettings, HEADER_NODE, HEADER_RECORD, HEADER_SEQ,
 };
-use crate::sinks::record_writer::held::HeldKind;
 use crate::store::{self, StoreError, Stored};
 use reconcile::Checks;
 pub use spool::Spool;
@@ -444,17 +443,11 @@ impl Publisher {
             self.check_first(stream, f.kind, from, f.number, ack.sequence)
                 .await?;
         }
-        let held = match f.kind {
-            Kind::Change => {
-                cursor.change = f.number;
-                HeldKind::Change
-            }
-            Kind::Incident => {
-                cursor.incident = f.number;
-                HeldKind::Incident
-            }
-        };
-        self.store.held.sent(held, f.number);
+        match f.kind {
+            Kind::Change => cursor.change = f.number,
+            Kind::Incident => cursor.incident = f.number,
+        }
+        self.store.held.sent(f.kind.held(), f.number);
         self.stats.acked(*cursor);
         self.stats
             .published

@@ -10,7 +10,6 @@ use async_nats::jetstream::{self, stream::LastRawMessageErrorKind};
 
 use super::{PublishError, Publisher};
 use crate::sinks::nats::{subject, Kind, HEADER_RECORD, HEADER_SEQ};
-use crate::sinks::record_writer::held::HeldKind;
 
 impl Publisher {
     /// Reconcile `kind`'s subject with the record (see [`plan`]) and return where publishing
@@ -129,10 +128,7 @@ impl Publisher {
             crate::timestamp::Timestamp::now().unix_nanos(),
             self.settings.max_age,
         );
-        let held_kind = match kind {
-            Kind::Change => HeldKind::Change,
-            Kind::Incident => HeldKind::Incident,
-        };
+        let held_kind = kind.held();
         let conn = super::open_record(&self.record).await?;
         let store = self.store.clone();
         tokio::task::spawn_blocking(move || {

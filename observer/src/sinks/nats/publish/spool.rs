@@ -11,7 +11,6 @@ use tokio::sync::watch;
 
 use super::{Cursor, NatsStats, PublishError};
 use crate::sinks::nats::Kind;
-use crate::sinks::record_writer::held::HeldKind;
 use crate::store::{self, Selection, Stored};
 
 /// Rows read from the record at a time.
@@ -132,8 +131,8 @@ pub(super) async fn read_after(
         // The held rows are read after the record's: a row the writer failed to write before
         // a row just read was held before that row was committed.
         let held = |kind, after| stats.held.after(kind, after, since_ns, BATCH);
-        let changes = Part::union(changes, held(HeldKind::Change, cursor.change));
-        let incidents = Part::union(incidents, held(HeldKind::Incident, cursor.incident));
+        let changes = Part::union(changes, held(Kind::Change.held(), cursor.change));
+        let incidents = Part::union(incidents, held(Kind::Incident.held(), cursor.incident));
         Ok(merge(changes, incidents))
     })
     .await
