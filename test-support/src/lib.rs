@@ -25,6 +25,7 @@ mod bin;
 mod ci;
 mod lines;
 mod netns;
+mod ports;
 mod save;
 
 #[cfg(feature = "integration")]
@@ -52,10 +53,9 @@ mod writer;
 
 pub use bin::{bench_bin, observer_bin, OBSERVER_BIN};
 pub use ci::{in_ci, skip, skip_reason, SKIPS_FILE};
-pub use lines::{
-    ancestry_comms, free_port, json_lines, json_lines_paced, wait_for, wait_within, WAIT,
-};
+pub use lines::{ancestry_comms, json_lines, json_lines_paced, wait_for, wait_within, WAIT};
 pub use netns::{Netns, NetnsError};
+pub use ports::free_port;
 pub use save::save_rules;
 
 #[cfg(feature = "integration")]
