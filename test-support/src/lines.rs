@@ -21,15 +21,6 @@ pub fn ancestry_comms(line: &Value) -> Vec<&str> {
         .collect()
 }
 
-/// A TCP port free on 127.0.0.1 at this moment.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
-}
-
 /// Lines of a child's stdout, parsed as JSON, on a channel. A line that is not JSON fails the
 /// test (observer's stdout is JSON lines only).
 pub fn json_lines(out: impl Read + Send + 'static) -> mpsc::Receiver<Value> {
@@ -45,10 +36,16 @@ pub fn json_lines_paced(
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(out).lines() {
-            let Ok(line) = line else { break };
-            let v: Value =
-                serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON: {line}: {e}"));
-            if tx.send(v).is_err() {
+            let v = match line {
+                Ok(line) => match serde_json::from_str::<Value>(&line) {
+                    Ok(v) => v,
+                    // Told to the waiter, which fails the test with it.
+                    Err(e) => Value::String(format!("a line that is not JSON ({e}): {line:?}")),
+                },
+                Err(e) => Value::String(format!("stdout could not be read: {e}")),
+            };
+            let last = v.is_string();
+            if tx.send(v).is_err() || last {
                 break;
             }
             let per_second = pace.load(Ordering::Relaxed);
@@ -86,21 +83,36 @@ pub fn wait_within(
     let deadline = Instant::now() + within;
     loop {
         match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(Value::String(broken)) => {
+                panic!(
+                    "{what}: the output broke off: {broken}; saw:\n{}",
+                    shown(seen)
+                )
+            }
             Ok(v) => {
                 seen.push(v.clone());
                 if pred(&v) {
                     return v;
                 }
             }
-            Err(_) => panic!(
+            Err(mpsc::RecvTimeoutError::Disconnected) => panic!(
+                "{what}: the output ended before it came (the process closed its stdout or \
+                 exited); saw:\n{}",
+                shown(seen)
+            ),
+            Err(mpsc::RecvTimeoutError::Timeout) => panic!(
                 "{what} did not arrive within {within:?}; saw:\n{}",
-                seen.iter()
-                    .map(|v| v.to_string())
-                    .collect::<Vec<_>>()
-                    .join("\n")
+                shown(seen)
             ),
         }
     }
+}
+
+fn shown(seen: &[Value]) -> String {
+    seen.iter()
+        .map(|v| v.to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 #[cfg(test)]
@@ -116,5 +128,34 @@ mod tests {
         assert_eq!(seen.len(), 2, "stops at the line asked for");
         // A line already seen is found again without waiting.
         assert_eq!(wait_for(&rx, &mut seen, "a = 1", |v| v["a"] == 1)["a"], 1);
+    }
+
+    #[test]
+    fn a_line_that_is_not_json_is_named_by_the_waiter() {
+        let rx = json_lines(&b"{\"a\":1}\nnot json\n{\"a\":2}\n"[..]);
+        let mut seen = Vec::new();
+        let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            wait_for(&rx, &mut seen, "a = 2", |v| v["a"] == 2)
+        }))
+        .expect_err("a = 2 comes after a broken line");
+        let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(
+            msg.contains("not JSON") && msg.contains("\"not json\""),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn an_ended_output_is_told_apart_from_a_slow_one() {
+        let rx = json_lines(&b"{\"a\":1}\n"[..]);
+        let mut seen = Vec::new();
+        let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            wait_within(Duration::from_secs(5), &rx, &mut seen, "a = 2", |v| {
+                v["a"] == 2
+            })
+        }))
+        .expect_err("a = 2 never comes");
+        let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(msg.contains("ended before it came"), "{msg}");
     }
 }
