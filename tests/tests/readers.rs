@@ -461,18 +461,14 @@ fn a_nats_server_that_never_acknowledges_holds_only_the_publisher() {
     one_transaction(&ns, &writer, 0, 20_000);
     let mut got = Vec::new();
     expect_changes(&client, &mut got, 20_000, "/events with a silent NATS");
-    d.expect("the 20,000th rule on stdout", |v| {
-        v["netns"].as_u64() == Some(inode)
-            && v["rule"]
-                .as_str()
-                .is_some_and(|r| r.contains("dport 20000 "))
-    });
-    let rss = rss_mib(pid);
+    // Streamed after their commit: the record holds them all. (stdout is not waited for: a
+    // reader slower than the burst loses lines from it by design, told in gap lines.)
     let wait = Instant::now() + Duration::from_secs(30);
     while recorded(&record, inode) < 20_000 && Instant::now() < wait {
         std::thread::sleep(Duration::from_millis(200));
     }
     assert_eq!(recorded(&record, inode), 20_000, "the record's changes");
+    let rss = rss_mib(pid);
     let m = metrics(port);
     assert_eq!(
         metric(&m, "observer_nats_connected", &[]),
