@@ -718,6 +718,29 @@ fn rows_total(port: u16, outcome: &str) -> f64 {
 /// How many changes are in the burst (the measure).
 const BURST: usize = 30_000;
 
+/// `observer tail --json ARGS` until it prints change `last`: every line it printed.
+fn tail_until<'a>(how: &str, args: impl IntoIterator<Item = &'a str>, last: u64) -> Vec<Value> {
+    let mut child = Command::new(observer_bin())
+        .args(["tail", "--json"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start observer tail");
+    let rx = json_lines(child.stdout.take().expect("stdout"));
+    let mut seen = Vec::new();
+    test_support::wait_within(
+        Duration::from_secs(60),
+        &rx,
+        &mut seen,
+        &format!("{how}: change {last}"),
+        |v| v["seq"].as_u64() == Some(last),
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    seen
+}
+
 /// The record on an 8 MiB file system filled to 1 MiB free, then a burst of changes: stdout
 /// carries all of it, the failures are counted and `doctor --remote` says the record is failing;
 /// once space is back the record goes on by itself with a gap row for what it missed, which
@@ -867,6 +890,56 @@ fn a_full_disk_leaves_a_gap_that_queries_show_and_the_record_resumes() {
         "{:?}",
         at(pos - 1)
     );
+    // Whoever follows the record from before the hole, or catches up from the daemon through
+    // it, is told of the hole where it lies: before the first change after it.
+    let since = all
+        .iter()
+        .find(|v| v["chain"] == "OBS-EARLY")
+        .and_then(|v| v["time"].as_str())
+        .unwrap()
+        .to_string();
+    let last_later = all
+        .iter()
+        .filter(|v| v["kind"] == "change" && v["chain"] == "OBS-LATER")
+        .filter_map(|v| v["seq"].as_u64())
+        .max()
+        .unwrap();
+    let listen = format!("127.0.0.1:{port}");
+    for (how, args) in [
+        ("tail --record", ["--record", record.to_str().unwrap()]),
+        ("tail --remote", ["--remote", listen.as_str()]),
+    ] {
+        let lines = tail_until(
+            how,
+            args.iter().copied().chain(["--since", &since]),
+            last_later,
+        );
+        let told: Vec<(u64, usize)> = lines
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v["kind"] == "status" && v["state"] == "gap")
+            .filter_map(|(i, v)| Some((v["record_gap"]["first_seq"].as_u64()?, i)))
+            .collect();
+        let first_gap = ranges[0].0;
+        let at = told
+            .iter()
+            .find(|(f, _)| *f == first_gap)
+            .map(|&(_, i)| i)
+            .unwrap_or_else(|| panic!("{how}: no line for the gap from seq {first_gap}: {told:?}"));
+        let seq = |v: &Value| v["seq"].as_u64();
+        assert!(
+            lines[..at].iter().filter_map(seq).all(|s| s < first_gap)
+                && lines[at..].iter().filter_map(seq).all(|s| s > first_gap),
+            "{how}: the gap line is not where the hole is"
+        );
+        if how == "tail --record" {
+            // The follower tells every gap row, once.
+            let mut firsts: Vec<u64> = told.iter().map(|t| t.0).collect();
+            firsts.sort_unstable();
+            let want: Vec<u64> = ranges.iter().map(|r| r.0).collect();
+            assert_eq!(firsts, want, "{how}: the gap lines");
+        }
+    }
     let text = String::from_utf8(
         Command::new(observer_bin())
             .args(["query", "--record"])

@@ -89,6 +89,8 @@ struct Cursor {
     since_ns: i64,
     change: u64,
     incident: u64,
+    /// The newest gap row told (None before the first read).
+    gap: Option<i64>,
     /// The dictionaries of the rows read so far.
     frames: store::DictFrames,
 }
@@ -99,6 +101,7 @@ impl Cursor {
             since_ns,
             change: 0,
             incident: 0,
+            gap: None,
             frames: store::DictFrames::default(),
         }
     }
@@ -119,6 +122,33 @@ impl Cursor {
             self.incident = last.number;
         }
         let mut rows: Vec<(i64, u8, u64, Line)> = Vec::new();
+        // The record's holes, where they lie among the rows: the first read tells those since
+        // `--since` (and what retention deleted of it); later reads, each new one once.
+        let first = self.gap.is_none();
+        let gaps = store::gaps::gaps_after(conn, self.gap.unwrap_or(0))?;
+        if let Some(&(id, _)) = gaps.last() {
+            self.gap = Some(id);
+        }
+        let mut told: Vec<store::RecordGap> = gaps
+            .into_iter()
+            .map(|(_, g)| g)
+            .filter(|g| !first || g.last_ns() >= self.since_ns)
+            .collect();
+        if first {
+            self.gap.get_or_insert(0);
+            told.extend(
+                store::select_gaps(conn, Some(self.since_ns), None)?
+                    .into_iter()
+                    .filter(|g| g.reason == store::gaps::RETENTION),
+            );
+        }
+        // A gap goes among the changes by its seqs (a transaction's changes share one time),
+        // so changes are ordered by twice their seq and a gap by the odd number before its first.
+        for g in told {
+            let order = g.first_seq.map_or(0, |f| (2 * f).saturating_sub(1));
+            let line = crate::output::StatusLine::record_gap(&g, g.message());
+            rows.push((g.first_ns(), 0, order, Line::Status(line)));
+        }
         for (kind, list) in [(0u8, changes), (1, incidents)] {
             for Stored {
                 number,
@@ -126,8 +156,9 @@ impl Cursor {
                 json,
             } in list
             {
+                let order = if kind == 0 { 2 * number } else { number };
                 match serde_json::from_str::<Line>(&json) {
-                    Ok(r) => rows.push((time_ns, kind, number, r)),
+                    Ok(r) => rows.push((time_ns, kind, order, r)),
                     Err(e) => tracing::warn!("record row {number} cannot be read ({e}): skipped"),
                 }
             }

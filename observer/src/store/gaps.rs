@@ -172,14 +172,7 @@ pub fn select_gaps(
     from_ns: Option<i64>,
     to_ns: Option<i64>,
 ) -> Result<Vec<RecordGap>, StoreError> {
-    let has: Option<String> = conn
-        .query_row(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'gaps'",
-            [],
-            |r| r.get(0),
-        )
-        .optional()?;
-    if has.is_none() {
+    if !has_gaps(conn)? {
         return Ok(Vec::new());
     }
     let all = select(conn, "", [])?;
@@ -194,6 +187,72 @@ pub fn select_gaps(
             }
         })
         .collect())
+}
+
+/// Whether the record has a `gaps` table (layout 4 on).
+fn has_gaps(conn: &Connection) -> Result<bool, StoreError> {
+    let has: Option<String> = conn
+        .query_row(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'gaps'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()?;
+    Ok(has.is_some())
+}
+
+/// The gaps that lack changes numbered after `after` and up to `upto` (retention's row among
+/// them when it deleted some of those), oldest first: what a reader catching up over that span
+/// of seqs must be told it will not get.
+pub fn gaps_in_seqs(
+    conn: &Connection,
+    after: u64,
+    upto: u64,
+) -> Result<Vec<RecordGap>, StoreError> {
+    if upto <= after || !has_gaps(conn)? {
+        return Ok(Vec::new());
+    }
+    Ok(select(
+        conn,
+        "WHERE last_seq > ?1 AND first_seq <= ?2",
+        params![after as i64, upto.min(i64::MAX as u64) as i64],
+    )?)
+}
+
+/// The gap rows written after row `after_id` (retention's excepted: what it deletes was
+/// recorded, and told once when a reader starts), with their ids, oldest first: what a reader
+/// following the record learns of as the daemon writes them.
+pub fn gaps_after(conn: &Connection, after_id: i64) -> Result<Vec<(i64, RecordGap)>, StoreError> {
+    if !has_gaps(conn)? {
+        return Ok(Vec::new());
+    }
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, first_seq, last_seq, first_ns, last_ns, changes, incidents, reason FROM gaps \
+         WHERE id > ?1 AND reason != ?2 ORDER BY id",
+    )?;
+    let rows = stmt.query_map(params![after_id, RETENTION], |r| {
+        Ok((
+            r.get::<_, i64>(0)?,
+            RecordGap {
+                first_seq: r.get::<_, Option<i64>>(1)?.map(|s| s as u64),
+                last_seq: r.get::<_, Option<i64>>(2)?.map(|s| s as u64),
+                first_time: Timestamp::from_unix_nanos(r.get(3)?),
+                last_time: Timestamp::from_unix_nanos(r.get(4)?),
+                changes: r.get::<_, i64>(5)?.max(0) as u64,
+                incidents: r.get::<_, i64>(6)?.max(0) as u64,
+                reason: r.get(7)?,
+            },
+        ))
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// The id of the newest gap row (0 when there is none).
+pub fn last_gap_id(conn: &Connection) -> Result<i64, StoreError> {
+    if !has_gaps(conn)? {
+        return Ok(0);
+    }
+    Ok(conn.query_row("SELECT COALESCE(MAX(id), 0) FROM gaps", [], |r| r.get(0))?)
 }
 
 /// What deleting the changes `cond` (with `?1` = `arg`) selects takes from the record, as a

@@ -405,26 +405,45 @@ impl Hub {
         };
         let rows = tokio::task::spawn_blocking(move || -> Result<_, store::StoreError> {
             let conn = store::open_ro(&path)?;
-            match s {
-                Stream::Changes => store::select_changes(&conn, &sel),
-                Stream::Incidents => store::select_incidents(&conn, &sel),
-            }
+            let rows = match s {
+                Stream::Changes => store::select_changes(&conn, &sel)?,
+                Stream::Incidents => store::select_incidents(&conn, &sel)?,
+            };
+            // The record's holes among the changes read: the client is told where it will not
+            // get what it asked for. What memory holds after them it gets.
+            let upto = match rows.last() {
+                Some(r) if rows.len() == PAGE => r.number,
+                _ => oldest.map_or(u64::MAX, |o| o.saturating_sub(1)),
+            };
+            let gaps = match s {
+                Stream::Changes => store::gaps::gaps_in_seqs(&conn, after, upto)?,
+                Stream::Incidents => Vec::new(),
+            };
+            Ok((rows, gaps))
         })
         .await;
+        let mut full = false;
         let mut out: Vec<Arc<Event>> = match rows {
-            Ok(Ok(rows)) => rows
-                .into_iter()
-                .map(|r| {
+            Ok(Ok((rows, gaps))) => {
+                full = rows.len() == PAGE;
+                let mut gaps = gaps.into_iter().peekable();
+                let mut out = Vec::with_capacity(rows.len() + 1);
+                for r in rows {
+                    while let Some(g) = gaps.next_if(|g| g.first_seq.is_none_or(|f| f < r.number)) {
+                        out.push(record_gap(&g));
+                    }
                     let meta = serde_json::from_str(&r.json)
                         .map(|v| Meta::from_json(&v))
                         .unwrap_or_default();
-                    Arc::new(Event {
+                    out.push(Arc::new(Event {
                         id: Some(r.number),
                         json: r.json.into(),
                         meta,
-                    })
-                })
-                .collect(),
+                    }));
+                }
+                out.extend(gaps.map(|g| record_gap(&g)));
+                out
+            }
             Ok(Err(e)) => {
                 tracing::warn!("catching a client up from the record: {e}");
                 vec![]
@@ -434,7 +453,7 @@ impl Hub {
                 vec![]
             }
         };
-        if out.len() == PAGE {
+        if full {
             return Backlog {
                 events: out,
                 more: true,
@@ -516,6 +535,19 @@ fn missed(s: Stream, n: u64) -> Arc<Event> {
          record (--no-record); run it with a record to catch clients up"
         ),
     ));
+    Arc::new(Event {
+        id: None,
+        json: serde_json::to_string(&line)
+            .unwrap_or_else(|e| format!(r#"{{"kind":"status","state":"gap","message":"{e}"}}"#))
+            .into(),
+        meta: Meta::default(),
+    })
+}
+
+/// The status line (state `gap`) a client caught up from the record gets where the record
+/// lacks changes.
+fn record_gap(g: &store::RecordGap) -> Arc<Event> {
+    let line = crate::output::Line::Status(crate::output::StatusLine::record_gap(g, g.message()));
     Arc::new(Event {
         id: None,
         json: serde_json::to_string(&line)

@@ -541,6 +541,19 @@ fn a_full_file_keeps_its_hole_as_a_gap_row_once_space_is_back() {
     // Only the gap's time range finds it.
     assert!(select_gaps(&ro, Some(now + 3003), None).unwrap().is_empty());
     assert_eq!(select_gaps(&ro, None, Some(now + 3)).unwrap().len(), 1);
+    // A reader catching up over seqs finds it where its seqs lie, and only there.
+    use crate::store::gaps::{gaps_after, gaps_in_seqs, last_gap_id};
+    assert_eq!(gaps_in_seqs(&ro, 0, 2).unwrap(), []);
+    assert_eq!(gaps_in_seqs(&ro, 2, 3).unwrap(), gaps);
+    assert_eq!(gaps_in_seqs(&ro, 2000, 3003).unwrap(), gaps);
+    assert_eq!(gaps_in_seqs(&ro, 3002, 5000).unwrap(), []);
+    assert_eq!(gaps_in_seqs(&ro, 5, 5).unwrap(), []);
+    // A follower learns of it once, by its id.
+    let found = gaps_after(&ro, 0).unwrap();
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].1, gaps[0]);
+    assert_eq!(last_gap_id(&ro).unwrap(), found[0].0);
+    assert_eq!(gaps_after(&ro, found[0].0).unwrap(), []);
 }
 
 #[test]
@@ -599,6 +612,12 @@ fn retention_keeps_one_row_saying_since_when_the_record_covers_all() {
     );
     // Asked from after its start, the record is whole.
     assert!(select_gaps(&ro, Some(now - hour), None).unwrap().is_empty());
+    // A reader catching up from seq 2 is told that what it asks for was deleted; from 3 on,
+    // nothing is missing. A follower is not told of retention's row as it moves.
+    use crate::store::gaps::{gaps_after, gaps_in_seqs};
+    assert_eq!(gaps_in_seqs(&ro, 2, 4).unwrap(), gaps);
+    assert_eq!(gaps_in_seqs(&ro, 3, 4).unwrap(), []);
+    assert_eq!(gaps_after(&ro, 0).unwrap(), []);
 }
 
 #[test]
@@ -611,6 +630,9 @@ fn a_layout_3_record_gets_the_gaps_table_and_reads_without_it() {
     drop(c);
     let ro = open_ro(&path).unwrap();
     assert!(select_gaps(&ro, None, None).unwrap().is_empty());
+    assert_eq!(crate::store::gaps::gaps_in_seqs(&ro, 0, 10).unwrap(), []);
+    assert_eq!(crate::store::gaps::gaps_after(&ro, 0).unwrap(), []);
+    assert_eq!(crate::store::gaps::last_gap_id(&ro).unwrap(), 0);
     drop(ro);
     let rw = open_rw(&path).unwrap();
     let v: i64 = rw

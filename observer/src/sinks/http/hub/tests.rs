@@ -3,6 +3,11 @@ use crate::sinks::record_writer::Row;
 
 /// A record holding changes 1..=`n` (an earlier run's).
 fn record_with(n: u64) -> (tempfile::TempDir, std::path::PathBuf) {
+    record_of(&(1..=n).collect::<Vec<_>>())
+}
+
+/// A record holding the changes `seqs`.
+fn record_of(seqs: &[u64]) -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("r.db");
     let mut w = crate::sinks::record_writer::Writer::new(
@@ -14,8 +19,9 @@ fn record_with(n: u64) -> (tempfile::TempDir, std::path::PathBuf) {
         },
         Arc::new(crate::sinks::record_writer::StoreStats::default()),
     );
-    let rows: Vec<Row> = (1..=n)
-        .map(|seq| {
+    let rows: Vec<Row> = seqs
+        .iter()
+        .map(|&seq| {
             Row::bare_change(
                 seq,
                 crate::timestamp::Timestamp::now().unix_nanos(),
@@ -156,4 +162,56 @@ async fn incidents_that_cannot_be_read_say_why_in_the_words_they_had() {
     let text = join.to_string();
     assert!(text.ends_with("was cancelled"), "{text}");
     assert_eq!(IncidentsError::from(join).to_string(), text);
+}
+
+/// The record lacks changes 3..=5 (the disk was full): a client caught up from it is told so
+/// where they would have been, once, and gets every change the record and memory hold.
+#[tokio::test]
+async fn a_client_caught_up_from_the_record_is_told_of_its_holes() {
+    let (_dir, path) = record_of(&[1, 2, 6, 7]);
+    let now = crate::timestamp::Timestamp::now();
+    let gap = store::RecordGap {
+        first_seq: Some(3),
+        last_seq: Some(5),
+        first_time: now,
+        last_time: now,
+        changes: 3,
+        incidents: 0,
+        reason: "disk full".into(),
+    };
+    store::gaps::insert_gap(&store::open_rw(&path).unwrap(), &gap).unwrap();
+    let hub = Arc::new(Hub::new(Metrics::new(None, None), Some(path)));
+    hub.publish(Stream::Changes, ev(8));
+    let shown = |events: &[Arc<Event>]| -> Vec<String> {
+        events
+            .iter()
+            .map(|e| match e.id {
+                Some(id) => id.to_string(),
+                None => {
+                    let v: Value = serde_json::from_str(&e.json).unwrap();
+                    assert_eq!(v["state"], "gap", "{v}");
+                    assert_eq!(v["record_gap"]["first_seq"], 3, "{v}");
+                    assert!(
+                        v["message"]
+                            .as_str()
+                            .unwrap()
+                            .starts_with("3 changes between "),
+                        "{v}"
+                    );
+                    "gap".into()
+                }
+            })
+            .collect()
+    };
+    let (back, _rx) = hub.attach(Stream::Changes, Some(0)).await;
+    assert_eq!(shown(&back.events), ["1", "2", "gap", "6", "7", "8"]);
+    // Resumed before the hole, the client is told; after it, not again.
+    assert_eq!(
+        shown(&hub.since(Stream::Changes, 2).await.events),
+        ["gap", "6", "7", "8"]
+    );
+    assert_eq!(
+        shown(&hub.since(Stream::Changes, 6).await.events),
+        ["7", "8"]
+    );
 }
