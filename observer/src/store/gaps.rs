@@ -151,18 +151,22 @@ fn select(
          {filter} ORDER BY first_ns, id"
     );
     let mut stmt = conn.prepare(&sql)?;
-    let rows = stmt.query_map(args, |r| {
-        Ok(RecordGap {
-            first_seq: r.get::<_, Option<i64>>(0)?.map(|s| s as u64),
-            last_seq: r.get::<_, Option<i64>>(1)?.map(|s| s as u64),
-            first_time: Timestamp::from_unix_nanos(r.get(2)?),
-            last_time: Timestamp::from_unix_nanos(r.get(3)?),
-            changes: r.get::<_, i64>(4)?.max(0) as u64,
-            incidents: r.get::<_, i64>(5)?.max(0) as u64,
-            reason: r.get(6)?,
-        })
-    })?;
+    let rows = stmt.query_map(args, |r| gap_at(r, 0))?;
     rows.collect()
+}
+
+/// The gap in a row's columns from `at` on: first_seq, last_seq, first_ns, last_ns, changes,
+/// incidents, reason.
+fn gap_at(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<RecordGap> {
+    Ok(RecordGap {
+        first_seq: r.get::<_, Option<i64>>(at)?.map(|s| s as u64),
+        last_seq: r.get::<_, Option<i64>>(at + 1)?.map(|s| s as u64),
+        first_time: Timestamp::from_unix_nanos(r.get(at + 2)?),
+        last_time: Timestamp::from_unix_nanos(r.get(at + 3)?),
+        changes: r.get::<_, i64>(at + 4)?.max(0) as u64,
+        incidents: r.get::<_, i64>(at + 5)?.max(0) as u64,
+        reason: r.get(at + 6)?,
+    })
 }
 
 /// The gaps that touch `from_ns..=to_ns` (either end open), oldest first. A record of an
@@ -231,18 +235,7 @@ pub fn gaps_after(conn: &Connection, after_id: i64) -> Result<Vec<(i64, RecordGa
          WHERE id > ?1 AND reason != ?2 ORDER BY id",
     )?;
     let rows = stmt.query_map(params![after_id, RETENTION], |r| {
-        Ok((
-            r.get::<_, i64>(0)?,
-            RecordGap {
-                first_seq: r.get::<_, Option<i64>>(1)?.map(|s| s as u64),
-                last_seq: r.get::<_, Option<i64>>(2)?.map(|s| s as u64),
-                first_time: Timestamp::from_unix_nanos(r.get(3)?),
-                last_time: Timestamp::from_unix_nanos(r.get(4)?),
-                changes: r.get::<_, i64>(5)?.max(0) as u64,
-                incidents: r.get::<_, i64>(6)?.max(0) as u64,
-                reason: r.get(7)?,
-            },
-        ))
+        Ok((r.get::<_, i64>(0)?, gap_at(r, 1)?))
     })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }

@@ -527,14 +527,19 @@ fn missed(s: Stream, n: u64) -> Arc<Event> {
         Stream::Changes => "changes",
         Stream::Incidents => "incidents",
     };
-    let line = crate::output::Line::Status(crate::output::line::StatusLine::gap(
+    status_event(crate::output::line::StatusLine::gap(
         crate::output::line::Gap::Other,
         format!(
             "{n} {what} were not sent to this client: they are older than the last {RING} this \
          observer keeps in memory (the client fell behind, or asked for them) and it keeps no \
          record (--no-record); run it with a record to catch clients up"
         ),
-    ));
+    ))
+}
+
+/// A status line as an event of its own (no id: a client's filters do not apply to it).
+fn status_event(line: crate::output::StatusLine) -> Arc<Event> {
+    let line = crate::output::Line::Status(line);
     Arc::new(Event {
         id: None,
         json: serde_json::to_string(&line)
@@ -547,14 +552,7 @@ fn missed(s: Stream, n: u64) -> Arc<Event> {
 /// The status line (state `gap`) a client caught up from the record gets where the record
 /// lacks changes.
 fn record_gap(g: &store::RecordGap) -> Arc<Event> {
-    let line = crate::output::Line::Status(crate::output::StatusLine::record_gap(g, g.message()));
-    Arc::new(Event {
-        id: None,
-        json: serde_json::to_string(&line)
-            .unwrap_or_else(|e| format!(r#"{{"kind":"status","state":"gap","message":"{e}"}}"#))
-            .into(),
-        meta: Meta::default(),
-    })
+    status_event(crate::output::StatusLine::record_gap(g, g.message()))
 }
 
 /// The most events a client's catch-up takes from the record at a time.
