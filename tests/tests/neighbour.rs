@@ -840,6 +840,92 @@ fn a_namespace_past_the_rule_level_limit_is_held_at_chain_level_and_the_others_a
     );
 }
 
+/// The services of each pod's table in the node budget's test: smaller than the other tests'
+/// loads.
+const BUDGET_SERVICES: usize = 100;
+
+/// Two pods, each within `--rule-level-limit`, whose tables together pass the node's
+/// `--rule-level-budget`: the first is held rule by rule, the second at chain level, with a
+/// warning that names the budget; once the first pod's table is gone, the second's next change
+/// brings it back to rule level.
+#[test]
+fn namespaces_that_together_pass_the_node_budget_hold_the_last_at_chain_level() {
+    skip_unless!("ip", "iptables-legacy-restore", "iptables-legacy");
+    let (first, second) = (Netns::new("nb-first"), Netns::new("nb-second"));
+    let load = nat_table_of(BUDGET_SERVICES, &[]);
+    let rules = load.lines().filter(|l| l.starts_with("-A ")).count();
+    // Room for one load and a half: the second does not fit beside the first. This observer
+    // sees the other tests' namespaces too: its limit, just above one load, holds their bigger
+    // tables at chain level, outside the budget, and the half load to spare is room for their
+    // few small ones.
+    let budget = (rules + rules / 2).to_string();
+    let limit = (rules + 100).to_string();
+    let mut obs = Observer::start(&["--rule-level-limit", &limit, "--rule-level-budget", &budget]);
+    let writer = Writer::new("obs-kube-proxy");
+    let (one, two) = (first.ino(), second.ino());
+    first.write_stdin(&writer, &RESTORE, &load);
+    obs.wait_count("the first pod's rules, rule by rule", 60, rules, |v| {
+        change_in(v, one) && v["op"] == "rule_add"
+    });
+    let mark = obs.mark();
+    second.write_stdin(&writer, &RESTORE, &load);
+    let ns = two.to_string();
+    let held = format!("holds {rules} rules");
+    let warning = obs.wait_line("the second pod held at chain level", 60, |v| {
+        status_saying(v, "warning", &["ip nat", &ns, &held, "held at chain level"])
+    });
+    let message = warning["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&format!("--rule-level-budget {budget}")),
+        "the warning names the node's budget: {message}"
+    );
+    let chains = load.lines().filter(|l| l.starts_with(':')).count();
+    obs.wait_count("the second pod's chains", 60, chains, |v| {
+        change_in(v, two) && v["op"] == "chain_create"
+    });
+    let second_rules = obs.seen[mark..]
+        .iter()
+        .filter(|v| change_in(v, two) && v["op"] == "rule_add")
+        .count();
+    assert_eq!(
+        second_rules, 0,
+        "no rule of the second pod told at chain level"
+    );
+    // The first pod still holds its place: its next rule is told rule by rule.
+    first.write(
+        &writer,
+        &[
+            "iptables-legacy",
+            "-t",
+            "nat",
+            "-A",
+            "KUBE-MARK-MASQ",
+            "-j",
+            "RETURN",
+        ],
+    );
+    obs.expect_since(mark, "the first pod's rule", 60, |v| {
+        change_in(v, one) && v["op"] == "rule_add" && v["rule"] == "-j RETURN"
+    });
+    // The first pod's table emptied: the second fits at its next change, and says so.
+    first.write_stdin(&writer, &RESTORE, "*nat\nCOMMIT\n");
+    second.write(
+        &writer,
+        &[
+            "iptables-legacy",
+            "-t",
+            "nat",
+            "-A",
+            "KUBE-MARK-MASQ",
+            "-j",
+            "RETURN",
+        ],
+    );
+    obs.wait_line("the second pod back at rule level", 60, |v| {
+        status_saying(v, "warning", &["ip nat", &ns, "rule level again"])
+    });
+}
+
 #[test]
 fn a_table_too_large_to_read_is_a_gap_and_observer_goes_on() {
     skip_unless!("ip", "iptables-legacy-restore", "iptables-legacy");

@@ -251,6 +251,15 @@ pub struct SourceArgs {
     #[arg(long, value_name = "RULES", default_value_t = crate::engine::DEFAULT_RULE_LEVEL_LIMIT)]
     pub rule_level_limit: usize,
 
+    /// The most rules the legacy tables of every namespace together are held at rule level. A
+    /// table that would take the node past it is held at chain level, as for
+    /// `--rule-level-limit`, and the status line names this budget: however many pods load big
+    /// tables, what observer holds rule by rule (its memory) stays bounded. Namespaces are
+    /// served as their tables come; a namespace's table goes back to rule level at its next
+    /// change once it fits. 450000 fits the DaemonSet's 512 MiB.
+    #[arg(long, value_name = "RULES", default_value_t = crate::engine::DEFAULT_RULE_LEVEL_BUDGET)]
+    pub rule_level_budget: usize,
+
     /// The most bytes of entries observer copies out of the kernel to read one legacy table.
     /// The kernel hands a table over in one call, so a larger one would take that much memory
     /// at once (about 600 bytes per kube-proxy rule): its changes are not read, and a gap line
@@ -348,6 +357,7 @@ impl SourceArgs {
             ringbuf_size: self.ringbuf_size,
             netlink_rcvbuf: self.netlink_rcvbuf,
             rule_level_limit: self.rule_level_limit,
+            rule_level_budget: self.rule_level_budget,
             max_table_read: self.max_table_read,
             owners: self.owners.clone(),
             incidents: crate::incidents::Config {

@@ -497,14 +497,15 @@ async fn remote(
                 match d.chain_level_tables {
                     0 => "every legacy table is held rule by rule".to_string(),
                     n => format!(
-                        "{} held at chain level: more rules than --rule-level-limit leaves \
-                         for their namespace; their changes are told a chain at a time, \
+                        "{} held at chain level: more rules than --rule-level-limit (per \
+                         namespace) or --rule-level-budget (the node's) leaves for them; their \
+                         changes are told a chain at a time, \
                          without rule text, rule-level incidents or restore",
                         crate::ruleset::plural(n, "legacy table is", "legacy tables are")
                     ),
                 },
-                "the daemon's log and status lines name each table; raise --rule-level-limit \
-                 (and the memory limit: about 0.5 KiB per rule held, plus one read of the \
+                "the daemon's log and status lines name each table and the bound; raise \
+                 --rule-level-limit or --rule-level-budget (and the memory limit: about 0.5 KiB per rule held, plus one read of the \
                  table) if the node should hold them rule by rule",
             ));
             if let Some(n) = &d.nats {

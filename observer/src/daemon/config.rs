@@ -118,6 +118,7 @@ struct FileConfig {
     ringbuf_size: Option<u32>,
     netlink_rcvbuf: Option<String>,
     rule_level_limit: Option<usize>,
+    rule_level_budget: Option<usize>,
     max_table_read: Option<String>,
     owners: Option<PathBuf>,
     flap_cycles: Option<u32>,
@@ -336,6 +337,10 @@ impl Layers {
                 .rule_level_limit
                 .or(file.rule_level_limit)
                 .unwrap_or(crate::engine::DEFAULT_RULE_LEVEL_LIMIT),
+            rule_level_budget: flags
+                .rule_level_budget
+                .or(file.rule_level_budget)
+                .unwrap_or(crate::engine::DEFAULT_RULE_LEVEL_BUDGET),
             max_table_read,
             pod_logs: flags
                 .pod_logs

@@ -433,19 +433,29 @@ impl Engine {
             return;
         }
         let (proto, table) = key;
-        let limit = self.rule_level_limit;
+        let (limit, budget) = (self.rule_level_limit, self.rule_level_budget);
         let message = match now {
             Some(rules) => {
+                let ns_limit = self.rule_limit(inode);
                 let room = self
                     .watched
                     .get(&inode)
-                    .map_or(limit, |w| w.rule_room(key, limit));
+                    .map_or(ns_limit, |w| w.rule_room(key, ns_limit));
+                let bound = if ns_limit < limit {
+                    format!(
+                        "the node's --rule-level-budget {budget} leaves for it beside the {} \
+                         rules other namespaces hold at rule level",
+                        budget.saturating_sub(ns_limit)
+                    )
+                } else {
+                    format!("--rule-level-limit {limit} (per namespace) leaves for it")
+                };
                 format!(
                     "legacy table {proto} {table} in namespace {inode} holds {rules} rules, \
-                     more than the {room} that --rule-level-limit {limit} leaves for it: it is \
-                     held at chain level, and its changes are told a chain at a time (created, \
-                     deleted, flushed, rules changed; no rule text, no rule-level incidents, \
-                     no restore) until it fits again"
+                     more than the {room} that {bound}: it is held at chain level, and its \
+                     changes are told a chain at a time (created, deleted, flushed, rules \
+                     changed; no rule text, no rule-level incidents, no restore) until it fits \
+                     again"
                 )
             }
             None => format!(
@@ -545,6 +555,8 @@ impl Engine {
             if self.backlog.holds(inode) {
                 return;
             }
+            // What this namespace may hold at rule level, beside the others.
+            let limit = self.rule_limit(inode);
             let Some(w) = self.watched.get_mut(&inode).filter(|w| !w.learning) else {
                 return;
             };
@@ -569,7 +581,6 @@ impl Engine {
                         }
                     };
                     w.learning = true;
-                    let limit = self.rule_level_limit;
                     tokio::spawn(async move {
                         let reread = tokio::task::spawn_blocking(move || reread(file, limit))
                             .await
@@ -608,7 +619,7 @@ impl Engine {
                 continue;
             };
             let prev = w.legacy.get(&key).cloned();
-            let room = w.rule_room(&key, self.rule_level_limit);
+            let room = w.rule_room(&key, limit);
             w.learning = true;
             tokio::spawn(async move {
                 let learned = tokio::task::spawn_blocking(move || learn(p, prev, room, way))

@@ -138,6 +138,22 @@ impl Watched {
             .sum();
         limit.saturating_sub(others)
     }
+
+    /// The rules of its legacy tables held at rule level.
+    fn rule_level_rules(&self) -> usize {
+        self.legacy
+            .values()
+            .filter(|t| !t.chain_level())
+            .map(|t| t.rule_count())
+            .sum()
+    }
+}
+
+/// The most rules one namespace's legacy tables may hold at rule level: its own `limit`, and
+/// what the node's `budget` leaves after the rules held at rule level `elsewhere` (in every
+/// other namespace).
+fn namespace_rule_limit(limit: usize, budget: usize, elsewhere: usize) -> usize {
+    limit.min(budget.saturating_sub(elsewhere))
 }
 
 impl Drop for Watched {
@@ -168,6 +184,8 @@ struct Engine {
     netlink_rcvbuf: usize,
     /// The most rules a namespace's legacy tables are held at rule level.
     rule_level_limit: usize,
+    /// The most rules all namespaces' legacy tables together are held at rule level.
+    rule_level_budget: usize,
     /// Transactions recovered by re-reads so far (numbers their `txn`).
     recovered_txns: u64,
     /// When the output keeps snapshots (the record): which are due.
@@ -196,6 +214,8 @@ pub struct EngineConfig {
     /// The most rules a namespace's legacy tables are held at rule level (the rest at chain
     /// level).
     pub rule_level_limit: usize,
+    /// The most rules every namespace's legacy tables together are held at rule level.
+    pub rule_level_budget: usize,
     /// The most bytes of entries read out of the kernel for one legacy table.
     pub max_table_read: usize,
     /// The chain ownership file; the built-in catalog when none.
@@ -402,6 +422,7 @@ async fn start(
         ipsets: HashMap::new(),
         netlink_rcvbuf: config.netlink_rcvbuf,
         rule_level_limit: config.rule_level_limit,
+        rule_level_budget: config.rule_level_budget,
         recovered_txns: 0,
         restorer: config.restore.clone().map(crate::restore::Restorer::new),
         backlog: Default::default(),
@@ -701,10 +722,29 @@ impl Engine {
     }
 }
 
+impl Engine {
+    /// The most rules namespace `inode`'s legacy tables may hold at rule level now: its own
+    /// limit, within what the node's budget leaves beside the other namespaces.
+    fn rule_limit(&self, inode: u32) -> usize {
+        let elsewhere = self
+            .watched
+            .iter()
+            .filter(|(i, _)| **i != inode)
+            .map(|(_, w)| w.rule_level_rules())
+            .sum();
+        namespace_rule_limit(self.rule_level_limit, self.rule_level_budget, elsewhere)
+    }
+}
+
 /// `--rule-level-limit`'s default: the most rules a namespace's legacy tables are held at rule
 /// level. A 40,000-service kube-proxy nat table (440,008 rules) fits, and is held within the
 /// DaemonSet's 512 MiB; beyond it, a namespace's larger tables are held at chain level.
 pub const DEFAULT_RULE_LEVEL_LIMIT: usize = 450_000;
+
+/// `--rule-level-budget`'s default: the most rules all namespaces' legacy tables together are
+/// held at rule level. The same as one namespace's limit: however many namespaces hold big
+/// tables, what observer holds rule by rule stays within the DaemonSet's 512 MiB.
+pub const DEFAULT_RULE_LEVEL_BUDGET: usize = DEFAULT_RULE_LEVEL_LIMIT;
 
 /// A transaction or replace of this many changes or more (a whole table loaded, a namespace read) leaves
 /// its notifications, bookkeeping and lines freed behind it: the heap is trimmed after it.
@@ -782,5 +822,20 @@ mod heap_tests {
         })
         .join()
         .unwrap();
+    }
+}
+
+#[cfg(test)]
+mod rule_limit_tests {
+    use super::namespace_rule_limit;
+
+    #[test]
+    fn a_namespace_gets_its_limit_within_what_the_node_has_left() {
+        // The node has room: the namespace's own limit binds.
+        assert_eq!(namespace_rule_limit(1_000, 10_000, 2_000), 1_000);
+        // Other namespaces hold most of the budget: what is left binds.
+        assert_eq!(namespace_rule_limit(1_000, 10_000, 9_500), 500);
+        // Past the budget already: nothing is left (never an underflow).
+        assert_eq!(namespace_rule_limit(1_000, 10_000, 12_000), 0);
     }
 }

@@ -39,7 +39,7 @@ impl Engine {
             Err(e) => return self.warn(format!("namespace {inode}: {e}")),
         };
         let rcvbuf = self.netlink_rcvbuf;
-        let legacy = plan.legacy_baseline.then_some(self.rule_level_limit);
+        let legacy = plan.legacy_baseline.then_some(self.rule_limit(inode));
         let began = boot_now_ns();
         let read_from = std::time::Instant::now();
         let baseline = tokio::task::spawn_blocking(move || {

@@ -459,7 +459,7 @@ impl Restorer {
             {
                 conflicts.push(format!(
                     "legacy table {} is held at chain level (it has more rules than \
-                     --rule-level-limit leaves for it): observer does not hold its rules, so \
+                     --rule-level-limit or --rule-level-budget leaves for it): observer does not hold its rules, so \
                      nothing of it is written",
                     l.table
                 ));

@@ -164,7 +164,8 @@ impl Metrics {
         registry.register(
             "chain_level_tables",
             "Legacy tables held at chain level now: more rules than --rule-level-limit leaves \
-             for their namespace; their changes are told a chain at a time, without rule text",
+             for their namespace, or --rule-level-budget for the node; their changes are told a \
+             chain at a time, without rule text",
             chain_level_tables.clone(),
         );
         let hooks = Family::<HookLabels, Gauge>::default();
