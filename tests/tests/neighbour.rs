@@ -810,18 +810,7 @@ fn a_namespace_past_the_rule_level_limit_is_held_at_chain_level_and_the_others_a
         status_saying(v, "warning", &["ip nat", &ns, "rule level again"])
     });
     let back = obs.mark();
-    pod.write(
-        &writer,
-        &[
-            "iptables-legacy",
-            "-t",
-            "nat",
-            "-A",
-            "KUBE-MARK-MASQ",
-            "-j",
-            "RETURN",
-        ],
-    );
+    pod.write(&writer, &MARK_RETURN);
     obs.expect_since(back, "a rule of the pod, rule by rule again", 60, |v| {
         change_in(v, pod_ino)
             && v["op"] == "rule_add"
@@ -839,6 +828,17 @@ fn a_namespace_past_the_rule_level_limit_is_held_at_chain_level_and_the_others_a
         "no rule of the pod told while it was held at chain level"
     );
 }
+
+/// A one-rule change: KUBE-MARK-MASQ gets `-j RETURN`.
+const MARK_RETURN: [&str; 7] = [
+    "iptables-legacy",
+    "-t",
+    "nat",
+    "-A",
+    "KUBE-MARK-MASQ",
+    "-j",
+    "RETURN",
+];
 
 /// The services of each pod's table in the node budget's test: smaller than the other tests'
 /// loads.
@@ -892,35 +892,13 @@ fn namespaces_that_together_pass_the_node_budget_hold_the_last_at_chain_level() 
         "no rule of the second pod told at chain level"
     );
     // The first pod still holds its place: its next rule is told rule by rule.
-    first.write(
-        &writer,
-        &[
-            "iptables-legacy",
-            "-t",
-            "nat",
-            "-A",
-            "KUBE-MARK-MASQ",
-            "-j",
-            "RETURN",
-        ],
-    );
+    first.write(&writer, &MARK_RETURN);
     obs.expect_since(mark, "the first pod's rule", 60, |v| {
         change_in(v, one) && v["op"] == "rule_add" && v["rule"] == "-j RETURN"
     });
     // The first pod's table emptied: the second fits at its next change, and says so.
     first.write_stdin(&writer, &RESTORE, "*nat\nCOMMIT\n");
-    second.write(
-        &writer,
-        &[
-            "iptables-legacy",
-            "-t",
-            "nat",
-            "-A",
-            "KUBE-MARK-MASQ",
-            "-j",
-            "RETURN",
-        ],
-    );
+    second.write(&writer, &MARK_RETURN);
     obs.wait_line("the second pod back at rule level", 60, |v| {
         status_saying(v, "warning", &["ip nat", &ns, "rule level again"])
     });
