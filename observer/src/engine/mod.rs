@@ -130,13 +130,12 @@ impl Watched {
     /// How many rules table `key`'s next copy may have to be held at rule level: what `limit`
     /// leaves beside the namespace's other tables held at rule level.
     fn rule_room(&self, key: &(XtProto, String), limit: usize) -> usize {
-        let others: usize = self
+        let own = self
             .legacy
-            .iter()
-            .filter(|(k, t)| *k != key && !t.chain_level())
-            .map(|(_, t)| t.rule_count())
-            .sum();
-        limit.saturating_sub(others)
+            .get(key)
+            .filter(|t| !t.chain_level())
+            .map_or(0, |t| t.rule_count());
+        limit.saturating_sub(self.rule_level_rules() - own)
     }
 
     /// The rules of its legacy tables held at rule level.
