@@ -349,7 +349,10 @@ fn quantile(v: &[f64], q: f64) -> f64 {
 #[test]
 fn a_big_legacy_load_in_one_namespace_does_not_hold_back_another() {
     skip_unless!("ip", "nft", "iptables-legacy-restore");
-    let mut obs = Observer::start(&[]);
+    // The worst case for the node: the pod's whole load held rule by rule. By default the
+    // namespaces other than the node's share 50,000 rules at rule level, and this load would
+    // be held at chain level.
+    let mut obs = Observer::start(&["--rule-level-budget", "450000"]);
     let node = Netns::new("nb-node");
     let pod = Netns::new("nb-pod");
     let node_writer = Writer::new("obs-node-agent");
@@ -840,18 +843,20 @@ const MARK_RETURN: [&str; 7] = [
     "RETURN",
 ];
 
-/// The services of each pod's table in the node budget's test: smaller than the other tests'
-/// loads.
+/// The services of each table in the budget's test: smaller than the other tests' loads.
 const BUDGET_SERVICES: usize = 100;
 
-/// Two pods, each within `--rule-level-limit`, whose tables together pass the node's
-/// `--rule-level-budget`: the first is held rule by rule, the second at chain level, with a
+/// Two pods, each within `--rule-level-limit`, whose tables together pass
+/// `--rule-level-budget`, and the node's own namespace (`--node-netns`) loading the same table
+/// meanwhile: the first pod is held rule by rule, the node too although the budget has no room
+/// left for it (the pods cannot take the node's room), the second pod at chain level, with a
 /// warning that names the budget; once the first pod's table is gone, the second's next change
-/// brings it back to rule level.
+/// brings it back to rule level (the node's rules do not count against the pods).
 #[test]
-fn namespaces_that_together_pass_the_node_budget_hold_the_last_at_chain_level() {
+fn pods_that_together_pass_the_budget_hold_the_last_at_chain_level_and_never_the_node() {
     skip_unless!("ip", "iptables-legacy-restore", "iptables-legacy");
     let (first, second) = (Netns::new("nb-first"), Netns::new("nb-second"));
+    let node = Netns::new("nb-host");
     let load = nat_table_of(BUDGET_SERVICES, &[]);
     let rules = load.lines().filter(|l| l.starts_with("-A ")).count();
     // Room for one load and a half: the second does not fit beside the first. This observer
@@ -860,12 +865,25 @@ fn namespaces_that_together_pass_the_node_budget_hold_the_last_at_chain_level() 
     // few small ones.
     let budget = (rules + rules / 2).to_string();
     let limit = (rules + 100).to_string();
-    let mut obs = Observer::start(&["--rule-level-limit", &limit, "--rule-level-budget", &budget]);
+    let node_path = format!("/run/netns/{}", node.name());
+    let mut obs = Observer::start(&[
+        "--rule-level-limit",
+        &limit,
+        "--rule-level-budget",
+        &budget,
+        "--node-netns",
+        &node_path,
+    ]);
     let writer = Writer::new("obs-kube-proxy");
-    let (one, two) = (first.ino(), second.ino());
+    let (one, two, host) = (first.ino(), second.ino(), node.ino());
     first.write_stdin(&writer, &RESTORE, &load);
     obs.wait_count("the first pod's rules, rule by rule", 60, rules, |v| {
         change_in(v, one) && v["op"] == "rule_add"
+    });
+    // The budget leaves half a load beside the first pod: the node's namespace has its own.
+    node.write_stdin(&writer, &RESTORE, &load);
+    obs.wait_count("the node's rules, rule by rule", 60, rules, |v| {
+        change_in(v, host) && v["op"] == "rule_add"
     });
     let mark = obs.mark();
     second.write_stdin(&writer, &RESTORE, &load);
@@ -877,7 +895,7 @@ fn namespaces_that_together_pass_the_node_budget_hold_the_last_at_chain_level() 
     let message = warning["message"].as_str().unwrap_or_default();
     assert!(
         message.contains(&format!("--rule-level-budget {budget}")),
-        "the warning names the node's budget: {message}"
+        "the warning names the budget: {message}"
     );
     let chains = load.lines().filter(|l| l.starts_with(':')).count();
     obs.wait_count("the second pod's chains", 60, chains, |v| {
@@ -891,12 +909,24 @@ fn namespaces_that_together_pass_the_node_budget_hold_the_last_at_chain_level() 
         second_rules, 0,
         "no rule of the second pod told at chain level"
     );
-    // The first pod still holds its place: its next rule is told rule by rule.
+    let host_ns = host.to_string();
+    assert!(
+        !obs.seen
+            .iter()
+            .any(|v| status_saying(v, "warning", &[&host_ns, "held at chain level"])),
+        "the node's namespace is never held at chain level for the pods' sake"
+    );
+    // The first pod still holds its place, and so does the node: their next rules are told
+    // rule by rule.
     first.write(&writer, &MARK_RETURN);
-    obs.expect_since(mark, "the first pod's rule", 60, |v| {
-        change_in(v, one) && v["op"] == "rule_add" && v["rule"] == "-j RETURN"
-    });
-    // The first pod's table emptied: the second fits at its next change, and says so.
+    node.write(&writer, &MARK_RETURN);
+    for (who, ino) in [("the first pod", one), ("the node", host)] {
+        obs.expect_since(mark, &format!("{who}'s rule"), 60, |v| {
+            change_in(v, ino) && v["op"] == "rule_add" && v["rule"] == "-j RETURN"
+        });
+    }
+    // The first pod's table emptied: the second fits at its next change (the node's rules
+    // stay out of the pods' budget), and says so.
     first.write_stdin(&writer, &RESTORE, "*nat\nCOMMIT\n");
     second.write(&writer, &MARK_RETURN);
     obs.wait_line("the second pod back at rule level", 60, |v| {

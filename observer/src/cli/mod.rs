@@ -251,14 +251,22 @@ pub struct SourceArgs {
     #[arg(long, value_name = "RULES", default_value_t = crate::engine::DEFAULT_RULE_LEVEL_LIMIT)]
     pub rule_level_limit: usize,
 
-    /// The most rules the legacy tables of every namespace together are held at rule level. A
-    /// table that would take the node past it is held at chain level, as for
-    /// `--rule-level-limit`, and the status line names this budget: however many pods load big
-    /// tables, what observer holds rule by rule (its memory) stays bounded. Namespaces are
-    /// served as their tables come; a namespace's table goes back to rule level at its next
-    /// change once it fits. 450000 fits the DaemonSet's 512 MiB.
-    #[arg(long, value_name = "RULES", default_value_t = crate::engine::DEFAULT_RULE_LEVEL_BUDGET)]
+    /// The most rules the legacy tables of every namespace but the node's own (`--node-netns`)
+    /// together are held at rule level. A table that would take them past it is held at chain
+    /// level, as for `--rule-level-limit`, and the status line names this budget: however many
+    /// pods load big tables, what observer holds rule by rule (its memory) stays bounded, and
+    /// none of it is taken from the node's own namespace, which has its whole
+    /// `--rule-level-limit`. Namespaces are served as their tables come; a table goes back to
+    /// rule level at its next change once it fits.
+    #[arg(long, value_name = "RULES", env = "OBSERVER_RULE_LEVEL_BUDGET", default_value_t = crate::engine::DEFAULT_RULE_LEVEL_BUDGET)]
     pub rule_level_budget: usize,
+
+    /// The node's own network namespace (a /proc/PID/ns/net or /run/netns/NAME path). Its
+    /// legacy tables are held at rule level up to `--rule-level-limit` whatever other
+    /// namespaces hold: a pod cannot take its room. The default is the namespace of the node's
+    /// init process (the DaemonSet runs with hostPID).
+    #[arg(long, value_name = "PATH", env = "OBSERVER_NODE_NETNS", default_value = crate::engine::DEFAULT_NODE_NETNS)]
+    pub node_netns: std::path::PathBuf,
 
     /// The most bytes of entries observer copies out of the kernel to read one legacy table.
     /// The kernel hands a table over in one call, so a larger one would take that much memory
@@ -358,6 +366,7 @@ impl SourceArgs {
             netlink_rcvbuf: self.netlink_rcvbuf,
             rule_level_limit: self.rule_level_limit,
             rule_level_budget: self.rule_level_budget,
+            node_netns: self.node_netns.clone(),
             max_table_read: self.max_table_read,
             owners: self.owners.clone(),
             incidents: crate::incidents::Config {

@@ -23,7 +23,7 @@ pub const DEFAULT_HTTP_MAX_CONNECTIONS: usize = 256;
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// TOML file with any of the settings below (keys: listen, token_file, record, no_record,
-    /// retain, max_record, hooks, ringbuf_size, netlink_rcvbuf, rule_level_limit, rule_level_budget, max_table_read, owners, flap_cycles,
+    /// retain, max_record, hooks, ringbuf_size, netlink_rcvbuf, rule_level_limit, rule_level_budget, node_netns, max_table_read, owners, flap_cycles,
     /// flap_window, mass_window, repair_within, pod_logs, container_logs, system_bus, tls_cert, tls_key,
     /// tls_client_ca, insecure_plaintext, stdout_queue, nats, node, nats_stream, nats_max_age, nats_max_bytes,
     /// nats_replicas, nats_window, nats_ca, nats_cert, nats_key, nats_creds, nats_nkey, nats_token_file,
@@ -142,10 +142,15 @@ pub struct RunArgs {
     #[arg(long, env = "OBSERVER_RULE_LEVEL_LIMIT", value_name = "RULES")]
     pub rule_level_limit: Option<usize>,
 
-    /// The most rules every namespace's legacy tables together are held at rule level; past
-    /// it, a table is held at chain level, as for `tail` [default: 450000].
+    /// The most rules the legacy tables of every namespace but the node's together are held at
+    /// rule level; past it, a table is held at chain level, as for `tail` [default: 50000].
     #[arg(long, env = "OBSERVER_RULE_LEVEL_BUDGET", value_name = "RULES")]
     pub rule_level_budget: Option<usize>,
+
+    /// The node's own network namespace, whose legacy tables no other namespace's take room
+    /// from, as for `tail` [default: /proc/1/ns/net].
+    #[arg(long, env = "OBSERVER_NODE_NETNS", value_name = "PATH")]
+    pub node_netns: Option<std::path::PathBuf>,
 
     /// The most bytes observer copies out of the kernel to read one legacy table, as for
     /// `tail` [default: 288MiB].

@@ -498,7 +498,8 @@ async fn remote(
                     0 => "every legacy table is held rule by rule".to_string(),
                     n => format!(
                         "{} held at chain level: more rules than --rule-level-limit (per \
-                         namespace) or --rule-level-budget (the node's) leaves for them; their \
+                         namespace) or --rule-level-budget (shared by the namespaces other than the node's) leaves \
+                         for them; their \
                          changes are told a chain at a time, \
                          without rule text, rule-level incidents or restore",
                         crate::ruleset::plural(n, "legacy table is", "legacy tables are")

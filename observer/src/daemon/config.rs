@@ -119,6 +119,7 @@ struct FileConfig {
     netlink_rcvbuf: Option<String>,
     rule_level_limit: Option<usize>,
     rule_level_budget: Option<usize>,
+    node_netns: Option<PathBuf>,
     max_table_read: Option<String>,
     owners: Option<PathBuf>,
     flap_cycles: Option<u32>,
@@ -341,6 +342,11 @@ impl Layers {
                 .rule_level_budget
                 .or(file.rule_level_budget)
                 .unwrap_or(crate::engine::DEFAULT_RULE_LEVEL_BUDGET),
+            node_netns: flags
+                .node_netns
+                .take()
+                .or(file.node_netns.take())
+                .unwrap_or_else(|| PathBuf::from(crate::engine::DEFAULT_NODE_NETNS)),
             max_table_read,
             pod_logs: flags
                 .pod_logs

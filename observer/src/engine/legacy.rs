@@ -443,8 +443,8 @@ impl Engine {
                     .map_or(ns_limit, |w| w.rule_room(key, ns_limit));
                 let bound = if ns_limit < limit {
                     format!(
-                        "the node's --rule-level-budget {budget} leaves for it beside the {} \
-                         rules other namespaces hold at rule level",
+                        "--rule-level-budget {budget} (shared by every namespace but the \
+                         node's) leaves for it beside the {} rules the others hold at rule level",
                         budget.saturating_sub(ns_limit)
                     )
                 } else {

@@ -20,7 +20,7 @@
 //! started with an [`EngineConfig`], which the command line or the daemon's settings build.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
@@ -149,8 +149,8 @@ impl Watched {
 }
 
 /// The most rules one namespace's legacy tables may hold at rule level: its own `limit`, and
-/// what the node's `budget` leaves after the rules held at rule level `elsewhere` (in every
-/// other namespace).
+/// what the `budget` leaves after the rules held at rule level `elsewhere` (in every other
+/// namespace but the node's).
 fn namespace_rule_limit(limit: usize, budget: usize, elsewhere: usize) -> usize {
     limit.min(budget.saturating_sub(elsewhere))
 }
@@ -183,8 +183,12 @@ struct Engine {
     netlink_rcvbuf: usize,
     /// The most rules a namespace's legacy tables are held at rule level.
     rule_level_limit: usize,
-    /// The most rules all namespaces' legacy tables together are held at rule level.
+    /// The most rules the legacy tables of every namespace but the node's together are held at
+    /// rule level.
     rule_level_budget: usize,
+    /// The node's own network namespace (`--node-netns`): no other namespace's tables take its
+    /// room. None when it could not be read.
+    node_netns: Option<u32>,
     /// Transactions recovered by re-reads so far (numbers their `txn`).
     recovered_txns: u64,
     /// When the output keeps snapshots (the record): which are due.
@@ -213,8 +217,12 @@ pub struct EngineConfig {
     /// The most rules a namespace's legacy tables are held at rule level (the rest at chain
     /// level).
     pub rule_level_limit: usize,
-    /// The most rules every namespace's legacy tables together are held at rule level.
+    /// The most rules the legacy tables of every namespace but the node's together are held at
+    /// rule level.
     pub rule_level_budget: usize,
+    /// The node's own network namespace, held within `rule_level_limit` whatever the others
+    /// hold.
+    pub node_netns: PathBuf,
     /// The most bytes of entries read out of the kernel for one legacy table.
     pub max_table_read: usize,
     /// The chain ownership file; the built-in catalog when none.
@@ -265,6 +273,17 @@ pub enum EngineError {
     /// No network namespace could be opened (no `/proc`, or not enough privilege).
     #[error("{0}")]
     NoNamespace(String),
+    /// `--node-netns` names no network namespace observer can read.
+    #[error(
+        "--node-netns {}: {cause} (name the node's network namespace: a /proc/PID/ns/net or \
+         /run/netns/NAME path)",
+        path.display()
+    )]
+    NodeNetns {
+        path: PathBuf,
+        #[source]
+        cause: std::io::Error,
+    },
     /// The engine's task was cancelled (the runtime shut down under it).
     #[error("the engine stopped: {0}")]
     Stopped(String),
@@ -422,6 +441,7 @@ async fn start(
         netlink_rcvbuf: config.netlink_rcvbuf,
         rule_level_limit: config.rule_level_limit,
         rule_level_budget: config.rule_level_budget,
+        node_netns: node_netns(&config.node_netns)?,
         recovered_txns: 0,
         restorer: config.restore.clone().map(crate::restore::Restorer::new),
         backlog: Default::default(),
@@ -722,28 +742,62 @@ impl Engine {
 }
 
 impl Engine {
-    /// The most rules namespace `inode`'s legacy tables may hold at rule level now: its own
-    /// limit, within what the node's budget leaves beside the other namespaces.
+    /// The most rules namespace `inode`'s legacy tables may hold at rule level now. The node's
+    /// own namespace: its limit, whatever the others hold. Any other: its limit, within what
+    /// the budget leaves beside the other namespaces but the node's.
     fn rule_limit(&self, inode: u32) -> usize {
+        if self.is_node(inode) {
+            return self.rule_level_limit;
+        }
         let elsewhere = self
             .watched
             .iter()
-            .filter(|(i, _)| **i != inode)
+            .filter(|(i, _)| **i != inode && !self.is_node(**i))
             .map(|(_, w)| w.rule_level_rules())
             .sum();
         namespace_rule_limit(self.rule_level_limit, self.rule_level_budget, elsewhere)
     }
+
+    /// Whether `inode` is the node's own namespace (`--node-netns`).
+    fn is_node(&self, inode: u32) -> bool {
+        self.node_netns == Some(inode)
+    }
 }
+
+/// The inode of the node's namespace at `path`. The default path unreadable (not root, no
+/// `/proc`) is said and costs only the node's precedence; a path the user named must be read.
+fn node_netns(path: &Path) -> Result<Option<u32>, EngineError> {
+    match netns::inode_of(path) {
+        Ok(inode) => Ok(Some(inode)),
+        Err(cause) if path == Path::new(DEFAULT_NODE_NETNS) => {
+            tracing::warn!(
+                "cannot read the node's network namespace at {DEFAULT_NODE_NETNS} ({cause}): \
+                 every namespace's legacy tables share --rule-level-budget"
+            );
+            Ok(None)
+        }
+        Err(cause) => Err(EngineError::NodeNetns {
+            path: path.to_path_buf(),
+            cause,
+        }),
+    }
+}
+
+/// `--node-netns`'s default: the namespace of the node's init process (the node's own, for a
+/// DaemonSet with `hostPID`, and for observer run on the host).
+pub const DEFAULT_NODE_NETNS: &str = "/proc/1/ns/net";
 
 /// `--rule-level-limit`'s default: the most rules a namespace's legacy tables are held at rule
 /// level. A 40,000-service kube-proxy nat table (440,008 rules) fits, and is held within the
 /// DaemonSet's 512 MiB; beyond it, a namespace's larger tables are held at chain level.
 pub const DEFAULT_RULE_LEVEL_LIMIT: usize = 450_000;
 
-/// `--rule-level-budget`'s default: the most rules all namespaces' legacy tables together are
-/// held at rule level. The same as one namespace's limit: however many namespaces hold big
-/// tables, what observer holds rule by rule stays within the DaemonSet's 512 MiB.
-pub const DEFAULT_RULE_LEVEL_BUDGET: usize = DEFAULT_RULE_LEVEL_LIMIT;
+/// `--rule-level-budget`'s default: the most rules the legacy tables of every namespace but the
+/// node's together are held at rule level. Pods rarely hold more than a few dozen rules each
+/// (istio-init, a CNI's sidecar); beside the node's own limit this keeps what observer holds
+/// rule by rule within the DaemonSet's 512 MiB (about 0.5 KiB a rule), however many pods load
+/// big tables.
+pub const DEFAULT_RULE_LEVEL_BUDGET: usize = 50_000;
 
 /// A transaction or replace of this many changes or more (a whole table loaded, a namespace read) leaves
 /// its notifications, bookkeeping and lines freed behind it: the heap is trimmed after it.

@@ -164,7 +164,7 @@ impl Metrics {
         registry.register(
             "chain_level_tables",
             "Legacy tables held at chain level now: more rules than --rule-level-limit leaves \
-             for their namespace, or --rule-level-budget for the node; their changes are told a \
+             for their namespace, or --rule-level-budget for the namespaces other than the node's together; their changes are told a \
              chain at a time, without rule text",
             chain_level_tables.clone(),
         );

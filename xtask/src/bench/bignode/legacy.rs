@@ -241,7 +241,10 @@ fn measure(
         .map(|limit| MemCgroup::create(&tag, limit))
         .transpose()?;
     let ring = under.ringbuf.map(|b| b.to_string());
-    let mut args = vec!["tail", "--json", "--netns", &ns.name];
+    // The table is the node's, as kube-proxy's is: its namespace is named the node's, which
+    // holds up to --rule-level-limit whatever else observer sees.
+    let node = format!("/run/netns/{}", ns.name);
+    let mut args = vec!["tail", "--json", "--netns", &ns.name, "--node-netns", &node];
     if let Some(ring) = &ring {
         args.extend(["--ringbuf-size", ring.as_str()]);
     }
