@@ -966,6 +966,40 @@ fn a_full_disk_leaves_a_gap_that_queries_show_and_the_record_resumes() {
     assert!(at_json
         .iter()
         .any(|v| v["kind"] == "ruleset" && v["incomplete"] == true));
+    // Once the record is written again, each namespace is snapshot: its rulesets now are whole
+    // again, and hold what the lost rows told (the whole burst, from the legacy snapshot).
+    let ino = inode.to_string();
+    let deadline = Instant::now() + WAIT;
+    let now = loop {
+        let now = query(&record, &["--at", "now", "--netns", &ino]);
+        let gap = now
+            .iter()
+            .any(|v| v["kind"] == "status" && v["state"] == "gap");
+        let rulesets: Vec<&Value> = now.iter().filter(|v| v["kind"] == "ruleset").collect();
+        if !gap && rulesets.len() == 2 && rulesets.iter().all(|v| v["incomplete"] != true) {
+            break now;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the rulesets after the record resumed still span its gap: {now:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let text_of = |backend: &str| {
+        now.iter()
+            .find(|v| v["kind"] == "ruleset" && v["backend"] == backend)
+            .and_then(|v| v["text"].as_str())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let legacy = text_of("legacy");
+    assert_eq!(
+        legacy.matches("-A OBS-BIG ").count(),
+        BURST,
+        "the legacy ruleset after the gap holds the whole burst"
+    );
+    assert_eq!(legacy.matches("-A OBS-LATER ").count(), 50);
+    assert!(text_of("nft").contains("OBS-EARLY"), "{now:?}");
     let ok = doctor_record(port);
     assert_eq!(ok["state"], "ok", "{ok}");
     assert!(ok["gaps"].as_u64().unwrap() >= 1, "{ok}");

@@ -204,6 +204,33 @@ impl Engine {
         self.emit_incidents(lines.incidents);
     }
 
+    /// Snapshot every namespace's tables (the record was written again after a gap: the
+    /// rulesets rebuilt from it after the gap are whole again from these). A namespace whose
+    /// legacy changes still wait to be written is snapshot with them, as [`Self::snapshot_if_due`]
+    /// does; each nftables reader takes its own at once, after what it reported.
+    pub(super) fn snapshot_everything(&mut self) {
+        if self.snapshots.is_none() {
+            return;
+        }
+        let inodes: Vec<u32> = self.watched.keys().copied().collect();
+        for inode in inodes {
+            if self.backlog.holds(inode) {
+                if let Some(d) = self.snapshots.as_mut() {
+                    d.changed(inode, Backend::Legacy, u64::MAX);
+                }
+            } else {
+                self.legacy_snapshot(inode);
+            }
+            if let Some(ask) = self
+                .watched
+                .get(&inode)
+                .and_then(|w| w.nft_snapshot.as_ref())
+            {
+                ask.now.notify_one();
+            }
+        }
+    }
+
     /// Take the snapshot that `n` more changes of a namespace made due.
     fn snapshot_if_due(&mut self, inode: u32, backend: Backend, n: u64) {
         if !self
@@ -225,7 +252,7 @@ impl Engine {
                     .get(&inode)
                     .and_then(|w| w.nft_snapshot.as_ref())
                 {
-                    f.store(true, Ordering::Relaxed);
+                    f.due.store(true, Ordering::Relaxed);
                 }
             }
             Backend::Ipset => {}

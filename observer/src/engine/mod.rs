@@ -21,7 +21,6 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
@@ -69,6 +68,8 @@ enum NsMsg {
         /// The namespace's nft tables after this transaction, when a snapshot was asked for.
         snapshot: Option<Box<Tables>>,
     },
+    /// The namespace's nft tables now, asked for at once (after a gap in the record).
+    NftSnapshot { inode: u32, tables: Box<Tables> },
     /// The reader stopped or lost notifications.
     Trouble { inode: u32, message: String },
     /// A legacy replace learned off the loop, or why it could not be.
@@ -97,7 +98,7 @@ struct Watched {
     legacy: HashMap<(XtProto, String), Arc<XtTable>>,
     nft_reader: Option<JoinHandle<()>>,
     /// Set to ask the nft reader for a snapshot with its next transaction.
-    nft_snapshot: Option<Arc<AtomicBool>>,
+    nft_snapshot: Option<Arc<self::nft::SnapAsk>>,
     /// Sockets of the namespace for reading its legacy tables without entering it, opened at
     /// its first legacy replace (they keep it alive: dropped with this entry).
     xt_socks: Option<Arc<xtables::XtSockets>>,
@@ -331,6 +332,12 @@ pub trait Output: Send {
 
     /// Take a snapshot, after the changes given so far.
     fn snapshot(&mut self, _snapshot: crate::forensics::Snapshot) {}
+
+    /// For an output that keeps snapshots: signalled when it is written again after a stretch
+    /// it could not take, so that a snapshot of every namespace makes what it holds whole again.
+    fn resumed(&self) -> Option<Arc<tokio::sync::Notify>> {
+        None
+    }
 }
 
 /// Watch every namespace and send every record to `output` until SIGINT or SIGTERM.
@@ -506,6 +513,14 @@ async fn start(
     ))
 }
 
+/// Until `n` is signalled (never without one).
+async fn notified(n: &Option<Arc<tokio::sync::Notify>>) {
+    match n {
+        Some(n) => n.notified().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Read the sources and write what they show until a signal, or until the output's reader
 /// goes away.
 async fn run_loop(engine: &mut Engine, signals: &mut Signals, channels: &mut Channels) {
@@ -518,6 +533,7 @@ async fn run_loop(engine: &mut Engine, signals: &mut Signals, channels: &mut Cha
     // Kernel map entries of tasks that exited, namespaces nothing holds any more and losses no
     // later record brought to light are looked for after something happened (see `Sweep`).
     let mut sweep = Sweep::new(tokio::time::Instant::now());
+    let resumed = engine.output.resumed();
     while !engine.output_closed {
         // Incident windows (flapping, mass flush repair) end on a timer of their own, and
         // restores are due on one.
@@ -535,6 +551,8 @@ async fn run_loop(engine: &mut Engine, signals: &mut Signals, channels: &mut Cha
             // Before the changes: a call to firewalld is seen before firewalld acts on it, and
             // the change it makes must find it.
             Some(msg) = bus_rx.recv() => engine.on_bus(msg),
+            // The record is written again after a gap: what it holds is made whole again.
+            () = notified(&resumed) => engine.snapshot_everything(),
             Some(ev) = kernel_rx.recv() => {
                 // Records lost before this one are re-read first: the re-read holds what they
                 // did (as recovered changes of an unknown writer), and the changes still queued

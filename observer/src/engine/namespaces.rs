@@ -1,7 +1,7 @@
 //! The namespaces the engine watches: opened and subscribed when found, let go when nothing
 //! holds them, and the nftables transactions their readers send.
 
-use std::sync::atomic::AtomicBool;
+use super::nft::SnapAsk;
 use std::sync::Arc;
 
 use crate::attribution::ProcessInfo;
@@ -98,7 +98,7 @@ impl Engine {
                 .map(|(k, t)| (k, Arc::new(t)))
                 .collect(),
             nft_reader: None,
-            nft_snapshot: wants.then(|| Arc::new(AtomicBool::new(false))),
+            nft_snapshot: wants.then(|| Arc::new(SnapAsk::default())),
             xt_socks: None,
             bridge: Default::default(),
             waiting: Default::default(),
@@ -271,7 +271,7 @@ impl Engine {
     }
 
     pub(super) fn on_ns(&mut self, msg: NsMsg) {
-        if let NsMsg::Nft { inode, .. } = &msg {
+        if let NsMsg::Nft { inode, .. } | NsMsg::NftSnapshot { inode, .. } = &msg {
             if let Some(w) = self.watched.get_mut(inode).filter(|w| w.behind_a_replace()) {
                 // Made after a legacy replace not learned yet: reported after it.
                 w.waiting.push_back(super::legacy::Waiting::Said(msg));
@@ -317,6 +317,9 @@ impl Engine {
                 if let Some(t) = snapshot {
                     self.snapshot_in_turn(inode, Backend::Nft, *t);
                 }
+            }
+            NsMsg::NftSnapshot { inode, tables } => {
+                self.snapshot_in_turn(inode, Backend::Nft, *tables);
             }
             NsMsg::Trouble { inode, message } => {
                 self.emit_status(StatusLine::gap(

@@ -56,7 +56,7 @@ pub(super) fn spawn_nft_reader(
     builder: GenerationBuilder,
     tx: mpsc::Sender<NsMsg>,
     writers: Option<Arc<WriterCache>>,
-    snap: Option<Arc<AtomicBool>>,
+    snap: Option<Arc<SnapAsk>>,
 ) -> std::io::Result<JoinHandle<()>> {
     // SAFETY: the socket owns its fd and is moved into the AsyncFd, which keeps it open until the
     // task ends.
@@ -73,7 +73,7 @@ pub(super) async fn nft_reader(
     builder: GenerationBuilder,
     tx: mpsc::Sender<NsMsg>,
     writers: Option<Arc<WriterCache>>,
-    snap: Option<Arc<AtomicBool>>,
+    snap: Option<Arc<SnapAsk>>,
 ) {
     let why = read_notifications(inode, &ns, fd, builder, &tx, writers.as_deref(), snap).await;
     let _ = tx
@@ -92,13 +92,26 @@ pub(super) async fn read_notifications(
     mut builder: GenerationBuilder,
     tx: &mpsc::Sender<NsMsg>,
     writers: Option<&WriterCache>,
-    snap: Option<Arc<AtomicBool>>,
+    snap: Option<Arc<SnapAsk>>,
 ) -> String {
     let mut buf = vec![0u8; nftables::socket::RECV_BUF_BYTES];
     loop {
-        let mut guard = match fd.readable_mut().await {
-            Ok(g) => g,
-            Err(e) => return format!("nftables notifications stopped: {e}"),
+        let mut guard = tokio::select! {
+            g = fd.readable_mut() => match g {
+                Ok(g) => g,
+                Err(e) => return format!("nftables notifications stopped: {e}"),
+            },
+            // A snapshot asked for now: the state after every transaction sent so far.
+            () = asked_now(&snap) => {
+                if let Some(f) = &snap {
+                    f.due.store(false, Ordering::Relaxed);
+                }
+                let tables = Box::new(Tables::from_nft(builder.state()));
+                if tx.send(NsMsg::NftSnapshot { inode, tables }).await.is_err() {
+                    return "the engine stopped".into();
+                }
+                continue;
+            }
         };
         loop {
             match nftables::recv(guard.get_inner(), &mut buf) {
@@ -163,7 +176,7 @@ pub(super) async fn read_notifications(
                     let parts = attribute_recovered(t.changes, &lost);
                     let count = parts.len();
                     if let Some(f) = &snap {
-                        f.store(true, Ordering::Relaxed);
+                        f.due.store(true, Ordering::Relaxed);
                     }
                     for (i, (process, changes)) in parts.into_iter().enumerate() {
                         let process = process
@@ -190,15 +203,31 @@ pub(super) async fn read_notifications(
     }
 }
 
+/// The engine's asks for a snapshot of a namespace's nftables tables: with the reader's next
+/// transaction (`due`, after that many changes), or at once (`now`, after a gap in the record).
+#[derive(Debug, Default)]
+pub(super) struct SnapAsk {
+    pub(super) due: AtomicBool,
+    pub(super) now: tokio::sync::Notify,
+}
+
+/// Until a snapshot is asked for at once (never without asks).
+async fn asked_now(snap: &Option<Arc<SnapAsk>>) {
+    match snap {
+        Some(s) => s.now.notified().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// The reader's tables for a snapshot, when one was asked for and `last` is the transaction
 /// the state is after.
 pub(super) fn nft_snapshot(
-    snap: &Option<Arc<AtomicBool>>,
+    snap: &Option<Arc<SnapAsk>>,
     last: bool,
     builder: &GenerationBuilder,
 ) -> Option<Box<Tables>> {
     let asked = snap.as_ref()?;
-    (last && asked.swap(false, Ordering::Relaxed))
+    (last && asked.due.swap(false, Ordering::Relaxed))
         .then(|| Box::new(Tables::from_nft(builder.state())))
 }
 

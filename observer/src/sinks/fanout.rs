@@ -155,6 +155,10 @@ impl Output for DaemonOutput {
         self.store.as_ref().map(|_| self.snapshots)
     }
 
+    fn resumed(&self) -> Option<std::sync::Arc<tokio::sync::Notify>> {
+        self.store.as_ref().map(StoreSender::resumed)
+    }
+
     fn snapshot(&mut self, snapshot: crate::forensics::Snapshot) {
         if let Some(st) = &self.store {
             st.send_then(Some(Row::Snapshot(snapshot)), None);

@@ -99,6 +99,11 @@ pub struct StoreSender {
 }
 
 impl StoreSender {
+    /// Signalled each time the record is written again after a stretch it could not take.
+    pub fn resumed(&self) -> std::sync::Arc<tokio::sync::Notify> {
+        self.stats.resumed.clone()
+    }
+
     /// Queue a row (if any), then `then`, which the writer runs once the row is committed, in
     /// the order sent. When more than the capacity of rows are waiting for the disk, the row is
     /// dropped from the record (counted, reported) and `then` still runs in its turn; false is
@@ -325,6 +330,7 @@ impl Writer {
                     self.book.written();
                     self.stats.gaps.inc_by(due.len() as u64);
                     self.stats.recovered();
+                    self.stats.resumed.notify_one();
                     for g in &due {
                         tracing::warn!(
                             "the record {} is written again; it says that {}",

@@ -33,6 +33,10 @@ pub struct StoreStats {
     pub failing: Family<Reason, Gauge>,
     /// Rows the record could not take, held for the NATS publisher until it has sent them.
     pub held: super::held::Held,
+    /// Signalled after the writer wrote the gap rows of a stretch it could not take: the
+    /// engine then snapshots every namespace, so that the rulesets rebuilt after the gap are
+    /// whole again.
+    pub resumed: std::sync::Arc<tokio::sync::Notify>,
 }
 
 /// The `reason` label of `observer_record_failing`.
@@ -52,6 +56,7 @@ impl Default for StoreStats {
             failing_since: Gauge::default(),
             failing: Family::default(),
             held: Default::default(),
+            resumed: Default::default(),
         };
         // Every series exists from the start, at 0.
         for o in ["written", "dropped", "failed", "expired"] {
