@@ -445,7 +445,7 @@ impl Engine {
                     format!(
                         "--rule-level-budget {budget} (shared by every namespace but the \
                          node's) leaves for it beside the {} rules the others hold at rule level",
-                        budget.saturating_sub(ns_limit)
+                        self.held_by_other_pods(inode)
                     )
                 } else {
                     format!("--rule-level-limit {limit} (per namespace) leaves for it")

@@ -767,13 +767,18 @@ impl Engine {
         if self.is_node(inode) {
             return self.rule_level_limit;
         }
-        let elsewhere = self
-            .watched
+        let elsewhere = self.held_by_other_pods(inode);
+        namespace_rule_limit(self.rule_level_limit, self.rule_level_budget, elsewhere)
+    }
+
+    /// The rules held at rule level by every namespace but `inode` and the node's: what the
+    /// budget is shared with.
+    fn held_by_other_pods(&self, inode: u32) -> usize {
+        self.watched
             .iter()
             .filter(|(i, _)| **i != inode && !self.is_node(**i))
             .map(|(_, w)| w.rule_level_rules())
-            .sum();
-        namespace_rule_limit(self.rule_level_limit, self.rule_level_budget, elsewhere)
+            .sum()
     }
 
     /// Whether `inode` is the node's own namespace (`--node-netns`).
