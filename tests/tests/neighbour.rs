@@ -934,6 +934,67 @@ fn pods_that_together_pass_the_budget_hold_the_last_at_chain_level_and_never_the
     });
 }
 
+/// The rules one namespace's nftables ruleset may hold in the next test.
+const NFT_LIMIT: usize = 1_000;
+
+/// An nftables table of `rules` rules in one transaction, as `nft -f` reads it.
+fn nft_table_of(rules: usize) -> String {
+    let mut t = String::from("add table ip big\nadd chain ip big c\n");
+    for i in 0..rules {
+        let _ = writeln!(t, "add rule ip big c tcp dport {} accept", 1 + i % 60_000);
+    }
+    t
+}
+
+/// A pod's nftables ruleset past what it may hold is let go, with a gap line that says why,
+/// whether it is there when observer starts or comes in one transaction later: observer holds
+/// none of it, tells none of its rules, and goes on telling another namespace's changes.
+#[test]
+fn an_nftables_ruleset_past_the_limit_is_let_go_and_the_others_are_followed() {
+    skip_unless!("ip", "nft");
+    let (early, late) = (Netns::new("nb-nft-early"), Netns::new("nb-nft-late"));
+    let node = Netns::new("nb-nft-node");
+    let writer = Writer::new("obs-nft-pod");
+    let big = nft_table_of(NFT_LIMIT + 500);
+    early.write_stdin(&writer, &["nft", "-f", "-"], &big);
+    let limit = NFT_LIMIT.to_string();
+    let mut obs = Observer::start(&["--rule-level-limit", &limit]);
+    let let_go = |ns: &Netns, held: &str| {
+        let (ino, held) = (ns.ino().to_string(), held.to_string());
+        move |v: &Value| {
+            status_saying(
+                v,
+                "gap",
+                &[&ino, "nftables ruleset holds", &held, "no longer followed"],
+            )
+        }
+    };
+    let over = format!("more than {NFT_LIMIT} rules");
+    obs.wait_line("the early pod let go", 60, let_go(&early, &over));
+    let mark = obs.mark();
+    late.write_stdin(&writer, &["nft", "-f", "-"], &big);
+    let counted = format!("at least {} rules", NFT_LIMIT + 1);
+    obs.wait_line("the late pod let go", 60, let_go(&late, &counted));
+    // Observer goes on: another namespace's rule is told.
+    node.write(
+        &writer,
+        &[
+            "nft",
+            "add table inet t; add chain inet t c; add rule inet t c accept",
+        ],
+    );
+    let node_ino = node.ino();
+    obs.expect("the node's rule", 60, |v| {
+        change_in(v, node_ino) && v["op"] == "rule_add"
+    });
+    let late_ino = late.ino();
+    let late_rules = obs.seen[mark..]
+        .iter()
+        .filter(|v| change_in(v, late_ino) && v["op"] == "rule_add")
+        .count();
+    assert_eq!(late_rules, 0, "no rule of the ruleset let go is told");
+}
+
 #[test]
 fn a_table_too_large_to_read_is_a_gap_and_observer_goes_on() {
     skip_unless!("ip", "iptables-legacy-restore", "iptables-legacy");

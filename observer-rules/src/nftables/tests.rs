@@ -130,6 +130,36 @@ fn objects_wait_for_their_newgen() {
     assert_eq!(t.changes[0].position, Some(3));
 }
 
+/// A builder capped at the rules it holds plus one follows a one-rule transaction; capped at
+/// what it holds, it lets go of its state and of the transaction and tells nothing more.
+#[test]
+fn a_builder_past_its_rule_cap_lets_go_and_follows_nothing_more() {
+    let cmd = "cmd: nft add rule ip t c iifname lo accept";
+    let datagrams: Vec<Vec<u8>> = parse_fixture(NFT_OPS_HEX)
+        .into_iter()
+        .filter(|(c, _)| c == cmd)
+        .map(|(_, d)| d)
+        .collect();
+    let held = replay_until(NFT_OPS_HEX, cmd).state().rule_count();
+    assert!(
+        held >= 3,
+        "the chain holds the rules before the new one: {held}"
+    );
+    let feed = |b: &mut GenerationBuilder| -> usize {
+        datagrams.iter().map(|d| b.feed(d).transactions.len()).sum()
+    };
+    let mut room = replay_until(NFT_OPS_HEX, cmd).with_rule_cap(held + 1);
+    assert_eq!(feed(&mut room), 1);
+    assert_eq!(room.too_big(), None);
+    assert_eq!(room.state().rule_count(), held + 1);
+    let mut full = replay_until(NFT_OPS_HEX, cmd).with_rule_cap(held);
+    assert_eq!(feed(&mut full), 0, "nothing told past the cap");
+    assert_eq!(full.too_big(), Some(held + 1));
+    assert_eq!((full.state().rule_count(), full.pending()), (0, 0));
+    let over = replay_until(NFT_OPS_HEX, cmd).with_rule_cap(held - 1);
+    assert_eq!(over.too_big(), Some(held), "a state already past the cap");
+}
+
 /// A builder fed with everything before the first datagram with the given comment.
 fn replay_until(text: &str, stop: &str) -> GenerationBuilder {
     let mut dump_msgs = Vec::new();

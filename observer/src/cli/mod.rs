@@ -264,7 +264,8 @@ pub struct SourceArgs {
     /// The node's own network namespace (a /proc/PID/ns/net or /run/netns/NAME path). Its
     /// legacy tables are held at rule level up to `--rule-level-limit` whatever other
     /// namespaces hold: a pod cannot take its room. The default is the namespace of the node's
-    /// init process (the DaemonSet runs with hostPID).
+    /// init process (the DaemonSet runs with hostPID), or observer's own where that cannot be
+    /// read (the DaemonSet runs with hostNetwork).
     #[arg(long, value_name = "PATH", env = "OBSERVER_NODE_NETNS", default_value = crate::engine::DEFAULT_NODE_NETNS)]
     pub node_netns: std::path::PathBuf,
 

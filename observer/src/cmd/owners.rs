@@ -52,7 +52,8 @@ pub fn run(args: OwnersArgs) -> anyhow::Result<()> {
             }
         };
         let baseline = match netns::run_in(&handle.file, || {
-            read_baseline(Some(crate::engine::DEFAULT_RULE_LEVEL_LIMIT), None)
+            let limit = crate::engine::DEFAULT_RULE_LEVEL_LIMIT;
+            read_baseline(Some(limit), None, limit)
         }) {
             Ok(b) => b,
             Err(e) => {

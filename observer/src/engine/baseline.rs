@@ -72,12 +72,19 @@ pub(crate) struct Baseline {
     /// The namespace's interface names, for rule text (a socket opened inside it).
     pub(super) ifnames: Option<nftables::ifnames::IfNames>,
     pub problems: Vec<String>,
+    /// Why the namespace's nftables ruleset is not followed: it holds more rules than it may.
+    pub(super) nft_unfollowed: Option<String>,
 }
 
 /// Runs inside the namespace: subscribe first (when `subscribe`), then read, so nothing falls
 /// between the two. The legacy tables are read when `legacy` says how many of their rules may
-/// be held at rule level.
-pub(crate) fn read_baseline(legacy: Option<usize>, subscribe: Option<usize>) -> Baseline {
+/// be held at rule level. An nftables ruleset of more than `nft_cap` rules is not read whole,
+/// and not followed (see [`super::nft::unfollowed`]).
+pub(crate) fn read_baseline(
+    legacy: Option<usize>,
+    subscribe: Option<usize>,
+    nft_cap: usize,
+) -> Baseline {
     let read_legacy = legacy.is_some();
     let mut b = Baseline {
         socket: None,
@@ -89,6 +96,7 @@ pub(crate) fn read_baseline(legacy: Option<usize>, subscribe: Option<usize>) -> 
             .map_err(|e| tracing::debug!("interface names: {e}"))
             .ok(),
         problems: Vec::new(),
+        nft_unfollowed: None,
     };
     if let Some(rcvbuf) = subscribe {
         match nftables::socket::subscribe_with(rcvbuf) {
@@ -97,11 +105,16 @@ pub(crate) fn read_baseline(legacy: Option<usize>, subscribe: Option<usize>) -> 
         }
     }
     if b.socket.is_some() || subscribe.is_none() {
-        match nftables::dump() {
+        match nftables::dump_within(nft_cap) {
             Ok(d) => {
                 let gen = d.gen_id;
                 let state = nftables::ifnames::scope(&mut b.ifnames, || NftState::from_dump(&d));
                 b.nft = Some((state, gen));
+            }
+            Err(nftables::NftError::TooManyRules { cap }) => {
+                // Not subscribed: the kernel queues nothing for a ruleset not followed.
+                b.socket = None;
+                b.nft_unfollowed = Some(super::nft::unfollowed(cap, None));
             }
             Err(e) => b.problems.push(format!("nftables dump: {e}")),
         }

@@ -781,23 +781,46 @@ impl Engine {
             .sum()
     }
 
+    /// The most rules namespace `inode`'s nftables ruleset may hold: past it, it is not
+    /// followed. The node's: its limit; any other: its limit within the budget.
+    fn nft_rule_cap(&self, inode: u32) -> usize {
+        if self.is_node(inode) {
+            self.rule_level_limit
+        } else {
+            self.rule_level_limit.min(self.rule_level_budget)
+        }
+    }
+
     /// Whether `inode` is the node's own namespace (`--node-netns`).
     fn is_node(&self, inode: u32) -> bool {
         self.node_netns == Some(inode)
     }
 }
 
-/// The inode of the node's namespace at `path`. The default path unreadable (not root, no
-/// `/proc`) is said and costs only the node's precedence; a path the user named must be read.
+/// The inode of the node's namespace at `path`. The default path unreadable (a process 1 that
+/// observer may not look into) stands for observer's own namespace, which the DaemonSet shares
+/// with the node (`hostNetwork`); neither readable (not root, no `/proc`) is said and costs only
+/// the node's precedence. A path the user named must be read.
 fn node_netns(path: &Path) -> Result<Option<u32>, EngineError> {
     match netns::inode_of(path) {
         Ok(inode) => Ok(Some(inode)),
         Err(cause) if path == Path::new(DEFAULT_NODE_NETNS) => {
-            tracing::warn!(
-                "cannot read the node's network namespace at {DEFAULT_NODE_NETNS} ({cause}): \
-                 every namespace's legacy tables share --rule-level-budget"
-            );
-            Ok(None)
+            match netns::inode_of(Path::new(OWN_NETNS)) {
+                Ok(inode) => {
+                    tracing::debug!(
+                        "the node's network namespace: {OWN_NETNS} ({DEFAULT_NODE_NETNS}: {cause})"
+                    );
+                    Ok(Some(inode))
+                }
+                Err(own) => {
+                    tracing::warn!(
+                        "cannot read the node's network namespace at {DEFAULT_NODE_NETNS} \
+                         ({cause}) nor observer's own ({own}): every namespace's legacy tables \
+                         share --rule-level-budget"
+                    );
+                    Ok(None)
+                }
+            }
         }
         Err(cause) => Err(EngineError::NodeNetns {
             path: path.to_path_buf(),
@@ -809,6 +832,9 @@ fn node_netns(path: &Path) -> Result<Option<u32>, EngineError> {
 /// `--node-netns`'s default: the namespace of the node's init process (the node's own, for a
 /// DaemonSet with `hostPID`, and for observer run on the host).
 pub const DEFAULT_NODE_NETNS: &str = "/proc/1/ns/net";
+
+/// Observer's own network namespace: the node's where the default cannot be read.
+const OWN_NETNS: &str = "/proc/self/ns/net";
 
 /// `--rule-level-limit`'s default: the most rules a namespace's legacy tables are held at rule
 /// level. A 40,000-service kube-proxy nat table (440,008 rules) fits, and is held within the

@@ -40,10 +40,11 @@ impl Engine {
         };
         let rcvbuf = self.netlink_rcvbuf;
         let legacy = plan.legacy_baseline.then_some(self.rule_limit(inode));
+        let nft_cap = self.nft_rule_cap(inode);
         let began = boot_now_ns();
         let read_from = std::time::Instant::now();
         let baseline = tokio::task::spawn_blocking(move || {
-            netns::run_in(&file, move || read_baseline(legacy, Some(rcvbuf)))
+            netns::run_in(&file, move || read_baseline(legacy, Some(rcvbuf), nft_cap))
         })
         .await;
         let baseline = match baseline {
@@ -53,6 +54,12 @@ impl Engine {
         };
         for p in &baseline.problems {
             tracing::warn!("namespace {inode}: {}", crate::shown::Shown(p));
+        }
+        if let Some(why) = &baseline.nft_unfollowed {
+            self.emit_status(StatusLine::gap(
+                Gap::Netlink,
+                format!("namespace {inode}: {why}"),
+            ));
         }
         if let Some(h) = self.hooks.as_mut() {
             h.mark_netns_seen(inode);
@@ -113,7 +120,9 @@ impl Engine {
             }
             let reader = handle.file.try_clone().and_then(|ns| {
                 let writers = self.nft_writers();
-                let builder = GenerationBuilder::new(state).with_ifnames(baseline.ifnames);
+                let builder = GenerationBuilder::new(state)
+                    .with_ifnames(baseline.ifnames)
+                    .with_rule_cap(nft_cap);
                 let snap = watched.nft_snapshot.clone();
                 let tx = self.ns_tx.clone();
                 spawn_nft_reader(inode, ns, sock, builder, tx, writers, snap)

@@ -117,6 +117,7 @@ pub(super) async fn read_notifications(
             match nftables::recv(guard.get_inner(), &mut buf) {
                 Ok(Some(n)) => {
                     let txns = builder.feed(&buf[..n]).transactions;
+                    let too_big = builder.too_big().zip(builder.rule_cap());
                     let count = txns.len();
                     for (i, mut t) in txns.into_iter().enumerate() {
                         let process = nft_writer(writers, inode, t.gen_id, t.pid, &t.comm).await;
@@ -143,6 +144,9 @@ pub(super) async fn read_notifications(
                             return "the engine stopped".into();
                         }
                     }
+                    if let Some((seen, cap)) = too_big {
+                        return unfollowed(cap, Some(seen));
+                    }
                 }
                 Ok(None) => {
                     guard.clear_ready();
@@ -164,8 +168,11 @@ pub(super) async fn read_notifications(
                     );
                     // Re-read the ruleset: report the difference, then diff what follows
                     // against the truth.
-                    let dump = match resync(ns).await {
+                    let dump = match resync(ns, builder.rule_cap()).await {
                         Ok(d) => d,
+                        Err(ResyncError::Dump(nftables::NftError::TooManyRules { cap })) => {
+                            return unfollowed(cap, None)
+                        }
                         Err(e) => return format!("re-reading the ruleset failed: {e}"),
                     };
                     let t = builder.resync(&dump);
@@ -201,6 +208,22 @@ pub(super) async fn read_notifications(
             }
         }
     }
+}
+
+/// Why a namespace's nftables ruleset is no longer followed: it holds more than `cap` rules
+/// (`seen` of them, when counted), the most observer holds for it.
+pub(super) fn unfollowed(cap: usize, seen: Option<usize>) -> String {
+    let held = match seen {
+        Some(n) => format!("at least {n} rules"),
+        None => format!("more than {cap} rules"),
+    };
+    format!(
+        "its nftables ruleset holds {held}, past the {cap} observer holds for one namespace \
+         (--rule-level-limit, and --rule-level-budget for a namespace other than the node's): \
+         its nftables changes are no longer followed, so that it cannot take observer's memory \
+         (its legacy tables still are); raise the bound, and the memory limit with it, and \
+         restart observer to follow them"
+    )
 }
 
 /// The engine's asks for a snapshot of a namespace's nftables tables: with the reader's next
@@ -261,9 +284,16 @@ pub(super) enum ResyncError {
 }
 
 /// Dump a namespace's ruleset again after lost notifications.
-pub(super) async fn resync(ns: &std::fs::File) -> Result<nftables::socket::Dump, ResyncError> {
+pub(super) async fn resync(
+    ns: &std::fs::File,
+    cap: Option<usize>,
+) -> Result<nftables::socket::Dump, ResyncError> {
     let file = ns.try_clone().map_err(ResyncError::Handle)?;
-    let dumped = tokio::task::spawn_blocking(move || netns::run_in(&file, nftables::dump))
+    let dump = move || match cap {
+        Some(cap) => nftables::dump_within(cap),
+        None => nftables::dump(),
+    };
+    let dumped = tokio::task::spawn_blocking(move || netns::run_in(&file, dump))
         .await?
         .map_err(ResyncError::Thread)??;
     Ok(dumped)

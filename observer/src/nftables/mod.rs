@@ -31,7 +31,7 @@ pub mod socket;
 mod tests;
 
 pub use observer_rules::nftables::{decode, generation, render, state, xt_syntax, Dump};
-pub use socket::{discard_queued, dump, recv, subscribe};
+pub use socket::{discard_queued, dump, dump_within, recv, subscribe};
 
 /// What can go wrong talking to nf_tables.
 #[derive(Debug, thiserror::Error)]
@@ -66,6 +66,10 @@ pub enum NftError {
     /// The ruleset changed during every dump attempt.
     #[error("ruleset kept changing during {attempts} dump attempts")]
     Inconsistent { attempts: usize },
+    /// The ruleset holds more rules than the dump was asked to take (`--rule-level-limit`):
+    /// the dump stopped there rather than hold them all.
+    #[error("the ruleset holds more than {cap} rules")]
+    TooManyRules { cap: usize },
     /// A reply to a request could not be decoded.
     #[error("{request}: malformed reply: {reason}")]
     Malformed {

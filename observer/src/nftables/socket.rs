@@ -132,23 +132,33 @@ pub fn dump() -> Result<Dump, NftError> {
     dump_on(&request_socket()?)
 }
 
+/// Like [`dump`], stopping with [`NftError::TooManyRules`] once the ruleset shows more than
+/// `cap` rules: a namespace's ruleset is never held whole past what it may hold.
+pub fn dump_within(cap: usize) -> Result<Dump, NftError> {
+    dump_inner(&request_socket()?, None, Some(cap))
+}
+
 /// Dump tables, chains, sets, set elements and rules (all families), and the generation id.
 ///
 /// The generation is read before and after; when it moved, or the kernel flagged a dump as
 /// interrupted, the dump is retried (a few times, then [`NftError::Inconsistent`]).
 pub fn dump_on(sock: &Socket) -> Result<Dump, NftError> {
-    dump_inner(sock, None)
+    dump_inner(sock, None, None)
 }
 
 /// Like [`dump_on`], also handing back the raw reply datagrams (for test fixtures).
 #[cfg(test)]
 pub(crate) fn dump_raw(sock: &Socket) -> Result<(Dump, Vec<Vec<u8>>), NftError> {
     let mut raw = Vec::new();
-    let dump = dump_inner(sock, Some(&mut raw))?;
+    let dump = dump_inner(sock, Some(&mut raw), None)?;
     Ok((dump, raw))
 }
 
-fn dump_inner(sock: &Socket, mut raw: Option<&mut Vec<Vec<u8>>>) -> Result<Dump, NftError> {
+fn dump_inner(
+    sock: &Socket,
+    mut raw: Option<&mut Vec<Vec<u8>>>,
+    cap: Option<usize>,
+) -> Result<Dump, NftError> {
     'attempt: for _ in 0..DUMP_ATTEMPTS {
         if let Some(r) = raw.as_deref_mut() {
             r.clear();
@@ -161,7 +171,7 @@ fn dump_inner(sock: &Socket, mut raw: Option<&mut Vec<Vec<u8>>>) -> Result<Dump,
             (decode::NFT_MSG_GETSET, "dump sets"),
             (decode::NFT_MSG_GETRULE, "dump rules"),
         ] {
-            let reply = request(
+            let reply = request_within(
                 sock,
                 what,
                 kind,
@@ -169,6 +179,7 @@ fn dump_inner(sock: &Socket, mut raw: Option<&mut Vec<Vec<u8>>>) -> Result<Dump,
                 NFPROTO_UNSPEC,
                 &[],
                 &mut raw,
+                cap,
             )?;
             if reply.interrupted {
                 continue 'attempt;
@@ -286,6 +297,23 @@ fn request(
     attrs: &[(u16, Vec<u8>)],
     raw: &mut Option<&mut Vec<Vec<u8>>>,
 ) -> Result<Reply, NftError> {
+    request_within(sock, what, msg, flags, family, attrs, raw, None)
+}
+
+/// [`request`], failing with [`NftError::TooManyRules`] once the answer holds more than `cap`
+/// rules (the rest is left unread: the socket is not used again).
+#[allow(clippy::too_many_arguments, reason = "request's arguments and the cap")]
+fn request_within(
+    sock: &Socket,
+    what: &'static str,
+    msg: u8,
+    flags: u16,
+    family: u8,
+    attrs: &[(u16, Vec<u8>)],
+    raw: &mut Option<&mut Vec<Vec<u8>>>,
+    cap: Option<usize>,
+) -> Result<Reply, NftError> {
+    let mut rules = 0usize;
     let seq = SEQ.fetch_add(1, Ordering::Relaxed);
     let mut body = vec![family, 0, 0, 0]; // nfgenmsg: family, NFNETLINK_V0, res_id 0
     for (kind, value) in attrs {
@@ -360,7 +388,16 @@ fn request(
                         errno: -code,
                     });
                 }
-                _ => reply.items.push(decode::decode_message(&m)),
+                _ => {
+                    let item = decode::decode_message(&m);
+                    if matches!(item, Notification::Rule(..)) {
+                        rules += 1;
+                        if let Some(cap) = cap.filter(|&c| rules > c) {
+                            return Err(NftError::TooManyRules { cap });
+                        }
+                    }
+                    reply.items.push(item);
+                }
             }
         }
     }

@@ -16,7 +16,7 @@
 use crate::nftables::model::catch_up::catch_up;
 use crate::nftables::model::state::NftState;
 use crate::nftables::model::txn::Txn;
-use crate::nftables::netlink::decode::{self, Gen, Notification, Skipped};
+use crate::nftables::netlink::decode::{self, Gen, Notification, Skipped, Verb};
 use crate::nftables::render::ifnames::{self, InterfaceNames, Lent};
 use crate::nftables::Dump;
 use crate::ruleset::Change;
@@ -48,6 +48,15 @@ pub struct GenerationBuilder {
     skipped: u64,
     /// The namespace's interface names, for `iif`/`oif` in rule text.
     ifnames: Option<Box<dyn Lent>>,
+    /// The most rules the state may hold with those of the transaction under way (see
+    /// [`Self::too_big`]).
+    rule_cap: Option<usize>,
+    /// The rules the state holds.
+    held: usize,
+    /// Rules added by the notifications waiting for their NEWGEN.
+    pending_rules: usize,
+    /// Rules seen when the cap was passed: the state and what was pending are let go.
+    too_big: Option<usize>,
 }
 
 impl GenerationBuilder {
@@ -55,10 +64,48 @@ impl GenerationBuilder {
     /// transactions up to `state.gen_id` are already in it and are dropped when they close.
     pub fn new(state: NftState) -> GenerationBuilder {
         GenerationBuilder {
+            held: state.rule_count(),
             state,
             pending: Vec::new(),
             skipped: 0,
             ifnames: None,
+            rule_cap: None,
+            pending_rules: 0,
+            too_big: None,
+        }
+    }
+
+    /// Hold at most `cap` rules: past it (the state's rules and those a transaction under way
+    /// adds), the builder lets go of its state and of the transaction, reports nothing more and
+    /// says so through [`Self::too_big`], so that a namespace's ruleset never costs more memory
+    /// than that many rules, however big a transaction it makes.
+    pub fn with_rule_cap(mut self, cap: usize) -> GenerationBuilder {
+        self.rule_cap = Some(cap);
+        self.check_cap();
+        self
+    }
+
+    /// The cap given to [`Self::with_rule_cap`].
+    pub fn rule_cap(&self) -> Option<usize> {
+        self.rule_cap
+    }
+
+    /// The rules seen when the cap was passed, once it was: the builder follows nothing more.
+    pub fn too_big(&self) -> Option<usize> {
+        self.too_big
+    }
+
+    fn check_cap(&mut self) {
+        let seen = self.held + self.pending_rules;
+        if self.too_big.is_none() && self.rule_cap.is_some_and(|cap| seen > cap) {
+            self.too_big = Some(seen);
+            self.pending = Vec::new();
+            self.state = NftState {
+                gen_id: self.state.gen_id,
+                tables: Default::default(),
+            };
+            self.held = 0;
+            self.pending_rules = 0;
         }
     }
 
@@ -122,6 +169,9 @@ impl GenerationBuilder {
     }
 
     fn push_named(&mut self, n: Notification) -> Option<Transaction> {
+        if self.too_big.is_some() {
+            return None;
+        }
         let gen = match n {
             Notification::Gen(g) => g,
             Notification::Skipped(_) => {
@@ -129,16 +179,25 @@ impl GenerationBuilder {
                 return None;
             }
             other => {
+                if matches!(other, Notification::Rule(Verb::New, _)) {
+                    self.pending_rules += 1;
+                    self.check_cap();
+                    if self.too_big.is_some() {
+                        return None;
+                    }
+                }
                 self.pending.push(other);
                 return None;
             }
         };
         let pending = std::mem::take(&mut self.pending);
+        self.pending_rules = 0;
         if (gen.id.wrapping_sub(self.state.gen_id) as i32) <= 0 {
             return None;
         }
         let changes = Txn::default().apply(&mut self.state, pending);
         self.state.gen_id = gen.id;
+        self.held = self.state.rule_count();
         Some(transaction(gen, changes))
     }
 }
@@ -150,6 +209,7 @@ impl GenerationBuilder {
     /// dump holds what they described.
     pub fn resync(&mut self, dump: &Dump) -> Transaction {
         self.pending.clear();
+        self.pending_rules = 0;
         // Interfaces may have been renamed meanwhile.
         if let Some(n) = self.ifnames.as_mut() {
             n.clear();
@@ -161,6 +221,8 @@ impl GenerationBuilder {
             (new, changes)
         });
         self.state = new;
+        self.held = self.state.rule_count();
+        self.check_cap();
         Transaction {
             gen_id: dump.gen_id,
             pid: 0,

@@ -350,6 +350,15 @@ impl NftState {
         st
     }
 
+    /// The rules of every chain.
+    pub fn rule_count(&self) -> usize {
+        self.tables
+            .values()
+            .flat_map(|t| t.chains.values())
+            .map(|c| c.rules.len())
+            .sum()
+    }
+
     pub fn table(&self, family: u8, name: &str) -> Option<&TableState> {
         self.tables.get(&(family, name.to_string()))
     }
