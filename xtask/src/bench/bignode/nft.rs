@@ -225,7 +225,11 @@ fn sync_block(services: usize, k: usize, endpoints: &mut [Vec<String>]) -> Sync 
 fn measure(bin: &Path, services: usize, syncs: usize, notes: &mut Vec<String>) -> Result<Figures> {
     let ns = Netns::add(format!("{NS_PREFIX}{}-{services}", process::id()))?;
     let tag = format!("bignft-{services}");
-    let mut obs = Observer::start(bin, &["tail", "--json", "--netns", &ns.name], &tag)?;
+    // The table is the node's, as kube-proxy's is: its namespace is named the node's, which
+    // holds up to --rule-level-limit whatever else observer sees.
+    let node = format!("/run/netns/{}", ns.name);
+    let args = ["tail", "--json", "--netns", &ns.name, "--node-netns", &node];
+    let mut obs = Observer::start(bin, &args, &tag)?;
     let file = std::env::temp_dir().join(format!("obs-bignft-{}.nft", process::id()));
     let ready_rss_kib = status_kib(obs.pid, "VmRSS:")?;
     let other_namespaces = cmd::output(process::Command::new("ip").args(["netns", "list"]))
