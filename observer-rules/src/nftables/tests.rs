@@ -107,11 +107,7 @@ fn transactions_carry_generation_pid_and_comm() {
 #[test]
 fn objects_wait_for_their_newgen() {
     let cmd = "cmd: nft add rule ip t c iifname lo accept";
-    let datagrams: Vec<Vec<u8>> = parse_fixture(NFT_OPS_HEX)
-        .into_iter()
-        .filter(|(c, _)| c == cmd)
-        .map(|(_, d)| d)
-        .collect();
+    let datagrams = datagrams_of(NFT_OPS_HEX, cmd);
     let mut b = replay_until(NFT_OPS_HEX, cmd);
     let mut msgs: Vec<Notification> = datagrams.iter().flat_map(|d| decode(d)).collect();
     let gen = msgs.pop().expect("NEWGEN last");
@@ -135,11 +131,7 @@ fn objects_wait_for_their_newgen() {
 #[test]
 fn a_builder_past_its_rule_cap_lets_go_and_follows_nothing_more() {
     let cmd = "cmd: nft add rule ip t c iifname lo accept";
-    let datagrams: Vec<Vec<u8>> = parse_fixture(NFT_OPS_HEX)
-        .into_iter()
-        .filter(|(c, _)| c == cmd)
-        .map(|(_, d)| d)
-        .collect();
+    let datagrams = datagrams_of(NFT_OPS_HEX, cmd);
     let held = replay_until(NFT_OPS_HEX, cmd).state().rule_count();
     assert!(
         held >= 3,
@@ -158,6 +150,15 @@ fn a_builder_past_its_rule_cap_lets_go_and_follows_nothing_more() {
     assert_eq!((full.state().rule_count(), full.pending()), (0, 0));
     let over = replay_until(NFT_OPS_HEX, cmd).with_rule_cap(held - 1);
     assert_eq!(over.too_big(), Some(held), "a state already past the cap");
+}
+
+/// The datagrams of the fixture `text` under the comment `cmd`.
+fn datagrams_of(text: &str, cmd: &str) -> Vec<Vec<u8>> {
+    parse_fixture(text)
+        .into_iter()
+        .filter(|(c, _)| c == cmd)
+        .map(|(_, d)| d)
+        .collect()
 }
 
 /// A builder fed with everything before the first datagram with the given comment.

@@ -171,7 +171,7 @@ fn dump_inner(
             (decode::NFT_MSG_GETSET, "dump sets"),
             (decode::NFT_MSG_GETRULE, "dump rules"),
         ] {
-            let reply = request_within(
+            let reply = request(
                 sock,
                 what,
                 kind,
@@ -210,6 +210,7 @@ fn dump_inner(
                 family,
                 &attrs,
                 &mut raw,
+                None,
             ) {
                 Ok(reply) if !reply.interrupted => items.extend(reply.items),
                 // The set went away since the set dump: try again.
@@ -237,6 +238,7 @@ pub fn generation(sock: &Socket) -> Result<u32, NftError> {
         NFPROTO_UNSPEC,
         &[],
         &mut None,
+        None,
     )?;
     reply
         .items
@@ -287,23 +289,13 @@ struct Reply {
 
 /// Send one request and collect its answer: until NLMSG_DONE for dumps, until the ACK
 /// otherwise. Messages with another sequence number (late answers to an earlier, timed-out
-/// request) are ignored.
+/// request) are ignored. With `cap`, fail with [`NftError::TooManyRules`] once the answer holds
+/// more than that many rules (the rest is left unread: the socket is not used again).
+#[allow(
+    clippy::too_many_arguments,
+    reason = "a request's parts, where its answer goes, a cap"
+)]
 fn request(
-    sock: &Socket,
-    what: &'static str,
-    msg: u8,
-    flags: u16,
-    family: u8,
-    attrs: &[(u16, Vec<u8>)],
-    raw: &mut Option<&mut Vec<Vec<u8>>>,
-) -> Result<Reply, NftError> {
-    request_within(sock, what, msg, flags, family, attrs, raw, None)
-}
-
-/// [`request`], failing with [`NftError::TooManyRules`] once the answer holds more than `cap`
-/// rules (the rest is left unread: the socket is not used again).
-#[allow(clippy::too_many_arguments, reason = "request's arguments and the cap")]
-fn request_within(
     sock: &Socket,
     what: &'static str,
     msg: u8,
