@@ -72,6 +72,8 @@ enum NsMsg {
     NftSnapshot { inode: u32, tables: Box<Tables> },
     /// The reader stopped or lost notifications.
     Trouble { inode: u32, message: String },
+    /// The namespace's nftables ruleset passed what it may hold: the reader let it go.
+    LetGo { inode: u32, message: String },
     /// A legacy replace learned off the loop, or why it could not be.
     Learned {
         inode: u32,
@@ -99,6 +101,8 @@ struct Watched {
     nft_reader: Option<JoinHandle<()>>,
     /// Set to ask the nft reader for a snapshot with its next transaction.
     nft_snapshot: Option<Arc<self::nft::SnapAsk>>,
+    /// Its nftables ruleset was let go for its size (see [`nft::unfollowed`]).
+    nft_let_go: bool,
     /// Sockets of the namespace for reading its legacy tables without entering it, opened at
     /// its first legacy replace (they keep it alive: dropped with this entry).
     xt_socks: Option<Arc<xtables::XtSockets>>,
@@ -324,6 +328,10 @@ pub trait Output: Send {
     /// How many legacy tables are held at chain level now (`--rule-level-limit`), for a sink
     /// that exports it.
     fn chain_level_tables(&mut self, _tables: usize) {}
+
+    /// How many namespaces' nftables rulesets were let go for their size, for a sink that
+    /// exports it.
+    fn nft_let_go(&mut self, _namespaces: usize) {}
 
     /// When this output keeps snapshots of the rulesets (the daemon's record), how often.
     fn snapshot_policy(&self) -> Option<crate::forensics::SnapshotPolicy> {

@@ -55,12 +55,7 @@ impl Engine {
         for p in &baseline.problems {
             tracing::warn!("namespace {inode}: {}", crate::shown::Shown(p));
         }
-        if let Some(why) = &baseline.nft_unfollowed {
-            self.emit_status(StatusLine::gap(
-                Gap::Netlink,
-                format!("namespace {inode}: {why}"),
-            ));
-        }
+        let let_go = baseline.nft_unfollowed.clone();
         if let Some(h) = self.hooks.as_mut() {
             h.mark_netns_seen(inode);
         }
@@ -106,6 +101,7 @@ impl Engine {
                 .collect(),
             nft_reader: None,
             nft_snapshot: wants.then(|| Arc::new(SnapAsk::default())),
+            nft_let_go: false,
             xt_socks: None,
             bridge: Default::default(),
             waiting: Default::default(),
@@ -151,6 +147,9 @@ impl Engine {
         self.watched.insert(inode, watched);
         for (key, rules) in chain_level {
             self.note_level(inode, &key, false, Some(rules));
+        }
+        if let Some(why) = let_go {
+            self.let_go_nft(inode, why);
         }
         self.save_ipsets(inode).await;
         if let Some(t) = legacy_snapshot {
@@ -268,6 +267,7 @@ impl Engine {
             }
             self.watched.remove(&inode);
             self.count_chain_level();
+            self.count_nft_let_go();
             self.core.forget_netns(inode);
             if let Some(r) = self.restorer.as_mut() {
                 r.forget(inode);
@@ -330,6 +330,7 @@ impl Engine {
             NsMsg::NftSnapshot { inode, tables } => {
                 self.snapshot_in_turn(inode, Backend::Nft, *tables);
             }
+            NsMsg::LetGo { inode, message } => self.let_go_nft(inode, message),
             NsMsg::Trouble { inode, message } => {
                 self.emit_status(StatusLine::gap(
                     Gap::Netlink,

@@ -75,13 +75,55 @@ pub(super) async fn nft_reader(
     writers: Option<Arc<WriterCache>>,
     snap: Option<Arc<SnapAsk>>,
 ) {
-    let why = read_notifications(inode, &ns, fd, builder, &tx, writers.as_deref(), snap).await;
-    let _ = tx
-        .send(NsMsg::Trouble {
-            inode,
-            message: why,
-        })
-        .await;
+    let msg = match read_notifications(inode, &ns, fd, builder, &tx, writers.as_deref(), snap).await
+    {
+        Stopped::Trouble(message) => NsMsg::Trouble { inode, message },
+        Stopped::LetGo(message) => NsMsg::LetGo { inode, message },
+    };
+    let _ = tx.send(msg).await;
+}
+
+impl super::Engine {
+    /// Namespace `inode`'s nftables ruleset was let go for its size: say so (a gap line and
+    /// the log), and count such namespaces for the metrics.
+    pub(super) fn let_go_nft(&mut self, inode: u32, why: String) {
+        let message = format!("namespace {inode}: {why}");
+        tracing::warn!("{}", crate::shown::Shown(&message));
+        self.emit_status(crate::output::StatusLine::gap(
+            crate::output::line::Gap::Netlink,
+            message,
+        ));
+        if let Some(w) = self.watched.get_mut(&inode) {
+            w.nft_let_go = true;
+        }
+        self.count_nft_let_go();
+    }
+
+    /// Tell the outputs how many watched namespaces' nftables rulesets are let go now.
+    pub(super) fn count_nft_let_go(&mut self) {
+        let n = self.watched.values().filter(|w| w.nft_let_go).count();
+        self.output.nft_let_go(n);
+    }
+}
+
+/// Why a namespace's reader stopped.
+pub(super) enum Stopped {
+    /// The socket failed, a re-read failed, or the engine went away.
+    Trouble(String),
+    /// The ruleset passed what the namespace may hold (see [`unfollowed`]).
+    LetGo(String),
+}
+
+impl From<String> for Stopped {
+    fn from(why: String) -> Stopped {
+        Stopped::Trouble(why)
+    }
+}
+
+impl From<&str> for Stopped {
+    fn from(why: &str) -> Stopped {
+        Stopped::Trouble(why.to_string())
+    }
 }
 
 /// Turn notifications into transactions until the socket fails; returns why it stopped.
@@ -93,13 +135,13 @@ pub(super) async fn read_notifications(
     tx: &mpsc::Sender<NsMsg>,
     writers: Option<&WriterCache>,
     snap: Option<Arc<SnapAsk>>,
-) -> String {
+) -> Stopped {
     let mut buf = vec![0u8; nftables::socket::RECV_BUF_BYTES];
     loop {
         let mut guard = tokio::select! {
             g = fd.readable_mut() => match g {
                 Ok(g) => g,
-                Err(e) => return format!("nftables notifications stopped: {e}"),
+                Err(e) => return format!("nftables notifications stopped: {e}").into(),
             },
             // A snapshot asked for now: the state after every transaction sent so far.
             () = asked_now(&snap) => {
@@ -145,7 +187,7 @@ pub(super) async fn read_notifications(
                         }
                     }
                     if let Some((seen, cap)) = too_big {
-                        return unfollowed(cap, Some(seen));
+                        return Stopped::LetGo(unfollowed(cap, Some(seen)));
                     }
                 }
                 Ok(None) => {
@@ -171,9 +213,9 @@ pub(super) async fn read_notifications(
                     let dump = match resync(ns, builder.rule_cap()).await {
                         Ok(d) => d,
                         Err(ResyncError::Dump(nftables::NftError::TooManyRules { cap })) => {
-                            return unfollowed(cap, None)
+                            return Stopped::LetGo(unfollowed(cap, None))
                         }
-                        Err(e) => return format!("re-reading the ruleset failed: {e}"),
+                        Err(e) => return format!("re-reading the ruleset failed: {e}").into(),
                     };
                     let t = builder.resync(&dump);
                     if t.changes.is_empty() {
@@ -204,7 +246,7 @@ pub(super) async fn read_notifications(
                         }
                     }
                 }
-                Err(e) => return format!("nftables notifications stopped: {e}"),
+                Err(e) => return format!("nftables notifications stopped: {e}").into(),
             }
         }
     }

@@ -123,6 +123,10 @@ impl Output for DaemonOutput {
         self.hub.metrics.chain_level_tables.set(tables as i64);
     }
 
+    fn nft_let_go(&mut self, namespaces: usize) {
+        self.hub.metrics.nft_let_go.set(namespaces as i64);
+    }
+
     fn table_learned(&mut self, read_back: bool) {
         use super::metrics::{LegacyTableLabels, LEGACY_FROM_COPY, LEGACY_FROM_READ};
         let from = if read_back {

@@ -85,6 +85,8 @@ pub struct Metrics {
     pub legacy_tables: Family<LegacyTableLabels, Counter>,
     /// Legacy tables held at chain level now (`--rule-level-limit`).
     pub chain_level_tables: Gauge,
+    /// Namespaces whose nftables ruleset was let go for its size.
+    pub nft_let_go: Gauge,
     pub hooks: Family<HookLabels, Gauge>,
     pub netns_watched: Gauge,
     pub sse_clients: Gauge,
@@ -168,6 +170,14 @@ impl Metrics {
              chain at a time, without rule text",
             chain_level_tables.clone(),
         );
+        let nft_let_go = Gauge::default();
+        registry.register(
+            "nft_let_go_namespaces",
+            "Namespaces whose nftables ruleset observer let go: it held more rules than \
+             --rule-level-limit (and, for a namespace other than the node's, --rule-level-budget) \
+             allows; their nftables changes are not followed",
+            nft_let_go.clone(),
+        );
         let hooks = Family::<HookLabels, Gauge>::default();
         registry.register(
             "hook_backend",
@@ -223,6 +233,7 @@ impl Metrics {
             kernel_errors,
             legacy_tables,
             chain_level_tables,
+            nft_let_go,
             hooks,
             netns_watched,
             sse_clients,
