@@ -97,6 +97,8 @@ impl super::Engine {
             w.nft_let_go = true;
         }
         self.count_nft_let_go();
+        // What the reader held of it (up to the cap) is free now: give it back.
+        super::release_free_heap();
     }
 
     /// Tell the outputs how many watched namespaces' nftables rulesets are let go now.
