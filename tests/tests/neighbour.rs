@@ -946,36 +946,62 @@ fn nft_table_of(rules: usize) -> String {
     t
 }
 
-/// A pod's nftables ruleset past what it may hold is let go, with a gap line that says why,
-/// whether it is there when observer starts or comes in one transaction later: observer holds
-/// none of it, tells none of its rules, and goes on telling another namespace's changes.
+/// A pod's nftables ruleset past what it may hold rule by rule is held at chain level, with a
+/// warning that says so, whether it is there when observer starts, comes in one transaction,
+/// or is read again after lost notifications: its chains' changes are told with their rule
+/// counts and none of its rules, and another namespace's rules are still told one by one.
 #[test]
-fn an_nftables_ruleset_past_the_limit_is_let_go_and_the_others_are_followed() {
+fn an_nftables_ruleset_past_the_limit_is_held_at_chain_level_and_the_others_are_not() {
     skip_unless!("ip", "nft");
     let (early, late) = (Netns::new("nb-nft-early"), Netns::new("nb-nft-late"));
-    let node = Netns::new("nb-nft-node");
+    let (lost, node) = (Netns::new("nb-nft-lost"), Netns::new("nb-nft-node"));
     let writer = Writer::new("obs-nft-pod");
-    let big = nft_table_of(NFT_LIMIT + 500);
+    let rules = NFT_LIMIT + 500;
+    let big = nft_table_of(rules);
     early.write_stdin(&writer, &["nft", "-f", "-"], &big);
     let limit = NFT_LIMIT.to_string();
-    let mut obs = Observer::start(&["--rule-level-limit", &limit]);
-    let let_go = |ns: &Netns, held: &str| {
-        let (ino, held) = (ns.ino().to_string(), held.to_string());
+    // A notification buffer small enough that a ruleset loaded while observer is stopped
+    // overflows it.
+    let mut obs = Observer::start(&["--rule-level-limit", &limit, "--netlink-rcvbuf", "64KiB"]);
+    let held = |ns: &Netns| {
+        let ino = ns.ino().to_string();
+        let cap = format!("more than the {NFT_LIMIT} rules");
+        move |v: &Value| status_saying(v, "warning", &[&ino, &cap, "held at chain level"])
+    };
+    let counted = |ns: &Netns, was: usize, now: usize| {
+        let ino = ns.ino();
+        let said = format!("rules changed: {was} -> {now} ");
         move |v: &Value| {
-            status_saying(
-                v,
-                "gap",
-                &[&ino, "nftables ruleset holds", &held, "no longer followed"],
-            )
+            change_in(v, ino)
+                && v["op"] == "chain_update"
+                && v["chain"] == "c"
+                && v["detail"].as_str().is_some_and(|d| d.starts_with(&said))
         }
     };
-    let over = format!("more than {NFT_LIMIT} rules");
-    obs.wait_line("the early pod let go", 60, let_go(&early, &over));
-    let mark = obs.mark();
+    // There at start: held at chain level from the first read; a rule more is counted.
+    obs.wait_line("the early pod held at chain level", 60, held(&early));
+    early.write(&writer, &["nft", "add rule ip big c accept"]);
+    obs.expect(
+        "the early pod's rule, counted",
+        60,
+        counted(&early, rules, rules + 1),
+    );
+    let early_ino = early.ino();
+    early.write(&writer, &["nft", "flush chain ip big c"]);
+    obs.expect("the early pod's flush", 60, |v| {
+        change_in(v, early_ino) && v["op"] == "chain_flush" && v["chain"] == "c"
+    });
+    // In one transaction: held at chain level once it passes; the load told as counts.
     late.write_stdin(&writer, &["nft", "-f", "-"], &big);
-    let counted = format!("at least {} rules", NFT_LIMIT + 1);
-    obs.wait_line("the late pod let go", 60, let_go(&late, &counted));
-    // Observer goes on: another namespace's rule is told.
+    obs.wait_line("the late pod held at chain level", 60, held(&late));
+    obs.expect("the late pod's load, counted", 60, counted(&late, 0, rules));
+    // Read again after its notifications were lost (observer stopped meanwhile).
+    obs.freeze(true);
+    lost.write_stdin(&writer, &["nft", "-f", "-"], &big);
+    obs.freeze(false);
+    obs.wait_line("the pod read again, held at chain level", 60, held(&lost));
+    obs.expect("the re-read, counted", 60, counted(&lost, 0, rules));
+    // Another namespace's rule is still told rule by rule.
     node.write(
         &writer,
         &[
@@ -987,12 +1013,16 @@ fn an_nftables_ruleset_past_the_limit_is_let_go_and_the_others_are_followed() {
     obs.expect("the node's rule", 60, |v| {
         change_in(v, node_ino) && v["op"] == "rule_add"
     });
-    let late_ino = late.ino();
-    let late_rules = obs.seen[mark..]
+    let pods = [early.ino(), late.ino(), lost.ino()];
+    let pod_rules = obs
+        .seen
         .iter()
-        .filter(|v| change_in(v, late_ino) && v["op"] == "rule_add")
+        .filter(|v| pods.iter().any(|&p| change_in(v, p)) && v["op"] == "rule_add")
         .count();
-    assert_eq!(late_rules, 0, "no rule of the ruleset let go is told");
+    assert_eq!(
+        pod_rules, 0,
+        "no rule of a ruleset held at chain level is told"
+    );
 }
 
 #[test]

@@ -11,7 +11,7 @@ use super::state::NftState;
 use super::testing::scenarios::*;
 use super::testing::*;
 use super::{render, state, Dump};
-use crate::ruleset::Op;
+use crate::ruleset::{Change, Op};
 
 fn check_steps(r: &Replay, sc: &Scenario, expected: &[Vec<String>]) {
     assert_eq!(
@@ -126,30 +126,120 @@ fn objects_wait_for_their_newgen() {
     assert_eq!(t.changes[0].position, Some(3));
 }
 
-/// A builder capped at the rules it holds plus one follows a one-rule transaction; capped at
-/// what it holds, it lets go of its state and of the transaction and tells nothing more.
+/// A builder capped at the rules it holds plus one tells a one-rule transaction rule by rule;
+/// capped at what it holds, it goes to chain level: it lets go of its rules and tells the
+/// transaction as the chain's new rule count; capped below what it holds, it is at chain level
+/// from the start.
 #[test]
-fn a_builder_past_its_rule_cap_lets_go_and_follows_nothing_more() {
+fn a_builder_past_its_rule_cap_holds_the_ruleset_at_chain_level() {
     let cmd = "cmd: nft add rule ip t c iifname lo accept";
     let datagrams = datagrams_of(NFT_OPS_HEX, cmd);
-    let held = replay_until(NFT_OPS_HEX, cmd).state().rule_count();
+    let before = replay_until(NFT_OPS_HEX, cmd);
+    let held = before.state().rule_count();
+    let in_c = before
+        .state()
+        .chain(2, "t", "c")
+        .map(|c| c.rules.len())
+        .expect("chain ip t c");
     assert!(
         held >= 3,
         "the chain holds the rules before the new one: {held}"
     );
-    let feed = |b: &mut GenerationBuilder| -> usize {
-        datagrams.iter().map(|d| b.feed(d).transactions.len()).sum()
+    let feed = |b: &mut GenerationBuilder| -> Vec<Change> {
+        datagrams
+            .iter()
+            .flat_map(|d| b.feed(d).transactions)
+            .flat_map(|t| t.changes)
+            .collect()
     };
     let mut room = replay_until(NFT_OPS_HEX, cmd).with_rule_cap(held + 1);
-    assert_eq!(feed(&mut room), 1);
-    assert_eq!(room.too_big(), None);
+    let told = feed(&mut room);
+    assert_eq!(told.iter().map(|c| c.op).collect::<Vec<_>>(), [Op::RuleAdd]);
+    assert!(!room.chain_level() && room.take_chain_level().is_none());
     assert_eq!(room.state().rule_count(), held + 1);
+
     let mut full = replay_until(NFT_OPS_HEX, cmd).with_rule_cap(held);
-    assert_eq!(feed(&mut full), 0, "nothing told past the cap");
-    assert_eq!(full.too_big(), Some(held + 1));
+    assert!(!full.chain_level());
+    let told = feed(&mut full);
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert_eq!(
+        (told[0].op, told[0].chain.as_deref()),
+        (Op::ChainUpdate, Some("c"))
+    );
+    let detail = told[0].detail.as_deref().unwrap_or_default();
+    assert!(
+        detail.starts_with(&format!("rules changed: {in_c} -> {}", in_c + 1)),
+        "{detail}"
+    );
+    assert!(full.chain_level());
+    assert_eq!(full.take_chain_level(), Some(held + 1));
+    assert_eq!(full.take_chain_level(), None, "said once");
     assert_eq!((full.state().rule_count(), full.pending()), (0, 0));
-    let over = replay_until(NFT_OPS_HEX, cmd).with_rule_cap(held - 1);
-    assert_eq!(over.too_big(), Some(held), "a state already past the cap");
+    assert!(
+        full.state().chain(2, "t", "c").is_some(),
+        "the chains are kept"
+    );
+
+    let mut over = replay_until(NFT_OPS_HEX, cmd).with_rule_cap(held - 1);
+    assert_eq!(
+        over.take_chain_level(),
+        Some(held),
+        "a state already past the cap"
+    );
+}
+
+/// A ruleset held at chain level, read again (its rules counted): a chain left without rules
+/// is told as flushed, although a counting dump lists no chain without rules; the chains whose
+/// count did not move are not told.
+#[test]
+fn a_chain_level_resync_tells_a_chain_left_without_rules_as_flushed() {
+    let cmd = "cmd: nft add rule ip t c iifname lo accept";
+    let b = replay_until(NFT_OPS_HEX, cmd);
+    let st = b.state().clone();
+    let in_c = st
+        .chain(2, "t", "c")
+        .map(|c| c.rules.len())
+        .expect("chain ip t c");
+    let mut counts = std::collections::HashMap::new();
+    for ((family, table), t) in &st.tables {
+        for (name, c) in &t.chains {
+            let flushed = table == "t" && name == "c";
+            if !flushed && !c.rules.is_empty() {
+                counts.insert((*family, table.clone(), name.clone()), c.rules.len());
+            }
+        }
+    }
+    let dump = Dump {
+        gen_id: st.gen_id + 1,
+        tables: st.tables.values().map(|t| t.table.clone()).collect(),
+        chains: st
+            .tables
+            .values()
+            .flat_map(|t| t.chains.values().map(|c| c.chain.clone()))
+            .collect(),
+        sets: st
+            .tables
+            .values()
+            .flat_map(|t| t.sets.values().map(|s| s.set.clone()))
+            .filter(|s| !s.is_anonymous())
+            .collect(),
+        rule_counts: Some(counts),
+        ..Dump::default()
+    };
+    let mut b = b.with_rule_cap(st.rule_count() - 1);
+    assert!(b.take_chain_level().is_some());
+    let t = b.resync(&dump);
+    let told: Vec<(Op, Option<&str>)> = t
+        .changes
+        .iter()
+        .map(|c| (c.op, c.chain.as_deref()))
+        .collect();
+    assert_eq!(told, [(Op::ChainFlush, Some("c"))], "{:?}", t.changes);
+    let detail = t.changes[0].detail.as_deref().unwrap_or_default();
+    assert!(
+        detail.starts_with(&format!("{in_c} rules flushed")),
+        "{detail}"
+    );
 }
 
 /// The datagrams of the fixture `text` under the comment `cmd`.

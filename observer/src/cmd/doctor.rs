@@ -57,8 +57,9 @@ struct Daemon {
     record_dropped: u64,
     /// Legacy tables it holds at chain level (`observer_chain_level_tables`).
     chain_level_tables: u64,
-    /// Namespaces whose nftables ruleset it let go (`observer_nft_let_go_namespaces`).
-    nft_let_go: u64,
+    /// Namespaces whose nftables ruleset it holds at chain level
+    /// (`observer_nft_chain_level_namespaces`).
+    nft_chain_level: u64,
     /// How its record stands; `None` when it keeps none.
     #[serde(skip_serializing_if = "Option::is_none")]
     record: Option<RecordState>,
@@ -161,14 +162,14 @@ fn daemon_state(url: &str, text: &str) -> Daemon {
         dropped,
         record_dropped: count("observer_record_rows_total", "outcome=\"dropped\""),
         chain_level_tables: count("observer_chain_level_tables", ""),
-        nft_let_go: count("observer_nft_let_go_namespaces", ""),
+        nft_chain_level: count("observer_nft_chain_level_namespaces", ""),
         record: RecordState::from_metrics(text),
     }
 }
 
-/// What the `rule level` check says: the legacy tables held at chain level and the nftables
-/// rulesets let go, or that there are none.
-fn rule_level(chain_level: u64, let_go: u64) -> String {
+/// What the `rule level` check says: the legacy tables and the nftables rulesets held at
+/// chain level, or that there are none.
+fn rule_level(chain_level: u64, nft: u64) -> String {
     let mut parts = Vec::new();
     if chain_level > 0 {
         parts.push(format!(
@@ -179,19 +180,20 @@ fn rule_level(chain_level: u64, let_go: u64) -> String {
             crate::ruleset::plural(chain_level, "legacy table is", "legacy tables are")
         ));
     }
-    if let_go > 0 {
+    if nft > 0 {
         parts.push(format!(
-            "{} let go: more rules than --rule-level-limit (per namespace) or \
-             --rule-level-budget (a pod's) allows; their nftables changes are not followed",
+            "{} held at chain level: more rules than --rule-level-limit (per namespace) or \
+             --rule-level-budget (a pod's) allows; their changes are told a chain at a time, \
+             without rule text, rule-level incidents or restore, until observer restarts",
             crate::ruleset::plural(
-                let_go,
+                nft,
                 "namespace's nftables ruleset is",
                 "namespaces' nftables rulesets are"
             )
         ));
     }
     if parts.is_empty() {
-        return "every legacy table is held rule by rule, every nftables ruleset followed".into();
+        return "every legacy table and nftables ruleset is held rule by rule".into();
     }
     parts.join("; ")
 }
@@ -526,13 +528,13 @@ async fn remote(
             }
             checks.push(check(
                 "rule level",
-                d.chain_level_tables == 0 && d.nft_let_go == 0,
-                rule_level(d.chain_level_tables, d.nft_let_go),
+                d.chain_level_tables == 0 && d.nft_chain_level == 0,
+                rule_level(d.chain_level_tables, d.nft_chain_level),
                 "the daemon's log and status lines name each table or namespace and the bound; \
                  raise --rule-level-limit or --rule-level-budget (and the memory limit: about \
                  0.5 KiB per legacy rule held, plus one read of the table, and about 2 KiB per \
-                 nftables rule) if the node should hold them rule by rule; a ruleset let go is \
-                 followed again after a restart",
+                 nftables rule) if the node should hold them rule by rule; an nftables \
+                 ruleset is held rule by rule again after a restart",
             ));
             if let Some(n) = &d.nats {
                 checks.push(check(
@@ -643,7 +645,7 @@ mod tests {
         observer_record_rows_total{outcome=\"written\"} 20013\n\
         observer_record_rows_total{outcome=\"dropped\"} 3\n\
         observer_chain_level_tables 2\n\
-        observer_nft_let_go_namespaces 1\n";
+        observer_nft_chain_level_namespaces 1\n";
 
     #[test]
     fn the_daemon_state_is_read_from_its_metrics() {
@@ -660,11 +662,11 @@ mod tests {
         assert_eq!(d.dropped.get("events"), Some(&0));
         assert_eq!(d.record_dropped, 3);
         assert_eq!(d.chain_level_tables, 2);
-        assert_eq!(d.nft_let_go, 1);
-        let said = rule_level(d.chain_level_tables, d.nft_let_go);
+        assert_eq!(d.nft_chain_level, 1);
+        let said = rule_level(d.chain_level_tables, d.nft_chain_level);
         assert!(
             said.contains("2 legacy tables are held at chain level")
-                && said.contains("1 namespace's nftables ruleset is let go"),
+                && said.contains("1 namespace's nftables ruleset is held at chain level"),
             "{said}"
         );
         assert!(rule_level(0, 0).starts_with("every legacy table"));

@@ -72,14 +72,15 @@ pub(crate) struct Baseline {
     /// The namespace's interface names, for rule text (a socket opened inside it).
     pub(super) ifnames: Option<nftables::ifnames::IfNames>,
     pub problems: Vec<String>,
-    /// Why the namespace's nftables ruleset is not followed: it holds more rules than it may.
-    pub(super) nft_unfollowed: Option<String>,
+    /// For an nftables ruleset of more rules than it may hold rule by rule: each chain's rule
+    /// count (the ruleset in `nft` then holds no rule, and is held at chain level).
+    pub(super) nft_counts: Option<std::collections::HashMap<(u8, String, String), usize>>,
 }
 
 /// Runs inside the namespace: subscribe first (when `subscribe`), then read, so nothing falls
 /// between the two. The legacy tables are read when `legacy` says how many of their rules may
-/// be held at rule level. An nftables ruleset of more than `nft_cap` rules is not read whole,
-/// and not followed (see [`super::nft::unfollowed`]).
+/// be held at rule level. An nftables ruleset of more than `nft_cap` rules is read a chain at
+/// a time (its rules counted, not kept), to be held at chain level.
 pub(crate) fn read_baseline(
     legacy: Option<usize>,
     subscribe: Option<usize>,
@@ -96,7 +97,7 @@ pub(crate) fn read_baseline(
             .map_err(|e| tracing::debug!("interface names: {e}"))
             .ok(),
         problems: Vec::new(),
-        nft_unfollowed: None,
+        nft_counts: None,
     };
     if let Some(rcvbuf) = subscribe {
         match nftables::socket::subscribe_with(rcvbuf) {
@@ -105,16 +106,12 @@ pub(crate) fn read_baseline(
         }
     }
     if b.socket.is_some() || subscribe.is_none() {
-        match nftables::dump_within(nft_cap) {
-            Ok(d) => {
+        match super::nft::dump_held(Some(nft_cap), false) {
+            Ok(mut d) => {
                 let gen = d.gen_id;
+                b.nft_counts = d.rule_counts.take();
                 let state = nftables::ifnames::scope(&mut b.ifnames, || NftState::from_dump(&d));
                 b.nft = Some((state, gen));
-            }
-            Err(nftables::NftError::TooManyRules { cap }) => {
-                // Not subscribed: the kernel queues nothing for a ruleset not followed.
-                b.socket = None;
-                b.nft_unfollowed = Some(super::nft::unfollowed(cap, None));
             }
             Err(e) => b.problems.push(format!("nftables dump: {e}")),
         }

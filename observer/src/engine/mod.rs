@@ -72,8 +72,9 @@ enum NsMsg {
     NftSnapshot { inode: u32, tables: Box<Tables> },
     /// The reader stopped or lost notifications.
     Trouble { inode: u32, message: String },
-    /// The namespace's nftables ruleset passed what it may hold: the reader let it go.
-    LetGo { inode: u32, message: String },
+    /// The namespace's nftables ruleset passed what it may hold, with this many rules: it is
+    /// held at chain level from now on.
+    NftChainLevel { inode: u32, rules: usize },
     /// A legacy replace learned off the loop, or why it could not be.
     Learned {
         inode: u32,
@@ -101,8 +102,8 @@ struct Watched {
     nft_reader: Option<JoinHandle<()>>,
     /// Set to ask the nft reader for a snapshot with its next transaction.
     nft_snapshot: Option<Arc<self::nft::SnapAsk>>,
-    /// Its nftables ruleset was let go for its size (see [`nft::unfollowed`]).
-    nft_let_go: bool,
+    /// Its nftables ruleset is held at chain level (see [`Engine::nft_chain_level`]).
+    nft_chain_level: bool,
     /// Sockets of the namespace for reading its legacy tables without entering it, opened at
     /// its first legacy replace (they keep it alive: dropped with this entry).
     xt_socks: Option<Arc<xtables::XtSockets>>,
@@ -329,9 +330,9 @@ pub trait Output: Send {
     /// that exports it.
     fn chain_level_tables(&mut self, _tables: usize) {}
 
-    /// How many namespaces' nftables rulesets were let go for their size, for a sink that
+    /// How many namespaces' nftables rulesets are held at chain level now, for a sink that
     /// exports it.
-    fn nft_let_go(&mut self, _namespaces: usize) {}
+    fn nft_chain_level(&mut self, _namespaces: usize) {}
 
     /// When this output keeps snapshots of the rulesets (the daemon's record), how often.
     fn snapshot_policy(&self) -> Option<crate::forensics::SnapshotPolicy> {
@@ -789,8 +790,8 @@ impl Engine {
             .sum()
     }
 
-    /// The most rules namespace `inode`'s nftables ruleset may hold: past it, it is not
-    /// followed. The node's: its limit; any other: its limit within the budget.
+    /// The most rules namespace `inode`'s nftables ruleset may hold rule by rule: past it, it
+    /// is held at chain level. The node's: its limit; any other: its limit within the budget.
     fn nft_rule_cap(&self, inode: u32) -> usize {
         if self.is_node(inode) {
             self.rule_level_limit

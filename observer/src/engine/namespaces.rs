@@ -55,7 +55,7 @@ impl Engine {
         for p in &baseline.problems {
             tracing::warn!("namespace {inode}: {}", crate::shown::Shown(p));
         }
-        let let_go = baseline.nft_unfollowed.clone();
+        let nft_counts = baseline.nft_counts;
         if let Some(h) = self.hooks.as_mut() {
             h.mark_netns_seen(inode);
         }
@@ -101,12 +101,13 @@ impl Engine {
                 .collect(),
             nft_reader: None,
             nft_snapshot: wants.then(|| Arc::new(SnapAsk::default())),
-            nft_let_go: false,
+            nft_chain_level: false,
             xt_socks: None,
             bridge: Default::default(),
             waiting: Default::default(),
             learning: false,
         };
+        let mut nft_went = None;
         if let (Some(sock), Some((state, gen))) = (baseline.socket, baseline.nft) {
             if lifecycle::report_established(new, !state.tables.is_empty()) {
                 // Written before the subscription opened: report what was established.
@@ -116,9 +117,13 @@ impl Engine {
             }
             let reader = handle.file.try_clone().and_then(|ns| {
                 let writers = self.nft_writers();
-                let builder = GenerationBuilder::new(state)
+                let mut builder = GenerationBuilder::new(state)
                     .with_ifnames(baseline.ifnames)
                     .with_rule_cap(nft_cap);
+                if let Some(counts) = nft_counts {
+                    builder = builder.at_chain_level(counts);
+                }
+                nft_went = builder.take_chain_level();
                 let snap = watched.nft_snapshot.clone();
                 let tx = self.ns_tx.clone();
                 spawn_nft_reader(inode, ns, sock, builder, tx, writers, snap)
@@ -148,8 +153,8 @@ impl Engine {
         for (key, rules) in chain_level {
             self.note_level(inode, &key, false, Some(rules));
         }
-        if let Some(why) = let_go {
-            self.let_go_nft(inode, why);
+        if let Some(rules) = nft_went {
+            self.nft_chain_level(inode, rules);
         }
         self.save_ipsets(inode).await;
         if let Some(t) = legacy_snapshot {
@@ -267,7 +272,7 @@ impl Engine {
             }
             self.watched.remove(&inode);
             self.count_chain_level();
-            self.count_nft_let_go();
+            self.count_nft_chain_level();
             self.core.forget_netns(inode);
             if let Some(r) = self.restorer.as_mut() {
                 r.forget(inode);
@@ -330,7 +335,7 @@ impl Engine {
             NsMsg::NftSnapshot { inode, tables } => {
                 self.snapshot_in_turn(inode, Backend::Nft, *tables);
             }
-            NsMsg::LetGo { inode, message } => self.let_go_nft(inode, message),
+            NsMsg::NftChainLevel { inode, rules } => self.nft_chain_level(inode, rules),
             NsMsg::Trouble { inode, message } => {
                 self.emit_status(StatusLine::gap(
                     Gap::Netlink,

@@ -75,56 +75,50 @@ pub(super) async fn nft_reader(
     writers: Option<Arc<WriterCache>>,
     snap: Option<Arc<SnapAsk>>,
 ) {
-    let msg = match read_notifications(inode, &ns, fd, builder, &tx, writers.as_deref(), snap).await
-    {
-        Stopped::Trouble(message) => NsMsg::Trouble { inode, message },
-        Stopped::LetGo(message) => NsMsg::LetGo { inode, message },
-    };
-    let _ = tx.send(msg).await;
+    let why = read_notifications(inode, &ns, fd, builder, &tx, writers.as_deref(), snap).await;
+    let _ = tx
+        .send(NsMsg::Trouble {
+            inode,
+            message: why,
+        })
+        .await;
 }
 
 impl super::Engine {
-    /// Namespace `inode`'s nftables ruleset was let go for its size: say so (a gap line and
-    /// the log), and count such namespaces for the metrics.
-    pub(super) fn let_go_nft(&mut self, inode: u32, why: String) {
-        let message = format!("namespace {inode}: {why}");
+    /// Namespace `inode`'s nftables ruleset went to chain level with `rules` rules: say so (a
+    /// warning line and the log), count such namespaces for the metrics, and keep `--restore`
+    /// from writing it.
+    pub(super) fn nft_chain_level(&mut self, inode: u32, rules: usize) {
+        let cap = self.nft_rule_cap(inode);
+        let (limit, budget) = (self.rule_level_limit, self.rule_level_budget);
+        let bound = if cap < limit {
+            format!("--rule-level-budget {budget} (for a namespace other than the node's)")
+        } else {
+            format!("--rule-level-limit {limit} (per namespace)")
+        };
+        let message = format!(
+            "the nftables ruleset of namespace {inode} has more than the {cap} rules that \
+             {bound} allows ({rules} when observer saw it pass): it is held at chain level, and \
+             its changes are told a chain at a time (created, deleted, flushed, rules changed; \
+             no rule text, no rule-level incidents, no restore) until observer restarts"
+        );
         tracing::warn!("{}", crate::shown::Shown(&message));
-        self.emit_status(crate::output::StatusLine::gap(
-            crate::output::line::Gap::Netlink,
-            message,
-        ));
+        self.emit_status(crate::output::StatusLine::warning(message));
         if let Some(w) = self.watched.get_mut(&inode) {
-            w.nft_let_go = true;
+            w.nft_chain_level = true;
         }
-        self.count_nft_let_go();
-        // What the reader held of it (up to the cap) is free now: give it back.
+        if let Some(r) = self.restorer.as_mut() {
+            r.nft_held_at_chain_level(inode);
+        }
+        self.count_nft_chain_level();
+        // What the reader held of its rules is free now: give it back.
         super::release_free_heap();
     }
 
-    /// Tell the outputs how many watched namespaces' nftables rulesets are let go now.
-    pub(super) fn count_nft_let_go(&mut self) {
-        let n = self.watched.values().filter(|w| w.nft_let_go).count();
-        self.output.nft_let_go(n);
-    }
-}
-
-/// Why a namespace's reader stopped.
-pub(super) enum Stopped {
-    /// The socket failed, a re-read failed, or the engine went away.
-    Trouble(String),
-    /// The ruleset passed what the namespace may hold (see [`unfollowed`]).
-    LetGo(String),
-}
-
-impl From<String> for Stopped {
-    fn from(why: String) -> Stopped {
-        Stopped::Trouble(why)
-    }
-}
-
-impl From<&str> for Stopped {
-    fn from(why: &str) -> Stopped {
-        Stopped::Trouble(why.to_string())
+    /// Tell the outputs how many watched namespaces' nftables rulesets are held at chain level.
+    pub(super) fn count_nft_chain_level(&mut self) {
+        let n = self.watched.values().filter(|w| w.nft_chain_level).count();
+        self.output.nft_chain_level(n);
     }
 }
 
@@ -137,13 +131,13 @@ pub(super) async fn read_notifications(
     tx: &mpsc::Sender<NsMsg>,
     writers: Option<&WriterCache>,
     snap: Option<Arc<SnapAsk>>,
-) -> Stopped {
+) -> String {
     let mut buf = vec![0u8; nftables::socket::RECV_BUF_BYTES];
     loop {
         let mut guard = tokio::select! {
             g = fd.readable_mut() => match g {
                 Ok(g) => g,
-                Err(e) => return format!("nftables notifications stopped: {e}").into(),
+                Err(e) => return format!("nftables notifications stopped: {e}"),
             },
             // A snapshot asked for now: the state after every transaction sent so far.
             () = asked_now(&snap) => {
@@ -161,7 +155,15 @@ pub(super) async fn read_notifications(
             match nftables::recv(guard.get_inner(), &mut buf) {
                 Ok(Some(n)) => {
                     let txns = builder.feed(&buf[..n]).transactions;
-                    let too_big = builder.too_big().zip(builder.rule_cap());
+                    if let Some(rules) = builder.take_chain_level() {
+                        if tx
+                            .send(NsMsg::NftChainLevel { inode, rules })
+                            .await
+                            .is_err()
+                        {
+                            return "the engine stopped".into();
+                        }
+                    }
                     let count = txns.len();
                     for (i, mut t) in txns.into_iter().enumerate() {
                         let process = nft_writer(writers, inode, t.gen_id, t.pid, &t.comm).await;
@@ -188,9 +190,6 @@ pub(super) async fn read_notifications(
                             return "the engine stopped".into();
                         }
                     }
-                    if let Some((seen, cap)) = too_big {
-                        return Stopped::LetGo(unfollowed(cap, Some(seen)));
-                    }
                 }
                 Ok(None) => {
                     guard.clear_ready();
@@ -212,14 +211,20 @@ pub(super) async fn read_notifications(
                     );
                     // Re-read the ruleset: report the difference, then diff what follows
                     // against the truth.
-                    let dump = match resync(ns, builder.rule_cap()).await {
+                    let dump = match resync(ns, builder.rule_cap(), builder.chain_level()).await {
                         Ok(d) => d,
-                        Err(ResyncError::Dump(nftables::NftError::TooManyRules { cap })) => {
-                            return Stopped::LetGo(unfollowed(cap, None))
-                        }
-                        Err(e) => return format!("re-reading the ruleset failed: {e}").into(),
+                        Err(e) => return format!("re-reading the ruleset failed: {e}"),
                     };
                     let t = builder.resync(&dump);
+                    if let Some(rules) = builder.take_chain_level() {
+                        if tx
+                            .send(NsMsg::NftChainLevel { inode, rules })
+                            .await
+                            .is_err()
+                        {
+                            return "the engine stopped".into();
+                        }
+                    }
                     if t.changes.is_empty() {
                         continue;
                     }
@@ -248,26 +253,27 @@ pub(super) async fn read_notifications(
                         }
                     }
                 }
-                Err(e) => return format!("nftables notifications stopped: {e}").into(),
+                Err(e) => return format!("nftables notifications stopped: {e}"),
             }
         }
     }
 }
 
-/// Why a namespace's nftables ruleset is no longer followed: it holds more than `cap` rules
-/// (`seen` of them, when counted), the most observer holds for it.
-pub(super) fn unfollowed(cap: usize, seen: Option<usize>) -> String {
-    let held = match seen {
-        Some(n) => format!("at least {n} rules"),
-        None => format!("more than {cap} rules"),
-    };
-    format!(
-        "its nftables ruleset holds {held}, past the {cap} observer holds for one namespace \
-         (--rule-level-limit, and --rule-level-budget for a namespace other than the node's): \
-         its nftables changes are no longer followed, so that it cannot take observer's memory \
-         (its legacy tables still are); raise the bound, and the memory limit with it, and \
-         restart observer to follow them"
-    )
+/// Dump the current namespace's ruleset as its hold needs it: counted a chain at a time when
+/// it is held at chain level, or when it holds more than `cap` rules (then it goes to chain
+/// level); else whole.
+pub(super) fn dump_held(
+    cap: Option<usize>,
+    chain_level: bool,
+) -> Result<nftables::socket::Dump, nftables::NftError> {
+    match cap {
+        _ if chain_level => nftables::dump_counting(),
+        Some(cap) => match nftables::dump_within(cap) {
+            Err(nftables::NftError::TooManyRules { .. }) => nftables::dump_counting(),
+            other => other,
+        },
+        None => nftables::dump(),
+    }
 }
 
 /// The engine's asks for a snapshot of a namespace's nftables tables: with the reader's next
@@ -331,12 +337,10 @@ pub(super) enum ResyncError {
 pub(super) async fn resync(
     ns: &std::fs::File,
     cap: Option<usize>,
+    chain_level: bool,
 ) -> Result<nftables::socket::Dump, ResyncError> {
     let file = ns.try_clone().map_err(ResyncError::Handle)?;
-    let dump = move || match cap {
-        Some(cap) => nftables::dump_within(cap),
-        None => nftables::dump(),
-    };
+    let dump = move || dump_held(cap, chain_level);
     let dumped = tokio::task::spawn_blocking(move || netns::run_in(&file, dump))
         .await?
         .map_err(ResyncError::Thread)??;

@@ -31,7 +31,7 @@ pub mod socket;
 mod tests;
 
 pub use observer_rules::nftables::{decode, generation, render, state, xt_syntax, Dump};
-pub use socket::{discard_queued, dump, dump_within, recv, subscribe};
+pub use socket::{discard_queued, dump, dump_counting, dump_within, recv, subscribe};
 
 /// What can go wrong talking to nf_tables.
 #[derive(Debug, thiserror::Error)]

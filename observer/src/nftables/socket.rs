@@ -135,7 +135,34 @@ pub fn dump() -> Result<Dump, NftError> {
 /// Like [`dump`], stopping with [`NftError::TooManyRules`] once the ruleset shows more than
 /// `cap` rules: a namespace's ruleset is never held whole past what it may hold.
 pub fn dump_within(cap: usize) -> Result<Dump, NftError> {
-    dump_inner(&request_socket()?, None, Some(cap))
+    dump_inner(&request_socket()?, None, Mode::UpTo(cap))
+}
+
+/// The ruleset as a chain-level hold needs it: tables, chains and named sets, and each chain's
+/// rule count ([`Dump::rule_counts`]) instead of its rules; no anonymous set, no element.
+pub fn dump_counting() -> Result<Dump, NftError> {
+    dump_inner(&request_socket()?, None, Mode::Count)
+}
+
+/// What a dump does with the rules.
+#[derive(Debug, Clone, Copy)]
+enum Mode {
+    /// Keep them all.
+    Whole,
+    /// Keep them, failing with [`NftError::TooManyRules`] past this many.
+    UpTo(usize),
+    /// Count them per chain, keep none (and no anonymous set, no element).
+    Count,
+}
+
+/// Each chain's rule count, by (family, table, chain).
+type Counts = std::collections::HashMap<(u8, String, String), usize>;
+
+/// What a request does with the rules of its answer.
+enum Rules<'a> {
+    Keep,
+    UpTo(usize),
+    Count(&'a mut Counts),
 }
 
 /// Dump tables, chains, sets, set elements and rules (all families), and the generation id.
@@ -143,21 +170,21 @@ pub fn dump_within(cap: usize) -> Result<Dump, NftError> {
 /// The generation is read before and after; when it moved, or the kernel flagged a dump as
 /// interrupted, the dump is retried (a few times, then [`NftError::Inconsistent`]).
 pub fn dump_on(sock: &Socket) -> Result<Dump, NftError> {
-    dump_inner(sock, None, None)
+    dump_inner(sock, None, Mode::Whole)
 }
 
 /// Like [`dump_on`], also handing back the raw reply datagrams (for test fixtures).
 #[cfg(test)]
 pub(crate) fn dump_raw(sock: &Socket) -> Result<(Dump, Vec<Vec<u8>>), NftError> {
     let mut raw = Vec::new();
-    let dump = dump_inner(sock, Some(&mut raw), None)?;
+    let dump = dump_inner(sock, Some(&mut raw), Mode::Whole)?;
     Ok((dump, raw))
 }
 
 fn dump_inner(
     sock: &Socket,
     mut raw: Option<&mut Vec<Vec<u8>>>,
-    cap: Option<usize>,
+    mode: Mode,
 ) -> Result<Dump, NftError> {
     'attempt: for _ in 0..DUMP_ATTEMPTS {
         if let Some(r) = raw.as_deref_mut() {
@@ -165,12 +192,18 @@ fn dump_inner(
         }
         let before = generation(sock)?;
         let mut items = Vec::new();
+        let mut counts = Counts::new();
         for (kind, what) in [
             (decode::NFT_MSG_GETTABLE, "dump tables"),
             (decode::NFT_MSG_GETCHAIN, "dump chains"),
             (decode::NFT_MSG_GETSET, "dump sets"),
             (decode::NFT_MSG_GETRULE, "dump rules"),
         ] {
+            let rules = match mode {
+                Mode::Whole => Rules::Keep,
+                Mode::UpTo(cap) => Rules::UpTo(cap),
+                Mode::Count => Rules::Count(&mut counts),
+            };
             let reply = request(
                 sock,
                 what,
@@ -179,17 +212,22 @@ fn dump_inner(
                 NFPROTO_UNSPEC,
                 &[],
                 &mut raw,
-                cap,
+                rules,
             )?;
             if reply.interrupted {
                 continue 'attempt;
             }
             items.extend(reply.items);
         }
+        let counting = matches!(mode, Mode::Count);
+        if counting {
+            // A rule's own sets are not kept at chain level, nor is any set's content.
+            items.retain(|n| !matches!(n, Notification::Set(_, s) if s.is_anonymous()));
+        }
         let sets: Vec<(u8, String, String)> = items
             .iter()
             .filter_map(|n| match n {
-                Notification::Set(Verb::New, s) => {
+                Notification::Set(Verb::New, s) if !counting => {
                     Some((s.family, s.table.clone(), s.name.clone()))
                 }
                 _ => None,
@@ -210,7 +248,7 @@ fn dump_inner(
                 family,
                 &attrs,
                 &mut raw,
-                None,
+                Rules::Keep,
             ) {
                 Ok(reply) if !reply.interrupted => items.extend(reply.items),
                 // The set went away since the set dump: try again.
@@ -220,7 +258,11 @@ fn dump_inner(
             }
         }
         if generation(sock)? == before {
-            return Ok(Dump::from_notifications(before, items));
+            let mut dump = Dump::from_notifications(before, items);
+            if counting {
+                dump.rule_counts = Some(counts);
+            }
+            return Ok(dump);
         }
     }
     Err(NftError::Inconsistent {
@@ -238,7 +280,7 @@ pub fn generation(sock: &Socket) -> Result<u32, NftError> {
         NFPROTO_UNSPEC,
         &[],
         &mut None,
-        None,
+        Rules::Keep,
     )?;
     reply
         .items
@@ -303,9 +345,9 @@ fn request(
     family: u8,
     attrs: &[(u16, Vec<u8>)],
     raw: &mut Option<&mut Vec<Vec<u8>>>,
-    cap: Option<usize>,
+    mut rules: Rules<'_>,
 ) -> Result<Reply, NftError> {
-    let mut rules = 0usize;
+    let mut kept = 0usize;
     let seq = SEQ.fetch_add(1, Ordering::Relaxed);
     let mut body = vec![family, 0, 0, 0]; // nfgenmsg: family, NFNETLINK_V0, res_id 0
     for (kind, value) in attrs {
@@ -382,10 +424,21 @@ fn request(
                 }
                 _ => {
                     let item = decode::decode_message(&m);
-                    if matches!(item, Notification::Rule(..)) {
-                        rules += 1;
-                        if let Some(cap) = cap.filter(|&c| rules > c) {
-                            return Err(NftError::TooManyRules { cap });
+                    if let Notification::Rule(_, r) = &item {
+                        match &mut rules {
+                            Rules::Keep => {}
+                            Rules::UpTo(cap) => {
+                                kept += 1;
+                                if kept > *cap {
+                                    return Err(NftError::TooManyRules { cap: *cap });
+                                }
+                            }
+                            Rules::Count(counts) => {
+                                *counts
+                                    .entry((r.family, r.table.clone(), r.chain.clone()))
+                                    .or_default() += 1;
+                                continue;
+                            }
                         }
                     }
                     reply.items.push(item);

@@ -191,6 +191,8 @@ pub struct Restorer {
     /// Legacy tables held at chain level (`--rule-level-limit`), by namespace, family and
     /// name: observer does not hold their rules, so it never writes them.
     chain_level: std::collections::HashSet<(u32, crate::ruleset::Family, String)>,
+    /// Namespaces whose nftables ruleset is held at chain level: never written.
+    nft_chain_level: std::collections::HashSet<u32>,
 }
 
 #[derive(Debug)]
@@ -213,6 +215,7 @@ impl Restorer {
             history: HashMap::new(),
             put_back: HashMap::new(),
             chain_level: Default::default(),
+            nft_chain_level: Default::default(),
         }
     }
 
@@ -261,8 +264,14 @@ impl Restorer {
         }
     }
 
+    /// Namespace `netns`'s nftables ruleset is held at chain level (until observer restarts).
+    pub fn nft_held_at_chain_level(&mut self, netns: u32) {
+        self.nft_chain_level.insert(netns);
+    }
+
     pub fn forget(&mut self, netns: u32) {
         self.chain_level.retain(|(n, _, _)| *n != netns);
+        self.nft_chain_level.remove(&netns);
         self.keeper.forget(netns);
         self.ipsets.forget(netns);
         self.jobs.retain(|(n, _), _| *n != netns);
@@ -461,6 +470,15 @@ impl Restorer {
                     "legacy table {} is held at chain level (it has more rules than \
                      --rule-level-limit or --rule-level-budget leaves for it): observer does not hold its rules, so \
                      nothing of it is written",
+                    l.table
+                ));
+                continue;
+            }
+            if l.backend == crate::ruleset::Backend::Nft && self.nft_chain_level.contains(&netns) {
+                conflicts.push(format!(
+                    "the nftables ruleset of this namespace is held at chain level (it has more \
+                     rules than --rule-level-limit or --rule-level-budget allows): observer does \
+                     not hold its rules, so nothing of table {} is written",
                     l.table
                 ));
                 continue;

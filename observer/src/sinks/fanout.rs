@@ -123,8 +123,8 @@ impl Output for DaemonOutput {
         self.hub.metrics.chain_level_tables.set(tables as i64);
     }
 
-    fn nft_let_go(&mut self, namespaces: usize) {
-        self.hub.metrics.nft_let_go.set(namespaces as i64);
+    fn nft_chain_level(&mut self, namespaces: usize) {
+        self.hub.metrics.nft_chain_level.set(namespaces as i64);
     }
 
     fn table_learned(&mut self, read_back: bool) {

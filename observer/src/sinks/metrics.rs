@@ -85,8 +85,8 @@ pub struct Metrics {
     pub legacy_tables: Family<LegacyTableLabels, Counter>,
     /// Legacy tables held at chain level now (`--rule-level-limit`).
     pub chain_level_tables: Gauge,
-    /// Namespaces whose nftables ruleset was let go for its size.
-    pub nft_let_go: Gauge,
+    /// Namespaces whose nftables ruleset is held at chain level.
+    pub nft_chain_level: Gauge,
     pub hooks: Family<HookLabels, Gauge>,
     pub netns_watched: Gauge,
     pub sse_clients: Gauge,
@@ -170,13 +170,13 @@ impl Metrics {
              chain at a time, without rule text",
             chain_level_tables.clone(),
         );
-        let nft_let_go = Gauge::default();
+        let nft_chain_level = Gauge::default();
         registry.register(
-            "nft_let_go_namespaces",
-            "Namespaces whose nftables ruleset observer let go: it held more rules than \
+            "nft_chain_level_namespaces",
+            "Namespaces whose nftables ruleset is held at chain level: it has more rules than \
              --rule-level-limit (and, for a namespace other than the node's, --rule-level-budget) \
-             allows; their nftables changes are not followed",
-            nft_let_go.clone(),
+             allows; its changes are told a chain at a time, without rule text",
+            nft_chain_level.clone(),
         );
         let hooks = Family::<HookLabels, Gauge>::default();
         registry.register(
@@ -233,7 +233,7 @@ impl Metrics {
             kernel_errors,
             legacy_tables,
             chain_level_tables,
-            nft_let_go,
+            nft_chain_level,
             hooks,
             netns_watched,
             sse_clients,

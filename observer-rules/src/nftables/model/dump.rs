@@ -18,6 +18,10 @@ pub struct Dump {
     pub rules: Vec<Rule>,
     /// Messages of the dump that could not be decoded.
     pub skipped: usize,
+    /// For a dump that counted the rules instead of keeping them (a ruleset held at chain
+    /// level): each chain's rule count, by (family, table, chain). `rules` is then empty, and so
+    /// are the anonymous sets and the elements.
+    pub rule_counts: Option<std::collections::HashMap<(u8, String, String), usize>>,
 }
 
 impl Dump {

@@ -9,11 +9,16 @@
 //!
 //! How rules find their positions is described in `txn_apply`.
 //!
+//! A builder given a cap ([`GenerationBuilder::with_rule_cap`]) holds the ruleset at chain
+//! level once it passes it (`chain_level`).
+//!
 //! Layering: the top of the transaction code. [`GenerationBuilder`] uses `txn` (`Txn`, its
-//! book-keeping, applied to the state by `txn_apply`) and `catch_up` (resync after lost
-//! notifications); below them are `state`, `render`, `decode` and the dump (`Dump`).
+//! book-keeping, applied to the state by `txn_apply`), `catch_up` (resync after lost
+//! notifications) and `chain_level`; below them are `state`, `render`, `decode` and the dump
+//! (`Dump`).
 
 use crate::nftables::model::catch_up::catch_up;
+use crate::nftables::model::chain_level::ChainLevel;
 use crate::nftables::model::state::NftState;
 use crate::nftables::model::txn::Txn;
 use crate::nftables::netlink::decode::{self, Gen, Notification, Skipped, Verb};
@@ -48,15 +53,17 @@ pub struct GenerationBuilder {
     skipped: u64,
     /// The namespace's interface names, for `iif`/`oif` in rule text.
     ifnames: Option<Box<dyn Lent>>,
-    /// The most rules the state may hold with those of the transaction under way (see
-    /// [`Self::too_big`]).
+    /// The most rules the state may hold with those of the transaction under way: past it, the
+    /// ruleset is held at chain level (see [`chain_level`](super::chain_level)).
     rule_cap: Option<usize>,
     /// The rules the state holds.
     held: usize,
     /// Rules added by the notifications waiting for their NEWGEN.
     pending_rules: usize,
-    /// Rules seen when the cap was passed: the state and what was pending are let go.
-    too_big: Option<usize>,
+    /// Held at chain level: each chain's rule count, and the transaction's counted rules.
+    chain_level: Option<ChainLevel>,
+    /// The rules seen when the ruleset went to chain level, until [`Self::take_chain_level`].
+    went: Option<usize>,
 }
 
 impl GenerationBuilder {
@@ -71,17 +78,31 @@ impl GenerationBuilder {
             ifnames: None,
             rule_cap: None,
             pending_rules: 0,
-            too_big: None,
+            chain_level: None,
+            went: None,
         }
     }
 
-    /// Hold at most `cap` rules: past it (the state's rules and those a transaction under way
-    /// adds), the builder lets go of its state and of the transaction, reports nothing more and
-    /// says so through [`Self::too_big`], so that a namespace's ruleset never costs more memory
-    /// than that many rules, however big a transaction it makes.
+    /// Hold at most `cap` rules rule by rule: past it (the state's rules and those a
+    /// transaction under way adds), the ruleset is held at chain level from then on, so that a
+    /// namespace's ruleset never costs more memory than that many rules and its chains, however
+    /// big a transaction it makes. [`Self::take_chain_level`] says when that happened.
     pub fn with_rule_cap(mut self, cap: usize) -> GenerationBuilder {
         self.rule_cap = Some(cap);
         self.check_cap();
+        self
+    }
+
+    /// Hold the state at chain level from the start, with each chain's rule count from a dump
+    /// that counted them ([`Dump::rule_counts`]).
+    pub fn at_chain_level(
+        mut self,
+        counts: std::collections::HashMap<(u8, String, String), usize>,
+    ) -> GenerationBuilder {
+        let cl = ChainLevel::with_counts(counts);
+        self.went = Some(cl.rules());
+        self.chain_level = Some(cl);
+        self.held = 0;
         self
     }
 
@@ -90,23 +111,29 @@ impl GenerationBuilder {
         self.rule_cap
     }
 
-    /// The rules seen when the cap was passed, once it was: the builder follows nothing more.
-    pub fn too_big(&self) -> Option<usize> {
-        self.too_big
+    /// Whether the ruleset is held at chain level.
+    pub fn chain_level(&self) -> bool {
+        self.chain_level.is_some()
+    }
+
+    /// Once, after the ruleset went to chain level: the rules it had then (those held and those
+    /// of the transaction under way, as far as they were seen).
+    pub fn take_chain_level(&mut self) -> Option<usize> {
+        self.went.take()
     }
 
     fn check_cap(&mut self) {
         let seen = self.held + self.pending_rules;
-        if self.too_big.is_none() && self.rule_cap.is_some_and(|cap| seen > cap) {
-            self.too_big = Some(seen);
-            self.pending = Vec::new();
-            self.state = NftState {
-                gen_id: self.state.gen_id,
-                tables: Default::default(),
-            };
-            self.held = 0;
-            self.pending_rules = 0;
+        if self.chain_level.is_some() || self.rule_cap.is_none_or(|cap| seen <= cap) {
+            return;
         }
+        let mut cl = ChainLevel::take(&mut self.state);
+        let pending = std::mem::take(&mut self.pending);
+        self.pending = pending.into_iter().filter_map(|n| cl.fold(n)).collect();
+        self.chain_level = Some(cl);
+        self.went = Some(seen);
+        self.held = 0;
+        self.pending_rules = 0;
     }
 
     /// Name interfaces in rule text from this namespace's link table (see [`ifnames`]).
@@ -169,9 +196,6 @@ impl GenerationBuilder {
     }
 
     fn push_named(&mut self, n: Notification) -> Option<Transaction> {
-        if self.too_big.is_some() {
-            return None;
-        }
         let gen = match n {
             Notification::Gen(g) => g,
             Notification::Skipped(_) => {
@@ -179,25 +203,34 @@ impl GenerationBuilder {
                 return None;
             }
             other => {
-                if matches!(other, Notification::Rule(Verb::New, _)) {
+                let other = match self.chain_level.as_mut() {
+                    Some(cl) => cl.fold(other)?,
+                    None => other,
+                };
+                let adds = matches!(other, Notification::Rule(Verb::New, _));
+                self.pending.push(other);
+                if adds {
                     self.pending_rules += 1;
                     self.check_cap();
-                    if self.too_big.is_some() {
-                        return None;
-                    }
                 }
-                self.pending.push(other);
                 return None;
             }
         };
         let pending = std::mem::take(&mut self.pending);
         self.pending_rules = 0;
         if (gen.id.wrapping_sub(self.state.gen_id) as i32) <= 0 {
+            if let Some(cl) = self.chain_level.as_mut() {
+                // Already in the dump: what it counted stands.
+                cl.discard();
+            }
             return None;
         }
-        let changes = Txn::default().apply(&mut self.state, pending);
+        let mut changes = Txn::default().apply(&mut self.state, pending);
         self.state.gen_id = gen.id;
-        self.held = self.state.rule_count();
+        match self.chain_level.as_mut() {
+            Some(cl) => changes.extend(cl.finish(&self.state)),
+            None => self.held = self.state.rule_count(),
+        }
         Some(transaction(gen, changes))
     }
 }
@@ -213,6 +246,37 @@ impl GenerationBuilder {
         // Interfaces may have been renamed meanwhile.
         if let Some(n) = self.ifnames.as_mut() {
             n.clear();
+        }
+        // A dump that counted the rules, or any dump of a ruleset held at chain level: the
+        // ruleset is (or goes) to chain level.
+        let counts = match &dump.rule_counts {
+            Some(c) => Some(c.clone()),
+            None if self.chain_level.is_some() => Some(counted(dump)),
+            None => None,
+        };
+        if let Some(counts) = counts {
+            if self.chain_level.is_none() {
+                self.chain_level = Some(ChainLevel::take(&mut self.state));
+                self.went = Some(counts.values().sum());
+                self.held = 0;
+            }
+            let (new, changes) = self.named(|b| {
+                let mut new = NftState::from_dump(dump);
+                ChainLevel::take(&mut new);
+                let items = catch_up(&b.state, &new, dump);
+                let mut changes = Txn::default().apply(&mut b.state, items);
+                if let Some(cl) = b.chain_level.as_mut() {
+                    changes.extend(cl.resync(&new, &counts));
+                }
+                (new, changes)
+            });
+            self.state = new;
+            return Transaction {
+                gen_id: dump.gen_id,
+                pid: 0,
+                comm: String::new(),
+                changes,
+            };
         }
         let (new, changes) = self.named(|b| {
             let new = NftState::from_dump(dump);
@@ -231,6 +295,18 @@ impl GenerationBuilder {
         }
     }
 }
+
+/// Each chain's rules in a dump that kept them, counted.
+fn counted(dump: &Dump) -> std::collections::HashMap<(u8, String, String), usize> {
+    let mut counts = std::collections::HashMap::new();
+    for r in &dump.rules {
+        *counts
+            .entry((r.family, r.table.clone(), r.chain.clone()))
+            .or_default() += 1;
+    }
+    counts
+}
+
 fn transaction(gen: Gen, changes: Vec<Change>) -> Transaction {
     Transaction {
         gen_id: gen.id,
