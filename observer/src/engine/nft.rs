@@ -155,14 +155,8 @@ pub(super) async fn read_notifications(
             match nftables::recv(guard.get_inner(), &mut buf) {
                 Ok(Some(n)) => {
                     let txns = builder.feed(&buf[..n]).transactions;
-                    if let Some(rules) = builder.take_chain_level() {
-                        if tx
-                            .send(NsMsg::NftChainLevel { inode, rules })
-                            .await
-                            .is_err()
-                        {
-                            return "the engine stopped".into();
-                        }
+                    if !said_chain_level(&mut builder, inode, tx).await {
+                        return "the engine stopped".into();
                     }
                     let count = txns.len();
                     for (i, mut t) in txns.into_iter().enumerate() {
@@ -216,14 +210,8 @@ pub(super) async fn read_notifications(
                         Err(e) => return format!("re-reading the ruleset failed: {e}"),
                     };
                     let t = builder.resync(&dump);
-                    if let Some(rules) = builder.take_chain_level() {
-                        if tx
-                            .send(NsMsg::NftChainLevel { inode, rules })
-                            .await
-                            .is_err()
-                        {
-                            return "the engine stopped".into();
-                        }
+                    if !said_chain_level(&mut builder, inode, tx).await {
+                        return "the engine stopped".into();
                     }
                     if t.changes.is_empty() {
                         continue;
@@ -256,6 +244,18 @@ pub(super) async fn read_notifications(
                 Err(e) => return format!("nftables notifications stopped: {e}"),
             }
         }
+    }
+}
+
+/// Tell the engine once the ruleset went to chain level; false when the engine is gone.
+async fn said_chain_level(
+    builder: &mut GenerationBuilder,
+    inode: u32,
+    tx: &mpsc::Sender<NsMsg>,
+) -> bool {
+    match builder.take_chain_level() {
+        Some(rules) => tx.send(NsMsg::NftChainLevel { inode, rules }).await.is_ok(),
+        None => true,
     }
 }
 
