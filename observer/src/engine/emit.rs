@@ -216,7 +216,7 @@ impl Engine {
         for inode in inodes {
             if self.backlog.holds(inode) {
                 if let Some(d) = self.snapshots.as_mut() {
-                    d.changed(inode, Backend::Legacy, u64::MAX);
+                    d.make_due(inode, Backend::Legacy);
                 }
             } else {
                 self.legacy_snapshot(inode);

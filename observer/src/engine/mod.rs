@@ -51,7 +51,7 @@ use self::core::lifecycle::Sweep;
 pub use self::core::requests;
 use self::core::{ChangeCtx, Core};
 pub(crate) use baseline::{inventory, read_baseline};
-use nft::sleep_until_some;
+use nft::{sleep_until_some, until_notified};
 
 /// A transaction from a namespace's netlink reader.
 enum NsMsg {
@@ -522,14 +522,6 @@ async fn start(
     ))
 }
 
-/// Until `n` is signalled (never without one).
-async fn notified(n: &Option<Arc<tokio::sync::Notify>>) {
-    match n {
-        Some(n) => n.notified().await,
-        None => std::future::pending().await,
-    }
-}
-
 /// Read the sources and write what they show until a signal, or until the output's reader
 /// goes away.
 async fn run_loop(engine: &mut Engine, signals: &mut Signals, channels: &mut Channels) {
@@ -561,7 +553,7 @@ async fn run_loop(engine: &mut Engine, signals: &mut Signals, channels: &mut Cha
             // the change it makes must find it.
             Some(msg) = bus_rx.recv() => engine.on_bus(msg),
             // The record is written again after a gap: what it holds is made whole again.
-            () = notified(&resumed) => engine.snapshot_everything(),
+            () = until_notified(resumed.as_deref()) => engine.snapshot_everything(),
             Some(ev) = kernel_rx.recv() => {
                 // Records lost before this one are re-read first: the re-read holds what they
                 // did (as recovered changes of an unknown writer), and the changes still queued

@@ -140,7 +140,7 @@ pub(super) async fn read_notifications(
                 Err(e) => return format!("nftables notifications stopped: {e}"),
             },
             // A snapshot asked for now: the state after every transaction sent so far.
-            () = asked_now(&snap) => {
+            () = until_notified(snap.as_deref().map(|s| &s.now)) => {
                 if let Some(f) = &snap {
                     f.due.store(false, Ordering::Relaxed);
                 }
@@ -284,10 +284,10 @@ pub(super) struct SnapAsk {
     pub(super) now: tokio::sync::Notify,
 }
 
-/// Until a snapshot is asked for at once (never without asks).
-async fn asked_now(snap: &Option<Arc<SnapAsk>>) {
-    match snap {
-        Some(s) => s.now.notified().await,
+/// Until `n` is signalled (never without one).
+pub(super) async fn until_notified(n: Option<&tokio::sync::Notify>) {
+    match n {
+        Some(n) => n.notified().await,
         None => std::future::pending().await,
     }
 }

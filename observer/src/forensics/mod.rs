@@ -106,7 +106,36 @@ impl Due {
         e.0 >= self.policy.changes || e.1.elapsed() >= self.policy.every
     }
 
+    /// Make a snapshot of this namespace's backend due now: the next check of it says so.
+    pub fn make_due(&mut self, netns: u32, backend: Backend) {
+        let changes = self.policy.changes;
+        let e = self
+            .since
+            .entry((netns, backend))
+            .or_insert((0, Instant::now()));
+        e.0 = e.0.max(changes);
+    }
+
     pub fn forget(&mut self, netns: u32) {
         self.since.retain(|k, _| k.0 != netns);
+    }
+}
+
+#[cfg(test)]
+mod due_tests {
+    use super::*;
+
+    #[test]
+    fn a_snapshot_made_due_is_due_at_the_next_check_whatever_was_counted() {
+        let mut due = Due::new(SnapshotPolicy {
+            changes: 10,
+            every: Duration::from_secs(3600),
+        });
+        assert!(!due.changed(7, Backend::Legacy, 3));
+        due.make_due(7, Backend::Legacy);
+        assert!(due.changed(7, Backend::Legacy, 0));
+        assert!(!due.changed(7, Backend::Nft, 0), "only that backend");
+        due.taken(7, Backend::Legacy);
+        assert!(!due.changed(7, Backend::Legacy, 1));
     }
 }
