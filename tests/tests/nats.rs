@@ -465,6 +465,13 @@ struct Losses {
     held: Option<Held>,
     /// The row of the publish held back, once it was sent late.
     late_seq: Option<String>,
+    /// Cut the connection at its first publish of a change after a message delete (that
+    /// publish lost with it): the session ends right after its repair deleted the subject's
+    /// last messages, before it stored anything after them.
+    cut_after_delete: bool,
+    /// The connection that asked for a delete, and the row whose publish the cut lost.
+    deleted_on: Option<usize>,
+    cut_seq: Option<String>,
 }
 
 /// A publish held back: from which connection, the frame, and that connection's server side.
@@ -556,7 +563,12 @@ fn lossy_proxy(upstream: u16, losses: std::sync::Arc<std::sync::Mutex<Losses>>) 
             std::thread::spawn(move || {
                 let frame_of =
                     |line: &[u8], payload: &[u8]| [line, b"\r\n", payload, b"\r\n"].concat();
+                let (cut_c, cut_s) = (clone(&client), clone(&server));
                 pump(client, clone(&server), |line, payload| {
+                    if line.starts_with(b"PUB $JS.API.STREAM.MSG.DELETE.") {
+                        up.lock().expect("losses").deleted_on = Some(conn);
+                        return false;
+                    }
                     if !(line.starts_with(b"HPUB observer.")
                         && line
                             .split(|b| *b == b' ')
@@ -566,6 +578,12 @@ fn lossy_proxy(upstream: u16, losses: std::sync::Arc<std::sync::Mutex<Losses>>) 
                         return false;
                     }
                     let mut l = up.lock().expect("losses");
+                    if l.cut_after_delete && l.deleted_on == Some(conn) && l.cut_seq.is_none() {
+                        l.cut_seq = observer_seq(payload);
+                        shut(&cut_s);
+                        shut(&cut_c);
+                        return true;
+                    }
                     if l.held.as_ref().is_some_and(|h| h.conn != conn) {
                         // The next connection's first change: the held one goes first, on
                         // its own connection, and is stored before this one is passed on.
@@ -710,7 +728,9 @@ fn assert_once_in_order(want: &[u64], mine: &[test_support::StreamMessage]) {
 /// the stream with the record. Every change the node printed is then in the stream exactly
 /// once, in order: the rows stored after the hole were deleted and the lost row and those after
 /// it published again, with fresh message ids (the server's duplicate window remembers the
-/// deleted ones); the row whose acknowledgement was lost was not published twice.
+/// deleted ones); the row whose acknowledgement was lost was not published twice. Then a
+/// publish of an earlier session stored late, and a repair whose session dies right after its
+/// deletes: the same holds after each.
 #[test]
 fn a_lost_publish_and_a_lost_ack_neither_drop_nor_duplicate_nor_reorder() {
     skip_unless!("nats-server", "ip", "nft");
@@ -724,8 +744,9 @@ fn a_lost_publish_and_a_lost_ack_neither_drop_nor_duplicate_nor_reorder() {
     let proxy = lossy_proxy(nats.port, losses.clone());
     let node = "lossy.fleet.test";
     let record = dir.path().join("lossy.db");
+    let port = free_port();
     let mut daemon = Daemon::publishing(
-        free_port(),
+        port,
         &record,
         &format!("nats://127.0.0.1:{proxy}"),
         node,
@@ -784,8 +805,9 @@ fn a_lost_publish_and_a_lost_ack_neither_drop_nor_duplicate_nor_reorder() {
     // 3. A publish stored late: the proxy holds the 10th change of this commit back; the session
     // ends on its acknowledgement's timeout, and the next one reconciles the stream (deleting the
     // 30 stored after it) before the held publish reaches the server on the old connection, just
-    // ahead of the new session's first. Its first acknowledgement's check finds the row twice,
-    // and the session after deletes the second copy and what followed it.
+    // ahead of the new session's first. That first row, sent on the condition that the row the
+    // session resumed after is still the subject's last, is refused, and the session after
+    // deletes the late copy and publishes again from there.
     {
         let mut l = losses.lock().expect("losses");
         l.hold_at = l.pubs + 10;
@@ -803,6 +825,41 @@ fn a_lost_publish_and_a_lost_ack_neither_drop_nor_duplicate_nor_reorder() {
         "the late row {late} is one of {want:?}"
     );
     assert_once_in_order(&want, &mine);
+
+    // 4. A repair cut short: another lost publish, and the session that deletes the rows stored
+    // after it loses its connection at its first publish after the deletes. The subject's last
+    // messages are then deleted and nothing follows them; the next session must still resume
+    // after the run stored in order, not from the start.
+    {
+        let mut l = losses.lock().expect("losses");
+        l.lost_seq = None;
+        l.pub_at = l.pubs + 10;
+        l.deleted_on = None;
+        l.cut_after_delete = true;
+    }
+    let published = || {
+        let (_, m) = get(port, "/metrics", &[]);
+        metric(&m, "observer_nats_published_total", &[("kind", "change")]).unwrap_or(0.0)
+    };
+    let before = published();
+    changes_at_once(&ns, &writer, dir.path(), "cut", 40);
+    let want = printed_seqs(&mut daemon, "cut39");
+    let mine = node_changes(&url, node, &want);
+    let cut = recorded_seq(
+        &losses,
+        |l| &l.cut_seq,
+        "the proxy cut a session after its deletes",
+    );
+    assert!(want.contains(&cut), "the cut row {cut} is one of {want:?}");
+    assert_once_in_order(&want, &mine);
+    // Each of the 40 rows stored at most twice (before the repair and after): none of the rows
+    // before them was published again, as it would be by a session resuming from the start.
+    let again = published() - before;
+    assert!(
+        again <= 80.0,
+        "{again} changes were acknowledged for 40 new rows: the session after the cut published \
+         older rows again"
+    );
     daemon.stop();
 }
 

@@ -19,16 +19,19 @@
 //!
 //! A message of an earlier session can still be stored after the next one read the subject: one
 //! the old connection had queued while it was down and sends once it is back, or one the stream's
-//! new leader commits from its predecessor's log. Two rules keep that from going unseen:
+//! new leader commits from its predecessor's log (a leader just elected can also answer reads
+//! before it has applied all it inherited). Two rules keep that from going unseen:
 //! - a session that ends while its connection is down keeps the connection for the next one (what
 //!   it had queued then goes out before anything of the next session) until it is back or gives
 //!   up reconnecting (its queue dies with it); a connection that is up is flushed before it is
 //!   dropped, so nothing of it can follow;
-//! - each session, once its first row of a kind is acknowledged, reads the subject again from the
-//!   run it resumed after to that row ([`Publisher::check_first`]). Anything stored in between
-//!   ends the session, and the next one reconciles it away. After that acknowledgement nothing
-//!   older can be stored: the old messages went out first on the same connection, and a stream
-//!   leader commits what it inherited before its own new entries.
+//! - each session checks what it stored ([`Publisher::verify`]): every `window` rows
+//!   acknowledged, and each time it has nothing more to send. Where the acknowledgements' stream
+//!   sequences follow each other, nothing can lie between them; elsewhere the subject is read
+//!   back from the last row checked, and this record's messages there must be exactly the rows
+//!   acknowledged, in order. When idle, the subject's last message must also be the row
+//!   acknowledged last. Anything else ends the session, and the next one reconciles the subject
+//!   from the last row checked.
 //!
 //! Here is the session (connect, send, take the acknowledgements in order); `reconcile` finds
 //! where it resumes and checks that nothing was stored late, `spool` reads the record.
@@ -49,7 +52,7 @@ use super::{
     message_id, stream_config, subject, Kind, NatsSettings, HEADER_NODE, HEADER_RECORD, HEADER_SEQ,
 };
 use crate::store::{self, StoreError, Stored};
-use reconcile::Checks;
+use reconcile::{Kinds, Published};
 pub use spool::Spool;
 use spool::{count_backlog, oldest_kept, open_record, read_after};
 
@@ -113,15 +116,28 @@ pub enum PublishError {
         #[source]
         cause: Box<dyn std::error::Error + Send + Sync>,
     },
-    /// A message of an earlier session was stored after this session read the subject.
+    /// A message of an earlier session was stored among this session's rows: after row `after`,
+    /// the subject holds rows other than those this session had acknowledged.
     #[error(
-        "{subject} holds rows {rows:?} from row {resume_after} to this session's first: an \
-         earlier session's message was stored late; reconciling again"
+        "{subject} holds, after row {after}, this record's rows {found} where this session had \
+         stored rows {acked}: an earlier session's message was stored late; reconciling again"
     )]
     StoredLate {
         subject: String,
-        resume_after: u64,
-        rows: Vec<u64>,
+        after: u64,
+        found: String,
+        acked: String,
+    },
+    /// A message of an earlier session was stored after the row this session acknowledged last.
+    #[error(
+        "{subject}'s last message is {found}, not row {row} (stream sequence {seq}) that this \
+         session published last: an earlier session's message was stored late; reconciling again"
+    )]
+    NotLast {
+        subject: String,
+        row: u64,
+        seq: u64,
+        found: String,
     },
     /// A message stored out of order could not be deleted.
     #[error("deleting message {seq} (stored out of order) from the stream")]
@@ -174,6 +190,9 @@ struct Publisher {
     /// Until when rows are published with fresh message ids (a delete or a duplicate was seen:
     /// the stream's duplicate window may remember ids of messages no longer stored).
     fresh_until: Mutex<Option<std::time::Instant>>,
+    /// Where the next session reads each subject back from, at least: the last row checked
+    /// before a message was found stored late among the rows after it.
+    rescan: Mutex<Kinds<Option<u64>>>,
     record: PathBuf,
     record_id: String,
     stats: Arc<NatsStats>,
@@ -190,6 +209,7 @@ pub fn spawn(
     let p = Publisher {
         settings,
         fresh_until: Mutex::new(None),
+        rescan: Mutex::new(Kinds::default()),
         record: spool.path,
         record_id: spool.id,
         stats,
@@ -216,7 +236,11 @@ pub fn spawn(
             p.stats.connected.set(0);
             match res {
                 Ok(()) => return,
-                Err(e @ (PublishError::StoredLate { .. } | PublishError::Duplicate { .. })) => {
+                Err(
+                    e @ (PublishError::StoredLate { .. }
+                    | PublishError::NotLast { .. }
+                    | PublishError::Duplicate { .. }),
+                ) => {
                     // The stream is read again at once: not a failure of the server.
                     tracing::warn!("NATS {}: {}", p.settings.url, crate::hooks::error_chain(&e));
                 }
@@ -324,15 +348,16 @@ impl Publisher {
             })?;
         let change = self.reconcile(&stream, Kind::Change).await?;
         let incident = self.reconcile(&stream, Kind::Incident).await?;
-        let mut checks = Checks {
-            change: Some(change),
-            incident: Some(incident),
+        let mut stored = Kinds {
+            change: Published::from(change),
+            incident: Published::from(incident),
         };
         let mut cursor = Cursor {
             change: change.after,
             incident: incident.after,
         };
         let epoch = self.fresh_epoch();
+        let fresh = epoch.is_some();
         // Rows older than the stream keeps are not sent again after the stream lost them.
         let since_ns = oldest_kept(crate::timestamp::Timestamp::now().unix_nanos(), s.max_age);
         self.stats.acked(cursor);
@@ -365,9 +390,13 @@ impl Publisher {
             }
             let rows = read_after(&conn, &self.store, sent, since_ns).await?;
             if rows.is_empty() {
-                // Nothing more to send: take the acknowledgements still due, then wait.
+                // Nothing more to send: take the acknowledgements still due, check what was
+                // stored, then wait.
                 while let Some(f) = in_flight.pop_front() {
-                    self.acked(&stream, f, &mut cursor, &mut checks, epoch.is_some())
+                    self.acked(f, &mut cursor, &mut stored, fresh).await?;
+                }
+                for kind in [Kind::Change, Kind::Incident] {
+                    self.verify(&stream, kind, stored.get_mut(kind), true)
                         .await?;
                 }
                 let _ = tokio::time::timeout(POLL, committed).await;
@@ -376,8 +405,11 @@ impl Publisher {
             for (kind, row) in rows {
                 if in_flight.len() >= window {
                     if let Some(f) = in_flight.pop_front() {
-                        self.acked(&stream, f, &mut cursor, &mut checks, epoch.is_some())
-                            .await?;
+                        let k = f.kind;
+                        self.acked(f, &mut cursor, &mut stored, fresh).await?;
+                        if stored.get_mut(k).unchecked() >= window {
+                            self.verify(&stream, k, stored.get_mut(k), false).await?;
+                        }
                     }
                 }
                 let id = message_id(&s.node, &self.record_id, kind, row.number);
@@ -415,14 +447,13 @@ impl Publisher {
         }
     }
 
-    /// Wait for the oldest row in flight's acknowledgement and move the cursor over it (the
-    /// session's first of its kind is checked first: [`Publisher::check_first`]).
+    /// Wait for the oldest row in flight's acknowledgement and move the cursor over it; what it
+    /// stored is checked later ([`Publisher::verify`]).
     async fn acked(
         &self,
-        stream: &jetstream::stream::Stream,
         f: InFlight,
         cursor: &mut Cursor,
-        checks: &mut Checks,
+        stored: &mut Kinds<Published>,
         fresh: bool,
     ) -> Result<(), PublishError> {
         let ack = f.ack.await.map_err(PublishError::Ack)?;
@@ -435,14 +466,7 @@ impl Publisher {
             }
             return Err(PublishError::Duplicate { id: f.id });
         }
-        let check = match f.kind {
-            Kind::Change => checks.change.take(),
-            Kind::Incident => checks.incident.take(),
-        };
-        if let Some(from) = check {
-            self.check_first(stream, f.kind, from, f.number, ack.sequence)
-                .await?;
-        }
+        stored.get_mut(f.kind).acked(f.number, ack.sequence);
         match f.kind {
             Kind::Change => cursor.change = f.number,
             Kind::Incident => cursor.incident = f.number,

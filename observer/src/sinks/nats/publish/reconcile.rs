@@ -1,8 +1,8 @@
 //! Where a session resumes on a subject, and the check that nothing of an earlier session was
-//! stored behind it: the subject's last messages read back by their headers ([`plan`] decides
-//! what to delete), and the subject read again once the session's first row is acknowledged
-//! ([`Publisher::check_first`]). See the module above for why a hole can only be among the last
-//! `window` rows.
+//! stored among its rows: the subject's last messages read back by their headers ([`plan`]
+//! decides what to delete), and what the session stored checked as it goes
+//! ([`Publisher::verify`]). See the module above for why a hole can only be among the last
+//! `window` rows, or after the last row a session checked.
 
 use std::time::Duration;
 
@@ -19,23 +19,39 @@ impl Publisher {
         stream: &jetstream::stream::Stream,
         kind: Kind,
     ) -> Result<Resume, PublishError> {
-        let last = match self.last_held(stream, kind).await? {
-            Held::Nothing => return Ok(Resume::default()),
-            Held::Other { stream_seq } => {
+        // Where a session found rows stored late, or deleted some, the next reads the subject
+        // back from the last row it knew in order.
+        let floor = *self
+            .rescan
+            .lock()
+            .map_err(|_| PublishError::Poisoned)?
+            .get_mut(kind);
+        let held = self.last_held(stream, kind).await?;
+        let (last, outside) = match (held, floor) {
+            (Held::Ours(last), _) => (last.stream_seq, Resume::from(last)),
+            // A subject whose last messages were deleted can be answered as empty (or as ending
+            // in an older message) until a message is stored on it again: nats-server 2.9 keeps
+            // a stale per-subject index meanwhile. Read it back from the floor instead.
+            (Held::Nothing, Some(_)) => (u64::MAX, Resume::default()),
+            (Held::Other { stream_seq }, Some(_)) => (
+                u64::MAX,
+                Resume {
+                    after: 0,
+                    stream_seq,
+                },
+            ),
+            (Held::Nothing, None) => return Ok(Resume::default()),
+            (Held::Other { stream_seq }, None) => {
                 return Ok(Resume {
                     after: 0,
                     stream_seq,
                 })
             }
-            Held::Ours(last) => last,
         };
         let window = self.settings.window.max(1) as u64;
-        let scanned = self.scan(stream, kind, last.stream_seq, window).await?;
+        let scanned = self.scan(stream, kind, last, window, floor).await?;
         if !scanned.iter().any(|m| m.ours) {
-            return Ok(Resume {
-                after: last.number,
-                stream_seq: last.stream_seq,
-            });
+            return Ok(outside);
         }
         let rowless = self.rowless_jumps(kind, &scanned).await?;
         let p = plan(&scanned, |after, next| rowless.contains(&(after, next)));
@@ -53,6 +69,10 @@ impl Publisher {
         if p.fresh_ids {
             self.need_fresh_ids();
         }
+        if !p.delete.is_empty() {
+            // Until a row is stored after them, the subject's last message may not be found.
+            self.rescan_from(kind, p.resume_seq);
+        }
         for &seq in &p.delete {
             stream
                 .delete_message(seq)
@@ -65,41 +85,80 @@ impl Publisher {
         })
     }
 
-    /// The session's first row of `kind` (`number`, stored at `stream_seq`) is acknowledged:
-    /// read the subject from where the session resumed to it. Anything of this record there but
-    /// the run's last row and this one was stored late by an earlier session; the session ends,
-    /// and the next one reconciles it away.
-    pub(super) async fn check_first(
+    /// Check what the session stored on `kind`'s subject since the last check: this record's
+    /// messages after the row checked last must be exactly the rows acknowledged since, in order
+    /// (read back only where their stream sequences leave room for another message), and, when
+    /// the session is `idle`, the row acknowledged last must still be the subject's last. A
+    /// message of an earlier session stored among them or after them ends the session; the next
+    /// one reads the subject back from the row checked last, and reconciles it.
+    pub(super) async fn verify(
         &self,
         stream: &jetstream::stream::Stream,
         kind: Kind,
-        from: Resume,
-        number: u64,
-        stream_seq: u64,
+        p: &mut Published,
+        idle: bool,
     ) -> Result<(), PublishError> {
-        let subj = subject(&self.settings.node, kind);
-        let (scanned, _) = self
-            .scan_from(stream, &subj, from.stream_seq.max(1), stream_seq)
-            .await
-            .map_err(|cause| PublishError::Scan {
-                subject: subj.clone(),
-                cause,
-            })?;
-        let rows: Vec<u64> = scanned
-            .iter()
-            .filter(|m| m.ours && m.stream_seq > from.stream_seq)
-            .map(|m| m.number)
-            .collect();
-        if rows == [number] {
+        let Some(&last) = p.since.last() else {
             return Ok(());
+        };
+        let subj = subject(&self.settings.node, kind);
+        if !dense(p.checked.stream_seq, &p.since) {
+            let (scanned, _) = self
+                .scan_from(stream, &subj, p.checked.stream_seq + 1, last.stream_seq)
+                .await
+                .map_err(|cause| PublishError::Scan {
+                    subject: subj.clone(),
+                    cause,
+                })?;
+            let found: Vec<Resume> = scanned
+                .iter()
+                .filter(|m| m.ours && m.stream_seq > p.checked.stream_seq)
+                .map(|m| Resume {
+                    after: m.number,
+                    stream_seq: m.stream_seq,
+                })
+                .collect();
+            if let Some(i) = first_difference(&found, &p.since) {
+                let before = i.checked_sub(1).map_or(p.checked, |j| p.since[j]);
+                self.need_fresh_ids();
+                self.rescan_from(kind, before.stream_seq);
+                return Err(PublishError::StoredLate {
+                    subject: subj,
+                    after: before.after,
+                    found: rows_of(&found[i.min(found.len())..]),
+                    acked: rows_of(&p.since[i.min(p.since.len())..]),
+                });
+            }
         }
-        // The late messages are deleted by the next session's plan: fresh ids from then on.
-        self.need_fresh_ids();
-        Err(PublishError::StoredLate {
-            subject: subj,
-            resume_after: from.after,
-            rows,
-        })
+        if idle {
+            if let Held::Ours(now) = self.last_held(stream, kind).await? {
+                if now.stream_seq > last.stream_seq {
+                    self.need_fresh_ids();
+                    self.rescan_from(kind, p.checked.stream_seq);
+                    return Err(PublishError::NotLast {
+                        subject: subj,
+                        row: last.after,
+                        seq: last.stream_seq,
+                        found: format!("row {} (stream sequence {})", now.number, now.stream_seq),
+                    });
+                }
+            }
+            // Emptied, or another record's message last: not this record's order to keep.
+        }
+        p.checked = last;
+        p.since.clear();
+        // Rows stored after any late or deleted message, and checked: no floor needed anymore.
+        if let Ok(mut r) = self.rescan.lock() {
+            *r.get_mut(kind) = None;
+        }
+        Ok(())
+    }
+
+    fn rescan_from(&self, kind: Kind, stream_seq: u64) {
+        if let Ok(mut r) = self.rescan.lock() {
+            let at = r.get_mut(kind);
+            *at = Some(at.map_or(stream_seq, |s| s.min(stream_seq)));
+        }
     }
 
     /// The jumps in this record's rows on the subject (row `a` followed by row `b > a + 1`)
@@ -150,13 +209,15 @@ impl Publisher {
     }
 
     /// The headers of this record's messages on `kind`'s subject, from far enough back that the
-    /// last `window` rows are all among them, up to the stream sequence `last`.
+    /// last `window` rows are all among them (and from `floor` at least), up to the stream
+    /// sequence `last`.
     async fn scan(
         &self,
         stream: &jetstream::stream::Stream,
         kind: Kind,
         last: u64,
         window: u64,
+        floor: Option<u64>,
     ) -> Result<Vec<Scanned>, PublishError> {
         let subj = subject(&self.settings.node, kind);
         let err = |cause: Box<dyn std::error::Error + Send + Sync>| PublishError::Scan {
@@ -166,6 +227,7 @@ impl Publisher {
         let mut back = window.saturating_mul(4);
         loop {
             let start = last.saturating_sub(back).max(1);
+            let start = floor.map_or(start, |f| start.min(f.max(1)));
             let (ours, foreign_first) = self
                 .scan_from(stream, &subj, start, last)
                 .await
@@ -173,7 +235,11 @@ impl Publisher {
             let mine = || ours.iter().filter(|m| m.ours).map(|m| m.number);
             let max = mine().max().unwrap_or(0);
             let min = mine().min().unwrap_or(0);
-            if start == 1 || foreign_first || min <= (max + 1).saturating_sub(window).max(1) {
+            if start == 1
+                || foreign_first
+                || floor.is_some()
+                || min <= (max + 1).saturating_sub(window).max(1)
+            {
                 return Ok(ours);
             }
             back = back.saturating_mul(4);
@@ -200,6 +266,10 @@ impl Publisher {
                 ..Default::default()
             })
             .await?;
+        if consumer.cached_info().num_pending == 0 {
+            // Nothing on the subject from `start` on.
+            return Ok((Vec::new(), false));
+        }
         let mut messages = consumer.messages().await?;
         let mut ours = Vec::new();
         let mut foreign_first = false;
@@ -281,22 +351,107 @@ enum Held {
 /// Where a session resumes on a subject: after row `after`, stored at `stream_seq` (0, 0: the
 /// subject was empty; row 0 at a stream sequence: another record's message was last).
 #[derive(Debug, Clone, Copy, Default)]
-pub(super) struct Resume {
-    pub(super) after: u64,
-    pub(super) stream_seq: u64,
+pub(crate) struct Resume {
+    pub(crate) after: u64,
+    pub(crate) stream_seq: u64,
 }
 
-/// The subjects whose first acknowledged row of the session is still to be checked, and where
-/// the session resumed on them.
-pub(super) struct Checks {
-    pub(super) change: Option<Resume>,
-    pub(super) incident: Option<Resume>,
+/// One of each, for the change and the incident subject.
+#[derive(Debug, Default)]
+pub(super) struct Kinds<T> {
+    pub(super) change: T,
+    pub(super) incident: T,
+}
+
+impl<T> Kinds<T> {
+    pub(super) fn get_mut(&mut self, kind: Kind) -> &mut T {
+        match kind {
+            Kind::Change => &mut self.change,
+            Kind::Incident => &mut self.incident,
+        }
+    }
+}
+
+/// What a session stored on a subject: the row checked last (at first, where it resumed) and
+/// the rows acknowledged since, with their stream sequences.
+#[derive(Debug)]
+pub(super) struct Published {
+    checked: Resume,
+    since: Vec<Resume>,
+}
+
+impl From<Resume> for Published {
+    fn from(checked: Resume) -> Self {
+        Published {
+            checked,
+            since: Vec::new(),
+        }
+    }
+}
+
+impl Published {
+    pub(super) fn acked(&mut self, number: u64, stream_seq: u64) {
+        self.since.push(Resume {
+            after: number,
+            stream_seq,
+        });
+    }
+
+    /// Rows acknowledged since the last check.
+    pub(super) fn unchecked(&self) -> usize {
+        self.since.len()
+    }
+}
+
+/// Whether each row acknowledged was stored right after the one before (the first right after
+/// the row checked last): then no other message can lie between them.
+pub(crate) fn dense(checked_seq: u64, acked: &[Resume]) -> bool {
+    let mut prev = checked_seq;
+    acked.iter().all(|r| {
+        let next = r.stream_seq == prev.saturating_add(1);
+        prev = r.stream_seq;
+        next
+    })
+}
+
+/// Where this record's rows read back from the subject (`found`) first differ from the rows
+/// acknowledged (`acked`), if anywhere.
+pub(crate) fn first_difference(found: &[Resume], acked: &[Resume]) -> Option<usize> {
+    let same = |a: &Resume, b: &Resume| a.after == b.after && a.stream_seq == b.stream_seq;
+    match found.iter().zip(acked).position(|(f, a)| !same(f, a)) {
+        Some(i) => Some(i),
+        None if found.len() != acked.len() => Some(found.len().min(acked.len())),
+        None => None,
+    }
+}
+
+/// A list of rows as a log line shows it: the first few and how many.
+fn rows_of(rows: &[Resume]) -> String {
+    const SHOWN: usize = 8;
+    let head: Vec<String> = rows
+        .iter()
+        .take(SHOWN)
+        .map(|r| r.after.to_string())
+        .collect();
+    match rows.len() {
+        n if n > SHOWN => format!("[{}, ...] ({n})", head.join(", ")),
+        _ => format!("[{}]", head.join(", ")),
+    }
 }
 
 /// The last message on a subject, of this record.
 struct Last {
     number: u64,
     stream_seq: u64,
+}
+
+impl From<Last> for Resume {
+    fn from(l: Last) -> Resume {
+        Resume {
+            after: l.number,
+            stream_seq: l.stream_seq,
+        }
+    }
 }
 
 /// A message of this record found on a subject: its stream sequence and its row (`Observer-Seq`).
@@ -490,5 +645,39 @@ mod tests {
         let p = plan(&scanned(&[(1, 5), (2, 3)]), |_, _| true);
         assert_eq!(p.resume_after, 5);
         assert_eq!(p.delete, vec![2]);
+    }
+
+    fn acked(list: &[(u64, u64)]) -> Vec<Resume> {
+        list.iter()
+            .map(|&(after, stream_seq)| Resume { after, stream_seq })
+            .collect()
+    }
+
+    #[test]
+    fn rows_stored_one_after_another_need_no_reading_back() {
+        assert!(dense(10, &acked(&[(4, 11), (5, 12), (6, 13)])));
+        assert!(dense(0, &acked(&[(1, 1)])));
+        assert!(dense(7, &[]));
+        // Another message (another subject's, or one stored late) lies between 12 and 14.
+        assert!(!dense(10, &acked(&[(4, 11), (5, 12), (6, 14)])));
+        // Or between the row checked last and the first acknowledged.
+        assert!(!dense(10, &acked(&[(4, 12)])));
+    }
+
+    #[test]
+    fn a_row_stored_late_among_the_acknowledged_is_where_they_first_differ() {
+        let mine = acked(&[(4, 11), (5, 13), (6, 14)]);
+        assert_eq!(first_difference(&mine, &mine), None);
+        // Row 2, of an earlier session, stored between rows 4 and 5.
+        let found = acked(&[(4, 11), (2, 12), (5, 13), (6, 14)]);
+        assert_eq!(first_difference(&found, &mine), Some(1));
+        // Before the first.
+        let found = acked(&[(9, 10), (4, 11), (5, 13), (6, 14)]);
+        assert_eq!(first_difference(&found, &mine), Some(0));
+        // The read back ended early: what it did not see differs.
+        assert_eq!(first_difference(&mine[..2], &mine), Some(2));
+        assert_eq!(rows_of(&found[1..]), "[4, 5, 6]");
+        let many = acked(&(1..=20).map(|n| (n, n)).collect::<Vec<_>>());
+        assert_eq!(rows_of(&many), "[1, 2, 3, 4, 5, 6, 7, 8, ...] (20)");
     }
 }
