@@ -35,16 +35,12 @@ impl ChainLevel {
     /// anonymous sets and set elements are let go.
     pub(crate) fn take(state: &mut NftState) -> ChainLevel {
         let mut counts = HashMap::new();
-        for ((family, table), t) in &mut state.tables {
-            for (name, c) in &mut t.chains {
+        for ((family, table), t) in &state.tables {
+            for (name, c) in &t.chains {
                 counts.insert((*family, table.clone(), name.clone()), c.rules.len());
-                c.rules = Vec::new();
-            }
-            t.sets.retain(|_, s| !anonymous(&s.set));
-            for s in t.sets.values_mut() {
-                s.elements = Default::default();
             }
         }
+        strip(state);
         ChainLevel {
             counts,
             txn: HashMap::new(),
@@ -134,6 +130,20 @@ impl ChainLevel {
     fn forget_gone(&mut self, state: &NftState) {
         self.counts
             .retain(|k, _| state.chain(k.0, &k.1, &k.2).is_some());
+    }
+}
+
+/// Let go of what a state held at chain level does not keep: its rules, anonymous sets and set
+/// elements.
+pub(crate) fn strip(state: &mut NftState) {
+    for t in state.tables.values_mut() {
+        for c in t.chains.values_mut() {
+            c.rules = Vec::new();
+        }
+        t.sets.retain(|_, s| !anonymous(&s.set));
+        for s in t.sets.values_mut() {
+            s.elements = Default::default();
+        }
     }
 }
 

@@ -18,7 +18,7 @@
 //! (`Dump`).
 
 use crate::nftables::model::catch_up::catch_up;
-use crate::nftables::model::chain_level::ChainLevel;
+use crate::nftables::model::chain_level::{self, ChainLevel};
 use crate::nftables::model::state::NftState;
 use crate::nftables::model::txn::Txn;
 use crate::nftables::netlink::decode::{self, Gen, Notification, Skipped, Verb};
@@ -250,8 +250,8 @@ impl GenerationBuilder {
         // A dump that counted the rules, or any dump of a ruleset held at chain level: the
         // ruleset is (or goes) to chain level.
         let counts = match &dump.rule_counts {
-            Some(c) => Some(c.clone()),
-            None if self.chain_level.is_some() => Some(counted(dump)),
+            Some(c) => Some(std::borrow::Cow::Borrowed(c)),
+            None if self.chain_level.is_some() => Some(std::borrow::Cow::Owned(counted(dump))),
             None => None,
         };
         if let Some(counts) = counts {
@@ -262,7 +262,7 @@ impl GenerationBuilder {
             }
             let (new, changes) = self.named(|b| {
                 let mut new = NftState::from_dump(dump);
-                ChainLevel::take(&mut new);
+                chain_level::strip(&mut new);
                 let items = catch_up(&b.state, &new, dump);
                 let mut changes = Txn::default().apply(&mut b.state, items);
                 if let Some(cl) = b.chain_level.as_mut() {
