@@ -88,7 +88,8 @@ impl Gen {
                     process: ProcessInfo {
                         cgroup: Some(1),
                         ..ProcessInfo::named(10, "iptables-restor", Some((9, actor)), actor)
-                    },
+                    }
+                    .into(),
                     replayed: false,
                     recovered: false,
                     restore: None,

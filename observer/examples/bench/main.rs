@@ -361,7 +361,8 @@ fn record(args: BenchRecordArgs) -> anyhow::Result<()> {
                     pod: None,
                     ancestry: Vec::new(),
                     requested_by: None,
-                },
+                }
+                .into(),
                 replayed: false,
                 recovered: false,
                 restore: None,
@@ -375,8 +376,8 @@ fn record(args: BenchRecordArgs) -> anyhow::Result<()> {
                 table: Some(c.table),
                 chain: c.chain,
                 op: Some(c.op.as_str().into()),
-                actor: Some(c.process.actor),
-                comm: Some(c.process.comm),
+                actor: Some(c.process.actor.clone()),
+                comm: Some(c.process.comm.clone()),
                 json: json.clone(),
             }));
             if let Some(row) = sim.as_mut().and_then(|s| s.change(seq, time_ns, &json)) {

@@ -141,7 +141,8 @@ impl Core {
         let own = self.own.get(&ctx.process.pid).cloned();
         let restore = own.as_ref().map(|o| o.incident.clone());
         let requested = self.requests.attribute(&ctx.process, ctx.time);
-        let process = requested.as_ref().unwrap_or(&ctx.process);
+        // One copy of the writer for all the transaction's lines.
+        let process = std::sync::Arc::new(requested.as_ref().unwrap_or(&ctx.process).clone());
         let changes: Vec<ChangeLine> = changes
             .into_iter()
             .map(|(c, result)| {

@@ -264,7 +264,7 @@ impl Engine {
             if let Some(r) = self.restorer.as_mut() {
                 r.incident(&i);
             }
-            self.write(&Line::Incident(i));
+            self.write(&Line::Incident(Box::new(i)));
         }
     }
 }

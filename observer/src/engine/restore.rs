@@ -118,7 +118,7 @@ impl Engine {
         };
         let lines = r.written(p, results, Timestamp::now());
         for l in lines {
-            self.write(&Line::Incident(l));
+            self.write(&Line::Incident(Box::new(l)));
         }
     }
 

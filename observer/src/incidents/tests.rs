@@ -94,7 +94,8 @@ impl Stream {
                         cgroup: Some(1),
                         requested_by: self.requested_by.clone(),
                         ..ProcessInfo::named(100, "iptables", Some((99, actor)), actor)
-                    },
+                    }
+                    .into(),
                     replayed: false,
                     recovered: false,
                     restore: None,
@@ -568,7 +569,7 @@ fn a_refused_recreation_during_a_mass_flush_is_named() {
         txn: "x".into(),
         result: "EBUSY: Device or resource busy".into(),
         source: Source::Tracepoint,
-        process: ProcessInfo::named(1, "iptables", None, "kubelet"),
+        process: ProcessInfo::named(1, "iptables", None, "kubelet").into(),
         replayed: false,
         recovered: false,
         restore: None,
@@ -579,7 +580,7 @@ fn a_refused_recreation_during_a_mass_flush_is_named() {
     assert!(k.failed.as_deref().unwrap().contains("EBUSY"), "{k:?}");
     assert!(got[0].events.contains(&99));
     // A refused write by someone else changes nothing.
-    failed.process.actor = "bystander".into();
+    std::sync::Arc::make_mut(&mut failed.process).actor = "bystander".into();
     assert!(s.c.observe(&[failed]).is_empty());
 }
 

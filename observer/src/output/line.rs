@@ -36,7 +36,8 @@ impl Source {
 pub enum Line {
     Status(StatusLine),
     Change(ChangeLine),
-    Incident(IncidentLine),
+    /// Boxed: an incident line is twice a change line's size, and changes are most lines.
+    Incident(Box<IncidentLine>),
 }
 
 /// `{"kind":"status",...}`: readiness, what is watched, what is lost.
@@ -212,7 +213,7 @@ pub struct ChangeLine {
     /// `ok`, or the error.
     pub result: ChangeResult,
     pub source: Source,
-    pub process: ProcessInfo,
+    pub process: std::sync::Arc<ProcessInfo>,
     /// Set when the change predates observer's subscription to a namespace it found late: it was
     /// read from the namespace's ruleset, not seen as it happened.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -479,7 +480,8 @@ mod tests {
             process: ProcessInfo {
                 cgroup: Some(1),
                 ..ProcessInfo::named(10, "iptables-legacy", Some((9, "kubelet")), "kubelet")
-            },
+            }
+            .into(),
             replayed: false,
             recovered: false,
             restore: None,

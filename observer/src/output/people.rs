@@ -67,6 +67,13 @@ impl<A: Texts, B: Texts> Texts for (A, B) {
 }
 
 /// `Texts` for a struct: the fields that hold text (or values that do).
+/// Shared text (a writer's process, one for all its lines) is escaped in a copy of its own.
+impl<T: Texts + Clone> Texts for std::sync::Arc<T> {
+    fn texts_mut(&mut self, f: &mut dyn FnMut(&mut String)) {
+        std::sync::Arc::make_mut(self).texts_mut(f);
+    }
+}
+
 macro_rules! texts {
     ($t:ty: $($field:ident),+ $(,)?) => {
         impl $crate::output::people::Texts for $t {

@@ -107,7 +107,8 @@ impl World {
                     txn: format!("t{ms}"),
                     result: "ok".into(),
                     source: Source::Tracepoint,
-                    process: ProcessInfo::named(100, "iptables-restor", Some((99, actor)), actor),
+                    process: ProcessInfo::named(100, "iptables-restor", Some((99, actor)), actor)
+                        .into(),
                     replayed: false,
                     recovered: false,
                     restore: restore.map(str::to_string),

@@ -58,7 +58,8 @@ fn change() -> ChangeLine {
                 pid: 1,
             }],
             requested_by: requester(),
-        },
+        }
+        .into(),
         replayed: false,
         recovered: false,
         restore: None,
@@ -211,7 +212,7 @@ fn every_text_of_a_change_is_escaped() {
 
 #[test]
 fn every_text_of_an_incident_is_escaped() {
-    every_text_field_is_escaped(Line::Incident(incident()), 19);
+    every_text_field_is_escaped(Line::Incident(Box::new(incident())), 19);
 }
 
 #[test]

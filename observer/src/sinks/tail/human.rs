@@ -203,7 +203,7 @@ mod tests {
             txn: "x".into(),
             result: "ok".into(),
             source: Source::Netlink,
-            process: ProcessInfo::named(5, "nft", Some((4, "admin.sh")), "admin.sh"),
+            process: ProcessInfo::named(5, "nft", Some((4, "admin.sh")), "admin.sh").into(),
             replayed: false,
             recovered: false,
             restore: None,
@@ -234,8 +234,8 @@ mod tests {
         let mut c = rec();
         c.op = Op::RuleAdd;
         c.rule = Some("-m comment --comment \"ok\x1b]0;t\x07\r\u{202e}\" -j ACCEPT".into());
-        c.process.comm = "e\x1b[31mvil".into();
-        c.process.actor = "e\x1b[31mvil".into();
+        std::sync::Arc::make_mut(&mut c.process).comm = "e\x1b[31mvil".into();
+        std::sync::Arc::make_mut(&mut c.process).actor = "e\x1b[31mvil".into();
         let plain = render(&Line::Change(c.clone()), false);
         assert!(!plain.chars().any(char::is_control), "{plain:?}");
         assert!(

@@ -29,7 +29,8 @@ fn change(seq: u64, txn: &str, op: Op, chain: &str, rule: Option<&str>) -> Chang
             "iptables-restor",
             Some((4119, "kube-proxy")),
             "kube-proxy",
-        ),
+        )
+        .into(),
         replayed: false,
         recovered: false,
         restore: None,
@@ -71,7 +72,7 @@ fn columns_line_up_whatever_the_names() {
     let a = change(1, "a", Op::RuleAdd, "X", Some("-j ACCEPT"));
     let mut b = change(2, "b", Op::ChainDelete, "KUBE-SVC-TCOU7JCQXEZGVUNU", None);
     b.netns_name = Some("a-much-longer-namespace-name".into());
-    b.process.actor = "calico-node".into();
+    std::sync::Arc::make_mut(&mut b.process).actor = "calico-node".into();
     for width in [None, Some(200), Some(80)] {
         let lines = draw(
             opts(width),
@@ -247,7 +248,7 @@ fn incident(state: IncidentState) -> IncidentLine {
 fn incidents_are_blocks_that_say_how_they_ended() {
     let open = draw(
         opts(Some(100)),
-        &[Line::Incident(incident(IncidentState::Open))],
+        &[Line::Incident(Box::new(incident(IncidentState::Open)))],
     );
     assert!(
         open[0].starts_with("!! 05:42:39.000 CRITICAL mass_flush OPEN"),
@@ -265,14 +266,14 @@ fn incidents_are_blocks_that_say_how_they_ended() {
     );
     // After the change that made it: the writer as its change line named it.
     let mut flush = change(3, "t9", Op::ChainFlush, "KUBE-SERVICES", None);
-    flush.process.comm = "iptables".into();
-    flush.process.parent_comm = Some("iptables.init".into());
-    flush.process.unit = Some("iptables.service".into());
+    std::sync::Arc::make_mut(&mut flush.process).comm = "iptables".into();
+    std::sync::Arc::make_mut(&mut flush.process).parent_comm = Some("iptables.init".into());
+    std::sync::Arc::make_mut(&mut flush.process).unit = Some("iptables.service".into());
     let seen = draw(
         opts(Some(100)),
         &[
             Line::Change(flush),
-            Line::Incident(incident(IncidentState::Open)),
+            Line::Incident(Box::new(incident(IncidentState::Open))),
         ],
     );
     assert!(
@@ -282,21 +283,22 @@ fn incidents_are_blocks_that_say_how_they_ended() {
     );
     // With the ancestry the kernel captured: the whole way to the actor, not above it.
     let mut wrapped = change(3, "t9", Op::ChainFlush, "KUBE-SERVICES", None);
-    wrapped.process.comm = "iptables".into();
-    wrapped.process.actor = "iptables.init".into();
-    wrapped.process.ancestry = ["sh", "timeout", "iptables.init", "systemd"]
-        .iter()
-        .enumerate()
-        .map(|(i, c)| crate::attribution::Ancestor {
-            comm: c.to_string(),
-            pid: 200 + i as u32,
-        })
-        .collect();
+    std::sync::Arc::make_mut(&mut wrapped.process).comm = "iptables".into();
+    std::sync::Arc::make_mut(&mut wrapped.process).actor = "iptables.init".into();
+    std::sync::Arc::make_mut(&mut wrapped.process).ancestry =
+        ["sh", "timeout", "iptables.init", "systemd"]
+            .iter()
+            .enumerate()
+            .map(|(i, c)| crate::attribution::Ancestor {
+                comm: c.to_string(),
+                pid: 200 + i as u32,
+            })
+            .collect();
     let seen = draw(
         opts(Some(100)),
         &[
             Line::Change(wrapped),
-            Line::Incident(incident(IncidentState::Open)),
+            Line::Incident(Box::new(incident(IncidentState::Open))),
         ],
     );
     assert!(
@@ -306,7 +308,7 @@ fn incidents_are_blocks_that_say_how_they_ended() {
     );
     let done = draw(
         opts(Some(100)),
-        &[Line::Incident(incident(IncidentState::Resolved))],
+        &[Line::Incident(Box::new(incident(IncidentState::Resolved)))],
     );
     assert!(
         done[0].contains("RESOLVED after 1.8 s by kube-proxy, after 2.5 s by kubelet"),
@@ -314,7 +316,7 @@ fn incidents_are_blocks_that_say_how_they_ended() {
     );
     let expired = draw(
         opts(Some(100)),
-        &[Line::Incident(incident(IncidentState::Expired))],
+        &[Line::Incident(Box::new(incident(IncidentState::Expired)))],
     );
     assert!(
         expired[0].contains("EXPIRED NOT repaired: kube-proxy, kubelet"),
@@ -328,8 +330,8 @@ fn incidents_are_blocks_that_say_how_they_ended() {
         compact,
         &[
             Line::Change(change(1, "a", Op::RuleAdd, "A", None)),
-            Line::Incident(incident(IncidentState::Open)),
-            Line::Incident(incident(IncidentState::Resolved)),
+            Line::Incident(Box::new(incident(IncidentState::Open))),
+            Line::Incident(Box::new(incident(IncidentState::Resolved))),
         ],
     );
     assert_eq!(lines.len(), 2, "{lines:#?}");
@@ -351,7 +353,7 @@ fn colour_only_when_asked_and_the_footer_counts_what_is_open() {
     let mut out = Vec::new();
     {
         let mut s = Screen::new(&mut out, o);
-        s.record(&Line::Incident(incident(IncidentState::Open)))
+        s.record(&Line::Incident(Box::new(incident(IncidentState::Open))))
             .unwrap();
         s.record(&Line::Change(change(
             1,
@@ -370,7 +372,7 @@ fn colour_only_when_asked_and_the_footer_counts_what_is_open() {
     assert!(text.contains("\r\x1b[2K"));
     let plain = draw(
         opts(Some(120)),
-        &[Line::Incident(incident(IncidentState::Open))],
+        &[Line::Incident(Box::new(incident(IncidentState::Open)))],
     );
     assert!(plain.iter().all(|l| !l.contains('\x1b')));
 }
@@ -415,7 +417,7 @@ fn fleet_nodes_are_told_apart_by_their_first_label_whole() {
     i.node = a.node.clone();
     let mut o = opts(Some(200));
     o.incidents_only = true;
-    let line = draw(o, &[Line::Incident(i)]);
+    let line = draw(o, &[Line::Incident(Box::new(i))]);
     assert!(line[0].contains("ip-10-0-1-23/blue"), "{line:#?}");
 }
 
@@ -424,8 +426,8 @@ fn hostile_text_is_shown_escaped_in_every_part_of_the_screen() {
     let evil = "e\x1b[31mv\r\u{202e}";
     let shown = "e\\x1b[31mv\\x0d\\u202e";
     let mut a = change(3, "t", Op::ChainFlush, evil, None);
-    a.process.actor = evil.into();
-    a.process.parent_comm = Some(evil.into());
+    std::sync::Arc::make_mut(&mut a.process).actor = evil.into();
+    std::sync::Arc::make_mut(&mut a.process).parent_comm = Some(evil.into());
     a.netns_name = Some(evil.into());
     let mut b = change(
         4,
@@ -446,7 +448,7 @@ fn hostile_text_is_shown_escaped_in_every_part_of_the_screen() {
         let records = [
             Line::Change(a.clone()),
             Line::Change(b.clone()),
-            Line::Incident(i.clone()),
+            Line::Incident(Box::new(i.clone())),
         ];
         let lines = draw(opt.clone(), &records);
         let text = lines.join("\n");
