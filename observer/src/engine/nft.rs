@@ -226,24 +226,18 @@ pub(super) async fn read_notifications(
                         let process = process
                             .map(|p| crate::attribution::from_kernel(&p))
                             .unwrap_or_else(ProcessInfo::unknown);
-                        // In pieces: the engine makes a line of each change, and a re-read of
-                        // a big ruleset can tell hundreds of thousands at once.
-                        let mut pieces = in_pieces(changes, RECOVERED_PIECE).peekable();
-                        while let Some(changes) = pieces.next() {
-                            let last = i + 1 == count && pieces.peek().is_none();
-                            let msg = NsMsg::Nft {
-                                inode,
-                                gen: t.gen_id,
-                                process: Box::new(process.clone()),
-                                changes,
-                                time: Timestamp::now(),
-                                replayed: false,
-                                recovered: true,
-                                snapshot: nft_snapshot(&snap, last, &builder),
-                            };
-                            if tx.send(msg).await.is_err() {
-                                return "the engine stopped".into();
-                            }
+                        let msg = NsMsg::Nft {
+                            inode,
+                            gen: t.gen_id,
+                            process: Box::new(process),
+                            changes,
+                            time: Timestamp::now(),
+                            replayed: false,
+                            recovered: true,
+                            snapshot: nft_snapshot(&snap, i + 1 == count, &builder),
+                        };
+                        if tx.send(msg).await.is_err() {
+                            return "the engine stopped".into();
                         }
                     }
                 }
@@ -251,18 +245,6 @@ pub(super) async fn read_notifications(
             }
         }
     }
-}
-
-/// The most changes of a re-read sent to the engine in one message.
-const RECOVERED_PIECE: usize = 4096;
-
-/// `v` in order, in pieces of at most `n`.
-fn in_pieces<T>(v: Vec<T>, n: usize) -> impl Iterator<Item = Vec<T>> {
-    let mut it = v.into_iter();
-    std::iter::from_fn(move || {
-        let piece: Vec<T> = it.by_ref().take(n.max(1)).collect();
-        (!piece.is_empty()).then_some(piece)
-    })
 }
 
 /// Tell the engine once the ruleset went to chain level; false when the engine is gone.
@@ -363,17 +345,4 @@ pub(super) async fn resync(
         .await?
         .map_err(ResyncError::Thread)??;
     Ok(dumped)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::in_pieces;
-
-    #[test]
-    fn changes_go_in_pieces_in_order_and_none_is_lost() {
-        let pieces: Vec<Vec<u32>> = in_pieces((1..=5).collect(), 2).collect();
-        assert_eq!(pieces, vec![vec![1, 2], vec![3, 4], vec![5]]);
-        assert_eq!(in_pieces(Vec::<u32>::new(), 2).count(), 0);
-        assert_eq!(in_pieces(vec![1, 2, 3], 0).count(), 3);
-    }
 }
