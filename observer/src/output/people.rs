@@ -66,7 +66,6 @@ impl<A: Texts, B: Texts> Texts for (A, B) {
     }
 }
 
-/// `Texts` for a struct: the fields that hold text (or values that do).
 /// Shared text (a writer's process, one for all its lines) is escaped in a copy of its own.
 impl<T: Texts + Clone> Texts for std::sync::Arc<T> {
     fn texts_mut(&mut self, f: &mut dyn FnMut(&mut String)) {
@@ -74,6 +73,7 @@ impl<T: Texts + Clone> Texts for std::sync::Arc<T> {
     }
 }
 
+/// `Texts` for a struct: the fields that hold text (or values that do).
 macro_rules! texts {
     ($t:ty: $($field:ident),+ $(,)?) => {
         impl $crate::output::people::Texts for $t {
