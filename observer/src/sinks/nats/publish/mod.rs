@@ -26,12 +26,12 @@
 //!   up reconnecting (its queue dies with it); a connection that is up is flushed before it is
 //!   dropped, so nothing of it can follow;
 //! - each session checks what it stored ([`Publisher::verify`]): every `window` rows
-//!   acknowledged, and when it has nothing more to send (at most once a second). Where the acknowledgements' stream
-//!   sequences follow each other, nothing can lie between them; elsewhere the subject is read
-//!   back from the last row checked, and this record's messages there must be exactly the rows
-//!   acknowledged, in order. When idle, the subject's last message must also be the row
-//!   acknowledged last. Anything else ends the session, and the next one reconciles the subject
-//!   from the last row checked.
+//!   acknowledged, and when it has nothing more to send (at most once a second). Where the
+//!   acknowledgements' stream sequences follow each other, nothing can lie between them;
+//!   elsewhere the subject is read back from the last row checked, and this record's messages
+//!   there must be exactly the rows acknowledged, in order. When idle, the subject's last
+//!   message must also be the row acknowledged last. Anything else ends the session, and the
+//!   next one reconciles the subject from the last row checked.
 //!
 //! Here is the session (connect, send, take the acknowledgements in order); `reconcile` finds
 //! where it resumes and checks that nothing was stored late, `spool` reads the record.
@@ -52,7 +52,7 @@ use super::{
     message_id, stream_config, subject, Kind, NatsSettings, HEADER_NODE, HEADER_RECORD, HEADER_SEQ,
 };
 use crate::store::{self, StoreError, Stored};
-use reconcile::{Kinds, Published};
+use reconcile::Published;
 pub use spool::Spool;
 use spool::{count_backlog, oldest_kept, open_record, read_after};
 
@@ -178,12 +178,25 @@ pub struct KindLabel {
     pub kind: String,
 }
 
-/// Where the publisher is: the last change `seq` and incident record number JetStream holds.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct Cursor {
-    change: u64,
-    incident: u64,
+/// One of each, for the change and the incident subject.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Kinds<T> {
+    change: T,
+    incident: T,
 }
+
+impl<T> Kinds<T> {
+    fn get_mut(&mut self, kind: Kind) -> &mut T {
+        match kind {
+            Kind::Change => &mut self.change,
+            Kind::Incident => &mut self.incident,
+        }
+    }
+}
+
+/// Where the publisher is: the last change `seq` and incident record number JetStream holds
+/// (or that were sent).
+type Cursor = Kinds<u64>;
 
 struct Publisher {
     settings: NatsSettings,
@@ -352,18 +365,15 @@ impl Publisher {
             change: Published::from(change),
             incident: Published::from(incident),
         };
-        let mut cursor = Cursor {
-            change: change.after,
-            incident: incident.after,
-        };
         let epoch = self.fresh_epoch();
         let fresh = epoch.is_some();
         let mut checked_at = std::time::Instant::now();
         // Rows older than the stream keeps are not sent again after the stream lost them.
         let since_ns = oldest_kept(crate::timestamp::Timestamp::now().unix_nanos(), s.max_age);
-        self.stats.acked(cursor);
+        let acked = stored.acked();
+        self.stats.acked(acked);
         let window = s.window.max(1);
-        let mut sent = cursor;
+        let mut sent = acked;
         let mut in_flight: std::collections::VecDeque<InFlight> =
             std::collections::VecDeque::with_capacity(window);
         let mut conn = open_record(&self.record).await?;
@@ -373,8 +383,8 @@ impl Publisher {
             tracing::info!(
                 "NATS {}: connected; publishing from change {} and incident line {} of the record",
                 s.url,
-                cursor.change + 1,
-                cursor.incident + 1
+                acked.change + 1,
+                acked.incident + 1
             );
             *failing = false;
         } else {
@@ -394,7 +404,7 @@ impl Publisher {
                 // Nothing more to send: take the acknowledgements still due, check what was
                 // stored, then wait.
                 while let Some(f) = in_flight.pop_front() {
-                    self.acked(f, &mut cursor, &mut stored, fresh).await?;
+                    self.acked(f, &mut stored, fresh).await?;
                 }
                 // At most once a POLL: a node that changes often goes idle after each change.
                 if checked_at.elapsed() >= POLL {
@@ -411,7 +421,7 @@ impl Publisher {
                 if in_flight.len() >= window {
                     if let Some(f) = in_flight.pop_front() {
                         let k = f.kind;
-                        self.acked(f, &mut cursor, &mut stored, fresh).await?;
+                        self.acked(f, &mut stored, fresh).await?;
                         if stored.get_mut(k).unchecked() >= window {
                             self.verify(&stream, k, stored.get_mut(k), false).await?;
                         }
@@ -424,10 +434,7 @@ impl Publisher {
                 };
                 let number = row.number;
                 let ack = self.send(&js, kind, row, id.clone()).await?;
-                match kind {
-                    Kind::Change => sent.change = number,
-                    Kind::Incident => sent.incident = number,
-                }
+                *sent.get_mut(kind) = number;
                 in_flight.push_back(InFlight {
                     kind,
                     number,
@@ -452,12 +459,11 @@ impl Publisher {
         }
     }
 
-    /// Wait for the oldest row in flight's acknowledgement and move the cursor over it; what it
-    /// stored is checked later ([`Publisher::verify`]).
+    /// Wait for the oldest row in flight's acknowledgement and move over it; what it stored is
+    /// checked later ([`Publisher::verify`]).
     async fn acked(
         &self,
         f: InFlight,
-        cursor: &mut Cursor,
         stored: &mut Kinds<Published>,
         fresh: bool,
     ) -> Result<(), PublishError> {
@@ -472,12 +478,8 @@ impl Publisher {
             return Err(PublishError::Duplicate { id: f.id });
         }
         stored.get_mut(f.kind).acked(f.number, ack.sequence);
-        match f.kind {
-            Kind::Change => cursor.change = f.number,
-            Kind::Incident => cursor.incident = f.number,
-        }
         self.store.held.sent(f.kind.held(), f.number);
-        self.stats.acked(*cursor);
+        self.stats.acked(stored.acked());
         self.stats
             .published
             .get_or_create(&KindLabel {

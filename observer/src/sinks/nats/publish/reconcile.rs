@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, stream::LastRawMessageErrorKind};
 
-use super::{PublishError, Publisher};
+use super::{Cursor, Kinds, PublishError, Publisher};
 use crate::sinks::nats::{subject, Kind, HEADER_RECORD, HEADER_SEQ};
 
 impl Publisher {
@@ -351,25 +351,9 @@ enum Held {
 /// Where a session resumes on a subject: after row `after`, stored at `stream_seq` (0, 0: the
 /// subject was empty; row 0 at a stream sequence: another record's message was last).
 #[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Resume {
-    pub(crate) after: u64,
-    pub(crate) stream_seq: u64,
-}
-
-/// One of each, for the change and the incident subject.
-#[derive(Debug, Default)]
-pub(super) struct Kinds<T> {
-    pub(super) change: T,
-    pub(super) incident: T,
-}
-
-impl<T> Kinds<T> {
-    pub(super) fn get_mut(&mut self, kind: Kind) -> &mut T {
-        match kind {
-            Kind::Change => &mut self.change,
-            Kind::Incident => &mut self.incident,
-        }
-    }
+pub(super) struct Resume {
+    pub(super) after: u64,
+    pub(super) stream_seq: u64,
 }
 
 /// What a session stored on a subject: the row checked last (at first, where it resumed) and
@@ -401,11 +385,26 @@ impl Published {
     pub(super) fn unchecked(&self) -> usize {
         self.since.len()
     }
+
+    /// The row acknowledged last (at first, where the session resumed).
+    fn last(&self) -> u64 {
+        self.since.last().unwrap_or(&self.checked).after
+    }
+}
+
+impl Kinds<Published> {
+    /// The last change and incident line acknowledged.
+    pub(super) fn acked(&self) -> Cursor {
+        Cursor {
+            change: self.change.last(),
+            incident: self.incident.last(),
+        }
+    }
 }
 
 /// Whether each row acknowledged was stored right after the one before (the first right after
 /// the row checked last): then no other message can lie between them.
-pub(crate) fn dense(checked_seq: u64, acked: &[Resume]) -> bool {
+fn dense(checked_seq: u64, acked: &[Resume]) -> bool {
     let mut prev = checked_seq;
     acked.iter().all(|r| {
         let next = r.stream_seq == prev.saturating_add(1);
@@ -416,7 +415,7 @@ pub(crate) fn dense(checked_seq: u64, acked: &[Resume]) -> bool {
 
 /// Where this record's rows read back from the subject (`found`) first differ from the rows
 /// acknowledged (`acked`), if anywhere.
-pub(crate) fn first_difference(found: &[Resume], acked: &[Resume]) -> Option<usize> {
+fn first_difference(found: &[Resume], acked: &[Resume]) -> Option<usize> {
     let same = |a: &Resume, b: &Resume| a.after == b.after && a.stream_seq == b.stream_seq;
     match found.iter().zip(acked).position(|(f, a)| !same(f, a)) {
         Some(i) => Some(i),
