@@ -805,9 +805,9 @@ fn a_lost_publish_and_a_lost_ack_neither_drop_nor_duplicate_nor_reorder() {
     // 3. A publish stored late: the proxy holds the 10th change of this commit back; the session
     // ends on its acknowledgement's timeout, and the next one reconciles the stream (deleting the
     // 30 stored after it) before the held publish reaches the server on the old connection, just
-    // ahead of the new session's first. That first row, sent on the condition that the row the
-    // session resumed after is still the subject's last, is refused, and the session after
-    // deletes the late copy and publishes again from there.
+    // ahead of the new session's first. That session's check of what it stored finds the late
+    // row among its own, and the session after deletes the late copy and what followed it, and
+    // publishes again from there.
     {
         let mut l = losses.lock().expect("losses");
         l.hold_at = l.pubs + 10;
