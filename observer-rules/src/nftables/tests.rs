@@ -228,7 +228,7 @@ fn a_chain_level_resync_tells_a_chain_left_without_rules_as_flushed() {
     };
     let mut b = b.with_rule_cap(st.rule_count() - 1);
     assert!(b.take_chain_level().is_some());
-    let t = b.resync(&dump);
+    let t = b.resync(dump);
     let told: Vec<(Op, Option<&str>)> = t
         .changes
         .iter()

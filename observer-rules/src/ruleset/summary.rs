@@ -25,6 +25,22 @@ pub fn summarize(
     rules_before: impl Fn(Family, &str, &str) -> usize,
     table_rules_before: impl Fn(Family, &str) -> usize,
 ) -> Vec<Change> {
+    // One table, as nearly every transaction: its changes are summarized where they are (a
+    // re-read of 110,000 chains is 220,000 changes, 40 MB, not to be copied).
+    if let Some(first) = changes.first() {
+        let key = (first.family, first.table.clone());
+        if changes
+            .iter()
+            .all(|c| c.family == key.0 && c.table == key.1)
+        {
+            let table_total = table_rules_before(key.0, &key.1);
+            return summarize_table(
+                changes,
+                |chain| rules_before(key.0, &key.1, chain),
+                table_total,
+            );
+        }
+    }
     // Keep tables in first-seen order so the output follows the transaction.
     let mut order: Vec<(Family, String)> = Vec::new();
     let mut by_table: HashMap<(Family, String), Vec<Change>> = HashMap::new();
@@ -123,7 +139,10 @@ fn summarize_table(
             ..template
         });
     }
-    let mut out: Vec<Change> = changes.into_iter().flatten().collect();
+    // Collected in place: an `Option<Change>` is the size of a `Change`, and `filter_map`
+    // (unlike `flatten`) reuses the list's room.
+    #[allow(clippy::filter_map_identity)]
+    let mut out: Vec<Change> = changes.into_iter().filter_map(|c| c).collect();
     let only_flushes = out.iter().all(|c| c.op == Op::ChainFlush);
     let rules: usize = flushed.iter().map(|f| f.1).sum();
     if flushed.len() > 1 && only_flushes && rules == table_rules_before {

@@ -209,7 +209,7 @@ pub(super) async fn read_notifications(
                         Ok(d) => d,
                         Err(e) => return format!("re-reading the ruleset failed: {e}"),
                     };
-                    let t = builder.resync(&dump);
+                    let t = builder.resync(dump);
                     if !said_chain_level(&mut builder, inode, tx).await {
                         return "the engine stopped".into();
                     }

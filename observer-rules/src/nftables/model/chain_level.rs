@@ -104,26 +104,25 @@ impl ChainLevel {
     }
 
     /// Against the rule counts of a dump (after lost notifications), whose state is `state`:
-    /// one change per chain whose count moved; the dump's counts are kept from now on.
+    /// one change per chain whose count moved; the dump's counts are kept from now on (those of
+    /// its chains still in `state`: a chain with no rule left is not among them).
     pub(crate) fn resync(
         &mut self,
         state: &NftState,
-        counts: &HashMap<ChainKey, usize>,
+        mut counts: HashMap<ChainKey, usize>,
     ) -> Vec<Change> {
         self.txn.clear();
-        // Every chain of the dump: one with no rule left is not among its counts.
         let mut out = Vec::new();
-        let mut now_counts = HashMap::new();
         for ((family, table), t) in &state.tables {
             for name in t.chains.keys() {
                 let key: ChainKey = (*family, table.clone(), name.clone());
                 let now = counts.get(&key).copied().unwrap_or(0);
                 let was = self.counts.get(&key).copied().unwrap_or(0);
                 out.extend(changed(&key, was, now, false));
-                now_counts.insert(key, now);
             }
         }
-        self.counts = now_counts;
+        counts.retain(|k, _| state.chain(k.0, &k.1, &k.2).is_some());
+        self.counts = counts;
         out
     }
 

@@ -240,8 +240,9 @@ impl GenerationBuilder {
     /// the state and the dump, summarized as one transaction (generation `dump.gen_id`, no writer),
     /// and the dump becomes the state. Notifications waiting for their NEWGEN are dropped: the
     /// dump holds what they described.
-    pub fn resync(&mut self, dump: &Dump) -> Transaction {
-        self.pending.clear();
+    pub fn resync(&mut self, mut dump: Dump) -> Transaction {
+        // Let go of the room too: a lost burst left it as large as the burst.
+        self.pending = Vec::new();
         self.pending_rules = 0;
         // Interfaces may have been renamed meanwhile.
         if let Some(n) = self.ifnames.as_mut() {
@@ -249,11 +250,12 @@ impl GenerationBuilder {
         }
         // A dump that counted the rules, or any dump of a ruleset held at chain level: the
         // ruleset is (or goes) to chain level.
-        let counts = match &dump.rule_counts {
-            Some(c) => Some(std::borrow::Cow::Borrowed(c)),
-            None if self.chain_level.is_some() => Some(std::borrow::Cow::Owned(counted(dump))),
+        let counts = match dump.rule_counts.take() {
+            Some(c) => Some(c),
+            None if self.chain_level.is_some() => Some(counted(&dump)),
             None => None,
         };
+        let gen_id = dump.gen_id;
         if let Some(counts) = counts {
             if self.chain_level.is_none() {
                 self.chain_level = Some(ChainLevel::take(&mut self.state));
@@ -261,26 +263,32 @@ impl GenerationBuilder {
                 self.held = 0;
             }
             let (new, changes) = self.named(|b| {
-                let mut new = NftState::from_dump(dump);
+                let mut new = NftState::from_dump(&dump);
                 chain_level::strip(&mut new);
-                let items = catch_up(&b.state, &new, dump);
+                let items = catch_up(&b.state, &new, &dump);
+                // The dump is in `new` and `items` now: it goes before the state is caught up,
+                // which makes a second copy of every chain.
+                drop(dump);
                 let mut changes = Txn::default().apply(&mut b.state, items);
                 if let Some(cl) = b.chain_level.as_mut() {
-                    changes.extend(cl.resync(&new, &counts));
+                    let counted = cl.resync(&new, counts);
+                    changes.reserve_exact(counted.len());
+                    changes.extend(counted);
                 }
                 (new, changes)
             });
             self.state = new;
             return Transaction {
-                gen_id: dump.gen_id,
+                gen_id,
                 pid: 0,
                 comm: String::new(),
                 changes,
             };
         }
         let (new, changes) = self.named(|b| {
-            let new = NftState::from_dump(dump);
-            let items = catch_up(&b.state, &new, dump);
+            let new = NftState::from_dump(&dump);
+            let items = catch_up(&b.state, &new, &dump);
+            drop(dump);
             let changes = Txn::default().apply(&mut b.state, items);
             (new, changes)
         });
@@ -288,7 +296,7 @@ impl GenerationBuilder {
         self.held = self.state.rule_count();
         self.check_cap();
         Transaction {
-            gen_id: dump.gen_id,
+            gen_id,
             pid: 0,
             comm: String::new(),
             changes,

@@ -62,6 +62,18 @@ impl Txn {
         self.slots.len() - 1
     }
 
+    /// Put `c` (if any) in `slot`. Most slots get one change: its room is made for one (a
+    /// `Vec` grows from nothing to room for four, 0.8 KB per chain of a 110,000-chain load).
+    fn fill(&mut self, slot: usize, c: impl IntoIterator<Item = Change>) {
+        let slot = &mut self.slots[slot];
+        for c in c {
+            if slot.capacity() == 0 {
+                slot.reserve_exact(1);
+            }
+            slot.push(c);
+        }
+    }
+
     pub(crate) fn touch_rules(&mut self, st: &NftState, key: &ChainKey) {
         if self.before.contains_key(key) {
             return;
@@ -149,7 +161,11 @@ impl Txn {
         self.net_chains(st);
         self.net_sets(st);
         self.net_elements(st);
-        let changes: Vec<Change> = self.slots.into_iter().flatten().collect();
+        // Each slot is let go as soon as it is moved: the two are never both whole.
+        let mut changes = Vec::with_capacity(self.slots.iter().map(Vec::len).sum());
+        for slot in std::mem::take(&mut self.slots) {
+            changes.extend(slot);
+        }
         let before = &self.before;
         ruleset::summarize(
             changes,
@@ -222,7 +238,7 @@ impl Txn {
                 }
                 _ => None,
             };
-            self.slots[net.slot].extend(change);
+            self.fill(net.slot, change);
         }
     }
 
@@ -258,7 +274,7 @@ impl Txn {
                 }
                 (None, None) => None,
             };
-            self.slots[net.slot].extend(change);
+            self.fill(net.slot, change);
         }
     }
 
@@ -276,7 +292,7 @@ impl Txn {
                 (Some(_), None) => Some(Change::new(Op::SetDelete, fam, table).chain(name)),
                 _ => None,
             };
-            self.slots[net.slot].extend(change);
+            self.fill(net.slot, change);
         }
     }
 

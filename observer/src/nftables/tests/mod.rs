@@ -205,7 +205,7 @@ fn live_resync_reports_what_notifications_reported() {
             .flat_map(|d| live.feed(d).transactions)
             .collect();
         let dump = socket::dump_on(&req).expect("dump");
-        let t = caught_up.resync(&dump);
+        let t = caught_up.resync(dump.clone());
         assert_eq!(t.gen_id, dump.gen_id);
         assert_eq!(
             projection(caught_up.state()),
@@ -221,7 +221,7 @@ fn live_resync_reports_what_notifications_reported() {
     assert_eq!(compared, NFT_OPS.steps.len());
     // Nothing changed since the last dump: nothing to report.
     let dump = socket::dump_on(&req).expect("dump");
-    assert!(caught_up.resync(&dump).changes.is_empty());
+    assert!(caught_up.resync(dump).changes.is_empty());
 }
 
 #[test]
