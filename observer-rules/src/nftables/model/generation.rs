@@ -262,7 +262,7 @@ impl GenerationBuilder {
                 self.went = Some(counts.values().sum());
                 self.held = 0;
             }
-            let (new, changes) = self.named(|b| {
+            let changes = self.named(|b| {
                 let mut new = NftState::from_dump(&dump);
                 chain_level::strip(&mut new);
                 let items = catch_up(&b.state, &new, &dump);
@@ -270,14 +270,15 @@ impl GenerationBuilder {
                 // which makes a second copy of every chain.
                 drop(dump);
                 let mut changes = Txn::default().apply(&mut b.state, items);
+                // The state caught up has told its changes; the dump's replaces it at once.
+                b.state = new;
                 if let Some(cl) = b.chain_level.as_mut() {
-                    let counted = cl.resync(&new, counts);
+                    let counted = cl.resync(&b.state, counts);
                     changes.reserve_exact(counted.len());
                     changes.extend(counted);
                 }
-                (new, changes)
+                changes
             });
-            self.state = new;
             return Transaction {
                 gen_id,
                 pid: 0,
@@ -285,14 +286,14 @@ impl GenerationBuilder {
                 changes,
             };
         }
-        let (new, changes) = self.named(|b| {
+        let changes = self.named(|b| {
             let new = NftState::from_dump(&dump);
             let items = catch_up(&b.state, &new, &dump);
             drop(dump);
             let changes = Txn::default().apply(&mut b.state, items);
-            (new, changes)
+            b.state = new;
+            changes
         });
-        self.state = new;
         self.held = self.state.rule_count();
         self.check_cap();
         Transaction {
