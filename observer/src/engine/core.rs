@@ -112,13 +112,19 @@ impl Core {
         self.seq
     }
 
-    /// A transaction whose changes were all applied, with their results. Flushes the source
+    /// A transaction whose changes were all applied, its flushes settled: those the source
     /// could not settle (an nft writer whose request was not captured, changes found by a
     /// re-read) are settled as having no evidence.
-    pub fn settled(mut changes: Vec<Change>) -> Vec<(Change, ChangeResult)> {
+    pub fn settle(mut changes: Vec<Change>) -> Vec<Change> {
         ruleset::settle_flushes(&mut changes, &ruleset::FlushEvidence::Unknown);
         ruleset::settle_set_flushes(&mut changes, &ruleset::FlushEvidence::Unknown);
         changes
+    }
+
+    /// [`Core::settle`], with each change's result (applied).
+    #[cfg(test)]
+    pub fn settled(changes: Vec<Change>) -> Vec<(Change, ChangeResult)> {
+        Core::settle(changes)
             .into_iter()
             .map(|c| (c, ChangeResult::Applied))
             .collect()

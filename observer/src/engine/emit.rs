@@ -14,13 +14,16 @@ use super::core::pieces;
 use super::core::TxnLines;
 use super::{ChangeCtx, Engine};
 
+/// A transaction's pieces not written yet, in order.
+type Pieces = dyn Iterator<Item = Vec<(Change, ChangeResult)>> + Send;
+
 /// Work waiting in the [`Backlog`](super::core::backlog::Backlog) of a namespace.
 pub(super) enum Queued {
     /// A transaction, in the pieces not written yet, of `n` changes in all.
     Txn {
         /// Boxed: the writer's attribution is by far the largest part of an item.
         ctx: Box<ChangeCtx>,
-        pieces: Box<dyn Iterator<Item = Vec<(Change, ChangeResult)>> + Send>,
+        pieces: Box<Pieces>,
         n: u64,
     },
     /// A snapshot taken after the transactions queued before it.
@@ -105,7 +108,18 @@ impl Engine {
 
     /// Number, print and correlate the changes of one transaction (all applied).
     pub(super) fn emit_txn(&mut self, ctx: ChangeCtx, changes: Vec<Change>) {
-        self.emit_txn_results(ctx, super::core::Core::settled(changes));
+        let changes = super::core::Core::settle(changes);
+        if !self.backlog.holds(ctx.inode) && !pieces::cut_applied(&changes, pieces::PIECE) {
+            let results = changes
+                .into_iter()
+                .map(|c| (c, ChangeResult::Applied))
+                .collect();
+            return self.emit_txn_results(ctx, results);
+        }
+        // A large one gets its results a piece at a time (a chain-level re-read of 110,000
+        // chains is 40 MB of changes: never twice).
+        let n = changes.len() as u64;
+        self.queue_txn(ctx, n, Box::new(pieces::applied(changes, pieces::PIECE)));
     }
 
     /// Number, print and correlate the changes of one transaction; each has its `result`: `ok`
@@ -125,7 +139,12 @@ impl Engine {
             self.emit_lines(lines);
             return self.end_txn(&ctx, n);
         }
-        let pieces = Box::new(pieces::pieces(changes, pieces::PIECE));
+        self.queue_txn(ctx, n, Box::new(pieces::pieces(changes, pieces::PIECE)));
+    }
+
+    /// Queue a transaction of `n` changes in its `pieces`, behind its namespace's work.
+    fn queue_txn(&mut self, ctx: ChangeCtx, n: u64, pieces: Box<Pieces>) {
+        let inode = ctx.inode;
         let ctx = Box::new(ctx);
         self.backlog.push(inode, Queued::Txn { ctx, pieces, n });
     }
@@ -135,10 +154,7 @@ impl Engine {
     pub(super) fn emit_created(&mut self, ctx: ChangeCtx, table: Arc<xtables::XtTable>) {
         let n = xtables::diff::created_count(&table) as u64;
         let changes = xtables::diff::created(table);
-        let pieces = Box::new(pieces::chunks(changes, pieces::PIECE));
-        let inode = ctx.inode;
-        let ctx = Box::new(ctx);
-        self.backlog.push(inode, Queued::Txn { ctx, pieces, n });
+        self.queue_txn(ctx, n, Box::new(pieces::chunks(changes, pieces::PIECE)));
     }
 
     /// The transaction of `ctx`, of `n` changes, is all written: said to the output, then the

@@ -42,18 +42,43 @@ pub fn cut(changes: &[(Change, ChangeResult)], piece: usize) -> bool {
             .all(|(c, r)| r.is_applied() && stands_alone(c.op))
 }
 
+/// [`cut`], for a transaction whose changes were all applied.
+pub fn cut_applied(changes: &[Change], piece: usize) -> bool {
+    changes.len() > piece && changes.iter().all(|c| stands_alone(c.op))
+}
+
 /// The pieces a transaction is handled in, in order: one, unless it is [`cut`].
 pub fn pieces(
     changes: Vec<(Change, ChangeResult)>,
     piece: usize,
 ) -> impl Iterator<Item = Vec<(Change, ChangeResult)>> + Send + 'static {
     let cut = cut(&changes, piece);
-    let mut rest = changes;
+    split(changes, cut.then_some(piece))
+}
+
+/// [`pieces`] of a transaction whose changes were all applied: each piece gets its results as
+/// it is taken, so that the changes are never held twice (with and without them).
+pub fn applied(
+    changes: Vec<Change>,
+    piece: usize,
+) -> impl Iterator<Item = Vec<(Change, ChangeResult)>> + Send + 'static {
+    let cut = cut_applied(&changes, piece);
+    split(changes, cut.then_some(piece))
+        .map(|p| p.into_iter().map(|c| (c, ChangeResult::Applied)).collect())
+}
+
+/// `list` in pieces of `piece` (whole for `None`), in order; the list gives back its room as
+/// the pieces are taken.
+fn split<T: Send + 'static>(
+    list: Vec<T>,
+    piece: Option<usize>,
+) -> impl Iterator<Item = Vec<T>> + Send + 'static {
+    let mut rest = list;
     // Pieces are taken from the end of the reversed list, so the list shrinks as they go.
-    if cut {
+    if piece.is_some() {
         rest.reverse();
     }
-    let piece = if cut { piece.max(1) } else { usize::MAX };
+    let piece = piece.map_or(usize::MAX, |p| p.max(1));
     std::iter::from_fn(move || {
         if rest.is_empty() {
             return None;
@@ -151,6 +176,24 @@ mod tests {
         // One flush among them keeps the whole together.
         all.push(change(Op::ChainFlush, "C0"));
         assert_eq!(pieces(all, 4).count(), 1);
+    }
+
+    #[test]
+    fn applied_changes_come_in_the_same_pieces_with_their_results() {
+        let all: Vec<_> = (0..10)
+            .map(|i| change(Op::RuleAdd, &format!("C{i}")))
+            .collect();
+        let bare: Vec<Change> = all.iter().map(|(c, _)| c.clone()).collect();
+        let got: Vec<_> = applied(bare.clone(), 4).collect();
+        assert_eq!(got, pieces(all, 4).collect::<Vec<_>>());
+        assert_eq!(got.iter().map(Vec::len).collect::<Vec<_>>(), vec![4, 4, 2]);
+        // A delete among them: one piece, still with its results.
+        let mut whole = bare;
+        whole.push(change(Op::ChainDelete, "X").0);
+        let got: Vec<_> = applied(whole, 4).collect();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].len(), 11);
+        assert!(got[0].iter().all(|(_, r)| r.is_applied()));
     }
 
     #[test]
