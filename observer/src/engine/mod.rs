@@ -532,7 +532,8 @@ async fn run_loop(engine: &mut Engine, signals: &mut Signals, channels: &mut Cha
         ..
     } = channels;
     // Kernel map entries of tasks that exited, namespaces nothing holds any more and losses no
-    // later record brought to light are looked for after something happened (see `Sweep`).
+    // later record brought to light are looked for after something happened (see `Sweep`), and
+    // the heap's free pages are given back then.
     let mut sweep = Sweep::new(tokio::time::Instant::now());
     let resumed = engine.output.resumed();
     while !engine.output_closed {
@@ -578,6 +579,10 @@ async fn run_loop(engine: &mut Engine, signals: &mut Signals, channels: &mut Cha
                 engine.handle_losses();
                 engine.refresh_mounts();
                 engine.forget_gone("nothing holds it any more");
+                // What was freed since (a re-read's states and dump, a large transaction's
+                // lines, a legacy read) goes back to the kernel: the allocator keeps freed
+                // pages between live blocks otherwise. Under 1.1 ms for a 180 MiB heap.
+                release_free_heap();
                 if let Some(h) = engine.hooks.as_mut() {
                     let n = h.sweep_exited();
                     if n > 0 {
