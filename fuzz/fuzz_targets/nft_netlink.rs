@@ -46,6 +46,7 @@ fuzz_target!(|data: &[u8]| {
         )
     });
     let later = Dump::from_notifications(dump.gen_id.wrapping_add(1), created);
-    let t = builder.resync(&later);
-    assert_eq!(t.gen_id, later.gen_id);
+    let gen_id = later.gen_id;
+    let t = builder.resync(later);
+    assert_eq!(t.gen_id, gen_id);
 });
