@@ -85,5 +85,9 @@ fuzz_target!(|data: &[u8]| {
         .chain(rule.family, &rule.table, &rule.chain)
         .and_then(|c| c.rules.first())
         .expect("the dump's rule is in its chain");
-    assert_eq!(kept.text, text, "rendered alone and through the state");
+    assert_eq!(
+        &*kept.text,
+        text.as_str(),
+        "rendered alone and through the state"
+    );
 });

@@ -215,7 +215,7 @@ fn a_chain_level_resync_tells_a_chain_left_without_rules_as_flushed() {
         chains: st
             .tables
             .values()
-            .flat_map(|t| t.chains.values().map(|c| c.chain.clone()))
+            .flat_map(|t| t.chains.values().map(|c| (*c.chain).clone()))
             .collect(),
         sets: st
             .tables
@@ -335,7 +335,7 @@ fn rules_render_as_nft_lists_them() {
         let got = st
             .chain(nfproto(&fam), &table, &chain)
             .and_then(|c| c.rules.iter().find(|r| r.handle == handle))
-            .map(|r| r.text.clone())
+            .map(|r| r.text.to_string())
             .unwrap_or_else(|| "<missing>".into());
         let want = strip_counters(&want);
         if got == want {
@@ -399,7 +399,7 @@ fn counters_do_not_change_fingerprints_but_rules_do() {
         .chain(2, "filter", "KUBE-FIREWALL")
         .expect("KUBE-FIREWALL")
         .rules[0];
-    assert_eq!(input.text, "counter jump KUBE-FIREWALL");
+    assert_eq!(&*input.text, "counter jump KUBE-FIREWALL");
     assert_ne!(input.fingerprint, kfw.fingerprint);
     let msgs = parse_bin(CORPUS_BIN)
         .iter()

@@ -31,7 +31,7 @@ pub(crate) fn catch_up(old: &NftState, new: &NftState, dump: &Dump) -> Vec<Notif
         let renamed = Handles::of(nt);
         for (name, oc) in &ot.chains {
             let Some(nc) = nt.chains.get(name).or_else(|| renamed.other_name(oc)) else {
-                dels.push(Notification::Chain(Verb::Del, oc.chain.clone()));
+                dels.push(Notification::Chain(Verb::Del, (*oc.chain).clone()));
                 continue;
             };
             let now: HashMap<u64, u64> =
@@ -45,7 +45,7 @@ pub(crate) fn catch_up(old: &NftState, new: &NftState, dump: &Dump) -> Vec<Notif
                 }
             }
             if describe_chain(&oc.chain) != describe_chain(&nc.chain) {
-                adds.push(Notification::Chain(Verb::New, nc.chain.clone()));
+                adds.push(Notification::Chain(Verb::New, (*nc.chain).clone()));
             }
         }
         for (name, os) in &ot.sets {
@@ -103,7 +103,7 @@ pub(crate) fn catch_up(old: &NftState, new: &NftState, dump: &Dump) -> Vec<Notif
         adds.extend(
             new_chains
                 .into_iter()
-                .map(|c| Notification::Chain(Verb::New, c.chain.clone())),
+                .map(|c| Notification::Chain(Verb::New, (*c.chain).clone())),
         );
         for (name, ns) in &nt.sets {
             if ot.and_then(|t| t.sets.get(name)).is_none() {

@@ -24,11 +24,12 @@ pub const ELEMENTS_SHOWN: usize = 32;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuleState {
     pub handle: u64,
-    /// The rule in `nft list ruleset` syntax.
-    pub text: String,
+    /// The rule in `nft list ruleset` syntax (boxed: no spare room kept beside the text).
+    pub text: Box<str>,
     /// For a rule of a table iptables-nft manages: its `iptables-nft-save` text, or why
-    /// iptables-nft cannot read it back. `None` for nft's own tables.
-    pub xt: Option<XtText>,
+    /// iptables-nft cannot read it back. `None` for nft's own tables (boxed: most rules have
+    /// none, and a rule state is kept for every rule of the namespace).
+    pub xt: Option<Box<XtText>>,
     /// Structural fingerprint (see `expr::fingerprint`).
     pub fingerprint: u64,
 }
@@ -36,7 +37,7 @@ pub struct RuleState {
 impl RuleState {
     /// The rule in its writer's syntax and its forms, for a change.
     pub fn forms(&self) -> (String, RuleForms) {
-        let xt = self.xt.as_ref().map(|x| match x {
+        let xt = self.xt.as_deref().map(|x| match x {
             XtText::Saved(s) => Ok(s.as_str()),
             XtText::Unreadable(why) => Err(why.as_str()),
         });
@@ -46,7 +47,9 @@ impl RuleState {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChainState {
-    pub chain: Chain,
+    /// Boxed: the chain map's nodes hold a pointer instead of the whole chain, and a node
+    /// has room for 11 entries, of which an ordered load fills about half.
+    pub chain: Box<Chain>,
     pub rules: Vec<RuleState>,
 }
 
@@ -98,7 +101,7 @@ impl Default for Elements {
 type Ident<'a> = (&'a [u8], Option<&'a [u8]>, u32);
 
 fn ident(e: &Element) -> Ident<'_> {
-    (e.key.as_slice(), e.key_end.as_deref(), identity_flags(e))
+    (e.key.as_slice(), e.key_end(), identity_flags(e))
 }
 
 fn key_ident(k: &ElemKey) -> Ident<'_> {
@@ -273,7 +276,7 @@ impl TableState {
         let mut h = Fnv::new();
         for e in s.elements.values() {
             h.field(&e.key)
-                .field(e.key_end.as_deref().unwrap_or(&[]))
+                .field(e.key_end().unwrap_or(&[]))
                 .field(&e.flags.to_le_bytes());
             if let Some(d) = &e.data {
                 h.field(format!("{d:?}").as_bytes());
@@ -285,8 +288,9 @@ impl TableState {
     pub(crate) fn rule_state(&self, rule: &Rule) -> RuleState {
         RuleState {
             handle: rule.handle,
-            text: render::rule(rule, self),
-            xt: xt_syntax::rule_text(rule, self.chains.get(&rule.chain).map(|c| &c.chain)),
+            text: render::rule(rule, self).into_boxed_str(),
+            xt: xt_syntax::rule_text(rule, self.chains.get(&rule.chain).map(|c| &*c.chain))
+                .map(Box::new),
             fingerprint: expr::fingerprint(&rule.exprs, &|n| self.anon_digest(n)),
         }
     }
@@ -320,7 +324,7 @@ impl NftState {
             t.chains.insert(
                 c.name.clone(),
                 ChainState {
-                    chain: c.clone(),
+                    chain: Box::new(c.clone()),
                     rules: Vec::new(),
                 },
             );
@@ -390,7 +394,7 @@ pub(crate) fn chain_entry<'t>(
     t.chains
         .entry(name.to_string())
         .or_insert_with(|| ChainState {
-            chain: Chain {
+            chain: Box::new(Chain {
                 family,
                 table: table.to_string(),
                 name: name.to_string(),
@@ -400,7 +404,7 @@ pub(crate) fn chain_entry<'t>(
                 kind: None,
                 flags: 0,
                 comment: None,
-            },
+            }),
             rules: Vec::new(),
         })
 }
@@ -578,7 +582,11 @@ fn type_name(id: u32) -> &'static str {
 pub type ElemKey = (Vec<u8>, Option<Vec<u8>>, u32);
 
 pub(crate) fn elem_key(e: &Element) -> ElemKey {
-    (e.key.clone(), e.key_end.clone(), identity_flags(e))
+    (
+        e.key.clone(),
+        e.key_end().map(<[u8]>::to_vec),
+        identity_flags(e),
+    )
 }
 
 /// The flags that are part of an element's identity.
@@ -592,6 +600,41 @@ mod elements_tests {
 
     fn el(key: u32, flags: u32) -> Element {
         crate::nftables::testing::element(key.to_be_bytes(), flags)
+    }
+
+    #[test]
+    fn an_element_boxes_its_rarer_parts_only_when_it_has_any() {
+        use crate::nftables::netlink::decode::ElementMore;
+        let plain = el(1, 0);
+        assert!(plain.more.is_none(), "a key alone holds no box");
+        assert!(std::mem::size_of::<Element>() <= 72);
+        // An empty box says what no box says: equal, and hashed and ordered alike.
+        let mut boxed = plain.clone();
+        boxed.more = Some(Box::default());
+        assert_eq!(plain, boxed);
+        let hash = |e: &Element| {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            e.hash(&mut h);
+            h.finish()
+        };
+        assert_eq!(hash(&plain), hash(&boxed));
+        // A range end orders before the data, as it did as a field of its own.
+        let ranged = Element::new(
+            1u32.to_be_bytes().to_vec(),
+            None,
+            0,
+            ElementMore {
+                key_end: Some(9u32.to_be_bytes().to_vec()),
+                ..ElementMore::default()
+            },
+        );
+        assert_eq!(ranged.key_end(), Some(&9u32.to_be_bytes()[..]));
+        assert!(plain < ranged);
+        let mut commented = plain.clone();
+        commented.more_mut().comment = Some("x".into());
+        assert_ne!(plain, commented);
+        assert_eq!(commented.comment(), Some("x"));
     }
 
     /// The elements as a map keyed by identity would hold them.
@@ -634,7 +677,7 @@ mod elements_tests {
         small.remove(&el(1, decode::NFT_SET_ELEM_INTERVAL_END));
         assert_eq!(small.len(), 3);
         let mut replaced = el(2, 0);
-        replaced.comment = Some("new".into());
+        replaced.more_mut().comment = Some("new".into());
         small.insert(replaced.clone());
         assert_eq!(small.len(), 3);
         assert!(small.values().any(|e| *e == replaced));
@@ -647,7 +690,7 @@ mod elements_tests {
     fn short_rule_lists_grow_one_rule_at_a_time() {
         let rule = |handle| RuleState {
             handle,
-            text: String::new(),
+            text: Box::default(),
             xt: None,
             fingerprint: 0,
         };

@@ -104,7 +104,7 @@ impl Txn {
 
     pub(crate) fn note_chain(&mut self, st: &NftState, key: &ChainKey, deleted: Option<&Chain>) {
         if !self.chains.contains_key(key) {
-            let before = st.chain(key.0, &key.1, &key.2).map(|c| c.chain.clone());
+            let before = st.chain(key.0, &key.1, &key.2).map(|c| (*c.chain).clone());
             let before = before.or_else(|| deleted.cloned());
             let slot = self.slot();
             self.chains.insert(key.clone(), Net { slot, before });

@@ -129,7 +129,7 @@ impl Txn {
                     Some(cs) => merge_chain(&mut cs.chain, &c),
                     None => {
                         let cs = ChainState {
-                            chain: c,
+                            chain: Box::new(c),
                             rules: Vec::new(),
                         };
                         t.chains.insert(cs.chain.name.clone(), cs);

@@ -199,17 +199,112 @@ pub struct Verdict {
     pub chain: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// One element of a set. Equal, ordered and hashed by what it says, whether its rarer parts
+/// are boxed or not.
+#[derive(Debug, Clone)]
 pub struct Element {
     pub key: Vec<u8>,
-    /// The end of a range, for sets that store ranges in one element (pipapo, kernel 5.6+).
-    pub key_end: Option<Vec<u8>>,
     pub data: Option<Data>,
-    pub objref: Option<String>,
     /// NFT_SET_ELEM_INTERVAL_END / NFT_SET_ELEM_CATCHALL.
     pub flags: u32,
+    /// What few elements have, boxed: a state keeps every element of every set of the
+    /// namespace, and most are a key and perhaps a verdict (72 bytes instead of 152).
+    pub more: Option<Box<ElementMore>>,
+}
+
+/// The rarer parts of a set element.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ElementMore {
+    /// The end of a range, for sets that store ranges in one element (pipapo, kernel 5.6+).
+    pub key_end: Option<Vec<u8>>,
+    pub objref: Option<String>,
     pub timeout_ms: Option<u64>,
     pub comment: Option<String>,
+}
+
+/// An element's parts in the order it compares by.
+type ElementOrder<'a> = (
+    &'a [u8],
+    Option<&'a [u8]>,
+    Option<&'a Data>,
+    Option<&'a str>,
+    u32,
+    Option<u64>,
+    Option<&'a str>,
+);
+
+impl Element {
+    /// An element of these parts; the rarer ones boxed only when there are any.
+    pub fn new(key: Vec<u8>, data: Option<Data>, flags: u32, more: ElementMore) -> Element {
+        let more = (more != ElementMore::default()).then(|| Box::new(more));
+        Element {
+            key,
+            data,
+            flags,
+            more,
+        }
+    }
+
+    /// The end of a range (pipapo sets, kernel 5.6+).
+    pub fn key_end(&self) -> Option<&[u8]> {
+        self.more.as_ref()?.key_end.as_deref()
+    }
+
+    /// The stateful object an object map's element names.
+    pub fn objref(&self) -> Option<&str> {
+        self.more.as_ref()?.objref.as_deref()
+    }
+
+    pub fn timeout_ms(&self) -> Option<u64> {
+        self.more.as_ref()?.timeout_ms
+    }
+
+    pub fn comment(&self) -> Option<&str> {
+        self.more.as_ref()?.comment.as_deref()
+    }
+
+    /// The rarer parts, to change them.
+    pub fn more_mut(&mut self) -> &mut ElementMore {
+        self.more.get_or_insert_with(Box::default)
+    }
+
+    fn order(&self) -> ElementOrder<'_> {
+        (
+            &self.key,
+            self.key_end(),
+            self.data.as_ref(),
+            self.objref(),
+            self.flags,
+            self.timeout_ms(),
+            self.comment(),
+        )
+    }
+}
+
+impl PartialEq for Element {
+    fn eq(&self, other: &Element) -> bool {
+        self.order() == other.order()
+    }
+}
+
+impl Eq for Element {}
+
+impl PartialOrd for Element {
+    fn partial_cmp(&self, other: &Element) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Element {
+    fn cmp(&self, other: &Element) -> std::cmp::Ordering {
+        self.order().cmp(&other.order())
+    }
+}
+
+impl std::hash::Hash for Element {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.order().hash(state);
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -447,15 +542,17 @@ fn set_elems(family: u8, list: &[Attr<'_>]) -> Result<SetElems, Malformed> {
                 },
                 None => None,
             };
-            elements.push(Element {
+            elements.push(Element::new(
                 key,
-                key_end,
-                data: netlink::find(&e, 2).map(|d| data(d.value)).transpose()?,
-                objref: netlink::find(&e, 9).map(|d| netlink::string(d.value)),
-                flags: opt_u32(&e, 3)?.unwrap_or(0),
-                timeout_ms: opt_u64(&e, 4)?,
-                comment: netlink::find(&e, 6).and_then(|d| udata_string(d.value, 0)),
-            });
+                netlink::find(&e, 2).map(|d| data(d.value)).transpose()?,
+                opt_u32(&e, 3)?.unwrap_or(0),
+                ElementMore {
+                    key_end,
+                    objref: netlink::find(&e, 9).map(|d| netlink::string(d.value)),
+                    timeout_ms: opt_u64(&e, 4)?,
+                    comment: netlink::find(&e, 6).and_then(|d| udata_string(d.value, 0)),
+                },
+            ));
         }
     }
     Ok(SetElems {

@@ -128,7 +128,7 @@ fn items(set: &Set, elems: &[&Element], key: &[(Ty, Order)], sizes: &[usize]) ->
             out.push(with_data("*".into(), e, set, data_ty));
             continue;
         }
-        if let Some(end) = &e.key_end {
+        if let Some(end) = e.key_end() {
             out.push(with_data(
                 key_range(&key, sizes, &e.key, end),
                 e,
@@ -190,10 +190,10 @@ fn with_data(text: String, e: &Element, set: &Set, data_ty: Option<&[(Ty, Order)
         }
         None => {}
     }
-    if let Some(obj) = &e.objref {
+    if let Some(obj) = e.objref() {
         text = format!("{text} : \"{obj}\"");
     }
-    if let Some(c) = &e.comment {
+    if let Some(c) = e.comment() {
         text = format!("{text} comment \"{c}\"");
     }
     text

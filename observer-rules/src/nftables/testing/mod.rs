@@ -6,7 +6,7 @@
 
 pub mod scenarios;
 
-use crate::nftables::decode::{decode, Element};
+use crate::nftables::decode::{decode, Element, ElementMore};
 use crate::nftables::generation::{GenerationBuilder, Transaction};
 use crate::nftables::state::NftState;
 use crate::nftables::Dump;
@@ -22,15 +22,7 @@ pub const CORPUS_NFT: &str = include_str!("../testdata/render_corpus.nft");
 
 /// A set element of a 4-byte key, with no range end, data or comment.
 pub fn element(key: [u8; 4], flags: u32) -> Element {
-    Element {
-        key: key.to_vec(),
-        key_end: None,
-        data: None,
-        objref: None,
-        flags,
-        timeout_ms: None,
-        comment: None,
-    }
+    Element::new(key.to_vec(), None, flags, ElementMore::default())
 }
 
 pub fn to_hex(bytes: &[u8]) -> String {

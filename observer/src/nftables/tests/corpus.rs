@@ -90,7 +90,7 @@ fn every_corpus_rule_renders_as_nft_lists_it() {
             let got = st
                 .chain(nfproto(&fam), &table, &chain)
                 .and_then(|c| c.rules.iter().find(|r| r.handle == handle))
-                .map(|r| r.text.clone())
+                .map(|r| r.text.to_string())
                 .unwrap_or_else(|| "<missing>".into());
             let want = strip_counters(&want);
             if got == want {

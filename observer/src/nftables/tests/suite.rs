@@ -102,7 +102,7 @@ fn run_file(origin: &str, text: &str, refused: &mut Vec<(String, String)>) -> Ve
                     strip_counters(text),
                     chain
                         .and_then(|c| c.rules.iter().find(|r| r.handle == *handle))
-                        .map(|r| r.text.clone())
+                        .map(|r| r.text.to_string())
                         .unwrap_or_else(|| "<missing>".into()),
                 ),
                 None => ("<not listed>".into(), String::new()),

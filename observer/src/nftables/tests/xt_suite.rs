@@ -127,7 +127,7 @@ fn replay(file: &str, proto: XtProto, tally: &mut Tally) {
                 let lines = c
                     .rules
                     .iter()
-                    .map(|r| observer_line(name, &r.text, r.xt.as_ref()))
+                    .map(|r| observer_line(name, &r.text, r.xt.as_deref()))
                     .collect();
                 got.insert(name.clone(), lines);
             }

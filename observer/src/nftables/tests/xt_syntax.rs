@@ -172,7 +172,7 @@ fn observed(ns: &Netns, family: u8) -> BTreeMap<(String, String), Vec<String>> {
             let rules = c
                 .rules
                 .iter()
-                .map(|r| match &r.xt {
+                .map(|r| match r.xt.as_deref() {
                     Some(XtText::Saved(s)) => s.clone(),
                     other => format!("{other:?} / nft: {}", r.text),
                 })
@@ -274,20 +274,23 @@ fn a_rule_nft_wrote_into_an_iptables_table_keeps_nft_syntax() {
     let st = NftState::from_dump(&socket::dump_on(&req).expect("dump"));
     let input = &st.tables[&(2, "filter".to_string())].chains["INPUT"].rules;
     assert_eq!(
-        input[0].xt,
-        Some(XtText::Saved("-s 10.0.0.0/8 -j ACCEPT".into()))
+        input[0].xt.as_deref(),
+        Some(&XtText::Saved("-s 10.0.0.0/8 -j ACCEPT".into()))
     );
     assert_eq!(
-        input[1].xt,
-        Some(XtText::Unreadable("expression ct".into()))
+        input[1].xt.as_deref(),
+        Some(&XtText::Unreadable("expression ct".into()))
     );
-    assert_eq!(input[1].text, "ct mark 0x00000005 counter accept");
+    assert_eq!(&*input[1].text, "ct mark 0x00000005 counter accept");
     // A native match iptables-nft reads back as an extension.
     assert_eq!(
-        input[2].xt,
-        Some(XtText::Saved("-m ttl ! --ttl-eq 5 -j ACCEPT".into()))
+        input[2].xt.as_deref(),
+        Some(&XtText::Saved("-m ttl ! --ttl-eq 5 -j ACCEPT".into()))
     );
-    let xt: Vec<_> = input[3..].iter().map(|r| r.xt.clone()).collect();
+    let xt: Vec<_> = input[3..]
+        .iter()
+        .map(|r| r.xt.as_deref().cloned())
+        .collect();
     assert_eq!(
         xt,
         [

@@ -66,7 +66,7 @@ fn nfacct_rules_read_as_both_saves_print_them() {
     let got: Vec<String> = t.chains["INPUT"]
         .rules
         .iter()
-        .map(|r| match &r.xt {
+        .map(|r| match r.xt.as_deref() {
             Some(XtText::Saved(s)) => s.clone(),
             other => format!("{other:?} / nft: {}", r.text),
         })

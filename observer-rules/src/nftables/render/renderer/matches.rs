@@ -309,7 +309,9 @@ impl<'a> Renderer<'a> {
                     .map(|e| {
                         let mut e = (*e).clone();
                         e.key = shift_key(&e.key);
-                        e.key_end = e.key_end.as_deref().map(shift_key);
+                        if let Some(m) = e.more.as_mut() {
+                            m.key_end = m.key_end.as_deref().map(shift_key);
+                        }
                         e
                     })
                     .collect();
