@@ -31,12 +31,9 @@ impl Correlator {
         hits.into_iter()
             .filter(|h| {
                 h.kind != IncidentKind::Unhooked
-                    || net.objs.contains_key(&(
-                        h.backend,
-                        h.family,
-                        h.table.clone(),
-                        h.chain.clone(),
-                    ))
+                    || net
+                        .objs
+                        .contains_key(&obj_key(h.backend, h.family, &h.table, &h.chain))
             })
             .collect()
     }
@@ -57,6 +54,7 @@ impl Correlator {
         for c in txn {
             apply_change(net, &self.owners, &writer, c, &mut restored);
         }
+        net.names.tidy(net.objs.len());
         if learn {
             self.learn(netns, actor, txn);
         }
@@ -81,7 +79,7 @@ impl Correlator {
             .filter_map(|c| {
                 c.chain
                     .as_ref()
-                    .map(|ch| (c.backend, c.family, c.table.clone(), ch.clone()))
+                    .map(|ch| obj_key(c.backend, c.family, &c.table, ch))
             })
             .collect();
         for key in keys {
@@ -112,7 +110,7 @@ struct Scan<'a> {
     txn: &'a [&'a ChangeLine],
     hits: Vec<Hit>,
     /// Jumps removed: (the target chain's key, the chain that held the jump, seq).
-    unhooks: Vec<(ObjKey, String, u64)>,
+    unhooks: Vec<(ObjKey, Name, u64)>,
 }
 
 impl Scan<'_> {
@@ -132,8 +130,8 @@ impl Scan<'_> {
                     owner,
                     backend: key.0,
                     family: key.1,
-                    table: key.2.clone(),
-                    chain: key.3.clone(),
+                    table: key.2.to_string(),
+                    chain: key.3.to_string(),
                     seq,
                     drift,
                 });
@@ -142,7 +140,7 @@ impl Scan<'_> {
     }
 
     /// The jumps of chain `key` (holding `jumps`) that change `c` removes.
-    fn unhook_all(&mut self, c: &ChangeLine, key: &ObjKey, jumps: &[String]) {
+    fn unhook_all(&mut self, c: &ChangeLine, key: &ObjKey, jumps: &[Name]) {
         for j in jumps {
             self.unhooks.push((target_key(c, j), key.3.clone(), c.seq));
         }
@@ -152,7 +150,7 @@ impl Scan<'_> {
         let key = c
             .chain
             .as_ref()
-            .map(|ch| (c.backend, c.family, c.table.clone(), ch.clone()));
+            .map(|ch| obj_key(c.backend, c.family, &c.table, ch));
         let net = self.net;
         let info = key.as_ref().and_then(|k| net.objs.get(k));
         match c.op {
@@ -186,7 +184,7 @@ impl Scan<'_> {
         } else {
             IncidentKind::ForeignDelete
         };
-        let in_table = |k: &ObjKey| k.0 == c.backend && k.1 == c.family && k.2 == c.table;
+        let in_table = |k: &ObjKey| k.0 == c.backend && k.1 == c.family && *k.2 == *c.table;
         let net = self.net;
         for (k, i) in net.objs.iter().filter(|(k, _)| in_table(k)) {
             if kind == IncidentKind::ForeignDelete || i.rules > 0 {
@@ -217,7 +215,10 @@ impl Scan<'_> {
             }
         }
         if let (Some(k), Some(rule)) = (key, c.rule.as_deref()) {
-            let jumps = drift::jump_targets(c.rule_backend(), rule);
+            let jumps: Vec<Name> = drift::jump_targets(c.rule_backend(), rule)
+                .iter()
+                .map(|j| Name::from(j.as_str()))
+                .collect();
             self.unhook_all(c, k, &jumps);
         }
     }
@@ -280,8 +281,8 @@ impl Scan<'_> {
                 owner,
                 backend: target.0,
                 family: target.1,
-                table: target.2,
-                chain: target.3,
+                table: target.2.to_string(),
+                chain: target.3.to_string(),
                 seq,
                 drift: None,
             });
@@ -292,7 +293,7 @@ impl Scan<'_> {
 
 /// The key of chain `target` in the table of change `c`.
 fn target_key(c: &ChangeLine, target: &str) -> ObjKey {
-    (c.backend, c.family, c.table.clone(), target.to_string())
+    obj_key(c.backend, c.family, &c.table, target)
 }
 
 /// What a rewrite from `was` to `new` did, when it is drift (something lost or changed).
@@ -335,7 +336,7 @@ fn apply_change(
         seq: c.seq,
         op: c.op,
     };
-    let in_table = |k: &ObjKey| k.0 == c.backend && k.1 == c.family && k.2 == c.table;
+    let in_table = |k: &ObjKey| k.0 == c.backend && k.1 == c.family && *k.2 == *c.table;
     match c.op {
         Op::TableDelete => net.objs.retain(|k, _| !in_table(k)),
         Op::TableFlush => {
@@ -350,7 +351,7 @@ fn apply_change(
         Op::TableCreate => {}
         _ => {
             let Some(ch) = &c.chain else { return };
-            let key = (c.backend, c.family, c.table.clone(), ch.clone());
+            let key = net.names.key(&obj_key(c.backend, c.family, &c.table, ch));
             match c.op {
                 Op::ChainDelete | Op::SetDelete => {
                     net.objs.remove(&key);
@@ -370,7 +371,7 @@ fn apply_change(
                 .objs
                 .entry(key.clone())
                 .or_insert_with(|| ObjInfo::named(owners, &key));
-            apply_to_object(info, c, &key, restored);
+            apply_to_object(info, &mut net.names, c, &key, restored);
             info.last = Some(last);
         }
     }
@@ -379,6 +380,7 @@ fn apply_change(
 /// What a change to one chain or set does to its rule count and jumps.
 fn apply_to_object(
     info: &mut ObjInfo,
+    names: &mut Names,
     c: &ChangeLine,
     key: &ObjKey,
     restored: &mut Vec<(ObjKey, u64)>,
@@ -387,7 +389,7 @@ fn apply_to_object(
         Op::RuleAdd => {
             info.rules += 1;
             if let Some(r) = &c.rule {
-                info.jumps.extend(drift::jump_targets(c.rule_backend(), r));
+                add_jumps(info, names, drift::jump_targets(c.rule_backend(), r));
             }
             restored.push((key.clone(), c.seq));
         }
@@ -405,7 +407,7 @@ fn apply_to_object(
                     .unwrap_or_default(),
             );
             if let Some(r) = &c.rule {
-                info.jumps.extend(drift::jump_targets(c.rule_backend(), r));
+                add_jumps(info, names, drift::jump_targets(c.rule_backend(), r));
             }
         }
         Op::ChainFlush => {
@@ -417,10 +419,18 @@ fn apply_to_object(
     }
 }
 
+/// A rule's jumps added, named by the namespace's copies of the names. The list grows by what
+/// it gains (most chains hold one or two jumps, and a vector's first growth makes room for
+/// four).
+fn add_jumps(info: &mut ObjInfo, names: &mut Names, jumps: Vec<String>) {
+    info.jumps.reserve_exact(jumps.len());
+    info.jumps.extend(jumps.iter().map(|j| names.get(j)));
+}
+
 /// One jump taken away for each of `gone` (a rule's jumps, when it is deleted).
 fn remove_jumps(info: &mut ObjInfo, gone: Vec<String>) {
     for j in gone {
-        if let Some(p) = info.jumps.iter().position(|x| *x == j) {
+        if let Some(p) = info.jumps.iter().position(|x| **x == *j) {
             info.jumps.swap_remove(p);
         }
     }

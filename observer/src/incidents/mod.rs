@@ -35,7 +35,7 @@ mod repair;
 mod split;
 mod summary;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -88,8 +88,9 @@ struct ObjInfo {
     /// Learned owner (the catalog and the file are asked first, see [`Correlator::owner_of`]).
     learned: Option<Arc<str>>,
     rules: usize,
-    /// Chains the rules of this chain jump to (one entry per rule).
-    jumps: Vec<String>,
+    /// Chains the rules of this chain jump to (one entry per jump; the names are the
+    /// namespace's own, shared with the objects they name).
+    jumps: Vec<Name>,
     is_set: bool,
     last: Option<LastWrite>,
 }
@@ -112,8 +113,48 @@ pub struct LastWrite {
     pub op: Op,
 }
 
+/// A table or chain name the model holds: one copy per namespace, shared by every key and jump
+/// that names it (a kube-proxy table's 40,000 chains would otherwise hold the table's name
+/// 40,000 times, and each jump its own copy of its target's).
+type Name = Arc<str>;
+
 /// Where an object lives: backend, family, table, name.
-type ObjKey = (Backend, Family, String, String);
+type ObjKey = (Backend, Family, Name, Name);
+
+/// The key of an object, to look it up (its names need not be the namespace's own copies).
+fn obj_key(backend: Backend, family: Family, table: &str, chain: &str) -> ObjKey {
+    (backend, family, Arc::from(table), Arc::from(chain))
+}
+
+/// The names a namespace's model holds, one copy of each.
+#[derive(Debug, Default)]
+struct Names(HashSet<Name>);
+
+impl Names {
+    /// The namespace's copy of `name`.
+    fn get(&mut self, name: &str) -> Name {
+        if let Some(n) = self.0.get(name) {
+            return Arc::clone(n);
+        }
+        let n: Name = Arc::from(name);
+        self.0.insert(Arc::clone(&n));
+        n
+    }
+
+    /// The namespace's copy of the names of `key`.
+    fn key(&mut self, key: &ObjKey) -> ObjKey {
+        (key.0, key.1, self.get(&key.2), self.get(&key.3))
+    }
+
+    /// Let go of the names nothing else holds, once they are more than those in use: the
+    /// names of deleted objects would otherwise stay.
+    fn tidy(&mut self, objects: usize) {
+        if self.0.len() > 2 * objects + 256 {
+            self.0.retain(|n| Arc::strong_count(n) > 1);
+            self.0.shrink_to_fit();
+        }
+    }
+}
 
 /// An owner writing one of its own objects again.
 #[derive(Debug, Clone)]
@@ -138,6 +179,7 @@ pub struct InventoryChain {
 struct Net {
     name: Option<String>,
     objs: BTreeMap<ObjKey, ObjInfo>,
+    names: Names,
 }
 
 /// What one transaction did to someone else's objects.
@@ -188,10 +230,7 @@ impl Tracked {
 
     fn add_targets(&mut self, hits: &[Hit]) {
         for h in hits {
-            let t = (
-                h.kind,
-                (h.backend, h.family, h.table.clone(), h.chain.clone()),
-            );
+            let t = (h.kind, obj_key(h.backend, h.family, &h.table, &h.chain));
             if !self.targets.contains(&t) {
                 self.targets.push(t);
             }
@@ -290,17 +329,25 @@ impl Correlator {
                 .owners
                 .claim_in(c.backend, c.family, &c.table, &c.chain)
                 .cloned();
+            let key = (
+                c.backend,
+                c.family,
+                net.names.get(&c.table),
+                net.names.get(&c.chain),
+            );
+            let jumps = c.jumps.iter().map(|j| net.names.get(j)).collect();
             net.objs.insert(
-                (c.backend, c.family, c.table, c.chain),
+                key,
                 ObjInfo {
                     claim,
                     rules: c.rules,
-                    jumps: c.jumps,
+                    jumps,
                     is_set: c.is_set,
                     ..ObjInfo::default()
                 },
             );
         }
+        net.names.tidy(net.objs.len());
     }
 
     pub fn forget_netns(&mut self, netns: u32) {
@@ -473,7 +520,7 @@ impl Correlator {
         };
         for c in txn {
             if let Some(chain) = c.chain.as_deref() {
-                let key = (c.backend, c.family, c.table.clone(), chain.to_string());
+                let key = obj_key(c.backend, c.family, &c.table, chain);
                 if let Some((o, _)) = net.objs.get(&key).and_then(|i| self.owner_of(chain, i)) {
                     touched.insert(o);
                 }
@@ -509,8 +556,8 @@ impl Correlator {
                     netns_name: net.name.clone(),
                     backend: k.0,
                     family: k.1,
-                    table: k.2.clone(),
-                    chain: k.3.clone(),
+                    table: k.2.to_string(),
+                    chain: k.3.to_string(),
                     set: info.is_set,
                     owner,
                     how,
@@ -534,3 +581,28 @@ fn is_iptables_nft_table(family: Family, table: &str) -> bool {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod names_tests {
+    use super::*;
+
+    #[test]
+    fn a_name_is_held_once_and_let_go_once_unused() {
+        let mut names = Names::default();
+        let kept: Vec<Name> = (0..10).map(|i| names.get(&format!("chain-{i}"))).collect();
+        assert!(
+            Arc::ptr_eq(&kept[3], &names.get("chain-3")),
+            "one copy per name"
+        );
+        for i in 10..600 {
+            names.get(&format!("chain-{i}"));
+        }
+        // Fewer than twice the objects in use (plus room): nothing let go yet.
+        names.tidy(300);
+        assert_eq!(names.0.len(), 600);
+        // The names of the 590 objects gone are let go; those still held stay.
+        names.tidy(10);
+        assert_eq!(names.0.len(), 10);
+        assert!(Arc::ptr_eq(&kept[9], &names.get("chain-9")));
+    }
+}

@@ -116,7 +116,10 @@ impl Correlator {
             let Some(o) = unrepaired_owner(t, netns, actor) else {
                 continue;
             };
-            if restored.iter().any(|r| o.chains.contains(&r.key.3)) {
+            if restored
+                .iter()
+                .any(|r| o.chains.iter().any(|c| **c == *r.key.3))
+            {
                 o.repaired = true;
                 o.repair_ms = Some(now.elapsed_since(since).as_millis() as u64);
                 o.repaired_by = Some(repairer.to_string());

@@ -28,10 +28,10 @@ impl Correlator {
                         continue;
                     }
                     if k.0 == Backend::Legacy {
-                        legacy.insert(k.3.clone());
-                        sample.get_or_insert((k.1, k.2.clone()));
+                        legacy.insert(k.3.to_string());
+                        sample.get_or_insert((k.1, k.2.to_string()));
                     } else if k.0 == Backend::Nft && is_iptables_nft_table(k.1, &k.2) {
-                        nft.insert(k.3.clone());
+                        nft.insert(k.3.to_string());
                     }
                 }
                 let (family, table) = sample.unwrap_or((Family::Ip, String::new()));
