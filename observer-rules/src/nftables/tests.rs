@@ -126,6 +126,39 @@ fn objects_wait_for_their_newgen() {
     assert_eq!(t.changes[0].position, Some(3));
 }
 
+/// A rule's message waits as its bytes and is decoded when its transaction is applied: one
+/// that does not decode is skipped then, and told by the feed that closes the transaction.
+#[test]
+fn a_rule_waits_as_its_bytes_and_a_bad_one_is_told_when_applied() {
+    let cmd = "cmd: nft add rule ip t c iifname lo accept";
+    let datagrams = datagrams_of(NFT_OPS_HEX, cmd);
+    let [rule, newgen] = &datagrams[..] else {
+        panic!("a rule's datagram, then NEWGEN's: {}", datagrams.len());
+    };
+    let mut bad = rule.clone();
+    bad[20] = 0xff; // first attribute's length (after nlmsghdr + nfgenmsg)
+    bad[21] = 0x00;
+    let mut b = replay_until(NFT_OPS_HEX, cmd);
+    let fed = b.feed(&bad);
+    assert!(fed.skipped.is_empty() && fed.transactions.is_empty());
+    b.feed(rule);
+    assert_eq!(b.pending(), 2);
+    let fed = b.feed(newgen);
+    assert_eq!(b.pending(), 0);
+    assert_eq!(fed.skipped.len(), 1, "{:?}", fed.skipped);
+    assert!(
+        fed.skipped[0].reason.contains("length"),
+        "{:?}",
+        fed.skipped
+    );
+    assert_eq!(b.skipped(), 1);
+    let [t] = &fed.transactions[..] else {
+        panic!("one transaction: {:?}", fed.transactions);
+    };
+    assert_eq!(t.changes.len(), 1);
+    assert_eq!(t.changes[0].op, Op::RuleAdd);
+}
+
 /// A builder capped at the rules it holds plus one tells a one-rule transaction rule by rule;
 /// capped at what it holds, it goes to chain level: it lets go of its rules and tells the
 /// transaction as the chain's new rule count; capped below what it holds, it is at chain level

@@ -17,6 +17,7 @@
 //! notifications) and `chain_level`; below them are `state`, `render`, `decode` and the dump
 //! (`Dump`).
 
+use crate::netlink::{self, NlMsg};
 use crate::nftables::model::catch_up::catch_up;
 use crate::nftables::model::chain_level::{self, ChainLevel};
 use crate::nftables::model::state::NftState;
@@ -45,12 +46,72 @@ pub struct Fed {
     pub skipped: Vec<Skipped>,
 }
 
+/// A notification waiting for the NEWGEN of its transaction.
+///
+/// A rule's message is kept as its bytes and decoded when it is applied. A rule decoded is
+/// several times its message's size (each expression's name and data apart), and a table
+/// loaded in one transaction sends every rule before its NEWGEN: decoded at once, they were
+/// the transaction's peak, and what they left between the objects the state kept stayed
+/// resident after it.
+///
+/// Either is a pointer wide and a little: the list of a big transaction is one block of 24
+/// bytes a notification, not of the largest notification's size (170 bytes).
+#[derive(Debug)]
+enum Waiting {
+    Decoded(Box<Notification>),
+    Rule {
+        msg_type: u16,
+        flags: u16,
+        payload: Box<[u8]>,
+    },
+}
+
+impl Waiting {
+    fn rule(msg: &NlMsg<'_>) -> Waiting {
+        Waiting::Rule {
+            msg_type: msg.msg_type,
+            flags: msg.flags,
+            payload: msg.payload.into(),
+        }
+    }
+
+    /// The notification; a message that does not decode is a [`Notification::Skipped`].
+    fn decode(self) -> Notification {
+        match self {
+            Waiting::Decoded(n) => *n,
+            Waiting::Rule {
+                msg_type,
+                flags,
+                payload,
+            } => decode::decode_message(&NlMsg {
+                msg_type,
+                flags,
+                seq: 0,
+                payload: &payload,
+            }),
+        }
+    }
+}
+
+/// Decode what waited, counting what does not decode into `skipped` (its reasons into
+/// `late`, for the caller of the feed that applies it).
+fn decoded(w: Waiting, skipped: &mut u64, late: &mut Vec<Skipped>) -> Notification {
+    let n = w.decode();
+    if let Notification::Skipped(s) = &n {
+        *skipped += 1;
+        late.push(s.clone());
+    }
+    n
+}
+
 /// Groups notifications into transactions and applies them to a state.
 #[derive(Debug)]
 pub struct GenerationBuilder {
     state: NftState,
-    pending: Vec<Notification>,
+    pending: Vec<Waiting>,
     skipped: u64,
+    /// Rule messages of a transaction that did not decode when it was applied.
+    late_skipped: Vec<Skipped>,
     /// The namespace's interface names, for `iif`/`oif` in rule text.
     ifnames: Option<Box<dyn Lent>>,
     /// The most rules the state may hold with those of the transaction under way: past it, the
@@ -75,6 +136,7 @@ impl GenerationBuilder {
             state,
             pending: Vec::new(),
             skipped: 0,
+            late_skipped: Vec::new(),
             ifnames: None,
             rule_cap: None,
             pending_rules: 0,
@@ -129,7 +191,12 @@ impl GenerationBuilder {
         }
         let mut cl = ChainLevel::take(&mut self.state);
         let pending = std::mem::take(&mut self.pending);
-        self.pending = pending.into_iter().filter_map(|n| cl.fold(n)).collect();
+        self.pending = pending
+            .into_iter()
+            .map(|w| decoded(w, &mut self.skipped, &mut self.late_skipped))
+            .filter_map(|n| cl.fold(n))
+            .map(|n| Waiting::Decoded(Box::new(n)))
+            .collect();
         self.chain_level = Some(cl);
         self.went = Some(seen);
         self.held = 0;
@@ -177,7 +244,24 @@ impl GenerationBuilder {
 
     fn feed_named(&mut self, datagram: &[u8]) -> Fed {
         let mut fed = Fed::default();
-        for n in decode::decode(datagram) {
+        for msg in netlink::messages(datagram) {
+            let n = match msg {
+                Ok(m) if matches!(m.msg_type, netlink::NLMSG_NOOP | netlink::NLMSG_DONE) => {
+                    continue
+                }
+                Ok(m) => match decode::rule_verb(&m) {
+                    // At chain level a rule is only counted: decoded at once, and let go.
+                    Some(verb) if self.chain_level.is_none() => {
+                        self.wait_rule(verb, Waiting::rule(&m));
+                        continue;
+                    }
+                    _ => decode::decode_message(&m),
+                },
+                Err(e) => Notification::Skipped(Skipped {
+                    msg_type: None,
+                    reason: e.0,
+                }),
+            };
             match n {
                 Notification::Skipped(s) => {
                     self.skipped += 1;
@@ -185,8 +269,18 @@ impl GenerationBuilder {
                 }
                 n => fed.transactions.extend(self.push_named(n)),
             }
+            fed.skipped.append(&mut self.late_skipped);
         }
         fed
+    }
+
+    /// A rule's notification, waiting for its NEWGEN.
+    fn wait_rule(&mut self, verb: Verb, w: Waiting) {
+        self.pending.push(w);
+        if verb == Verb::New {
+            self.pending_rules += 1;
+            self.check_cap();
+        }
     }
 
     /// Feed one notification; a NEWGEN closes the transaction and returns it (unless the
@@ -207,11 +301,11 @@ impl GenerationBuilder {
                     Some(cl) => cl.fold(other)?,
                     None => other,
                 };
-                let adds = matches!(other, Notification::Rule(Verb::New, _));
-                self.pending.push(other);
-                if adds {
-                    self.pending_rules += 1;
-                    self.check_cap();
+                match &other {
+                    Notification::Rule(verb, _) => {
+                        self.wait_rule(*verb, Waiting::Decoded(Box::new(other)))
+                    }
+                    _ => self.pending.push(Waiting::Decoded(Box::new(other))),
                 }
                 return None;
             }
@@ -225,7 +319,9 @@ impl GenerationBuilder {
             }
             return None;
         }
-        let mut changes = Txn::default().apply(&mut self.state, pending);
+        let (skipped, late) = (&mut self.skipped, &mut self.late_skipped);
+        let items = pending.into_iter().map(|w| decoded(w, skipped, late));
+        let mut changes = Txn::default().apply(&mut self.state, items);
         self.state.gen_id = gen.id;
         match self.chain_level.as_mut() {
             Some(cl) => changes.extend(cl.finish(&self.state)),
@@ -322,5 +418,16 @@ fn transaction(gen: Gen, changes: Vec<Change>) -> Transaction {
         pid: gen.pid.unwrap_or(0),
         comm: gen.comm.unwrap_or_default(),
         changes,
+    }
+}
+
+#[cfg(test)]
+mod waiting_tests {
+    use super::*;
+
+    #[test]
+    fn a_waiting_notification_is_a_pointer_and_a_little() {
+        assert!(std::mem::size_of::<Waiting>() <= 24);
+        assert!(std::mem::size_of::<Notification>() > 100);
     }
 }

@@ -36,7 +36,11 @@ pub fn rule_positions_told() -> bool {
 }
 
 impl Txn {
-    pub(crate) fn apply(mut self, st: &mut NftState, items: Vec<Notification>) -> Vec<Change> {
+    pub(crate) fn apply(
+        mut self,
+        st: &mut NftState,
+        items: impl IntoIterator<Item = Notification>,
+    ) -> Vec<Change> {
         for n in items {
             match n {
                 Notification::Table(v, t) => self.table(st, v, t),

@@ -342,6 +342,18 @@ pub fn decode(datagram: &[u8]) -> Vec<Notification> {
     out
 }
 
+/// Whether a message adds or deletes a rule (`Some(verb)`), read from its type alone.
+pub fn rule_verb(msg: &NlMsg<'_>) -> Option<Verb> {
+    if msg.msg_type >> 8 != NFNL_SUBSYS_NFTABLES {
+        return None;
+    }
+    match (msg.msg_type & 0xff) as u8 {
+        NFT_MSG_NEWRULE => Some(Verb::New),
+        NFT_MSG_DELRULE | NFT_MSG_DESTROYRULE => Some(Verb::Del),
+        _ => None,
+    }
+}
+
 /// Decode one netlink message.
 pub fn decode_message(msg: &NlMsg<'_>) -> Notification {
     match try_decode(msg) {
