@@ -10,6 +10,7 @@
 //! and `crate::ruleset`.
 
 use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
 
 use crate::nftables::model::state::{
     describe_chain, describe_set, elem_key, table_flags, ChainKey, ElemKey, NftState, TableKey,
@@ -22,7 +23,8 @@ use crate::ruleset::{self, Change, Family, Op};
 /// Where a net change will go, and what the object looked like before the transaction.
 struct Net<T> {
     slot: usize,
-    before: Option<T>,
+    /// Boxed: most objects of a big transaction are new, and a chain is 160 bytes.
+    before: Option<Box<T>>,
 }
 
 /// Set elements touched by a transaction: whether each was there before it.
@@ -43,8 +45,9 @@ pub(crate) struct Txn {
     pub(crate) before: HashMap<ChainKey, (usize, HashMap<u64, usize>)>,
     /// Current index of rules deleted in this transaction (a re-add of the handle replaces).
     pub(crate) deleted_at: HashMap<(ChainKey, u64), usize>,
-    /// Added rules, to give them their final position: (chain, handle, slot).
-    pub(crate) added: Vec<(ChainKey, u64, usize)>,
+    /// Added rules, to give them their final position: (chain, handle, slot). The rules of a
+    /// chain come one after another: they share its key.
+    pub(crate) added: Vec<(Rc<ChainKey>, u64, usize)>,
     tables: HashMap<TableKey, Net<Table>>,
     chains: HashMap<ChainKey, Net<Chain>>,
     sets: HashMap<ChainKey, Net<Set>>,
@@ -52,6 +55,15 @@ pub(crate) struct Txn {
 }
 
 impl Txn {
+    /// A rule added to chain `key` (its handle, its change's slot), to be given its position.
+    pub(crate) fn note_added(&mut self, key: ChainKey, handle: u64, slot: usize) {
+        let key = match self.added.last() {
+            Some((last, _, _)) if **last == key => Rc::clone(last),
+            _ => Rc::new(key),
+        };
+        self.added.push((key, handle, slot));
+    }
+
     pub(crate) fn push(&mut self, c: Change) -> usize {
         self.slots.push(vec![c]);
         self.slots.len() - 1
@@ -98,7 +110,13 @@ impl Txn {
             let before = st.tables.get(key).map(|t| t.table.clone());
             let before = before.or_else(|| deleted.cloned());
             let slot = self.slot();
-            self.tables.insert(key.clone(), Net { slot, before });
+            self.tables.insert(
+                key.clone(),
+                Net {
+                    slot,
+                    before: before.map(Box::new),
+                },
+            );
         }
     }
 
@@ -107,7 +125,13 @@ impl Txn {
             let before = st.chain(key.0, &key.1, &key.2).map(|c| (*c.chain).clone());
             let before = before.or_else(|| deleted.cloned());
             let slot = self.slot();
-            self.chains.insert(key.clone(), Net { slot, before });
+            self.chains.insert(
+                key.clone(),
+                Net {
+                    slot,
+                    before: before.map(Box::new),
+                },
+            );
         }
     }
 
@@ -119,7 +143,13 @@ impl Txn {
                 .map(|s| s.set.clone());
             let before = before.or_else(|| deleted.cloned());
             let slot = self.slot();
-            self.sets.insert(key.clone(), Net { slot, before });
+            self.sets.insert(
+                key.clone(),
+                Net {
+                    slot,
+                    before: before.map(Box::new),
+                },
+            );
         }
     }
 
@@ -220,7 +250,7 @@ impl Txn {
         for ((family, name), net) in std::mem::take(&mut self.tables) {
             let fam = Family::from_nfproto(family);
             let after = st.table(family, &name).map(|t| &t.table);
-            let change = match (&net.before, after) {
+            let change = match (net.before.as_deref(), after) {
                 (None, Some(a)) => {
                     let c = Change::new(Op::TableCreate, fam, name);
                     Some(match a.flags {
@@ -248,7 +278,7 @@ impl Txn {
             let fam = Family::from_nfproto(family);
             let after = st.chain(family, &table, &name).map(|c| &c.chain);
             let base = Change::new(Op::ChainCreate, fam, table).chain(name);
-            let change = match (&net.before, after) {
+            let change = match (net.before.as_deref(), after) {
                 (None, Some(a)) => Some(with_detail(base, describe_chain(a))),
                 (Some(b), None) => Some(with_detail(
                     Change {
@@ -283,7 +313,7 @@ impl Txn {
         for ((family, table, name), net) in std::mem::take(&mut self.sets) {
             let fam = Family::from_nfproto(family);
             let after = st.table(family, &table).and_then(|t| t.sets.get(&name));
-            let change = match (&net.before, after) {
+            let change = match (net.before.as_deref(), after) {
                 (None, Some(a)) => Some(
                     Change::new(Op::SetCreate, fam, table)
                         .chain(name)

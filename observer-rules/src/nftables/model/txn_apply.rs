@@ -170,7 +170,11 @@ impl Txn {
                     .position
                     .and_then(|p| c.rules.iter().rposition(|x| x.handle == p))
                     .map(|i| i + 1);
-                let replaced = self.deleted_at.get(&(key.clone(), r.handle)).copied();
+                let replaced = if self.deleted_at.is_empty() {
+                    None
+                } else {
+                    self.deleted_at.get(&(key.clone(), r.handle)).copied()
+                };
                 let idx = match (anchor, replaced) {
                     (Some(i), _) => i,
                     (None, Some(i)) => i.min(c.rules.len()),
@@ -182,7 +186,7 @@ impl Txn {
                     .nft_rule(rs.forms(), None, rs.fingerprint);
                 insert_rule(&mut c.rules, idx, rs);
                 let slot = self.push(change);
-                self.added.push((key, r.handle, slot));
+                self.note_added(key, r.handle, slot);
             }
             Verb::Del => {
                 // A rule the state does not know (it drifted) is rendered from the message.
