@@ -140,7 +140,12 @@ impl Scan<'_> {
     }
 
     /// The jumps of chain `key` (holding `jumps`) that change `c` removes.
-    fn unhook_all(&mut self, c: &ChangeLine, key: &ObjKey, jumps: &[Name]) {
+    fn unhook_all<'j>(
+        &mut self,
+        c: &ChangeLine,
+        key: &ObjKey,
+        jumps: impl IntoIterator<Item = &'j str>,
+    ) {
         for j in jumps {
             self.unhooks.push((target_key(c, j), key.3.clone(), c.seq));
         }
@@ -157,13 +162,13 @@ impl Scan<'_> {
             Op::ChainDelete | Op::SetDelete => {
                 if let (Some(k), Some(i)) = (&key, info) {
                     self.push(IncidentKind::ForeignDelete, k, i, c.seq, None);
-                    self.unhook_all(c, k, &i.jumps);
+                    self.unhook_all(c, k, i.jumps.iter().map(|j| &**j));
                 }
             }
             Op::ChainFlush | Op::SetFlush => {
                 if let (Some(k), Some(i)) = (&key, info) {
                     self.push(IncidentKind::ForeignFlush, k, i, c.seq, None);
-                    self.unhook_all(c, k, &i.jumps);
+                    self.unhook_all(c, k, i.jumps.iter().map(|j| &**j));
                 }
             }
             Op::TableFlush | Op::TableDelete => self.table_emptied(c),
@@ -190,7 +195,7 @@ impl Scan<'_> {
             if kind == IncidentKind::ForeignDelete || i.rules > 0 {
                 self.push(kind, k, i, c.seq, None);
             }
-            self.unhook_all(c, k, &i.jumps);
+            self.unhook_all(c, k, i.jumps.iter().map(|j| &**j));
         }
     }
 
@@ -215,11 +220,8 @@ impl Scan<'_> {
             }
         }
         if let (Some(k), Some(rule)) = (key, c.rule.as_deref()) {
-            let jumps: Vec<Name> = drift::jump_targets(c.rule_backend(), rule)
-                .iter()
-                .map(|j| Name::from(j.as_str()))
-                .collect();
-            self.unhook_all(c, k, &jumps);
+            let jumps = drift::jump_targets(c.rule_backend(), rule);
+            self.unhook_all(c, k, jumps.iter().map(String::as_str));
         }
     }
 
@@ -351,7 +353,7 @@ fn apply_change(
         Op::TableCreate => {}
         _ => {
             let Some(ch) = &c.chain else { return };
-            let key = net.names.key(&obj_key(c.backend, c.family, &c.table, ch));
+            let key = net.names.key(c.backend, c.family, &c.table, ch);
             match c.op {
                 Op::ChainDelete | Op::SetDelete => {
                     net.objs.remove(&key);

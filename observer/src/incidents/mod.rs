@@ -141,9 +141,9 @@ impl Names {
         n
     }
 
-    /// The namespace's copy of the names of `key`.
-    fn key(&mut self, key: &ObjKey) -> ObjKey {
-        (key.0, key.1, self.get(&key.2), self.get(&key.3))
+    /// The key of an object, named by the namespace's copies of its names.
+    fn key(&mut self, backend: Backend, family: Family, table: &str, chain: &str) -> ObjKey {
+        (backend, family, self.get(table), self.get(chain))
     }
 
     /// Let go of the names nothing else holds, once they are more than those in use: the
@@ -329,12 +329,7 @@ impl Correlator {
                 .owners
                 .claim_in(c.backend, c.family, &c.table, &c.chain)
                 .cloned();
-            let key = (
-                c.backend,
-                c.family,
-                net.names.get(&c.table),
-                net.names.get(&c.chain),
-            );
+            let key = net.names.key(c.backend, c.family, &c.table, &c.chain);
             let jumps = c.jumps.iter().map(|j| net.names.get(j)).collect();
             net.objs.insert(
                 key,
