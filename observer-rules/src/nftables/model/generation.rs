@@ -17,7 +17,7 @@
 //! notifications) and `chain_level`; below them are `state`, `render`, `decode` and the dump
 //! (`Dump`).
 
-use crate::netlink::{self, NlMsg};
+use crate::netlink::NlMsg;
 use crate::nftables::model::catch_up::catch_up;
 use crate::nftables::model::chain_level::{self, ChainLevel};
 use crate::nftables::model::state::NftState;
@@ -244,11 +244,8 @@ impl GenerationBuilder {
 
     fn feed_named(&mut self, datagram: &[u8]) -> Fed {
         let mut fed = Fed::default();
-        for msg in netlink::messages(datagram) {
+        for msg in decode::messages(datagram) {
             let n = match msg {
-                Ok(m) if matches!(m.msg_type, netlink::NLMSG_NOOP | netlink::NLMSG_DONE) => {
-                    continue
-                }
                 Ok(m) => match decode::rule_verb(&m) {
                     // At chain level a rule is only counted: decoded at once, and let go.
                     Some(verb) if self.chain_level.is_none() => {
@@ -257,10 +254,7 @@ impl GenerationBuilder {
                     }
                     _ => decode::decode_message(&m),
                 },
-                Err(e) => Notification::Skipped(Skipped {
-                    msg_type: None,
-                    reason: e.0,
-                }),
+                Err(s) => Notification::Skipped(s),
             };
             match n {
                 Notification::Skipped(s) => {
@@ -269,8 +263,8 @@ impl GenerationBuilder {
                 }
                 n => fed.transactions.extend(self.push_named(n)),
             }
-            fed.skipped.append(&mut self.late_skipped);
         }
+        fed.skipped.append(&mut self.late_skipped);
         fed
     }
 

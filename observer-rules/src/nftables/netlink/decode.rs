@@ -328,18 +328,22 @@ pub struct Gen {
 ///
 /// NLMSG_NOOP and NLMSG_DONE (which end dump replies) carry nothing and are left out.
 pub fn decode(datagram: &[u8]) -> Vec<Notification> {
-    let mut out = Vec::new();
-    for msg in netlink::messages(datagram) {
-        match msg {
-            Ok(msg) if matches!(msg.msg_type, netlink::NLMSG_NOOP | netlink::NLMSG_DONE) => {}
-            Ok(msg) => out.push(decode_message(&msg)),
-            Err(e) => out.push(Notification::Skipped(Skipped {
-                msg_type: None,
-                reason: e.0,
-            })),
-        }
-    }
-    out
+    messages(datagram)
+        .map(|m| m.map_or_else(Notification::Skipped, |m| decode_message(&m)))
+        .collect()
+}
+
+/// The messages of a datagram that carry something (not NLMSG_NOOP or NLMSG_DONE), each to be
+/// decoded; where the walk broke off, why.
+pub fn messages(datagram: &[u8]) -> impl Iterator<Item = Result<NlMsg<'_>, Skipped>> {
+    netlink::messages(datagram).filter_map(|msg| match msg {
+        Ok(m) if matches!(m.msg_type, netlink::NLMSG_NOOP | netlink::NLMSG_DONE) => None,
+        Ok(m) => Some(Ok(m)),
+        Err(e) => Some(Err(Skipped {
+            msg_type: None,
+            reason: e.0,
+        })),
+    })
 }
 
 /// Whether a message adds or deletes a rule (`Some(verb)`), read from its type alone.
